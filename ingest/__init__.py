@@ -1,0 +1,1 @@
+"""Ingestion pool: load, parse, chunk, contextualize, embed, store."""

@@ -1,0 +1,70 @@
+"""Embed texts in batches, through a cache keyed by (model, sha256(text)).
+
+An unchanged chunk is never embedded twice: its vector comes from ``embedding_cache``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+
+from shared.providers import Embedder
+
+
+@dataclass
+class EmbedResult:
+    vectors: list[np.ndarray]
+    embedded: int  # texts actually sent to the embedder
+    cached: int
+
+
+def text_key(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def as_array(value) -> np.ndarray:
+    """pgvector values come back as numpy arrays or ``Vector`` objects depending on the loader."""
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
+def batched(items: list, size: int) -> list[list]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def embed_with_cache(
+    conn: psycopg.Connection, embedder: Embedder, texts: list[str], batch_size: int = 128
+) -> EmbedResult:
+    keys = [text_key(t) for t in texts]
+    found: dict[bytes, np.ndarray] = {}
+    if keys:
+        rows = conn.execute(
+            "SELECT text_sha256, embedding FROM embedding_cache WHERE model = %s AND text_sha256 = ANY(%s)",
+            (embedder.model, list(set(keys))),
+        ).fetchall()
+        found = {bytes(r["text_sha256"]): as_array(r["embedding"]) for r in rows}
+    missing: dict[bytes, str] = {}
+    for k, t in zip(keys, texts, strict=True):
+        if k not in found and k not in missing:
+            missing[k] = t
+    embedded = 0
+    miss_items = list(missing.items())
+    for batch in batched(miss_items, batch_size):
+        vectors = embedder.embed_documents([t for _, t in batch])
+        if len(vectors) != len(batch):
+            raise RuntimeError(f"embedder returned {len(vectors)} vectors for {len(batch)} texts")
+        embedded += len(batch)
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO embedding_cache (model, text_sha256, embedding) VALUES (%s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                [(embedder.model, k, np.asarray(v, dtype=np.float32)) for (k, _), v in zip(batch, vectors, strict=True)],
+            )
+        conn.commit()
+        for (k, _), v in zip(batch, vectors, strict=True):
+            found[k] = np.asarray(v, dtype=np.float32)
+    return EmbedResult([found[k] for k in keys], embedded, len(texts) - embedded)

@@ -1,0 +1,37 @@
+"""Load a document's bytes and format from its request (a local path or inline content)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingest.parse import SUPPORTED, ParseError
+from shared.contracts import IngestRequest
+
+MAX_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class Loaded:
+    data: bytes
+    fmt: str
+    title: str
+    path: str
+
+
+def load(req: IngestRequest) -> Loaded:
+    if req.content is not None:
+        return Loaded(req.content.encode("utf-8"), req.fmt or "text", req.doc_id, req.path or req.doc_id)
+    assert req.uri is not None
+    uri = req.uri.removeprefix("file://")
+    p = Path(uri)
+    fmt = req.fmt or SUPPORTED.get(p.suffix.lower())
+    if fmt is None:
+        raise ParseError(f"unsupported file type {p.suffix or '(none)'!r}")
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise ParseError(f"cannot read {uri}: {exc.strerror}") from None
+    if size > MAX_BYTES:
+        raise ParseError(f"document too large: {size} bytes (limit {MAX_BYTES})")
+    return Loaded(p.read_bytes(), fmt, p.stem, req.path or uri)

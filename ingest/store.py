@@ -1,0 +1,149 @@
+"""Idempotent storage of a document and its chunks, in one transaction per document.
+
+Chunks are COPYed into a temporary staging table and merged with ``ON CONFLICT (tenant,
+doc_id, chunk_no) DO UPDATE``; chunk numbers beyond the new count are deleted. An advisory
+lock per document keeps two ingests of the same document from interleaving, and the version
+check makes the newest version win.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+
+
+@dataclass
+class StoredChunk:
+    chunk_no: int
+    content: str
+    context: str
+    heading_path: str
+    page: int | None
+    embedding: np.ndarray | None
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(f"{self.context}\x00{self.content}".encode()).hexdigest()
+
+
+@dataclass
+class DocumentRecord:
+    tenant: str
+    doc_id: str
+    source_uri: str | None
+    path: str
+    title: str
+    content_hash: str
+    version: int
+    acl: list[str]
+    layer: str = "docs"
+    metadata: dict = field(default_factory=dict)
+
+
+def lock_document(conn: psycopg.Connection, tenant: str, doc_id: str) -> None:
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (tenant, doc_id))
+
+
+def current_state(conn: psycopg.Connection, tenant: str, doc_id: str) -> dict | None:
+    return conn.execute(
+        "SELECT version, content_hash, embed_model, status, acl, acl_version FROM documents"
+        " WHERE tenant = %s AND doc_id = %s",
+        (tenant, doc_id),
+    ).fetchone()
+
+
+def is_unchanged(state: dict | None, content_hash: str, embed_model: str) -> bool:
+    return bool(
+        state and state["status"] == "ready" and state["content_hash"] == content_hash
+        and state["embed_model"] == embed_model
+    )
+
+
+def upsert_document(
+    conn: psycopg.Connection, doc: DocumentRecord, chunks: list[StoredChunk], embed_model: str
+) -> str:
+    """Write the document and its chunks; return ``stored`` or ``stale`` (a newer version won).
+
+    The caller owns the transaction (``with conn.transaction()``) and has taken the lock.
+    """
+    state = current_state(conn, doc.tenant, doc.doc_id)
+    if state is not None and state["version"] > doc.version:
+        return "stale"
+    # permissions set by an ACL sync are newer than what the source said at ingest time
+    acl = list(state["acl"]) if state is not None and state["acl_version"] > 0 else doc.acl
+    conn.execute(
+        """
+        INSERT INTO documents (tenant, doc_id, source_uri, path, layer, title, content_hash, version, acl,
+                               status, embed_model, chunk_count, metadata, error, updated_at)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'ready', %s, %s, %s, NULL, now())
+        ON CONFLICT (tenant, doc_id) DO UPDATE SET
+            source_uri = EXCLUDED.source_uri, path = EXCLUDED.path, layer = EXCLUDED.layer,
+            title = EXCLUDED.title, content_hash = EXCLUDED.content_hash, version = EXCLUDED.version,
+            acl = EXCLUDED.acl, status = 'ready', embed_model = EXCLUDED.embed_model,
+            chunk_count = EXCLUDED.chunk_count, metadata = EXCLUDED.metadata, error = NULL, updated_at = now()
+        """,
+        (doc.tenant, doc.doc_id, doc.source_uri, doc.path, doc.layer, doc.title, doc.content_hash,
+         doc.version, acl, embed_model, len(chunks), Jsonb(doc.metadata)),
+    )
+    conn.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS chunk_stage (LIKE chunks INCLUDING DEFAULTS EXCLUDING IDENTITY)"
+        " ON COMMIT DELETE ROWS"
+    )
+    with conn.cursor() as cur:
+        with cur.copy(
+            "COPY chunk_stage (tenant, doc_id, chunk_no, path, layer, heading_path, content, context,"
+            " content_hash, page, embedding, embed_model, acl, metadata) FROM STDIN"
+        ) as copy:
+            for c in chunks:
+                copy.write_row((
+                    doc.tenant, doc.doc_id, c.chunk_no, doc.path, doc.layer, c.heading_path, c.content,
+                    c.context, c.content_hash, c.page, c.embedding, embed_model, acl, Jsonb(c.metadata),
+                ))
+    conn.execute(
+        """
+        INSERT INTO chunks (tenant, doc_id, chunk_no, path, layer, heading_path, content, context,
+                            content_hash, page, embedding, embed_model, acl, metadata, updated_at)
+        SELECT tenant, doc_id, chunk_no, path, layer, heading_path, content, context,
+               content_hash, page, embedding, embed_model, acl, metadata, now()
+        FROM chunk_stage
+        ON CONFLICT (tenant, doc_id, chunk_no) DO UPDATE SET
+            path = EXCLUDED.path, layer = EXCLUDED.layer, heading_path = EXCLUDED.heading_path,
+            content = EXCLUDED.content, context = EXCLUDED.context, content_hash = EXCLUDED.content_hash,
+            page = EXCLUDED.page, embedding = EXCLUDED.embedding, embed_model = EXCLUDED.embed_model,
+            acl = EXCLUDED.acl, metadata = EXCLUDED.metadata, updated_at = now()
+        WHERE chunks.content_hash IS DISTINCT FROM EXCLUDED.content_hash
+           OR chunks.embed_model IS DISTINCT FROM EXCLUDED.embed_model
+           OR chunks.acl IS DISTINCT FROM EXCLUDED.acl
+           OR chunks.path IS DISTINCT FROM EXCLUDED.path
+           OR chunks.metadata IS DISTINCT FROM EXCLUDED.metadata
+        """
+    )
+    conn.execute(
+        "DELETE FROM chunks WHERE tenant = %s AND doc_id = %s AND chunk_no >= %s",
+        (doc.tenant, doc.doc_id, len(chunks)),
+    )
+    return "stored"
+
+
+def mark_failed(conn: psycopg.Connection, tenant: str, doc_id: str, source_uri: str | None,
+                stage: str, error: str, job_id: str | None = None) -> None:
+    """Record a per-document error; an existing good version of the document keeps serving."""
+    conn.execute(
+        """
+        INSERT INTO documents (tenant, doc_id, source_uri, status, error)
+        VALUES (%s, %s, %s, 'failed', %s)
+        ON CONFLICT (tenant, doc_id) DO UPDATE SET error = EXCLUDED.error, updated_at = now(),
+            status = CASE WHEN documents.status = 'ready' THEN 'ready' ELSE 'failed' END
+        """,
+        (tenant, doc_id, source_uri, error),
+    )
+    conn.execute(
+        "INSERT INTO document_errors (job_id, tenant, doc_id, source_uri, stage, error)"
+        " VALUES (%s, %s, %s, %s, %s, %s)",
+        (job_id, tenant, doc_id, source_uri, stage, error),
+    )

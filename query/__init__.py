@@ -1,0 +1,1 @@
+"""Query pool: retrieve, fuse, rerank, answer."""

@@ -1,0 +1,1 @@
+"""What both pools use: settings, database, Celery app, providers, CLI plumbing."""

