@@ -1,0 +1,76 @@
+"""Test fixtures: a real embedded Postgres and Redis per test session, real Celery workers.
+
+The ragline home points at a temporary folder before any ragline module reads settings, so
+tests never touch a developer's ``.ragline/`` and parallel sessions never share servers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_HOME = Path(tempfile.mkdtemp(prefix="rl-test-"))
+os.environ["RAGLINE_HOME"] = str(_HOME)
+for var in ("DATABASE_URL", "REDIS_URL", "RAGLINE_DATABASE_URL", "RAGLINE_REDIS_URL"):
+    os.environ.pop(var, None)
+os.environ.setdefault("UNSTRUCTURED_DISABLE_NOTICE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+DATASETS = REPO.parent / "shared" / "datasets"
+
+
+@pytest.fixture(scope="session")
+def stack():
+    """Embedded Postgres + Redis, migrated; yields the settings. Stopped at the end of the session."""
+    from shared import db, services
+    from shared.migrate import apply_migrations
+    from shared.settings import get_settings, reset_settings
+
+    reset_settings()
+    settings = get_settings()
+    services.start_postgres(settings)
+    services.start_redis(settings)
+    apply_migrations()
+    from shared.celery_app import app
+
+    url = settings.effective_redis_url()
+    app.conf.broker_url = url
+    app.conf.result_backend = url
+    yield settings
+    db.reset()
+    services.stop_redis(settings)
+    services.stop_postgres(settings)
+    shutil.rmtree(_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def celery_worker(stack):
+    """One in-process Celery worker (threads pool) consuming every queue, like all pools together."""
+    from celery.contrib.testing.worker import start_worker
+
+    from shared.celery_app import QUEUES, app
+
+    app.loader.import_default_modules()
+    for name in app.conf.include:
+        __import__(name)
+    with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, queues=list(QUEUES),
+                      loglevel="WARNING", shutdown_timeout=30) as worker:
+        yield worker
+
+
+@pytest.fixture()
+def conn(stack):
+    from shared import db
+
+    with db.connection() as c:
+        yield c
+
+
+@pytest.fixture()
+def tenant(request) -> str:
+    """A tenant name unique to the test, so tests do not see each other's documents."""
+    return "t-" + request.node.name.replace("[", "-").replace("]", "")[:60]
