@@ -74,3 +74,25 @@ def conn(stack):
 def tenant(request) -> str:
     """A tenant name unique to the test, so tests do not see each other's documents."""
     return "t-" + request.node.name.replace("[", "-").replace("]", "")[:60]
+
+
+@pytest.fixture()
+def use_settings(stack, monkeypatch):
+    """Override settings for one test: ``use_settings(embedder="voyage", voyage_base_url=...)``.
+
+    Sets ``RAGLINE_*`` variables and drops cached settings and provider instances, so the
+    in-process worker sees the same values. Everything is restored after the test.
+    """
+    from shared import providers
+    from shared.settings import reset_settings
+
+    def apply(**overrides: object) -> None:
+        for key, value in overrides.items():
+            monkeypatch.setenv(f"RAGLINE_{key.upper()}", str(value))
+        reset_settings()
+        providers.reset()
+
+    yield apply
+    monkeypatch.undo()
+    reset_settings()
+    providers.reset()

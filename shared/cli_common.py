@@ -1,0 +1,22 @@
+"""Plumbing shared by the CLI modules."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from shared.settings import get_settings
+
+console = Console(stderr=True)
+
+
+def split_csv(value: str | None) -> list[str]:
+    return [g.strip() for g in (value or "").split(",") if g.strip()]
+
+
+def reload_app() -> None:
+    """Point the Celery app at the broker that ``ragline up`` started (or REDIS_URL)."""
+    from shared import celery_app
+
+    url = get_settings().effective_redis_url()
+    celery_app.app.conf.broker_url = url
+    celery_app.app.conf.result_backend = url

@@ -1,0 +1,254 @@
+"""Real HTTP servers on 127.0.0.1 that speak the documented request/response shapes of the
+providers ragline cannot reach here: Voyage (``/v1/embeddings``, ``/v1/rerank``), Anthropic
+(``/v1/messages``), Ollama (``/api/embed``) and OpenAI-compatible chat (``/v1/chat/completions``).
+
+The real SDKs reach them through ``base_url``. Faults are injectable per server: fixed latency,
+a 429 storm (every Nth request answered 429 with ``Retry-After``), 500s, hangs past the client's
+timeout, and garbage rerank indexes. Every request is counted on the server side.
+
+Embeddings are deterministic hashed character-trigram vectors (L2-normalised), so similar texts
+get similar vectors and tests and benchmarks run fast without a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+
+
+def hashed_embedding(text: str, dim: int) -> list[float]:
+    vec = np.zeros(dim, dtype=np.float32)
+    t = f"  {text.lower()}  "
+    for i in range(len(t) - 2):
+        h = int.from_bytes(hashlib.blake2b(t[i : i + 3].encode(), digest_size=8).digest(), "little")
+        vec[h % dim] += 1.0 if (h >> 63) & 1 else -1.0
+    norm = float(np.linalg.norm(vec)) or 1.0
+    return (vec / norm).tolist()
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+@dataclass
+class Faults:
+    latency_s: float = 0.0
+    every_nth_429: int = 0  # 0 = never; 3 = every third request
+    retry_after_s: float = 1.0
+    every_nth_500: int = 0
+    fail_first_n: int = 0  # the first N requests answer 500
+    hang_s: float = 0.0  # sleep this long before answering (simulates a hang past the timeout)
+    garbage_rerank: bool = False  # rerank answers with out-of-range / duplicate indexes
+    shuffle_embeddings: bool = True  # return embedding items out of order (clients must use `index`)
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    by_path: dict[str, int] = field(default_factory=dict)
+    texts_embedded: int = 0
+    answered_429: int = 0
+    answered_500: int = 0
+    bodies: list[dict] = field(default_factory=list)
+    headers: list[dict] = field(default_factory=list)
+    max_in_flight: int = 0
+    in_flight: int = 0
+
+
+class LoopbackServer:
+    """``with LoopbackServer() as srv: srv.url`` — a threaded HTTP server on 127.0.0.1."""
+
+    def __init__(self, faults: Faults | None = None, dim: int = 384, answer_text: str | None = None,
+                 keep_bodies: int = 200) -> None:
+        self.faults = faults or Faults()
+        self.dim = dim
+        self.answer_text = answer_text
+        self.keep_bodies = keep_bodies
+        self.stats = Stats()
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> LoopbackServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> LoopbackServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self.stats = Stats()
+
+    # ------------------------------------------------------------------------------------------
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:  # quiet
+                pass
+
+            def _send(self, code: int, body: dict, headers: dict | None = None) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._send(200, {"status": "ok"})
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b"{}"
+                try:
+                    body = json.loads(raw or b"{}")
+                except json.JSONDecodeError:
+                    self._send(400, {"detail": "invalid JSON"})
+                    return
+                path = self.path.split("?", 1)[0]
+                f = server.faults
+                with server._lock:
+                    st = server.stats
+                    st.requests += 1
+                    n = st.requests
+                    st.by_path[path] = st.by_path.get(path, 0) + 1
+                    st.in_flight += 1
+                    st.max_in_flight = max(st.max_in_flight, st.in_flight)
+                    if len(st.bodies) < server.keep_bodies:
+                        st.bodies.append({"path": path, **body})
+                        st.headers.append({k.lower(): v for k, v in self.headers.items()})
+                try:
+                    if f.latency_s:
+                        time.sleep(f.latency_s)
+                    if f.hang_s:
+                        time.sleep(f.hang_s)
+                    if n <= f.fail_first_n or (f.every_nth_500 and n % f.every_nth_500 == 0):
+                        with server._lock:
+                            server.stats.answered_500 += 1
+                        self._send(500, {"detail": "injected server error"})
+                        return
+                    if f.every_nth_429 and n % f.every_nth_429 == 0:
+                        with server._lock:
+                            server.stats.answered_429 += 1
+                        self._send(429, {"detail": "rate limited"},
+                                   {"Retry-After": f"{f.retry_after_s:g}"})
+                        return
+                    route = {
+                        "/v1/embeddings": self._embeddings,
+                        "/v1/rerank": self._rerank,
+                        "/v1/messages": self._messages,
+                        "/api/embed": self._ollama_embed,
+                        "/v1/chat/completions": self._chat,
+                    }.get(path)
+                    if route is None:
+                        self._send(404, {"detail": f"no route {path}"})
+                        return
+                    route(body)
+                finally:
+                    with server._lock:
+                        server.stats.in_flight -= 1
+
+            # --- Voyage ---------------------------------------------------------------------
+            def _embeddings(self, body: dict) -> None:
+                texts = body.get("input")
+                if isinstance(texts, str):
+                    texts = [texts]
+                if not isinstance(texts, list) or not texts or len(texts) > 1000:
+                    self._send(400, {"detail": "input must be a non-empty list"})
+                    return
+                dim = int(body.get("output_dimension") or server.dim)
+                items = [{"object": "embedding", "embedding": hashed_embedding(t, dim), "index": i}
+                         for i, t in enumerate(texts)]
+                if server.faults.shuffle_embeddings:
+                    items.reverse()
+                with server._lock:
+                    server.stats.texts_embedded += len(texts)
+                self._send(200, {"object": "list", "data": items, "model": body.get("model", "voyage-4"),
+                                 "usage": {"total_tokens": sum(_tokens(t) for t in texts)}})
+
+            def _rerank(self, body: dict) -> None:
+                query = str(body.get("query", ""))
+                docs = body.get("documents") or []
+                q = set(re.findall(r"\w+", query.lower()))
+                scored = []
+                for i, d in enumerate(docs):
+                    words = set(re.findall(r"\w+", str(d).lower()))
+                    scored.append((len(q & words) / (len(q) or 1), i))
+                scored.sort(key=lambda s: -s[0])
+                top_k = body.get("top_k") or len(docs)
+                data = [{"relevance_score": round(s, 4), "index": i} for s, i in scored[:top_k]]
+                if server.faults.garbage_rerank:
+                    data = [{"relevance_score": 0.99, "index": len(docs) + 5},
+                            {"relevance_score": 0.98, "index": -1},
+                            {"relevance_score": 0.97, "index": "x"}] + data[:1] + data[:1]
+                self._send(200, {"object": "list", "data": data, "model": body.get("model", "rerank-2.5"),
+                                 "usage": {"total_tokens": _tokens(query) * max(1, len(docs))}})
+
+            # --- Anthropic ------------------------------------------------------------------
+            def _messages(self, body: dict) -> None:
+                text = server.answer_text
+                if text is None:
+                    user = body.get("messages", [{}])[-1].get("content", "")
+                    if isinstance(user, list):
+                        user = " ".join(p.get("text", "") for p in user if isinstance(p, dict))
+                    text = "Контекст: " + " ".join(str(user).split()[:30])
+                system = body.get("system")
+                cached = 0
+                if isinstance(system, list) and any(isinstance(b, dict) and b.get("cache_control") for b in system):
+                    cached = sum(_tokens(b.get("text", "")) for b in system if isinstance(b, dict))
+                self._send(200, {
+                    "id": f"msg_{int(time.time() * 1000)}", "type": "message", "role": "assistant",
+                    "content": [{"type": "text", "text": text}], "model": body.get("model", "claude"),
+                    "stop_reason": "end_turn", "stop_sequence": None,
+                    "usage": {"input_tokens": 100, "output_tokens": _tokens(text),
+                              "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached},
+                })
+
+            # --- Ollama / OpenAI-compatible ---------------------------------------------------
+            def _ollama_embed(self, body: dict) -> None:
+                texts = body.get("input")
+                if isinstance(texts, str):
+                    texts = [texts]
+                with server._lock:
+                    server.stats.texts_embedded += len(texts or [])
+                self._send(200, {"model": body.get("model"),
+                                 "embeddings": [hashed_embedding(t, server.dim) for t in texts or []]})
+
+            def _chat(self, body: dict) -> None:
+                text = server.answer_text or "OK [1]"
+                self._send(200, {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()),
+                                 "model": body.get("model", "m"),
+                                 "choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant", "content": text}}],
+                                 "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+
+        return Handler
