@@ -31,7 +31,10 @@ def search(req: SearchRequest) -> SearchResponse:
     settings = get_settings()
     t0 = time.perf_counter()
     reasons: list[str] = []
-    qvec = _embed_query(req.query, reasons) if req.mode in ("hybrid", "vector") and req.groups else None
+    if req.query_vector is not None:
+        qvec = np.asarray(req.query_vector, dtype=np.float32)
+    else:
+        qvec = _embed_query(req.query, reasons) if req.mode in ("hybrid", "vector") and req.groups else None
     t_embed = time.perf_counter()
     mode = req.mode
     if qvec is None and mode != "lexical" and reasons:

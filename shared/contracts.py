@@ -67,6 +67,8 @@ class SearchRequest(BaseModel):
     groups: list[Group] = Field(max_length=1000)
     k: int = Field(default=10, ge=1, le=200)
     mode: Literal["hybrid", "vector", "lexical"] = "hybrid"
+    #: a precomputed query embedding (benchmarks, callers that embed themselves): skips the embedder
+    query_vector: list[float] | None = Field(default=None, min_length=1, max_length=4096)
 
     @field_validator("groups")
     @classmethod
