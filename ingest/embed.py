@@ -6,11 +6,13 @@ An unchanged chunk is never embedded twice: its vector comes from ``embedding_ca
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import psycopg
 
+from shared import metrics as m
 from shared.providers import Embedder
 
 
@@ -54,7 +56,11 @@ def embed_with_cache(
     embedded = 0
     miss_items = list(missing.items())
     for batch in batched(miss_items, batch_size):
+        t0 = time.perf_counter()
         vectors = embedder.embed_documents([t for _, t in batch])
+        provider = type(embedder).__name__
+        m.EMBED_BATCH_LATENCY_MS.labels(provider=provider).observe((time.perf_counter() - t0) * 1000)
+        m.EMBED_TEXTS.labels(provider=provider).inc(len(batch))
         if len(vectors) != len(batch):
             raise RuntimeError(f"embedder returned {len(vectors)} vectors for {len(batch)} texts")
         embedded += len(batch)
@@ -67,4 +73,5 @@ def embed_with_cache(
         conn.commit()
         for (k, _), v in zip(batch, vectors, strict=True):
             found[k] = np.asarray(v, dtype=np.float32)
+    m.EMBED_CACHE_HITS.inc(len(texts) - embedded)
     return EmbedResult([found[k] for k in keys], embedded, len(texts) - embedded)

@@ -11,8 +11,11 @@ from pydantic import ValidationError
 from ingest import store
 from ingest.pipeline import ingest_document
 from shared import db, jobs
+from shared import metrics as m
 from shared.celery_app import app
 from shared.contracts import TASK_INGEST_DOCUMENT, ErrorResult, IngestRequest, IngestResult
+from shared.logging_setup import log_ingest
+from shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,10 @@ def ingest_document_task(self, payload: dict) -> dict:
         with db.connection() as conn:
             store.mark_failed(conn, req.tenant, req.doc_id, req.uri, "internal", error, req.job_id)
         result = IngestResult(tenant=req.tenant, doc_id=req.doc_id, status="failed", error=error)
+    m.DOCUMENTS_PROCESSED.labels(status=result.status).inc()
+    m.CHUNKS_PROCESSED.inc(result.chunks)
+    log_ingest(tenant=req.tenant, doc_id=req.doc_id, status=result.status, chunks=result.chunks,
+               model=get_settings().embed_model_name, latency_ms=sum(result.timings_ms.values()), error=result.error)
     if req.job_id:
         with db.connection() as conn:
             jobs.record_document(conn, req.job_id, req.tenant, req.doc_id, _JOB_STATE[result.status],

@@ -11,7 +11,9 @@ from query import generate
 from query.citations import invalid_citations
 from query.retrieve import search as sql_search
 from shared import db
+from shared import metrics as m
 from shared.contracts import AskRequest, AskResponse, Citation, SearchRequest, SearchResponse
+from shared.logging_setup import log_query
 from shared.providers import get_embedder
 from shared.settings import get_settings
 
@@ -45,6 +47,12 @@ def search(req: SearchRequest) -> SearchResponse:
     resp.degraded_reasons = reasons
     resp.timings_ms = {"embed_query": round((t_embed - t0) * 1000, 2), **resp.timings_ms,
                        "total": round((time.perf_counter() - t0) * 1000, 2)}
+    m.RETRIEVAL_LATENCY_MS.labels(mode=mode).observe(resp.timings_ms["total"])
+    m.RETRIEVED_CHUNKS.observe(len(resp.hits))
+    for reason in reasons:
+        m.QUERY_DEGRADED.labels(reason=reason.split(":", 1)[0]).inc()
+    log_query("search", tenant=req.tenant, question=req.query, latency_ms=resp.timings_ms["total"],
+              chunks=len(resp.hits), model=settings.embed_model_name, mode=mode, degraded=resp.degraded)
     return resp
 
 
@@ -57,11 +65,17 @@ def ask(req: AskRequest) -> AskResponse:
     t_retrieve = time.perf_counter()
     answer = generate.extractive_answer(req.query, hits) if hits else generate.NO_ANSWER
     t_generate = time.perf_counter()
+    m.GENERATION_LATENCY_MS.labels(generator=settings.generator).observe((t_generate - t_retrieve) * 1000)
+    if not hits:
+        m.EMPTY_CONTEXT.inc()
     bad = invalid_citations(answer, len(hits))
+    log_query("ask", tenant=req.tenant, question=req.query, latency_ms=(t_generate - t0) * 1000, chunks=len(hits),
+              model=settings.generator, rejected_citations=len(bad))
     trace = {"retrieved": [{"doc_id": h.doc_id, "chunk_no": h.chunk_no, "score": h.score,
                             "vector_rank": h.vector_rank, "lexical_rank": h.lexical_rank} for h in found.hits]}
     if bad:
         log.warning("answer rejected: invalid citations %s", bad)
+        m.INVALID_CITATIONS.inc()
         trace["rejected_citations"] = bad
         answer = f"Ответ отклонён: ссылки {bad} не указывают на найденные документы."
         return AskResponse(answer=answer, citations=[], no_answer=True, degraded=found.degraded, trace=trace,

@@ -98,3 +98,21 @@ def _init_worker_process(**_: object) -> None:
     providers.reset()
 
 
+
+@signals.setup_logging.connect
+def _setup_logging(loglevel: object = None, **_: object) -> None:
+    """Workers and beat log structured JSON (``shared/logging_setup.py``) instead of Celery's format."""
+    from shared.logging_setup import configure
+
+    configure(level=loglevel if isinstance(loglevel, str) else None)
+
+
+@signals.worker_process_shutdown.connect
+def _metrics_process_dead(pid: int | None = None, **_: object) -> None:
+    """Prefork child exits: drop its live-gauge files from the multiprocess metrics directory."""
+    import os
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -27,6 +27,7 @@ APP = "shared.celery_app:app"
 class ProcSpec:
     name: str
     argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # extra environment for this process only
 
 
 def specs(settings: Settings) -> list[ProcSpec]:
@@ -34,12 +35,17 @@ def specs(settings: Settings) -> list[ProcSpec]:
     celery = [sys.executable, "-m", "celery", "-A", APP]
     concurrency = {"ingest": settings.ingest_concurrency, "query": settings.query_concurrency,
                    "control": settings.acl_concurrency}
-    out = [
-        ProcSpec(f"worker-{pool}", [*celery, "worker", "-Q", ",".join(queues), "-n", f"{pool}@%h",
-                                    "-c", str(concurrency[pool]), "--pool", "prefork", "-E",
-                                    "--without-gossip", "--without-mingle", "--loglevel", "INFO"])
-        for pool, queues in POOLS.items()
-    ]
+    from shared.metrics_server import metrics_dir
+
+    out = []
+    for pool, queues in POOLS.items():
+        # prefork children write metrics files here; metrics-<pool> aggregates and serves them
+        penv = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(settings, pool))}
+        out.append(ProcSpec(f"worker-{pool}", [*celery, "worker", "-Q", ",".join(queues), "-n", f"{pool}@%h",
+                                               "-c", str(concurrency[pool]), "--pool", "prefork", "-E",
+                                               "--without-gossip", "--without-mingle", "--loglevel", "INFO"],
+                            penv))
+        out.append(ProcSpec(f"metrics-{pool}", [sys.executable, "-m", "shared.metrics_server", pool], penv))
     out.append(ProcSpec("beat", [*celery, "beat", "--loglevel", "INFO",
                                  "-s", str(run / "celerybeat-schedule")]))
     out.append(ProcSpec("flower", [*celery, "flower", f"--address={settings.flower_host}",
@@ -65,17 +71,25 @@ def child_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def start_all(settings: Settings) -> dict[str, int]:
+def start_all(settings: Settings, only: set[str] | None = None) -> dict[str, int]:
+    """Start every process (or those named in ``only``) that is not already running."""
+    from shared.metrics_server import reset_dir
+
     (settings.home_dir / "run").mkdir(parents=True, exist_ok=True)
     (settings.home_dir / "logs").mkdir(parents=True, exist_ok=True)
     started = {}
     env = child_env(settings)
-    for spec in specs(settings):
+    todo = [s for s in specs(settings) if only is None or s.name in only]
+    running_now = {s.name for s in todo if read_pid(_pidfile(settings, s.name)) is not None}
+    for spec in todo:  # fresh metrics files for a pool whose worker starts now
+        if spec.name.startswith("worker-") and spec.name not in running_now:
+            reset_dir(Path(spec.env["PROMETHEUS_MULTIPROC_DIR"]))
+    for spec in todo:
         pid = read_pid(_pidfile(settings, spec.name))
         if pid is None:
             with open(_logfile(settings, spec.name), "ab") as log:
                 proc = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        env=env, start_new_session=True)
+                                        env={**env, **spec.env}, start_new_session=True)
             pid = proc.pid
             _pidfile(settings, spec.name).write_text(str(pid))
         started[spec.name] = pid
@@ -86,11 +100,13 @@ def running(settings: Settings) -> dict[str, int | None]:
     return {spec.name: read_pid(_pidfile(settings, spec.name)) for spec in specs(settings)}
 
 
-def stop_all(settings: Settings, timeout: float = 30.0) -> list[str]:
+def stop_all(settings: Settings, timeout: float = 30.0, only: set[str] | None = None) -> list[str]:
     """SIGTERM each process group (warm shutdown), then SIGKILL what is left after ``timeout``."""
     stopped = []
     groups: list[tuple[str, int]] = []
     for spec in specs(settings):
+        if only is not None and spec.name not in only:
+            continue
         pid = read_pid(_pidfile(settings, spec.name))
         if pid is not None:
             try:

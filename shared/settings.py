@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -48,6 +48,19 @@ class Settings(BaseSettings):
     flower_port: int = 5555
     flower_user: str = "admin"
     flower_password: SecretStr = SecretStr("ragline-admin")
+
+    # --- operations: metrics endpoints and logs (issue 9) ----------------------------------
+    # each pool serves its aggregated prometheus metrics on metrics_port + pool index
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9540
+    metrics_user: str = "metrics"
+    metrics_password: SecretStr = SecretStr("ragline-metrics")
+    log_level: str = "INFO"
+    log_json: bool = True
+    # optional Celery message signing (celery.security, serializer "auth")
+    signing_key_file: Path | None = None
+    signing_cert_file: Path | None = None
+    signing_cert_store: Path | None = None
 
     # --- chunking -------------------------------------------------------------------------
     chunk_max_chars: int = 800
@@ -97,6 +110,37 @@ class Settings(BaseSettings):
     hnsw_ef_search: int = 100
     answer_top_k: int = 5
     answer_min_score: float = 0.0
+
+    # --- query pool: filters, rerank, answers, transforms, agentic loop (issue 4) -------------
+    # added to / subtracted from the fused RRF score (one RRF step near the top is ~0.0003)
+    prefer_bonus: float = 0.005
+    test_penalty: float = 0.005
+    # rerank candidates come from the fused top-N; the threshold is on the provider's score
+    generator_max_tokens: int = 1024
+    openai_model: str = "llama3.1"
+    # query transforms (each one is an extra generator call; off unless evals say otherwise)
+    query_rewrite: bool = False
+    multi_query: int = Field(default=0, ge=0, le=5, description="extra paraphrases fused by RRF; 0 = off")
+    hyde: bool = False
+    # agentic loop budget (seed 004): rounds, searches, evidence chunks
+    agentic: bool = False
+    agentic_max_rounds: int = 3
+    agentic_max_searches: int = 6
+    agentic_max_evidence: int = 12
+    # per-process cache of query embeddings, keyed by tenant + hash of the group set; 0 = off
+    query_cache_size: int = 256
+
+    # --- lifecycle: sources, reindex, ACL sync, jobs (issues 5, 6) ----------------------------
+    # JSON list, e.g. [{"name": "wiki", "kind": "folder", "tenant": "acme", "acl": ["staff"],
+    #                   "path": "/data/wiki", "glob": "**/*.md"},
+    #                  {"name": "site", "kind": "urls", "tenant": "acme", "acl": ["all"], "urls": ["https://..."]}]
+    sources: list[dict[str, Any]] = Field(default_factory=list)
+    http_source_timeout_s: float = 10.0
+    # a running job whose heartbeat is older than this is marked failed (stuck); above task_time_limit_s
+    job_stuck_after_s: float = 1800.0
+    stuck_check_schedule_s: float = 60.0
+    acl_sync_batch_size: int = Field(default=1000, ge=1, le=50_000)
+    reembed_batch_size: int = Field(default=256, ge=1)
 
     @property
     def embed_model_name(self) -> str:

@@ -1,0 +1,139 @@
+"""Structured JSON logs (structlog) for every ragline process.
+
+One line per event, machine-readable, with the fields operations needs: tenant, latency, chunk
+counts, model. A question is logged only as a short hash (``question_hash``), never as text, and
+secrets never reach the output: keys that look like credentials are masked and the values of every
+``SecretStr`` in the settings are scrubbed from any string before rendering.
+
+Standard-library loggers (Celery, kombu, ragline modules using ``logging``) go through the same
+processors, so a worker's log file is one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import sys
+from typing import Any, TextIO
+
+import structlog
+from pydantic import SecretStr
+
+REDACTED = "***"
+_SECRET_KEY = re.compile(r"(pass(word)?|secret|token|api_?key|authorization|credential|private_?key|signing)",
+                         re.IGNORECASE)
+#: ``scheme://user:password@host`` in URLs (broker / database URLs)
+_URL_PASSWORD = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^@\s/]+)(?P<post>@)", re.IGNORECASE)
+
+_secret_values: tuple[str, ...] = ()
+
+
+def question_hash(text: str) -> str:
+    """Stable, non-reversible id of a question: lets logs be correlated without storing the text."""
+    normalized = " ".join(text.split()).casefold()
+    return hashlib.sha256(normalized.encode("utf-8")).hexdigest()[:16]
+
+
+def secret_values_from_settings() -> tuple[str, ...]:
+    """Every non-trivial ``SecretStr`` value in the current settings."""
+    from shared.settings import get_settings
+
+    settings = get_settings()
+    out = []
+    for name in type(settings).model_fields:
+        value = getattr(settings, name, None)
+        if isinstance(value, SecretStr):
+            raw = value.get_secret_value()
+            if raw and len(raw) >= 4:
+                out.append(raw)
+    return tuple(sorted(set(out), key=len, reverse=True))
+
+
+def scrub(text: str) -> str:
+    """Remove known secret values and URL passwords from ``text``."""
+    for value in _secret_values:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return _URL_PASSWORD.sub(lambda m: f"{m['pre']}{REDACTED}{m['post']}", text)
+
+
+def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    for key, value in list(event.items()):
+        if _SECRET_KEY.search(key) and value is not None:
+            event[key] = REDACTED
+        elif isinstance(value, SecretStr):
+            event[key] = REDACTED
+        elif isinstance(value, str):
+            event[key] = scrub(value)
+    return event
+
+
+def _forbid_question_text(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    """A ``question``/``query`` field is replaced by its hash: the text must not be logged."""
+    for key in ("question", "query"):
+        if isinstance(event.get(key), str):
+            event["question_hash"] = question_hash(event.pop(key))
+    return event
+
+
+def _processors(json_output: bool) -> tuple[list, Any]:
+    shared = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        _forbid_question_text,
+        _redact,
+    ]
+    renderer = structlog.processors.JSONRenderer(ensure_ascii=False) if json_output else \
+        structlog.dev.ConsoleRenderer(colors=False)
+    return shared, renderer
+
+
+def configure(level: str | None = None, json_output: bool | None = None, stream: TextIO | None = None) -> None:
+    """Configure structlog and route the standard library's root logger through it (idempotent)."""
+    global _secret_values
+    from shared.settings import get_settings
+
+    settings = get_settings()
+    level = (level or settings.log_level).upper()
+    json_output = settings.log_json if json_output is None else json_output
+    _secret_values = secret_values_from_settings()
+    shared, renderer = _processors(json_output)
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(formatter)
+    handler.set_name("ragline-json")
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == "ragline-json"]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def get_logger(name: str | None = None) -> structlog.stdlib.BoundLogger:
+    return structlog.get_logger(name)
+
+
+def log_query(kind: str, *, tenant: str, question: str, latency_ms: float, chunks: int, model: str,
+              **fields: Any) -> None:
+    """One structured line per search/ask: hashed question, latency, chunk count, model, tenant."""
+    get_logger("ragline.query").info(kind, tenant=tenant, question_hash=question_hash(question),
+                                     latency_ms=round(latency_ms, 2), chunks=chunks, model=model, **fields)
+
+
+def log_ingest(*, tenant: str, doc_id: str, status: str, chunks: int, model: str, latency_ms: float,
+               **fields: Any) -> None:
+    get_logger("ragline.ingest").info("ingest", tenant=tenant, doc_id=doc_id, status=status, chunks=chunks,
+                                      model=model, latency_ms=round(latency_ms, 2), **fields)

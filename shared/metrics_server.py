@@ -1,0 +1,133 @@
+"""Per-pool Prometheus endpoint over prometheus-client's multiprocess mode.
+
+Prefork children each write their samples to files in the pool's ``PROMETHEUS_MULTIPROC_DIR``
+(``<home>/metrics/<pool>``, set by ``ragline up``); this small process aggregates them and serves
+``/metrics`` on 127.0.0.1 at ``metrics_port + pool index``, behind HTTP basic auth. It runs beside
+the pool (``metrics-<pool>`` in ``shared/processes.py``), so it outlives a SIGKILLed worker.
+
+Run: ``python -m shared.metrics_server <pool>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from wsgiref.simple_server import make_server
+
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from shared.celery_app import POOLS
+from shared.settings import Settings, get_settings
+
+
+def metrics_dir(settings: Settings, pool: str) -> Path:
+    return settings.home_dir / "metrics" / pool
+
+
+def metrics_port(settings: Settings, pool: str) -> int:
+    return settings.metrics_port + list(POOLS).index(pool)
+
+
+def reset_dir(path: Path) -> None:
+    """A fresh directory per ``ragline up``: stale files of dead processes would be summed in."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def registry_for(path: Path) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(path))
+    return registry
+
+
+def queue_depths(queues: Iterable[str], redis_url: str) -> dict[str, int]:
+    """Messages waiting per Celery queue (kombu keeps each Redis queue in a list named after it)."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=2)
+    try:
+        return {q: int(client.llen(q)) for q in queues}
+    finally:
+        client.close()
+
+
+def refresh_queue_depth(pool: str, settings: Settings) -> None:
+    from shared.metrics import QUEUE_DEPTH
+
+    try:
+        depths = queue_depths(POOLS[pool], settings.effective_redis_url())
+    except Exception:  # broker down: keep the last value, the endpoint stays up
+        return
+    for queue, depth in depths.items():
+        QUEUE_DEPTH.labels(queue=queue).set(depth)
+
+
+def basic_auth(app: Callable, user: str, password: str) -> Callable:
+    """WSGI middleware: 401 unless the request carries the right basic-auth credentials."""
+    expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    def wrapped(environ, start_response):
+        if not hmac.compare_digest(environ.get("HTTP_AUTHORIZATION", ""), expected):
+            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="ragline metrics"'),
+                                                ("Content-Type", "text/plain")])
+            return [b"authentication required\n"]
+        return app(environ, start_response)
+
+    return wrapped
+
+
+def make_app(pool: str, settings: Settings) -> Callable:
+    registry = registry_for(metrics_dir(settings, pool))
+    inner = make_wsgi_app(registry)
+
+    def app(environ, start_response):
+        refresh_queue_depth(pool, settings)
+        return inner(environ, start_response)
+
+    return basic_auth(app, settings.metrics_user, settings.metrics_password.get_secret_value())
+
+
+def serve(pool: str, settings: Settings | None = None, block: bool = True):
+    """Serve the pool's aggregated metrics; returns the server when ``block`` is false."""
+    settings = settings or get_settings()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR") != str(metrics_dir(settings, pool)):
+        raise RuntimeError("PROMETHEUS_MULTIPROC_DIR must point at the pool's metrics directory")
+    httpd = make_server(settings.metrics_host, metrics_port(settings, pool), make_app(pool, settings),
+                        ThreadingWSGIServer, handler_class=_SilentHandler)
+    if not block:
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        return httpd
+    httpd.serve_forever()
+    return None
+
+
+def snapshot_text(settings: Settings, pools: Iterable[str] | None = None) -> dict[str, bytes]:
+    """Prometheus text of each pool, read straight from its metrics files (no HTTP needed)."""
+    out = {}
+    for pool in pools or POOLS:
+        path = metrics_dir(settings, pool)
+        if path.is_dir():
+            out[pool] = generate_latest(registry_for(path))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = argv if argv is not None else sys.argv[1:]
+    if len(args) != 1 or args[0] not in POOLS:
+        raise SystemExit(f"usage: python -m shared.metrics_server {{{','.join(POOLS)}}}")
+    from shared.logging_setup import configure
+
+    configure()
+    serve(args[0])
+
+
+if __name__ == "__main__":
+    main()

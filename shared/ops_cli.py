@@ -1,0 +1,85 @@
+"""`ragline metrics`: a snapshot of every pool's Prometheus metrics, read from its multiprocess files."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from shared.settings import Settings, get_settings
+
+
+def summarize(settings: Settings) -> list[dict]:
+    """One row per (pool, metric, labels): counters and gauges as values, histograms as count/sum/mean."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from shared.celery_app import POOLS
+    from shared.metrics_server import queue_depths, snapshot_text
+
+    rows: list[dict] = []
+    for pool, text in snapshot_text(settings).items():
+        for family in text_string_to_metric_families(text.decode()):
+            if not family.name.startswith("rag_"):
+                continue
+            if family.type == "histogram":
+                by_labels: dict[tuple, dict] = {}
+                for s in family.samples:
+                    labels = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+                    entry = by_labels.setdefault(labels, {})
+                    if s.name.endswith("_count"):
+                        entry["count"] = s.value
+                    elif s.name.endswith("_sum"):
+                        entry["sum"] = s.value
+                for labels, e in by_labels.items():
+                    count = e.get("count", 0.0)
+                    rows.append({"pool": pool, "metric": family.name, "labels": dict(labels), "type": "histogram",
+                                 "count": count, "sum": e.get("sum", 0.0),
+                                 "mean": (e.get("sum", 0.0) / count) if count else None})
+            else:
+                for s in family.samples:
+                    if s.name.endswith("_created"):
+                        continue
+                    rows.append({"pool": pool, "metric": s.name, "labels": dict(s.labels), "type": family.type,
+                                 "value": s.value})
+    try:  # live queue depth straight from the broker, whether or not a metrics server scraped it
+        depths = queue_depths([q for qs in POOLS.values() for q in qs], settings.effective_redis_url())
+        rows = [r for r in rows if r["metric"] != "rag_queue_depth"]
+        rows += [{"pool": pool, "metric": "rag_queue_depth", "labels": {"queue": q}, "type": "gauge",
+                  "value": float(depths[q])} for pool, qs in POOLS.items() for q in qs]
+    except Exception:  # broker down: the snapshot still shows what the files hold
+        pass
+    return rows
+
+
+def metrics(as_json: bool = typer.Option(False, "--json", help="machine-readable rows"),
+            raw: bool = typer.Option(False, "--raw", help="Prometheus text format per pool")) -> None:
+    """Print a snapshot of the pools' metrics (retrieval latency, tokens, chunks, 429s, queue depth...)."""
+    from shared.metrics_server import metrics_port, snapshot_text
+
+    settings = get_settings()
+    if raw:
+        for pool, text in snapshot_text(settings).items():
+            print(f"# pool {pool} (served on {settings.metrics_host}:{metrics_port(settings, pool)})")
+            print(text.decode())
+        return
+    rows = summarize(settings)
+    if as_json:
+        print(json.dumps(rows, ensure_ascii=False))
+        return
+    table = Table("pool", "metric", "labels", "value / count", "mean")
+    for r in rows:
+        labels = ",".join(f"{k}={v}" for k, v in r["labels"].items())
+        if r["type"] == "histogram":
+            mean = "-" if r["mean"] is None else f"{r['mean']:.2f}"
+            table.add_row(r["pool"], r["metric"], labels, f"{r['count']:g}", mean)
+        else:
+            table.add_row(r["pool"], r["metric"], labels, f"{r['value']:g}", "")
+    Console().print(table)
+    if not rows:
+        Console(stderr=True).print("no metrics yet: is the stack up (`ragline up`)?")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(metrics)

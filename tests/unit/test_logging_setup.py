@@ -1,0 +1,70 @@
+"""Structured logs: JSON lines, question hashed never logged, secrets scrubbed."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from shared import logging_setup
+
+
+@pytest.fixture()
+def captured(monkeypatch):
+    from shared.settings import reset_settings
+
+    monkeypatch.setenv("RAGLINE_VOYAGE_API_KEY", "pa-SECRET-voyage-0123456789")
+    monkeypatch.setenv("RAGLINE_FLOWER_PASSWORD", "flower-pw-42")
+    reset_settings()
+    buf = io.StringIO()
+    logging_setup.configure(level="INFO", json_output=True, stream=buf)
+    yield buf
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if h.get_name() == "ragline-json"]:
+        root.removeHandler(h)
+    monkeypatch.undo()
+    reset_settings()
+
+
+def _lines(buf: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in buf.getvalue().splitlines() if line.strip()]
+
+
+def test_query_event_has_hash_latency_chunks_model_tenant_but_no_text(captured):
+    question = "Как настроить очередь ingest для арендатора acme?"
+    logging_setup.log_query("ask", tenant="acme", question=question, latency_ms=12.3456, chunks=4, model="voyage-4")
+    (line,) = _lines(captured)
+    assert line["event"] == "ask" and line["tenant"] == "acme" and line["chunks"] == 4
+    assert line["model"] == "voyage-4" and line["latency_ms"] == 12.35 and line["level"] == "info"
+    assert line["question_hash"] == logging_setup.question_hash(question)
+    assert "очередь" not in captured.getvalue() and "question" not in line
+
+
+def test_question_field_passed_by_mistake_is_replaced_by_hash(captured):
+    logging_setup.get_logger("x").info("oops", query="секретный вопрос")
+    (line,) = _lines(captured)
+    assert "query" not in line and line["question_hash"] == logging_setup.question_hash("секретный вопрос")
+    assert "секретный" not in captured.getvalue()
+
+
+def test_question_hash_is_stable_under_whitespace_and_case():
+    assert logging_setup.question_hash("  Hello   World ") == logging_setup.question_hash("hello world")
+    assert logging_setup.question_hash("a") != logging_setup.question_hash("b")
+
+
+def test_secrets_never_reach_the_output(captured):
+    log = logging_setup.get_logger("t")
+    log.info("provider call", api_key="pa-SECRET-voyage-0123456789", detail="key=pa-SECRET-voyage-0123456789")
+    logging.getLogger("celery.worker").warning("broker redis://user:hunter2@127.0.0.1:6379/0 pw flower-pw-42")
+    from shared.settings import get_settings
+
+    log.info("settings", voyage=get_settings().voyage_api_key)
+    out = captured.getvalue()
+    for secret in ("pa-SECRET-voyage-0123456789", "hunter2", "flower-pw-42"):
+        assert secret not in out
+    lines = _lines(captured)
+    assert lines[0]["api_key"] == "***" and lines[0]["detail"] == "key=***"
+    assert "redis://user:***@127.0.0.1" in lines[1]["event"] and lines[1]["logger"] == "celery.worker"
+    assert lines[2]["voyage"] == "***"
