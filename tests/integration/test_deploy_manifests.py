@@ -83,7 +83,7 @@ def test_k8s_manifests_validate_against_schemas():
 
     core = [(n, d) for n, d in _manifests() if not d["apiVersion"].startswith("keda.sh/")]
     assert len(core) >= 10
-    for name, doc in core:
+    for _name, doc in core:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)  # raises on any schema error
     # the validator really checks: an unknown field and a wrong type are rejected
     broken = yaml.safe_load((DEPLOY / "k8s" / "20-beat.yaml").read_text())
