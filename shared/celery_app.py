@@ -29,13 +29,15 @@ POOLS: dict[str, tuple[str, ...]] = {
 }
 
 TASK_ROUTES = {
+    # document events (delete, acl, enqueue an upsert) are small: control pool, never behind ingestion
+    "ragline.ingest.event": {"queue": "acl", "routing_key": "acl"},
     "ragline.ingest.*": {"queue": "ingest", "routing_key": "ingest"},
     "ragline.query.*": {"queue": "query", "routing_key": "query"},
     "ragline.acl.*": {"queue": "acl", "routing_key": "acl"},
     "ragline.maintenance.*": {"queue": "maintenance", "routing_key": "maintenance"},
 }
 
-TASK_MODULES = ["ingest.tasks", "query.tasks", "shared.maintenance_tasks"]
+TASK_MODULES = ["ingest.tasks", "query.tasks", "shared.maintenance_tasks", "ingest.lifecycle_tasks"]
 
 
 def make_celery() -> Celery:
@@ -79,6 +81,11 @@ def make_celery() -> Celery:
                 "schedule": settings.reindex_schedule_s,
                 # a tick nobody picked up in time is dropped instead of piling up
                 "options": {"expires": max(60.0, settings.reindex_schedule_s * 0.9)},
+            },
+            "stuck-jobs": {
+                "task": "ragline.maintenance.stuck_jobs",
+                "schedule": settings.stuck_check_schedule_s,
+                "options": {"expires": max(10.0, settings.stuck_check_schedule_s * 0.9)},
             },
         },
     )

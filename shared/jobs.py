@@ -77,3 +77,150 @@ def job_summary(conn: psycopg.Connection, job_id: str) -> dict:
     ).fetchall()
     return {"job_id": job_id, "state": job["state"], **{k: int(v) for k, v in counts.items()},
             "errors": [dict(e) for e in errors]}
+
+
+# --- lifecycle: heartbeats, explicit finish, stuck detection, cancel (issue 6) -------------------
+RUNNING_STATES = ("queued", "running")
+
+
+def record_job(conn: psycopg.Connection, kind: str, tenant: str | None, result: dict, total: int = 0,
+               state: str = "succeeded", params: dict | None = None) -> str:
+    """A job that ran in one go (an ACL sync batch): one row, no per-document rows."""
+    row = conn.execute(
+        "INSERT INTO jobs (kind, tenant, params, result, total, state, started_at, finished_at, heartbeat_at,"
+        " progress_at) VALUES (%s, %s, %s, %s, %s, %s, now(), now(), now(), now()) RETURNING id",
+        (kind, tenant, Jsonb(params or {}), Jsonb(result), total, state),
+    ).fetchone()
+    return str(row["id"])
+
+
+def heartbeat(conn: psycopg.Connection, job_id: str, progress: bool = False) -> bool:
+    """Touch the heartbeat of a running job; False when it is no longer running (cancelled or marked stuck)."""
+    row = conn.execute(
+        "UPDATE jobs SET heartbeat_at = now(), progress_at = CASE WHEN %s THEN now() ELSE progress_at END"
+        " WHERE id = %s AND state = 'running' RETURNING id",
+        (progress, job_id),
+    ).fetchone()
+    return row is not None
+
+
+def add_documents(conn: psycopg.Connection, job_id: str, tenant: str, doc_ids: list[str]) -> None:
+    """Attach more documents to a running job (a reindex discovers them source by source)."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO job_documents (job_id, tenant, doc_id) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            [(job_id, tenant, d) for d in doc_ids],
+        )
+    conn.execute("UPDATE jobs SET total = (SELECT count(*) FROM job_documents WHERE job_id = %s) WHERE id = %s",
+                 (job_id, job_id))
+
+
+def finish_if_done(conn: psycopg.Connection, job_id: str, result: dict | None = None) -> None:
+    """Store the job's result and finish it if every document is final (or there were none)."""
+    if result is not None:
+        conn.execute("UPDATE jobs SET result = %s WHERE id = %s", (Jsonb(result), job_id))
+    _maybe_finish(conn, job_id)
+
+
+def finish_job(conn: psycopg.Connection, job_id: str, state: str, result: dict | None = None,
+               error: str | None = None) -> None:
+    conn.execute(
+        "UPDATE jobs SET state = %s, result = coalesce(%s, result), error = %s, finished_at = now(),"
+        " heartbeat_at = now() WHERE id = %s AND state IN ('queued', 'running')",
+        (state, Jsonb(result) if result is not None else None, error, job_id),
+    )
+
+
+def cancel_job(conn: psycopg.Connection, job_id: str) -> bool:
+    """Mark a job cancelled; its workers see it on their next heartbeat and its queued documents are skipped."""
+    row = conn.execute(
+        "UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = %s AND state IN ('queued', 'running')"
+        " RETURNING id",
+        (job_id,),
+    ).fetchone()
+    return row is not None
+
+
+def job_state(conn: psycopg.Connection, job_id: str) -> str | None:
+    row = conn.execute("SELECT state FROM jobs WHERE id = %s", (job_id,)).fetchone()
+    return row["state"] if row else None
+
+
+def mark_stuck(conn: psycopg.Connection, older_than_s: float) -> list[dict]:
+    """Running jobs whose heartbeat is older than ``older_than_s`` become ``failed`` with a 'stuck' error.
+
+    A worker killed mid-job never finishes it; without this the job would show 'running' forever.
+    """
+    rows = conn.execute(
+        """
+        UPDATE jobs SET state = 'failed', finished_at = now(),
+               error = format('stuck: no heartbeat for %%s s (last %%s)',
+                              round(extract(epoch FROM now() - coalesce(heartbeat_at, started_at, created_at))),
+                              coalesce(heartbeat_at, started_at, created_at))
+        WHERE state = 'running'
+          AND coalesce(heartbeat_at, started_at, created_at) < now() - make_interval(secs => %s)
+        RETURNING id, kind, tenant, error
+        """,
+        (older_than_s,),
+    ).fetchall()
+    return [{**r, "id": str(r["id"])} for r in rows]
+
+
+def running_jobs(conn: psycopg.Connection, limit: int = 20) -> list[dict]:
+    rows = conn.execute(
+        """
+        SELECT j.id, j.kind, j.tenant, j.state, j.total, j.started_at, j.heartbeat_at, j.progress_at,
+               count(d.doc_id) FILTER (WHERE d.state IN ('done', 'skipped')) AS done,
+               count(d.doc_id) FILTER (WHERE d.state = 'failed') AS failed
+        FROM jobs j LEFT JOIN job_documents d ON d.job_id = j.id
+        WHERE j.state IN ('queued', 'running')
+        GROUP BY j.id ORDER BY j.created_at DESC LIMIT %s
+        """,
+        (limit,),
+    ).fetchall()
+    return [_jsonable(r) for r in rows]
+
+
+def recent_jobs(conn: psycopg.Connection, limit: int = 10) -> list[dict]:
+    rows = conn.execute(
+        "SELECT id, kind, tenant, state, total, error, created_at, finished_at FROM jobs"
+        " ORDER BY created_at DESC LIMIT %s",
+        (limit,),
+    ).fetchall()
+    return [_jsonable(r) for r in rows]
+
+
+def open_errors(conn: psycopg.Connection, tenant: str | None = None, limit: int = 100) -> list[dict]:
+    """Unresolved per-document errors, newest first, one row per document."""
+    rows = conn.execute(
+        """
+        SELECT DISTINCT ON (e.tenant, e.doc_id) e.id, e.tenant, e.doc_id, e.source_uri, e.stage, e.error,
+               e.job_id, e.created_at
+        FROM document_errors e
+        WHERE NOT e.resolved AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s)
+        ORDER BY e.tenant, e.doc_id, e.created_at DESC
+        """,
+        {"tenant": tenant},
+    ).fetchall()
+    rows = sorted(rows, key=lambda r: r["created_at"], reverse=True)[:limit]
+    return [_jsonable(r) for r in rows]
+
+
+def resolve_errors(conn: psycopg.Connection, tenant: str, doc_id: str) -> int:
+    cur = conn.execute(
+        "UPDATE document_errors SET resolved = true, resolved_at = now()"
+        " WHERE tenant = %s AND doc_id = %s AND NOT resolved",
+        (tenant, doc_id),
+    )
+    return cur.rowcount
+
+
+def _jsonable(row: dict) -> dict:
+    out = {}
+    for k, v in row.items():
+        if hasattr(v, "isoformat"):
+            v = v.isoformat()
+        elif k in ("id", "job_id") and v is not None:
+            v = str(v)
+        out[k] = v
+    return out

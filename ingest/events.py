@@ -1,0 +1,75 @@
+"""Document events from a webhook or an upstream queue: upsert, delete, acl.
+
+Every event carries the source's version, so a duplicate or an out-of-order event is harmless:
+an upsert older than (or equal to) what is stored is ignored, a delete older than the stored
+version is ignored, and a delete leaves a ``status = 'deleted'`` row (a tombstone) without
+chunks whose version makes a late older upsert stale in ``ingest/store.py``.
+
+No embedder import here: events are handled by the control pool; an upsert only enqueues the
+ingestion task on the ingest queue.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from ingest import store
+from ingest.acl_sync import apply_acl_sync
+from shared import jobs
+from shared.contracts import TASK_INGEST_DOCUMENT, AclSyncItem, EventResult, IngestEvent, IngestRequest
+
+
+def delete_document(conn: psycopg.Connection, tenant: str, doc_id: str, version: int | None) -> tuple[str, int]:
+    """Remove a document's chunks and leave a tombstone. ``version`` None deletes unconditionally
+    (a reindex prune: the source no longer lists the document). Returns (outcome, chunks deleted)."""
+    with conn.transaction():
+        store.lock_document(conn, tenant, doc_id)
+        state = store.current_state(conn, tenant, doc_id)
+        if version is not None and state is not None and state["version"] > version:
+            return "ignored_stale", 0
+        if version is not None and state is not None and state["status"] == "deleted" \
+                and state["version"] == version:
+            return "ignored_duplicate", 0
+        deleted = conn.execute("DELETE FROM chunks WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)).rowcount
+        keep_version = max(version or 0, state["version"] if state else 0)
+        conn.execute(
+            """
+            INSERT INTO documents (tenant, doc_id, version, status, chunk_count)
+            VALUES (%s, %s, %s, 'deleted', 0)
+            ON CONFLICT (tenant, doc_id) DO UPDATE SET status = 'deleted', version = EXCLUDED.version,
+                chunk_count = 0, content_hash = NULL, error = NULL, updated_at = now()
+            """,
+            (tenant, doc_id, keep_version),
+        )
+        jobs.resolve_errors(conn, tenant, doc_id)
+    return "deleted", deleted
+
+
+def upsert_decision(state: dict | None, version: int) -> str | None:
+    """Why an upsert at ``version`` must be ignored, or None to ingest it (pure)."""
+    if state is None:
+        return None
+    if state["version"] > version:
+        return "ignored_stale"
+    if state["version"] == version and state["status"] in ("ready", "deleted"):
+        return "ignored_duplicate"  # the same version is stored, or was deleted at this version
+    return None
+
+
+def handle_event(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventResult:
+    """Apply one event. ``send_task(name, payload) -> task id`` enqueues the ingestion of an upsert."""
+    base = {"type": ev.type, "tenant": ev.tenant, "doc_id": ev.doc_id}
+    if ev.type == "delete":
+        outcome, n = delete_document(conn, ev.tenant, ev.doc_id, ev.version)
+        return EventResult(**base, outcome=outcome, chunks_deleted=n)
+    if ev.type == "acl":
+        item = AclSyncItem(tenant=ev.tenant, doc_id=ev.doc_id, acl=ev.acl or [], version=ev.version, ts=ev.ts)
+        out = apply_acl_sync(conn, [item])
+        return EventResult(**base, outcome="acl_applied" if out.documents_updated else "ignored_stale")
+    reason = upsert_decision(store.current_state(conn, ev.tenant, ev.doc_id), ev.version)
+    if reason:
+        return EventResult(**base, outcome=reason)
+    req = IngestRequest(tenant=ev.tenant, doc_id=ev.doc_id, uri=ev.uri, path=ev.path or ev.doc_id,
+                        layer=ev.layer, fmt=ev.fmt, acl=ev.acl or [], version=ev.version)
+    task_id = send_task(TASK_INGEST_DOCUMENT, req.model_dump(exclude_none=True))
+    return EventResult(**base, outcome="enqueued", task_id=task_id)

@@ -1,0 +1,100 @@
+"""Thin Celery tasks for the document lifecycle: permission sync, document events, re-embedding.
+
+``ragline.acl.sync`` and ``ragline.ingest.event`` run on the ``acl`` queue (the small control
+pool), so a permission change or a delete never waits behind long ingestion work.
+``ragline.ingest.reembed`` runs on the ingest pool, which owns the embedder.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+from pydantic import ValidationError
+
+from shared import db, jobs
+from shared.celery_app import app
+from shared.contracts import (
+    TASK_ACL_SYNC,
+    TASK_INGEST_EVENT,
+    TASK_INGEST_REEMBED,
+    AclSyncRequest,
+    AclSyncResult,
+    ErrorResult,
+    IngestEvent,
+)
+from shared.metrics import ACL_SYNC_LAG_S
+from shared.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+TRANSIENT = (psycopg.OperationalError, ConnectionError, TimeoutError)
+
+
+def _invalid(exc: ValidationError) -> dict:
+    return ErrorResult(error="invalid payload", detail=exc.errors(include_url=False, include_input=False)).model_dump()
+
+
+def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
+    """Apply a request in batches; record the lag per applied item and one job row per request."""
+    from ingest.acl_sync import apply_acl_sync
+
+    size = get_settings().acl_sync_batch_size
+    totals = {"documents_updated": 0, "chunks_updated": 0, "ignored_stale": 0}
+    lags: list[float] = []
+    with db.connection() as conn:
+        for i in range(0, len(req.items), size):
+            out = apply_acl_sync(conn, req.items[i : i + size])
+            totals["documents_updated"] += out.documents_updated
+            totals["chunks_updated"] += out.chunks_updated
+            totals["ignored_stale"] += out.ignored_stale
+            lags += out.lags_s
+        for lag in lags:
+            ACL_SYNC_LAG_S.observe(lag)
+        result = AclSyncResult(items=len(req.items), **totals,
+                               lag_s_max=round(max(lags), 4) if lags else None,
+                               lag_s_mean=round(sum(lags) / len(lags), 4) if lags else None)
+        if record:
+            tenants = {it.tenant for it in req.items}
+            result.job_id = jobs.record_job(conn, "acl_sync", tenants.pop() if len(tenants) == 1 else None,
+                                            result.model_dump(exclude={"job_id"}), total=len(req.items))
+    return result
+
+
+@app.task(name=TASK_ACL_SYNC, bind=True, acks_late=True, max_retries=5)
+def acl_sync_task(self, payload: dict) -> dict:
+    try:
+        req = AclSyncRequest.model_validate(payload)
+    except ValidationError as exc:
+        return _invalid(exc)
+    try:
+        return run_acl_sync(req).model_dump()
+    except TRANSIENT as exc:  # idempotent: a retry re-applies only what is still older
+        raise self.retry(exc=exc, countdown=min(30, 2 ** self.request.retries)) from exc
+
+
+def _send(name: str, payload: dict) -> str:
+    return app.send_task(name, args=[payload]).id
+
+
+@app.task(name=TASK_INGEST_EVENT, bind=True, acks_late=True, max_retries=5)
+def ingest_event_task(self, payload: dict) -> dict:
+    from ingest.events import handle_event
+
+    try:
+        ev = IngestEvent.model_validate(payload)
+    except ValidationError as exc:
+        return _invalid(exc)
+    try:
+        with db.connection() as conn:
+            return handle_event(conn, ev, _send).model_dump()
+    except TRANSIENT as exc:
+        raise self.retry(exc=exc, countdown=min(30, 2 ** self.request.retries)) from exc
+
+
+@app.task(name=TASK_INGEST_REEMBED, bind=True, acks_late=True)
+def reembed_task(self, payload: dict | None = None) -> dict:
+    """Re-embed chunks whose embed_model differs from the configured model (one runner at a time)."""
+    from ingest.reembed import run_reembed
+
+    return run_reembed(job_id=(payload or {}).get("job_id"))
