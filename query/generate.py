@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 
 from ingest.chunk import split_sentences
+from query.prompt import NO_ANSWER
 from shared.contracts import Hit
 
-NO_ANSWER = "В базе знаний нет ответа на этот вопрос."
+__all__ = ["NO_ANSWER", "extractive_answer"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 

@@ -1,86 +1,167 @@
-"""Hybrid retrieval: pgvector HNSW + Postgres full text, fused by RRF.
+"""Hybrid retrieval: pgvector HNSW + Postgres full text, fused by weighted RRF; exact lookup.
 
-Tenant and ACL filters live in SQL ``WHERE`` of every statement; both retrievers run in one
-read-only transaction with ``SET LOCAL`` for the HNSW search parameters.
+Tenant and ACL filters live in SQL ``WHERE`` of every statement, beside the contract filters of
+:mod:`query.filters`; all statements of one search run in one read-only transaction with
+``SET LOCAL`` for the HNSW search parameters.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
 import psycopg
+from psycopg.pq import TransactionStatus
 
+from query.filters import clean_paths, compile_filters, has_terms
 from query.fusion import rrf
 from shared.contracts import Hit, SearchRequest, SearchResponse
 from shared.settings import Settings
 
-_FIELDS = "c.doc_id, c.chunk_no, c.path, c.heading_path, c.content, c.context, c.page, c.metadata"
+_FIELDS = "c.doc_id, c.chunk_no, c.path, c.layer, c.heading_path, c.content, c.context, c.page, c.metadata"
+_SCOPE = "c.tenant = %(tenant)s AND c.acl && %(groups)s::text[]"
 
-VECTOR_SQL = f"""
-SELECT {_FIELDS}, c.embedding <=> %(qvec)s AS distance
-FROM chunks c
-WHERE c.tenant = %(tenant)s AND c.acl && %(groups)s::text[] AND c.embedding IS NOT NULL
-ORDER BY c.embedding <=> %(qvec)s
-LIMIT %(n)s
+# relaxed_order may return rows slightly out of order: re-sort the materialised candidates
+VECTOR_SQL = """
+WITH candidates AS MATERIALIZED (
+    SELECT {fields}{columns}, c.embedding <=> %(qvec)s AS distance
+    FROM chunks c
+    WHERE {scope} AND c.embedding IS NOT NULL{where}
+    ORDER BY c.embedding <=> %(qvec)s
+    LIMIT %(n)s
+)
+SELECT * FROM candidates ORDER BY distance, doc_id, chunk_no
 """
 
-LEXICAL_SQL = f"""
-SELECT {_FIELDS}, ts_rank_cd(c.tsv, q) AS rank
+# numnode(q) = 0 when the query holds only stop words: no rows, no NOTICE, same round trip
+LEXICAL_SQL = """
+SELECT {fields}{columns}, ts_rank_cd(c.tsv, q) AS rank
 FROM chunks c, websearch_to_tsquery('russian', %(query)s) q
-WHERE c.tenant = %(tenant)s AND c.acl && %(groups)s::text[] AND c.tsv @@ q
+WHERE numnode(q) > 0 AND {scope} AND c.tsv @@ q{where}
 ORDER BY rank DESC, c.doc_id, c.chunk_no
 LIMIT %(n)s
 """
 
+EXACT_SQL = """
+SELECT {fields}{columns}
+FROM chunks c
+WHERE {scope} AND (c.doc_id = ANY(%(doc_ids)s::text[]) OR c.path = ANY(%(paths)s::text[])){where}
+ORDER BY array_position(%(doc_ids)s::text[], c.doc_id), array_position(%(paths)s::text[], c.path), c.chunk_no
+LIMIT %(n)s
+"""
 
-def has_lexical_terms(conn: psycopg.Connection, query: str) -> bool:
-    row = conn.execute("SELECT numnode(websearch_to_tsquery('russian', %s)) AS n", (query,)).fetchone()
-    return bool(row and row["n"])
+
+def _metadata(value: object) -> dict:
+    """Always a dict, whatever the driver hands back (jsonb dict, JSON text, NULL)."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, (str, bytes)):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return {}
+        return decoded if isinstance(decoded, dict) else {}
+    return {}
 
 
 def _hit(row: dict) -> Hit:
-    return Hit(doc_id=row["doc_id"], chunk_no=row["chunk_no"], path=row["path"], heading=row["heading_path"],
-               content=row["content"], context=row["context"], page=row["page"], metadata=row["metadata"] or {})
+    return Hit(doc_id=row["doc_id"], chunk_no=row["chunk_no"], path=row["path"], layer=row["layer"],
+               heading=row["heading_path"], content=row["content"], context=row["context"], page=row["page"],
+               metadata=_metadata(row["metadata"]), prefer_bonus=float(row["prefer_bonus"]),
+               test_penalty=float(row["test_penalty"]))
 
 
-def search(conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray | None, settings: Settings) -> SearchResponse:
-    """Run the retrievers the mode asks for and fuse them. ``qvec`` None means no vector search."""
-    timings: dict[str, float] = {}
-    if not req.groups:
-        return SearchResponse(hits=[], timings_ms=timings)
-    n = max(settings.retrieval_top_n, req.k)
-    params = {"tenant": req.tenant, "groups": req.groups, "n": n, "query": req.query}
-    vector_rows: list[dict] = []
-    lexical_rows: list[dict] = []
-    with conn.transaction():
-        conn.execute("SET TRANSACTION READ ONLY")
-        if req.mode in ("hybrid", "vector") and qvec is not None:
-            t = time.perf_counter()
-            conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(settings.hnsw_ef_search, n))}")
-            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            vector_rows = conn.execute(VECTOR_SQL, {**params, "qvec": qvec}).fetchall()
-            timings["vector"] = round((time.perf_counter() - t) * 1000, 2)
-        if req.mode in ("hybrid", "lexical") and has_lexical_terms(conn, req.query):
-            t = time.perf_counter()
-            lexical_rows = conn.execute(LEXICAL_SQL, params).fetchall()
-            timings["lexical"] = round((time.perf_counter() - t) * 1000, 2)
+def _sql(template: str, columns: str, where: str) -> str:
+    return template.format(fields=_FIELDS, columns=columns, scope=_SCOPE, where=where)
+
+
+def vector_rows(conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray, n: int, settings: Settings) -> list[dict]:
+    f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
+    conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(settings.hnsw_ef_search, n))}")
+    conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+    params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
+    return conn.execute(_sql(VECTOR_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
+
+
+def lexical_rows(conn: psycopg.Connection | None, req: SearchRequest, n: int, settings: Settings) -> list[dict]:
+    """Empty without touching the database when the query has no terms."""
+    if not has_terms(req.query):
+        return []
+    assert conn is not None
+    f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
+    params = {"tenant": req.tenant, "groups": req.groups, "n": n, "query": req.query, **f.params}
+    return conn.execute(_sql(LEXICAL_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
+
+
+def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Settings) -> list[dict]:
+    """The chunks of the given documents or paths, in the order asked, no vectors; empty paths dropped."""
+    doc_ids = [d.strip() for d in req.doc_ids if d.strip()]
+    paths = clean_paths(req.paths)
+    if not (doc_ids or paths) or not req.groups:
+        return []
+    assert conn is not None
+    f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
+    params = {"tenant": req.tenant, "groups": req.groups, "n": req.k, "doc_ids": doc_ids, "paths": paths, **f.params}
+    return conn.execute(_sql(EXACT_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
+
+
+def fuse(vector: list[dict], lexical: list[dict], settings: Settings, limit: int) -> list[Hit]:
+    """Weighted RRF over the two ranked lists, plus prefer bonus, minus test penalty; pure."""
     hits: dict[tuple[str, int], Hit] = {}
-    for rank, row in enumerate(vector_rows, start=1):
+    for rank, row in enumerate(vector, start=1):
         h = hits.setdefault((row["doc_id"], row["chunk_no"]), _hit(row))
         h.vector_rank, h.vector_distance = rank, float(row["distance"])
-    for rank, row in enumerate(lexical_rows, start=1):
+    for rank, row in enumerate(lexical, start=1):
         h = hits.setdefault((row["doc_id"], row["chunk_no"]), _hit(row))
         h.lexical_rank, h.lexical_score = rank, float(row["rank"])
     fused = rrf(
-        {"vector": [(r["doc_id"], r["chunk_no"]) for r in vector_rows],
-         "lexical": [(r["doc_id"], r["chunk_no"]) for r in lexical_rows]},
+        {"vector": [(r["doc_id"], r["chunk_no"]) for r in vector],
+         "lexical": [(r["doc_id"], r["chunk_no"]) for r in lexical]},
         k=settings.rrf_k,
         weights={"vector": settings.rrf_weight_vector, "lexical": settings.rrf_weight_lexical},
     )
     out = []
-    for key, score in fused[: req.k]:
+    for position, (key, score) in enumerate(fused):
         h = hits[key]
-        h.score = round(score, 6)
-        out.append(h)
-    return SearchResponse(hits=out, timings_ms=timings)
+        h.fused_score = round(score, 8)
+        h.score = round(score + h.prefer_bonus - h.test_penalty, 8)
+        out.append((h.score, position, h))
+    # a stable sort keeps RRF's own tie-breaking among equal final scores
+    out.sort(key=lambda t: (-t[0], t[1]))
+    return [h for _, _, h in out[:limit]]
+
+
+def search(conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray | None, settings: Settings,
+           limit: int | None = None) -> SearchResponse:
+    """Run the retrievers the mode asks for and fuse them. ``qvec`` None means no vector search.
+
+    ``limit`` (default ``req.k``) is how many fused hits to keep: more when a reranker follows.
+    """
+    timings: dict[str, float] = {}
+    if not req.groups:
+        return SearchResponse(hits=[], timings_ms=timings)
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        # inside a caller's transaction this would be a savepoint: SET LOCAL would outlive the search
+        # and READ ONLY would bind the caller's transaction
+        raise RuntimeError("retrieval needs an idle connection: it runs its own read-only transaction")
+    limit = limit or req.k
+    n = max(settings.retrieval_top_n, limit)
+    vector: list[dict] = []
+    lexical: list[dict] = []
+    with conn.transaction():
+        conn.execute("SET TRANSACTION READ ONLY")
+        if req.mode == "exact":
+            t = time.perf_counter()
+            hits = [_hit(r) for r in exact_rows(conn, req, settings)]
+            timings["exact"] = round((time.perf_counter() - t) * 1000, 2)
+            return SearchResponse(hits=hits, timings_ms=timings)
+        if req.mode in ("hybrid", "vector") and qvec is not None:
+            t = time.perf_counter()
+            vector = vector_rows(conn, req, qvec, n, settings)
+            timings["vector"] = round((time.perf_counter() - t) * 1000, 2)
+        if req.mode in ("hybrid", "lexical"):
+            t = time.perf_counter()
+            lexical = lexical_rows(conn, req, n, settings)
+            timings["lexical"] = round((time.perf_counter() - t) * 1000, 2)
+    return SearchResponse(hits=fuse(vector, lexical, settings, limit), timings_ms=timings)

@@ -1,4 +1,9 @@
-"""Search and ask, orchestrated without Celery (tasks and tests call these)."""
+"""Search, rerank and ask, orchestrated without Celery (tasks and tests call these).
+
+Each stage degrades instead of failing: no query embedding → lexical only; reranker slow or
+broken → fused order; generator broken → extractive answer. Every fallback sets ``degraded``
+and says why in ``degraded_reasons``.
+"""
 
 from __future__ import annotations
 
@@ -7,88 +12,271 @@ import time
 
 import numpy as np
 
-from query import generate
-from query.citations import invalid_citations
+from query import generate, transforms
+from query.cache import LRU, scoped_key
+from query.citations import cited_numbers, invalid_citations
+from query.fusion import rrf
+from query.prompt import NO_ANSWER, build_messages
+from query.rerank import rerank_hits
 from query.retrieve import search as sql_search
-from shared import db
+from shared import db, providers
 from shared import metrics as m
-from shared.contracts import AskRequest, AskResponse, Citation, SearchRequest, SearchResponse
+from shared.contracts import (
+    AskRequest,
+    AskResponse,
+    Citation,
+    Hit,
+    RerankRequest,
+    RerankResponse,
+    SearchRequest,
+    SearchResponse,
+)
 from shared.logging_setup import log_query
-from shared.providers import get_embedder
-from shared.settings import get_settings
+from shared.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
+TRACE_FIELDS = {"doc_id", "chunk_no", "score", "fused_score", "vector_rank", "vector_distance", "lexical_rank",
+                "lexical_score", "prefer_bonus", "test_penalty", "rerank_score"}
 
-def _embed_query(text: str, reasons: list[str]) -> np.ndarray | None:
+
+def _ms(t0: float, t1: float | None = None) -> float:
+    return round(((t1 or time.perf_counter()) - t0) * 1000, 2)
+
+
+def trace_of(hits: list[Hit]) -> list[dict]:
+    return [h.model_dump(include=TRACE_FIELDS, exclude_none=True) for h in hits]
+
+
+# ----------------------------------------------------------------------------------- embeddings
+def _embed_query(req: SearchRequest, reasons: list[str]) -> np.ndarray | None:
+    settings = get_settings()
+    cache: LRU = providers.cached("query_embeddings", lambda s: LRU(s.query_cache_size))
+    key = scoped_key(req.tenant, req.groups, settings.embed_model_name, req.query)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit  # type: ignore[return-value]
     try:
-        return np.asarray(get_embedder().embed_query(text), dtype=np.float32)
+        vec = np.asarray(providers.get_embedder().embed_query(req.query), dtype=np.float32)
     except Exception as exc:  # any provider failure degrades to lexical search
         log.warning("query embedding failed, lexical only: %s", type(exc).__name__)
         reasons.append(f"embedder: {type(exc).__name__}")
         return None
+    cache.put(key, vec)
+    return vec
 
 
-def search(req: SearchRequest) -> SearchResponse:
+# ------------------------------------------------------------------------------------ retrieval
+def retrieve(req: SearchRequest, limit: int | None = None) -> SearchResponse:
+    """Fused candidates (no rerank): ``limit`` of them, default ``req.k``."""
     settings = get_settings()
     t0 = time.perf_counter()
     reasons: list[str] = []
+    mode = req.mode
+    qvec = None
     if req.query_vector is not None:
         qvec = np.asarray(req.query_vector, dtype=np.float32)
-    else:
-        qvec = _embed_query(req.query, reasons) if req.mode in ("hybrid", "vector") and req.groups else None
+    elif mode in ("hybrid", "vector") and req.groups:
+        qvec = _embed_query(req, reasons)
+        if qvec is None:
+            mode = "lexical"
     t_embed = time.perf_counter()
-    mode = req.mode
-    if qvec is None and mode != "lexical" and reasons:
-        mode = "lexical"
     with db.connection() as conn:
-        resp = sql_search(conn, req.model_copy(update={"mode": mode}), qvec, settings)
+        resp = sql_search(conn, req.model_copy(update={"mode": mode}), qvec, settings, limit=limit)
     resp.degraded = bool(reasons)
     resp.degraded_reasons = reasons
-    resp.timings_ms = {"embed_query": round((t_embed - t0) * 1000, 2), **resp.timings_ms,
-                       "total": round((time.perf_counter() - t0) * 1000, 2)}
+    resp.timings_ms = {"embed_query": _ms(t0, t_embed), **resp.timings_ms, "total": _ms(t0)}
     m.RETRIEVAL_LATENCY_MS.labels(mode=mode).observe(resp.timings_ms["total"])
-    m.RETRIEVED_CHUNKS.observe(len(resp.hits))
     for reason in reasons:
         m.QUERY_DEGRADED.labels(reason=reason.split(":", 1)[0]).inc()
-    log_query("search", tenant=req.tenant, question=req.query, latency_ms=resp.timings_ms["total"],
-              chunks=len(resp.hits), model=settings.embed_model_name, mode=mode, degraded=resp.degraded)
     return resp
+
+
+def _use_rerank(req: SearchRequest, settings: Settings) -> bool:
+    if req.mode == "exact":
+        return False
+    return settings.reranker != "none" if req.rerank is None else req.rerank
+
+
+def rerank_stage(query: str, candidates: list[Hit], top_k: int, threshold: float | None = None):
+    """Rerank with the configured provider; a provider that cannot even be built degrades too."""
+    from query.rerank import RerankOutcome, fallback
+
+    settings = get_settings()
+    threshold = settings.rerank_threshold if threshold is None else threshold
+    try:
+        reranker = providers.get_reranker()
+    except Exception as exc:
+        return fallback(candidates, top_k, "config", f"{type(exc).__name__}: {exc}")
+    if reranker is None:
+        return RerankOutcome(hits=candidates[:top_k])
+    return rerank_hits(reranker, query, candidates, top_k, threshold, settings.rerank_timeout_s)
+
+
+def search(req: SearchRequest) -> SearchResponse:
+    """Retrieve (and rerank when asked or configured); ``k`` hits."""
+    settings = get_settings()
+    t0 = time.perf_counter()
+    rerank = _use_rerank(req, settings)
+    resp = retrieve(req, limit=max(req.k, settings.rerank_candidates) if rerank else req.k)
+    if rerank:
+        t = time.perf_counter()
+        out = rerank_stage(req.query, resp.hits, req.k)
+        resp.hits = out.hits
+        resp.degraded = resp.degraded or out.degraded
+        resp.degraded_reasons += out.reasons
+        resp.timings_ms["rerank"] = _ms(t)
+        resp.timings_ms["total"] = _ms(t0)
+    m.RETRIEVED_CHUNKS.observe(len(resp.hits))
+    log_query("search", tenant=req.tenant, question=req.query, latency_ms=resp.timings_ms["total"],
+              chunks=len(resp.hits), model=settings.embed_model_name, mode=req.mode, degraded=resp.degraded)
+    return resp
+
+
+def rerank(req: RerankRequest) -> RerankResponse:
+    settings = get_settings()
+    t0 = time.perf_counter()
+    out = rerank_stage(req.query, req.hits, req.top_k or settings.rerank_top_k, req.threshold)
+    return RerankResponse(hits=out.hits, degraded=out.degraded, degraded_reasons=out.reasons,
+                          timings_ms={"rerank": _ms(t0)})
+
+
+# --------------------------------------------------------------------------------------- answers
+def gather(req: SearchRequest, queries: list[str], hyde_vec: np.ndarray | None, limit: int
+           ) -> tuple[list[Hit], bool, list[str], dict[str, float]]:
+    """Fused candidates over one or more query variants (multi-query: the variants fused by RRF)."""
+    settings = get_settings()
+    lists: dict[str, list[Hit]] = {}
+    degraded, reasons, timings = False, [], {}
+    for i, q in enumerate(queries):
+        sub = req.model_copy(update={"query": q, "query_vector": hyde_vec.tolist() if hyde_vec is not None and i == 0
+                                     else req.query_vector})
+        resp = retrieve(sub, limit=limit)
+        lists[str(i)] = resp.hits
+        degraded |= resp.degraded
+        reasons += [r for r in resp.degraded_reasons if r not in reasons]
+        for k, v in resp.timings_ms.items():
+            timings[f"retrieve.{k}"] = round(timings.get(f"retrieve.{k}", 0.0) + v, 2)
+    if len(lists) == 1:
+        return lists["0"], degraded, reasons, timings
+    by_key = {}
+    for hits in lists.values():
+        for h in hits:
+            by_key.setdefault((h.doc_id, h.chunk_no), h)
+    fused = rrf({name: [(h.doc_id, h.chunk_no) for h in hits] for name, hits in lists.items()}, k=settings.rrf_k)
+    out = []
+    for key, score in fused[:limit]:
+        h = by_key[key].model_copy()
+        h.fused_score = h.score = round(score, 8)
+        out.append(h)
+    return out, degraded, reasons, timings
+
+
+def answer_from(question: str, hits: list[Hit], partial: bool = False) -> tuple[str, list[str], dict]:
+    """(answer text, degraded reasons, info) from the configured generator, extractive on failure."""
+    reasons: list[str] = []
+    info: dict = {"generator": "extractive"}
+    try:
+        generator = providers.get_generator()
+    except Exception as exc:
+        generator = None
+        reasons.append(f"generator: {type(exc).__name__}: {exc}")
+    if generator is not None:
+        system, messages = build_messages(question, hits, partial)
+        try:
+            g = generator.generate(system, messages)
+            info = {"generator": generator.name, "input_tokens": g.input_tokens, "output_tokens": g.output_tokens}
+            return g.text, reasons, info
+        except Exception as exc:  # the chat model is down: the offline answer is better than none
+            log.warning("generator %s failed, extractive answer: %s", generator.name, type(exc).__name__)
+            reasons.append(f"generator: {type(exc).__name__}")
+    return generate.extractive_answer(question, hits), reasons, info
+
+
+def validate_answer(answer: str, n_documents: int) -> tuple[str | None, list[int]]:
+    """Why an answer must not be returned (None when it may be), and the bad citation numbers."""
+    bad = invalid_citations(answer, n_documents)
+    if bad:
+        return f"invalid citations {bad}: the answer cites documents that were not in the prompt", bad
+    if not cited_numbers(answer):
+        return "the answer cites no document", []
+    return None, []
+
+
+def is_no_answer(answer: str) -> bool:
+    return NO_ANSWER.rstrip(".") in answer or not answer.strip()
 
 
 def ask(req: AskRequest) -> AskResponse:
     settings = get_settings()
     t0 = time.perf_counter()
-    found = search(SearchRequest(query=req.query, tenant=req.tenant, groups=req.groups,
-                                 k=max(req.k, settings.answer_top_k), mode=req.mode))
-    hits = [h for h in found.hits if h.score >= settings.answer_min_score][: req.k]
-    t_retrieve = time.perf_counter()
-    answer = generate.extractive_answer(req.query, hits) if hits else generate.NO_ANSWER
-    t_generate = time.perf_counter()
-    m.GENERATION_LATENCY_MS.labels(generator=settings.generator).observe((t_generate - t_retrieve) * 1000)
+    if req.agentic if req.agentic is not None else settings.agentic:
+        from query.agentic import agentic_ask
+
+        return agentic_ask(req)
+    timings: dict[str, float] = {}
+    trace: dict = {}
+    reasons: list[str] = []
+    plan = transforms.plan_queries(req, reasons)
+    timings["transform"] = _ms(t0)
+    if plan.queries != [req.query]:
+        trace["queries"] = plan.queries
+    if plan.hyde:
+        trace["hyde"] = True
+    rerank = _use_rerank(req, settings)
+    t = time.perf_counter()
+    candidates, degraded, r_reasons, r_timings = gather(
+        req, plan.queries, plan.hyde_vec, max(req.k, settings.rerank_candidates) if rerank else req.k)
+    reasons += r_reasons
+    timings.update(r_timings)
+    timings["retrieve"] = _ms(t)
+    trace["retrieved"] = trace_of(candidates)
+    t = time.perf_counter()
+    if rerank:
+        out = rerank_stage(plan.queries[0], candidates, req.k)
+        hits = out.hits
+        reasons += out.reasons
+        timings["rerank"] = _ms(t)
+        trace["reranked"] = trace_of(hits)
+    else:
+        hits = [h for h in candidates if h.score >= settings.answer_min_score][: req.k]
+    resp = respond(plan.queries[0], hits, reasons, timings, trace, t0)
+    log_query("ask", tenant=req.tenant, question=req.query, latency_ms=resp.timings_ms["total"], chunks=len(hits),
+              model=settings.generator, no_answer=resp.no_answer, degraded=resp.degraded,
+              rejected_citations=len(trace.get("rejected_citations", [])))
+    return resp
+
+
+def respond(question: str, hits: list[Hit], reasons: list[str], timings: dict[str, float], trace: dict,
+            t0: float, partial: bool = False) -> AskResponse:
+    """Generate, validate citations, build the response (shared by the plain and the agentic path)."""
+    trace["answer_documents"] = [{"n": n, "doc_id": h.doc_id, "chunk_no": h.chunk_no}
+                                 for n, h in enumerate(hits, start=1)]
+
+    def done(**kw) -> AskResponse:
+        timings["total"] = _ms(t0)
+        return AskResponse(degraded=bool(reasons), degraded_reasons=reasons, timings_ms=timings, trace=trace,
+                           partial=partial, **kw)
+
     if not hits:
         m.EMPTY_CONTEXT.inc()
-    bad = invalid_citations(answer, len(hits))
-    log_query("ask", tenant=req.tenant, question=req.query, latency_ms=(t_generate - t0) * 1000, chunks=len(hits),
-              model=settings.generator, rejected_citations=len(bad))
-    trace = {"retrieved": [{"doc_id": h.doc_id, "chunk_no": h.chunk_no, "score": h.score,
-                            "vector_rank": h.vector_rank, "lexical_rank": h.lexical_rank} for h in found.hits]}
-    if bad:
-        log.warning("answer rejected: invalid citations %s", bad)
-        m.INVALID_CITATIONS.inc()
-        trace["rejected_citations"] = bad
-        answer = f"Ответ отклонён: ссылки {bad} не указывают на найденные документы."
-        return AskResponse(answer=answer, citations=[], no_answer=True, degraded=found.degraded, trace=trace,
-                           timings_ms={"retrieve": round((t_retrieve - t0) * 1000, 2)})
-    no_answer = answer == generate.NO_ANSWER
-    from query.citations import cited_numbers
-
+        return done(answer=NO_ANSWER, citations=[], no_answer=True,
+                    reason="no document passed the relevance threshold")
+    t = time.perf_counter()
+    answer, g_reasons, info = answer_from(question, hits, partial)
+    reasons += g_reasons
+    timings["generate"] = _ms(t)
+    m.GENERATION_LATENCY_MS.labels(generator=info["generator"]).observe(timings["generate"])
+    trace["generator"] = info
+    if is_no_answer(answer) and not cited_numbers(answer):
+        return done(answer=NO_ANSWER, citations=[], no_answer=True, reason="the generator found no answer")
+    why, bad = validate_answer(answer, len(hits))
+    if why:
+        log.warning("answer rejected (%s); %d chars not returned", why, len(answer))
+        if bad:
+            m.INVALID_CITATIONS.inc()
+            trace["rejected_citations"] = bad
+        return done(answer=f"Ответ отклонён: {why}.", citations=[], no_answer=True, reason=why)
     citations = [Citation(n=n, doc_id=hits[n - 1].doc_id, chunk_no=hits[n - 1].chunk_no,
                           heading=hits[n - 1].heading, path=hits[n - 1].path) for n in cited_numbers(answer)]
-    return AskResponse(
-        answer=answer, citations=citations, no_answer=no_answer, degraded=found.degraded, trace=trace,
-        timings_ms={**{f"retrieve.{k}": v for k, v in found.timings_ms.items()},
-                    "retrieve": round((t_retrieve - t0) * 1000, 2),
-                    "generate": round((t_generate - t_retrieve) * 1000, 2),
-                    "total": round((time.perf_counter() - t0) * 1000, 2)},
-    )
+    return done(answer=answer, citations=citations, no_answer=False)

@@ -1,31 +1,54 @@
-"""Thin Celery tasks of the query pool. A malformed payload gets an ErrorResult, never a dead worker."""
+"""Thin Celery tasks of the query pool.
+
+A malformed payload gets an ``ErrorResult`` (``{"ok": false, "error": "invalid payload", ...}``);
+an unexpected failure gets ``{"ok": false, "error": "internal error"}``: never a dead worker,
+never a traceback or a secret in the result.
+"""
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+import logging
+from collections.abc import Callable
+
+from pydantic import BaseModel, ValidationError
 
 from query import service
 from shared.celery_app import app
-from shared.contracts import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE, AskRequest, ErrorResult, SearchRequest
+from shared.contracts import (
+    TASK_QUERY_ASK,
+    TASK_QUERY_RERANK,
+    TASK_QUERY_RETRIEVE,
+    AskRequest,
+    ErrorResult,
+    RerankRequest,
+    SearchRequest,
+)
+
+log = logging.getLogger(__name__)
 
 
-def _invalid(exc: ValidationError) -> dict:
-    return ErrorResult(error="invalid payload", detail=exc.errors(include_url=False, include_input=False)).model_dump()
+def _run(model: type[BaseModel], payload: object, fn: Callable) -> dict:
+    try:
+        req = model.model_validate(payload)
+    except ValidationError as exc:
+        return ErrorResult(error="invalid payload", detail=exc.errors(include_url=False, include_input=False)).model_dump()
+    try:
+        return fn(req).model_dump()
+    except Exception as exc:
+        log.exception("%s failed", fn.__name__)
+        return ErrorResult(error="internal error", detail=type(exc).__name__).model_dump()
 
 
 @app.task(name=TASK_QUERY_RETRIEVE, acks_late=False)
 def retrieve_task(payload: dict) -> dict:
-    try:
-        req = SearchRequest.model_validate(payload)
-    except ValidationError as exc:
-        return _invalid(exc)
-    return service.search(req).model_dump()
+    return _run(SearchRequest, payload, service.search)
+
+
+@app.task(name=TASK_QUERY_RERANK, acks_late=False)
+def rerank_task(payload: dict) -> dict:
+    return _run(RerankRequest, payload, service.rerank)
 
 
 @app.task(name=TASK_QUERY_ASK, acks_late=False)
 def ask_task(payload: dict) -> dict:
-    try:
-        req = AskRequest.model_validate(payload)
-    except ValidationError as exc:
-        return _invalid(exc)
-    return service.ask(req).model_dump()
+    return _run(AskRequest, payload, service.ask)

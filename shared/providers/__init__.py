@@ -54,6 +54,28 @@ def get_embedder() -> Embedder:
         return _cache["embedder"]  # type: ignore[return-value]
 
 
+def cached(name: str, build):
+    """A per-process object that lives until :func:`reset` (providers, caches tied to settings)."""
+    with _lock:
+        if name not in _cache:
+            _cache[name] = build(get_settings())
+        return _cache[name]
+
+
+def get_reranker():
+    """The configured reranker, or None for ``reranker=none`` (see ``shared/providers/rerank.py``)."""
+    from shared.providers.rerank import build_reranker
+
+    return cached("reranker", build_reranker)
+
+
+def get_generator():
+    """The configured answer generator, or None for the offline ``extractive`` one."""
+    from shared.providers.generate import build_generator
+
+    return cached("generator", build_generator)
+
+
 def reset() -> None:
     with _lock:
         _cache.clear()

@@ -1,0 +1,168 @@
+"""Retrieval-quality evaluation: recall@k, MRR@k, nDCG@k (graded) and fail@20 over a golden set.
+
+The corpus goes through the real ingestion pipeline and workers into a fresh tenant (the
+embedding cache makes a rerun cheap); every query goes through the real retrieval task.
+The metric formulas follow the evaluation script of seed ``004``: gain ``2^rel - 1``, discount
+``1/log2(i + 1)``, IDCG over every known relevant document (a miss is penalised).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+EVAL_GROUP = "eval"
+FAIL_AT = 20
+
+
+# ------------------------------------------------------------------------------------------ data
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def grades(relevant: dict | list) -> dict[str, int]:
+    """``{"id": grade}`` as given; a list means grade 1 for each id."""
+    if isinstance(relevant, dict):
+        return {str(k): int(v) for k, v in relevant.items()}
+    return {str(d): 1 for d in relevant}
+
+
+def corpus_payloads(corpus: Iterable[dict], tenant: str, job_id: str | None = None) -> list[dict]:
+    """One ingest payload per corpus line ``{"id", "title", "text"}``; the doc_id is ``id``."""
+    out = []
+    for row in corpus:
+        title = (row.get("title") or "").strip()
+        text = str(row["text"])
+        out.append({"tenant": tenant, "doc_id": str(row["id"]), "content": f"{title}\n\n{text}" if title else text,
+                    "fmt": "text", "path": str(row["id"]), "acl": [EVAL_GROUP], "job_id": job_id})
+    return out
+
+
+# --------------------------------------------------------------------------------------- metrics
+def doc_ranking(hit_doc_ids: Iterable[str]) -> list[str]:
+    """Hits (chunks) mapped to documents; the first occurrence of a document counts."""
+    seen: dict[str, None] = {}
+    for d in hit_doc_ids:
+        seen.setdefault(d, None)
+    return list(seen)
+
+
+def recall_at_k(found: list[str], rel: dict[str, int], k: int) -> float:
+    return len(set(found[:k]) & rel.keys()) / len(rel) if rel else 0.0
+
+
+def reciprocal_rank(found: list[str], rel: dict[str, int], k: int) -> float:
+    for i, doc in enumerate(found[:k], start=1):
+        if doc in rel:
+            return 1 / i
+    return 0.0
+
+
+def ndcg_at_k(found: list[str], rel: dict[str, int], k: int) -> float:
+    dcg = sum((2 ** rel.get(d, 0) - 1) / math.log2(i + 2) for i, d in enumerate(found[:k]))
+    ideal = sorted(rel.values(), reverse=True)[:k]
+    idcg = sum((2 ** g - 1) / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+@dataclass
+class ModeReport:
+    mode: str
+    k: int
+    recall: list[float] = field(default_factory=list)
+    rr: list[float] = field(default_factory=list)
+    ndcg: list[float] = field(default_factory=list)
+    failed: list[bool] = field(default_factory=list)
+    degraded: int = 0
+    misses: list[dict] = field(default_factory=list)
+
+    def add(self, query: str, found: list[str], rel: dict[str, int]) -> None:
+        self.recall.append(recall_at_k(found, rel, self.k))
+        self.rr.append(reciprocal_rank(found, rel, self.k))
+        self.ndcg.append(ndcg_at_k(found, rel, self.k))
+        self.failed.append(not set(found[:FAIL_AT]) & rel.keys())
+        if self.recall[-1] == 0:
+            self.misses.append({"query": query, "relevant": sorted(rel), "top": found[:3]})
+
+    def summary(self) -> dict:
+        k = self.k
+        mean = lambda xs: round(statistics.fmean(xs), 4) if xs else 0.0  # noqa: E731
+        return {f"recall@{k}": mean(self.recall), f"mrr@{k}": mean(self.rr), f"ndcg@{k}": mean(self.ndcg),
+                f"fail@{FAIL_AT}": mean([float(f) for f in self.failed]), "n": len(self.recall),
+                "degraded": self.degraded}
+
+
+SearchFn = Callable[[str, str, int], dict]  # (query, mode, k) -> SearchResponse as dict
+
+
+def evaluate(queries: list[dict], search: SearchFn, modes: list[str], k: int = 10) -> dict[str, ModeReport]:
+    """Run every query in every mode; fetch at least ``FAIL_AT`` hits so fail@20 is measurable."""
+    reports = {m: ModeReport(m, k) for m in modes}
+    depth = max(k, FAIL_AT)
+    for row in queries:
+        rel = grades(row["relevant"])
+        for mode in modes:
+            res = search(row["query"], mode, depth)
+            if res.get("ok") is False:
+                raise RuntimeError(f"retrieval failed for {row['query']!r}: {res}")
+            reports[mode].degraded += int(bool(res.get("degraded")))
+            reports[mode].add(row["query"], doc_ranking(h["doc_id"] for h in res["hits"]), rel)
+    return reports
+
+
+# ------------------------------------------------------------------------------- stack plumbing
+def ingest_corpus(corpus: list[dict], tenant: str, timeout: float = 3600.0,
+                  progress: Callable[[dict], None] | None = None) -> dict:
+    """Send the corpus through the ingest queue under one job and wait for it to finish."""
+    from shared import db, jobs
+    from shared.celery_app import app
+    from shared.contracts import TASK_INGEST_DOCUMENT
+
+    ids = [str(r["id"]) for r in corpus]
+    with db.connection() as conn:
+        job_id = jobs.create_job(conn, "ingest", tenant, ids, {"eval": True, "documents": len(ids)})
+    for payload in corpus_payloads(corpus, tenant, job_id):
+        app.send_task(TASK_INGEST_DOCUMENT, args=[payload])
+    deadline = time.monotonic() + timeout
+    while True:
+        with db.connection() as conn:
+            summary = jobs.job_summary(conn, job_id)
+        if progress:
+            progress(summary)
+        if summary["state"] != "running":
+            return summary
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"ingest job {job_id} still running after {timeout:.0f}s")
+        time.sleep(0.5)
+
+
+def task_search(tenant: str, rerank: bool = False, timeout: float = 120.0) -> SearchFn:
+    """A search function that goes through the real ``ragline.query.retrieve`` task."""
+    from shared.celery_app import app
+    from shared.contracts import TASK_QUERY_RETRIEVE
+
+    def run(query: str, mode: str, k: int) -> dict:
+        payload = {"query": query, "tenant": tenant, "groups": [EVAL_GROUP], "k": k, "mode": mode}
+        if rerank:
+            payload["rerank"] = True
+        return app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=timeout)
+
+    return run
+
+
+def drop_tenant(tenant: str) -> None:
+    from shared import db
+
+    with db.connection() as conn:
+        conn.execute("DELETE FROM documents WHERE tenant = %s", (tenant,))
+
+
+def fresh_tenant() -> str:
+    return f"eval-{uuid.uuid4().hex[:12]}"

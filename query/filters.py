@@ -1,0 +1,106 @@
+"""Retrieval filters of the contract in seed ``000``, compiled into SQL ``WHERE`` clauses and ranking columns.
+
+Pure functions: the clause texts are constants, every user value travels as a bound parameter,
+and every pattern is LIKE-escaped, so ``%`` or ``_`` inside a path prefix match themselves.
+
+Patterns (``exclude_like_patterns``, ``prefer_like_patterns``) are globs: ``*`` matches any run of
+characters, ``?`` one character; everything else is literal.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from shared.contracts import SearchRequest
+
+#: globs that mark a path as a test (``prefer_non_tests`` penalises them)
+TEST_PATH_GLOBS = (
+    "tests/*", "test/*", "*/tests/*", "*/test/*", "*/__tests__/*", "test_*", "*/test_*", "*_test.*",
+    "*.test.*", "*.spec.*", "*/testing/*",
+)
+
+
+def like_escape(text: str) -> str:
+    """Escape LIKE's wildcards and its escape character (Postgres' default escape is ``\\``)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def prefix_pattern(prefix: str) -> str:
+    return like_escape(prefix) + "%"
+
+
+def glob_pattern(glob: str) -> str:
+    """``*`` → ``%``, ``?`` → ``_``; every other character, ``%`` and ``_`` included, is literal."""
+    return "".join("%" if ch == "*" else "_" if ch == "?" else like_escape(ch) for ch in glob)
+
+
+def normalize_path(path: str) -> str:
+    p = path.strip().replace("\\", "/")
+    while p.startswith("./"):
+        p = p[2:]
+    return p
+
+
+def clean_paths(paths: list[str]) -> list[str]:
+    """Normalised, empty ones dropped, duplicates removed, order kept."""
+    out: dict[str, None] = {}
+    for p in paths:
+        n = normalize_path(p)
+        if n:
+            out.setdefault(n, None)
+    return list(out)
+
+
+@dataclass
+class CompiledFilters:
+    """``where``: extra conditions ANDed after tenant and ACL; ``columns``: ranking columns."""
+
+    where: list[str] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    params: dict[str, object] = field(default_factory=dict)
+
+    def where_sql(self) -> str:
+        return "".join(f" AND {w}" for w in self.where)
+
+    def columns_sql(self) -> str:
+        return "".join(f", {c}" for c in self.columns)
+
+
+def compile_filters(req: SearchRequest, prefer_bonus: float, test_penalty: float) -> CompiledFilters:
+    f = CompiledFilters()
+    if req.layers:
+        f.where.append("c.layer = ANY(%(f_layers)s::text[])")
+        f.params["f_layers"] = list(req.layers)
+    include = [prefix_pattern(p) for p in req.path_prefixes if p]
+    if include:
+        f.where.append("c.path LIKE ANY(%(f_include)s::text[])")
+        f.params["f_include"] = include
+    exclude = [prefix_pattern(p) for p in req.exclude_path_prefixes if p]
+    exclude += [glob_pattern(g) for g in req.exclude_like_patterns if g]
+    if exclude:
+        f.where.append("NOT (c.path LIKE ANY(%(f_exclude)s::text[]))")
+        f.params["f_exclude"] = exclude
+    prefer = [prefix_pattern(p) for p in req.prefer_path_prefixes if p]
+    prefer += [glob_pattern(g) for g in req.prefer_like_patterns if g]
+    if prefer:
+        f.columns.append("CASE WHEN c.path LIKE ANY(%(f_prefer)s::text[]) THEN %(f_bonus)s::float8 ELSE 0.0 END"
+                         " AS prefer_bonus")
+        f.params.update(f_prefer=prefer, f_bonus=prefer_bonus)
+    else:
+        f.columns.append("0.0::float8 AS prefer_bonus")
+    if req.prefer_non_tests:
+        f.columns.append("CASE WHEN c.path LIKE ANY(%(f_tests)s::text[]) THEN %(f_penalty)s::float8 ELSE 0.0 END"
+                         " AS test_penalty")
+        f.params.update(f_tests=[glob_pattern(g) for g in TEST_PATH_GLOBS], f_penalty=test_penalty)
+    else:
+        f.columns.append("0.0::float8 AS test_penalty")
+    return f
+
+
+_TERM = re.compile(r"\w", re.UNICODE)
+
+
+def has_terms(query: str) -> bool:
+    """False when the text cannot yield a single lexeme (no word characters at all)."""
+    return bool(_TERM.search(query or ""))

@@ -1,0 +1,115 @@
+"""Rerank fused candidates with a score threshold, falling back to the fused order when the
+provider is slow or broken (seed 004: worse than a rerank, better than an error).
+
+The provider's answer is untrusted input: indexes must be integers naming a candidate, each at
+most once; scores must be finite numbers. An empty result after the threshold is an honest
+"no answer", not a reason to hand the generator weak documents.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared import metrics as m
+from shared.contracts import Hit
+from shared.providers.rerank import Reranker
+
+log = logging.getLogger(__name__)
+
+_pool_lock = threading.Lock()
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    """Per process (a forked child must not reuse its parent's threads)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=8, thread_name_prefix="rerank"))
+        return _pool[1]
+
+
+def validate_ranked(raw: list[tuple[Any, Any]], n_candidates: int) -> tuple[list[tuple[int, float]], int]:
+    """Valid ``(index, score)`` pairs sorted by score (the provider's order is not trusted), and
+    how many were dropped."""
+    seen: set[int] = set()
+    good: list[tuple[int, float]] = []
+    for index, score in raw:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_candidates:
+            continue
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            continue
+        if index in seen:
+            continue
+        seen.add(index)
+        good.append((index, float(score)))
+    good.sort(key=lambda t: -t[1])
+    return good, len(raw) - len(good)
+
+
+def document_text(h: Hit) -> str:
+    return f"{h.heading}\n{h.content}" if h.heading else h.content
+
+
+@dataclass
+class RerankOutcome:
+    hits: list[Hit]
+    degraded: bool = False
+    reasons: list[str] = field(default_factory=list)
+    dropped: int = 0
+    ms: float = 0.0
+
+
+def fallback(hits: list[Hit], top_k: int, reason: str, detail: str) -> RerankOutcome:
+    m.RERANK_DEGRADED.labels(reason=reason).inc()
+    log.warning("rerank degraded to the fused order: %s", detail)
+    return RerankOutcome(hits=hits[:top_k], degraded=True, reasons=[f"rerank: {detail}"])
+
+
+def rerank_hits(reranker: Reranker, query: str, hits: list[Hit], top_k: int, threshold: float,
+                timeout_s: float) -> RerankOutcome:
+    """Top ``top_k`` candidates by the reranker's score, those below ``threshold`` dropped.
+
+    A timeout or any provider error returns the fused order (no threshold: there are no scores)
+    with ``degraded`` set and ``rag_rerank_degraded`` incremented.
+    """
+    if not hits:
+        return RerankOutcome(hits=[])
+    t0 = time.perf_counter()
+    future = _executor().submit(reranker.rerank, query, [document_text(h) for h in hits], top_k)
+    try:
+        raw = future.result(timeout=timeout_s)
+    except FutureTimeout:
+        future.cancel()
+        out = fallback(hits, top_k, "timeout", f"timeout after {timeout_s * 1000:.0f} ms")
+        out.ms = round((time.perf_counter() - t0) * 1000, 2)
+        return out
+    except Exception as exc:  # the provider is down or answered garbage: keep serving
+        out = fallback(hits, top_k, "error", f"{type(exc).__name__}")
+        out.ms = round((time.perf_counter() - t0) * 1000, 2)
+        return out
+    ranked, dropped = validate_ranked(raw if isinstance(raw, list) else [], len(hits))
+    ms = round((time.perf_counter() - t0) * 1000, 2)
+    if dropped:
+        log.warning("reranker returned %d invalid item(s) of %d", dropped, len(raw))
+    if not ranked and hits:
+        out = fallback(hits, top_k, "invalid", f"no valid index in {len(raw)} item(s)")
+        out.ms, out.dropped = ms, dropped
+        return out
+    out: list[Hit] = []
+    for index, score in ranked:
+        if score < threshold or len(out) == top_k:
+            break
+        h = hits[index].model_copy()
+        h.rerank_score = score
+        h.score = score
+        out.append(h)
+    return RerankOutcome(hits=out, dropped=dropped, ms=ms)

@@ -1,0 +1,108 @@
+"""Answer generators behind one small interface: ``anthropic`` (the SDK, configurable base_url) and
+``openai`` / ``ollama`` (any OpenAI-compatible ``/v1/chat/completions`` endpoint, over httpx).
+
+The offline default ``extractive`` lives in ``query/generate.py`` and needs no provider.
+Both providers run at the configured low temperature and never retry past their timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import httpx
+
+from shared import metrics as m
+from shared.providers import ProviderError
+from shared.settings import Settings
+
+
+@dataclass
+class Generation:
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@runtime_checkable
+class Generator(Protocol):
+    name: str
+
+    def generate(self, system: str, messages: list[dict], max_tokens: int | None = None) -> Generation:
+        """One completion for ``messages`` (``[{"role", "content"}]``) under ``system``."""
+
+
+class AnthropicGenerator:
+    name = "anthropic"
+
+    def __init__(self, settings: Settings) -> None:
+        import anthropic
+
+        if settings.anthropic_api_key is None:
+            raise ProviderError("generator 'anthropic' needs RAGLINE_ANTHROPIC_API_KEY")
+        self._client = anthropic.Anthropic(api_key=settings.anthropic_api_key.get_secret_value(),
+                                           base_url=settings.anthropic_base_url, timeout=settings.generator_timeout_s,
+                                           max_retries=1)
+        self.model = settings.generator_model
+        self.temperature = settings.generator_temperature
+        self.max_tokens = settings.generator_max_tokens
+
+    def generate(self, system: str, messages: list[dict], max_tokens: int | None = None) -> Generation:
+        # the system text is the same for every question: mark it cacheable
+        resp = self._client.messages.create(
+            model=self.model, max_tokens=max_tokens or self.max_tokens, temperature=self.temperature,
+            system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}], messages=messages,
+        )
+        text = "".join(getattr(b, "text", "") for b in resp.content if getattr(b, "type", "") == "text")
+        usage = resp.usage
+        g = Generation(text.strip(), int(usage.input_tokens or 0), int(usage.output_tokens or 0))
+        _count(self.name, g)
+        return g
+
+
+class OpenAIChatGenerator:
+    """OpenAI-compatible chat completions: OpenAI itself, vLLM, or Ollama's ``/v1`` endpoint."""
+
+    def __init__(self, settings: Settings, name: str) -> None:
+        self.name = name
+        base = settings.openai_base_url if name == "openai" else None
+        base = (base or settings.ollama_base_url).rstrip("/")
+        self.url = (base if base.endswith("/v1") else base + "/v1") + "/chat/completions"
+        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.model = settings.openai_model
+        self.temperature = settings.generator_temperature
+        self.max_tokens = settings.generator_max_tokens
+        self.timeout = settings.generator_timeout_s
+
+    def generate(self, system: str, messages: list[dict], max_tokens: int | None = None) -> Generation:
+        body = {"model": self.model, "temperature": self.temperature, "max_tokens": max_tokens or self.max_tokens,
+                "messages": [{"role": "system", "content": system}, *messages]}
+        try:
+            r = httpx.post(self.url, json=body, headers=self._headers, timeout=self.timeout)
+            r.raise_for_status()
+            data = r.json()
+            text = data["choices"][0]["message"]["content"]
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ProviderError(f"{self.name} chat: {type(exc).__name__}") from exc
+        if not isinstance(text, str):
+            raise ProviderError(f"{self.name} chat: no text in the answer")
+        usage = data.get("usage") or {}
+        g = Generation(text.strip(), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+        _count(self.name, g)
+        return g
+
+
+def _count(name: str, g: Generation) -> None:
+    m.TOKENS_INPUT.labels(generator=name).inc(g.input_tokens)
+    m.TOKENS_OUTPUT.labels(generator=name).inc(g.output_tokens)
+
+
+def build_generator(settings: Settings) -> Generator | None:
+    if settings.generator == "extractive":
+        return None
+    if settings.generator == "anthropic":
+        return AnthropicGenerator(settings)
+    if settings.generator in ("openai", "ollama"):
+        return OpenAIChatGenerator(settings, settings.generator)
+    raise ValueError(f"unknown generator {settings.generator!r}")

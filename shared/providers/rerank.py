@@ -1,0 +1,88 @@
+"""Rerankers: ``voyage`` (rerank-2.5 / rerank-3 through the voyageai SDK) and ``cross-encoder``
+(sentence-transformers from a local model directory). ``none`` means no reranker.
+
+A reranker returns the provider's raw ``(index, score)`` pairs: they are untrusted input and are
+validated by :func:`query.rerank.validate_ranked`, never used to index directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from shared.providers import ProviderError
+from shared.settings import Settings
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    name: str
+
+    def rerank(self, query: str, documents: list[str], top_k: int) -> list[tuple[Any, Any]]:
+        """Raw ``(index, score)`` pairs as the provider returned them."""
+
+
+def _field(item: Any, name: str) -> Any:
+    if isinstance(item, dict):
+        return item.get(name)
+    return getattr(item, name, None)
+
+
+class VoyageReranker:
+    """Calls the SDK's resource API: ``voyageai.Client.rerank`` would index the documents with the
+    provider's indexes before we could validate them (an index of -1 silently picks the last one)."""
+
+    name = "voyage"
+
+    def __init__(self, settings: Settings) -> None:
+        if settings.voyage_api_key is None:
+            raise ProviderError("reranker 'voyage' needs RAGLINE_VOYAGE_API_KEY")
+        self.model = settings.rerank_model
+        base_url = settings.voyage_base_url
+        if base_url and not base_url.rstrip("/").endswith("/v1"):
+            base_url = base_url.rstrip("/") + "/v1"  # accept the server root or the API root
+        self._params = {"api_key": settings.voyage_api_key.get_secret_value(),
+                        "request_timeout": settings.rerank_timeout_s, "base_url": base_url}
+
+    def rerank(self, query: str, documents: list[str], top_k: int) -> list[tuple[Any, Any]]:
+        import voyageai
+
+        resp = voyageai.Reranking.create(query=query, documents=documents, model=self.model, top_k=top_k,
+                                         truncation=True, **self._params)
+        data = _field(resp, "data")
+        if not isinstance(data, list):
+            raise ProviderError("voyage rerank: response without a data list")
+        return [(_field(d, "index"), _field(d, "relevance_score")) for d in data]
+
+
+class CrossEncoderReranker:
+    """A local cross-encoder (e.g. bge-reranker) loaded from ``rerank_model_dir``; never downloads."""
+
+    name = "cross-encoder"
+
+    def __init__(self, settings: Settings) -> None:
+        if settings.rerank_model_dir is None:
+            raise ProviderError("reranker 'cross-encoder' needs RAGLINE_RERANK_MODEL_DIR (a local model directory)")
+        if not settings.rerank_model_dir.is_dir():
+            raise ProviderError(f"RAGLINE_RERANK_MODEL_DIR {settings.rerank_model_dir} is not a directory")
+        try:
+            from sentence_transformers import CrossEncoder
+        except ImportError as exc:
+            raise ProviderError(
+                "reranker 'cross-encoder' needs the optional packages sentence-transformers and torch "
+                "(pip install 'ragline[cross-encoder]'); they are not installed") from exc
+        self._model = CrossEncoder(str(settings.rerank_model_dir), local_files_only=True)
+
+    def rerank(self, query: str, documents: list[str], top_k: int) -> list[tuple[Any, Any]]:
+        scores = self._model.predict([(query, d) for d in documents])
+        ranked = sorted(enumerate(float(s) for s in scores), key=lambda t: -t[1])
+        return ranked[:top_k]
+
+
+def build_reranker(settings: Settings) -> Reranker | None:
+    if settings.reranker == "none":
+        return None
+    if settings.reranker == "voyage":
+        return VoyageReranker(settings)
+    if settings.reranker == "cross-encoder":
+        return CrossEncoderReranker(settings)
+    raise ValueError(f"unknown reranker {settings.reranker!r}")
