@@ -88,7 +88,7 @@ class Settings(BaseSettings):
     rerank_threshold: float = 0.0
     rerank_timeout_s: float = 0.8
 
-    generator: Literal["extractive", "anthropic", "openai"] = "extractive"
+    generator: Literal["extractive", "anthropic", "openai", "ollama"] = "extractive"
     generator_model: str = "claude-sonnet-4-5"
     generator_temperature: float = 0.1
     generator_timeout_s: float = 60.0
