@@ -1,0 +1,271 @@
+"""Shared helpers of the benchmarks: a private embedded stack, an in-process worker, targets,
+the machine's description, JSON results and PNG plots.
+
+Every benchmark measures ragline and its baseline side by side in the same run, so the
+ratio holds even on a busy machine; the absolute numbers depend on the load recorded in
+:func:`machine`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import operator
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SHARED_CPU_NOTE = "CPU shared with other engineers' test runs while this was measured (see load_average_start)"
+
+QUIET_LOGGERS = ("celery.app.trace", "celery.worker.strategy", "ragline.query", "ragline.ingest")
+
+#: set by the smoke tests: a worker consuming every queue already runs in this process
+EXTERNAL_WORKER = False
+
+
+# ------------------------------------------------------------------------------------ machine
+def machine(conn=None) -> dict[str, Any]:
+    """Where the numbers come from: CPU, memory, load at start, versions."""
+    import psutil
+
+    cpu_model = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    desc: dict[str, Any] = {
+        "cpu_model": cpu_model,
+        "cpu_count": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
+        "note": SHARED_CPU_NOTE,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if conn is not None:
+        row = conn.execute("SELECT current_setting('server_version') AS pg,"
+                           " (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector").fetchone()
+        desc["postgres"] = row["pg"]
+        desc["pgvector"] = row["pgvector"]
+    return desc
+
+
+# -------------------------------------------------------------------------------------- stack
+@contextmanager
+def embedded_stack() -> Iterator[Any]:
+    """Embedded Postgres + Redis in a temporary ragline home, migrated; stopped and removed after.
+
+    Must run before anything caches settings pointing elsewhere (``run_all`` calls it first).
+    """
+    home = Path(tempfile.mkdtemp(prefix="rl-bench-"))
+    saved = {k: os.environ.get(k) for k in ("RAGLINE_HOME", "DATABASE_URL", "REDIS_URL",
+                                            "RAGLINE_DATABASE_URL", "RAGLINE_REDIS_URL")}
+    os.environ["RAGLINE_HOME"] = str(home)
+    for var in ("DATABASE_URL", "REDIS_URL", "RAGLINE_DATABASE_URL", "RAGLINE_REDIS_URL"):
+        os.environ.pop(var, None)
+    os.environ.setdefault("UNSTRUCTURED_DISABLE_NOTICE", "1")
+    from shared import db, providers, services
+    from shared.migrate import apply_migrations
+    from shared.settings import get_settings, reset_settings
+
+    reset_settings()
+    providers.reset()
+    db.reset()
+    settings = get_settings()
+    try:
+        services.start_postgres(settings)
+        services.start_redis(settings)
+        apply_migrations()
+        from shared.celery_app import app
+
+        url = settings.effective_redis_url()
+        app.conf.broker_url = url
+        app.conf.result_backend = url
+        yield settings
+    finally:
+        db.reset()
+        services.stop_redis(settings)
+        services.stop_postgres(settings)
+        shutil.rmtree(home, ignore_errors=True)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        reset_settings()
+
+
+@contextmanager
+def worker(queues: tuple[str, ...], concurrency: int = 2) -> Iterator[None]:
+    """An in-process Celery worker (threads pool) on ``queues``; a no-op under the smoke tests."""
+    if EXTERNAL_WORKER:
+        yield
+        return
+    from celery.contrib.testing.worker import start_worker
+
+    from shared.celery_app import app
+
+    for name in QUIET_LOGGERS:  # per-task INFO lines would go to the benchmark's terminal
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    for name in app.conf.include:
+        __import__(name)
+    with start_worker(app, pool="threads", concurrency=concurrency, perform_ping_check=False,
+                      queues=list(queues), loglevel="WARNING", shutdown_timeout=60):
+        yield
+
+
+@contextmanager
+def prefork_pool(pool: str, ready_task: str, ready_payload: dict, timeout: float = 120.0) -> Iterator[None]:
+    """The real ``ragline up`` worker of ``pool`` (prefork, its own process group), started in the
+    benchmark's ragline home and stopped after; ready once ``ready_task`` round-trips. A no-op under
+    the smoke tests (the session worker consumes every queue)."""
+    if EXTERNAL_WORKER:
+        yield
+        return
+    from shared import processes
+    from shared.celery_app import app
+    from shared.settings import get_settings
+
+    settings = get_settings()
+    name = f"worker-{pool}"
+    processes.start_all(settings, only={name})
+    try:
+        app.send_task(ready_task, args=[ready_payload]).get(timeout=timeout)
+        yield
+    finally:
+        processes.stop_all(settings, only={name})
+
+
+@contextmanager
+def settings_env(**overrides: object) -> Iterator[None]:
+    """``RAGLINE_*`` overrides for the duration (same process: the in-process worker sees them)."""
+    from shared import providers
+    from shared.settings import reset_settings
+
+    saved = {k: os.environ.get(f"RAGLINE_{k.upper()}") for k in overrides}
+    for k, v in overrides.items():
+        os.environ[f"RAGLINE_{k.upper()}"] = str(v)
+    reset_settings()
+    providers.reset()
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(f"RAGLINE_{k.upper()}", None)
+            else:
+                os.environ[f"RAGLINE_{k.upper()}"] = v
+        reset_settings()
+        providers.reset()
+
+
+# ------------------------------------------------------------------------------------ targets
+_OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le}
+
+
+@dataclass
+class Target:
+    """One pass/fail line: ``measured <op> threshold``."""
+
+    name: str
+    measured: float
+    op: str
+    threshold: float
+    unit: str = ""
+    note: str = ""
+    passed: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.measured = round(float(self.measured), 4)
+        self.threshold = round(float(self.threshold), 4)
+        self.passed = _OPS[self.op](self.measured, self.threshold)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "measured": self.measured, "op": self.op, "threshold": self.threshold,
+                "unit": self.unit, "passed": self.passed, **({"note": self.note} if self.note else {})}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in 0..100) of a non-empty list."""
+    s = sorted(values)
+    if len(s) == 1:
+        return s[0]
+    pos = (len(s) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def latency_summary(ms: list[float]) -> dict[str, float]:
+    return {"n": len(ms), "p50_ms": round(percentile(ms, 50), 3), "p95_ms": round(percentile(ms, 95), 3),
+            "mean_ms": round(statistics.fmean(ms), 3), "max_ms": round(max(ms), 3)}
+
+
+# ------------------------------------------------------------------------------------ results
+def result(name: str, title: str, params: dict, raw: dict, targets: list[Target], machine_desc: dict,
+           notes: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "benchmark": name,
+        "title": title,
+        "passed": all(t.passed for t in targets),
+        "targets": [t.as_dict() for t in targets],
+        "params": params,
+        "raw": raw,
+        "machine": {**machine_desc, "load_average_end": [round(x, 2) for x in os.getloadavg()]},
+        "notes": notes or [],
+    }
+
+
+def write_json(data: dict, out_dir: Path = RESULTS) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{data['benchmark']}.json"
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=float) + "\n")
+    return path
+
+
+def bar_plot(path: Path, title: str, groups: dict[str, dict[str, float]], ylabel: str,
+             targets: list[Target] | None = None) -> Path:
+    """Grouped bars: ``{group: {series: value}}`` (ragline next to its baseline), targets in the caption."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    series = list(dict.fromkeys(s for g in groups.values() for s in g))
+    x = np.arange(len(groups))
+    width = 0.8 / max(1, len(series))
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+    for i, s in enumerate(series):
+        vals = [groups[g].get(s, 0.0) for g in groups]
+        bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, vals, width, label=s)
+        ax.bar_label(bars, labels=[f"{v:.3g}" for v in vals], fontsize=8, padding=2)
+    ax.set_xticks(x, list(groups))
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=11)
+    ax.legend(fontsize=8)
+    ax.margins(y=0.15)
+    if targets:
+        caption = "\n".join(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.measured:g} {t.op} {t.threshold:g}"
+                            f"{(' ' + t.unit) if t.unit else ''}" for t in targets)
+        fig.text(0.01, 0.01, caption, fontsize=7.5, family="monospace", va="bottom")
+        fig.subplots_adjust(bottom=0.14 + 0.045 * len(targets))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

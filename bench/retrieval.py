@@ -1,0 +1,220 @@
+"""c. Retrieval latency through the ``query`` queue against the same SQL run directly, and
+recall@10 of the ANN path against exact search.
+
+100,000 synthetic chunks (:mod:`bench.synthetic`) in two tenants: one holds 99% of the rows
+(its tenant filter selects almost everything) and one holds 1% (a selective filter, where a
+plain HNSW scan would return too few rows without ``hnsw.iterative_scan``). The query vector
+is passed precomputed (``SearchRequest.query_vector``) so the embedder is not measured.
+Direct and queued calls alternate query by query, so both see the same machine load.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+
+from bench import common
+from bench.synthetic import EmbeddingSpace, load_chunks, structure_stats
+
+NAME = "retrieval"
+TITLE = "Retrieval latency: query queue vs direct SQL; recall@10 ANN vs exact"
+SMOKE = {"n_chunks": 1000, "n_queries": 4, "recall_queries": 4, "warmup": 1, "rebuild_index": False}
+ACL = ["bench"]
+K = 10
+
+
+def _tenants(prefix: str, n_chunks: int, small_share: float) -> dict[str, int]:
+    n_small = max(K * 2, int(round(n_chunks * small_share)))
+    return {f"{prefix}-99pct": n_chunks - n_small, f"{prefix}-1pct": n_small}
+
+
+def _load(tenants: dict[str, int], space: EmbeddingSpace, rng: np.random.Generator, rebuild_index: bool,
+          maintenance_work_mem: str) -> dict:
+    """COPY every tenant's rows (index dropped first when rebuilding), then build HNSW and ANALYZE."""
+    from shared import db
+
+    info: dict = {}
+    vectors = {t: space.sample(n, rng) for t, n in tenants.items()}
+    info["structure"] = structure_stats(np.concatenate(list(vectors.values())), rng)
+    with db.connect() as conn:
+        if rebuild_index:
+            conn.execute("DROP INDEX IF EXISTS chunks_embedding_hnsw")
+        t = time.perf_counter()
+        with conn.transaction():
+            for tenant, vecs in vectors.items():
+                load_chunks(conn, tenant, vecs, ACL)
+        info["copy_s"] = round(time.perf_counter() - t, 2)
+        if rebuild_index:
+            conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
+            conn.execute("SET max_parallel_maintenance_workers = 1")
+            t = time.perf_counter()
+            conn.execute("CREATE INDEX chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops)"
+                         " WITH (m = 16, ef_construction = 64)")
+            info["hnsw_build_s"] = round(time.perf_counter() - t, 2)
+            info["hnsw_build_settings"] = {"maintenance_work_mem": maintenance_work_mem,
+                                           "max_parallel_maintenance_workers": 1, "m": 16, "ef_construction": 64}
+        conn.execute("ANALYZE chunks")
+        conn.execute("ANALYZE documents")
+        info["total_chunks_in_table"] = conn.execute("SELECT count(*) AS n FROM chunks").fetchone()["n"]
+    return info
+
+
+def _request(tenant: str, qvec: np.ndarray):
+    from shared.contracts import SearchRequest
+
+    return SearchRequest(query="", tenant=tenant, groups=ACL, k=K, mode="vector", query_vector=[float(x) for x in qvec])
+
+
+def _direct(tenant: str, qvec: np.ndarray, settings) -> float:
+    """The retrieval task's vector statement (``query.retrieve.vector_rows``: same SQL, same ``SET LOCAL``s)
+    in a read-only transaction on a pooled connection of this process."""
+    from query.retrieve import vector_rows
+    from shared import db
+
+    req = _request(tenant, qvec)
+    n = max(settings.retrieval_top_n, K)
+    t = time.perf_counter()
+    with db.connection() as conn, conn.transaction():
+        conn.execute("SET TRANSACTION READ ONLY")
+        vector_rows(conn, req, qvec, n, settings)
+    return (time.perf_counter() - t) * 1000
+
+
+def _payload(tenant: str, qvec: np.ndarray, groups: list[str] = ACL) -> dict:
+    payload = _request(tenant, qvec).model_dump(exclude_defaults=True)
+    payload.update(mode="vector", groups=groups)
+    return payload
+
+
+def _queued(tenant: str, qvec: np.ndarray, groups: list[str] = ACL) -> tuple[float, float, list[tuple[str, int]]]:
+    """Round trip of ``ragline.query.retrieve``: (client ms, the task's own ``total`` ms, hit keys)."""
+    from shared.celery_app import app
+    from shared.contracts import TASK_QUERY_RETRIEVE
+
+    payload = _payload(tenant, qvec, groups)
+    t = time.perf_counter()
+    res = app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=120)
+    ms = (time.perf_counter() - t) * 1000
+    if "hits" not in res:
+        raise RuntimeError(f"retrieve task failed: {res}")
+    return ms, float(res.get("timings_ms", {}).get("total", 0.0)), [(h["doc_id"], h["chunk_no"]) for h in res["hits"]]
+
+
+def _exact(conn: psycopg.Connection, tenant: str, qvec: np.ndarray) -> list[tuple[str, int]]:
+    rows = conn.execute(
+        "SELECT doc_id, chunk_no FROM chunks WHERE tenant = %s AND acl && %s::text[] AND embedding IS NOT NULL"
+        " ORDER BY embedding <=> %s, doc_id, chunk_no LIMIT %s", (tenant, ACL, qvec, K)).fetchall()
+    return [(r["doc_id"], r["chunk_no"]) for r in rows]
+
+
+def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> str:
+    """EXPLAIN of the vector statement (custom plan), to show which path the planner takes."""
+    from query import retrieve
+    from query.filters import compile_filters
+
+    req = _request(tenant, qvec)
+    n = max(settings.retrieval_top_n, K)
+    try:
+        f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
+        sql = retrieve._sql(retrieve.VECTOR_SQL, f.columns_sql(), f.where_sql())
+        with conn.transaction():
+            conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(settings.hnsw_ef_search, n))}")
+            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            rows = conn.execute("EXPLAIN " + sql, {"tenant": tenant, "groups": ACL, "n": n, "qvec": qvec, **f.params})
+            text = "\n".join(r["QUERY PLAN"] for r in rows.fetchall())
+    except Exception as exc:  # the plan is informative only; the query module may have moved on
+        return f"unavailable: {type(exc).__name__}: {exc}"
+    return re.sub(r"'\[[-0-9e.,]+\]'", "'<qvec>'", text)
+
+
+def run(out_dir: Path = common.RESULTS, n_chunks: int = 100_000, small_share: float = 0.01,
+        n_queries: int = 200, recall_queries: int = 100, warmup: int = 20, rebuild_index: bool = True,
+        maintenance_work_mem: str = "1GB", tenant_prefix: str | None = None, seed: int = 11) -> dict:
+    from pgvector.psycopg import register_vector
+
+    from shared import db
+    from shared.settings import get_settings
+
+    settings = get_settings()
+    prefix = tenant_prefix or f"bench-ret-{int(time.time())}"
+    tenants = _tenants(prefix, n_chunks, small_share)
+    space = EmbeddingSpace()
+    rng = np.random.default_rng(seed)
+    with db.connection() as c:
+        desc = common.machine(c)
+    load = _load(tenants, space, rng, rebuild_index, maintenance_work_mem)
+    queries = space.sample(warmup + max(n_queries, recall_queries), np.random.default_rng(seed + 1))
+
+    # exact search: its own connection, no prepared statements, index scans off (seq/bitmap + sort)
+    exact_conn = psycopg.connect(settings.effective_database_url(), autocommit=True, row_factory=dict_row,
+                                 prepare_threshold=None)
+    register_vector(exact_conn)
+    exact_conn.execute("SET enable_indexscan = off")
+    raw: dict = {"load": load, "scenarios": {}}
+    targets: list[common.Target] = []
+    try:
+        from shared.contracts import TASK_QUERY_RETRIEVE
+
+        with common.prefork_pool("query", TASK_QUERY_RETRIEVE, _payload("none", queries[0], [])):
+            # Celery round trip alone: the same task with no groups returns before any SQL
+            empty = [_queued(next(iter(tenants)), q, [])[0] for q in queries[:max(warmup, n_queries // 2)]]
+            raw["queue_round_trip_without_sql"] = common.latency_summary(empty)
+            for label, tenant in zip(("99% tenant", "1% tenant"), tenants, strict=True):
+                with db.connection() as c:
+                    plan = _plan(c, tenant, queries[0], settings)
+                for q in queries[:warmup]:
+                    _direct(tenant, q, settings)
+                    _queued(tenant, q)
+                direct_ms, queue_ms, task_ms, recalls = [], [], [], []
+                for i, q in enumerate(queries[warmup: warmup + max(n_queries, recall_queries)]):
+                    if i % 2:  # alternate the order so neither side always runs on a warm cache
+                        direct_ms.append(_direct(tenant, q, settings))
+                        ms, inside, ann = _queued(tenant, q)
+                    else:
+                        ms, inside, ann = _queued(tenant, q)
+                        direct_ms.append(_direct(tenant, q, settings))
+                    queue_ms.append(ms)
+                    task_ms.append(inside)
+                    if i < recall_queries:
+                        exact = _exact(exact_conn, tenant, q)
+                        recalls.append(len(set(ann) & set(exact)) / max(1, min(K, len(exact))))
+                direct_ms, queue_ms, task_ms = direct_ms[:n_queries], queue_ms[:n_queries], task_ms[:n_queries]
+                d, qq = common.latency_summary(direct_ms), common.latency_summary(queue_ms)
+                recall = float(np.mean(recalls))
+                raw["scenarios"][label] = {
+                    "tenant": tenant, "rows": tenants[tenant], "direct_sql": d, "query_queue": qq,
+                    "inside_task_service_total": common.latency_summary(task_ms),
+                    "recall_at_10": round(recall, 4), "recall_min": round(float(np.min(recalls)), 4),
+                    "recall_queries": len(recalls), "plan": plan,
+                    "direct_ms_samples": [round(x, 3) for x in direct_ms],
+                    "queue_ms_samples": [round(x, 3) for x in queue_ms],
+                }
+                targets.append(common.Target(f"{label}: p95 queue <= 1.5 x p95 direct + 5 ms", qq["p95_ms"], "<=",
+                                             1.5 * d["p95_ms"] + 5, "ms"))
+                targets.append(common.Target(f"{label}: recall@10 ANN vs exact", recall, ">=", 0.95))
+    finally:
+        exact_conn.close()
+    params = {"n_chunks": n_chunks, "tenants": tenants, "n_queries": n_queries, "recall_queries": recall_queries,
+              "warmup": warmup, "k": K, "retrieval_top_n": settings.retrieval_top_n,
+              "hnsw_ef_search": settings.hnsw_ef_search, "iterative_scan": "relaxed_order",
+              "worker": f"ragline up's query pool: prefork, concurrency {settings.query_concurrency}, queue 'query'",
+              "space": {"dim": space.dim, "clusters": space.clusters, "rank": space.rank}}
+    notes = ["Vectors: Gaussian mixture (200 topics) + 32-d low-rank spread + shared mean direction + noise,"
+             " L2-normalised; queries drawn from the same distribution, passed as query_vector (no embedder).",
+             "Exact search: separate connection, prepare_threshold=None, enable_indexscan=off.",
+             "queue_round_trip_without_sql: the same task with groups=[] (returns before SQL): Celery + Redis cost.",
+             "inside_task_service_total: query.service.search's own total as reported by the task."]
+    data = common.result(NAME, TITLE, params, raw, targets, desc, notes)
+    common.write_json(data, out_dir)
+    groups = {}
+    for label, s in raw["scenarios"].items():
+        groups[f"{label} p50"] = {"direct SQL": s["direct_sql"]["p50_ms"], "query queue": s["query_queue"]["p50_ms"]}
+        groups[f"{label} p95"] = {"direct SQL": s["direct_sql"]["p95_ms"], "query queue": s["query_queue"]["p95_ms"]}
+    common.bar_plot(out_dir / f"{NAME}.png", f"Retrieval at {n_chunks:,} chunks (recall@10: " + ", ".join(
+        f"{k} {v['recall_at_10']:.3f}" for k, v in raw["scenarios"].items()) + ")", groups, "latency, ms", targets)
+    return data

@@ -1,0 +1,105 @@
+"""Tiny versions of the benchmarks (``make bench``), so they cannot rot.
+
+They run the real benchmark code on the test stack with the session worker and check the
+structure and the behaviour of what they write (rows stored, recall in range, pass/fail
+consistent with the numbers), never the timings.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import operator
+
+import pytest
+
+from bench import common, run_all
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture()
+def external_worker(celery_worker, monkeypatch):
+    monkeypatch.setattr(common, "EXTERNAL_WORKER", True)
+    return celery_worker
+
+
+def _check_result(data: dict, out_dir, name: str) -> dict:
+    path = out_dir / f"{name}.json"
+    assert json.loads(path.read_text()) == json.loads(json.dumps(data, default=float))
+    assert (out_dir / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+    assert data["benchmark"] == name and data["raw"]
+    m = data["machine"]
+    assert m["cpu_count"] >= 1 and len(m["load_average_start"]) == 3 and "shared" in m["note"]
+    assert m["postgres"] and m["pgvector"]
+    assert data["targets"]
+    ops = {">=": operator.ge, "<=": operator.le}
+    for t in data["targets"]:
+        assert t["passed"] is ops[t["op"]](t["measured"], t["threshold"]), t
+    assert data["passed"] is all(t["passed"] for t in data["targets"])
+    return data
+
+
+@pytest.mark.slow
+def test_upsert_smoke(external_worker, tmp_path):
+    from bench import upsert
+
+    data = _check_result(upsert.run(out_dir=tmp_path, **upsert.SMOKE), tmp_path, "upsert")
+    raw = data["raw"]
+    assert len(raw["upsert_rows_per_s"]) == len(raw["copy_rows_per_s"]) == upsert.SMOKE["rounds"]
+    assert all(x > 0 for x in raw["upsert_rows_per_s"] + raw["copy_rows_per_s"])
+    assert raw["ratio"] == pytest.approx(raw["upsert_median_rows_per_s"] / raw["copy_median_rows_per_s"], rel=1e-3)
+
+
+@pytest.mark.slow
+def test_retrieval_smoke(external_worker, tmp_path):
+    from bench import retrieval
+
+    data = _check_result(retrieval.run(out_dir=tmp_path, **retrieval.SMOKE), tmp_path, "retrieval")
+    scenarios = data["raw"]["scenarios"]
+    assert set(scenarios) == {"99% tenant", "1% tenant"}
+    for s in scenarios.values():
+        assert 0.0 <= s["recall_at_10"] <= 1.0
+        assert s["direct_sql"]["n"] == s["query_queue"]["n"] == retrieval.SMOKE["n_queries"]
+        assert s["recall_queries"] == retrieval.SMOKE["recall_queries"]
+        assert "chunks" in s["plan"]  # EXPLAIN of the task's own statement ran
+    assert len(data["targets"]) == 4
+
+
+@pytest.mark.slow
+def test_local_embedder_smoke(external_worker, tmp_path):
+    from bench import local_embedder
+
+    data = _check_result(local_embedder.run(out_dir=tmp_path, **local_embedder.SMOKE), tmp_path, "local_embedder")
+    raw = data["raw"]
+    assert raw["texts"] >= local_embedder.SMOKE["n_docs"]
+    assert raw["pipeline_texts_per_s"] > 0 and raw["direct_texts_per_s"] > 0
+
+
+def test_synthetic_vectors_have_structure():
+    import numpy as np
+
+    from bench.synthetic import EmbeddingSpace, structure_stats
+
+    rng = np.random.default_rng(0)
+    v = EmbeddingSpace().sample(2000, rng)
+    assert v.shape == (2000, 384) and np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    s = structure_stats(v, rng, sample=200)
+    # neighbours far closer than random pairs: clustered, not uniform noise (where both are ~0)
+    assert s["nn1_cosine"] > s["random_pair_cosine"] + 0.2 and s["random_pair_cosine"] > 0.2
+
+
+def test_targets_percentiles_and_names():
+    assert common.Target("x", 0.5, ">=", 0.5).passed and not common.Target("x", 0.49, ">=", 0.5).passed
+    assert common.Target("y", 12, "<=", 12.5, "ms").passed and not common.Target("y", 13, "<=", 12.5).passed
+    assert common.percentile([1, 2, 3, 4, 5], 50) == 3 and common.percentile([1.0, 2.0], 95) == pytest.approx(1.95)
+    assert run_all.resolve(["c", "upsert"]) == ["retrieval", "upsert"]
+    assert run_all.resolve([]) == list(run_all.BENCHMARKS.values())
+    with pytest.raises(SystemExit):
+        run_all.resolve(["nope"])
+
+
+@pytest.mark.parametrize("name", sorted(run_all.BENCHMARKS.values()))
+def test_every_benchmark_module_has_a_smoke_size(name):
+    module = importlib.import_module(f"bench.{name}")
+    assert module.NAME == name and module.TITLE and isinstance(module.SMOKE, dict) and callable(module.run)
