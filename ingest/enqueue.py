@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ingest.parse import SUPPORTED
 from shared import db, jobs
 from shared.contracts import TASK_INGEST_DOCUMENT
 
-SUFFIXES = {".md", ".markdown", ".txt", ".text", ".html", ".htm", ".pdf", ".docx"}
+SUFFIXES = set(SUPPORTED)
 
 
 def collect_files(paths: list[Path]) -> list[tuple[Path, str]]:

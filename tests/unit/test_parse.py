@@ -1,0 +1,196 @@
+"""Parsing: heading paths, tables as rows, code kept whole, HTML chrome dropped, PDF/DOCX, bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+from ingest.chunk import chunk_blocks
+from ingest.parse import ParseError, clean_markdown, parse_bytes
+from tests.conftest import REPO
+
+
+def make_pdf(pages: list[list[tuple[float, str]]]) -> bytes:
+    """A small valid PDF: each page is a list of (font size, ASCII line) drawn top to bottom."""
+    objs: list[bytes] = []
+    kids = []
+    font_id = 3
+    page_ids = []
+    next_id = 4
+    contents = []
+    for lines in pages:
+        y = 760
+        ops = []
+        for size, text in lines:
+            esc = text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+            ops.append(f"BT /F1 {size:g} Tf 72 {y} Td ({esc}) Tj ET")
+            y -= int(size * 2.2)
+        stream = zlib.compress("\n".join(ops).encode("latin-1"))
+        page_ids.append(next_id)
+        contents.append((next_id, next_id + 1, stream))
+        kids.append(f"{next_id} 0 R")
+        next_id += 2
+    objs.append(b"<< /Type /Catalog /Pages 2 0 R >>")
+    objs.append(f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>".encode())
+    objs.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    for _page_id, content_id, stream in contents:
+        objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 {font_id} 0 R >> >>"
+                    f" /Contents {content_id} 0 R >>".encode())
+        objs.append(f"<< /Length {len(stream)} /Filter /FlateDecode >>\nstream\n".encode() + stream + b"\nendstream")
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for i, body in enumerate(objs, start=1):
+        offsets.append(len(out))
+        out += f"{i} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
+    out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return bytes(out)
+
+
+SAMPLE_PDF = [
+    [(20, "Access Control"), (11, "Authorization is the concept of allowing access to resources."),
+     (15, "Design Principles"), (11, "Verify that the application enforces access control rules."),
+     (11, "Verify that all user attributes cannot be manipulated by end users.")],
+    [(15, "Operation Level"), (11, "Verify that sensitive data and APIs are protected against IDOR attacks.")],
+]
+
+
+def test_markdown_heading_paths_tables_and_code():
+    md = (
+        "# Руководство {#guide}\n\nВведение в систему.\n\n## Таблицы\n\n"
+        "| № | Описание |\n|---|---|\n| 1.2.3 | Проверьте, что т.е. всё верно. |\n| 1.2.4 | Вторая строка. |\n\n"
+        "### Код\n\n```js{2}\nconst a = 1\nconst b = 2\n```\n\nКонец раздела.\n"
+    )
+    doc = parse_bytes(md.encode(), "md", default_title="guide")
+    assert doc.title == "Руководство"
+    by_kind = {b.kind: b for b in doc.blocks}
+    assert by_kind["table"].heading_path == ("Руководство", "Таблицы")
+    assert by_kind["table"].text.splitlines() == [
+        "№ | Описание", "1.2.3 | Проверьте, что т.е. всё верно.", "1.2.4 | Вторая строка."]
+    assert by_kind["code"].text == "const a = 1\nconst b = 2"
+    assert by_kind["code"].heading_path == ("Руководство", "Таблицы", "Код")
+
+
+def test_markdown_raw_html_wrappers_do_not_swallow_content():
+    """A fenced <script setup> example inside <div class="composition-api"> used to hide the page."""
+    md = (
+        "---\noutline: deep\n---\n\n# Входные параметры\n\n<div class=\"composition-api\">\n\n"
+        "Первый абзац.\n\n```vue\n<script setup>\nconst props = defineProps(['foo'])\n</script>\n```\n\n</div>\n"
+        "<VueSchoolLink\n  href=\"https://example.org\"\n/>\n\n::: tip Примечание\nСовет внутри контейнера.\n:::\n\n"
+        "## Дальше\n\nПоследний абзац.\n"
+    )
+    assert "<div" not in clean_markdown(md)
+    doc = parse_bytes(md.encode(), "md")
+    texts = [b.text for b in doc.blocks]
+    assert "Первый абзац." in texts and "Последний абзац." in texts
+    assert any("defineProps" in t for t in texts)
+    assert "Совет внутри контейнера." in texts
+    assert doc.blocks[-1].heading_path == ("Входные параметры", "Дальше")
+    assert not any("outline" in t for t in texts)
+
+
+def test_html_navigation_chrome_is_dropped_and_code_tables_become_code():
+    html = """<html><head><title>Site</title></head><body>
+      <div id="mobile-bar"><a class="menu-button">menu</a></div>
+      <header id="header"><ul id="nav"><li>Обучение</li><li>Экосистема</li><li>Магазин футболок</li></ul></header>
+      <div id="main" class="fix-sidebar">
+        <div class="sidebar"><ul><li><a>Введение</a></li><li><a>Установка</a></li></ul></div>
+        <div class="content guide">
+          <h1>Вычисляемые свойства</h1>
+          <p>Выражения в шаблонах удобны для простых операций, но сложная логика их раздувает.</p>
+          <h2 id="x"><a class="headerlink" href="#x"></a>Простой пример</h2>
+          <figure class="highlight js"><table><tr><td class="gutter"><pre>1<br>2</pre></td>
+            <td class="code"><pre><code>var vm = new Vue({<br>  el: '#example'<br>})</code></pre></td></tr></table></figure>
+          <p>Откройте консоль и поиграйте с примером.</p>
+          <div class="footer">Нашли ошибку? Исправьте на GitHub.</div>
+        </div>
+      </div></body></html>"""
+    doc = parse_bytes(html.encode(), "html", default_title="computed")
+    text = doc.text
+    assert doc.title == "Вычисляемые свойства"
+    for chrome in ("Обучение", "Магазин футболок", "Установка", "menu", "Нашли ошибку"):
+        assert chrome not in text
+    code = [b for b in doc.blocks if b.kind == "code"]
+    assert [b.text for b in code] == ["var vm = new Vue({\n  el: '#example'\n})"]
+    assert code[0].heading_path == ("Вычисляемые свойства", "Простой пример")
+
+
+def test_pdf_pages_and_font_size_headings():
+    doc = parse_bytes(make_pdf(SAMPLE_PDF), "pdf", default_title="asvs")
+    assert doc.title == "Access Control"
+    blocks = {b.text: b for b in doc.blocks}
+    enforce = blocks["Verify that the application enforces access control rules."]
+    assert enforce.heading_path == ("Access Control", "Design Principles") and enforce.page == 1
+    idor = blocks["Verify that sensitive data and APIs are protected against IDOR attacks."]
+    assert idor.heading_path == ("Access Control", "Operation Level") and idor.page == 2
+    chunks = chunk_blocks(doc.blocks)
+    assert {c.page for c in chunks} == {1, 2}
+
+
+def test_encrypted_pdf_is_a_readable_error():
+    pypdf = pytest.importorskip("pypdf")
+    import io
+
+    reader = pypdf.PdfReader(io.BytesIO(make_pdf(SAMPLE_PDF)))
+    writer = pypdf.PdfWriter()
+    for page in reader.pages:
+        writer.add_page(page)
+    writer.encrypt(user_password="secret", owner_password="owner", algorithm="RC4-128")
+    buf = io.BytesIO()
+    writer.write(buf)
+    with pytest.raises(ParseError, match="encrypted PDF"):
+        parse_bytes(buf.getvalue(), "pdf")
+
+
+@pytest.mark.parametrize(
+    ("data", "fmt", "message"),
+    [
+        (b"", "md", "empty document"),
+        (b"   \n\t\n", "text", "empty document"),
+        (b"\x00\x01\x02binary\x00garbage" * 50, "text", "binary content"),
+        ("Привет".encode("cp1251") + b" \xff\xfe", "md", "not valid UTF-8"),
+        (b"%PDF-1.4\n1 0 obj <<< broken", "pdf", "corrupt PDF|no text layer"),
+        (b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "pdf", "corrupt PDF|no text layer"),
+        (b"PK\x03\x04 not really a zip", "docx", "corrupt DOCX"),
+        (b"plain text, not a zip container", "docx", "corrupt DOCX"),
+        (b"", "pdf", "empty document"),
+    ],
+)
+def test_bad_input_is_a_readable_parse_error(data, fmt, message):
+    with pytest.raises(ParseError, match=message):
+        parse_bytes(data, fmt)
+
+
+def test_unknown_extension_is_rejected_at_load(tmp_path):
+    from ingest.load import load
+    from shared.contracts import IngestRequest
+
+    f = tmp_path / "data.xyz"
+    f.write_bytes(b"whatever")
+    with pytest.raises(ParseError, match="unsupported file type '.xyz'"):
+        load(IngestRequest(tenant="t", doc_id="d", uri=str(f)))
+
+
+def test_blank_spacy_pipeline_is_used_without_network():
+    """unstructured would download en_core_web_sm on first use; with sockets disabled it must not try."""
+    code = r"""
+import socket
+def deny(*a, **k):
+    raise OSError("network disabled in this test")
+socket.socket.connect = deny
+socket.create_connection = deny
+from ingest.parse import parse_bytes
+doc = parse_bytes("Первое предложение о системе. Второе предложение о ней.\n\nЕщё абзац текста здесь.".encode(), "text")
+md = parse_bytes("# Заголовок\n\nТекст раздела о чём-то важном.".encode(), "md")
+from unstructured.nlp import tokenize
+nlp = tokenize._get_nlp()
+print(nlp.lang, ",".join(nlp.pipe_names), "Ещё абзац" in doc.text, md.blocks[0].heading_path[0])
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["xx", "sentencizer", "True", "Заголовок"]
