@@ -117,6 +117,35 @@ def evaluate(queries: list[dict], search: SearchFn, modes: list[str], k: int = 1
     return reports
 
 
+def sweep_rrf(queries: list[dict], search: SearchFn, weights: list[tuple[float, float]], k: int = 10,
+              rrf_k: int = 60, top_n: int = 50) -> list[dict]:
+    """Hybrid metrics for several (vector, lexical) RRF weight pairs without restarting workers.
+
+    The vector-only and lexical-only runs at depth ``top_n`` (= ``retrieval_top_n``) return
+    exactly the two candidate lists a hybrid search fuses, so the weighted fusion of any weight
+    pair is recomputed here with the same ``query.fusion.rrf`` the retriever uses.
+    """
+    from query.fusion import rrf
+
+    runs = []
+    for row in queries:
+        lists = {}
+        for mode in ("vector", "lexical"):
+            res = search(row["query"], mode, top_n)
+            if res.get("ok") is False:
+                raise RuntimeError(f"retrieval failed for {row['query']!r}: {res}")
+            lists[mode] = [(h["doc_id"], h["chunk_no"]) for h in res["hits"]]
+        runs.append((row, lists))
+    out = []
+    for wv, wl in weights:
+        rep = ModeReport(f"hybrid wv={wv:g} wl={wl:g}", k)
+        for row, lists in runs:
+            fused = rrf(lists, k=rrf_k, weights={"vector": wv, "lexical": wl})
+            rep.add(row["query"], doc_ranking(key[0] for key, _ in fused), grades(row["relevant"]))
+        out.append({"rrf_weight_vector": wv, "rrf_weight_lexical": wl, **rep.summary()})
+    return out
+
+
 # ------------------------------------------------------------------------------- stack plumbing
 def ingest_corpus(corpus: list[dict], tenant: str, timeout: float = 3600.0,
                   progress: Callable[[dict], None] | None = None) -> dict:
@@ -149,9 +178,7 @@ def task_search(tenant: str, rerank: bool = False, timeout: float = 120.0) -> Se
     from shared.contracts import TASK_QUERY_RETRIEVE
 
     def run(query: str, mode: str, k: int) -> dict:
-        payload = {"query": query, "tenant": tenant, "groups": [EVAL_GROUP], "k": k, "mode": mode}
-        if rerank:
-            payload["rerank"] = True
+        payload = {"query": query, "tenant": tenant, "groups": [EVAL_GROUP], "k": k, "mode": mode, "rerank": rerank}
         return app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=timeout)
 
     return run
@@ -166,3 +193,39 @@ def drop_tenant(tenant: str) -> None:
 
 def fresh_tenant() -> str:
     return f"eval-{uuid.uuid4().hex[:12]}"
+
+
+def run_eval(queries_path: Path, corpus_path: Path, k: int = 10, modes: list[str] | None = None,
+             rerank: bool = False, keep: bool = False, sweep: list[tuple[float, float]] | None = None,
+             progress: Callable[[str], None] | None = None) -> dict:
+    """Ingest into a fresh tenant, evaluate every mode, drop the tenant (unless ``keep``)."""
+    from shared.settings import get_settings
+
+    settings = get_settings()
+    modes = modes or ["hybrid"]
+    queries = read_jsonl(queries_path)
+    corpus = read_jsonl(corpus_path)
+    tenant = fresh_tenant()
+    say = progress or (lambda _msg: None)
+    t0 = time.perf_counter()
+    try:
+        summary = ingest_corpus(corpus, tenant)
+        say(f"ingested {summary['documents']} documents, {summary['chunks']} chunks "
+            f"({summary['embedded']} embedded, {summary['failed']} failed) in {time.perf_counter() - t0:.0f}s")
+        t1 = time.perf_counter()
+        search = task_search(tenant, rerank=rerank)
+        reports = evaluate(queries, search, modes, k)
+        say(f"{len(queries)} queries x {len(modes)} mode(s) in {time.perf_counter() - t1:.0f}s")
+        result: dict = {m: {**r.summary(), "misses": r.misses} for m, r in reports.items()}
+        meta = {"queries": str(queries_path), "corpus": str(corpus_path), "k": k, "rerank": rerank,
+                "tenant": tenant, "embedder": settings.embed_model_name,
+                "rrf_weight_vector": settings.rrf_weight_vector, "rrf_weight_lexical": settings.rrf_weight_lexical,
+                "rrf_k": settings.rrf_k, "retrieval_top_n": settings.retrieval_top_n,
+                "ingest": {k_: summary[k_] for k_ in ("documents", "chunks", "embedded", "failed")},
+                "failed_documents": [e["doc_id"] for e in summary["errors"]]}
+        if sweep:
+            meta["rrf_sweep"] = sweep_rrf(queries, search, sweep, k, settings.rrf_k, settings.retrieval_top_n)
+        return {"modes": result, "meta": meta}
+    finally:
+        if not keep:
+            drop_tenant(tenant)

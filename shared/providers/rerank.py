@@ -34,6 +34,9 @@ class VoyageReranker:
     name = "voyage"
 
     def __init__(self, settings: Settings) -> None:
+        import voyageai  # heavy: imported here, not inside the timed call
+
+        self._create = voyageai.Reranking.create
         if settings.voyage_api_key is None:
             raise ProviderError("reranker 'voyage' needs RAGLINE_VOYAGE_API_KEY")
         self.model = settings.rerank_model
@@ -44,9 +47,7 @@ class VoyageReranker:
                         "request_timeout": settings.rerank_timeout_s, "base_url": base_url}
 
     def rerank(self, query: str, documents: list[str], top_k: int) -> list[tuple[Any, Any]]:
-        import voyageai
-
-        resp = voyageai.Reranking.create(query=query, documents=documents, model=self.model, top_k=top_k,
+        resp = self._create(query=query, documents=documents, model=self.model, top_k=top_k,
                                          truncation=True, **self._params)
         data = _field(resp, "data")
         if not isinstance(data, list):
