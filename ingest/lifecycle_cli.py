@@ -82,5 +82,134 @@ def acl_sync(
     _print(out, as_json)
 
 
+def reindex(
+    source: list[str] = typer.Option(None, "--source", help="only this source (repeatable)"),
+    wait: bool = typer.Option(False, "--wait", help="wait until every enqueued document is processed"),
+    as_json: bool = typer.Option(False, "--json"),
+    timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
+) -> None:
+    """List the configured sources (RAGLINE_SOURCES), enqueue new/changed documents, prune vanished ones."""
+    from shared import db, jobs
+    from shared.maintenance_tasks import run_reindex
+
+    reload_app()
+    try:
+        out = run_reindex(source or None)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if wait and out.get("job_id"):
+        deadline = time.monotonic() + timeout
+        while True:
+            with db.connection() as conn:
+                summary = jobs.job_summary(conn, out["job_id"])
+            if summary["state"] not in ("queued", "running") or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        out["state"] = summary["state"]
+        out["summary"] = {k: summary[k] for k in ("documents", "done", "skipped_unchanged", "failed", "chunks",
+                                                   "embedded", "errors")}
+    _print(out, as_json)
+    if out.get("state") in ("running", "failed"):
+        raise typer.Exit(2 if out["state"] == "running" else 1)
+
+
+def errors(
+    tenant: str | None = typer.Option(None, "--tenant"),
+    limit: int = typer.Option(100),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Documents whose last ingestion failed and has not been resolved since."""
+    from rich.table import Table
+
+    from shared import db, jobs
+
+    with db.connection() as conn:
+        rows = jobs.open_errors(conn, tenant, limit)
+    if as_json:
+        _print(rows, True)
+        return
+    table = Table("tenant", "doc_id", "stage", "error", "when")
+    for r in rows:
+        table.add_row(r["tenant"], r["doc_id"], r["stage"], r["error"][:120], r["created_at"][:19])
+    console.print(table if rows else "no open errors")
+
+
+def retry_failed(
+    tenant: str | None = typer.Option(None, "--tenant"),
+    acl: str = typer.Option("", "--acl", help="groups for documents whose ACL is unknown (never stored)"),
+    wait: bool = typer.Option(False, "--wait"),
+    as_json: bool = typer.Option(False, "--json"),
+    timeout: float = typer.Option(3600.0),
+) -> None:
+    """Requeue every document with an open error (its errors resolve once it is stored)."""
+    from ingest.retry import enqueue_retries
+    from shared import db, jobs
+
+    reload_app()
+    out = enqueue_retries(tenant, split_csv(acl))
+    if wait and out.get("job_id"):
+        deadline = time.monotonic() + timeout
+        while True:
+            with db.connection() as conn:
+                summary = jobs.job_summary(conn, out["job_id"])
+            if summary["state"] not in ("queued", "running") or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        out.update(state=summary["state"], done=summary["done"], failed=summary["failed"])
+    _print(out, as_json)
+
+
+def cancel(job_id: str = typer.Argument(...)) -> None:
+    """Cancel a queued or running job: its remaining documents are skipped, a re-embedding stops."""
+    from shared import db, jobs
+
+    with db.connection() as conn:
+        ok = jobs.cancel_job(conn, job_id)
+    console.print(f"job {job_id} cancelled" if ok else f"job {job_id} is not queued or running")
+    if not ok:
+        raise typer.Exit(1)
+
+
+def lifecycle_status(settings) -> dict:
+    """Queue depths, running jobs, recent jobs and open errors for ``ragline status``."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from shared import jobs
+    from shared.celery_app import QUEUES
+    from shared.metrics_server import queue_depths
+
+    out: dict = {}
+    try:
+        out["queues"] = queue_depths(QUEUES, settings.effective_redis_url())
+    except Exception as exc:  # the broker is down: status still answers
+        out["queues"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+    try:  # a short-lived connection with a connect timeout: status must answer when Postgres is down
+        with psycopg.connect(settings.effective_database_url(), connect_timeout=3, row_factory=dict_row) as conn:
+            out["running_jobs"] = jobs.running_jobs(conn)
+            out["recent_jobs"] = jobs.recent_jobs(conn, 5)
+            out["recent_errors"] = jobs.open_errors(conn, None, 10)
+    except Exception as exc:
+        out["jobs_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    return out
+
+
+def lifecycle_rows(info: dict) -> list[tuple[str, str]]:
+    """Table rows for the human-readable ``ragline status``."""
+    rows = [(f"queue {q}", f"{n} waiting") for q, n in info.get("queues", {}).items()]
+    if "jobs_error" in info:
+        rows.append(("jobs", info["jobs_error"]))
+    for j in info.get("running_jobs", []):
+        rows.append((f"job {j['id'][:8]} {j['kind']}", f"{j['state']} {j['done']}/{j['total']} done,"
+                     f" {j['failed']} failed, heartbeat {str(j['heartbeat_at'])[:19]}"))
+    for e in info.get("recent_errors", [])[:5]:
+        rows.append((f"error {e['tenant']}/{e['doc_id']}"[:60], f"{e['stage']}: {e['error'][:80]}"))
+    return rows
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(acl_app, name="acl")
+    app.command()(reindex)
+    app.command()(errors)
+    app.command("retry-failed")(retry_failed)
+    app.command()(cancel)

@@ -97,4 +97,5 @@ def reembed_task(self, payload: dict | None = None) -> dict:
     """Re-embed chunks whose embed_model differs from the configured model (one runner at a time)."""
     from ingest.reembed import run_reembed
 
-    return run_reembed(job_id=(payload or {}).get("job_id"))
+    payload = payload or {}
+    return run_reembed(job_id=payload.get("job_id"), tenant=payload.get("tenant"))

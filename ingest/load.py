@@ -23,6 +23,13 @@ def load(req: IngestRequest) -> Loaded:
     if req.content is not None:
         return Loaded(req.content.encode("utf-8"), req.fmt or "text", req.doc_id, req.path or req.doc_id)
     assert req.uri is not None
+    if req.uri.startswith(("http://", "https://")):  # URL-list sources (ingest/sources.py)
+        from ingest.sources import fetch_url
+
+        data, fmt = fetch_url(req.uri)
+        if (req.fmt or fmt) is None:
+            raise ParseError(f"unsupported document type at {req.uri}")
+        return Loaded(data, req.fmt or fmt, Path(req.uri.split("?", 1)[0]).stem or req.doc_id, req.path or req.uri)
     uri = req.uri.removeprefix("file://")
     p = Path(uri)
     fmt = req.fmt or SUPPORTED.get(p.suffix.lower())

@@ -127,6 +127,12 @@ def upsert_document(
         "DELETE FROM chunks WHERE tenant = %s AND doc_id = %s AND chunk_no >= %s",
         (doc.tenant, doc.doc_id, len(chunks)),
     )
+    # a good version is stored: earlier errors of this document are resolved (`ragline errors`)
+    conn.execute(
+        "UPDATE document_errors SET resolved = true, resolved_at = now()"
+        " WHERE tenant = %s AND doc_id = %s AND NOT resolved",
+        (doc.tenant, doc.doc_id),
+    )
     return "stored"
 
 

@@ -87,14 +87,19 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
                   "pid": services.redis_pid(settings) if settings.embedded_redis else None},
         "processes": processes.running(settings),
     }
+    from ingest.lifecycle_cli import lifecycle_rows, lifecycle_status
+
+    info.update(lifecycle_status(settings))  # queue depths, running jobs, recent errors
     if as_json:
-        print(json.dumps(info, indent=2))
+        print(json.dumps(info, indent=2, default=str))
         return
     table = Table("component", "state")
     table.add_row("postgres", str(info["postgres"]))
     table.add_row("redis", str(info["redis"]))
     for name, pid in info["processes"].items():
         table.add_row(name, f"running pid {pid}" if pid else "stopped")
+    for name, state in lifecycle_rows(info):
+        table.add_row(name, state)
     Console().print(table)
 
 

@@ -1,0 +1,153 @@
+"""Full reindex: list every configured source, enqueue new and changed documents, prune vanished ones.
+
+The comparison is cheap: a source lists ``(doc_id, version, fingerprint)`` and the database keeps
+the fingerprint of the last ingest in ``documents.metadata->>'source_fp'``; an unchanged document
+is not even enqueued, so a reindex with nothing changed sends no text to the embedder. One reindex
+runs at a time (advisory lock); the scheduled tick and ``ragline reindex`` share this code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psycopg
+
+from ingest.events import delete_document
+from ingest.sources import Listed, Listing, SourceSpec, SourceUnavailable, build_source, configured_sources
+from shared import jobs
+from shared.contracts import TASK_INGEST_DOCUMENT, IngestRequest
+
+log = logging.getLogger(__name__)
+
+LOCK_KEY = "ragline.reindex"
+
+
+@dataclass
+class Plan:
+    enqueue: list[tuple[Listed, int, str]] = field(default_factory=list)  # (item, version, 'new'|'changed')
+    unchanged: int = 0
+    vanished: list[str] = field(default_factory=list)
+
+    def count(self, reason: str) -> int:
+        return sum(1 for _, _, r in self.enqueue if r == reason)
+
+
+def plan(listing: Listing, stored: dict[str, dict], source_name: str) -> Plan:
+    """What to do with one source (pure). ``stored`` maps doc_id to {version, fp, status, source}.
+
+    A changed document gets a version above the stored one even when the source's own version went
+    backwards (a file restored from a backup keeps its old mtime), so the store does not call it stale.
+    """
+    out = Plan()
+    seen = set()
+    for item in listing.items:
+        seen.add(item.doc_id)
+        s = stored.get(item.doc_id)
+        if s is None:
+            out.enqueue.append((item, item.version, "new"))
+            continue
+        if s["status"] == "ready" and item.fingerprint and s.get("fp") == item.fingerprint:
+            out.unchanged += 1
+            continue
+        reason = "new" if s["status"] in ("deleted", "pending") else "changed"
+        out.enqueue.append((item, max(item.version, int(s["version"]) + 1), reason))
+    for doc_id, s in stored.items():
+        if s.get("source") == source_name and s["status"] != "deleted" and doc_id not in seen \
+                and doc_id not in listing.unavailable:
+            out.vanished.append(doc_id)
+    out.vanished.sort()
+    return out
+
+
+def stored_state(conn: psycopg.Connection, tenant: str, source_name: str, doc_ids: list[str]) -> dict[str, dict]:
+    rows = conn.execute(
+        """
+        SELECT doc_id, version, status, metadata->>'source_fp' AS fp, metadata->>'source' AS source
+        FROM documents
+        WHERE tenant = %s AND (metadata->>'source' = %s OR doc_id = ANY(%s))
+        """,
+        (tenant, source_name, doc_ids),
+    ).fetchall()
+    return {r["doc_id"]: dict(r) for r in rows}
+
+
+def request_for(spec: SourceSpec, item: Listed, version: int, job_id: str | None) -> IngestRequest:
+    return IngestRequest(tenant=spec.tenant, doc_id=item.doc_id, uri=item.uri, path=item.path, layer=spec.layer,
+                         acl=list(spec.acl), version=version, job_id=job_id,
+                         metadata={"source": spec.name, "source_fp": item.fingerprint})
+
+
+def namespaced(spec: SourceSpec, listing: Listing) -> Listing:
+    """Folder doc ids are prefixed with the source name, so two folders with the same file names in
+    one tenant never overwrite (or prune) each other's documents."""
+    if spec.kind != "folder":
+        return listing
+    items = [Listed(f"{spec.name}/{i.doc_id}", i.version, i.fingerprint, i.uri, f"{spec.name}/{i.path}")
+             for i in listing.items]
+    return Listing(items, {f"{spec.name}/{d}" for d in listing.unavailable}, listing.errors)
+
+
+def reindex(conn: psycopg.Connection, specs: list[SourceSpec], send_task: Callable[[str, dict], object],
+            http_timeout: float = 10.0, kind: str = "reindex") -> dict:
+    """Run one full reindex over ``specs``; returns {job_id, state, sources: {name: counts}, totals}.
+
+    Every document to ingest is attached to the job and committed before the first task is sent,
+    so a fast worker can never finish the job while later sources are still being listed.
+    """
+    got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (LOCK_KEY,)).fetchone()["ok"]
+    conn.commit()
+    if not got:
+        return {"job_id": None, "state": "skipped", "reason": "another reindex is running", "sources": {}}
+    try:
+        job_id = jobs.create_job(conn, kind, None, [], {"sources": [s.name for s in specs]})
+        conn.commit()
+        report: dict[str, dict] = {}
+        plans: list[tuple[SourceSpec, Plan]] = []
+        for spec in specs:
+            try:
+                listing = namespaced(spec, build_source(spec, http_timeout).list())
+            except SourceUnavailable as exc:
+                log.warning("source %s unavailable, nothing pruned: %s", spec.name, exc)
+                report[spec.name] = {"error": str(exc), "listed": 0, "enqueued": 0, "pruned": 0}
+                continue
+            stored = stored_state(conn, spec.tenant, spec.name, [i.doc_id for i in listing.items])
+            p = plan(listing, stored, spec.name)
+            plans.append((spec, p))
+            report[spec.name] = {"listed": len(listing.items), "new": p.count("new"), "changed": p.count("changed"),
+                                 "unchanged": p.unchanged, "unavailable": len(listing.unavailable),
+                                 "enqueued": len(p.enqueue), "pruned": 0, "errors": listing.errors[:20]}
+            jobs.heartbeat(conn, job_id, progress=True)
+            conn.commit()
+        for spec, p in plans:
+            if p.enqueue:
+                jobs.add_documents(conn, job_id, spec.tenant, [i.doc_id for i, _, _ in p.enqueue])
+        conn.commit()
+        for spec, p in plans:
+            for item, version, _ in p.enqueue:
+                send_task(TASK_INGEST_DOCUMENT, request_for(spec, item, version, job_id).model_dump(exclude_none=True))
+        for spec, p in plans:
+            for doc_id in p.vanished:
+                outcome, _ = delete_document(conn, spec.tenant, doc_id, None)
+                report[spec.name]["pruned"] += outcome == "deleted"
+            conn.commit()
+        totals = {k: sum(r.get(k, 0) for r in report.values())
+                  for k in ("listed", "new", "changed", "unchanged", "pruned", "unavailable", "enqueued")}
+        jobs.finish_if_done(conn, job_id, {"sources": report, **totals})
+        conn.commit()
+        return {"job_id": job_id, "state": jobs.job_state(conn, job_id), "sources": report, **totals}
+    finally:
+        conn.rollback()
+        conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (LOCK_KEY,))
+        conn.commit()
+
+
+def select_sources(raw: list[dict], names: list[str] | None) -> list[SourceSpec]:
+    specs = configured_sources(raw)
+    if names:
+        unknown = sorted(set(names) - {s.name for s in specs})
+        if unknown:
+            raise ValueError(f"unknown source(s): {', '.join(unknown)}")
+        specs = [s for s in specs if s.name in names]
+    return specs

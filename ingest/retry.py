@@ -1,0 +1,68 @@
+"""Requeue documents with open errors (``ragline retry-failed``), under one job.
+
+The retry needs what the original request said: the URI comes from the error, the ACL, path and
+layer from the stored document (a previous good version or a permission sync), else from the
+configured source that produced it, else from the operator (``--acl``). A document whose ACL is
+unknown is not retried: ingesting it with no groups would hide it from everybody.
+"""
+
+from __future__ import annotations
+
+from shared import db, jobs
+from shared.contracts import TASK_INGEST_DOCUMENT, IngestRequest
+from shared.settings import get_settings
+
+
+def _source_acl(metadata: dict, tenant: str) -> list[str] | None:
+    from ingest.sources import configured_sources
+
+    name = (metadata or {}).get("source")
+    for spec in configured_sources(get_settings().sources):
+        if spec.name == name and spec.tenant == tenant:
+            return list(spec.acl)
+    return None
+
+
+def plan_retries(conn, tenant: str | None, fallback_acl: list[str]) -> tuple[list[IngestRequest], list[dict]]:
+    requests, skipped = [], []
+    for err in jobs.open_errors(conn, tenant, limit=100_000):
+        doc = conn.execute(
+            "SELECT acl, path, layer, version, metadata, status FROM documents WHERE tenant = %s AND doc_id = %s",
+            (err["tenant"], err["doc_id"]),
+        ).fetchone()
+        if not err["source_uri"]:
+            skipped.append({**err, "reason": "no URI recorded (inline content): resend it"})
+            continue
+        if doc is not None and doc["status"] == "deleted":
+            skipped.append({**err, "reason": "document was deleted"})
+            continue
+        acl = list(doc["acl"]) if doc and doc["acl"] else None
+        acl = acl or _source_acl(doc["metadata"] if doc else {}, err["tenant"]) or fallback_acl
+        if not acl:
+            skipped.append({**err, "reason": "ACL unknown: pass --acl"})
+            continue
+        meta = {k: v for k, v in ((doc or {}).get("metadata") or {}).items() if k in ("source", "source_fp")}
+        requests.append(IngestRequest(
+            tenant=err["tenant"], doc_id=err["doc_id"], uri=err["source_uri"], acl=acl,
+            path=(doc["path"] if doc and doc["path"] else None), layer=(doc["layer"] if doc else "docs"),
+            version=int(doc["version"]) if doc else 0, metadata=meta))
+    return requests, skipped
+
+
+def enqueue_retries(tenant: str | None, fallback_acl: list[str]) -> dict:
+    from shared.celery_app import app
+
+    with db.connection() as conn:
+        requests, skipped = plan_retries(conn, tenant, fallback_acl)
+        job_id = None
+        if requests:
+            by_tenant = {r.tenant for r in requests}
+            job_id = jobs.create_job(conn, "retry", by_tenant.pop() if len(by_tenant) == 1 else None, [],
+                                     {"documents": len(requests)})
+            for t in {r.tenant for r in requests}:
+                jobs.add_documents(conn, job_id, t, [r.doc_id for r in requests if r.tenant == t])
+        conn.commit()
+    for r in requests:
+        app.send_task(TASK_INGEST_DOCUMENT, args=[{**r.model_dump(exclude_none=True), "job_id": job_id}])
+    return {"job_id": job_id, "requeued": len(requests),
+            "skipped": [{"tenant": s["tenant"], "doc_id": s["doc_id"], "reason": s["reason"]} for s in skipped]}

@@ -1,0 +1,152 @@
+"""Document lifecycle on the embedded stack: delete events, tombstones against late upserts, job
+heartbeats and stuck detection, cancel, ``ragline status`` / ``errors``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from ingest.events import handle_event
+from shared import jobs
+from shared.contracts import TASK_INGEST_EVENT, IngestEvent
+from tests.integration.lifecycle_helpers import put_document
+
+
+def _chunks(conn, tenant, doc_id) -> int:
+    return conn.execute("SELECT count(*) AS n FROM chunks WHERE tenant = %s AND doc_id = %s",
+                        (tenant, doc_id)).fetchone()["n"]
+
+
+def _doc(conn, tenant, doc_id) -> dict | None:
+    return conn.execute("SELECT status, version, chunk_count FROM documents WHERE tenant = %s AND doc_id = %s",
+                        (tenant, doc_id)).fetchone()
+
+
+def test_delete_event_removes_every_chunk(celery_worker, conn, tenant):
+    from shared.celery_app import app
+
+    put_document(tenant, "big", [f"абзац {i} о бюджете" for i in range(30)], acl=["g"], version=3)
+    put_document(tenant, "other", ["соседний документ"], acl=["g"], version=1)
+    assert _chunks(conn, tenant, "big") == 30
+    res = app.send_task(TASK_INGEST_EVENT, args=[{"type": "delete", "tenant": tenant, "doc_id": "big",
+                                                  "version": 4}]).get(timeout=30)
+    assert res["outcome"] == "deleted" and res["chunks_deleted"] == 30
+    conn.rollback()
+    assert _chunks(conn, tenant, "big") == 0
+    assert _doc(conn, tenant, "big")["status"] == "deleted"
+    assert _chunks(conn, tenant, "other") == 1  # nothing else touched
+    from query.service import search
+    from shared.contracts import SearchRequest
+
+    hits = search(SearchRequest(query="бюджете", tenant=tenant, groups=["g"], mode="lexical")).hits
+    assert "big" not in {h.doc_id for h in hits}
+    # the same delete again is harmless
+    again = app.send_task(TASK_INGEST_EVENT, args=[{"type": "delete", "tenant": tenant, "doc_id": "big",
+                                                    "version": 4}]).get(timeout=30)
+    assert again["outcome"] == "ignored_duplicate"
+
+
+def test_out_of_order_events_are_harmless(conn, tenant):
+    sent: list[dict] = []
+
+    def send(name, payload):
+        sent.append(payload)
+        return f"task-{len(sent)}"
+
+    put_document(tenant, "d", ["версия пять"], acl=["g"], version=5)
+    old_delete = handle_event(conn, IngestEvent(type="delete", tenant=tenant, doc_id="d", version=4), send)
+    assert old_delete.outcome == "ignored_stale" and _chunks(conn, tenant, "d") == 1
+    dup = handle_event(conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=5), send)
+    old = handle_event(conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=3), send)
+    assert (dup.outcome, old.outcome, sent) == ("ignored_duplicate", "ignored_stale", [])
+    new = handle_event(conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=6,
+                                         acl=["g"]), send)
+    assert new.outcome == "enqueued" and sent[0]["version"] == 6 and sent[0]["uri"] == "/x/d.md"
+    # delete at 7, then the ingest of version 6 lands late: the tombstone makes it stale
+    assert handle_event(conn, IngestEvent(type="delete", tenant=tenant, doc_id="d", version=7), send).outcome == "deleted"
+    conn.commit()
+    assert put_document(tenant, "d", ["версия шесть"], acl=["g"], version=6) == "stale"
+    assert _chunks(conn, tenant, "d") == 0
+    late = handle_event(conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=6), send)
+    assert late.outcome == "ignored_stale" and len(sent) == 1
+    # an acl event goes through the same last-writer-wins sync
+    acl_new = handle_event(conn, IngestEvent(type="acl", tenant=tenant, doc_id="d", version=9, acl=["h"]), send)
+    acl_old = handle_event(conn, IngestEvent(type="acl", tenant=tenant, doc_id="d", version=8, acl=["x"]), send)
+    assert (acl_new.outcome, acl_old.outcome) == ("acl_applied", "ignored_stale")
+
+
+def test_delete_before_the_document_exists_blocks_the_older_upsert(conn, tenant):
+    out = handle_event(conn, IngestEvent(type="delete", tenant=tenant, doc_id="ghost", version=10), lambda *a: "x")
+    assert out.outcome == "deleted"
+    conn.commit()
+    assert put_document(tenant, "ghost", ["старое"], acl=["g"], version=9) == "stale"
+    assert put_document(tenant, "ghost", ["новое"], acl=["g"], version=11) == "stored"
+    assert _doc(conn, tenant, "ghost")["status"] == "ready"
+
+
+_HEARTBEATER = """
+import sys, time
+from shared import db, jobs
+with db.connection() as conn:
+    job = jobs.create_job(conn, "reembed", sys.argv[1], [], {})
+print(job, flush=True)
+while True:
+    with db.connection() as conn:
+        jobs.heartbeat(conn, job, progress=True)
+    time.sleep(0.2)
+"""
+
+
+def test_killed_job_is_detected_as_stuck(celery_worker, conn, tenant):
+    """A real process runs a job and heartbeats; it is killed with SIGKILL; the beat task marks the job."""
+    from shared.celery_app import app
+    from shared.contracts import TASK_STUCK_JOBS
+
+    env = {**os.environ}
+    proc = subprocess.Popen([sys.executable, "-c", _HEARTBEATER, tenant], stdout=subprocess.PIPE, text=True, env=env,
+                            cwd=os.getcwd())
+    try:
+        job_id = proc.stdout.readline().strip()
+        time.sleep(1.0)
+        # alive and heartbeating: not stuck at a 1 s threshold
+        res = app.send_task(TASK_STUCK_JOBS, args=[{"older_than_s": 1.0}]).get(timeout=30)
+        assert job_id not in {j["id"] for j in res["marked"]}
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert jobs.job_state(conn, job_id) == "running"
+    conn.rollback()
+    time.sleep(1.5)
+    res = app.send_task(TASK_STUCK_JOBS, args=[{"older_than_s": 1.0}]).get(timeout=30)
+    assert job_id in {j["id"] for j in res["marked"]}
+    row = conn.execute("SELECT state, error, finished_at FROM jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row["state"] == "failed" and row["error"].startswith("stuck: no heartbeat") and row["finished_at"]
+    assert not jobs.heartbeat(conn, job_id)  # a late heartbeat cannot revive it
+
+
+def test_cancel_stops_heartbeats_and_status_shows_jobs_queues_errors(conn, tenant):
+    from typer.testing import CliRunner
+
+    from ingest import store
+    from shared.cli import app as cli
+
+    job_id = jobs.create_job(conn, "ingest", tenant, ["a", "b"], {})
+    store.mark_failed(conn, tenant, "broken.md", "/nowhere/broken.md", "parse", "parse: bad table", job_id)
+    conn.commit()
+    out = CliRunner().invoke(cli, ["status", "--json"])
+    assert out.exit_code == 0, out.output
+    info = json.loads(out.stdout)
+    assert set(info["queues"]) == {"ingest", "query", "acl", "maintenance"}
+    assert all(isinstance(n, int) for n in info["queues"].values())
+    assert job_id in {j["id"] for j in info["running_jobs"]}
+    assert any(e["doc_id"] == "broken.md" for e in info["recent_errors"])
+    errs = CliRunner().invoke(cli, ["errors", "--tenant", tenant, "--json"])
+    assert [e["doc_id"] for e in json.loads(errs.stdout)] == ["broken.md"]
+
+    assert CliRunner().invoke(cli, ["cancel", job_id]).exit_code == 0
+    assert jobs.job_state(conn, job_id) == "cancelled" and not jobs.heartbeat(conn, job_id)
+    assert CliRunner().invoke(cli, ["cancel", job_id]).exit_code == 1
