@@ -79,12 +79,39 @@ def test_property_no_search_or_ask_leaks(corpus, tenant, groups, words, mode):
     _check_hits(corpus, tenant, groups, hits)
     if mode == "vector":  # vector search returns everything visible up to k: nothing missing either
         assert len(hits) == min(20, 2 * len(_visible(corpus, tenant, groups)))
-    from query.service import ask
+    # exact lookup by doc id / path: ids of both tenants exist, only visible ones of the caller come back
+    from query.service import ask, search
+
+    asked = [f"doc-{i}" for i in range(12)]
+    exact = search(SearchRequest(tenant=tenant, groups=groups, mode="exact", doc_ids=asked, k=200)).hits
+    _check_hits(corpus, tenant, groups, exact)
+    assert {h.doc_id for h in exact} == _visible(corpus, tenant, groups)
+    by_path = search(SearchRequest(tenant=tenant, groups=groups, mode="exact", paths=asked[:6], k=200)).hits
+    _check_hits(corpus, tenant, groups, by_path)
 
     resp = ask(AskRequest(query=query, tenant=tenant, groups=groups, mode="lexical"))
     visible = _visible(corpus, tenant, groups)
     assert {c.doc_id for c in resp.citations} <= visible
     assert {r["doc_id"] for r in resp.trace.get("retrieved", [])} <= visible
+
+
+def test_rerank_input_holds_only_visible_chunks(corpus, use_settings):
+    """What the reranker receives is checked on the (loopback Voyage) server side."""
+    from query.service import ask, search
+
+    with LoopbackServer() as srv:
+        use_settings(reranker="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
+                     rerank_timeout_s=5)
+        seen = 0
+        for tenant, groups in ((TENANTS[0], ["hr"]), (TENANTS[1], ["eng", "Eng"]), (TENANTS[0], ["sales", "all"])):
+            allowed = {c for d in _visible(corpus, tenant, groups) for c in corpus[(tenant, d)]["chunks"]}
+            srv.reset_stats()
+            search(SearchRequest(query="бюджет отчёт", tenant=tenant, groups=groups, mode="lexical"))
+            ask(AskRequest(query="сервер релиз", tenant=tenant, groups=groups, mode="lexical"))
+            docs = [d for b in srv.stats.bodies if "documents" in b for d in b["documents"]]
+            seen += len(docs)
+            assert all(any(c in d for c in allowed) for d in docs), (tenant, groups)
+        assert seen > 0, "the reranker was called with candidates"
 
 
 def test_empty_or_blank_groups_return_nothing(corpus):
@@ -95,6 +122,7 @@ def test_empty_or_blank_groups_return_nothing(corpus):
                             query_vector=hashed_embedding("очередь", 384))
         assert search(req).hits == []
     assert ask(AskRequest(query="очередь", tenant=TENANTS[0], groups=[], mode="lexical")).citations == []
+    assert search(SearchRequest(tenant=TENANTS[0], groups=[], mode="exact", doc_ids=["doc-1"])).hits == []
     for bad in ([""], ["  "], [None], "eng", [1]):
         with pytest.raises(ValidationError):
             SearchRequest(query="очередь", tenant=TENANTS[0], groups=bad)
