@@ -1,4 +1,4 @@
-"""`ragline acl set|sync`, `ragline reindex`, `ragline errors`, `ragline retry-failed`, `ragline cancel`."""
+"""`ragline acl set|sync`, `reindex`, `reembed`, `errors`, `retry-failed`, `cancel` (issues 5, 6)."""
 
 from __future__ import annotations
 
@@ -159,6 +159,21 @@ def retry_failed(
     _print(out, as_json)
 
 
+def reembed(
+    tenant: str | None = typer.Option(None, "--tenant", help="only this tenant's chunks"),
+    wait: bool = typer.Option(False, "--wait"),
+    as_json: bool = typer.Option(False, "--json"),
+    timeout: float = typer.Option(24 * 3600.0),
+) -> None:
+    """Re-embed, in the background on the ingest pool, every chunk not on the configured model."""
+    from shared.celery_app import app
+    from shared.contracts import TASK_INGEST_REEMBED
+
+    reload_app()
+    res = app.send_task(TASK_INGEST_REEMBED, args=[{"tenant": tenant} if tenant else {}])
+    _print(res.get(timeout=timeout) if wait else {"task_id": res.id}, as_json)
+
+
 def cancel(job_id: str = typer.Argument(...)) -> None:
     """Cancel a queued or running job: its remaining documents are skipped, a re-embedding stops."""
     from shared import db, jobs
@@ -212,4 +227,5 @@ def register(app: typer.Typer) -> None:
     app.command()(reindex)
     app.command()(errors)
     app.command("retry-failed")(retry_failed)
+    app.command()(reembed)
     app.command()(cancel)
