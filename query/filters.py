@@ -99,8 +99,31 @@ def compile_filters(req: SearchRequest, prefer_bonus: float, test_penalty: float
 
 
 _TERM = re.compile(r"\w", re.UNICODE)
+# a word may carry stress marks (U+0300, U+0301), as Russian Wikipedia text and questions often do
+_WORD = re.compile(r"[\w\u0300\u0301]+", re.UNICODE)
+_STRESS = re.compile(r"[\u0300\u0301]")
 
 
 def has_terms(query: str) -> bool:
     """False when the text cannot yield a single lexeme (no word characters at all)."""
     return bool(_TERM.search(query or ""))
+
+
+def lexical_query(query: str, match: str = "any") -> str:
+    """The text handed to ``websearch_to_tsquery``.
+
+    ``all``: the user's text as is (every term required; quotes and ``-`` work).
+    ``any``: the words joined by ``or``, like BM25, so one missing word does not empty the result;
+    a word with stress marks also matches without them ("госуда́рство" or "государство").
+    """
+    if match == "all":
+        return query
+    words: dict[str, None] = {}
+    for w in _WORD.findall(query or ""):
+        if w.lower() == "or":
+            continue
+        words.setdefault(w, None)
+        bare = _STRESS.sub("", w)
+        if bare and bare != w:
+            words.setdefault(bare, None)
+    return " or ".join(words)

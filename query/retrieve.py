@@ -14,7 +14,7 @@ import numpy as np
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from query.filters import clean_paths, compile_filters, has_terms
+from query.filters import clean_paths, compile_filters, has_terms, lexical_query
 from query.fusion import rrf
 from shared.contracts import Hit, SearchRequest, SearchResponse
 from shared.settings import Settings
@@ -34,9 +34,10 @@ WITH candidates AS MATERIALIZED (
 SELECT * FROM candidates ORDER BY distance, doc_id, chunk_no
 """
 
-# numnode(q) = 0 when the query holds only stop words: no rows, no NOTICE, same round trip
+# numnode(q) = 0 when the query holds only stop words: no rows, no NOTICE, same round trip;
+# {rank_fn} is ts_rank or ts_rank_cd (a settings Literal, never user text)
 LEXICAL_SQL = """
-SELECT {fields}{columns}, ts_rank_cd(c.tsv, q) AS rank
+SELECT {fields}{columns}, {rank_fn}(c.tsv, q, %(rank_norm)s) AS rank
 FROM chunks c, websearch_to_tsquery('russian', %(query)s) q
 WHERE numnode(q) > 0 AND {scope} AND c.tsv @@ q{where}
 ORDER BY rank DESC, c.doc_id, c.chunk_no
@@ -72,8 +73,9 @@ def _hit(row: dict) -> Hit:
                test_penalty=float(row["test_penalty"]))
 
 
-def _sql(template: str, columns: str, where: str) -> str:
-    return template.format(fields=_FIELDS, columns=columns, scope=_SCOPE, where=where)
+def _sql(template: str, columns: str, where: str, rank_fn: str = "ts_rank") -> str:
+    assert rank_fn in ("ts_rank", "ts_rank_cd")
+    return template.format(fields=_FIELDS, columns=columns, scope=_SCOPE, where=where, rank_fn=rank_fn)
 
 
 def vector_rows(conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray, n: int, settings: Settings) -> list[dict]:
@@ -90,8 +92,11 @@ def lexical_rows(conn: psycopg.Connection | None, req: SearchRequest, n: int, se
         return []
     assert conn is not None
     f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
-    params = {"tenant": req.tenant, "groups": req.groups, "n": n, "query": req.query, **f.params}
-    return conn.execute(_sql(LEXICAL_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
+    params = {"tenant": req.tenant, "groups": req.groups, "n": n,
+              "query": lexical_query(req.query, settings.lexical_match), "rank_norm": settings.lexical_rank_normalization,
+              **f.params}
+    sql = _sql(LEXICAL_SQL, f.columns_sql(), f.where_sql(), settings.lexical_rank)
+    return conn.execute(sql, params).fetchall()
 
 
 def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Settings) -> list[dict]:

@@ -126,6 +126,12 @@ class Settings(BaseSettings):
     # --- query pool: filters, rerank, answers, transforms, agentic loop (issue 4) -------------
     # added to / subtracted from the fused RRF score (one RRF step near the top is ~0.0003)
     prefer_bonus: float = 0.005
+    # lexical retriever: "any" = words OR-ed like BM25 (robust for questions); "all" = websearch AND syntax
+    lexical_match: Literal["any", "all"] = "any"
+    # measured on the dev sets (README "Retrieval quality"): ts_rank with length normalisation 1
+    # beats ts_rank_cd for OR-ed questions
+    lexical_rank: Literal["ts_rank", "ts_rank_cd"] = "ts_rank"
+    lexical_rank_normalization: int = Field(default=1, ge=0, le=63)
     test_penalty: float = 0.005
     # rerank candidates come from the fused top-N; the threshold is on the provider's score
     generator_max_tokens: int = 1024
