@@ -78,6 +78,14 @@ class Settings(BaseSettings):
     embed_tpm: int = 1_000_000
     embed_timeout_s: float = 30.0
     embed_max_retries: int = 6
+    # --- ingestion: embedder backoff/admission, contextualizer, batches (issue 3) -----------
+    embed_backoff_base_s: float = 0.5
+    embed_backoff_max_s: float = 30.0
+    embed_admission_wait_s: float = 300.0  # waiting for an in-flight slot or RPM/TPM budget
+    contextualize_max_tokens: int = 150
+    contextualize_timeout_s: float = 30.0
+    contextualize_max_doc_chars: int = 400_000  # a longer document falls back to headings
+    ingest_batch_docs: int = Field(default=32, ge=1, le=500)  # documents per ingest batch task
 
     contextualizer: Literal["heading", "anthropic"] = "heading"
     reranker: Literal["none", "voyage", "cross-encoder"] = "none"
