@@ -8,9 +8,11 @@ runs at a time (advisory lock); the scheduled tick and ``ragline reindex`` share
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psycopg
 
@@ -64,13 +66,43 @@ def plan(listing: Listing, stored: dict[str, dict], source_name: str) -> Plan:
 def stored_state(conn: psycopg.Connection, tenant: str, source_name: str, doc_ids: list[str]) -> dict[str, dict]:
     rows = conn.execute(
         """
-        SELECT doc_id, version, status, metadata->>'source_fp' AS fp, metadata->>'source' AS source
+        SELECT doc_id, version, status, content_hash, metadata->>'source_fp' AS fp, metadata->>'source' AS source
         FROM documents
         WHERE tenant = %s AND (metadata->>'source' = %s OR doc_id = ANY(%s))
         """,
         (tenant, source_name, doc_ids),
     ).fetchall()
     return {r["doc_id"]: dict(r) for r in rows}
+
+
+def tie_break(conn: psycopg.Connection, spec: SourceSpec, p: Plan, stored: dict[str, dict]) -> int:
+    """Folder files whose fingerprint moved but whose bytes did not (a ``touch``, a copy that kept the
+    content): the content hash decides, the stored fingerprint is refreshed and nothing is enqueued.
+    Reading the file is still far cheaper than parsing and embedding it. Returns how many were touched."""
+    if spec.kind != "folder":
+        return 0
+    keep, touched = [], []
+    for item, version, reason in p.enqueue:
+        s = stored.get(item.doc_id)
+        if reason == "changed" and s and s["status"] == "ready" and s.get("content_hash"):
+            try:
+                digest = hashlib.sha256(Path(item.uri).read_bytes()).hexdigest()
+            except OSError:
+                digest = None
+            if digest == s["content_hash"]:
+                touched.append((item, version))
+                continue
+        keep.append((item, version, reason))
+    for item, version in touched:
+        conn.execute(
+            "UPDATE documents SET version = greatest(version, %s),"
+            " metadata = metadata || jsonb_build_object('source_fp', %s::text)"
+            " WHERE tenant = %s AND doc_id = %s AND content_hash IS NOT DISTINCT FROM %s",
+            (version, item.fingerprint, spec.tenant, item.doc_id, stored[item.doc_id]["content_hash"]),
+        )
+    p.enqueue = keep
+    p.unchanged += len(touched)
+    return len(touched)
 
 
 def request_for(spec: SourceSpec, item: Listed, version: int, job_id: str | None) -> IngestRequest:
@@ -114,9 +146,10 @@ def reindex(conn: psycopg.Connection, specs: list[SourceSpec], send_task: Callab
                 continue
             stored = stored_state(conn, spec.tenant, spec.name, [i.doc_id for i in listing.items])
             p = plan(listing, stored, spec.name)
+            touched = tie_break(conn, spec, p, stored)
             plans.append((spec, p))
             report[spec.name] = {"listed": len(listing.items), "new": p.count("new"), "changed": p.count("changed"),
-                                 "unchanged": p.unchanged, "unavailable": len(listing.unavailable),
+                                 "unchanged": p.unchanged, "touched": touched, "unavailable": len(listing.unavailable),
                                  "enqueued": len(p.enqueue), "pruned": 0, "errors": listing.errors[:20]}
             jobs.heartbeat(conn, job_id, progress=True)
             conn.commit()
@@ -133,7 +166,7 @@ def reindex(conn: psycopg.Connection, specs: list[SourceSpec], send_task: Callab
                 report[spec.name]["pruned"] += outcome == "deleted"
             conn.commit()
         totals = {k: sum(r.get(k, 0) for r in report.values())
-                  for k in ("listed", "new", "changed", "unchanged", "pruned", "unavailable", "enqueued")}
+                  for k in ("listed", "new", "changed", "unchanged", "touched", "pruned", "unavailable", "enqueued")}
         jobs.finish_if_done(conn, job_id, {"sources": report, **totals})
         conn.commit()
         return {"job_id": job_id, "state": jobs.job_state(conn, job_id), "sources": report, **totals}
