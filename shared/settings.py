@@ -34,7 +34,8 @@ class Settings(BaseSettings):
     # --- Celery pools ---------------------------------------------------------------------
     ingest_concurrency: int = 2
     query_concurrency: int = 2
-    acl_concurrency: int = 1
+    # control pool (acl + maintenance): 2 so a permission sync never waits behind a long reindex listing
+    acl_concurrency: int = 2
     task_soft_time_limit_s: int = 600
     task_time_limit_s: int = 900
     # must stay above the longest task: Redis redelivers unacked tasks after this
