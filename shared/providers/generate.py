@@ -1,8 +1,9 @@
 """Answer generators behind one small interface: ``anthropic`` (the SDK, configurable base_url) and
-``openai`` / ``ollama`` (any OpenAI-compatible ``/v1/chat/completions`` endpoint, over httpx).
+``openai`` / ``ollama`` (any OpenAI-compatible ``/v1/chat/completions`` endpoint, over httpx, at the
+configured low temperature).
 
 The offline default ``extractive`` lives in ``query/generate.py`` and needs no provider.
-Both providers run at the configured low temperature and never retry past their timeout.
+Neither retries past its timeout.
 """
 
 from __future__ import annotations
@@ -44,13 +45,14 @@ class AnthropicGenerator:
                                            base_url=settings.anthropic_base_url, timeout=settings.generator_timeout_s,
                                            max_retries=1)
         self.model = settings.generator_model
-        self.temperature = settings.generator_temperature
         self.max_tokens = settings.generator_max_tokens
 
     def generate(self, system: str, messages: list[dict], max_tokens: int | None = None) -> Generation:
         # the system text is the same for every question: mark it cacheable
+        # no temperature: API version 2026-10-21 (the SDK 2.x default) rejects sampling parameters
+        # with a 400, and the SDK no longer has them; answers stay grounded by the prompt instead
         resp = self._client.messages.create(
-            model=self.model, max_tokens=max_tokens or self.max_tokens, temperature=self.temperature,
+            model=self.model, max_tokens=max_tokens or self.max_tokens,
             system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}], messages=messages,
         )
         text = "".join(getattr(b, "text", "") for b in resp.content if getattr(b, "type", "") == "text")
