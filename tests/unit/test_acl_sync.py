@@ -73,3 +73,26 @@ def test_acl_sync_path_imports_no_embedder():
             "'onnxruntime', 'ingest.embed', 'ingest.pipeline'))]; print(bad); sys.exit(1 if bad else 0)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_acl_and_event_tasks_route_to_the_control_pool_and_beat_ticks_expire():
+    from shared.celery_app import POOLS, app
+    from shared.contracts import (
+        TASK_ACL_SYNC,
+        TASK_INGEST_EVENT,
+        TASK_INGEST_REEMBED,
+        TASK_REINDEX,
+        TASK_STUCK_JOBS,
+    )
+
+    def queue(name):
+        return app.amqp.router.route({}, name)["queue"].name
+
+    assert queue(TASK_ACL_SYNC) == "acl" and queue(TASK_INGEST_EVENT) == "acl"
+    assert queue(TASK_REINDEX) == "maintenance" and queue(TASK_STUCK_JOBS) == "maintenance"
+    assert queue(TASK_INGEST_REEMBED) == "ingest"  # the model lives in the ingest pool only
+    assert "acl" in POOLS["control"] and "acl" not in POOLS["ingest"]
+    beat = {e["task"]: e for e in app.conf.beat_schedule.values()}
+    for task in (TASK_REINDEX, TASK_STUCK_JOBS):
+        # a tick not picked up before the next one is due is dropped, not piled up
+        assert 0 < beat[task]["options"]["expires"] <= beat[task]["schedule"]
