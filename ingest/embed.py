@@ -6,7 +6,6 @@ An unchanged chunk is never embedded twice: its vector comes from ``embedding_ca
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,11 +55,7 @@ def embed_with_cache(
     embedded = 0
     miss_items = list(missing.items())
     for batch in batched(miss_items, batch_size):
-        t0 = time.perf_counter()
-        vectors = embedder.embed_documents([t for _, t in batch])
-        provider = type(embedder).__name__
-        m.EMBED_BATCH_LATENCY_MS.labels(provider=provider).observe((time.perf_counter() - t0) * 1000)
-        m.EMBED_TEXTS.labels(provider=provider).inc(len(batch))
+        vectors = embedder.embed_documents([t for _, t in batch])  # providers record latency and texts
         if len(vectors) != len(batch):
             raise RuntimeError(f"embedder returned {len(vectors)} vectors for {len(batch)} texts")
         embedded += len(batch)

@@ -90,6 +90,9 @@ def make_celery() -> Celery:
         },
     )
     app.conf.include = TASK_MODULES
+    from shared.signing import configure_signing
+
+    configure_signing(app, settings)  # no-op unless RAGLINE_SIGNING_KEY_FILE is set
     return app
 
 
@@ -123,3 +126,6 @@ def _metrics_process_dead(pid: int | None = None, **_: object) -> None:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid or os.getpid())
+
+
+from shared import redelivery as _redelivery  # noqa: E402,F401  (connects its worker signals)

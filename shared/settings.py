@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     visibility_timeout_s: int = 3600
     # how often kombu looks for unacked tasks of dead workers (kombu's default is ~100 s here)
     unacked_restore_interval_s: float = 5.0
+    # a worker whose alive key is older than this is dead: its unacked tasks are restored (shared/redelivery.py)
+    worker_alive_ttl_s: float = 10.0
     reindex_schedule_s: float = 3600.0
 
     # --- Flower ---------------------------------------------------------------------------

@@ -118,3 +118,15 @@ def listen_addresses(pid: int) -> set[str]:
         except psutil.NoSuchProcess:
             continue
     return out
+
+
+def wait_log(pool: Pool, text: str, timeout: float = 90.0) -> None:
+    """Until ``text`` appears in the pool's log (for workers that refuse unsigned control messages)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in pool.log_text():
+            return
+        if pool.proc.poll() is not None:
+            raise AssertionError(f"{pool.name} exited {pool.proc.returncode}:\n{pool.log_text()[-3000:]}")
+        time.sleep(0.3)
+    raise AssertionError(f"{text!r} not in the log of {pool.name} after {timeout}s:\n{pool.log_text()[-3000:]}")

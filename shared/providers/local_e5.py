@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 
+from shared.metrics import EMBED_BATCH_LATENCY_MS, EMBED_TEXTS
 from shared.settings import Settings
 
 
@@ -20,8 +22,12 @@ class LocalE5Embedder:
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
+        t0 = time.perf_counter()
         with self._lock:
-            return [list(map(float, v)) for v in self._e5.passage(list(texts))]
+            out = [list(map(float, v)) for v in self._e5.passage(list(texts))]
+        EMBED_BATCH_LATENCY_MS.labels("local-e5").observe((time.perf_counter() - t0) * 1000)
+        EMBED_TEXTS.labels("local-e5").inc(len(texts))
+        return out
 
     def embed_query(self, text: str) -> list[float]:
         with self._lock:

@@ -1,0 +1,173 @@
+"""Bring back, within seconds, the tasks held by a worker that died (kombu's Redis transport).
+
+With ``acks_late`` a task stays in kombu's ``unacked`` hash until it is acknowledged. Two ways
+it comes back after a crash:
+
+* only a prefork **child** dies (SIGKILL, OOM in the child): the pool parent sees
+  ``WorkerLostError`` and, with ``task_reject_on_worker_lost``, requeues the message at once;
+* the **whole worker** dies (node lost, SIGKILL of the parent): nobody rejects the message.
+  kombu's ``restore_visible`` then restores it only once it is older than ``visibility_timeout``
+  (an hour here, and it must stay above the longest task, or a long task would run twice);
+  ``unacked_restore_interval``/``throttle`` only set how often that check runs.
+
+For the second case every worker records which of its incarnations (host, pid, start time)
+holds each delivery tag, and refreshes a short-lived "alive" key. A daemon thread in each worker
+main process restores the tags whose owner's key has expired, under a Redis lock so one worker
+does it per tick. A tag taken by a worker that died before ``task_received`` fired (a window of
+milliseconds) falls back to ``visibility_timeout``. Restoring twice is harmless: kombu restores a
+tag inside a WATCH transaction and ingestion is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+
+from celery import signals
+
+log = logging.getLogger(__name__)
+
+OWNER_KEY = "ragline:unacked_owner"  # hash: delivery tag -> incarnation
+ALIVE_PREFIX = "ragline:worker_alive:"
+LOCK_KEY = "ragline:orphan_restore_lock"
+
+_state: dict = {"incarnation": None, "stop": None, "thread": None}
+
+
+def incarnation() -> str:
+    if _state["incarnation"] is None:
+        _state["incarnation"] = f"{socket.gethostname()}:{os.getpid()}:{time.time():.3f}"
+    return _state["incarnation"]
+
+
+def _settings():
+    from shared.settings import get_settings
+
+    return get_settings()
+
+
+def _redis():
+    import redis
+
+    from shared.celery_app import app
+
+    return redis.Redis.from_url(app.conf.broker_url, socket_timeout=5, socket_connect_timeout=5)
+
+
+def _uses_redis() -> bool:
+    from shared.celery_app import app
+
+    return str(app.conf.broker_url).startswith(("redis://", "rediss://", "redis+socket://"))
+
+
+def heartbeat(client, ttl: float) -> None:
+    client.set(ALIVE_PREFIX + incarnation(), "1", px=int(ttl * 1000))
+
+
+def restore_orphans(client) -> list[str]:
+    """Restore unacked messages whose owning worker incarnation is no longer alive; return their tags."""
+    from shared.celery_app import app
+
+    if not client.set(LOCK_KEY, incarnation(), nx=True, px=int(max(1.0, _settings().unacked_restore_interval_s)
+                                                              * 1000)):
+        return []
+    owners = {k.decode(): v.decode() for k, v in client.hgetall(OWNER_KEY).items()}
+    if not owners:
+        return []
+    restored: list[str] = []
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        unacked = {t.decode() for t in client.hkeys(channel.unacked_key)}
+        alive: dict[str, bool] = {}
+        for tag, owner in owners.items():
+            if tag not in unacked:  # acknowledged (or already restored): forget it
+                client.hdel(OWNER_KEY, tag)
+                continue
+            if owner not in alive:
+                alive[owner] = bool(client.exists(ALIVE_PREFIX + owner))
+            if not alive[owner]:
+                channel.qos.restore_by_tag(tag, leftmost=True)
+                client.hdel(OWNER_KEY, tag)
+                restored.append(tag)
+    if restored:
+        log.warning("restored %d task(s) held by dead workers", len(restored), extra={"tags": restored})
+    return restored
+
+
+def _loop(stop: threading.Event) -> None:
+    settings = _settings()
+    ttl = settings.worker_alive_ttl_s
+    interval = max(0.5, min(settings.unacked_restore_interval_s, ttl / 3))
+    client = None
+    while not stop.is_set():
+        try:
+            client = client or _redis()
+            heartbeat(client, ttl)
+            restore_orphans(client)
+        except Exception as exc:  # broker down or restarting: try again next tick
+            log.debug("orphan restore tick failed: %s", type(exc).__name__)
+            client = None
+        stop.wait(interval)
+
+
+def start() -> None:
+    if _state["thread"] is not None or not _uses_redis():
+        return
+    try:  # alive before the first task is received, so its tag is never taken for an orphan
+        heartbeat(_redis(), _settings().worker_alive_ttl_s)
+    except Exception:
+        pass
+    stop = threading.Event()
+    thread = threading.Thread(target=_loop, args=(stop,), name="ragline-orphan-restore", daemon=True)
+    _state.update(stop=stop, thread=thread)
+    thread.start()
+
+
+def stop() -> None:
+    if _state["thread"] is None:
+        return
+    _state["stop"].set()
+    _state["thread"].join(5)
+    try:
+        client = _redis()
+        client.delete(ALIVE_PREFIX + incarnation())
+    except Exception:
+        pass
+    _state.update(stop=None, thread=None, incarnation=None)
+
+
+@signals.task_received.connect
+def _remember_owner(request=None, **_: object) -> None:
+    """In the worker main process: this incarnation now holds the message's delivery tag."""
+    if request is None or not _uses_redis() or not getattr(request.task, "acks_late", False):
+        return
+    tag = getattr(request.message, "delivery_tag", None)
+    if not tag:
+        return
+    try:
+        _redis_cached().hset(OWNER_KEY, tag, incarnation())
+    except Exception as exc:  # never fail a task over bookkeeping; visibility_timeout still applies
+        log.debug("could not record owner of %s: %s", tag, type(exc).__name__)
+        _client.pop("c", None)
+
+
+_client: dict = {}
+
+
+def _redis_cached():
+    if "c" not in _client:
+        _client["c"] = _redis()
+    return _client["c"]
+
+
+@signals.worker_ready.connect
+def _on_worker_ready(**_: object) -> None:
+    start()
+
+
+@signals.worker_shutdown.connect
+def _on_worker_shutdown(**_: object) -> None:
+    stop()

@@ -1,0 +1,130 @@
+"""Helpers of the chaos suite: a deterministic corpus, jobs sent to a test pool's queue, the chunk rows
+that define "the same final state", and the results table written to bench/results/chaos.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from shared import db, jobs
+from shared.contracts import TASK_INGEST_DOCUMENT
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "chaos.json"
+
+_WORDS = ("очередь индексации воркер документ фрагмент эмбеддинг поиск ответ арендатор доступ группа "
+          "задача сервер база данных вектор индекс модель запрос цитата заголовок раздел абзац").split()
+
+
+def paragraph(seed: int, words: int = 60) -> str:
+    out = []
+    x = seed * 7919 + 13
+    for i in range(words):
+        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+        out.append(_WORDS[x % len(_WORDS)])
+        if i % 12 == 11:
+            out[-1] += "."
+    text = " ".join(out)
+    return text[0].upper() + text[1:] + f" Номер {seed}."
+
+
+def make_corpus(folder: Path, docs: int, sections: int, paras: int = 2, prefix: str = "doc") -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    offset = sum(prefix.encode()) * 100_000  # another prefix, other texts: nothing comes from the embedding cache
+    for d in range(docs):
+        parts = [f"# Документ {prefix} {d}\n"]
+        for s in range(sections):
+            parts.append(f"\n## Раздел {s}\n")
+            parts += [paragraph(offset + d * 1000 + s * 10 + p) + "\n" for p in range(paras)]
+        f = folder / f"{prefix}-{d:02d}.md"
+        f.write_text("\n".join(parts), encoding="utf-8")
+        files.append(f)
+    return files
+
+
+def send_job(app, queue: str, files: list[Path], tenant: str, acl: tuple[str, ...] = ("staff",)) -> tuple[str, list[str]]:
+    """One job, one ingest task per file, all on ``queue``; returns (job_id, task ids)."""
+    with db.connection() as conn:
+        job_id = jobs.create_job(conn, "ingest", tenant, [f.name for f in files], {"chaos": True})
+    ids = []
+    for f in files:
+        payload = {"tenant": tenant, "doc_id": f.name, "uri": str(f), "path": f.name, "acl": list(acl),
+                   "version": 1, "job_id": job_id}
+        ids.append(app.send_task(TASK_INGEST_DOCUMENT, args=[payload], queue=queue).id)
+    return job_id, ids
+
+
+def wait_job(job_id: str, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        with db.connection() as c:
+            s = jobs.job_summary(c, job_id)
+        if s["state"] != "running":
+            return s
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job still running after {timeout}s: {s}")
+        time.sleep(0.3)
+
+
+def chunk_rows(tenant: str) -> list[tuple[str, int, str]]:
+    """(doc_id, chunk_no, content_hash) of every chunk with an embedding, duplicates kept."""
+    with db.connection() as c:
+        rows = c.execute("SELECT doc_id, chunk_no, content_hash FROM chunks WHERE tenant = %s"
+                         " AND embedding IS NOT NULL ORDER BY doc_id, chunk_no", (tenant,)).fetchall()
+    return [(r["doc_id"], r["chunk_no"], r["content_hash"]) for r in rows]
+
+
+def compare(actual: list[tuple], reference: list[tuple]) -> dict:
+    """Lost / duplicated / unexpected rows of a faulted run against a clean run of the same corpus."""
+    a, r = set(actual), set(reference)
+    return {"rows": len(actual), "reference_rows": len(reference), "lost": len(r - a),
+            "duplicated": len(actual) - len(a), "unexpected": len(a - r)}
+
+
+def wait_state(app, task_id: str, states: set[str], timeout: float = 120, poll: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        res = app.AsyncResult(task_id)
+        if res.state in states:
+            return res
+        time.sleep(poll)
+    raise AssertionError(f"task {task_id} never reached {states}")
+
+
+def peak_rss_mb(pid: int) -> float:
+    """Peak resident set (VmHWM) of a live process, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+@dataclass
+class FaultResult:
+    fault: str
+    tasks_affected: int
+    recovered: int
+    lost: int
+    duplicated: int
+    time_to_recover_s: float | None
+    failures_recorded: int = 0
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def record(section: str, rows: list) -> None:
+    """Merge one section (list of results) into bench/results/chaos.json, keyed by section name."""
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        data = json.loads(RESULTS.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        data = {}
+    data[section] = [asdict(r) if hasattr(r, "__dataclass_fields__") else r for r in rows]
+    data.setdefault("_meta", {})["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    data["_meta"]["cpus"] = os.cpu_count()
+    tmp = RESULTS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False))
+    tmp.replace(RESULTS)

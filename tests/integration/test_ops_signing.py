@@ -1,0 +1,108 @@
+"""Optional Celery message signing: a worker started with a key and a certificate store runs tasks signed
+by a trusted key and refuses unsigned messages and messages signed by an unknown key.
+
+Producers run in subprocesses: ``setup_security`` changes kombu's global serializer registry, which
+must not leak into this test process (other tests send plain JSON)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.pools import start_pool, wait_log
+
+pytestmark = pytest.mark.slow
+
+PRODUCER = """
+import json, sys
+from shared.celery_app import app
+from shared.contracts import TASK_QUERY_RETRIEVE
+queue, tenant, wait = sys.argv[1], sys.argv[2], float(sys.argv[3])
+r = app.send_task(TASK_QUERY_RETRIEVE, args=[{"query": "подпись", "tenant": tenant, "groups": ["g"],
+                                               "mode": "lexical"}], queue=queue)
+try:
+    out = r.get(timeout=wait)
+    print(json.dumps({"id": r.id, "result": out}))
+except Exception as exc:
+    print(json.dumps({"id": r.id, "error": type(exc).__name__}))
+"""
+
+
+def _self_signed(folder: Path, name: str) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1)).sign(key, hashes.SHA256()))
+    key_file, cert_file = folder / f"{name}.key", folder / f"{name}.pem"
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key_file, cert_file
+
+
+def _produce(env: dict, queue: str, tenant: str, wait: float) -> dict:
+    from shared.processes import child_env
+    from shared.settings import get_settings
+
+    full = {**child_env(get_settings()), **env}
+    out = subprocess.run([sys.executable, "-c", PRODUCER, queue, tenant, str(wait)], env=full, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_signed_worker_accepts_signed_and_refuses_unsigned_or_foreign(stack, tmp_path, tenant):
+    from shared.celery_app import app
+
+    store = tmp_path / "certs"
+    store.mkdir()
+    key, cert = _self_signed(store, "trusted")
+    key.rename(tmp_path / "trusted.key")
+    key = tmp_path / "trusted.key"
+    rogue_dir = tmp_path / "rogue"
+    rogue_dir.mkdir()
+    rogue_key, rogue_cert = _self_signed(rogue_dir, "rogue")
+    signed = {"RAGLINE_SIGNING_KEY_FILE": str(key), "RAGLINE_SIGNING_CERT_FILE": str(cert),
+              "RAGLINE_SIGNING_CERT_STORE": str(store)}
+    rogue = {"RAGLINE_SIGNING_KEY_FILE": str(rogue_key), "RAGLINE_SIGNING_CERT_FILE": str(rogue_cert),
+             "RAGLINE_SIGNING_CERT_STORE": str(rogue_dir)}
+
+    worker = start_pool(stack, "query", concurrency=1, env=signed)
+    try:
+        wait_log(worker, f"{worker.queue}@")  # pings are unsigned JSON here: the worker refuses them
+        wait_log(worker, " ready.")
+        ok = _produce(signed, worker.queue, tenant, 60)
+        assert ok.get("result", {}).get("hits") == [], ok
+
+        unsigned = _produce({}, worker.queue, tenant, 4)
+        foreign = _produce(rogue, worker.queue, tenant, 4)
+        assert unsigned.get("error") and foreign.get("error"), (unsigned, foreign)
+        deadline = time.monotonic() + 10
+        log = ""
+        while time.monotonic() < deadline:
+            log = worker.log_text()
+            if "ContentDisallowed" in log and ("SecurityError" in log or "signature" in log.lower()):
+                break
+            time.sleep(0.3)
+        assert "ContentDisallowed" in log, log[-3000:]  # plain JSON refused (tasks and control messages)
+        assert "SecurityError" in log or "signature" in log.lower(), log[-3000:]  # unknown signer refused
+        assert app.AsyncResult(unsigned["id"]).state == "PENDING"
+        assert app.AsyncResult(foreign["id"]).state == "PENDING"
+        assert worker.proc.poll() is None  # refusing messages never kills the worker
+        again = _produce(signed, worker.queue, tenant, 60)
+        assert again.get("result", {}).get("hits") == [], again
+    finally:
+        worker.stop()
