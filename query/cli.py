@@ -184,8 +184,17 @@ def eval_cmd(
                             f"got {', '.join(miss['top'])})")
 
 
+def schemas(folder: Path = typer.Argument(Path("docs/schemas"))) -> None:
+    """Export the JSON Schema of the chat-backend contract (task payloads and results)."""
+    from query.schemas import export
+
+    for path in export(folder):
+        console.print(f"wrote {path}")
+
+
 def register(app: typer.Typer) -> None:
     app.command()(search)
     app.command()(ask)
     app.command()(demo)
     app.command(name="eval")(eval_cmd)
+    app.command()(schemas)

@@ -1,0 +1,84 @@
+"""A small client for chat backends: sends tasks to the query pool by their stable names.
+
+It imports no worker code (only Celery, the contracts and the settings), so a web service can
+use it without the ingest or query dependencies being loaded::
+
+    client = RaglineClient("redis://localhost:6379/0")
+    answer = client.ask("Как настроить ретраи?", tenant="acme", groups=["staff"])
+    for c in answer.citations: ...
+
+Replies are validated into the pydantic response models; a structured error reply from the
+worker (malformed payload, internal error) raises :class:`RaglineError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+from shared.contracts import (
+    TASK_QUERY_ASK,
+    TASK_QUERY_RERANK,
+    TASK_QUERY_RETRIEVE,
+    AskRequest,
+    AskResponse,
+    ChatTurn,
+    Hit,
+    RerankRequest,
+    RerankResponse,
+    SearchRequest,
+    SearchResponse,
+)
+
+
+class RaglineError(RuntimeError):
+    """The worker answered with ``{"ok": false, "error": ..., "detail": ...}``."""
+
+    def __init__(self, error: str, detail: Any = None) -> None:
+        super().__init__(f"{error}: {detail}" if detail else error)
+        self.error = error
+        self.detail = detail
+
+
+class RaglineClient:
+    def __init__(self, broker_url: str | None = None, backend_url: str | None = None, timeout: float = 60.0,
+                 app: Celery | None = None) -> None:
+        """``broker_url`` defaults to REDIS_URL / the embedded Redis of ``ragline up``."""
+        if app is None:
+            if broker_url is None:
+                from shared.settings import get_settings
+
+                broker_url = get_settings().effective_redis_url()
+            app = Celery("ragline-client", broker=broker_url, backend=backend_url or broker_url)
+            # the same queue declaration as the pools (shared/celery_app.py), so a message sent before
+            # any worker started is not lost
+            app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],
+                            task_queues=[Queue("query", Exchange("query", type="direct"), routing_key="query")],
+                            task_routes={"ragline.query.*": {"queue": "query", "routing_key": "query"}})
+        self.app = app
+        self.timeout = timeout
+
+    def _call(self, task: str, payload: dict, timeout: float | None) -> dict:
+        res = self.app.send_task(task, args=[payload], queue="query").get(timeout=timeout or self.timeout)
+        if isinstance(res, dict) and res.get("ok") is False:
+            raise RaglineError(res.get("error", "error"), res.get("detail"))
+        return res
+
+    def ask(self, question: str, tenant: str, groups: list[str], *, k: int = 5, mode: str = "hybrid",
+            history: list[ChatTurn | dict] | None = None, timeout: float | None = None, **filters: Any) -> AskResponse:
+        req = AskRequest(query=question, tenant=tenant, groups=groups, k=k, mode=mode,
+                         history=[ChatTurn.model_validate(t) for t in history or []], **filters)
+        return AskResponse.model_validate(self._call(TASK_QUERY_ASK, req.model_dump(exclude_defaults=True), timeout))
+
+    def search(self, query: str, tenant: str, groups: list[str], *, k: int = 10, mode: str = "hybrid",
+               timeout: float | None = None, **filters: Any) -> SearchResponse:
+        req = SearchRequest(query=query, tenant=tenant, groups=groups, k=k, mode=mode, **filters)
+        return SearchResponse.model_validate(
+            self._call(TASK_QUERY_RETRIEVE, req.model_dump(exclude_defaults=True), timeout))
+
+    def rerank(self, query: str, hits: list[Hit], *, top_k: int | None = None, threshold: float | None = None,
+               timeout: float | None = None) -> RerankResponse:
+        req = RerankRequest(query=query, hits=hits, top_k=top_k, threshold=threshold)
+        return RerankResponse.model_validate(self._call(TASK_QUERY_RERANK, req.model_dump(exclude_none=True), timeout))
