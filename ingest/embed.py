@@ -6,7 +6,7 @@ An unchanged chunk is never embedded twice: its vector comes from ``embedding_ca
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
@@ -20,6 +20,16 @@ class EmbedResult:
     vectors: list[np.ndarray]
     embedded: int  # texts actually sent to the embedder
     cached: int
+    sent: set[bytes] = field(default_factory=set)  # keys of the texts that were sent
+
+    def count_sent(self, texts: list[str], claimed: set[bytes]) -> int:
+        """How many of ``texts`` were sent, each counted for the first document that claims it."""
+        n = 0
+        for k in {text_key(t) for t in texts}:
+            if k in self.sent and k not in claimed:
+                claimed.add(k)
+                n += 1
+        return n
 
 
 def text_key(text: str) -> bytes:
@@ -69,4 +79,4 @@ def embed_with_cache(
         for (k, _), v in zip(batch, vectors, strict=True):
             found[k] = np.asarray(v, dtype=np.float32)
     m.EMBED_CACHE_HITS.inc(len(texts) - embedded)
-    return EmbedResult([found[k] for k in keys], embedded, len(texts) - embedded)
+    return EmbedResult([found[k] for k in keys], embedded, len(texts) - embedded, set(missing))

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from ingest.parse import SUPPORTED
 from shared import db, jobs
-from shared.contracts import TASK_INGEST_DOCUMENT
+from shared.contracts import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT
+from shared.settings import get_settings
 
 SUFFIXES = set(SUPPORTED)
 
@@ -30,13 +31,26 @@ def document_version(path: Path) -> int:
     return st.st_mtime_ns
 
 
-def enqueue_files(files: list[tuple[Path, str]], tenant: str, acl: list[str]) -> str:
+def enqueue_files(files: list[tuple[Path, str]], tenant: str, acl: list[str], batch_docs: int | None = None) -> str:
+    """One job; documents go out in batch tasks of ``batch_docs`` (default ``ingest_batch_docs``) so that
+    their chunks share embedding batches; a single document goes out as ``ragline.ingest.document``."""
     from shared.celery_app import app
 
+    size = batch_docs or get_settings().ingest_batch_docs
     with db.connection() as conn:
         job_id = jobs.create_job(conn, "ingest", tenant, [d for _, d in files], {"files": len(files)})
+    payloads = []
     for path, doc_id in files:
-        payload = {"tenant": tenant, "doc_id": doc_id, "uri": str(path), "path": doc_id, "acl": acl,
-                   "version": document_version(path), "job_id": job_id}
-        app.send_task(TASK_INGEST_DOCUMENT, args=[payload])
+        try:
+            version = document_version(path)
+        except OSError:
+            version = 0  # vanished since it was listed: the task records the error
+        payloads.append({"tenant": tenant, "doc_id": doc_id, "uri": str(path), "path": doc_id, "acl": acl,
+                         "version": version, "job_id": job_id})
+    for i in range(0, len(payloads), size):
+        group = payloads[i : i + size]
+        if len(group) == 1:
+            app.send_task(TASK_INGEST_DOCUMENT, args=[group[0]])
+        else:
+            app.send_task(TASK_INGEST_BATCH, args=[{"documents": group}])
     return job_id

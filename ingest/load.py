@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.parse import SUPPORTED, ParseError
+from ingest.parse import BINARY_FORMATS, SUPPORTED, ParseError
 from shared.contracts import IngestRequest
+from shared.settings import get_settings
 
-MAX_BYTES = 64 * 1024 * 1024
+MAX_BYTES = 64 * 1024 * 1024  # hard ceiling whatever the settings say
 
 
 @dataclass
@@ -19,7 +20,25 @@ class Loaded:
     path: str
 
 
+def size_limit(fmt: str) -> int:
+    s = get_settings()
+    return min(MAX_BYTES, s.ingest_max_bytes if fmt in BINARY_FORMATS else s.ingest_max_text_bytes)
+
+
+def check_size(size: int, fmt: str) -> None:
+    """Refuse a document too large to be real text before reading or parsing it."""
+    limit = size_limit(fmt)
+    if size > limit:
+        raise ParseError(f"document too large: {size} bytes (limit {limit} for {fmt})")
+
+
 def load(req: IngestRequest) -> Loaded:
+    loaded = _load(req)
+    check_size(len(loaded.data), loaded.fmt)
+    return loaded
+
+
+def _load(req: IngestRequest) -> Loaded:
     if req.content is not None:
         return Loaded(req.content.encode("utf-8"), req.fmt or "text", req.doc_id, req.path or req.doc_id)
     assert req.uri is not None
@@ -39,6 +58,5 @@ def load(req: IngestRequest) -> Loaded:
         size = p.stat().st_size
     except OSError as exc:
         raise ParseError(f"cannot read {uri}: {exc.strerror}") from None
-    if size > MAX_BYTES:
-        raise ParseError(f"document too large: {size} bytes (limit {MAX_BYTES})")
+    check_size(size, fmt)
     return Loaded(p.read_bytes(), fmt, p.stem, req.path or uri)

@@ -71,6 +71,7 @@ def blocks_from_elements(elements: list, default_title: str) -> ParsedDocument:
             text = text or (el.text or "").strip()
         else:
             text = (el.text or "").strip() if name != "CodeSnippet" else (el.text or "").strip("\n")
+        text = text.replace("\x00", "")  # Postgres text cannot hold NUL
         if not text.strip():
             continue
         if name == "Title":

@@ -1,12 +1,20 @@
-"""One document through every stage: load → parse → chunk → contextualize → embed → store."""
+"""Documents through every stage: load → parse → chunk → contextualize → embed → store.
+
+:func:`ingest_batch` prepares each document on its own (a bad one fails alone), embeds the chunks
+of all prepared documents together (so embedding batches fill up to 128 texts across documents),
+then stores each document in its own transaction. :func:`ingest_document` is a batch of one.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import dataclass, field
+
+import psycopg
 
 from ingest import store
-from ingest.chunk import chunk_blocks
+from ingest.chunk import Chunk, chunk_blocks
 from ingest.contextualize import contextualize, embedding_text
 from ingest.embed import embed_with_cache
 from ingest.load import load
@@ -16,64 +24,144 @@ from shared.contracts import IngestRequest, IngestResult
 from shared.providers import get_embedder
 from shared.settings import get_settings
 
+#: errors that mean "this document is bad", not "the system is down"
+DOCUMENT_ERRORS = (ParseError, OSError, ValueError, UnicodeError, RecursionError, MemoryError)
 
-def ingest_document(req: IngestRequest) -> IngestResult:
+
+class DocumentFailed(Exception):
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(f"{stage}: {message}")
+        self.stage = stage
+
+
+@dataclass
+class Prepared:
+    req: IngestRequest
+    content_hash: str
+    path: str
+    fmt: str
+    title: str
+    chunks: list[Chunk]
+    contexts: list[str]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def texts(self) -> list[str]:
+        return [embedding_text(c, ch.content) for c, ch in zip(self.contexts, self.chunks, strict=True)]
+
+
+def prepare(req: IngestRequest, embed_model: str) -> Prepared | IngestResult:
+    """Load, parse, chunk and contextualize one document; an unchanged document is skipped here.
+
+    Raises :class:`DocumentFailed` with the stage and a readable message for a bad document.
+    """
     settings = get_settings()
     timings: dict[str, float] = {}
     stage = "load"
-
-    def lap(name: str, t0: float) -> float:
-        now = time.perf_counter()
-        timings[name] = round((now - t0) * 1000, 2)
-        return now
-
     t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        timings[name] = round((now - t) * 1000, 2)
+        t = now
+
     try:
         loaded = load(req)
         content_hash = hashlib.sha256(loaded.data).hexdigest()
-        embedder = get_embedder()
         with db.connection() as conn:
             state = store.current_state(conn, req.tenant, req.doc_id)
-        if store.is_unchanged(state, content_hash, embedder.model) and state["version"] <= req.version:
+        if store.is_unchanged(state, content_hash, embed_model) and state["version"] <= req.version:
             return IngestResult(tenant=req.tenant, doc_id=req.doc_id, status="skipped_unchanged")
-        t = lap("load", t)
+        lap("load")
         stage = "parse"
         parsed = parse_bytes(loaded.data, loaded.fmt, default_title=loaded.title)
-        t = lap("parse", t)
+        lap("parse")
         stage = "chunk"
         chunks = chunk_blocks(parsed.blocks, settings.chunk_max_chars, settings.chunk_overlap_ratio,
                               settings.chunk_hard_max_chars)
-        t = lap("chunk", t)
+        lap("chunk")
         stage = "contextualize"
-        contexts = contextualize(parsed.title, chunks)
-        t = lap("contextualize", t)
-        stage = "embed"
+        contexts = contextualize(parsed.title, chunks, parsed.text)
+        lap("contextualize")
+    except DOCUMENT_ERRORS as exc:
+        raise DocumentFailed(stage, _readable(exc)) from exc
+    return Prepared(req, content_hash, loaded.path, loaded.fmt, parsed.title, chunks, contexts, timings)
+
+
+def _readable(exc: BaseException) -> str:
+    if isinstance(exc, ParseError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def store_prepared(p: Prepared, vectors: list, embed_model: str) -> str:
+    """One transaction per document, under its advisory lock; ``stored`` or ``stale``."""
+    req = p.req
+    rows = [
+        store.StoredChunk(ch.chunk_no, ch.content, ctx, " › ".join(ch.heading_path), ch.page, vec, {"kind": ch.kind})
+        for ch, ctx, vec in zip(p.chunks, p.contexts, vectors, strict=True)
+    ]
+    record = store.DocumentRecord(
+        tenant=req.tenant, doc_id=req.doc_id, source_uri=req.uri, path=p.path, title=p.title,
+        content_hash=p.content_hash, version=req.version, acl=list(req.acl), layer=req.layer,
+        metadata={**req.metadata, "format": p.fmt},
+    )
+    with db.connection() as conn, conn.transaction():
+        store.lock_document(conn, req.tenant, req.doc_id)
+        return store.upsert_document(conn, record, rows, embed_model)
+
+
+def record_failure(req: IngestRequest, stage: str, message: str) -> IngestResult:
+    with db.connection() as conn:
+        store.mark_failed(conn, req.tenant, req.doc_id, req.uri, stage, message, req.job_id)
+    return IngestResult(tenant=req.tenant, doc_id=req.doc_id, status="failed", error=message)
+
+
+def ingest_batch(reqs: list[IngestRequest]) -> list[IngestResult]:
+    """Ingest several documents with shared embedding batches; one result per request, in order.
+
+    A provider outage (:class:`shared.providers.ProviderError`, infrastructure errors) propagates:
+    the task retries the batch, and documents already stored are skipped as unchanged.
+    """
+    embedder = get_embedder()
+    results: list[IngestResult | None] = [None] * len(reqs)
+    ready: list[tuple[int, Prepared]] = []
+    for i, req in enumerate(reqs):
+        try:
+            out = prepare(req, embedder.model)
+        except DocumentFailed as exc:
+            results[i] = record_failure(req, exc.stage, str(exc))
+            continue
+        if isinstance(out, IngestResult):
+            results[i] = out
+        else:
+            ready.append((i, out))
+    if ready:
+        t = time.perf_counter()
+        texts = [p.texts for _, p in ready]
         with db.connection() as conn:
-            emb = embed_with_cache(
-                conn, embedder, [embedding_text(c, ch.content) for c, ch in zip(contexts, chunks, strict=True)],
-                settings.embed_batch_size,
-            )
-        t = lap("embed", t)
-        stage = "store"
-        rows = [
-            store.StoredChunk(ch.chunk_no, ch.content, ctx, " › ".join(ch.heading_path), ch.page, vec,
-                              {"kind": ch.kind})
-            for ch, ctx, vec in zip(chunks, contexts, emb.vectors, strict=True)
-        ]
-        record = store.DocumentRecord(
-            tenant=req.tenant, doc_id=req.doc_id, source_uri=req.uri, path=loaded.path, title=parsed.title,
-            content_hash=content_hash, version=req.version, acl=list(req.acl), layer=req.layer,
-            metadata={**req.metadata, "format": loaded.fmt},
-        )
-        with db.connection() as conn, conn.transaction():
-            store.lock_document(conn, req.tenant, req.doc_id)
-            outcome = store.upsert_document(conn, record, rows, embedder.model)
-        lap("store", t)
-        return IngestResult(tenant=req.tenant, doc_id=req.doc_id, status=outcome, chunks=len(rows),
-                            embedded=emb.embedded, timings_ms=timings)
-    except (ParseError, OSError, ValueError) as exc:
-        message = f"{stage}: {exc}"
-        with db.connection() as conn:
-            store.mark_failed(conn, req.tenant, req.doc_id, req.uri, stage, message, req.job_id)
-        return IngestResult(tenant=req.tenant, doc_id=req.doc_id, status="failed", error=message,
-                            timings_ms=timings)
+            emb = embed_with_cache(conn, embedder, [t for doc in texts for t in doc], get_settings().embed_batch_size)
+        embed_ms = round((time.perf_counter() - t) * 1000, 2)
+        offset = 0
+        claimed: set[bytes] = set()
+        for (i, p), doc_texts in zip(ready, texts, strict=True):
+            vectors = emb.vectors[offset : offset + len(doc_texts)]
+            offset += len(doc_texts)
+            embedded = emb.count_sent(doc_texts, claimed)
+            t = time.perf_counter()
+            try:
+                outcome = store_prepared(p, vectors, embedder.model)
+            except (*DOCUMENT_ERRORS, psycopg.DataError) as exc:  # e.g. a value Postgres refuses
+                results[i] = record_failure(p.req, "store", f"store: {_readable(exc)}")
+                continue
+            results[i] = IngestResult(
+                tenant=p.req.tenant, doc_id=p.req.doc_id, status=outcome, chunks=len(p.chunks), embedded=embedded,
+                timings_ms={**p.timings, "embed": embed_ms, "store": round((time.perf_counter() - t) * 1000, 2)})
+    return results  # type: ignore[return-value]
+
+
+def ingest_document(req: IngestRequest) -> IngestResult:
+    return ingest_batch([req])[0]

@@ -1,4 +1,9 @@
-"""Thin Celery tasks around the ingestion pipeline."""
+"""Thin Celery tasks around the ingestion pipeline.
+
+``ragline.ingest.document`` takes one document; ``ragline.ingest.batch`` takes several so that
+their chunks share embedding batches. Both are idempotent (unchanged documents are skipped, vectors
+come from the embedding cache), so ``acks_late`` redelivery after a worker dies is safe.
+"""
 
 from __future__ import annotations
 
@@ -8,45 +13,71 @@ import psycopg
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from ingest import store
-from ingest.pipeline import ingest_document
+from ingest.pipeline import ingest_batch, record_failure
 from shared import db, jobs
-from shared import metrics as m
 from shared.celery_app import app
-from shared.contracts import TASK_INGEST_DOCUMENT, ErrorResult, IngestRequest, IngestResult
-from shared.logging_setup import log_ingest
+from shared.contracts import (
+    TASK_INGEST_BATCH,
+    TASK_INGEST_DOCUMENT,
+    ErrorResult,
+    IngestBatchRequest,
+    IngestRequest,
+    IngestResult,
+)
+from shared.metrics import CHUNKS_PROCESSED, DOCUMENTS_PROCESSED
+from shared.providers import ProviderError
 from shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
 _JOB_STATE = {"stored": "done", "stale": "skipped", "skipped_unchanged": "skipped", "failed": "failed"}
 #: infrastructure errors: the task is retried (and redelivered if the worker dies)
-TRANSIENT = (psycopg.OperationalError, ConnectionError, TimeoutError)
+TRANSIENT = (psycopg.OperationalError, ConnectionError, TimeoutError, ProviderError)
+MAX_RETRIES = 20  # Celery's ceiling; the effective number is ``ingest_task_max_retries``
 
 
-@app.task(name=TASK_INGEST_DOCUMENT, bind=True, acks_late=True, max_retries=5)
+def _invalid(exc: ValidationError) -> dict:
+    return ErrorResult(error="invalid payload", detail=exc.errors(include_url=False, include_input=False)).model_dump()
+
+
+def _run(task, reqs: list[IngestRequest]) -> list[IngestResult]:
+    try:
+        results = ingest_batch(reqs)
+    except TRANSIENT as exc:
+        if task.request.retries < get_settings().ingest_task_max_retries:
+            raise task.retry(exc=exc, countdown=min(60, 2 ** task.request.retries)) from exc
+        stage = "embed" if isinstance(exc, ProviderError) else "internal"
+        message = f"{stage}: {type(exc).__name__}: {str(exc)[:500]}"
+        results = [record_failure(r, stage, message) for r in reqs]
+    except (Exception, SoftTimeLimitExceeded) as exc:  # a bug or a hostile document: record, keep going
+        log.exception("ingest of %d document(s) failed", len(reqs))
+        message = f"internal: {type(exc).__name__}: {str(exc)[:500]}"
+        results = [record_failure(r, "internal", message) for r in reqs]
+    for req, result in zip(reqs, results, strict=True):
+        DOCUMENTS_PROCESSED.labels(result.status).inc()
+        if result.status == "stored":
+            CHUNKS_PROCESSED.inc(result.chunks)
+        if req.job_id:
+            with db.connection() as conn:
+                jobs.record_document(conn, req.job_id, req.tenant, req.doc_id, _JOB_STATE[result.status],
+                                     result.chunks, result.embedded, result.error)
+    return results
+
+
+@app.task(name=TASK_INGEST_DOCUMENT, bind=True, acks_late=True, max_retries=MAX_RETRIES)
 def ingest_document_task(self, payload: dict) -> dict:
     try:
         req = IngestRequest.model_validate(payload)
     except ValidationError as exc:
-        return ErrorResult(error="invalid payload",
-                           detail=exc.errors(include_url=False, include_input=False)).model_dump()
+        return _invalid(exc)
+    return _run(self, [req])[0].model_dump()
+
+
+@app.task(name=TASK_INGEST_BATCH, bind=True, acks_late=True, max_retries=MAX_RETRIES)
+def ingest_batch_task(self, payload: dict) -> dict:
     try:
-        result = ingest_document(req)
-    except TRANSIENT as exc:
-        raise self.retry(exc=exc, countdown=min(60, 2 ** self.request.retries)) from exc
-    except (Exception, SoftTimeLimitExceeded) as exc:  # a bug or a hostile document: record, keep going
-        log.exception("ingest of %s/%s failed", req.tenant, req.doc_id)
-        error = f"internal: {type(exc).__name__}: {str(exc)[:500]}"
-        with db.connection() as conn:
-            store.mark_failed(conn, req.tenant, req.doc_id, req.uri, "internal", error, req.job_id)
-        result = IngestResult(tenant=req.tenant, doc_id=req.doc_id, status="failed", error=error)
-    m.DOCUMENTS_PROCESSED.labels(status=result.status).inc()
-    m.CHUNKS_PROCESSED.inc(result.chunks)
-    log_ingest(tenant=req.tenant, doc_id=req.doc_id, status=result.status, chunks=result.chunks,
-               model=get_settings().embed_model_name, latency_ms=sum(result.timings_ms.values()), error=result.error)
-    if req.job_id:
-        with db.connection() as conn:
-            jobs.record_document(conn, req.job_id, req.tenant, req.doc_id, _JOB_STATE[result.status],
-                                 result.chunks, result.embedded, result.error)
-    return result.model_dump()
+        batch = IngestBatchRequest.model_validate(payload)
+    except ValidationError as exc:
+        return _invalid(exc)
+    results = _run(self, batch.documents)
+    return {"documents": [r.model_dump() for r in results]}

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 TASK_INGEST_DOCUMENT = "ragline.ingest.document"
+TASK_INGEST_BATCH = "ragline.ingest.batch"
 TASK_QUERY_RETRIEVE = "ragline.query.retrieve"
 TASK_QUERY_RERANK = "ragline.query.rerank"
 TASK_QUERY_ASK = "ragline.query.ask"
@@ -44,6 +45,14 @@ class IngestRequest(BaseModel):
         if (self.uri is None) == (self.content is None):
             raise ValueError("exactly one of 'uri' or 'content' is required")
         return self
+
+
+class IngestBatchRequest(BaseModel):
+    """Several documents in one task, so their chunks share embedding batches of up to 128 texts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    documents: list[IngestRequest] = Field(min_length=1, max_length=500)
 
 
 class IngestResult(BaseModel):

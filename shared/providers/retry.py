@@ -16,6 +16,7 @@ from tenacity import (
 )
 
 from shared.metrics import EMBED_429, EMBED_RETRIES
+from shared.providers import ProviderError
 
 T = TypeVar("T")
 
@@ -62,4 +63,7 @@ def call_with_retries(fn: Callable[[], T], provider: str, attempts: int, base_s:
 
     retrying = Retrying(stop=stop_after_attempt(max(1, attempts)), wait=wait, reraise=True,
                         retry=retry_if_exception_type(TransientProviderError), before_sleep=before_sleep)
-    return retrying(counted)
+    try:
+        return retrying(counted)
+    except TransientProviderError as exc:
+        raise ProviderError(f"{exc} (gave up after {attempts} attempt{'s' if attempts != 1 else ''})") from exc

@@ -1,0 +1,209 @@
+"""Ingestion on the embedded stack with the Voyage embedder against the loopback server: cross-document
+embedding batches, idempotent upserts, partial re-embedding, concurrent versions, bad input."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ingest.pipeline import ingest_batch, ingest_document
+from shared import db, jobs
+from shared.contracts import IngestRequest
+from tests.loopback import LoopbackServer
+
+
+@pytest.fixture()
+def voyage(use_settings):
+    with LoopbackServer() as srv:
+        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
+                     embed_backoff_base_s=0.01)
+        yield srv
+
+
+def wait_job(job_id: str, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with db.connection() as c:
+            s = jobs.job_summary(c, job_id)
+        if s["state"] != "running":
+            return s
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} still running")
+
+
+def section(title: str, n: int, word: str = "пункт") -> str:
+    body = " ".join(f"Предложение {i} раздела {title} описывает {word} номер {i} подробно и ясно." for i in range(n))
+    return f"## {title}\n\n{body}\n\n"
+
+
+def doc(tenant: str, doc_id: str, text: str, version: int = 1, **kw) -> IngestRequest:
+    return IngestRequest(tenant=tenant, doc_id=doc_id, content=text, fmt="md", version=version, acl=["staff"], **kw)
+
+
+def chunk_rows(tenant: str, doc_id: str | None = None) -> list[dict]:
+    with db.connection() as c:
+        return c.execute(
+            "SELECT doc_id, chunk_no, content, context, heading_path, page, content_hash, embedding::text AS emb,"
+            " updated_at FROM chunks WHERE tenant = %s AND (%s::text IS NULL OR doc_id = %s) ORDER BY doc_id, chunk_no",
+            (tenant, doc_id, doc_id)).fetchall()
+
+
+def test_chunks_of_many_documents_share_embedding_batches(voyage, tenant):
+    reqs = [doc(tenant, f"d{i}.md", f"# Документ {i}\n\n" + section("А", 60) + section("Б", 60)) for i in range(14)]
+    results = ingest_batch(reqs)
+    assert [r.status for r in results] == ["stored"] * 14
+    total = sum(r.chunks for r in results)
+    assert total > 128 and all(r.chunks < 128 for r in results)
+    sizes = [len(b["input"]) for b in voyage.stats.bodies]
+    assert sizes[0] == 128 and sum(sizes) == total  # the first batch spans several documents
+    assert sum(r.embedded for r in results) == total
+    with db.connection() as c:
+        n = c.execute("SELECT count(*) AS n FROM chunks WHERE tenant = %s AND embedding IS NOT NULL",
+                      (tenant,)).fetchone()["n"]
+    assert n == total
+
+
+def test_unchanged_document_is_skipped_and_embeds_nothing(voyage, tenant):
+    text = "# Документ\n\n" + section("А", 20)
+    assert ingest_document(doc(tenant, "a.md", text)).status == "stored"
+    before = chunk_rows(tenant)
+    requests = voyage.stats.requests
+    again = ingest_document(doc(tenant, "a.md", text, version=2))
+    assert (again.status, again.embedded) == ("skipped_unchanged", 0)
+    assert voyage.stats.requests == requests and chunk_rows(tenant) == before
+
+
+def test_shrinking_document_deletes_its_tail_chunks(voyage, tenant):
+    long = "# Документ\n\n" + section("А", 40) + section("Б", 40)
+    r1 = ingest_document(doc(tenant, "a.md", long, version=1))
+    r2 = ingest_document(doc(tenant, "a.md", "# Документ\n\n" + section("А", 5), version=2))
+    assert r1.chunks > r2.chunks >= 1
+    rows = chunk_rows(tenant)
+    assert [r["chunk_no"] for r in rows] == list(range(r2.chunks))
+    with db.connection() as c:
+        d = c.execute("SELECT chunk_count, version FROM documents WHERE tenant = %s", (tenant,)).fetchone()
+    assert (d["chunk_count"], d["version"]) == (r2.chunks, 2)
+
+
+def test_editing_one_section_reembeds_only_its_chunks(voyage, tenant):
+    sections = [section(t, 12) for t in ("А", "Б", "В")]
+    ingest_document(doc(tenant, "a.md", "# Документ\n\n" + "".join(sections), version=1))
+    before = {r["chunk_no"]: r for r in chunk_rows(tenant)}
+    edited = sections[1].replace("Предложение 3 раздела Б", "Изменённое предложение 3 раздела Б")
+    result = ingest_document(doc(tenant, "a.md", "# Документ\n\n" + sections[0] + edited + sections[2], version=2))
+    after = {r["chunk_no"]: r for r in chunk_rows(tenant)}
+    changed = [n for n in after if after[n]["content"] != before[n]["content"]]
+    assert len(changed) == 1 and result.embedded == 1
+    assert "Б" in after[changed[0]]["heading_path"]
+    unchanged = [n for n in after if n not in changed]
+    assert all(after[n]["updated_at"] == before[n]["updated_at"] for n in unchanged)  # rows not rewritten
+
+
+def test_concurrent_ingests_of_one_document_do_not_interleave_and_newest_wins(voyage, tenant):
+    versions = {v: "# Документ\n\n" + "".join(section(f"Раздел {v}-{k}", 8, f"версия{v}") for k in range(v))
+                for v in range(1, 7)}
+    results: dict[int, str] = {}
+
+    def run(v: int) -> None:
+        results[v] = ingest_document(doc(tenant, "shared.md", versions[v], version=v)).status
+
+    threads = [threading.Thread(target=run, args=(v,)) for v in versions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results[6] == "stored" and set(results.values()) <= {"stored", "stale"}
+    rows = chunk_rows(tenant)
+    with db.connection() as c:
+        d = c.execute("SELECT version, chunk_count FROM documents WHERE tenant = %s", (tenant,)).fetchone()
+    assert d["version"] == 6 and d["chunk_count"] == len(rows)
+    assert all("версия6" in r["content"] for r in rows)
+    # an older version arriving late changes nothing
+    assert ingest_document(doc(tenant, "shared.md", versions[2], version=2)).status == "stale"
+    assert chunk_rows(tenant) == rows
+
+
+def _make_encrypted_pdf(tmp: Path) -> Path:
+    import io
+
+    pypdf = pytest.importorskip("pypdf")
+    from tests.unit.test_parse import SAMPLE_PDF, make_pdf
+
+    reader = pypdf.PdfReader(io.BytesIO(make_pdf(SAMPLE_PDF)))
+    writer = pypdf.PdfWriter()
+    for page in reader.pages:
+        writer.add_page(page)
+    writer.encrypt(user_password="secret", algorithm="RC4-128")
+    out = tmp / "locked.pdf"
+    with out.open("wb") as f:
+        writer.write(f)
+    return out
+
+
+def test_bad_input_fails_alone_and_nothing_is_half_written(celery_worker, voyage, tenant, tmp_path):
+    from ingest.enqueue import collect_files, enqueue_files
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "good.md").write_text("# Хороший\n\n" + section("А", 10), encoding="utf-8")
+    (folder / "good2.html").write_text("<html><body><main><h1>Страница</h1><p>" + "Текст страницы. " * 30
+                                       + "</p></main></body></html>", encoding="utf-8")
+    (folder / "empty.md").write_bytes(b"")
+    (folder / "garbage.md").write_bytes(bytes(range(256)) * 64)
+    (folder / "latin1.txt").write_bytes("Привет мир".encode("cp1251") + b"\xff" * 10)
+    (folder / "corrupt.pdf").write_bytes(b"%PDF-1.7\n1 0 obj << /Type /Catalog >>\nendobj\ntrailer <<>>\n%%EOF")
+    (folder / "huge.txt").write_bytes(b"word " * (20 * 1024 * 1024 // 5))
+    (folder / "truncated.docx").write_bytes(b"PK\x03\x04" + b"\x00" * 100)
+    _make_encrypted_pdf(folder)
+    odd = tmp_path / "notes.xyz"
+    odd.write_text("unknown format", encoding="utf-8")
+    files = collect_files([folder, odd])
+    assert len(files) == 10
+    summary = wait_job(enqueue_files(files, tenant=tenant, acl=["staff"], batch_docs=4))
+    assert summary["state"] == "completed_with_errors"
+    assert (summary["documents"], summary["failed"]) == (10, 8)
+    errors = {e["doc_id"]: e["error"] for e in summary["errors"]}
+    expected = {"empty.md": "empty document", "garbage.md": "binary content", "latin1.txt": "not valid UTF-8",
+                "corrupt.pdf": "PDF", "huge.txt": "document too large", "truncated.docx": "corrupt DOCX",
+                "locked.pdf": "encrypted PDF", "notes.xyz": "unsupported file type '.xyz'"}
+    assert set(errors) == set(expected)
+    for doc_id, fragment in expected.items():
+        assert fragment in errors[doc_id], (doc_id, errors[doc_id])
+    with db.connection() as c:
+        docs = {r["doc_id"]: r for r in c.execute(
+            "SELECT doc_id, status, chunk_count, (SELECT count(*) FROM chunks k WHERE k.tenant = d.tenant"
+            " AND k.doc_id = d.doc_id) AS n FROM documents d WHERE tenant = %s", (tenant,)).fetchall()}
+    assert {d: (r["status"], r["n"]) for d, r in docs.items() if r["status"] == "failed"} == {
+        d: ("failed", 0) for d in expected}
+    assert docs["good.md"]["status"] == docs["good2.html"]["status"] == "ready"
+    assert docs["good.md"]["n"] == docs["good.md"]["chunk_count"] > 0
+
+
+def test_failed_reingest_keeps_the_good_version(voyage, tenant):
+    good = ingest_document(doc(tenant, "a.md", "# Документ\n\n" + section("А", 10), version=1))
+    rows = chunk_rows(tenant)
+    bad = ingest_document(IngestRequest(tenant=tenant, doc_id="a.md", content="   ", fmt="md", version=2))
+    assert good.status == "stored" and bad.status == "failed" and "empty document" in bad.error
+    assert chunk_rows(tenant) == rows
+    with db.connection() as c:
+        d = c.execute("SELECT status, version, error FROM documents WHERE tenant = %s", (tenant,)).fetchone()
+    assert (d["status"], d["version"]) == ("ready", 1) and "empty document" in d["error"]
+
+
+def test_provider_outage_retries_the_task_then_records_embed_errors(celery_worker, use_settings, tenant, tmp_path):
+    from ingest.enqueue import collect_files, enqueue_files
+    from tests.loopback import Faults
+
+    (tmp_path / "a.md").write_text("# А\n\n" + section("А", 3), encoding="utf-8")
+    (tmp_path / "b.md").write_text("# Б\n\n" + section("Б", 3), encoding="utf-8")
+    with LoopbackServer(faults=Faults(every_nth_500=1)) as srv:
+        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
+                     embed_backoff_base_s=0.01, embed_backoff_max_s=0.02, embed_max_retries=0,
+                     ingest_task_max_retries=1)  # one task retry (countdown 1 s), then the documents fail
+        summary = wait_job(enqueue_files(collect_files([tmp_path]), tenant=tenant, acl=["g"]), timeout=120)
+    assert summary["failed"] == 2 and srv.stats.requests == 2  # first run + one retry, 1 attempt each
+    assert all(e["error"].startswith("embed: ProviderError: voyage") for e in summary["errors"])
+    assert "test-key" not in str(summary)
