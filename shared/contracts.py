@@ -72,6 +72,14 @@ class ErrorResult(BaseModel):
     error: str
     detail: Any = None
 
+    @field_validator("detail")
+    @classmethod
+    def _json_safe(cls, v: Any) -> Any:
+        """Validation errors carry exception objects in ``ctx``: a result must stay JSON-serializable."""
+        import json
+
+        return json.loads(json.dumps(v, default=str))
+
 
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")

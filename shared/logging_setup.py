@@ -92,6 +92,17 @@ def _processors(json_output: bool) -> tuple[list, Any]:
     return shared, renderer
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at emit time (test runners swap and close it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def configure(level: str | None = None, json_output: bool | None = None, stream: TextIO | None = None) -> None:
     """Configure structlog and route the standard library's root logger through it (idempotent)."""
     global _secret_values
@@ -112,7 +123,7 @@ def configure(level: str | None = None, json_output: bool | None = None, stream:
         foreign_pre_chain=shared,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
     )
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.setFormatter(formatter)
     handler.set_name("ragline-json")
     root = logging.getLogger()

@@ -142,8 +142,9 @@ def stop() -> None:
 @signals.task_received.connect
 def _remember_owner(request=None, **_: object) -> None:
     """In the worker main process: this incarnation now holds the message's delivery tag."""
-    if request is None or not _uses_redis() or not getattr(request.task, "acks_late", False):
-        return
+    if request is None or _state["thread"] is None or not getattr(request.task, "acks_late", False):
+        return  # no restorer heartbeats for this process (e.g. an embedded test worker): record nothing,
+        # or its live tasks would look orphaned to every other worker
     tag = getattr(request.message, "delivery_tag", None)
     if not tag:
         return
@@ -165,6 +166,7 @@ def _redis_cached():
 
 @signals.worker_ready.connect
 def _on_worker_ready(**_: object) -> None:
+    """Sent by ``celery worker`` once its pool is up: prefork children are forked before the thread exists."""
     start()
 
 
