@@ -20,66 +20,53 @@ from psycopg.types.json import Jsonb
 from shared.contracts import AclSyncItem
 
 # one row per (tenant, doc_id): the newest version in the batch wins before touching the table
-_DOC_ITEMS = """
-SELECT DISTINCT ON (tenant, doc_id) tenant, doc_id, acl, version, ts
-FROM jsonb_to_recordset(%(items)s::jsonb) AS x(tenant text, doc_id text, acl text[], version bigint, ts float8)
-ORDER BY tenant, doc_id, version DESC
-"""
-
-SYNC_BY_DOC_SQL = f"""
-WITH items AS ({_DOC_ITEMS}),
-upserted AS (
-    INSERT INTO documents AS d (tenant, doc_id, acl, acl_version, status)
-    SELECT tenant, doc_id, acl, version, 'pending' FROM items
-    ON CONFLICT (tenant, doc_id) DO UPDATE SET acl = EXCLUDED.acl, acl_version = EXCLUDED.acl_version,
-                                               updated_at = now()
-    WHERE d.acl_version < EXCLUDED.acl_version
-    RETURNING d.tenant, d.doc_id, d.acl, d.status
-),
-chunk_rows AS (
-    UPDATE chunks c SET acl = u.acl, updated_at = now()
-    FROM upserted u
-    WHERE c.tenant = u.tenant AND c.doc_id = u.doc_id AND c.acl IS DISTINCT FROM u.acl
-    RETURNING 1
+SYNC_BY_DOC_SQL = """
+WITH items AS (
+    SELECT DISTINCT ON (tenant, doc_id) tenant, doc_id, acl, version
+    FROM jsonb_to_recordset(%(items)s::jsonb) AS x(tenant text, doc_id text, acl text[], version bigint)
+    ORDER BY tenant, doc_id, version DESC
 )
-SELECT (SELECT count(*) FROM upserted) AS documents,
-       (SELECT count(*) FROM upserted WHERE status = 'pending') AS pending,
-       (SELECT count(*) FROM chunk_rows) AS chunks,
-       (SELECT coalesce(json_agg(json_build_array(i.doc_id, i.ts)), '[]') FROM items i
-          JOIN upserted u USING (tenant, doc_id)) AS applied
+INSERT INTO documents AS d (tenant, doc_id, acl, acl_version, status)
+SELECT tenant, doc_id, acl, version, 'pending' FROM items
+ON CONFLICT (tenant, doc_id) DO UPDATE SET acl = EXCLUDED.acl, acl_version = EXCLUDED.acl_version,
+                                           updated_at = now()
+WHERE d.acl_version < EXCLUDED.acl_version
+RETURNING d.tenant, d.doc_id
 """
 
 # prefix items: every existing document whose path starts with the prefix (LIKE, escaped)
 SYNC_BY_PREFIX_SQL = """
 WITH items AS (
-    SELECT tenant, path_prefix, acl, version, ts
-    FROM jsonb_to_recordset(%(items)s::jsonb)
-         AS x(tenant text, path_prefix text, acl text[], version bigint, ts float8)
+    SELECT tenant, path_prefix, acl, version
+    FROM jsonb_to_recordset(%(items)s::jsonb) AS x(tenant text, path_prefix text, acl text[], version bigint)
 ),
 targets AS (
-    SELECT DISTINCT ON (d.tenant, d.doc_id) d.tenant, d.doc_id, i.acl, i.version, i.ts
+    SELECT DISTINCT ON (d.tenant, d.doc_id) d.tenant, d.doc_id, i.acl, i.version, i.path_prefix
     FROM items i JOIN documents d
       ON d.tenant = i.tenant
      AND d.path LIKE replace(replace(replace(i.path_prefix, '\\', '\\\\'), '%%', '\\%%'), '_', '\\_') || '%%'
     ORDER BY d.tenant, d.doc_id, i.version DESC
-),
-updated AS (
-    UPDATE documents d SET acl = t.acl, acl_version = t.version, updated_at = now()
-    FROM targets t
-    WHERE d.tenant = t.tenant AND d.doc_id = t.doc_id AND d.acl_version < t.version
-    RETURNING d.tenant, d.doc_id, d.acl
-),
-chunk_rows AS (
-    UPDATE chunks c SET acl = u.acl, updated_at = now()
-    FROM updated u
-    WHERE c.tenant = u.tenant AND c.doc_id = u.doc_id AND c.acl IS DISTINCT FROM u.acl
-    RETURNING 1
 )
-SELECT (SELECT count(*) FROM updated) AS documents, 0 AS pending,
-       (SELECT count(*) FROM chunk_rows) AS chunks,
-       (SELECT count(*) FROM targets) AS targets,
-       (SELECT coalesce(json_agg(json_build_array(t.doc_id, t.ts)), '[]') FROM targets t
-          JOIN updated u USING (tenant, doc_id)) AS applied
+UPDATE documents d SET acl = t.acl, acl_version = t.version, updated_at = now()
+FROM targets t
+WHERE d.tenant = t.tenant AND d.doc_id = t.doc_id AND d.acl_version < t.version
+RETURNING d.tenant, d.doc_id, t.path_prefix, (SELECT count(*) FROM targets) AS targets
+"""
+
+COUNT_PREFIX_TARGETS_SQL = """
+SELECT count(DISTINCT (d.tenant, d.doc_id)) AS n
+FROM jsonb_to_recordset(%(items)s::jsonb) AS i(tenant text, path_prefix text)
+JOIN documents d ON d.tenant = i.tenant
+ AND d.path LIKE replace(replace(replace(i.path_prefix, '\\', '\\\\'), '%%', '\\%%'), '_', '\\_') || '%%'
+"""
+
+# a separate statement, so its snapshot sees every chunk an ingest committed while the documents
+# statement waited for that ingest's row lock; the ACL comes from the documents row itself
+SYNC_CHUNKS_SQL = """
+UPDATE chunks c SET acl = d.acl, updated_at = now()
+FROM unnest(%(tenants)s::text[], %(docs)s::text[]) AS u(tenant, doc_id)
+JOIN documents d ON d.tenant = u.tenant AND d.doc_id = u.doc_id
+WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id AND c.acl IS DISTINCT FROM d.acl
 """
 
 
@@ -113,27 +100,38 @@ def split_items(items: list[AclSyncItem]) -> tuple[list[dict], list[dict]]:
 
 
 def apply_acl_sync(conn: psycopg.Connection, items: list[AclSyncItem]) -> SyncOutcome:
-    """Apply a batch in one transaction; idempotent. Returns counts and per-item lag (event time -> now)."""
+    """Apply a batch in one transaction; idempotent. Returns counts and per-item lag (event time -> commit)."""
     by_doc, by_prefix = split_items(items)
-    documents = chunks = stale = 0
-    applied: list = []
+    changed: list[tuple[str, str]] = []
+    lag_from: list[float] = []
+    stale = 0
     with conn.transaction():
         if by_doc:
-            row = conn.execute(SYNC_BY_DOC_SQL, {"items": Jsonb(by_doc)}).fetchone()
-            documents += row["documents"]
-            chunks += row["chunks"]
-            distinct = len({(r["tenant"], r["doc_id"]) for r in by_doc})
-            stale += distinct - row["documents"]
-            applied += row["applied"]
+            rows = conn.execute(SYNC_BY_DOC_SQL, {"items": Jsonb(by_doc)}).fetchall()
+            newest: dict[tuple[str, str], dict] = {}
+            for r in by_doc:
+                key = (r["tenant"], r["doc_id"])
+                if key not in newest or r["version"] > newest[key]["version"]:
+                    newest[key] = r
+            applied = [(r["tenant"], r["doc_id"]) for r in rows]
+            changed += applied
+            stale += len(newest) - len(applied)
+            lag_from += [newest[k]["ts"] for k in applied if newest[k]["ts"]]
         if by_prefix:
-            row = conn.execute(SYNC_BY_PREFIX_SQL, {"items": Jsonb(by_prefix)}).fetchone()
-            documents += row["documents"]
-            chunks += row["chunks"]
-            stale += row["targets"] - row["documents"]
-            applied += row["applied"]
+            rows = conn.execute(SYNC_BY_PREFIX_SQL, {"items": Jsonb(by_prefix)}).fetchall()
+            targets = rows[0]["targets"] if rows else \
+                conn.execute(COUNT_PREFIX_TARGETS_SQL, {"items": Jsonb(by_prefix)}).fetchone()["n"]
+            ts_by_prefix = {(r["tenant"], r["path_prefix"]): r["ts"] for r in by_prefix}
+            changed += [(r["tenant"], r["doc_id"]) for r in rows]
+            stale += targets - len(rows)
+            lag_from += [ts_by_prefix.get((r["tenant"], r["path_prefix"])) for r in rows
+                         if ts_by_prefix.get((r["tenant"], r["path_prefix"]))]
+        chunks = 0
+        if changed:
+            chunks = conn.execute(SYNC_CHUNKS_SQL, {"tenants": [t for t, _ in changed],
+                                                    "docs": [d for _, d in changed]}).rowcount
     now = time.time()
-    lags = [max(0.0, now - ts) for _, ts in applied if ts]
-    return SyncOutcome(len(items), documents, chunks, stale, lags)
+    return SyncOutcome(len(items), len(changed), chunks, stale, [max(0.0, now - ts) for ts in lag_from])
 
 
 def read_jsonl(lines) -> list[AclSyncItem]:

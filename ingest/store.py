@@ -76,7 +76,8 @@ def upsert_document(
         return "stale"
     # permissions set by an ACL sync are newer than what the source said at ingest time
     acl = list(state["acl"]) if state is not None and state["acl_version"] > 0 else doc.acl
-    conn.execute(
+    # decided again at write time: an ACL sync that committed since the read above wins (row lock)
+    row = conn.execute(
         """
         INSERT INTO documents (tenant, doc_id, source_uri, path, layer, title, content_hash, version, acl,
                                status, embed_model, chunk_count, metadata, error, updated_at)
@@ -84,12 +85,15 @@ def upsert_document(
         ON CONFLICT (tenant, doc_id) DO UPDATE SET
             source_uri = EXCLUDED.source_uri, path = EXCLUDED.path, layer = EXCLUDED.layer,
             title = EXCLUDED.title, content_hash = EXCLUDED.content_hash, version = EXCLUDED.version,
-            acl = EXCLUDED.acl, status = 'ready', embed_model = EXCLUDED.embed_model,
+            acl = CASE WHEN documents.acl_version > 0 THEN documents.acl ELSE EXCLUDED.acl END,
+            status = 'ready', embed_model = EXCLUDED.embed_model,
             chunk_count = EXCLUDED.chunk_count, metadata = EXCLUDED.metadata, error = NULL, updated_at = now()
+        RETURNING acl
         """,
         (doc.tenant, doc.doc_id, doc.source_uri, doc.path, doc.layer, doc.title, doc.content_hash,
          doc.version, acl, embed_model, len(chunks), Jsonb(doc.metadata)),
-    )
+    ).fetchone()
+    acl = list(row["acl"])
     conn.execute(
         "CREATE TEMP TABLE IF NOT EXISTS chunk_stage (LIKE chunks INCLUDING DEFAULTS EXCLUDING IDENTITY)"
         " ON COMMIT DELETE ROWS"

@@ -234,3 +234,40 @@ def test_sync_10k_documents_sends_nothing_to_the_embedder(celery_worker, conn, t
     left = conn.execute("SELECT count(*) AS n FROM chunks WHERE tenant = %s AND NOT acl @> '{after}'",
                         (tenant,)).fetchone()
     assert left["n"] == 0
+
+
+def test_sync_racing_an_ingest_in_flight_reaches_every_new_chunk(conn, tenant):
+    """An ingest holds the document row (uncommitted, more chunks than before) while a sync arrives:
+    the sync waits, then its chunk statement sees the chunks that ingest committed."""
+    import threading
+
+    import numpy as np
+
+    from ingest import store
+    from shared import db
+
+    put_document(tenant, "race", ["один"], acl=["old"], version=1)
+    results: list = []
+    with db.connection() as ingest_conn:
+        with ingest_conn.transaction():
+            store.lock_document(ingest_conn, tenant, "race")
+            rec = store.DocumentRecord(tenant=tenant, doc_id="race", source_uri=None, path="race", title="race",
+                                       content_hash="v2", version=2, acl=["source"])
+            chunks = [store.StoredChunk(i, f"часть {i}", "", "race", None,
+                                        np.asarray(hashed_embedding(f"часть {i}", 384), np.float32))
+                      for i in range(3)]
+            assert store.upsert_document(ingest_conn, rec, chunks, "m") == "stored"
+
+            def sync():
+                with db.connection() as c:
+                    results.append(apply_acl_sync(c, [AclSyncItem(tenant=tenant, doc_id="race", acl=["new"],
+                                                                  version=5)]))
+
+            t = threading.Thread(target=sync)
+            t.start()
+            time.sleep(0.5)
+            assert t.is_alive() and not results  # blocked on the document row
+        t.join(timeout=30)
+    assert results and results[0].documents_updated == 1 and results[0].chunks_updated == 3
+    conn.rollback()
+    assert acl_of(conn, tenant, "race") == (["new"], {("new",)})
