@@ -10,32 +10,16 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
+from query.deadline import DeadlineExceeded, run_with_deadline
 from shared import metrics as m
 from shared.contracts import Hit
 from shared.providers.rerank import Reranker
 
 log = logging.getLogger(__name__)
-
-_pool_lock = threading.Lock()
-_pool: tuple[int, ThreadPoolExecutor] | None = None
-
-
-def _executor() -> ThreadPoolExecutor:
-    """Per process (a forked child must not reuse its parent's threads)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=8, thread_name_prefix="rerank"))
-        return _pool[1]
-
 
 def validate_ranked(raw: list[tuple[Any, Any]], n_candidates: int) -> tuple[list[tuple[int, float]], int]:
     """Valid ``(index, score)`` pairs sorted by score (the provider's order is not trusted), and
@@ -84,11 +68,9 @@ def rerank_hits(reranker: Reranker, query: str, hits: list[Hit], top_k: int, thr
     if not hits:
         return RerankOutcome(hits=[])
     t0 = time.perf_counter()
-    future = _executor().submit(reranker.rerank, query, [document_text(h) for h in hits], top_k)
     try:
-        raw = future.result(timeout=timeout_s)
-    except FutureTimeout:
-        future.cancel()
+        raw = run_with_deadline(reranker.rerank, timeout_s, query, [document_text(h) for h in hits], top_k)
+    except DeadlineExceeded:
         out = fallback(hits, top_k, "timeout", f"timeout after {timeout_s * 1000:.0f} ms")
         out.ms = round((time.perf_counter() - t0) * 1000, 2)
         return out

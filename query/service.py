@@ -15,6 +15,7 @@ import numpy as np
 from query import generate, transforms
 from query.cache import LRU, scoped_key
 from query.citations import cited_numbers, invalid_citations
+from query.deadline import DeadlineExceeded, run_with_deadline
 from query.fusion import rrf
 from query.prompt import NO_ANSWER, build_messages
 from query.rerank import rerank_hits
@@ -57,7 +58,14 @@ def _embed_query(req: SearchRequest, reasons: list[str]) -> np.ndarray | None:
     if hit is not None:
         return hit  # type: ignore[return-value]
     try:
-        vec = np.asarray(providers.get_embedder().embed_query(req.query), dtype=np.float32)
+        embedder = providers.get_embedder()
+        # the embedder's retry policy is made for ingestion; a question waits at most this long
+        vec = np.asarray(run_with_deadline(embedder.embed_query, settings.query_embed_timeout_s, req.query),
+                         dtype=np.float32)
+    except DeadlineExceeded:
+        log.warning("query embedding exceeded %.1fs, lexical only", settings.query_embed_timeout_s)
+        reasons.append(f"embedder: timeout after {settings.query_embed_timeout_s:g}s")
+        return None
     except Exception as exc:  # any provider failure degrades to lexical search
         log.warning("query embedding failed, lexical only: %s", type(exc).__name__)
         reasons.append(f"embedder: {type(exc).__name__}")

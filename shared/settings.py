@@ -159,6 +159,8 @@ class Settings(BaseSettings):
     agentic_max_rounds: int = 3
     agentic_max_searches: int = 6
     agentic_max_evidence: int = 12
+    # a question never waits longer than this for its embedding (then: lexical only, degraded)
+    query_embed_timeout_s: float = 3.0
     # per-process cache of query embeddings, keyed by tenant + hash of the group set; 0 = off
     query_cache_size: int = 256
 
