@@ -28,9 +28,9 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def grades(relevant: dict | list) -> dict[str, int]:
-    """``{"id": grade}`` as given; a list means grade 1 for each id."""
+    """``{"id": grade}`` as given (grade 0 = judged not relevant, dropped); a list means grade 1 for each id."""
     if isinstance(relevant, dict):
-        return {str(k): int(v) for k, v in relevant.items()}
+        return {str(k): int(v) for k, v in relevant.items() if int(v) > 0}
     return {str(d): 1 for d in relevant}
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from query.citations import cited_numbers, invalid_citations
-from query.eval import doc_ranking, ndcg_at_k, recall_at_k, reciprocal_rank
+from query.eval import doc_ranking, grades, ndcg_at_k, recall_at_k, reciprocal_rank
 from query.filters import clean_paths, glob_pattern, lexical_query, like_escape, prefix_pattern
 from query.rerank import validate_ranked
 
@@ -59,6 +59,11 @@ def test_metrics_follow_the_seed_formulas():
     assert mean([reciprocal_rank(f, r, 5) for r, f in golden]) == pytest.approx(0.5)
     assert mean([ndcg_at_k(f, r, 5) for r, f in golden]) == pytest.approx(0.512, abs=1e-3)
     assert math.isclose(ndcg_at_k([], rel, 5), 0.0)
+
+
+def test_grades():
+    assert grades(["a", "b"]) == {"a": 1, "b": 1}
+    assert grades({"a": 2, "b": 0}) == {"a": 2}  # grade 0: judged, not relevant
 
 
 def test_doc_ranking_first_occurrence_counts():
