@@ -211,14 +211,16 @@ def lifecycle_status(settings) -> dict:
 
 def lifecycle_rows(info: dict) -> list[tuple[str, str]]:
     """Table rows for the human-readable ``ragline status``."""
-    rows = [(f"queue {q}", f"{n} waiting") for q, n in info.get("queues", {}).items()]
+    queues = info.get("queues", {})
+    rows = [("queues", str(queues["error"]))] if "error" in queues else \
+        [(f"queue {q}", f"{n} waiting") for q, n in queues.items()]
     if "jobs_error" in info:
         rows.append(("jobs", info["jobs_error"]))
     for j in info.get("running_jobs", []):
         rows.append((f"job {j['id'][:8]} {j['kind']}", f"{j['state']} {j['done']}/{j['total']} done,"
                      f" {j['failed']} failed, heartbeat {str(j['heartbeat_at'])[:19]}"))
     for e in info.get("recent_errors", [])[:5]:
-        rows.append((f"error {e['tenant']}/{e['doc_id']}"[:60], f"{e['stage']}: {e['error'][:80]}"))
+        rows.append((f"error {e['doc_id']}"[:60], f"tenant {e['tenant']}: {e['error'][:100]}"))
     return rows
 
 
