@@ -102,10 +102,12 @@ class ModeReport:
 SearchFn = Callable[[str, str, int], dict]  # (query, mode, k) -> SearchResponse as dict
 
 
-def evaluate(queries: list[dict], search: SearchFn, modes: list[str], k: int = 10) -> dict[str, ModeReport]:
-    """Run every query in every mode; fetch at least ``FAIL_AT`` hits so fail@20 is measurable."""
+def evaluate(queries: list[dict], search: SearchFn, modes: list[str], k: int = 10,
+             depth: int = 50) -> dict[str, ModeReport]:
+    """Run every query in every mode. ``depth`` chunks are fetched (default: the retriever's top-N)
+    so that after mapping chunks to documents there are still ``k`` and ``FAIL_AT`` documents."""
     reports = {m: ModeReport(m, k) for m in modes}
-    depth = max(k, FAIL_AT)
+    depth = max(depth, k, FAIL_AT)
     for row in queries:
         rel = grades(row["relevant"])
         for mode in modes:
@@ -214,7 +216,7 @@ def run_eval(queries_path: Path, corpus_path: Path, k: int = 10, modes: list[str
             f"({summary['embedded']} embedded, {summary['failed']} failed) in {time.perf_counter() - t0:.0f}s")
         t1 = time.perf_counter()
         search = task_search(tenant, rerank=rerank)
-        reports = evaluate(queries, search, modes, k)
+        reports = evaluate(queries, search, modes, k, depth=settings.retrieval_top_n)
         say(f"{len(queries)} queries x {len(modes)} mode(s) in {time.perf_counter() - t1:.0f}s")
         result: dict = {m: {**r.summary(), "misses": r.misses} for m, r in reports.items()}
         meta = {"queries": str(queries_path), "corpus": str(corpus_path), "k": k, "rerank": rerank,

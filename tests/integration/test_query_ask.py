@@ -114,3 +114,22 @@ def test_ask_task_contract_and_malformed_payloads(celery_worker, corpus):
     # the worker is still serving
     again = app.send_task(TASK_QUERY_ASK, args=[{"query": "ретраи", "tenant": corpus, "groups": ["g"]}]).get(timeout=60)
     assert "answer" in again
+
+
+def test_agentic_ask_stops_on_budget_and_says_partial(conn, tenant, use_settings):
+    store_docs(conn, tenant, [
+        {"doc_id": "billing", "content": "Сервисом биллинга владеет команда Payments."},
+        {"doc_id": "payments", "content": "Командой Payments руководит Анна Смирнова."},
+    ])
+    use_settings(agentic_max_rounds=2, agentic_max_searches=3)
+    # "зарплата" is in no document: the offline planner keeps asking for it until the budget ends
+    res = service.ask(AskRequest(query="Кто руководит командой Payments и какая у неё зарплата?", tenant=tenant,
+                                 groups=["g"], k=3, mode="lexical", agentic=True))
+    loop = res.trace["agentic"]
+    assert res.partial and loop["stop"] in {"max_rounds", "repeated_queries"} and loop["rounds"] <= 2
+    assert loop["searches"] <= 3 and loop["queries"][0].startswith("Кто руководит")
+    assert res.citations and {c.doc_id for c in res.citations} <= {"billing", "payments"}
+    full = service.ask(AskRequest(query="Кто руководит командой Payments?", tenant=tenant, groups=["g"], k=3,
+                                  mode="lexical", agentic=True))
+    assert not full.partial and full.trace["agentic"]["stop"] == "enough"
+    assert full.citations[0].doc_id == "payments"

@@ -1,0 +1,177 @@
+"""Agentic retrieval (seed 004): search, check whether the evidence is enough, search again, within a
+budget of rounds, searches and evidence chunks. Repeated queries count as going in circles. When
+the budget runs out the answer is built from what was found and marked ``partial``.
+
+The loop is a pure function over two interfaces, so its budget is tested without any provider:
+``search(query, k) -> hits`` and a planner deciding ``enough`` / next ``queries``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from query.prompt import PLAN_PROMPT, render_documents, x
+from shared.contracts import AskRequest, AskResponse, Hit, SearchRequest
+
+log = logging.getLogger(__name__)
+
+Searcher = Callable[[str, int], list[Hit]]
+
+
+@dataclass
+class Budget:
+    max_rounds: int = 3
+    max_searches: int = 6
+    max_evidence: int = 12
+    k: int = 5
+
+
+@dataclass
+class Decision:
+    enough: bool
+    queries: list[str] = field(default_factory=list)
+
+
+class Planner(Protocol):
+    def plan(self, question: str, evidence: list[Hit]) -> Decision: ...
+
+
+@dataclass
+class LoopResult:
+    evidence: list[Hit] = field(default_factory=list)
+    rounds: int = 0
+    searches: int = 0
+    asked: list[str] = field(default_factory=list)
+    partial: bool = False
+    stop: str = ""
+
+
+def _norm(q: str) -> str:
+    return " ".join(q.lower().split())
+
+
+def agentic_loop(search: Searcher, planner: Planner, question: str, budget: Budget) -> LoopResult:
+    res = LoopResult()
+    seen: set[tuple[str, int]] = set()
+    asked: set[str] = set()
+    queries = [question]
+    while True:
+        res.rounds += 1
+        for q in queries:
+            if _norm(q) in asked or res.searches >= budget.max_searches:
+                continue  # a repeated query is the usual symptom of going in circles
+            asked.add(_norm(q))
+            res.asked.append(q)
+            res.searches += 1
+            for h in search(q, budget.k):
+                key = (h.doc_id, h.chunk_no)
+                if key not in seen and len(res.evidence) < budget.max_evidence:
+                    seen.add(key)
+                    res.evidence.append(h)
+        decision = planner.plan(question, res.evidence)
+        if decision.enough:
+            res.stop = "enough"
+            return res
+        fresh = [q for q in decision.queries if _norm(q) not in asked]
+        if res.rounds >= budget.max_rounds or res.searches >= budget.max_searches or not fresh:
+            res.partial = True
+            res.stop = ("max_rounds" if res.rounds >= budget.max_rounds else
+                        "max_searches" if res.searches >= budget.max_searches else "repeated_queries")
+            return res
+        if len(res.evidence) >= budget.max_evidence:
+            res.partial = True
+            res.stop = "max_evidence"
+            return res
+        queries = fresh
+
+
+# ------------------------------------------------------------------------------------- planners
+_WORD = re.compile(r"\w{4,}", re.UNICODE)
+
+
+def _stems(text: str) -> set[str]:
+    return {w[:5] for w in _WORD.findall(text.lower())}
+
+
+class CoveragePlanner:
+    """Offline planner: enough when every content word of the question (stem of 5 letters, words of
+    4+ letters) occurs in the evidence; otherwise search for the words still missing."""
+
+    def plan(self, question: str, evidence: list[Hit]) -> Decision:
+        found: set[str] = set()
+        for h in evidence:
+            found |= _stems(f"{h.heading} {h.content}")
+        missing = [w for w in dict.fromkeys(_WORD.findall(question.lower())) if w[:5] not in found]
+        if not missing:
+            return Decision(True)
+        return Decision(False, [" ".join(missing)])
+
+
+class LLMPlanner:
+    """The sufficiency check of seed 004 as one generator call answering JSON."""
+
+    def __init__(self, generator) -> None:
+        self.generator = generator
+
+    def plan(self, question: str, evidence: list[Hit]) -> Decision:
+        content = f"{render_documents(evidence)}\n\n<question>{x(question)}</question>"
+        g = self.generator.generate(PLAN_PROMPT, [{"role": "user", "content": content}], max_tokens=300)
+        return parse_decision(g.text)
+
+
+def parse_decision(text: str) -> Decision:
+    """The planner's JSON (possibly inside prose or a code fence); untrusted, so checked field by field."""
+    m = re.search(r"\{.*\}", text, re.S)
+    if not m:
+        raise ValueError("planner answered without JSON")
+    data = json.loads(m.group(0))
+    if not isinstance(data, dict) or not isinstance(data.get("enough"), bool):
+        raise ValueError("planner JSON without a boolean 'enough'")
+    queries = data.get("queries") or []
+    if not isinstance(queries, list):
+        raise ValueError("planner 'queries' is not a list")
+    return Decision(data["enough"], [str(q)[:500] for q in queries if isinstance(q, str) and q.strip()][:3])
+
+
+# ------------------------------------------------------------------------------------ ask path
+def agentic_ask(req: AskRequest) -> AskResponse:
+    from query import service
+    from shared import providers
+    from shared.settings import get_settings
+
+    settings = get_settings()
+    t0 = time.perf_counter()
+    reasons: list[str] = []
+    timings: dict[str, float] = {}
+    base = req.model_dump(exclude={"history", "agentic", "k"})
+
+    def search(q: str, k: int) -> list[Hit]:
+        resp = service.search(SearchRequest.model_validate({**base, "query": q, "k": k}))
+        reasons.extend(r for r in resp.degraded_reasons if r not in reasons)
+        return resp.hits
+
+    try:
+        generator = providers.get_generator()
+    except Exception as exc:
+        generator = None
+        reasons.append(f"planner: {type(exc).__name__}")
+    planner: Planner = LLMPlanner(generator) if generator is not None else CoveragePlanner()
+    budget = Budget(settings.agentic_max_rounds, settings.agentic_max_searches, settings.agentic_max_evidence, req.k)
+    try:
+        result = agentic_loop(search, planner, req.query, budget)
+    except ValueError as exc:  # the planner answered garbage: one plain round, marked degraded
+        log.warning("agentic planner failed: %s", exc)
+        reasons.append(f"planner: {exc}")
+        result = LoopResult(evidence=search(req.query, req.k), rounds=1, searches=1, asked=[req.query],
+                            stop="planner_error")
+    timings["retrieve"] = service._ms(t0)
+    trace = {"agentic": {"rounds": result.rounds, "searches": result.searches, "queries": result.asked,
+                         "stop": result.stop, "evidence": len(result.evidence)},
+             "retrieved": service.trace_of(result.evidence)}
+    return service.respond(req.query, result.evidence, reasons, timings, trace, t0, partial=result.partial)
