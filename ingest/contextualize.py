@@ -1,12 +1,24 @@
 """Contextualize chunks: a short text stored beside each chunk, used for embedding and lexical search.
 
-Default ``heading``: document title plus heading path; free and deterministic.
+``heading`` (default): document title plus heading path; free and deterministic.
+``anthropic``: the heading context plus 50-100 tokens from Claude that situate the chunk in the whole
+document (contextual retrieval). Any failure falls back to the heading context for that chunk and is
+counted in ``rag_contextualize_fallback``.
 """
 
 from __future__ import annotations
 
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
 from ingest.chunk import Chunk
 from ingest.parse import HEADING_SEP
+from shared.metrics import CONTEXTUALIZE_FALLBACK
+from shared.providers import ProviderError, cached
+from shared.settings import get_settings
+
+log = logging.getLogger(__name__)
+PARALLEL = 4  # concurrent requests per document once the first one has written the prompt cache
 
 
 def heading_context(title: str, chunk: Chunk) -> str:
@@ -17,7 +29,36 @@ def heading_context(title: str, chunk: Chunk) -> str:
 
 def contextualize(title: str, chunks: list[Chunk], full_text: str | None = None) -> list[str]:
     """One context string per chunk."""
-    return [heading_context(title, c) for c in chunks]
+    base = [heading_context(title, c) for c in chunks]
+    settings = get_settings()
+    if settings.contextualizer != "anthropic" or not chunks:
+        return base
+    if not full_text or len(full_text) > settings.contextualize_max_doc_chars:
+        CONTEXTUALIZE_FALLBACK.inc(len(chunks))
+        return base
+    try:
+        from shared.providers.anthropic_context import AnthropicContextualizer
+
+        ctx = cached("contextualizer", AnthropicContextualizer)
+    except ProviderError as exc:
+        log.warning("contextualizer unavailable, using headings: %s", exc)
+        CONTEXTUALIZE_FALLBACK.inc(len(chunks))
+        return base
+    system = ctx.system_blocks(full_text)
+
+    def one(i: int) -> str:
+        try:
+            extra = ctx.situate(system, chunks[i].content)
+        except ProviderError as exc:
+            log.warning("contextualize chunk %d fell back to headings: %s", i, exc)
+            CONTEXTUALIZE_FALLBACK.inc()
+            return base[i]
+        return f"{base[i]}\n{extra}" if base[i] else extra
+
+    first = one(0)  # writes the prompt cache; the rest read it
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        rest = list(pool.map(one, range(1, len(chunks))))
+    return [first, *rest]
 
 
 def embedding_text(context: str, content: str) -> str:

@@ -87,6 +87,7 @@ class Settings(BaseSettings):
     embed_admission_wait_s: float = 300.0  # waiting for an in-flight slot or RPM/TPM budget
     contextualize_max_tokens: int = 150
     contextualize_timeout_s: float = 30.0
+    contextualize_max_retries: int = 2  # the anthropic SDK's own retries (429/5xx/timeouts, with backoff)
     contextualize_max_doc_chars: int = 400_000  # a longer document falls back to headings
     ingest_batch_docs: int = Field(default=32, ge=1, le=500)  # documents per ingest batch task
     ingest_max_bytes: int = 64 * 1024 * 1024  # PDF / DOCX files
