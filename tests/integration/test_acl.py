@@ -42,6 +42,15 @@ def corpus(stack):
     return truth
 
 
+@pytest.fixture()
+def loop_embedder(use_settings):
+    """The voyage embedder at the loopback server, so ask() embeds its query (vector path) quickly."""
+    with LoopbackServer() as srv:
+        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
+                     embed_model="hashed-trigram")
+        yield srv
+
+
 def _visible(truth, tenant, groups):
     return {d for (t, d), v in truth.items() if t == tenant and v["acl"] & set(groups)}
 
@@ -73,7 +82,7 @@ def test_group_names_are_case_sensitive_and_exact(corpus):
 @given(tenant=st.sampled_from(TENANTS), groups=st.lists(st.sampled_from(GROUPS + ["nobody"]), min_size=1, max_size=3),
        words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
        mode=st.sampled_from(["hybrid", "vector", "lexical"]))
-def test_property_no_search_or_ask_leaks(corpus, tenant, groups, words, mode):
+def test_property_no_search_or_ask_leaks(corpus, loop_embedder, tenant, groups, words, mode):
     query = " ".join(words)
     hits = _search(tenant, groups, query, mode=mode)
     _check_hits(corpus, tenant, groups, hits)
@@ -89,10 +98,11 @@ def test_property_no_search_or_ask_leaks(corpus, tenant, groups, words, mode):
     by_path = search(SearchRequest(tenant=tenant, groups=groups, mode="exact", paths=asked[:6], k=200)).hits
     _check_hits(corpus, tenant, groups, by_path)
 
-    resp = ask(AskRequest(query=query, tenant=tenant, groups=groups, mode="lexical"))
+    resp = ask(AskRequest(query=query, tenant=tenant, groups=groups, mode=mode))  # query embedded by loopback
     visible = _visible(corpus, tenant, groups)
     assert {c.doc_id for c in resp.citations} <= visible
     assert {r["doc_id"] for r in resp.trace.get("retrieved", [])} <= visible
+    assert not resp.degraded or mode == "lexical"  # the vector path really ran
 
 
 def test_rerank_input_holds_only_visible_chunks(corpus, use_settings):
