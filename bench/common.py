@@ -130,10 +130,11 @@ def worker(queues: tuple[str, ...], concurrency: int = 2) -> Iterator[None]:
 
 
 @contextmanager
-def prefork_pool(pool: str, ready_task: str, ready_payload: dict, timeout: float = 120.0) -> Iterator[None]:
-    """The real ``ragline up`` worker of ``pool`` (prefork, its own process group), started in the
-    benchmark's ragline home and stopped after; ready once ``ready_task`` round-trips. A no-op under
-    the smoke tests (the session worker consumes every queue)."""
+def prefork_pools(ready: dict[str, tuple[str, dict]], timeout: float = 120.0) -> Iterator[None]:
+    """The real ``ragline up`` workers of the pools named in ``ready`` (prefork, own process groups,
+    the current ``RAGLINE_*`` environment), started in the benchmark's ragline home and stopped after.
+    Each pool is ready once its ``(task, payload)`` round-trips. A no-op under the smoke tests (the
+    session worker consumes every queue)."""
     if EXTERNAL_WORKER:
         yield
         return
@@ -142,13 +143,14 @@ def prefork_pool(pool: str, ready_task: str, ready_payload: dict, timeout: float
     from shared.settings import get_settings
 
     settings = get_settings()
-    name = f"worker-{pool}"
-    processes.start_all(settings, only={name})
+    names = {f"worker-{pool}" for pool in ready}
+    processes.start_all(settings, only=names)
     try:
-        app.send_task(ready_task, args=[ready_payload]).get(timeout=timeout)
+        for task, payload in ready.values():
+            app.send_task(task, args=[payload]).get(timeout=timeout)
         yield
     finally:
-        processes.stop_all(settings, only={name})
+        processes.stop_all(settings, only=names)
 
 
 @contextmanager
@@ -172,6 +174,25 @@ def settings_env(**overrides: object) -> Iterator[None]:
                 os.environ[f"RAGLINE_{k.upper()}"] = v
         reset_settings()
         providers.reset()
+
+
+def wait_documents_ready(tenant: str, n: int, timeout: float, poll_s: float = 0.2) -> float:
+    """Block until ``n`` documents of ``tenant`` are ready; raise on a failed one. Returns the monotonic time."""
+    from shared import db
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with db.connection() as conn:
+            row = conn.execute("SELECT count(*) FILTER (WHERE status = 'ready') AS ready,"
+                               " count(*) FILTER (WHERE status = 'failed') AS failed"
+                               " FROM documents WHERE tenant = %s", (tenant,)).fetchone()
+        if row["failed"]:
+            raise RuntimeError(f"{row['failed']} documents failed to ingest in {tenant}")
+        if row["ready"] >= n:
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {row['ready']} of {n} documents ready in {tenant}")
+        time.sleep(poll_s)
 
 
 # ------------------------------------------------------------------------------------ targets
@@ -239,7 +260,7 @@ def write_json(data: dict, out_dir: Path = RESULTS) -> Path:
 
 
 def bar_plot(path: Path, title: str, groups: dict[str, dict[str, float]], ylabel: str,
-             targets: list[Target] | None = None) -> Path:
+             targets: list[Target] | None = None, log: bool = False) -> Path:
     """Grouped bars: ``{group: {series: value}}`` (ragline next to its baseline), targets in the caption."""
     import matplotlib
 
@@ -250,13 +271,17 @@ def bar_plot(path: Path, title: str, groups: dict[str, dict[str, float]], ylabel
     series = list(dict.fromkeys(s for g in groups.values() for s in g))
     x = np.arange(len(groups))
     width = 0.8 / max(1, len(series))
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
     for i, s in enumerate(series):
-        vals = [groups[g].get(s, 0.0) for g in groups]
-        bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, vals, width, label=s)
+        present = [(j, groups[g][s]) for j, g in enumerate(groups) if s in groups[g]]  # a group may lack a series
+        xs = [x[j] + (i - (len(series) - 1) / 2) * width for j, _ in present]
+        vals = [v for _, v in present]
+        bars = ax.bar(xs, vals, width, label=s)
         ax.bar_label(bars, labels=[f"{v:.3g}" for v in vals], fontsize=8, padding=2)
     ax.set_xticks(x, list(groups))
     ax.set_ylabel(ylabel)
+    if log:
+        ax.set_yscale("log")
     ax.set_title(title, fontsize=11)
     ax.legend(fontsize=8)
     ax.margins(y=0.15)
@@ -264,7 +289,7 @@ def bar_plot(path: Path, title: str, groups: dict[str, dict[str, float]], ylabel
         caption = "\n".join(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.measured:g} {t.op} {t.threshold:g}"
                             f"{(' ' + t.unit) if t.unit else ''}" for t in targets)
         fig.text(0.01, 0.01, caption, fontsize=7.5, family="monospace", va="bottom")
-        fig.subplots_adjust(bottom=0.14 + 0.045 * len(targets))
+        fig.subplots_adjust(bottom=0.1 + 0.04 * len(targets))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)

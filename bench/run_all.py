@@ -15,7 +15,7 @@ import time
 import traceback
 
 #: letter in the issue -> module
-BENCHMARKS = {"b": "upsert", "c": "retrieval", "e": "local_embedder"}
+BENCHMARKS = {"a": "ingest_throughput", "b": "upsert", "c": "retrieval", "d": "acl_sync", "e": "local_embedder"}
 
 
 def resolve(names: list[str]) -> list[str]:

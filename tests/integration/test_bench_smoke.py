@@ -73,7 +73,35 @@ def test_local_embedder_smoke(external_worker, tmp_path):
     data = _check_result(local_embedder.run(out_dir=tmp_path, **local_embedder.SMOKE), tmp_path, "local_embedder")
     raw = data["raw"]
     assert raw["texts"] >= local_embedder.SMOKE["n_docs"]
-    assert raw["pipeline_texts_per_s"] > 0 and raw["direct_texts_per_s"] > 0
+    assert raw["pipeline_texts_per_s"] > 0 and all(v > 0 for v in raw["direct_texts_per_s"].values())
+    assert sum(r["texts"] for r in raw["rounds"]) == raw["texts"] and len(raw["rounds"]) == 2
+
+
+@pytest.mark.slow
+def test_acl_sync_smoke(external_worker, tmp_path):
+    from bench import acl_sync
+
+    data = _check_result(acl_sync.run(out_dir=tmp_path, **acl_sync.SMOKE), tmp_path, "acl_sync")
+    raw = data["raw"]
+    n = acl_sync.SMOKE["n_docs"]
+    assert raw["acl_sync_result"]["documents_updated"] == n and raw["chunks"] >= n
+    assert raw["acl_sync_embed_requests"] == 0  # the sync never calls the embedder
+    assert raw["reingest_embed_requests"] >= 1 and raw["reingest_texts_embedded"] == raw["chunks"]
+    assert raw["reingest_cached_embed_requests"] == 0  # same texts: every vector from the cache
+
+
+@pytest.mark.slow
+def test_ingest_throughput_smoke(external_worker, tmp_path):
+    from bench import ingest_throughput as it
+
+    data = _check_result(it.run(out_dir=tmp_path, **it.SMOKE), tmp_path, "ingest_throughput")
+    lat, storm = data["raw"]["latency"], data["raw"]["storm_429"]
+    assert lat["chunks"] == lat["documents"] == it.SMOKE["latency_requests"] * it.SMOKE["batch_size"]
+    assert lat["server"]["texts_embedded"] == lat["chunks"]  # every chunk embedded once, none from the cache
+    assert lat["server"]["max_in_flight"] <= 4
+    assert storm["chunks"] == storm["documents"] and storm["server"]["answered_429"] >= 1
+    assert storm["server"]["texts_embedded"] == storm["chunks"]  # 429s retried, nothing lost or doubled
+    assert storm["steady_chunks"] == storm["chunks"]  # steady_after_s 0: every chunk counts
 
 
 def test_synthetic_vectors_have_structure():

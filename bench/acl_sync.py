@@ -1,0 +1,130 @@
+"""d. ACL sync of N documents (``ragline.acl.sync`` on the ``acl`` queue) against re-ingesting them.
+
+Setup and baseline are the same run: N text documents go through the ``ingest`` queue (batch
+tasks of ``ingest_batch_docs``, as ``ragline ingest`` sends them) to the real prefork ingest
+pool, embedded by the ``voyage`` embedder against the loopback Voyage server (no latency, so
+the baseline is the pipeline's own cost, the cheapest re-ingest there can be with a remote
+embedder). That is what re-ingesting costs when the content has to be re-embedded. Then one
+ACL sync task carries new permissions for all N documents to the real prefork control pool.
+The loopback server counts embedding requests during the sync (must be 0), and the documents
+and chunks are checked to carry the new ACL.
+
+For reference, the same texts are ingested again into a second tenant: every vector then
+comes from the embedding cache, the cheapest possible re-ingest (reported, not a target).
+RPM/TPM limits are switched off so that the baseline measures ragline, not a quota.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from bench import common
+
+NAME = "acl_sync"
+TITLE = "ACL sync of N documents vs re-ingesting them"
+SMOKE = {"n_docs": 20}
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "tydi-ru-dev" / "corpus.jsonl"
+OLD_ACL, NEW_ACL = ["staff"], ["auditors", "staff"]
+
+
+def _texts(n: int, run_id: int) -> list[str]:
+    try:
+        base = [json.loads(line)["text"] for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
+    except FileNotFoundError:
+        base = ["Правовое государство — государство, в котором действует верховенство закона."]
+    # a run id and a serial number make every text new to the embedding cache
+    return [f"Документ {run_id}-{i}. {base[i % len(base)]}" for i in range(n)]
+
+
+def send_documents(tenant: str, texts: list[str], per_task: int, acl: list[str] = OLD_ACL) -> None:
+    """Enqueue like ``ragline ingest`` does: ``ragline.ingest.batch`` tasks of ``per_task`` documents."""
+    from shared.celery_app import app
+    from shared.contracts import TASK_INGEST_BATCH
+
+    docs = [{"tenant": tenant, "doc_id": f"doc-{i}", "content": text, "fmt": "text", "acl": acl, "version": 1}
+            for i, text in enumerate(texts)]
+    for i in range(0, len(docs), per_task):
+        app.send_task(TASK_INGEST_BATCH, args=[{"documents": docs[i: i + per_task]}])
+
+
+def _ingest(tenant: str, texts: list[str], per_task: int) -> float:
+    t = time.monotonic()
+    send_documents(tenant, texts, per_task)
+    return common.wait_documents_ready(tenant, len(texts), timeout=3600) - t
+
+
+def _acl_state(tenant: str) -> dict:
+    from shared import db
+
+    with db.connection() as conn:
+        return conn.execute(
+            "SELECT (SELECT count(*) FROM documents WHERE tenant = %(t)s AND acl = %(acl)s) AS documents,"
+            " (SELECT count(*) FROM chunks WHERE tenant = %(t)s AND acl = %(acl)s) AS chunks,"
+            " (SELECT count(*) FROM chunks WHERE tenant = %(t)s) AS chunks_total",
+            {"t": tenant, "acl": NEW_ACL}).fetchone()
+
+
+def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
+    from shared import db
+    from shared.celery_app import app
+    from shared.contracts import TASK_ACL_SYNC, TASK_INGEST_DOCUMENT
+    from tests.loopback import LoopbackServer
+
+    run_id = int(time.time())
+    tenant, tenant_warm = f"bench-acl-{run_id}", f"bench-acl-{run_id}-cached"
+    texts = _texts(n_docs, run_id)
+    with db.connection() as c:
+        desc = common.machine(c)
+    with LoopbackServer() as srv, common.settings_env(embedder="voyage", voyage_base_url=srv.url,
+                                                      voyage_api_key="bench-key", embed_rpm=0, embed_tpm=0):
+        from shared.settings import get_settings
+
+        settings = get_settings()
+        ready = {"ingest": (TASK_INGEST_DOCUMENT, {}), "control": (TASK_ACL_SYNC, {})}  # invalid: answered at once
+        with common.prefork_pools(ready):
+            srv.reset_stats()
+            ingest_s = _ingest(tenant, texts, settings.ingest_batch_docs)
+            ingest_requests, ingest_texts = srv.stats.by_path.get("/v1/embeddings", 0), srv.stats.texts_embedded
+            chunks = _acl_state(tenant)["chunks_total"]
+
+            srv.reset_stats()
+            items = [{"tenant": tenant, "doc_id": f"doc-{i}", "acl": NEW_ACL, "version": 1} for i in range(n_docs)]
+            t = time.perf_counter()
+            res = app.send_task(TASK_ACL_SYNC, args=[{"items": items}]).get(timeout=3600)
+            sync_s = time.perf_counter() - t
+            sync_requests = srv.stats.requests
+            state = _acl_state(tenant)
+            if res.get("documents_updated") != n_docs or state["documents"] != n_docs or state["chunks"] != chunks:
+                raise RuntimeError(f"ACL sync did not apply everywhere: {res}, {state}, chunks {chunks}")
+
+            srv.reset_stats()
+            warm_s = _ingest(tenant_warm, texts, settings.ingest_batch_docs)
+            warm_requests = srv.stats.by_path.get("/v1/embeddings", 0)
+    ratio = ingest_s / sync_s
+    targets = [common.Target("re-ingest time / ACL sync time", ratio, ">=", 100, "x"),
+               common.Target("embedder requests during the ACL sync", sync_requests, "<=", 0)]
+    raw = {"documents": n_docs, "chunks": chunks,
+           "reingest_s": round(ingest_s, 3), "reingest_docs_per_s": round(n_docs / ingest_s, 1),
+           "reingest_embed_requests": ingest_requests, "reingest_texts_embedded": ingest_texts,
+           "acl_sync_s": round(sync_s, 4), "acl_sync_docs_per_s": round(n_docs / sync_s, 1),
+           "acl_sync_embed_requests": sync_requests, "acl_sync_result": res,
+           "speed_ratio": round(ratio, 2),
+           "reingest_cached_s": round(warm_s, 3), "reingest_cached_embed_requests": warm_requests,
+           "speed_ratio_vs_cached_reingest": round(warm_s / sync_s, 2)}
+    params = {"n_docs": n_docs, "fmt": "text", "embedder": "voyage on the loopback server, no latency",
+              "embed_rpm": 0, "embed_tpm": 0, "ingest_concurrency": settings.ingest_concurrency,
+              "acl_sync_batch_size": settings.acl_sync_batch_size, "ingest_batch_docs": settings.ingest_batch_docs,
+              "workers": "ragline up's prefork ingest and control pools"}
+    notes = ["Re-ingest = the N documents through the ingest pool with every text new to the embedding cache"
+             " (the work a permission change would cost without ACL sync); timed from the first send to the"
+             " last document ready.",
+             "ACL sync = one ragline.acl.sync task with N items, round trip through the acl queue.",
+             "reingest_cached_*: the same texts again into a second tenant, vectors from the embedding cache."]
+    data = common.result(NAME, TITLE, params, raw, targets, desc, notes)
+    common.write_json(data, out_dir)
+    common.bar_plot(out_dir / f"{NAME}.png", f"Permission change for {n_docs:,} documents ({chunks:,} chunks)",
+                    {"seconds": {"re-ingest (embedding)": ingest_s, "re-ingest (embedding cache)": warm_s,
+                                 "ACL sync": sync_s}}, "seconds (log scale)", targets, log=True)
+    return data

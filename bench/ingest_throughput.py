@@ -1,0 +1,139 @@
+"""a. Ingest throughput through Celery against the loopback Voyage server.
+
+Documents go out as ``ragline.ingest.batch`` tasks (as ``ragline ingest`` sends them) to the
+real prefork ingest pool; the ``voyage`` embedder talks to the loopback server over HTTP.
+
+* Fixed latency L per request: the bound is ``embed_max_in_flight × embed_batch_size / L``
+  chunks/s (4 × 128 / L by default): the cluster-wide in-flight limiter allows 4 requests at
+  once, each carrying at most 128 texts. Throughput is measured from the first send to the
+  last document stored. The pool has more processes than in-flight slots, so that a process
+  parsing or storing does not leave a slot idle.
+* 429 storm: every third request is answered 429 with ``Retry-After``; the bound is the
+  configured rate limit, ``embed_rpm / 60 × embed_batch_size`` chunks/s. The sliding-window
+  limiter lets a full minute's budget through at once when it starts empty, so throughput is
+  measured in steady state: the chunks stored from 60 s after the start (their ``updated_at``)
+  to the last one. Failed requests also spend rate budget, so 2/3 of the bound is the most a
+  client can reach in this storm.
+
+Every document is one chunk (texts under ``chunk_max_chars``), so chunks per request equal
+documents per task. Texts carry a run id, so the embedding cache never answers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from bench import common
+from bench.acl_sync import send_documents
+
+NAME = "ingest_throughput"
+TITLE = "Ingest throughput through Celery vs the embedder bound (loopback Voyage)"
+SMOKE = {"latency_s": 0.05, "latency_requests": 4, "batch_size": 4, "storm_rpm": 600, "storm_batch_size": 4,
+         "storm_s": 3.0, "steady_after_s": 0.0, "retry_after_s": 0.1, "concurrency": 2}
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "tydi-ru-dev" / "corpus.jsonl"
+
+
+def _texts(n: int, tag: str, max_chars: int) -> list[str]:
+    try:
+        base = [json.loads(line)["text"] for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
+    except FileNotFoundError:
+        base = ["Правовое государство — государство, в котором действует верховенство закона."]
+    head = f"Документ {tag}-"
+    return [(f"{head}{i}. " + base[i % len(base)])[: max_chars - 20] for i in range(n)]
+
+
+def _chunk_times(tenant: str) -> list[float]:
+    """Epoch seconds at which each chunk was stored (the store transaction's ``now()``)."""
+    from shared import db
+
+    with db.connection() as conn:
+        rows = conn.execute("SELECT extract(epoch FROM updated_at) AS t FROM chunks WHERE tenant = %s ORDER BY 1",
+                            (tenant,)).fetchall()
+    return [float(r["t"]) for r in rows]
+
+
+def _case(srv, tenant: str, texts: list[str], per_task: int) -> dict:
+    srv.reset_stats()
+    wall0, t0 = time.time(), time.monotonic()
+    send_documents(tenant, texts, per_task, acl=["bench"])
+    elapsed = common.wait_documents_ready(tenant, len(texts), timeout=3600, poll_s=0.05) - t0
+    times = _chunk_times(tenant)
+    if len(times) != len(texts):
+        raise RuntimeError(f"{len(times)} chunks for {len(texts)} one-chunk documents in {tenant}")
+    st = srv.stats
+    return {"documents": len(texts), "chunks": len(times), "elapsed_s": round(elapsed, 3),
+            "chunks_per_s": round(len(times) / elapsed, 2), "start_epoch": wall0, "chunk_times": times,
+            "server": {"requests": st.requests, "answered_429": st.answered_429, "texts_embedded": st.texts_embedded,
+                       "max_in_flight": st.max_in_flight}}
+
+
+def run(out_dir: Path = common.RESULTS, latency_s: float = 4.0, latency_requests: int = 32, batch_size: int = 128,
+        storm_rpm: int = 60, storm_batch_size: int = 32, storm_s: float = 150.0, steady_after_s: float = 60.0,
+        retry_after_s: float = 1.0, concurrency: int = 6, max_in_flight: int = 4) -> dict:
+    from shared import db
+    from shared.contracts import TASK_INGEST_DOCUMENT
+    from shared.settings import get_settings
+    from tests.loopback import Faults, LoopbackServer
+
+    run_id = int(time.time())
+    with db.connection() as c:
+        desc = common.machine(c)
+    max_chars = get_settings().chunk_max_chars
+    raw: dict = {}
+    targets: list[common.Target] = []
+    base = {"embedder": "voyage", "voyage_api_key": "bench-key", "ingest_concurrency": concurrency,
+            "embed_max_in_flight": max_in_flight, "embed_tpm": 0}
+
+    # --- fixed latency -----------------------------------------------------------------------------
+    with LoopbackServer(Faults(latency_s=latency_s)) as srv, common.settings_env(
+            **base, voyage_base_url=srv.url, embed_batch_size=batch_size, embed_rpm=0, ingest_batch_docs=batch_size):
+        with common.prefork_pools({"ingest": (TASK_INGEST_DOCUMENT, {})}):
+            n = latency_requests * batch_size
+            case = _case(srv, f"bench-tp-{run_id}-lat", _texts(n, f"{run_id}-lat", max_chars), batch_size)
+    bound = max_in_flight * batch_size / latency_s
+    case.pop("chunk_times")
+    raw["latency"] = {**case, "latency_s": latency_s, "bound_chunks_per_s": round(bound, 2),
+                      "ratio": round(case["chunks_per_s"] / bound, 4)}
+    targets.append(common.Target(f"latency {latency_s:g} s: chunks/s / (in-flight {max_in_flight} x {batch_size} / L)",
+                                 case["chunks_per_s"] / bound, ">=", 0.90))
+
+    # --- 429 storm -----------------------------------------------------------------------------------
+    storm_bound = storm_rpm / 60 * storm_batch_size
+    # enough documents for the first window's burst, then about storm_s at 2/3 of the bound
+    burst = storm_rpm if steady_after_s > 0 else 0
+    n = int((burst + storm_rpm / 60 * storm_s * 2 / 3) * storm_batch_size)
+    faults = Faults(latency_s=0.02, every_nth_429=3, retry_after_s=retry_after_s)
+    with LoopbackServer(faults) as srv, common.settings_env(
+            **base, voyage_base_url=srv.url, embed_batch_size=storm_batch_size, embed_rpm=storm_rpm,
+            ingest_batch_docs=storm_batch_size):
+        with common.prefork_pools({"ingest": (TASK_INGEST_DOCUMENT, {})}):
+            case = _case(srv, f"bench-tp-{run_id}-429", _texts(n, f"{run_id}-429", max_chars), storm_batch_size)
+    times = case.pop("chunk_times")
+    steady_from = case["start_epoch"] + steady_after_s
+    steady = [t for t in times if t >= steady_from]
+    steady_s = max(times) - steady_from
+    steady_rate = len(steady) / steady_s if steady_s > 0 and steady else 0.0
+    raw["storm_429"] = {**case, "every_nth_429": 3, "retry_after_s": retry_after_s, "embed_rpm": storm_rpm,
+                        "embed_batch_size": storm_batch_size, "bound_chunks_per_s": round(storm_bound, 2),
+                        "steady_after_s": steady_after_s, "steady_chunks": len(steady),
+                        "steady_s": round(steady_s, 3), "steady_chunks_per_s": round(steady_rate, 2),
+                        "ratio": round(steady_rate / storm_bound, 4)}
+    targets.append(common.Target(f"429 storm (every 3rd): steady chunks/s / (rpm {storm_rpm}/60 x {storm_batch_size})",
+                                 steady_rate / storm_bound, ">=", 0.50))
+    params = {"latency_s": latency_s, "latency_requests": latency_requests, "batch_size": batch_size,
+              "storm_rpm": storm_rpm, "storm_batch_size": storm_batch_size, "storm_s": storm_s,
+              "steady_after_s": steady_after_s, "ingest_concurrency": concurrency,
+              "embed_max_in_flight": max_in_flight,
+              "workers": "ragline up's prefork ingest pool", "documents": "one chunk each, fmt text"}
+    notes = ["Latency case: throughput from the first send to the last document stored, so pipeline start"
+             " and drain count against ragline.",
+             "Storm case: failed (429) requests spend RPM budget too; 2/3 of the bound is the ceiling."]
+    data = common.result(NAME, TITLE, params, raw, targets, desc, notes)
+    common.write_json(data, out_dir)
+    common.bar_plot(out_dir / f"{NAME}.png", "Ingest through Celery vs embedder bound",
+                    {f"latency {latency_s:g} s": {"bound": bound, "measured": raw["latency"]["chunks_per_s"]},
+                     f"429 storm, rpm {storm_rpm}": {"bound": storm_bound, "measured": steady_rate}},
+                    "chunks per second", targets)
+    return data
