@@ -36,8 +36,9 @@ down: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check ingest query shared tests bench
 
+## benchmarks on a private embedded stack -> bench/results/<name>.json + .png; one of them: make bench ONLY=c
 bench: $(STAMP)
-	$(BIN)/python -m bench.run_all
+	$(BIN)/python -m bench.run_all $(ONLY)
 
 chaos: $(STAMP)
 	$(BIN)/python -m pytest tests/chaos -m chaos
