@@ -66,10 +66,12 @@ class LoopbackServer:
     """``with LoopbackServer() as srv: srv.url`` — a threaded HTTP server on 127.0.0.1."""
 
     def __init__(self, faults: Faults | None = None, dim: int = 384, answer_text: str | None = None,
-                 keep_bodies: int = 200) -> None:
+                 keep_bodies: int = 200, answer_fn=None) -> None:
         self.faults = faults or Faults()
         self.dim = dim
         self.answer_text = answer_text
+        # answer_fn(request body) -> text: a scripted chat model (takes precedence over answer_text)
+        self.answer_fn = answer_fn
         self.keep_bodies = keep_bodies
         self.stats = Stats()
         self._lock = threading.Lock()
@@ -215,7 +217,7 @@ class LoopbackServer:
 
             # --- Anthropic ------------------------------------------------------------------
             def _messages(self, body: dict) -> None:
-                text = server.answer_text
+                text = server.answer_fn(body) if server.answer_fn else server.answer_text
                 if text is None:
                     user = body.get("messages", [{}])[-1].get("content", "")
                     if isinstance(user, list):
@@ -244,7 +246,7 @@ class LoopbackServer:
                                  "embeddings": [hashed_embedding(t, server.dim) for t in texts or []]})
 
             def _chat(self, body: dict) -> None:
-                text = server.answer_text or "OK [1]"
+                text = (server.answer_fn(body) if server.answer_fn else server.answer_text) or "OK [1]"
                 self._send(200, {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()),
                                  "model": body.get("model", "m"),
                                  "choices": [{"index": 0, "finish_reason": "stop",
