@@ -114,6 +114,10 @@ def _setup_logging(loglevel: object = None, **_: object) -> None:
     """Workers and beat log structured JSON (``shared/logging_setup.py``) instead of Celery's format."""
     from shared.logging_setup import configure
 
+    if isinstance(loglevel, int):
+        import logging
+
+        loglevel = logging.getLevelName(loglevel)
     configure(level=loglevel if isinstance(loglevel, str) else None)
 
 
@@ -129,3 +133,4 @@ def _metrics_process_dead(pid: int | None = None, **_: object) -> None:
 
 
 from shared import redelivery as _redelivery  # noqa: E402,F401  (connects its worker signals)
+from shared import task_stats as _task_stats  # noqa: E402,F401  (peak RSS per task in the log)

@@ -55,7 +55,7 @@ class Pool:
 
 
 def start_pool(settings: Settings, pool: str, *, concurrency: int = 1, env: dict[str, str] | None = None,
-               queue: str | None = None, spec_name: str | None = None) -> Pool:
+               queue: str | None = None, spec_name: str | None = None, extra_args: list[str] | None = None) -> Pool:
     """Start ``worker-<pool>`` (or another spec, e.g. ``metrics-query``) as ``ragline up`` would."""
     name = spec_name or f"worker-{pool}"
     spec = next(s for s in processes.specs(settings) if s.name == name)
@@ -66,6 +66,7 @@ def start_pool(settings: Settings, pool: str, *, concurrency: int = 1, env: dict
         argv[argv.index("-c") + 1] = str(concurrency)
         argv[argv.index("-n") + 1] = f"{queue}@%h"
         argv[argv.index("--loglevel") + 1] = "INFO"
+    argv += extra_args or []
     log = settings.home_dir / "logs" / f"{queue}-{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**processes.child_env(settings), **spec.env, **(env or {})}
