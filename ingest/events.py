@@ -66,10 +66,13 @@ def handle_event(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventR
         item = AclSyncItem(tenant=ev.tenant, doc_id=ev.doc_id, acl=ev.acl or [], version=ev.version, ts=ev.ts)
         out = apply_acl_sync(conn, [item])
         return EventResult(**base, outcome="acl_applied" if out.documents_updated else "ignored_stale")
-    reason = upsert_decision(store.current_state(conn, ev.tenant, ev.doc_id), ev.version)
+    state = store.current_state(conn, ev.tenant, ev.doc_id)
+    reason = upsert_decision(state, ev.version)
     if reason:
         return EventResult(**base, outcome=reason)
+    # an upsert without 'acl' keeps the document's current permissions (new documents get none: invisible)
+    acl = ev.acl if ev.acl is not None else list(state["acl"]) if state else []
     req = IngestRequest(tenant=ev.tenant, doc_id=ev.doc_id, uri=ev.uri, path=ev.path or ev.doc_id,
-                        layer=ev.layer, fmt=ev.fmt, acl=ev.acl or [], version=ev.version)
+                        layer=ev.layer, fmt=ev.fmt, acl=acl, version=ev.version)
     task_id = send_task(TASK_INGEST_DOCUMENT, req.model_dump(exclude_none=True))
     return EventResult(**base, outcome="enqueued", task_id=task_id)

@@ -39,6 +39,9 @@ def record_document(conn: psycopg.Connection, job_id: str, tenant: str, doc_id: 
         (job_id, tenant, doc_id, state, chunks, embedded, error),
     )
     conn.execute("UPDATE jobs SET heartbeat_at = now(), progress_at = now() WHERE id = %s", (job_id,))
+    # a job marked stuck that makes progress after all (its queue was only slow) runs again
+    conn.execute("UPDATE jobs SET state = 'running', error = NULL, finished_at = NULL"
+                 " WHERE id = %s AND state = 'failed' AND error LIKE 'stuck:%%'", (job_id,))
     _maybe_finish(conn, job_id)
 
 

@@ -63,9 +63,9 @@ def test_out_of_order_events_are_harmless(conn, tenant):
     dup = handle_event(conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=5), send)
     old = handle_event(conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=3), send)
     assert (dup.outcome, old.outcome, sent) == ("ignored_duplicate", "ignored_stale", [])
-    new = handle_event(conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=6,
-                                         acl=["g"]), send)
+    new = handle_event(conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=6), send)
     assert new.outcome == "enqueued" and sent[0]["version"] == 6 and sent[0]["uri"] == "/x/d.md"
+    assert sent[0]["acl"] == ["g"]  # no 'acl' in the event: the current permissions are kept
     # delete at 7, then the ingest of version 6 lands late: the tombstone makes it stale
     assert handle_event(conn, IngestEvent(type="delete", tenant=tenant, doc_id="d", version=7), send).outcome == "deleted"
     conn.commit()
@@ -152,3 +152,15 @@ def test_cancel_stops_heartbeats_and_status_shows_jobs_queues_errors(conn, tenan
     assert CliRunner().invoke(cli, ["cancel", job_id]).exit_code == 0
     assert jobs.job_state(conn, job_id) == "cancelled" and not jobs.heartbeat(conn, job_id)
     assert CliRunner().invoke(cli, ["cancel", job_id]).exit_code == 1
+
+
+def test_stuck_job_that_progresses_after_all_runs_again(conn, tenant):
+    job_id = jobs.create_job(conn, "ingest", tenant, ["a", "b"], {})
+    conn.execute("UPDATE jobs SET heartbeat_at = now() - interval '1 hour' WHERE id = %s", (job_id,))
+    assert job_id in {j["id"] for j in jobs.mark_stuck(conn, 60)}
+    assert jobs.job_state(conn, job_id) == "failed"
+    jobs.record_document(conn, job_id, tenant, "a", "done", 1, 1)
+    assert jobs.job_state(conn, job_id) == "running"
+    jobs.record_document(conn, job_id, tenant, "b", "failed", error="parse: x")
+    s = jobs.job_summary(conn, job_id)
+    assert (s["state"], s["done"], s["failed"]) == ("completed_with_errors", 1, 1)
