@@ -30,7 +30,8 @@ from shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-_JOB_STATE = {"stored": "done", "stale": "skipped", "skipped_unchanged": "skipped", "failed": "failed"}
+_JOB_STATE = {"stored": "done", "stale": "skipped", "skipped_unchanged": "skipped", "failed": "failed",
+              "cancelled": "skipped"}
 #: infrastructure errors: the task is retried (and redelivered if the worker dies)
 TRANSIENT = (psycopg.OperationalError, ConnectionError, TimeoutError, ProviderError)
 MAX_RETRIES = 20  # Celery's ceiling; the effective number is ``ingest_task_max_retries``
@@ -41,6 +42,15 @@ def _invalid(exc: ValidationError) -> dict:
 
 
 def _run(task, reqs: list[IngestRequest]) -> list[IngestResult]:
+    job_ids = {r.job_id for r in reqs if r.job_id}
+    if job_ids:  # documents of a cancelled job (`ragline cancel`) are skipped, not ingested
+        with db.connection() as conn:
+            cancelled = jobs.cancelled_jobs(conn, job_ids)
+        if cancelled:
+            rest = [r for r in reqs if r.job_id not in cancelled]
+            live = iter(_run(task, rest) if rest else [])
+            return [IngestResult(tenant=r.tenant, doc_id=r.doc_id, status="cancelled") if r.job_id in cancelled
+                    else next(live) for r in reqs]
     try:
         results = ingest_batch(reqs)
     except TRANSIENT as exc:

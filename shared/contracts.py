@@ -58,7 +58,7 @@ class IngestBatchRequest(BaseModel):
 class IngestResult(BaseModel):
     tenant: str
     doc_id: str
-    status: Literal["stored", "skipped_unchanged", "stale", "failed"]
+    status: Literal["stored", "skipped_unchanged", "stale", "failed", "cancelled"]
     chunks: int = 0
     embedded: int = 0
     error: str | None = None

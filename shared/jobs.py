@@ -144,6 +144,12 @@ def cancel_job(conn: psycopg.Connection, job_id: str) -> bool:
     return row is not None
 
 
+def cancelled_jobs(conn: psycopg.Connection, job_ids: set[str]) -> set[str]:
+    rows = conn.execute("SELECT id::text AS id FROM jobs WHERE id::text = ANY(%s) AND state = 'cancelled'",
+                        (list(job_ids),)).fetchall()
+    return {r["id"] for r in rows}
+
+
 def job_state(conn: psycopg.Connection, job_id: str) -> str | None:
     row = conn.execute("SELECT state FROM jobs WHERE id = %s", (job_id,)).fetchone()
     return row["state"] if row else None

@@ -164,3 +164,16 @@ def test_stuck_job_that_progresses_after_all_runs_again(conn, tenant):
     jobs.record_document(conn, job_id, tenant, "b", "failed", error="parse: x")
     s = jobs.job_summary(conn, job_id)
     assert (s["state"], s["done"], s["failed"]) == ("completed_with_errors", 1, 1)
+
+
+def test_documents_of_a_cancelled_job_are_skipped(celery_worker, conn, tenant):
+    from shared.celery_app import app
+    from shared.contracts import TASK_INGEST_DOCUMENT
+
+    job_id = jobs.create_job(conn, "ingest", tenant, ["x.md"], {})
+    assert jobs.cancel_job(conn, job_id)
+    conn.commit()
+    res = app.send_task(TASK_INGEST_DOCUMENT, args=[{"tenant": tenant, "doc_id": "x.md", "content": "# X\n\nтекст",
+                                                     "fmt": "md", "acl": ["g"], "job_id": job_id}]).get(timeout=60)
+    assert res["status"] == "cancelled"
+    assert _doc(conn, tenant, "x.md") is None and jobs.job_state(conn, job_id) == "cancelled"
