@@ -16,7 +16,6 @@ RPM/TPM limits are switched off so that the baseline measures ragline, not a quo
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -25,17 +24,7 @@ from bench import common
 NAME = "acl_sync"
 TITLE = "ACL sync of N documents vs re-ingesting them"
 SMOKE = {"n_docs": 20}
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "tydi-ru-dev" / "corpus.jsonl"
 OLD_ACL, NEW_ACL = ["staff"], ["auditors", "staff"]
-
-
-def _texts(n: int, run_id: int) -> list[str]:
-    try:
-        base = [json.loads(line)["text"] for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
-    except FileNotFoundError:
-        base = ["Правовое государство — государство, в котором действует верховенство закона."]
-    # a run id and a serial number make every text new to the embedding cache
-    return [f"Документ {run_id}-{i}. {base[i % len(base)]}" for i in range(n)]
 
 
 def send_documents(tenant: str, texts: list[str], per_task: int, acl: list[str] = OLD_ACL) -> None:
@@ -52,7 +41,10 @@ def send_documents(tenant: str, texts: list[str], per_task: int, acl: list[str] 
 def _ingest(tenant: str, texts: list[str], per_task: int) -> float:
     t = time.monotonic()
     send_documents(tenant, texts, per_task)
-    return common.wait_documents_ready(tenant, len(texts), timeout=3600) - t
+    done, errors = common.wait_documents_ready(tenant, len(texts), timeout=3600)
+    if errors:  # the sync below must find every document
+        raise RuntimeError(f"{len(errors)} documents failed to ingest in {tenant}: {errors[:3]}")
+    return done - t
 
 
 def _acl_state(tenant: str) -> dict:
@@ -74,7 +66,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
 
     run_id = int(time.time())
     tenant, tenant_warm = f"bench-acl-{run_id}", f"bench-acl-{run_id}-cached"
-    texts = _texts(n_docs, run_id)
+    texts = common.passages(n_docs, f"Документ {run_id}-")
     with db.connection() as c:
         desc = common.machine(c)
     with LoopbackServer() as srv, common.settings_env(embedder="voyage", voyage_base_url=srv.url,

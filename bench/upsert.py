@@ -11,7 +11,6 @@ alternate upsert and COPY so both see a table of the same size and the same mach
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -23,20 +22,11 @@ from bench.synthetic import EmbeddingSpace
 NAME = "upsert"
 TITLE = "Upsert rows/s (store.py: COPY to staging + ON CONFLICT) vs raw binary COPY"
 SMOKE = {"docs_per_round": 3, "chunks_per_doc": 5, "rounds": 2, "preload_rows": 0}
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "tydi-ru-dev" / "corpus.jsonl"
 MODEL = "bench-model"
 COLUMNS = ("tenant, doc_id, chunk_no, path, layer, heading_path, content, context, content_hash, page,"
            " embedding, embed_model, acl, metadata")
 TYPES = ["text", "text", "int4", "text", "text", "text", "text", "text", "text", "int4", "vector", "text",
          "text[]", "jsonb"]
-
-
-def _texts() -> list[str]:
-    """Real Russian passages (the tsvector is generated from them), or a fixed text without the dataset."""
-    try:
-        return [json.loads(line)["text"][:800] for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
-    except FileNotFoundError:
-        return ["Правовое государство — это государство, в котором действует верховенство закона. " * 8]
 
 
 def _documents(tenant: str, n_docs: int, per_doc: int, texts: list[str], space: EmbeddingSpace,
@@ -105,7 +95,7 @@ def run(out_dir: Path = common.RESULTS, docs_per_round: int = 100, chunks_per_do
 
     space = EmbeddingSpace()
     rng = np.random.default_rng(seed)
-    texts = _texts()
+    texts = common.passages(400, max_chars=800, min_chars=0)
     run_id = int(time.time())
     with db.connection() as c:
         desc = common.machine(c)

@@ -96,6 +96,7 @@ def test_ingest_throughput_smoke(external_worker, tmp_path):
 
     data = _check_result(it.run(out_dir=tmp_path, **it.SMOKE), tmp_path, "ingest_throughput")
     lat, storm = data["raw"]["latency"], data["raw"]["storm_429"]
+    assert lat["documents_failed"] == storm["documents_failed"] == 0, (lat["errors"], storm["errors"])
     assert lat["chunks"] == lat["documents"] == it.SMOKE["latency_requests"] * it.SMOKE["batch_size"]
     assert lat["server"]["texts_embedded"] == lat["chunks"]  # every chunk embedded once, none from the cache
     assert lat["server"]["max_in_flight"] <= 4
