@@ -13,16 +13,26 @@ SUFFIXES = set(SUPPORTED)
 
 
 def collect_files(paths: list[Path]) -> list[tuple[Path, str]]:
-    """(file, doc_id) pairs; doc_id is the path relative to the folder given, so it is stable."""
-    out: list[tuple[Path, str]] = []
+    """(file, doc_id) pairs; doc_id is the path relative to the folder given, so it is stable.
+
+    A doc_id seen twice (a file given again, or the same relative name under two folders) is kept
+    once, first one wins: two files under one doc_id would overwrite each other's chunks.
+    """
+    found: list[tuple[Path, str]] = []
     for p in paths:
         p = p.resolve()
         if p.is_file():
-            out.append((p, p.name))
+            found.append((p, p.name))
             continue
         for f in sorted(p.rglob("*")):
             if f.is_file() and f.suffix.lower() in SUFFIXES:
-                out.append((f, f.relative_to(p).as_posix()))
+                found.append((f, f.relative_to(p).as_posix()))
+    seen: set[str] = set()
+    out = []
+    for f, doc_id in found:
+        if doc_id not in seen:
+            seen.add(doc_id)
+            out.append((f, doc_id))
     return out
 
 
