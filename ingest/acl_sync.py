@@ -127,6 +127,7 @@ def apply_acl_sync(conn: psycopg.Connection, items: list[AclSyncItem]) -> SyncOu
             lag_from += [ts_by_prefix.get((r["tenant"], r["path_prefix"])) for r in rows
                          if ts_by_prefix.get((r["tenant"], r["path_prefix"]))]
         chunks = 0
+        changed = sorted(set(changed))  # a document hit by a doc item and a prefix item counts once
         if changed:
             chunks = conn.execute(SYNC_CHUNKS_SQL, {"tenants": [t for t, _ in changed],
                                                     "docs": [d for _, d in changed]}).rowcount

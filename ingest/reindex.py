@@ -24,6 +24,7 @@ from shared.contracts import TASK_INGEST_DOCUMENT, IngestRequest
 log = logging.getLogger(__name__)
 
 LOCK_KEY = "ragline.reindex"
+TOTALS = ("listed", "new", "changed", "unchanged", "touched", "pruned", "unavailable", "enqueued")
 
 
 @dataclass
@@ -165,8 +166,7 @@ def reindex(conn: psycopg.Connection, specs: list[SourceSpec], send_task: Callab
                 outcome, _ = delete_document(conn, spec.tenant, doc_id, None)
                 report[spec.name]["pruned"] += outcome == "deleted"
             conn.commit()
-        totals = {k: sum(r.get(k, 0) for r in report.values())
-                  for k in ("listed", "new", "changed", "unchanged", "touched", "pruned", "unavailable", "enqueued")}
+        totals = {k: sum(r.get(k, 0) for r in report.values()) for k in TOTALS}
         jobs.finish_if_done(conn, job_id, {"sources": report, **totals})
         conn.commit()
         return {"job_id": job_id, "state": jobs.job_state(conn, job_id), "sources": report, **totals}

@@ -25,13 +25,13 @@ def run_reindex(source_names: list[str] | None = None, kind: str = "reindex", re
     """List every configured source (or the named ones), enqueue new/changed, prune vanished; with
     ``reembed`` also start a background re-embedding when chunks carry another model than the configured one."""
     from ingest.reembed import pending_chunks
-    from ingest.reindex import reindex, select_sources
+    from ingest.reindex import TOTALS, reindex, select_sources
 
     settings = get_settings()
     specs = select_sources(settings.sources, source_names)
     with db.connection() as conn:
         out = reindex(conn, specs, _send, http_timeout=settings.http_source_timeout_s, kind=kind) if specs \
-            else {"job_id": None, "state": "succeeded", "sources": {}, "enqueued": 0}
+            else {"job_id": None, "state": "succeeded", "sources": {}, **dict.fromkeys(TOTALS, 0)}
         stale = pending_chunks(conn, settings.embed_model_name) if reembed else 0
     if stale:
         out["reembed_task"] = _send(TASK_INGEST_REEMBED, {})

@@ -199,6 +199,10 @@ def test_path_prefix_sync_with_like_metacharacters(conn, tenant):
     # 'hr' matches all three paths: a and b hold the newer version 4, c has never been synced
     assert (stale.documents_updated, stale.ignored_stale) == (1, 2)
     assert acl_of(conn, tenant, "a")[0] == ["hr"] and acl_of(conn, tenant, "c")[0] == ["x"]
+    # one batch with a doc item and a prefix item for the same document: the newer wins, counted once
+    both = apply_acl_sync(conn, [AclSyncItem(tenant=tenant, doc_id="a", acl=["doc"], version=6),
+                                 AclSyncItem(tenant=tenant, path_prefix="hr/2026/", acl=["pre"], version=7)])
+    assert both.documents_updated == 2 and acl_of(conn, tenant, "a") == (["pre"], {("pre",)})
 
 
 def test_acl_sync_task_through_the_acl_queue(celery_worker, conn, tenant):
