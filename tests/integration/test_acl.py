@@ -206,13 +206,20 @@ def test_path_prefix_sync_with_like_metacharacters(conn, tenant):
 
 
 def test_acl_sync_task_through_the_acl_queue(celery_worker, conn, tenant):
+    from prometheus_client import REGISTRY
+
     from shared.celery_app import app
 
+    def lag_count():
+        return REGISTRY.get_sample_value("rag_acl_sync_lag_seconds_count") or 0.0
+
     put_document(tenant, "d", ["текст"], acl=["a"])
+    before = lag_count()
     res = app.send_task(TASK_ACL_SYNC, args=[{"tenant": tenant, "doc_id": "d", "acl": ["b"], "version": 2,
                                               "ts": time.time()}])
     out = res.get(timeout=30)
     assert out["documents_updated"] == 1 and out["chunks_updated"] == 1 and out["lag_s_max"] >= 0
+    assert lag_count() == before + 1  # ACL_SYNC_LAG_S observed once for the applied change
     job = conn.execute("SELECT kind, state, result FROM jobs WHERE id = %s", (out["job_id"],)).fetchone()
     assert job["kind"] == "acl_sync" and job["state"] == "succeeded" and job["result"]["documents_updated"] == 1
     bad = app.send_task(TASK_ACL_SYNC, args=[{"tenant": tenant, "doc_id": "d", "acl": [""], "version": 3}])
