@@ -19,12 +19,19 @@ MODELS = {
     "ask_request": c.AskRequest,
     "ask_response": c.AskResponse,
     "error_result": c.ErrorResult,
+    # permissions and document events from the chat backend / upstream systems (issues 5, 6)
+    "acl_sync_request": c.AclSyncRequest,
+    "acl_sync_result": c.AclSyncResult,
+    "ingest_event": c.IngestEvent,
+    "event_result": c.EventResult,
 }
 
 TASKS = {
     c.TASK_QUERY_RETRIEVE: ("search_request", "search_response"),
     c.TASK_QUERY_RERANK: ("rerank_request", "rerank_response"),
     c.TASK_QUERY_ASK: ("ask_request", "ask_response"),
+    c.TASK_ACL_SYNC: ("acl_sync_request", "acl_sync_result"),
+    c.TASK_INGEST_EVENT: ("ingest_event", "event_result"),
 }
 
 
