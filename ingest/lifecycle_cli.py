@@ -46,7 +46,8 @@ def acl_set(
     doc_id: str = typer.Argument(...),
     tenant: str = typer.Option(..., "--tenant"),
     acl: str = typer.Option(..., "--acl", help="comma-separated groups; an empty string revokes every group"),
-    version: int | None = typer.Option(None, help="source version; default: now in microseconds"),
+    version: int | None = typer.Option(
+        None, help="source version; default: now in epoch microseconds, which outranks small source versions"),
     as_json: bool = typer.Option(False, "--json"),
     timeout: float = typer.Option(60.0),
 ) -> None:
