@@ -43,9 +43,10 @@ def test_ru_docs_twice_identical_rows_and_nothing_embedded_again(celery_worker, 
             "SELECT doc_id, count(*) AS n, count(*) FILTER (WHERE heading_path <> '') AS with_path FROM chunks"
             " WHERE tenant = %s GROUP BY doc_id", (tenant,)).fetchall()
         hits = c.execute(
-            "SELECT doc_id, heading_path, page FROM chunks WHERE tenant = %s AND"
+            "SELECT doc_id, heading_path, page, metadata->>'kind' AS kind FROM chunks WHERE tenant = %s AND"
             " regexp_replace(content, '\\s+', ' ', 'g') LIKE %s ORDER BY doc_id",
             (tenant, "%применяет правила контроля доступа на уровне доверенного сервиса%")).fetchall()
     assert len(per_doc) == 137 and all(r["with_path"] >= r["n"] - 1 and r["with_path"] > 0 for r in per_doc)
     assert {h["doc_id"].rsplit(".", 1)[1] for h in hits} == {"md", "pdf", "docx"}
     assert {h["heading_path"] for h in hits} == {"V4 Контроль доступа › V4.1 Базовые принципы"}
+    assert [h["page"] for h in hits if h["doc_id"].endswith(".pdf")] == [38]

@@ -85,7 +85,7 @@ def blocks(draw) -> list[Block]:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(blocks(), st.integers(120, 900), st.floats(0.0, 0.3))
 def test_packing_properties(bs, max_chars, ratio):
     hard = max(max_chars * 2, 300)
@@ -118,7 +118,7 @@ def chunk_text(chunk):
     return _join(chunk)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(blocks())
 def test_every_sentence_lands_in_a_chunk_in_order(bs):
     chunks = chunk_blocks(bs, max_chars=400, overlap_ratio=0.15, hard_max_chars=1000)
