@@ -44,13 +44,13 @@ class OllamaEmbedder:
             texts = [PREFIX[task] + t for t in texts]
         out: list[list[float]] = []
         for batch in plan_batches(texts, s.embed_batch_size, s.embed_batch_tokens):
-            out.extend(call_with_retries(lambda b=batch: self._request(b), self.provider, s.embed_max_retries + 1,
+            out.extend(call_with_retries(lambda b=batch: self._request(b, task), self.provider, s.embed_max_retries + 1,
                                          s.embed_backoff_base_s, s.embed_backoff_max_s))
         return out
 
-    def _request(self, texts: list[str]) -> list[list[float]]:
+    def _request(self, texts: list[str], task: str) -> list[list[float]]:
         t0 = time.perf_counter()
-        with self._admission.admit(texts):
+        with self._admission.admit(texts, batch=task == "document"):
             try:
                 resp = self._client.post(self._url, json={"model": self.model, "input": texts, "truncate": True,
                                                           "dimensions": self.dim})

@@ -116,7 +116,11 @@ class RateLimits:
 
 
 class EmbedAdmission:
-    """RPM/TPM budget, then an in-flight slot, for one embedding request of a provider."""
+    """RPM/TPM budget, then an in-flight slot, for one embedding request of a provider.
+
+    The in-flight cap is for document batches; a query (one short text) only takes RPM/TPM budget,
+    so questions never queue behind ingestion batches for a slot.
+    """
 
     def __init__(self, settings, provider: str) -> None:
         url = settings.effective_redis_url()
@@ -127,9 +131,12 @@ class EmbedAdmission:
         self.rates = RateLimits(url, name, settings.embed_rpm, settings.embed_tpm)
 
     @contextmanager
-    def admit(self, texts: list[str]) -> Iterator[None]:
+    def admit(self, texts: list[str], batch: bool = True) -> Iterator[None]:
         from shared.providers.batching import estimate_tokens
 
         self.rates.wait(sum(estimate_tokens(t) for t in texts), self.wait_s)
+        if not batch:
+            yield
+            return
         with self.slots.slot(self.wait_s):
             yield

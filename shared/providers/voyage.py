@@ -58,7 +58,7 @@ class VoyageEmbedder:
     def _request(self, texts: list[str], input_type: str) -> list[list[float]]:
         err = self._voyageai.error
         t0 = time.perf_counter()
-        with self._admission.admit(texts):
+        with self._admission.admit(texts, batch=input_type == "document"):
             try:
                 resp = self._voyageai.Embedding.create(
                     input=texts, model=self.model, input_type=input_type, truncation=True,
