@@ -196,3 +196,20 @@ def test_ollama_embedder(use_settings):
     np.testing.assert_allclose(vectors, [hashed_embedding("search_document: " + t, 384) for t in TEXTS[:3]], atol=1e-6)
     np.testing.assert_allclose(q, hashed_embedding("search_query: вопрос", 384), atol=1e-6)
     assert srv.stats.answered_500 == 1 and srv.stats.bodies[1]["model"] == "nomic-embed-text"
+
+
+def test_queries_do_not_wait_for_batch_slots(use_settings):
+    from shared.providers.ratelimit import LimiterTimeout
+
+    with LoopbackServer() as srv:
+        emb = _voyage(use_settings, srv, embed_max_in_flight=1, embed_admission_wait_s=0.3)
+        slots = emb._admission.slots
+        token = slots.try_acquire()  # another worker's batch holds the only slot
+        try:
+            assert len(emb.embed_query("вопрос пользователя")) == 384
+            with pytest.raises(LimiterTimeout):
+                emb.embed_documents(["документ"])
+        finally:
+            slots.release(token)
+        assert len(emb.embed_documents(["документ"])) == 1
+    assert [b["input_type"] for b in srv.stats.bodies] == ["query", "document"]
