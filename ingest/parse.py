@@ -264,6 +264,9 @@ def _rewrite_code_tables(root) -> None:
 
 
 # --- PDF ---------------------------------------------------------------------------------------
+_PAGE_NUMBER = re.compile(r"^(\d{1,4}|[-–—]\s*\d{1,4}\s*[-–—])$")
+
+
 @dataclass
 class _PdfBox:
     page: int
@@ -288,6 +291,8 @@ def _pdf_boxes(data: bytes) -> list[_PdfBox]:
                         s = round(ch.size * 2) / 2
                         sizes[s] = sizes.get(s, 0) + 1
             text = _join_pdf_lines(el.get_text())
+            if _PAGE_NUMBER.match(text) and (el.y1 < page.height * 0.1 or el.y0 > page.height * 0.9):
+                continue  # a page number in the top or bottom margin is not text
             if text and sizes:
                 size = max(sizes.items(), key=lambda kv: kv[1])[0]
                 boxes.append(_PdfBox(page_no, text, size, sum(sizes.values())))

@@ -28,6 +28,7 @@ def make_pdf(pages: list[list[tuple[float, str]]]) -> bytes:
             esc = text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
             ops.append(f"BT /F1 {size:g} Tf 72 {y} Td ({esc}) Tj ET")
             y -= int(size * 2.2)
+        ops.append(f"BT /F1 9 Tf 300 30 Td ({17 + len(contents)}) Tj ET")  # page number in the bottom margin
         stream = zlib.compress("\n".join(ops).encode("latin-1"))
         page_ids.append(next_id)
         contents.append((next_id, next_id + 1, stream))
@@ -55,7 +56,7 @@ def make_pdf(pages: list[list[tuple[float, str]]]) -> bytes:
 SAMPLE_PDF = [
     [(20, "Access Control"), (11, "Authorization is the concept of allowing access to resources."),
      (15, "Design Principles"), (11, "Verify that the application enforces access control rules."),
-     (11, "Verify that all user attributes cannot be manipulated by end users.")],
+     (11, "Verify that all user attributes cannot be manipulated by end users."), (11, "602")],
     [(15, "Operation Level"), (11, "Verify that sensitive data and APIs are protected against IDOR attacks.")],
 ]
 
@@ -128,6 +129,8 @@ def test_pdf_pages_and_font_size_headings():
     assert enforce.heading_path == ("Access Control", "Design Principles") and enforce.page == 1
     idor = blocks["Verify that sensitive data and APIs are protected against IDOR attacks."]
     assert idor.heading_path == ("Access Control", "Operation Level") and idor.page == 2
+    assert "602" in blocks  # a number inside the text area is content (a CWE column)
+    assert "17" not in blocks and "18" not in blocks  # page numbers in the bottom margin are dropped
     chunks = chunk_blocks(doc.blocks)
     assert {c.page for c in chunks} == {1, 2}
 
