@@ -30,6 +30,8 @@ def test_ru_docs_twice_identical_rows_and_nothing_embedded_again(celery_worker, 
         sent_first = srv.stats.texts_embedded
         second = wait_job(enqueue_files(files, tenant=tenant, acl=["staff"]), timeout=900)
         sent_second = srv.stats.texts_embedded - sent_first
+    print({k: first[k] for k in ("documents", "chunks", "embedded", "failed")}, "second:",
+          {k: second[k] for k in ("skipped_unchanged", "embedded")}, "batches:", len(srv.stats.bodies))
     assert first["state"] == "succeeded" and first["failed"] == 0, first["errors"]
     assert first["documents"] == 137 and first["chunks"] == len(rows) > 1000
     assert first["embedded"] == sent_first  # `embedded` counts texts actually sent to the embedder
