@@ -18,7 +18,7 @@ from query.citations import cited_numbers, invalid_citations
 from query.deadline import DeadlineExceeded, run_with_deadline
 from query.fusion import rrf
 from query.prompt import NO_ANSWER, build_messages
-from query.rerank import rerank_hits
+from query.rerank import RerankOutcome, fallback, rerank_hits
 from query.retrieve import search as sql_search
 from shared import db, providers
 from shared import metrics as m
@@ -106,10 +106,8 @@ def _use_rerank(req: SearchRequest, settings: Settings) -> bool:
     return settings.reranker != "none" if req.rerank is None else req.rerank
 
 
-def rerank_stage(query: str, candidates: list[Hit], top_k: int, threshold: float | None = None):
+def rerank_stage(query: str, candidates: list[Hit], top_k: int, threshold: float | None = None) -> RerankOutcome:
     """Rerank with the configured provider; a provider that cannot even be built degrades too."""
-    from query.rerank import RerankOutcome, fallback
-
     settings = get_settings()
     threshold = settings.rerank_threshold if threshold is None else threshold
     try:
