@@ -16,6 +16,27 @@ from shared.services import free_port
 RAGLINE = [sys.executable, "-m", "shared.cli"]
 
 
+def _free_port_run(n: int) -> int:
+    """A base port with ``n`` consecutive free ports (one metrics endpoint per pool)."""
+    import socket
+
+    for _ in range(50):
+        base = free_port()
+        try:
+            socks = []
+            for i in range(n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", base + i))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no run of free ports")
+
+
 def _ours(home: Path) -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter(["cmdline", "environ"]):
@@ -36,6 +57,7 @@ def test_up_ingest_ask_down_leaves_nothing(tmp_path):
     docs.mkdir()
     (docs / "about.md").write_text("# О системе\n\nragline отвечает на вопросы со ссылками на документы.\n")
     env = {**os.environ, "RAGLINE_HOME": str(home), "RAGLINE_FLOWER_PORT": str(free_port()),
+           "RAGLINE_METRICS_PORT": str(_free_port_run(3)),
            "RAGLINE_INGEST_CONCURRENCY": "1", "RAGLINE_QUERY_CONCURRENCY": "1"}
     run = lambda *a, **kw: subprocess.run([*RAGLINE, *a], env=env, capture_output=True, text=True, timeout=300, **kw)  # noqa: E731
     try:
