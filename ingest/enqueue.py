@@ -41,26 +41,42 @@ def document_version(path: Path) -> int:
     return st.st_mtime_ns
 
 
+def plan_batches(sizes: list[int], max_docs: int, max_bytes: int) -> list[range]:
+    """Consecutive groups of at most ``max_docs`` documents and ``max_bytes`` bytes (a larger file goes
+    alone), so one batch task stays well inside the task time limit."""
+    groups: list[range] = []
+    start, total = 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and (i - start >= max_docs or total + size > max_bytes):
+            groups.append(range(start, i))
+            start, total = i, 0
+        total += size
+    if start < len(sizes):
+        groups.append(range(start, len(sizes)))
+    return groups
+
+
 def enqueue_files(files: list[tuple[Path, str]], tenant: str, acl: list[str], batch_docs: int | None = None) -> str:
-    """One job; documents go out in batch tasks of ``batch_docs`` (default ``ingest_batch_docs``) so that
+    """One job; documents go out in batch tasks (``ingest_batch_docs`` / ``ingest_batch_bytes``) so that
     their chunks share embedding batches; a single document goes out as ``ragline.ingest.document``."""
     from shared.celery_app import app
 
-    size = batch_docs or get_settings().ingest_batch_docs
+    settings = get_settings()
     with db.connection() as conn:
         job_id = jobs.create_job(conn, "ingest", tenant, [d for _, d in files], {"files": len(files)})
-    payloads = []
+    payloads, sizes = [], []
     for path, doc_id in files:
         try:
-            version = document_version(path)
+            st = path.stat()
+            version, size = st.st_mtime_ns, st.st_size
         except OSError:
-            version = 0  # vanished since it was listed: the task records the error
+            version, size = 0, 0  # vanished since it was listed: the task records the error
         payloads.append({"tenant": tenant, "doc_id": doc_id, "uri": str(path), "path": doc_id, "acl": acl,
                          "version": version, "job_id": job_id})
-    for i in range(0, len(payloads), size):
-        group = payloads[i : i + size]
+        sizes.append(size)
+    for group in plan_batches(sizes, batch_docs or settings.ingest_batch_docs, settings.ingest_batch_bytes):
         if len(group) == 1:
-            app.send_task(TASK_INGEST_DOCUMENT, args=[group[0]])
+            app.send_task(TASK_INGEST_DOCUMENT, args=[payloads[group[0]]])
         else:
-            app.send_task(TASK_INGEST_BATCH, args=[{"documents": group}])
+            app.send_task(TASK_INGEST_BATCH, args=[{"documents": [payloads[i] for i in group]}])
     return job_id

@@ -90,6 +90,7 @@ class Settings(BaseSettings):
     contextualize_max_retries: int = 2  # the anthropic SDK's own retries (429/5xx/timeouts, with backoff)
     contextualize_max_doc_chars: int = 400_000  # a longer document falls back to headings
     ingest_batch_docs: int = Field(default=32, ge=1, le=500)  # documents per ingest batch task
+    ingest_batch_bytes: int = 4 * 1024 * 1024  # and at most this many source bytes (a larger file goes alone)
     ingest_max_bytes: int = 64 * 1024 * 1024  # PDF / DOCX files
     ingest_max_text_bytes: int = 8 * 1024 * 1024  # md / html / txt: ~3 M words, far past any real page
     ingest_task_max_retries: int = 5  # task retries on provider/infrastructure outages, then documents fail

@@ -207,3 +207,11 @@ def test_provider_outage_retries_the_task_then_records_embed_errors(celery_worke
     assert summary["failed"] == 2 and srv.stats.requests == 2  # first run + one retry, 1 attempt each
     assert all(e["error"].startswith("embed: ProviderError: voyage") for e in summary["errors"])
     assert "test-key" not in str(summary)
+
+
+def test_ingest_batches_are_bounded_by_documents_and_bytes():
+    from ingest.enqueue import plan_batches
+
+    groups = plan_batches([10, 10, 10, 500, 10, 10, 10, 10, 10], max_docs=3, max_bytes=100)
+    assert [list(g) for g in groups] == [[0, 1, 2], [3], [4, 5, 6], [7, 8]]
+    assert plan_batches([], 3, 100) == []
