@@ -202,7 +202,12 @@ def _is_chrome(el) -> bool:
         return True
     names = f"{el.get('id') or ''} {el.get('class') or ''}".lower()
     tokens = set(re.split(r"[\s_-]+", names)) - {""}
-    return bool(tokens & _CHROME_TOKENS)
+    if not tokens & _CHROME_TOKENS:
+        return False
+    # a class name alone is weaker evidence: a wrapper holding real prose (".section-header" around
+    # paragraphs) is content; menus and sidebars are lists of short links
+    prose = sum(len(p.text_content()) for p in el.iter("p"))
+    return prose < 200
 
 
 def clean_html(text: str) -> tuple[str, str]:

@@ -108,6 +108,9 @@ def test_html_navigation_chrome_is_dropped_and_code_tables_become_code():
           <figure class="highlight js"><table><tr><td class="gutter"><pre>1<br>2</pre></td>
             <td class="code"><pre><code>var vm = new Vue({<br>  el: '#example'<br>})</code></pre></td></tr></table></figure>
           <p>Откройте консоль и поиграйте с примером.</p>
+          <div class="section-header"><h2>Кэширование</h2><p>Вычисляемые свойства кэшируются на основе своих
+            реактивных зависимостей и пересчитываются только тогда, когда изменилась хотя бы одна из них. Это
+            значит, что повторное обращение к свойству сразу вернёт ранее вычисленный результат.</p></div>
           <div class="footer">Нашли ошибку? Исправьте на GitHub.</div>
         </div>
       </div></body></html>"""
@@ -119,6 +122,8 @@ def test_html_navigation_chrome_is_dropped_and_code_tables_become_code():
     code = [b for b in doc.blocks if b.kind == "code"]
     assert [b.text for b in code] == ["var vm = new Vue({\n  el: '#example'\n})"]
     assert code[0].heading_path == ("Вычисляемые свойства", "Простой пример")
+    cached = [b for b in doc.blocks if b.text.startswith("Вычисляемые свойства кэшируются")]
+    assert cached and cached[0].heading_path == ("Вычисляемые свойства", "Кэширование")
 
 
 def test_pdf_pages_and_font_size_headings():
