@@ -220,6 +220,7 @@ def run_eval(queries_path: Path, corpus_path: Path, k: int = 10, modes: list[str
         say(f"{len(queries)} queries x {len(modes)} mode(s) in {time.perf_counter() - t1:.0f}s")
         result: dict = {m: {**r.summary(), "misses": r.misses} for m, r in reports.items()}
         meta = {"queries": str(queries_path), "corpus": str(corpus_path), "k": k, "rerank": rerank,
+                "reranker": settings.reranker if rerank else None,
                 "tenant": tenant, "embedder": settings.embed_model_name,
                 "rrf_weight_vector": settings.rrf_weight_vector, "rrf_weight_lexical": settings.rrf_weight_lexical,
                 "rrf_k": settings.rrf_k, "retrieval_top_n": settings.retrieval_top_n,
