@@ -46,13 +46,24 @@ def _invalid(exc: ValidationError) -> dict:
 
 
 def _run(task, reqs: list[IngestRequest]) -> list[IngestResult]:
+    """Infrastructure errors outside the pipeline (cancel check, failure and job bookkeeping while
+    Postgres restarts) retry the task too: escaping, they would fail it and, acked, lose the document."""
+    try:
+        return _run_once(task, reqs)
+    except TRANSIENT as exc:
+        if task.request.retries >= get_settings().ingest_task_max_retries:
+            raise
+        raise task.retry(exc=exc, countdown=min(60, 2 ** task.request.retries)) from exc
+
+
+def _run_once(task, reqs: list[IngestRequest]) -> list[IngestResult]:
     job_ids = {r.job_id for r in reqs if r.job_id}
     if job_ids:  # documents of a cancelled job (`ragline cancel`) are skipped, not ingested
         with db.connection() as conn:
             cancelled = jobs.cancelled_jobs(conn, job_ids)
         if cancelled:
             rest = [r for r in reqs if r.job_id not in cancelled]
-            live = iter(_run(task, rest) if rest else [])
+            live = iter(_run_once(task, rest) if rest else [])
             return [IngestResult(tenant=r.tenant, doc_id=r.doc_id, status="cancelled") if r.job_id in cancelled
                     else next(live) for r in reqs]
     try:

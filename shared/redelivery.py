@@ -10,8 +10,10 @@ it comes back after a crash:
   (an hour here, and it must stay above the longest task, or a long task would run twice);
   ``unacked_restore_interval``/``throttle`` only set how often that check runs.
 
-For the second case every worker records which of its incarnations (host, pid, start time)
-holds each delivery tag, and refreshes a short-lived "alive" key. A daemon thread in each worker
+For the second case every worker records which of its incarnations (host, pid, start time, and
+broker-connection generation) holds each delivery tag, and refreshes a short-lived "alive" key.
+The connection generation covers a third case: the broker restarts, the worker reconnects, and the
+tags delivered on the dead connection can no longer be acknowledged or rejected. A daemon thread in each worker
 main process restores the tags whose owner's key has expired, under a Redis lock so one worker
 does it per tick. A tag taken by a worker that died before ``task_received`` fired (a window of
 milliseconds) falls back to ``visibility_timeout``. Restoring twice is harmless: kombu restores a
@@ -34,7 +36,9 @@ OWNER_KEY = "ragline:unacked_owner"  # hash: delivery tag -> incarnation
 ALIVE_PREFIX = "ragline:worker_alive:"
 LOCK_KEY = "ragline:orphan_restore_lock"
 
-_state: dict = {"incarnation": None, "stop": None, "thread": None}
+_state: dict = {"incarnation": None, "stop": None, "thread": None, "consumer": None}
+_gen_lock = threading.Lock()
+_gen: dict = {"conn": None, "n": 0}
 
 
 def incarnation() -> str:
@@ -63,8 +67,24 @@ def _uses_redis() -> bool:
     return str(app.conf.broker_url).startswith(("redis://", "rediss://", "redis+socket://"))
 
 
+def owner_id(consumer=None) -> str:
+    """This incarnation plus the generation of its broker connection.
+
+    After the broker restarts, the consumer reconnects with a new connection object: tags delivered
+    on the old one can no longer be acknowledged and would wait ``visibility_timeout``, so the old
+    generation stops heartbeating and its tags are restored like a dead worker's.
+    """
+    consumer = consumer or _state["consumer"]
+    with _gen_lock:
+        conn = getattr(consumer, "connection", None)
+        if conn is not _gen["conn"]:
+            _gen["conn"] = conn  # a strong reference: the id of a freed object could come back
+            _gen["n"] += 1
+        return f"{incarnation()}#{_gen['n']}"
+
+
 def heartbeat(client, ttl: float) -> None:
-    client.set(ALIVE_PREFIX + incarnation(), "1", px=int(ttl * 1000))
+    client.set(ALIVE_PREFIX + owner_id(), "1", px=int(ttl * 1000))
 
 
 def restore_orphans(client) -> list[str]:
@@ -113,9 +133,10 @@ def _loop(stop: threading.Event) -> None:
         stop.wait(interval)
 
 
-def start() -> None:
+def start(consumer=None) -> None:
     if _state["thread"] is not None or not _uses_redis():
         return
+    _state["consumer"] = consumer
     try:  # alive before the first task is received, so its tag is never taken for an orphan
         heartbeat(_redis(), _settings().worker_alive_ttl_s)
     except Exception:
@@ -133,14 +154,14 @@ def stop() -> None:
     _state["thread"].join(5)
     try:
         client = _redis()
-        client.delete(ALIVE_PREFIX + incarnation())
+        client.delete(ALIVE_PREFIX + owner_id())
     except Exception:
         pass
-    _state.update(stop=None, thread=None, incarnation=None)
+    _state.update(stop=None, thread=None, incarnation=None, consumer=None)
 
 
 @signals.task_received.connect
-def _remember_owner(request=None, **_: object) -> None:
+def _remember_owner(sender=None, request=None, **_: object) -> None:
     """In the worker main process: this incarnation now holds the message's delivery tag."""
     if request is None or _state["thread"] is None or not getattr(request.task, "acks_late", False):
         return  # no restorer heartbeats for this process (e.g. an embedded test worker): record nothing,
@@ -149,7 +170,7 @@ def _remember_owner(request=None, **_: object) -> None:
     if not tag:
         return
     try:
-        _redis_cached().hset(OWNER_KEY, tag, incarnation())
+        _redis_cached().hset(OWNER_KEY, tag, owner_id(sender))
     except Exception as exc:  # never fail a task over bookkeeping; visibility_timeout still applies
         log.debug("could not record owner of %s: %s", tag, type(exc).__name__)
         _client.pop("c", None)
@@ -165,9 +186,9 @@ def _redis_cached():
 
 
 @signals.worker_ready.connect
-def _on_worker_ready(**_: object) -> None:
+def _on_worker_ready(sender=None, **_: object) -> None:
     """Sent by ``celery worker`` once its pool is up: prefork children are forked before the thread exists."""
-    start()
+    start(sender)
 
 
 @signals.worker_shutdown.connect

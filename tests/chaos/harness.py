@@ -128,3 +128,27 @@ def record(section: str, rows: list) -> None:
     tmp = RESULTS.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False))
     tmp.replace(RESULTS)
+
+
+def markdown_table(path: Path = RESULTS) -> str:
+    """The fault table of the README's Reliability section, from bench/results/chaos.json."""
+    data = json.loads(path.read_text())
+    lines = ["| fault | tasks affected | recovered | lost | duplicated | time to recover (s) | failures recorded |",
+             "|---|---|---|---|---|---|---|"]
+    for section, rows in data.items():
+        if section.startswith("_") or section.startswith("bad_input"):
+            continue
+        for r in rows:
+            lines.append(f"| {r['fault']} | {r['tasks_affected']} | {r['recovered']} | {r['lost']} | {r['duplicated']} "
+                         f"| {r['time_to_recover_s']} | {r['failures_recorded']} |")
+    bad = [r for r in data.get("bad_input_documents", []) if "case" in r]
+    if bad:
+        lines += ["", "| bad input | result | peak RSS (MB) |", "|---|---|---|"]
+        for r in bad:
+            result = r["status"] + (f": {r['error'][:90]}" if r.get("error") else f", {r['chunks']} chunks")
+            lines.append(f"| {r['case']} | {result.replace('|', '/')} | {r['peak_rss_mb']} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

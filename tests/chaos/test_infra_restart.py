@@ -68,7 +68,7 @@ def test_postgres_restart_during_ingestion(stack, tmp_path, tenant):
             services.start_postgres(stack)
             assert stack.effective_database_url() == url_before  # workers reconnect to the same address
             db.reset()
-            summary = harness.wait_job(job, timeout=300)
+            summary = harness.wait_job(job, timeout=120)
             t_recover = time.monotonic() - t_down
             assert summary["state"] == "succeeded" and summary["done"] == len(files), summary
             assert pool.proc.poll() is None
@@ -103,9 +103,11 @@ def test_redis_restart_during_ingestion(stack, tmp_path, tenant):
             t_down = time.monotonic()
             time.sleep(3)
             services.start_redis(stack)
-            summary = harness.wait_job(job, timeout=300)
+            summary = harness.wait_job(job, timeout=120)
             t_recover = time.monotonic() - t_down
-            assert summary["state"] == "succeeded" and summary["done"] == len(files), (summary, pool.log_text()[-4000:])
+            # a task redelivered after the reconnect may run twice: the second run finds the document unchanged
+            assert summary["state"] == "succeeded", summary
+            assert summary["done"] + summary["skipped_unchanged"] == len(files) and summary["failed"] == 0, summary
             assert pool.proc.poll() is None
             reference = _reference(app, pool.queue, files, tenant + "-ref")
         finally:
@@ -116,7 +118,9 @@ def test_redis_restart_during_ingestion(stack, tmp_path, tenant):
         "Redis stopped 3 s and restarted during ingestion (AOF on)", tasks_affected=in_flight,
         recovered=in_flight, lost=cmp["lost"], duplicated=cmp["duplicated"],
         time_to_recover_s=round(t_recover, 2), failures_recorded=0,
-        notes="queued and unacked messages survive in the AOF; the worker reconnects", extra=cmp)])
+        notes="queued and unacked messages survive in the AOF; the worker reconnects; tags delivered on the dead "
+              f"connection are restored by shared/redelivery.py; {summary['skipped_unchanged']} task(s) ran twice "
+              "and the second run skipped the unchanged document", extra=cmp)])
 
 
 def test_redis_restart_during_queries(stack, tenant):
