@@ -124,10 +124,25 @@ def ingest_batch(reqs: list[IngestRequest]) -> list[IngestResult]:
     """Ingest several documents with shared embedding batches; one result per request, in order.
 
     A provider outage (:class:`shared.providers.ProviderError`, infrastructure errors) propagates:
-    the task retries the batch, and documents already stored are skipped as unchanged.
+    the task retries the batch, and documents already stored are skipped as unchanged. When the
+    task's soft time limit strikes, documents already stored keep their result and only the rest
+    are recorded as failed.
     """
-    embedder = get_embedder()
+    from celery.exceptions import SoftTimeLimitExceeded
+
     results: list[IngestResult | None] = [None] * len(reqs)
+    try:
+        _ingest_into(results, reqs)
+    except SoftTimeLimitExceeded:
+        for i, req in enumerate(reqs):
+            if results[i] is None:
+                results[i] = record_failure(req, "timeout", "timeout: task time limit exceeded before this "
+                                            "document was stored (try a smaller RAGLINE_INGEST_BATCH_DOCS)")
+    return results  # type: ignore[return-value]
+
+
+def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) -> None:
+    embedder = get_embedder()
     ready: list[tuple[int, Prepared]] = []
     for i, req in enumerate(reqs):
         try:
@@ -160,7 +175,6 @@ def ingest_batch(reqs: list[IngestRequest]) -> list[IngestResult]:
             results[i] = IngestResult(
                 tenant=p.req.tenant, doc_id=p.req.doc_id, status=outcome, chunks=len(p.chunks), embedded=embedded,
                 timings_ms={**p.timings, "embed": embed_ms, "store": round((time.perf_counter() - t) * 1000, 2)})
-    return results  # type: ignore[return-value]
 
 
 def ingest_document(req: IngestRequest) -> IngestResult:
