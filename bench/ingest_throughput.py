@@ -15,17 +15,18 @@ real prefork ingest pool; the ``voyage`` embedder talks to the loopback server o
   to the last one. Failed requests also spend rate budget, so 2/3 of the bound is the most a
   client can reach in this storm.
 
-Every document is one chunk (texts under ``chunk_max_chars``), so chunks per request equal
-documents per task. Texts carry a run id, so the embedding cache never answers.
+Documents hold 1-8 passages; they are packed into batch tasks of exactly ``embed_batch_size``
+chunks (counted with the pipeline's own parse and chunk functions), so every request carries a
+full batch. Texts carry a run id, so the embedding cache never answers.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
 from bench import common
-from bench.acl_sync import send_documents
 
 NAME = "ingest_throughput"
 TITLE = "Ingest throughput through Celery vs the embedder bound (loopback Voyage)"
@@ -43,20 +44,71 @@ def _chunk_times(tenant: str) -> list[float]:
     return [float(r["t"]) for r in rows]
 
 
-def _case(srv, tenant: str, texts: list[str], per_task: int) -> dict:
+def _chunk_count(text: str, settings) -> int:
+    """How many chunks the pipeline makes of this text document (its own pure parse and chunk functions)."""
+    from ingest.chunk import chunk_blocks
+    from ingest.parse import parse_bytes
+
+    parsed = parse_bytes(text.encode(), "text", default_title="doc")
+    return len(chunk_blocks(parsed.blocks, settings.chunk_max_chars, settings.chunk_overlap_ratio,
+                            settings.chunk_hard_max_chars))
+
+
+def plan_tasks(n_tasks: int, chunks_per_task: int, tag: str, settings, seed: int = 3) -> list[list[str]]:
+    """Documents of 1-8 passages packed into tasks of exactly ``chunks_per_task`` chunks, so each task's
+    texts fill whole embedding batches. Chunk counts come from a pool of passage combinations counted
+    once (with a prefix of the same length as the real one)."""
+    rng = random.Random(seed)
+    pool = common.passages(300, max_chars=700)
+    head = f"Документ {tag}-"
+
+    def text(parts: list[str], t: int, d: int) -> str:
+        # every paragraph tagged, so no chunk's text is ever in the embedding cache
+        return "\n\n".join(f"{head}{t:05d}-{d:03d}-{i}. {p}" for i, p in enumerate(parts))
+
+    combos: list[tuple[list[str], int]] = []
+    for j in range(40):
+        parts = rng.sample(pool, 1 if j < 4 else rng.randint(2, 8))
+        combos.append((parts, _chunk_count(text(parts, 0, 0), settings)))
+    if not any(c == 1 for _, c in combos):
+        raise RuntimeError("no one-chunk document to fill tasks with")
+    tasks = []
+    for t in range(n_tasks):
+        docs, left = [], chunks_per_task
+        while left:
+            parts, c = rng.choice([x for x in combos if x[1] <= left])
+            docs.append(text(parts, t, len(docs)))
+            left -= c
+        tasks.append(docs)
+    return tasks
+
+
+def _case(srv, tenant: str, tasks: list[list[str]], chunks_expected: int) -> dict:
+    from shared.celery_app import app
+    from shared.contracts import TASK_INGEST_BATCH
+
+    n_docs = sum(map(len, tasks))
     srv.reset_stats()
     wall0, t0 = time.time(), time.monotonic()
-    send_documents(tenant, texts, per_task, acl=["bench"])
-    done, errors = common.wait_documents_ready(tenant, len(texts), timeout=3600, poll_s=0.05)
+    d = 0
+    for docs in tasks:
+        payload = []
+        for text in docs:
+            # the doc id is the chunks' context: unique per run, so even a chunk cut from inside a
+            # paragraph (no tag of its own) is new to the embedding cache
+            payload.append({"tenant": tenant, "doc_id": f"{tenant}-{d}", "content": text, "fmt": "text",
+                            "acl": ["bench"], "version": 1})
+            d += 1
+        app.send_task(TASK_INGEST_BATCH, args=[{"documents": payload}])
+    done, errors = common.wait_documents_ready(tenant, n_docs, timeout=3600, poll_s=0.05)
     elapsed = done - t0
     times = _chunk_times(tenant)
-    if len(times) != len(texts) - len(errors):
-        raise RuntimeError(f"{len(times)} chunks for {len(texts) - len(errors)} stored one-chunk documents")
     st = srv.stats
-    return {"documents": len(texts), "documents_failed": len(errors), "errors": errors[:20],
-            "chunks": len(times), "elapsed_s": round(elapsed, 3),
+    return {"documents": n_docs, "documents_failed": len(errors), "errors": errors[:20], "tasks": len(tasks),
+            "chunks_expected": chunks_expected, "chunks": len(times), "elapsed_s": round(elapsed, 3),
             "chunks_per_s": round(len(times) / elapsed, 2), "start_epoch": wall0, "chunk_times": times,
             "server": {"requests": st.requests, "answered_429": st.answered_429, "texts_embedded": st.texts_embedded,
+                       "texts_per_request": round(st.texts_embedded / max(1, st.requests - st.answered_429), 1),
                        "max_in_flight": st.max_in_flight}}
 
 
@@ -71,7 +123,6 @@ def run(out_dir: Path = common.RESULTS, latency_s: float = 4.0, latency_requests
     run_id = int(time.time())
     with db.connection() as c:
         desc = common.machine(c)
-    max_chars = get_settings().chunk_max_chars
     raw: dict = {}
     targets: list[common.Target] = []
     base = {"embedder": "voyage", "voyage_api_key": "bench-key", "ingest_concurrency": concurrency,
@@ -81,8 +132,8 @@ def run(out_dir: Path = common.RESULTS, latency_s: float = 4.0, latency_requests
     with LoopbackServer(Faults(latency_s=latency_s)) as srv, common.settings_env(
             **base, voyage_base_url=srv.url, embed_batch_size=batch_size, embed_rpm=0, ingest_batch_docs=batch_size):
         with common.prefork_pools({"ingest": (TASK_INGEST_DOCUMENT, {})}):
-            n = latency_requests * batch_size
-            case = _case(srv, f"bench-tp-{run_id}-lat", common.passages(n, f"Документ {run_id}-lat-", max_chars - 20), batch_size)
+            tasks = plan_tasks(latency_requests, batch_size, f"{run_id}-lat", get_settings())
+            case = _case(srv, f"bench-tp-{run_id}-lat", tasks, latency_requests * batch_size)
     bound = max_in_flight * batch_size / latency_s
     case.pop("chunk_times")
     raw["latency"] = {**case, "latency_s": latency_s, "bound_chunks_per_s": round(bound, 2),
@@ -94,13 +145,14 @@ def run(out_dir: Path = common.RESULTS, latency_s: float = 4.0, latency_requests
     storm_bound = storm_rpm / 60 * storm_batch_size
     # enough documents for the first window's burst, then about storm_s at 2/3 of the bound
     burst = storm_rpm if steady_after_s > 0 else 0
-    n = int((burst + storm_rpm / 60 * storm_s * 2 / 3) * storm_batch_size)
+    n_tasks = int(burst + storm_rpm / 60 * storm_s * 2 / 3)
     faults = Faults(latency_s=0.02, every_nth_429=3, retry_after_s=retry_after_s)
     with LoopbackServer(faults) as srv, common.settings_env(
             **base, voyage_base_url=srv.url, embed_batch_size=storm_batch_size, embed_rpm=storm_rpm,
             ingest_batch_docs=storm_batch_size):
         with common.prefork_pools({"ingest": (TASK_INGEST_DOCUMENT, {})}):
-            case = _case(srv, f"bench-tp-{run_id}-429", common.passages(n, f"Документ {run_id}-429-", max_chars - 20), storm_batch_size)
+            tasks = plan_tasks(n_tasks, storm_batch_size, f"{run_id}-429", get_settings())
+            case = _case(srv, f"bench-tp-{run_id}-429", tasks, n_tasks * storm_batch_size)
     times = case.pop("chunk_times")
     steady_from = case["start_epoch"] + steady_after_s
     steady = [t for t in times if t >= steady_from]
@@ -119,7 +171,8 @@ def run(out_dir: Path = common.RESULTS, latency_s: float = 4.0, latency_requests
               "storm_rpm": storm_rpm, "storm_batch_size": storm_batch_size, "storm_s": storm_s,
               "steady_after_s": steady_after_s, "ingest_concurrency": concurrency,
               "embed_max_in_flight": max_in_flight,
-              "workers": "ragline up's prefork ingest pool", "documents": "one chunk each, fmt text"}
+              "workers": "ragline up's prefork ingest pool",
+              "documents": "text, 1-8 tydi-ru passages each, packed into batch tasks of exactly batch_size chunks"}
     notes = ["Latency case: throughput from the first send to the last document stored, so pipeline start"
              " and drain count against ragline.",
              "Storm case: failed (429) requests spend RPM budget too; 2/3 of the bound is the ceiling."]
