@@ -129,3 +129,11 @@ def test_set_local_does_not_leak_out_of_the_read_only_transaction(corpus, conn):
     assert sql_search(conn, req, vec(WORD), get_settings()).hits
     assert conn.execute("SHOW hnsw.ef_search").fetchone()["hnsw.ef_search"] == before
     conn.execute("CREATE TEMP TABLE writable_after (x int)")  # the read-only mode ended with its transaction
+
+
+def test_filters_apply_to_the_vector_retriever_too(corpus):
+    resp = run(corpus, mode="vector", path_prefixes=["src/"], exclude_like_patterns=["*/tests/*"])
+    assert set(ids(resp)) == {"main", "underscore"}
+    assert all(h.vector_rank is not None and h.lexical_rank is None for h in resp.hits)
+    assert set(ids(run(corpus, mode="hybrid", layers=["docs"], groups=["g", "hr"]))) == {
+        "pct", "lookalike", "guide", "secret"}
