@@ -103,7 +103,7 @@ class SearchRequest(BaseModel):
     prefer_non_tests: bool = Field(default=False, description="penalise test paths in the ranking")
     # --- exact lookup (mode 'exact') -------------------------------------------------------------
     doc_ids: list[Pattern] = Field(default_factory=list, max_length=1000)
-    paths: list[str] = Field(default_factory=list, max_length=1000, description="empty ones are dropped")
+    paths: list[Pattern] = Field(default_factory=list, max_length=1000, description="empty ones are dropped")
     rerank: bool | None = Field(default=None, description="None: rerank when a reranker is configured")
 
     @field_validator("groups")
