@@ -44,11 +44,13 @@ def ids(resp) -> list[str]:
     return [h.doc_id for h in resp.hits]
 
 
-def test_acl_and_tenant_in_where(corpus):
-    assert "secret" not in ids(run(corpus))
-    assert ids(run(corpus, groups=["hr"])) == ["secret"]
-    assert run(corpus, groups=[]).hits == []
-    assert run(corpus + "-other").hits == []
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "lexical"])
+def test_acl_and_tenant_in_where(corpus, mode):
+    visible = ids(run(corpus, mode))
+    assert "secret" not in visible and len(visible) == 6
+    assert ids(run(corpus, mode, groups=["hr"])) == ["secret"]
+    assert run(corpus, mode, groups=[]).hits == []
+    assert run(corpus + "-other", mode).hits == []
 
 
 def test_path_prefix_percent_and_underscore_are_literal(corpus):
