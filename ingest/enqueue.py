@@ -74,7 +74,9 @@ def enqueue_files(files: list[tuple[Path, str]], tenant: str, acl: list[str], ba
         payloads.append({"tenant": tenant, "doc_id": doc_id, "uri": str(path), "path": doc_id, "acl": acl,
                          "version": version, "job_id": job_id})
         sizes.append(size)
-    for group in plan_batches(sizes, batch_docs or settings.ingest_batch_docs, settings.ingest_batch_bytes):
+    # at least one batch per ingest process, so a small folder still keeps every process busy
+    per_batch = max(1, min(batch_docs or settings.ingest_batch_docs, -(-len(files) // settings.ingest_concurrency)))
+    for group in plan_batches(sizes, per_batch, settings.ingest_batch_bytes):
         if len(group) == 1:
             app.send_task(TASK_INGEST_DOCUMENT, args=[payloads[group[0]]])
         else:
