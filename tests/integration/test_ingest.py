@@ -204,7 +204,8 @@ def test_provider_outage_retries_the_task_then_records_embed_errors(celery_worke
                      embed_backoff_base_s=0.01, embed_backoff_max_s=0.02, embed_max_retries=0,
                      ingest_task_max_retries=1)  # one task retry (countdown 1 s), then the documents fail
         summary = wait_job(enqueue_files(collect_files([tmp_path]), tenant=tenant, acl=["g"]), timeout=120)
-    assert summary["failed"] == 2 and srv.stats.requests == 2  # first run + one retry, 1 attempt each
+    # two documents on two ingest processes: two tasks, each a first run + one retry, 1 attempt each
+    assert summary["failed"] == 2 and srv.stats.requests == 4
     assert all(e["error"].startswith("embed: ProviderError: voyage") for e in summary["errors"])
     assert "test-key" not in str(summary)
 
