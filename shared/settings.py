@@ -131,18 +131,6 @@ class Settings(BaseSettings):
     answer_top_k: int = 5
     answer_min_score: float = 0.0
 
-    # --- lifecycle: sources, reindex, ACL sync, jobs (issues 5, 6) ----------------------------
-    # JSON list, e.g. [{"name": "wiki", "kind": "folder", "tenant": "acme", "acl": ["staff"],
-    #                   "path": "/data/wiki", "glob": "**/*.md"},
-    #                  {"name": "site", "kind": "urls", "tenant": "acme", "acl": ["all"], "urls": ["https://..."]}]
-    sources: list[dict[str, Any]] = Field(default_factory=list)
-    http_source_timeout_s: float = 10.0
-    # a running job whose heartbeat is older than this is marked failed (stuck); above task_time_limit_s
-    job_stuck_after_s: float = 1800.0
-    stuck_check_schedule_s: float = 60.0
-    acl_sync_batch_size: int = Field(default=1000, ge=1, le=50_000)
-    reembed_batch_size: int = Field(default=256, ge=1)
-
     # --- query pool: filters, rerank, answers, transforms, agentic loop (issue 4) -------------
     # added to / subtracted from the fused RRF score (one RRF step near the top is ~0.0003)
     prefer_bonus: float = 0.005
