@@ -391,6 +391,11 @@ def parse_bytes(data: bytes, fmt: str, default_title: str = "") -> ParsedDocumen
         doc.blocks = [b if b.heading_path else Block(b.text, b.kind, (doc.title,), b.page) for b in doc.blocks]
     doc.fmt = fmt
     if not doc.blocks:
+        # a document of headings only (often one short line that unstructured calls a Title):
+        # its text is still the content, not nothing
+        doc.blocks = [Block(text=(el.text or "").strip(), page=getattr(el.metadata, "page_number", None))
+                      for el in elements if (el.text or "").strip()]
+    if not doc.blocks:
         raise ParseError("no text found in document")
     return doc
 

@@ -202,3 +202,14 @@ print(nlp.lang, ",".join(nlp.pipe_names), "Ещё абзац" in doc.text, md.bl
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["xx", "sentencizer", "True", "Заголовок"]
+
+
+def test_one_line_text_document_is_content_not_nothing():
+    """A single short line (which unstructured classifies as a Title) still yields a block."""
+    from ingest.parse import parse_bytes
+
+    line = "Азербайджан можно поделить на 10 крупных экономических районов:"
+    doc = parse_bytes(line.encode(), "text", default_title="p0206")
+    assert [b.text for b in doc.blocks] == [line]
+    md = parse_bytes("# Только заголовок\n".encode(), "md", default_title="x")
+    assert [b.text for b in md.blocks] == ["Только заголовок"]
