@@ -24,7 +24,7 @@ def _headline(name: str, raw: dict) -> str:
             lat, st = raw["latency"], raw["storm_429"]
             return (f"latency {lat['latency_s']:g} s: {lat['chunks_per_s']:g} chunks/s of a {lat['bound_chunks_per_s']:g}"
                     f" bound ({lat['chunks']} chunks, {lat['elapsed_s']:g} s); 429 storm: {st['steady_chunks_per_s']:g}"
-                    f" chunks/s steady of a {st['bound_chunks_per_s']:g} bound, {st['server']['answered_429']} answers 429")
+                    f" chunks/s steady of a {st['bound_chunks_per_s']:g} bound, {st['server']['answered_429']} requests answered 429")
         if name == "upsert":
             return (f"store.py upsert {raw['upsert_median_rows_per_s']:g} rows/s, raw binary COPY"
                     f" {raw['copy_median_rows_per_s']:g} rows/s (medians)")
