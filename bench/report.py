@@ -21,9 +21,11 @@ def _headline(name: str, raw: dict) -> str:
     """The raw numbers behind the ratios, one line per benchmark."""
     try:
         if name == "ingest_throughput":
-            lat, st = raw["latency"], raw["storm_429"]
-            return (f"latency {lat['latency_s']:g} s: {lat['chunks_per_s']:g} chunks/s of a {lat['bound_chunks_per_s']:g}"
-                    f" bound ({lat['chunks']} chunks, {lat['elapsed_s']:g} s); 429 storm: {st['steady_chunks_per_s']:g}"
+            runs = raw["latency"] if isinstance(raw["latency"], list) else [raw["latency"]]
+            st = raw["storm_429"]
+            lat = "; ".join(f"latency {x['latency_s']:g} s: {x['chunks_per_s']:g} chunks/s of a {x['bound_chunks_per_s']:g}"
+                            f" bound ({x['chunks']} chunks, {x['elapsed_s']:g} s)" for x in runs)
+            return (f"{lat}; 429 storm: {st['steady_chunks_per_s']:g}"
                     f" chunks/s steady of a {st['bound_chunks_per_s']:g} bound, {st['server']['answered_429']} requests answered 429")
         if name == "upsert":
             return (f"store.py upsert {raw['upsert_median_rows_per_s']:g} rows/s, raw binary COPY"

@@ -95,7 +95,7 @@ def test_ingest_throughput_smoke(external_worker, tmp_path):
     from bench import ingest_throughput as it
 
     data = _check_result(it.run(out_dir=tmp_path, **it.SMOKE), tmp_path, "ingest_throughput")
-    lat, storm = data["raw"]["latency"], data["raw"]["storm_429"]
+    (lat,), storm = data["raw"]["latency"], data["raw"]["storm_429"]
     assert lat["documents_failed"] == storm["documents_failed"] == 0, (lat["errors"], storm["errors"])
     # tasks packed to whole embedding batches: one full request per task
     assert lat["chunks"] == lat["chunks_expected"] == it.SMOKE["latency_requests"] * it.SMOKE["batch_size"]
