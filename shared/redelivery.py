@@ -163,7 +163,9 @@ def stop() -> None:
 @signals.task_received.connect
 def _remember_owner(sender=None, request=None, **_: object) -> None:
     """In the worker main process: this incarnation now holds the message's delivery tag."""
-    if request is None or _state["thread"] is None or not getattr(request.task, "acks_late", False):
+    # every task, not only acks_late ones: a prefetched task not yet started (so not yet acknowledged)
+    # is dropped from memory when the broker connection dies, and only a restore brings it back
+    if request is None or _state["thread"] is None:
         return  # no restorer heartbeats for this process (e.g. an embedded test worker): record nothing,
         # or its live tasks would look orphaned to every other worker
     tag = getattr(request.message, "delivery_tag", None)

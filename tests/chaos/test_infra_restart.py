@@ -166,10 +166,12 @@ def test_redis_restart_during_queries(stack, tenant):
                 lost.append(r.id)
         t_recover = time.monotonic() - t_down
         assert pool.proc.poll() is None
+        log = pool.log_text()
     finally:
         stop.set()
         pool.stop()
-    assert len(sent) > 20 and not lost, (len(sent), len(lost), send_errors[:5])
+    traces = {tid: [ln[:300] for ln in log.splitlines() if tid in ln] for tid in lost}
+    assert len(sent) > 20 and not lost, (len(sent), len(lost), send_errors[:5], traces)
     harness.record("redis_restart_query", [harness.FaultResult(
         "Redis stopped 3 s and restarted during queries", tasks_affected=len(sent) + len(send_errors),
         recovered=len(answered), lost=len(lost), duplicated=0, time_to_recover_s=round(t_recover, 2),
