@@ -15,7 +15,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from ingest.pipeline import ingest_batch, record_failure
-from shared import db, jobs
+from shared import db, jobs, redelivery
 from shared.celery_app import app
 from shared.contracts import (
     TASK_INGEST_BATCH,
@@ -39,6 +39,10 @@ _JOB_STATE = {"stored": "done", "stale": "skipped", "skipped_unchanged": "skippe
 TRANSIENT = (psycopg.OperationalError, ConnectionError, TimeoutError, ProviderError,
              redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 MAX_RETRIES = 20  # Celery's ceiling; the effective number is ``ingest_task_max_retries``
+
+
+class PoisonTask(RuntimeError):
+    """Recorded as the documents' error instead of a redelivery loop."""
 
 
 def _invalid(exc: ValidationError) -> dict:
@@ -67,6 +71,9 @@ def _run_once(task, reqs: list[IngestRequest]) -> list[IngestResult]:
             return [IngestResult(tenant=r.tenant, doc_id=r.doc_id, status="cancelled") if r.job_id in cancelled
                     else next(live) for r in reqs]
     try:
+        lost = redelivery.worker_lost_count(task.request.id, task.request.retries)
+        if lost >= get_settings().ingest_max_worker_lost:
+            raise PoisonTask(f"the worker process died {lost} times running this task (poison document?)")
         results = ingest_batch(reqs)
     except TRANSIENT as exc:
         if task.request.retries < get_settings().ingest_task_max_retries:

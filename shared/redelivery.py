@@ -33,6 +33,7 @@ from celery import signals
 log = logging.getLogger(__name__)
 
 OWNER_KEY = "ragline:unacked_owner"  # hash: delivery tag -> incarnation
+ATTEMPTS_PREFIX = "ragline:deliveries:"  # per task id: how many times a worker started it
 ALIVE_PREFIX = "ragline:worker_alive:"
 LOCK_KEY = "ragline:orphan_restore_lock"
 
@@ -196,3 +197,23 @@ def _on_worker_ready(sender=None, **_: object) -> None:
 @signals.worker_shutdown.connect
 def _on_worker_shutdown(**_: object) -> None:
     stop()
+
+
+def worker_lost_count(task_id: str | None, retries: int) -> int:
+    """How many earlier deliveries of this task died with their worker (counted in Redis per task id).
+
+    Celery's ``reject_on_worker_lost`` requeues without counting, so a document that kills its worker
+    child (OOM, a crashing parser) would be redelivered forever; the task fails it after a few.
+    Explicit retries reuse the task id and are subtracted. Without Redis the count is 0.
+    """
+    if not task_id:
+        return 0
+    try:
+        client = _redis_cached()
+        key = ATTEMPTS_PREFIX + task_id
+        n = client.incr(key)
+        client.expire(key, 7 * 24 * 3600)
+    except Exception:
+        _client.pop("c", None)
+        return 0
+    return max(0, int(n) - 1 - retries)

@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     unacked_restore_interval_s: float = 5.0
     # a worker whose alive key is older than this is dead: its unacked tasks are restored (shared/redelivery.py)
     worker_alive_ttl_s: float = 10.0
+    # an ingest task whose worker died this many times is failed, not redelivered again (poison document)
+    ingest_max_worker_lost: int = 3
     reindex_schedule_s: float = 3600.0
 
     # --- Flower ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ def e5_settings(stack, monkeypatch):
     monkeypatch.setenv("RAGLINE_EMBED_BATCH_SIZE", "8")  # several batches per document: a kill lands mid-batch
     monkeypatch.setenv("RAGLINE_WORKER_ALIVE_TTL_S", "6")
     monkeypatch.setenv("RAGLINE_UNACKED_RESTORE_INTERVAL_S", "1")
+    monkeypatch.setenv("RAGLINE_INGEST_MAX_WORKER_LOST", "2")
     reset_settings()
     yield get_settings()
     monkeypatch.undo()
@@ -37,6 +38,16 @@ def e5_settings(stack, monkeypatch):
 def _started_pid(app, task_id: str) -> int:
     res = harness.wait_state(app, task_id, {"STARTED"}, timeout=180, poll=0.05)
     return int(res.info["pid"])
+
+
+def _started_elsewhere(app, task_id: str, old_pid: int | None, timeout: float = 120) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        res = app.AsyncResult(task_id)
+        if res.state == "STARTED" and int(res.info["pid"]) != old_pid:
+            return int(res.info["pid"])
+        time.sleep(0.05)
+    raise AssertionError(f"task {task_id} was not started again within {timeout}s")
 
 
 def _restarted(app, task_id: str, old_pid: int, timeout: float = 60) -> float:
@@ -116,6 +127,20 @@ def test_sigkill_prefork_child_and_whole_worker_mid_batch(e5_settings, tmp_path,
         for t, corpus in ((tenant, files), (tenant2, files2)):
             job3, _ = harness.send_job(app, fresh.queue, corpus, refs[t])
             assert harness.wait_job(job3)["state"] == "succeeded"
+
+        # --- 3: a document whose worker child dies every time is failed, not redelivered forever ---
+        poison = harness.make_corpus(tmp_path / "p", docs=1, sections=20, prefix=f"poison-{tenant}")
+        job4, ids4 = harness.send_job(app, fresh.queue, poison, tenant + "-poison")
+        pid = None
+        t_first = time.monotonic()
+        for _ in range(s.ingest_max_worker_lost):
+            pid = _started_elsewhere(app, ids4[0], pid)
+            _wait_embedding(pid)
+            os.kill(pid, signal.SIGKILL)
+        poisoned = harness.wait_job(job4, timeout=120)
+        t_poison = time.monotonic() - t_first
+        assert poisoned["failed"] == 1 and "died 2 times" in poisoned["errors"][0]["error"], poisoned
+        assert fresh.proc.poll() is None
     finally:
         fresh.stop()
 
@@ -130,4 +155,9 @@ def test_sigkill_prefork_child_and_whole_worker_mid_batch(e5_settings, tmp_path,
         notes="the 2 tasks it held (concurrency 2) came back via shared/redelivery.py once its alive key "
               f"(TTL {s.worker_alive_ttl_s:g}s) expired; kombu alone: visibility_timeout = {s.visibility_timeout_s}s",
         extra={"reference_rows": len(reference)}))
+    results.append(harness.FaultResult(
+        "poison document: its worker child SIGKILLed on every delivery", tasks_affected=1, recovered=0, lost=0,
+        duplicated=0, time_to_recover_s=round(t_poison, 2), failures_recorded=1,
+        notes=f"after {s.ingest_max_worker_lost} worker deaths the task records the document as failed "
+              f"({poisoned['errors'][0]['error'][:90]}) instead of an endless requeue"))
     harness.record("worker_kill", results)
