@@ -32,6 +32,17 @@ def check_size(size: int, fmt: str) -> None:
         raise ParseError(f"document too large: {size} bytes (limit {limit} for {fmt})")
 
 
+def check_allowed(path: Path) -> None:
+    """With ``ingest_allowed_roots`` set, a task may only read files below those folders: a
+    producer that can enqueue tasks must not be able to make a worker read any file it likes."""
+    roots = get_settings().ingest_allowed_roots
+    if not roots:
+        return
+    real = path.resolve()
+    if not any(real.is_relative_to(Path(r).resolve()) for r in roots):
+        raise ParseError(f"path outside the allowed ingest roots: {path}")
+
+
 def load(req: IngestRequest) -> Loaded:
     loaded = _load(req)
     check_size(len(loaded.data), loaded.fmt)
@@ -51,6 +62,7 @@ def _load(req: IngestRequest) -> Loaded:
         return Loaded(data, req.fmt or fmt, Path(req.uri.split("?", 1)[0]).stem or req.doc_id, req.path or req.uri)
     uri = req.uri.removeprefix("file://")
     p = Path(uri)
+    check_allowed(p)
     fmt = req.fmt or SUPPORTED.get(p.suffix.lower())
     if fmt is None:
         raise ParseError(f"unsupported file type {p.suffix or '(none)'!r}")

@@ -84,6 +84,8 @@ class Settings(BaseSettings):
     embed_timeout_s: float = 30.0
     embed_max_retries: int = 6
     # --- ingestion: embedder backoff/admission, contextualizer, batches (issue 3) -----------
+    # folders a worker may read local files from; empty = any path (trusted producers only)
+    ingest_allowed_roots: list[Path] = Field(default_factory=list)
     embed_backoff_base_s: float = 0.5
     embed_backoff_max_s: float = 30.0
     embed_admission_wait_s: float = 300.0  # waiting for an in-flight slot or RPM/TPM budget

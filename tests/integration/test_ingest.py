@@ -216,3 +216,24 @@ def test_ingest_batches_are_bounded_by_documents_and_bytes():
     groups = plan_batches([10, 10, 10, 500, 10, 10, 10, 10, 10], max_docs=3, max_bytes=100)
     assert [list(g) for g in groups] == [[0, 1, 2], [3], [4, 5, 6], [7, 8]]
     assert plan_batches([], 3, 100) == []
+
+
+def test_allowed_roots_confine_local_reads(stack, use_settings, tmp_path):
+    """With ingest_allowed_roots set, a payload naming a file elsewhere fails with a clear error."""
+    import json
+
+    from ingest.load import load
+    from ingest.parse import ParseError
+    from shared.contracts import IngestRequest
+
+    inside = tmp_path / "kb"
+    inside.mkdir()
+    (inside / "a.md").write_text("# A\n\ntext\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not read")
+    use_settings(ingest_allowed_roots=json.dumps([str(inside)]))
+    assert load(IngestRequest(tenant="t", doc_id="a", uri=str(inside / "a.md"))).data.startswith(b"# A")
+    with pytest.raises(ParseError, match="outside the allowed ingest roots"):
+        load(IngestRequest(tenant="t", doc_id="s", uri=str(secret)))
+    with pytest.raises(ParseError, match="outside the allowed ingest roots"):
+        load(IngestRequest(tenant="t", doc_id="s", uri=str(inside / ".." / "secret.txt")))
