@@ -113,7 +113,7 @@ def migrate() -> None:
 
 
 #: modules that add their commands to the one `ragline` app (each owns its commands)
-COMMAND_MODULES = ["ingest.cli", "query.cli", "shared.ops_cli", "ingest.lifecycle_cli"]
+COMMAND_MODULES = ["ingest.cli", "query.cli", "shared.ops_cli", "ingest.lifecycle_cli", "shared.config_cli"]
 
 
 def _register_all() -> None:

@@ -1,0 +1,23 @@
+"""docs/configuration.md lists every setting; `ragline config` never prints a secret."""
+
+from pathlib import Path
+
+from shared.config_cli import BEGIN, END, effective, reference_markdown
+from shared.settings import Settings
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def test_reference_table_in_docs_is_current():
+    text = DOC.read_text()
+    current = text[text.index(BEGIN): text.index(END) + len(END)]
+    assert current == reference_markdown(), "run `ragline config --markdown` and paste it into docs/configuration.md"
+    for name in Settings.model_fields:
+        assert name.upper() in current
+
+
+def test_effective_settings_mask_secrets(monkeypatch):
+    monkeypatch.setenv("RAGLINE_VOYAGE_API_KEY", "pa-very-secret-key")
+    shown = effective(Settings())
+    assert shown["voyage_api_key"] == "***"
+    assert "pa-very-secret-key" not in str(shown)
