@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import typer
@@ -22,7 +21,7 @@ def ingest(
 ) -> None:
     """Enqueue one ingestion task per document."""
     from ingest.enqueue import collect_files, enqueue_files
-    from shared import db, jobs
+    from shared import jobs
 
     reload_app()
     files = collect_files(paths)
@@ -30,18 +29,11 @@ def ingest(
     if not wait:
         print(json.dumps({"job_id": job_id, "documents": len(files)}) if as_json else f"job {job_id}: {len(files)} documents queued")
         return
-    deadline = time.monotonic() + timeout
     with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[chunks]} chunks"),
                   TimeElapsedColumn(), console=console, disable=as_json) as progress:
         bar = progress.add_task("docs", total=len(files), chunks=0)
-        while True:
-            with db.connection() as conn:
-                summary = jobs.job_summary(conn, job_id)
-            finished = summary["done"] + summary["skipped_unchanged"] + summary["failed"]
-            progress.update(bar, completed=finished, chunks=summary["chunks"])
-            if summary["state"] != "running" or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
+        summary = jobs.wait_for_job(job_id, timeout, on_progress=lambda s: progress.update(
+            bar, completed=jobs.finished_documents(s), chunks=s["chunks"]))
     out = {k: summary[k] for k in ("documents", "chunks", "embedded", "skipped_unchanged", "failed", "errors")}
     out["job_id"], out["state"] = job_id, summary["state"]
     if as_json:

@@ -90,7 +90,7 @@ def reindex(
     timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
 ) -> None:
     """List the configured sources (RAGLINE_SOURCES), enqueue new/changed documents, prune vanished ones."""
-    from shared import db, jobs
+    from shared import jobs
     from shared.maintenance_tasks import run_reindex
 
     reload_app()
@@ -99,13 +99,7 @@ def reindex(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     if wait and out.get("job_id"):
-        deadline = time.monotonic() + timeout
-        while True:
-            with db.connection() as conn:
-                summary = jobs.job_summary(conn, out["job_id"])
-            if summary["state"] not in ("queued", "running") or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
+        summary = jobs.wait_for_job(out["job_id"], timeout)
         out["state"] = summary["state"]
         out["summary"] = {k: summary[k] for k in ("documents", "done", "skipped_unchanged", "failed", "chunks",
                                                    "embedded", "errors")}
@@ -144,18 +138,12 @@ def retry_failed(
 ) -> None:
     """Requeue every document with an open error (its errors resolve once it is stored)."""
     from ingest.retry import enqueue_retries
-    from shared import db, jobs
+    from shared import jobs
 
     reload_app()
     out = enqueue_retries(tenant, split_csv(acl))
     if wait and out.get("job_id"):
-        deadline = time.monotonic() + timeout
-        while True:
-            with db.connection() as conn:
-                summary = jobs.job_summary(conn, out["job_id"])
-            if summary["state"] not in ("queued", "running") or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
+        summary = jobs.wait_for_job(out["job_id"], timeout)
         out.update(state=summary["state"], done=summary["done"], failed=summary["failed"])
     _print(out, as_json)
 

@@ -97,7 +97,7 @@ def demo(
 ) -> None:
     """Ingest a folder and ask three questions about ragline (what ``make run`` does)."""
     from ingest.enqueue import collect_files, enqueue_files
-    from shared import db, jobs
+    from shared import jobs
     from shared.contracts import TASK_QUERY_ASK
 
     reload_app()
@@ -106,13 +106,7 @@ def demo(
     job_id = enqueue_files(files, tenant=tenant, acl=["public"])
     with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as p:
         bar = p.add_task("docs", total=len(files))
-        while True:
-            with db.connection() as conn:
-                s = jobs.job_summary(conn, job_id)
-            p.update(bar, completed=s["done"] + s["skipped_unchanged"] + s["failed"])
-            if s["state"] != "running":
-                break
-            time.sleep(0.3)
+        s = jobs.wait_for_job(job_id, 3600, on_progress=lambda s: p.update(bar, completed=jobs.finished_documents(s)))
     console.print(f"ingested {s['documents']} documents, {s['chunks']} chunks, {s['embedded']} embedded, "
                   f"{s['skipped_unchanged']} unchanged, {s['failed']} failed in {time.perf_counter() - t0:.1f}s")
     if s["failed"]:

@@ -233,3 +233,30 @@ def _jsonable(row: dict) -> dict:
             v = str(v)
         out[k] = v
     return out
+
+
+ACTIVE_STATES = ("queued", "running")
+
+
+def wait_for_job(job_id: str, timeout: float, poll_s: float = 0.3, on_progress=None) -> dict:
+    """Poll the job's summary until it leaves queued/running or ``timeout`` passes; return the last one.
+
+    ``on_progress(summary)`` is called on every poll (the CLI's progress bars).
+    """
+    import time
+
+    from shared import db
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with db.connection() as conn:
+            summary = job_summary(conn, job_id)
+        if on_progress is not None:
+            on_progress(summary)
+        if summary["state"] not in ACTIVE_STATES or time.monotonic() > deadline:
+            return summary
+        time.sleep(poll_s)
+
+
+def finished_documents(summary: dict) -> int:
+    return summary["done"] + summary["skipped_unchanged"] + summary["failed"]

@@ -58,15 +58,9 @@ def send_job(app, queue: str, files: list[Path], tenant: str, acl: tuple[str, ..
 
 
 def wait_job(job_id: str, timeout: float = 300) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        with db.connection() as c:
-            s = jobs.job_summary(c, job_id)
-        if s["state"] != "running":
-            return s
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job still running after {timeout}s: {s}")
-        time.sleep(0.3)
+    summary = jobs.wait_for_job(job_id, timeout, poll_s=0.2)
+    assert summary["state"] not in jobs.ACTIVE_STATES, f"job {job_id} still running: {summary}"
+    return summary
 
 
 def chunk_rows(tenant: str) -> list[tuple[str, int, str]]:

@@ -3,8 +3,6 @@ loopback-style hashed vectors, so no model is loaded."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ingest import store
@@ -46,11 +44,6 @@ def acl_of(conn, tenant: str, doc_id: str) -> tuple[list[str], set[tuple[str, ..
 
 
 def wait_job(job_id: str, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with db.connection() as c:
-            s = jobs.job_summary(c, job_id)
-        if s["state"] not in ("queued", "running"):
-            return s
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} still running: {s}")
+    summary = jobs.wait_for_job(job_id, timeout, poll_s=0.2)
+    assert summary["state"] not in jobs.ACTIVE_STATES, f"job {job_id} still running: {summary}"
+    return summary

@@ -4,7 +4,6 @@ embedding batches, idempotent upserts, partial re-embedding, concurrent versions
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,14 +23,9 @@ def voyage(use_settings):
 
 
 def wait_job(job_id: str, timeout: float = 300) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with db.connection() as c:
-            s = jobs.job_summary(c, job_id)
-        if s["state"] != "running":
-            return s
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} still running")
+    summary = jobs.wait_for_job(job_id, timeout, poll_s=0.2)
+    assert summary["state"] not in jobs.ACTIVE_STATES, f"job {job_id} still running: {summary}"
+    return summary
 
 
 def section(title: str, n: int, word: str = "пункт") -> str:

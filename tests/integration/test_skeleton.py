@@ -3,12 +3,11 @@ the query queue, on real Postgres, Redis and a Celery worker."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
-from shared import db, jobs
+from shared import jobs
 from shared.contracts import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 
 DOCS = {
@@ -21,14 +20,9 @@ DOCS = {
 
 
 def _wait_job(job_id: str, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with db.connection() as c:
-            s = jobs.job_summary(c, job_id)
-        if s["state"] != "running":
-            return s
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} still running")
+    summary = jobs.wait_for_job(job_id, timeout, poll_s=0.2)
+    assert summary["state"] not in jobs.ACTIVE_STATES, f"job {job_id} still running: {summary}"
+    return summary
 
 
 @pytest.fixture()
