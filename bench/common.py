@@ -98,7 +98,6 @@ def embedded_stack() -> Iterator[Any]:
         os.environ.pop(var, None)
     os.environ.setdefault("UNSTRUCTURED_DISABLE_NOTICE", "1")
     from shared import db, providers, services
-    from shared.migrate import apply_migrations
     from shared.settings import get_settings, reset_settings
 
     reset_settings()
@@ -106,19 +105,9 @@ def embedded_stack() -> Iterator[Any]:
     db.reset()
     settings = get_settings()
     try:
-        services.start_postgres(settings)
-        services.start_redis(settings)
-        apply_migrations()
-        from shared.celery_app import app
-
-        url = settings.effective_redis_url()
-        app.conf.broker_url = url
-        app.conf.result_backend = url
-        yield settings
+        with services.embedded_stack(settings):
+            yield settings
     finally:
-        db.reset()
-        services.stop_redis(settings)
-        services.stop_postgres(settings)
         shutil.rmtree(home, ignore_errors=True)
         for k, v in saved.items():
             if v is None:

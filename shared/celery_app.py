@@ -134,3 +134,9 @@ def _metrics_process_dead(pid: int | None = None, **_: object) -> None:
 
 from shared import redelivery as _redelivery  # noqa: E402,F401  (connects its worker signals)
 from shared import task_stats as _task_stats  # noqa: E402,F401  (peak RSS per task in the log)
+
+
+def use_broker(url: str) -> None:
+    """Point the app (broker and result backend) at ``url``, e.g. the Redis ``ragline up`` started."""
+    app.conf.broker_url = url
+    app.conf.result_backend = url

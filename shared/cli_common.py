@@ -15,8 +15,6 @@ def split_csv(value: str | None) -> list[str]:
 
 def reload_app() -> None:
     """Point the Celery app at the broker that ``ragline up`` started (or REDIS_URL)."""
-    from shared import celery_app
+    from shared.celery_app import use_broker
 
-    url = get_settings().effective_redis_url()
-    celery_app.app.conf.broker_url = url
-    celery_app.app.conf.result_backend = url
+    use_broker(get_settings().effective_redis_url())

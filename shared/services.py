@@ -13,6 +13,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -181,3 +183,25 @@ def _wait_gone(pid: int, timeout: float) -> None:
     except psutil.TimeoutExpired:
         proc.kill()
         proc.wait(5)
+
+
+@contextmanager
+def embedded_stack(settings: Settings) -> Iterator[Settings]:
+    """Embedded Postgres + Redis, migrated, with the Celery app pointed at that Redis; stopped on exit.
+
+    What tests and benchmarks run on: a private stack in ``settings.home``.
+    """
+    from shared import db
+    from shared.celery_app import use_broker
+    from shared.migrate import apply_migrations
+
+    try:
+        start_postgres(settings)
+        start_redis(settings)
+        apply_migrations()
+        use_broker(settings.effective_redis_url())
+        yield settings
+    finally:
+        db.reset()
+        stop_redis(settings)
+        stop_postgres(settings)

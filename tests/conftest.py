@@ -26,24 +26,12 @@ DATASETS = REPO.parent / "shared" / "datasets"
 @pytest.fixture(scope="session")
 def stack():
     """Embedded Postgres + Redis, migrated; yields the settings. Stopped at the end of the session."""
-    from shared import db, services
-    from shared.migrate import apply_migrations
+    from shared.services import embedded_stack
     from shared.settings import get_settings, reset_settings
 
     reset_settings()
-    settings = get_settings()
-    services.start_postgres(settings)
-    services.start_redis(settings)
-    apply_migrations()
-    from shared.celery_app import app
-
-    url = settings.effective_redis_url()
-    app.conf.broker_url = url
-    app.conf.result_backend = url
-    yield settings
-    db.reset()
-    services.stop_redis(settings)
-    services.stop_postgres(settings)
+    with embedded_stack(get_settings()) as settings:
+        yield settings
     shutil.rmtree(_HOME, ignore_errors=True)
 
 
