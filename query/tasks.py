@@ -39,16 +39,16 @@ def _run(model: type[BaseModel], payload: object, fn: Callable) -> dict:
         return ErrorResult(error="internal error", detail=type(exc).__name__).model_dump()
 
 
-@app.task(name=TASK_QUERY_RETRIEVE, acks_late=False)
+@app.task(name=TASK_QUERY_RETRIEVE, acks_late=False, track_started=False)
 def retrieve_task(payload: dict) -> dict:
     return _run(SearchRequest, payload, service.search)
 
 
-@app.task(name=TASK_QUERY_RERANK, acks_late=False)
+@app.task(name=TASK_QUERY_RERANK, acks_late=False, track_started=False)
 def rerank_task(payload: dict) -> dict:
     return _run(RerankRequest, payload, service.rerank)
 
 
-@app.task(name=TASK_QUERY_ASK, acks_late=False)
+@app.task(name=TASK_QUERY_ASK, acks_late=False, track_started=False)
 def ask_task(payload: dict) -> dict:
     return _run(AskRequest, payload, service.ask)

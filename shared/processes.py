@@ -35,6 +35,7 @@ def specs(settings: Settings) -> list[ProcSpec]:
     celery = [sys.executable, "-m", "celery", "-A", APP]
     concurrency = {"ingest": settings.ingest_concurrency, "query": settings.query_concurrency,
                    "control": settings.acl_concurrency}
+    pool_kind = {"ingest": "prefork", "query": settings.query_pool, "control": "prefork"}
     from shared.metrics_server import metrics_dir
 
     out = []
@@ -42,7 +43,7 @@ def specs(settings: Settings) -> list[ProcSpec]:
         # prefork children write metrics files here; metrics-<pool> aggregates and serves them
         penv = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(settings, pool))}
         out.append(ProcSpec(f"worker-{pool}", [*celery, "worker", "-Q", ",".join(queues), "-n", f"{pool}@%h",
-                                               "-c", str(concurrency[pool]), "--pool", "prefork", "-E",
+                                               "-c", str(concurrency[pool]), "--pool", pool_kind[pool], "-E",
                                                "--without-gossip", "--without-mingle", "--loglevel", "INFO"],
                             penv))
         out.append(ProcSpec(f"metrics-{pool}", [sys.executable, "-m", "shared.metrics_server", pool], penv))

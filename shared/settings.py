@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     # --- Celery pools ---------------------------------------------------------------------
     ingest_concurrency: int = 2
     query_concurrency: int = 2
+    # the query pool's execution pool: "threads" saves the prefork parent->child hop on every
+    # question (its work is I/O on Postgres); "prefork" isolates crashes per child
+    query_pool: Literal["prefork", "threads"] = "prefork"
     # control pool (acl + maintenance): 2 so a permission sync never waits behind a long reindex listing
     acl_concurrency: int = 2
     task_soft_time_limit_s: int = 600
