@@ -49,7 +49,7 @@ class Settings(BaseSettings):
     worker_alive_ttl_s: float = 10.0
     # an ingest task whose worker died this many times is failed, not redelivered again (poison document)
     ingest_max_worker_lost: int = 3
-    reindex_schedule_s: float = 3600.0
+    reindex_schedule_s: float = Field(default=3600.0, gt=0)
 
     # --- Flower ---------------------------------------------------------------------------
     flower_host: str = "127.0.0.1"
@@ -135,7 +135,6 @@ class Settings(BaseSettings):
     rrf_weight_vector: float = 1.0
     rrf_weight_lexical: float = 0.0175
     hnsw_ef_search: int = 100
-    answer_top_k: int = 5
     answer_min_score: float = 0.0
 
     # --- query pool: filters, rerank, answers, transforms, agentic loop (issue 4) -------------
@@ -173,7 +172,7 @@ class Settings(BaseSettings):
     http_source_timeout_s: float = 10.0
     # a running job whose heartbeat is older than this is marked failed (stuck); above task_time_limit_s
     job_stuck_after_s: float = 1800.0
-    stuck_check_schedule_s: float = 60.0
+    stuck_check_schedule_s: float = Field(default=60.0, gt=0)
     acl_sync_batch_size: int = Field(default=1000, ge=1, le=50_000)
     reembed_batch_size: int = Field(default=256, ge=1)
 
