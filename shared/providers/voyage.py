@@ -45,7 +45,9 @@ class VoyageEmbedder:
         return self._embed(texts, "document")
 
     def embed_query(self, text: str) -> list[float]:
-        return self._embed([text], "query")[0]
+        """One attempt within the query deadline: a question must not wait out the ingest retry
+        policy (the query path degrades to lexical search instead)."""
+        return self._request([text], "query", timeout=self.settings.query_embed_timeout_s)[0]
 
     def _embed(self, texts: list[str], input_type: str) -> list[list[float]]:
         out: list[list[float]] = []
@@ -55,14 +57,15 @@ class VoyageEmbedder:
                                          s.embed_max_retries + 1, s.embed_backoff_base_s, s.embed_backoff_max_s))
         return out
 
-    def _request(self, texts: list[str], input_type: str) -> list[list[float]]:
+    def _request(self, texts: list[str], input_type: str, timeout: float | None = None) -> list[list[float]]:
         err = self._voyageai.error
         t0 = time.perf_counter()
         with self._admission.admit(texts, batch=input_type == "document"):
             try:
                 resp = self._voyageai.Embedding.create(
                     input=texts, model=self.model, input_type=input_type, truncation=True,
-                    output_dimension=self.dim, **self._params)
+                    output_dimension=self.dim,
+                    **{**self._params, **({"request_timeout": timeout} if timeout else {})})
             except (err.RateLimitError, err.ServiceUnavailableError, err.ServerError, err.TryAgain,
                     err.Timeout, err.APIConnectionError) as exc:
                 headers = getattr(exc, "headers", None) or {}

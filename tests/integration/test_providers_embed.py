@@ -213,3 +213,18 @@ def test_queries_do_not_wait_for_batch_slots(use_settings):
             slots.release(token)
         assert len(emb.embed_documents(["документ"])) == 1
     assert [b["input_type"] for b in srv.stats.bodies] == ["query", "document"]
+
+
+def test_query_embedding_makes_one_attempt_within_the_query_deadline(use_settings):
+    """A failing embedder costs a question one request, not the ingest retry policy (the query path
+    degrades to lexical search instead of retrying in the background)."""
+    with LoopbackServer(faults=Faults(every_nth_500=1)) as srv:
+        emb = _voyage(use_settings, srv, embed_max_retries=6)
+        with pytest.raises(Exception, match="voyage"):
+            emb.embed_query("вопрос")
+        time.sleep(0.2)  # nothing retries behind our back
+        assert srv.stats.by_path.get("/v1/embeddings") == 1
+        srv.reset_stats()
+        with pytest.raises(Exception, match="voyage"):
+            emb.embed_documents(["документ"])
+        assert srv.stats.by_path.get("/v1/embeddings") == 7  # documents keep the full retry policy
