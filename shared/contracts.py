@@ -151,11 +151,8 @@ class RerankRequest(BaseModel):
     threshold: float | None = Field(default=None, description="default: settings.rerank_threshold")
 
 
-class RerankResponse(BaseModel):
-    hits: list[Hit]
-    degraded: bool = False
-    degraded_reasons: list[str] = Field(default_factory=list)
-    timings_ms: dict[str, float] = Field(default_factory=dict)
+class RerankResponse(SearchResponse):
+    """The same shape as a search response: the reranked hits."""
 
 
 class ChatTurn(BaseModel):
