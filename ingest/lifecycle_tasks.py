@@ -31,9 +31,6 @@ log = logging.getLogger(__name__)
 TRANSIENT = (psycopg.OperationalError, ConnectionError, TimeoutError)
 
 
-def _invalid(exc: ValidationError) -> dict:
-    return ErrorResult(error="invalid payload", detail=exc.errors(include_url=False, include_input=False)).model_dump()
-
 
 def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
     """Apply a request in batches; record the lag per applied item and one job row per request."""
@@ -66,7 +63,7 @@ def acl_sync_task(self, payload: dict) -> dict:
     try:
         req = AclSyncRequest.model_validate(payload)
     except ValidationError as exc:
-        return _invalid(exc)
+        return ErrorResult.invalid_payload(exc)
     try:
         return run_acl_sync(req).model_dump()
     except TRANSIENT as exc:  # idempotent: a retry re-applies only what is still older
@@ -84,7 +81,7 @@ def ingest_event_task(self, payload: dict) -> dict:
     try:
         ev = IngestEvent.model_validate(payload)
     except ValidationError as exc:
-        return _invalid(exc)
+        return ErrorResult.invalid_payload(exc)
     try:
         with db.connection() as conn:
             return handle_event(conn, ev, _send).model_dump()

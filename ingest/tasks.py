@@ -45,9 +45,6 @@ class PoisonTask(RuntimeError):
     """Recorded as the documents' error instead of a redelivery loop."""
 
 
-def _invalid(exc: ValidationError) -> dict:
-    return ErrorResult(error="invalid payload", detail=exc.errors(include_url=False, include_input=False)).model_dump()
-
 
 def _run(task, reqs: list[IngestRequest]) -> list[IngestResult]:
     """Infrastructure errors outside the pipeline (cancel check, failure and job bookkeeping while
@@ -104,7 +101,7 @@ def ingest_document_task(self, payload: dict) -> dict:
     try:
         req = IngestRequest.model_validate(payload)
     except ValidationError as exc:
-        return _invalid(exc)
+        return ErrorResult.invalid_payload(exc)
     return _run(self, [req])[0].model_dump()
 
 
@@ -113,6 +110,6 @@ def ingest_batch_task(self, payload: dict) -> dict:
     try:
         batch = IngestBatchRequest.model_validate(payload)
     except ValidationError as exc:
-        return _invalid(exc)
+        return ErrorResult.invalid_payload(exc)
     results = _run(self, batch.documents)
     return {"documents": [r.model_dump() for r in results]}

@@ -31,7 +31,7 @@ def _run(model: type[BaseModel], payload: object, fn: Callable) -> dict:
     try:
         req = model.model_validate(payload)
     except ValidationError as exc:
-        return ErrorResult(error="invalid payload", detail=exc.errors(include_url=False, include_input=False)).model_dump()
+        return ErrorResult.invalid_payload(exc)
     try:
         return fn(req).model_dump()
     except Exception as exc:

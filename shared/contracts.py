@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 TASK_INGEST_DOCUMENT = "ragline.ingest.document"
 TASK_INGEST_BATCH = "ragline.ingest.batch"
@@ -79,6 +87,11 @@ class ErrorResult(BaseModel):
         import json
 
         return json.loads(json.dumps(v, default=str))
+
+    @classmethod
+    def invalid_payload(cls, exc: ValidationError) -> dict:
+        """The result of a task whose payload failed validation (input values left out: they may be huge)."""
+        return cls(error="invalid payload", detail=exc.errors(include_url=False, include_input=False)).model_dump()
 
 
 class SearchRequest(BaseModel):
