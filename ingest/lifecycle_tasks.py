@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 
-import psycopg
 from pydantic import ValidationError
 
 from shared import db, jobs
@@ -25,10 +24,11 @@ from shared.contracts import (
 )
 from shared.metrics import ACL_SYNC_LAG_S
 from shared.settings import get_settings
+from shared.transient import INFRASTRUCTURE_ERRORS
 
 log = logging.getLogger(__name__)
 
-TRANSIENT = (psycopg.OperationalError, ConnectionError, TimeoutError)
+TRANSIENT = INFRASTRUCTURE_ERRORS
 
 
 

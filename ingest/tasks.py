@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 
-import psycopg
-import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
@@ -29,15 +27,14 @@ from shared.logging_setup import log_ingest
 from shared.metrics import CHUNKS_PROCESSED, DOCUMENTS_PROCESSED
 from shared.providers import ProviderError
 from shared.settings import get_settings
+from shared.transient import INFRASTRUCTURE_ERRORS
 
 log = logging.getLogger(__name__)
 
 _JOB_STATE = {"stored": "done", "stale": "skipped", "skipped_unchanged": "skipped", "failed": "failed",
               "cancelled": "skipped"}
-#: infrastructure errors: the task is retried (and redelivered if the worker dies)
-#: redis-py's connection errors are not the builtin ConnectionError: a broker/limiter restart is transient too
-TRANSIENT = (psycopg.OperationalError, ConnectionError, TimeoutError, ProviderError,
-             redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+#: infrastructure and provider outages: the task is retried (and redelivered if the worker dies)
+TRANSIENT = (*INFRASTRUCTURE_ERRORS, ProviderError)
 MAX_RETRIES = 20  # Celery's ceiling; the effective number is ``ingest_task_max_retries``
 
 
