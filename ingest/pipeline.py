@@ -23,6 +23,7 @@ from shared import db
 from shared.contracts import IngestRequest, IngestResult
 from shared.providers import get_embedder
 from shared.settings import get_settings
+from shared.timing import elapsed_ms
 
 #: errors that mean "this document is bad", not "the system is down"
 DOCUMENT_ERRORS = (ParseError, OSError, ValueError, UnicodeError, RecursionError, MemoryError)
@@ -63,7 +64,7 @@ def prepare(req: IngestRequest, embed_model: str) -> Prepared | IngestResult:
     def lap(name: str) -> None:
         nonlocal t
         now = time.perf_counter()
-        timings[name] = round((now - t) * 1000, 2)
+        timings[name] = elapsed_ms(t, now)
         t = now
 
     try:
@@ -159,7 +160,7 @@ def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) 
         texts = [p.texts for _, p in ready]
         with db.connection() as conn:
             emb = embed_with_cache(conn, embedder, [t for doc in texts for t in doc], get_settings().embed_batch_size)
-        embed_ms = round((time.perf_counter() - t) * 1000, 2)
+        embed_ms = elapsed_ms(t)
         offset = 0
         claimed: set[bytes] = set()
         for (i, p), doc_texts in zip(ready, texts, strict=True):
@@ -174,7 +175,7 @@ def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) 
                 continue
             results[i] = IngestResult(
                 tenant=p.req.tenant, doc_id=p.req.doc_id, status=outcome, chunks=len(p.chunks), embedded=embedded,
-                timings_ms={**p.timings, "embed": embed_ms, "store": round((time.perf_counter() - t) * 1000, 2)})
+                timings_ms={**p.timings, "embed": embed_ms, "store": elapsed_ms(t)})
 
 
 def ingest_document(req: IngestRequest) -> IngestResult:

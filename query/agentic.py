@@ -18,6 +18,7 @@ from typing import Protocol
 
 from query.prompt import PLAN_PROMPT, render_documents, x
 from shared.contracts import AskRequest, AskResponse, Hit, SearchRequest
+from shared.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def agentic_ask(req: AskRequest) -> AskResponse:
         reasons.append(f"planner: {exc}")
         result = LoopResult(evidence=search(req.query, req.k), rounds=1, searches=1, asked=[req.query],
                             stop="planner_error")
-    timings["retrieve"] = service._ms(t0)
+    timings["retrieve"] = elapsed_ms(t0)
     trace = {"agentic": {"rounds": result.rounds, "searches": result.searches, "queries": result.asked,
                          "stop": result.stop, "evidence": len(result.evidence)},
              "retrieved": service.trace_of(result.evidence)}

@@ -18,6 +18,7 @@ from query.deadline import DeadlineExceeded, run_with_deadline
 from shared import metrics as m
 from shared.contracts import Hit
 from shared.providers.rerank import Reranker
+from shared.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +73,14 @@ def rerank_hits(reranker: Reranker, query: str, hits: list[Hit], top_k: int, thr
         raw = run_with_deadline(reranker.rerank, timeout_s, query, [document_text(h) for h in hits], top_k)
     except DeadlineExceeded:
         out = fallback(hits, top_k, "timeout", f"timeout after {timeout_s * 1000:.0f} ms")
-        out.ms = round((time.perf_counter() - t0) * 1000, 2)
+        out.ms = elapsed_ms(t0)
         return out
     except Exception as exc:  # the provider is down or answered garbage: keep serving
         out = fallback(hits, top_k, "error", f"{type(exc).__name__}")
-        out.ms = round((time.perf_counter() - t0) * 1000, 2)
+        out.ms = elapsed_ms(t0)
         return out
     ranked, dropped = validate_ranked(raw if isinstance(raw, list) else [], len(hits))
-    ms = round((time.perf_counter() - t0) * 1000, 2)
+    ms = elapsed_ms(t0)
     if dropped:
         log.warning("reranker returned %d invalid item(s) of %d", dropped, len(raw))
     if not ranked and hits:

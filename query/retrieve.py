@@ -18,6 +18,7 @@ from query.filters import clean_paths, compile_filters, has_terms, lexical_query
 from query.fusion import rrf
 from shared.contracts import Hit, SearchRequest, SearchResponse
 from shared.settings import Settings
+from shared.timing import elapsed_ms
 
 _FIELDS = "c.doc_id, c.chunk_no, c.path, c.layer, c.heading_path, c.content, c.context, c.page, c.metadata"
 _SCOPE = "c.tenant = %(tenant)s AND c.acl && %(groups)s::text[]"
@@ -159,14 +160,14 @@ def search(conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray | None
         if req.mode == "exact":
             t = time.perf_counter()
             hits = [_hit(r) for r in exact_rows(conn, req, settings)]
-            timings["exact"] = round((time.perf_counter() - t) * 1000, 2)
+            timings["exact"] = elapsed_ms(t)
             return SearchResponse(hits=hits, timings_ms=timings)
         if req.mode in ("hybrid", "vector") and qvec is not None:
             t = time.perf_counter()
             vector = vector_rows(conn, req, qvec, n, settings)
-            timings["vector"] = round((time.perf_counter() - t) * 1000, 2)
+            timings["vector"] = elapsed_ms(t)
         if req.mode in ("hybrid", "lexical"):
             t = time.perf_counter()
             lexical = lexical_rows(conn, req, n, settings)
-            timings["lexical"] = round((time.perf_counter() - t) * 1000, 2)
+            timings["lexical"] = elapsed_ms(t)
     return SearchResponse(hits=fuse(vector, lexical, settings, limit), timings_ms=timings)

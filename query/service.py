@@ -34,15 +34,12 @@ from shared.contracts import (
 )
 from shared.logging_setup import log_query
 from shared.settings import Settings, get_settings
+from shared.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 
 TRACE_FIELDS = {"doc_id", "chunk_no", "score", "fused_score", "vector_rank", "vector_distance", "lexical_rank",
                 "lexical_score", "prefer_bonus", "test_penalty", "rerank_score"}
-
-
-def _ms(t0: float, t1: float | None = None) -> float:
-    return round(((t1 or time.perf_counter()) - t0) * 1000, 2)
 
 
 def trace_of(hits: list[Hit]) -> list[dict]:
@@ -93,7 +90,7 @@ def retrieve(req: SearchRequest, limit: int | None = None) -> SearchResponse:
         resp = sql_search(conn, req.model_copy(update={"mode": mode}), qvec, settings, limit=limit)
     resp.degraded = bool(reasons)
     resp.degraded_reasons = reasons
-    resp.timings_ms = {"embed_query": _ms(t0, t_embed), **resp.timings_ms, "total": _ms(t0)}
+    resp.timings_ms = {"embed_query": elapsed_ms(t0, t_embed), **resp.timings_ms, "total": elapsed_ms(t0)}
     m.RETRIEVAL_LATENCY_MS.labels(mode=mode).observe(resp.timings_ms["total"])
     for reason in reasons:
         m.QUERY_DEGRADED.labels(reason=reason.split(":", 1)[0]).inc()
@@ -131,8 +128,8 @@ def search(req: SearchRequest) -> SearchResponse:
         resp.hits = out.hits
         resp.degraded = resp.degraded or out.degraded
         resp.degraded_reasons += out.reasons
-        resp.timings_ms["rerank"] = _ms(t)
-        resp.timings_ms["total"] = _ms(t0)
+        resp.timings_ms["rerank"] = elapsed_ms(t)
+        resp.timings_ms["total"] = elapsed_ms(t0)
     m.RETRIEVED_CHUNKS.observe(len(resp.hits))
     log_query("search", tenant=req.tenant, question=req.query, latency_ms=resp.timings_ms["total"],
               chunks=len(resp.hits), model=settings.embed_model_name, mode=req.mode, degraded=resp.degraded)
@@ -144,7 +141,7 @@ def rerank(req: RerankRequest) -> RerankResponse:
     t0 = time.perf_counter()
     out = rerank_stage(req.query, req.hits, req.top_k or settings.rerank_top_k, req.threshold)
     return RerankResponse(hits=out.hits, degraded=out.degraded, degraded_reasons=out.reasons,
-                          timings_ms={"rerank": _ms(t0)})
+                          timings_ms={"rerank": elapsed_ms(t0)})
 
 
 # --------------------------------------------------------------------------------------- answers
@@ -224,7 +221,7 @@ def ask(req: AskRequest) -> AskResponse:
     trace: dict = {}
     reasons: list[str] = []
     plan = transforms.plan_queries(req, reasons)
-    timings["transform"] = _ms(t0)
+    timings["transform"] = elapsed_ms(t0)
     if plan.queries != [req.query]:
         trace["queries"] = plan.queries
     if plan.hyde:
@@ -235,14 +232,14 @@ def ask(req: AskRequest) -> AskResponse:
         req, plan.queries, plan.hyde_vec, max(req.k, settings.rerank_candidates) if rerank else req.k)
     reasons += r_reasons
     timings.update(r_timings)
-    timings["retrieve"] = _ms(t)
+    timings["retrieve"] = elapsed_ms(t)
     trace["retrieved"] = trace_of(candidates)
     t = time.perf_counter()
     if rerank:
         out = rerank_stage(plan.queries[0], candidates, req.k)
         hits = out.hits
         reasons += out.reasons
-        timings["rerank"] = _ms(t)
+        timings["rerank"] = elapsed_ms(t)
         trace["reranked"] = trace_of(hits)
     else:
         hits = [h for h in candidates if h.score >= settings.answer_min_score][: req.k]
@@ -260,7 +257,7 @@ def respond(question: str, hits: list[Hit], reasons: list[str], timings: dict[st
                                  for n, h in enumerate(hits, start=1)]
 
     def done(**kw) -> AskResponse:
-        timings["total"] = _ms(t0)
+        timings["total"] = elapsed_ms(t0)
         return AskResponse(degraded=bool(reasons), degraded_reasons=reasons, timings_ms=timings, trace=trace,
                            partial=partial, **kw)
 
@@ -271,7 +268,7 @@ def respond(question: str, hits: list[Hit], reasons: list[str], timings: dict[st
     t = time.perf_counter()
     answer, g_reasons, info = answer_from(question, hits, partial)
     reasons += g_reasons
-    timings["generate"] = _ms(t)
+    timings["generate"] = elapsed_ms(t)
     m.GENERATION_LATENCY_MS.labels(generator=info["generator"]).observe(timings["generate"])
     trace["generator"] = info
     if is_no_answer(answer) and not cited_numbers(answer):
