@@ -83,6 +83,18 @@ def plan_tasks(n_tasks: int, chunks_per_task: int, tag: str, settings, seed: int
     return tasks
 
 
+def _timeline(spans: list[tuple[float, float]], start: float, end: float, slots: int) -> dict:
+    """Where the time went: before the first request (parse + chunk of the first tasks), after the
+    last answer (store), and how busy the in-flight slots were in between."""
+    if not spans:
+        return {}
+    first, last = min(s for s, _ in spans), max(e for _, e in spans)
+    busy = sum(e - s for s, e in spans)
+    return {"before_first_request_s": round(first - start, 3), "after_last_answer_s": round(end - last, 3),
+            "requests_window_s": round(last - first, 3),
+            "slot_utilisation": round(busy / (max(1, slots) * (last - first)), 4) if last > first else None}
+
+
 def _case(srv, tenant: str, tasks: list[list[str]], chunks_expected: int) -> dict:
     from shared.celery_app import app
     from shared.contracts import TASK_INGEST_BATCH
@@ -104,7 +116,8 @@ def _case(srv, tenant: str, tasks: list[list[str]], chunks_expected: int) -> dic
     elapsed = done - t0
     times = _chunk_times(tenant)
     st = srv.stats
-    return {"documents": n_docs, "documents_failed": len(errors), "errors": errors[:20], "tasks": len(tasks),
+    timeline = _timeline(st.spans, wall0, wall0 + elapsed, st.max_in_flight)
+    return {"timeline": timeline, "documents": n_docs, "documents_failed": len(errors), "errors": errors[:20], "tasks": len(tasks),
             "chunks_expected": chunks_expected, "chunks": len(times), "elapsed_s": round(elapsed, 3),
             "chunks_per_s": round(len(times) / elapsed, 2), "start_epoch": wall0, "chunk_times": times,
             "server": {"requests": st.requests, "answered_429": st.answered_429, "texts_embedded": st.texts_embedded,

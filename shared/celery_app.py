@@ -62,6 +62,9 @@ def make_celery() -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        # a child reports itself up after worker_process_init, which warms it (shared/warmup.py):
+        # several children loading parsers and a model at once on 2 cores need more than the 4 s default
+        worker_proc_alive_timeout=settings.worker_start_timeout_s,
         task_track_started=True,
         task_send_sent_event=True,
         worker_send_task_events=True,
@@ -106,6 +109,16 @@ def _init_worker_process(**_: object) -> None:
 
     db.reset()
     providers.reset()
+    from shared.settings import get_settings
+
+    if get_settings().worker_warmup:
+        from shared.warmup import warm_process
+
+        queues = set(app.amqp.queues.consume_from or ())
+        from shared.logging_setup import get_logger
+
+        get_logger("ragline.warmup").info("worker process warmed", queues=sorted(queues),
+                                          seconds=warm_process(queues))
 
 
 

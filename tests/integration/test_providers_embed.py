@@ -228,3 +228,31 @@ def test_query_embedding_makes_one_attempt_within_the_query_deadline(use_setting
         with pytest.raises(Exception, match="voyage"):
             emb.embed_documents(["документ"])
         assert srv.stats.by_path.get("/v1/embeddings") == 7  # documents keep the full retry policy
+
+
+def test_a_freed_slot_wakes_a_waiter_instead_of_waiting_for_its_poll(stack):
+    import threading
+
+    from shared.providers.ratelimit import InFlightLimiter, redis_client
+
+    url = stack.effective_redis_url()
+    name = f"test-wake-{time.time_ns()}"
+    holder = InFlightLimiter(redis_client(url), name, limit=1, lease_s=30)
+    token = holder.try_acquire()
+    assert token is not None
+    got: list[float] = []
+
+    def wait_for_slot() -> None:
+        lim = InFlightLimiter(redis_client(url), name, limit=1, lease_s=30)
+        lim.poll_s = 5.0  # without a wake-up it would look again only after 5-10 s
+        with lim.slot(wait_s=20):
+            got.append(time.monotonic())
+
+    waiter = threading.Thread(target=wait_for_slot)
+    waiter.start()
+    time.sleep(0.3)
+    assert not got  # blocked while the only slot is held
+    released = time.monotonic()
+    holder.release(token)
+    waiter.join(20)
+    assert got and got[0] - released < 2.5  # woken by the release, not by its 5 s fallback
