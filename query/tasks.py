@@ -26,6 +26,10 @@ from shared.contracts import (
 
 log = logging.getLogger(__name__)
 
+#: Celery puts a repr of every result into the task-succeeded event (Flower) and computes it on
+#: every call: for hits and answers that repr is tenant content, so only its first key is shown
+RESULT_REPR = 8
+
 
 def _run(model: type[BaseModel], payload: object, fn: Callable) -> dict:
     try:
@@ -39,16 +43,16 @@ def _run(model: type[BaseModel], payload: object, fn: Callable) -> dict:
         return ErrorResult(error="internal error", detail=type(exc).__name__).model_dump()
 
 
-@app.task(name=TASK_QUERY_RETRIEVE, acks_late=False, track_started=False)
+@app.task(name=TASK_QUERY_RETRIEVE, acks_late=False, track_started=False, resultrepr_maxsize=RESULT_REPR)
 def retrieve_task(payload: dict) -> dict:
     return _run(SearchRequest, payload, service.search)
 
 
-@app.task(name=TASK_QUERY_RERANK, acks_late=False, track_started=False)
+@app.task(name=TASK_QUERY_RERANK, acks_late=False, track_started=False, resultrepr_maxsize=RESULT_REPR)
 def rerank_task(payload: dict) -> dict:
     return _run(RerankRequest, payload, service.rerank)
 
 
-@app.task(name=TASK_QUERY_ASK, acks_late=False, track_started=False)
+@app.task(name=TASK_QUERY_ASK, acks_late=False, track_started=False, resultrepr_maxsize=RESULT_REPR)
 def ask_task(payload: dict) -> dict:
     return _run(AskRequest, payload, service.ask)

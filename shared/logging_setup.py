@@ -131,6 +131,10 @@ def configure(level: str | None = None, json_output: bool | None = None, stream:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # Celery's "Task ... succeeded in 0.003s: <result>" line carries the first KB of every result:
+    # document text and answers. ragline logs each task itself (log_ingest, log_query; no content),
+    # and failures and retries still come through at WARNING and above.
+    logging.getLogger("celery.app.trace").setLevel(max(logging.WARNING, root.level))
 
 
 def get_logger(name: str | None = None) -> structlog.stdlib.BoundLogger:
