@@ -100,6 +100,11 @@ def make_celery() -> Celery:
                 "schedule": settings.stuck_check_schedule_s,
                 "options": {"expires": max(10.0, settings.stuck_check_schedule_s * 0.9)},
             },
+            "purge": {
+                "task": "ragline.maintenance.purge",
+                "schedule": settings.purge_schedule_s,
+                "options": {"expires": max(60.0, settings.purge_schedule_s * 0.9)},
+            },
         },
     )
     app.conf.include = TASK_MODULES

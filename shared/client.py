@@ -6,6 +6,10 @@ use it without the ingest or query dependencies being loaded::
     client = RaglineClient("redis://localhost:6379/0")
     answer = client.ask("Как настроить ретраи?", tenant="acme", groups=["staff"])
     for c in answer.citations: ...
+    client.sync_acl([{"tenant": "acme", "doc_id": "hr/leave.md", "acl": ["hr"], "version": 7}])
+    client.send_event({"type": "delete", "tenant": "acme", "doc_id": "old.md", "version": 3})
+
+Permission syncs and document events go to the ``acl`` queue (the control pool), questions to ``query``.
 
 Replies are validated into the pydantic response models; a structured error reply from the
 worker (malformed payload, internal error) raises :class:`RaglineError`.
@@ -19,17 +23,25 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from shared.contracts import (
+    TASK_ACL_SYNC,
+    TASK_INGEST_EVENT,
     TASK_QUERY_ASK,
     TASK_QUERY_RERANK,
     TASK_QUERY_RETRIEVE,
+    AclSyncItem,
+    AclSyncRequest,
+    AclSyncResult,
     AskRequest,
     AskResponse,
     ChatTurn,
+    EventResult,
     Hit,
+    IngestEvent,
     RerankRequest,
     RerankResponse,
     SearchRequest,
     SearchResponse,
+    payload_summary,
 )
 
 
@@ -55,13 +67,17 @@ class RaglineClient:
             # the same queue declaration as the pools (shared/celery_app.py), so a message sent before
             # any worker started is not lost
             app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],
-                            task_queues=[Queue("query", Exchange("query", type="direct"), routing_key="query")],
-                            task_routes={"ragline.query.*": {"queue": "query", "routing_key": "query"}})
+                            task_queues=[Queue(q, Exchange(q, type="direct"), routing_key=q) for q in ("query", "acl")],
+                            task_routes={"ragline.query.*": {"queue": "query", "routing_key": "query"},
+                                         "ragline.acl.*": {"queue": "acl", "routing_key": "acl"},
+                                         TASK_INGEST_EVENT: {"queue": "acl", "routing_key": "acl"}})
         self.app = app
         self.timeout = timeout
 
-    def _call(self, task: str, payload: dict, timeout: float | None) -> dict:
-        res = self.app.send_task(task, args=[payload], queue="query").get(timeout=timeout or self.timeout)
+    def _call(self, task: str, payload: dict, timeout: float | None, queue: str = "query") -> dict:
+        # the redacted summary, not Celery's repr of the payload, goes into headers, events and Flower
+        res = self.app.send_task(task, args=[payload], queue=queue, argsrepr=payload_summary([payload]),
+                                 kwargsrepr="{}").get(timeout=timeout or self.timeout)
         if isinstance(res, dict) and res.get("ok") is False:
             raise RaglineError(res.get("error", "error"), res.get("detail"))
         return res
@@ -82,3 +98,16 @@ class RaglineClient:
                timeout: float | None = None) -> RerankResponse:
         req = RerankRequest(query=query, hits=hits, top_k=top_k, threshold=threshold)
         return RerankResponse.model_validate(self._call(TASK_QUERY_RERANK, req.model_dump(exclude_none=True), timeout))
+
+    def sync_acl(self, items: list[AclSyncItem | dict], *, timeout: float | None = None) -> AclSyncResult:
+        """Replace documents' permissions (by ``doc_id`` or ``path_prefix``) without re-embedding;
+        each item needs a ``version`` (or ``ts``): an older change never undoes a newer one."""
+        req = AclSyncRequest(items=[AclSyncItem.model_validate(i) for i in items])
+        return AclSyncResult.model_validate(
+            self._call(TASK_ACL_SYNC, req.model_dump(mode="json", exclude_none=True), timeout, queue="acl"))
+
+    def send_event(self, event: IngestEvent | dict, *, timeout: float | None = None) -> EventResult:
+        """A document changed upstream: ``upsert`` (re-ingest ``uri``), ``delete`` or ``acl``."""
+        ev = IngestEvent.model_validate(event)
+        return EventResult.model_validate(
+            self._call(TASK_INGEST_EVENT, ev.model_dump(mode="json", exclude_none=True), timeout, queue="acl"))

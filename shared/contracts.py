@@ -27,6 +27,7 @@ TASK_INGEST_EVENT = "ragline.ingest.event"
 TASK_INGEST_REEMBED = "ragline.ingest.reembed"
 TASK_REINDEX = "ragline.maintenance.reindex"
 TASK_STUCK_JOBS = "ragline.maintenance.stuck_jobs"
+TASK_PURGE = "ragline.maintenance.purge"
 
 Ident = Annotated[str, StringConstraints(min_length=1, max_length=512, strip_whitespace=True)]
 Group = Annotated[str, StringConstraints(min_length=1, max_length=256, strip_whitespace=True)]

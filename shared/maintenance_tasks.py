@@ -1,4 +1,5 @@
-"""Beat-driven maintenance tasks (the control pool): the scheduled full reindex and stuck-job detection.
+"""Beat-driven maintenance tasks (the control pool): the scheduled full reindex, stuck-job detection
+and retention (old tombstones, finished jobs, resolved errors).
 
 Beat sends each tick with an ``expires`` (``shared/celery_app.py``), so ticks that nobody picked
 up in time are dropped instead of piling up; a reindex still running when the next tick arrives
@@ -11,7 +12,7 @@ import logging
 
 from shared import db, jobs
 from shared.celery_app import app
-from shared.contracts import TASK_INGEST_REEMBED, TASK_REINDEX, TASK_STUCK_JOBS
+from shared.contracts import TASK_INGEST_REEMBED, TASK_PURGE, TASK_REINDEX, TASK_STUCK_JOBS
 from shared.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -58,3 +59,30 @@ def stuck_jobs_task(payload: dict | None = None) -> dict:
     for j in marked:
         log.warning("job %s (%s) marked stuck: %s", j["id"], j["kind"], j["error"])
     return {"marked": marked}
+
+
+def purge(conn, tombstone_days: float, job_days: float) -> dict[str, int]:
+    """Delete what only history needs: tombstones (``status = 'deleted'``, no chunks) not touched for
+    ``tombstone_days``, finished jobs (their per-document rows cascade) and resolved errors older
+    than ``job_days``. Open errors and running jobs are never purged."""
+    with conn.transaction():
+        tomb = conn.execute("DELETE FROM documents WHERE status = 'deleted'"
+                            " AND updated_at < now() - make_interval(secs => %s)", (tombstone_days * 86400,)).rowcount
+        done = conn.execute("DELETE FROM jobs WHERE state IN ('succeeded', 'completed_with_errors', 'failed',"
+                            " 'cancelled') AND coalesce(finished_at, created_at) < now() - make_interval(secs => %s)",
+                            (job_days * 86400,)).rowcount
+        errs = conn.execute("DELETE FROM document_errors WHERE resolved"
+                            " AND created_at < now() - make_interval(secs => %s)", (job_days * 86400,)).rowcount
+    return {"tombstones": tomb, "jobs": done, "resolved_errors": errs}
+
+
+@app.task(name=TASK_PURGE, acks_late=True)
+def purge_task(payload: dict | None = None) -> dict:
+    """Retention (beat, daily by default); the payload may override the ages in days."""
+    s = get_settings()
+    p = payload or {}
+    with db.connection() as conn:
+        out = purge(conn, float(p.get("tombstone_days") or s.tombstone_retention_days),
+                    float(p.get("job_days") or s.job_retention_days))
+    log.info("purge: %s", out)
+    return out

@@ -179,6 +179,11 @@ class Settings(BaseSettings):
     # a running job whose heartbeat is older than this is marked failed (stuck); above task_time_limit_s
     job_stuck_after_s: float = 1800.0
     stuck_check_schedule_s: float = Field(default=60.0, gt=0)
+    # retention (beat, ragline.maintenance.purge): tombstones order late events after a delete, so
+    # keep them longer than any upstream redelivery; finished jobs and resolved errors are history
+    tombstone_retention_days: float = Field(default=30.0, gt=0)
+    job_retention_days: float = Field(default=30.0, gt=0)
+    purge_schedule_s: float = Field(default=86_400.0, gt=0)
     acl_sync_batch_size: int = Field(default=1000, ge=1, le=50_000)
     reembed_batch_size: int = Field(default=256, ge=1)
 

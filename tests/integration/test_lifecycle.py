@@ -177,3 +177,30 @@ def test_documents_of_a_cancelled_job_are_skipped(celery_worker, conn, tenant):
                                                      "fmt": "md", "acl": ["g"], "job_id": job_id}]).get(timeout=60)
     assert res["status"] == "cancelled"
     assert _doc(conn, tenant, "x.md") is None and jobs.job_state(conn, job_id) == "cancelled"
+
+
+def test_purge_removes_old_tombstones_and_finished_jobs_only(celery_worker, conn, tenant):
+    from shared.celery_app import app
+    from shared.contracts import TASK_PURGE
+
+    for doc_id in ("old-deleted", "fresh-deleted", "old-live"):
+        put_document(tenant, doc_id, [f"текст {doc_id}"], acl=["g"], version=1)
+    for doc_id in ("old-deleted", "fresh-deleted"):
+        handle_event(conn, IngestEvent(type="delete", tenant=tenant, doc_id=doc_id, version=2), lambda *_: "x")
+    done = jobs.record_job(conn, "acl_sync", tenant, {"items": 1}, total=1)
+    running = conn.execute("INSERT INTO jobs (kind, tenant, state) VALUES ('reindex', %s, 'running') RETURNING id",
+                           (tenant,)).fetchone()["id"]
+    # forty days pass for everything but one tombstone
+    conn.execute("UPDATE documents SET updated_at = now() - interval '40 days' WHERE tenant = %s AND doc_id <> %s",
+                 (tenant, "fresh-deleted"))
+    conn.execute("UPDATE jobs SET created_at = now() - interval '40 days', finished_at = now() - interval '40 days'"
+                 " WHERE tenant = %s", (tenant,))
+    conn.commit()
+    res = app.send_task(TASK_PURGE, args=[None]).get(timeout=30)
+    assert res["tombstones"] >= 1 and res["jobs"] >= 1
+    left = {r["doc_id"]: r["status"] for r in conn.execute(
+        "SELECT doc_id, status FROM documents WHERE tenant = %s", (tenant,)).fetchall()}
+    assert left == {"fresh-deleted": "deleted", "old-live": "ready"}
+    ids = {str(r["id"]) for r in conn.execute("SELECT id FROM jobs WHERE tenant = %s", (tenant,)).fetchall()}
+    assert ids == {str(running)} and str(done) not in ids
+    assert _chunks(conn, tenant, "old-live") == 1

@@ -57,6 +57,26 @@ def test_client_ask_search_and_structured_errors(celery_worker, corpus, stack):
     assert err.value.error == "invalid payload"
 
 
+def test_client_syncs_permissions_and_sends_events(celery_worker, corpus, stack):
+    client = RaglineClient(stack.effective_redis_url(), timeout=60)
+
+    def visible(groups: list[str]) -> list[str]:
+        return [h.doc_id for h in client.search("изоляция арендаторов", tenant=corpus, groups=groups,
+                                                mode="lexical").hits]
+
+    assert visible(["g"]) == ["iso.md"] and visible(["hr"]) == []
+    out = client.sync_acl([{"tenant": corpus, "doc_id": "iso.md", "acl": ["hr"], "version": 5}])
+    assert (out.documents_updated, out.chunks_updated, out.ignored_stale) == (1, 1, 0)
+    assert visible(["g"]) == [] and visible(["hr"]) == ["iso.md"]
+    stale = client.sync_acl([{"tenant": corpus, "doc_id": "iso.md", "acl": ["g"], "version": 4}])
+    assert stale.ignored_stale == 1 and visible(["g"]) == []  # an older change never undoes a newer one
+    gone = client.send_event({"type": "delete", "tenant": corpus, "doc_id": "iso.md", "version": 6})
+    assert gone.outcome == "deleted" and gone.chunks_deleted == 1 and visible(["hr"]) == []
+    with pytest.raises(RaglineError) as err:  # refused by the worker, not lost
+        client._call("ragline.acl.sync", {"items": [{"tenant": corpus, "acl": ["g"], "version": 1}]}, 30, queue="acl")
+    assert err.value.error == "invalid payload"
+
+
 def test_example_chat_backend_end_to_end(celery_worker, corpus, stack):
     sys.path.insert(0, str(REPO / "examples"))
     try:
