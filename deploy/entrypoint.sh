@@ -1,6 +1,6 @@
 #!/bin/sh
 # Roles of the one ragline image:
-#   worker <ingest|query|control>   prefork pool + its metrics endpoint (multiprocess mode)
+#   worker <ingest|query|control>   worker pool + its metrics endpoint (multiprocess mode)
 #   beat                            the single scheduler (run exactly one)
 #   flower                          monitoring UI (basic auth from FLOWER_BASIC_AUTH)
 #   migrate                         apply schema migrations and exit
@@ -12,15 +12,17 @@ case "$role" in
   worker)
     pool="${2:-ingest}"
     case "$pool" in
-      ingest) queues=ingest; conc="${RAGLINE_INGEST_CONCURRENCY:-2}" ;;
-      query) queues=query; conc="${RAGLINE_QUERY_CONCURRENCY:-2}" ;;
-      control) queues=acl,maintenance; conc="${RAGLINE_ACL_CONCURRENCY:-1}" ;;
+      ingest) queues=ingest; conc="${RAGLINE_INGEST_CONCURRENCY:-2}"; kind=prefork ;;
+      # questions wait on Postgres and providers: threads save the prefork hop (see shared/settings.py)
+      query) queues=query; conc="${RAGLINE_QUERY_CONCURRENCY:-2}"; kind="${RAGLINE_QUERY_POOL:-threads}" ;;
+      control) queues=acl,maintenance; conc="${RAGLINE_ACL_CONCURRENCY:-1}"; kind=prefork ;;
       *) echo "unknown pool $pool" >&2; exit 2 ;;
     esac
     export PROMETHEUS_MULTIPROC_DIR="$RAGLINE_HOME/metrics/$pool"
     rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
     python -m shared.metrics_server "$pool" &
-    exec celery -A "$APP" worker -Q "$queues" -n "$pool@%h" -c "$conc" --pool prefork -E \
+    if [ "$kind" = threads ]; then export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"; fi
+    exec celery -A "$APP" worker -Q "$queues" -n "$pool@%h" -c "$conc" --pool "$kind" -E \
       --without-gossip --without-mingle --loglevel "${RAGLINE_LOG_LEVEL:-INFO}"
     ;;
   beat)

@@ -124,16 +124,28 @@ def _init_worker_process(**_: object) -> None:
 
     db.reset()
     providers.reset()
-    from shared.settings import get_settings
+    _warm()
 
-    if get_settings().worker_warmup:
-        from shared.warmup import warm_process
 
-        queues = set(app.amqp.queues.consume_from or ())
-        from shared.logging_setup import get_logger
+@signals.celeryd_after_setup.connect
+def _warm_in_process_pool(sender: object = None, instance: object = None, **_: object) -> None:
+    """A threads (or solo) pool runs tasks in the worker process itself: warm it before it consumes.
+    A prefork parent never loads anything (a model used before a fork hangs the children)."""
+    pool = getattr(instance, "pool_cls", None)
+    kind = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
+    if "thread" in kind or "solo" in kind:
+        _warm()
 
-        get_logger("ragline.warmup").info("worker process warmed", queues=sorted(queues),
-                                          seconds=warm_process(queues))
+
+def _warm() -> None:
+    """Load what this worker's queues need before the first task (``shared/warmup.py``)."""
+    if not get_settings().worker_warmup:
+        return
+    from shared.logging_setup import get_logger
+    from shared.warmup import warm_process
+
+    queues = set(app.amqp.queues.consume_from or ())
+    get_logger("ragline.warmup").info("worker process warmed", queues=sorted(queues), seconds=warm_process(queues))
 
 
 

@@ -34,9 +34,11 @@ class Settings(BaseSettings):
     # --- Celery pools ---------------------------------------------------------------------
     ingest_concurrency: int = 2
     query_concurrency: int = 2
-    # the query pool's execution pool: "threads" saves the prefork parent->child hop on every
-    # question (its work is I/O on Postgres); "prefork" isolates crashes per child
-    query_pool: Literal["prefork", "threads"] = "prefork"
+    # the query pool's execution pool. "threads" (default): no prefork parent->child hop on every
+    # question, whose work is waiting on Postgres and providers (bench c: p95 through the queue
+    # 0.5-1 ms lower); a local model then uses every core for one query at a time. "prefork"
+    # isolates a native crash to one child.
+    query_pool: Literal["prefork", "threads"] = "threads"
     # control pool (acl + maintenance): 2 so a permission sync never waits behind a long reindex listing
     acl_concurrency: int = 2
     # load parsers, the local model and the DB pool in each worker process before its first task

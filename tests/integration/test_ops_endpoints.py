@@ -34,7 +34,7 @@ def _scrape(url: str, auth: tuple[str, str] | None) -> httpx.Response:
     return httpx.get(url, auth=auth, timeout=5)
 
 
-def test_prefork_query_pool_metrics_served_with_auth_and_snapshot(ops_settings, tenant):
+def test_query_pool_metrics_served_with_auth_and_snapshot(ops_settings, tenant):
     from shared.celery_app import app
     from shared.metrics_server import metrics_dir, metrics_port, reset_dir
     from shared.ops_cli import summarize
@@ -59,7 +59,7 @@ def test_prefork_query_pool_metrics_served_with_auth_and_snapshot(ops_settings, 
         assert 'rag_retrieval_latency_ms_count{mode="lexical"} 3.0' in body
         assert "rag_retrieved_chunks_count 3.0" in body
         assert 'rag_queue_depth{queue="query"}' in body
-        # two prefork children wrote their own files; the endpoint sums them
+        # the pool's process(es) wrote multiprocess files; the endpoint sums them
         assert len(list(metrics_dir(s, "query").glob("histogram_*.db"))) >= 1
         assert listen_addresses(server.pid) == {"127.0.0.1"}
 

@@ -53,3 +53,17 @@ def test_prefork_children_warm_before_they_report_up(stack):
         assert all(line["queues"] == [pool.queue] and "db" in line["seconds"] for line in lines)
     finally:
         pool.stop()
+
+
+def test_threads_query_pool_warms_its_process_before_consuming(stack):
+    from shared.settings import get_settings
+
+    assert get_settings().query_pool == "threads"
+    pool = start_pool(stack, "query", concurrency=2)
+    try:
+        wait_log(pool, "worker process warmed")
+        lines = [json.loads(line) for line in pool.log_text().splitlines() if "worker process warmed" in line]
+        assert len(lines) == 1  # one process runs every query
+        assert lines[0]["queues"] == [pool.queue] and set(lines[0]["seconds"]) == {"db"}
+    finally:
+        pool.stop()
