@@ -67,11 +67,11 @@ def _metadata(value: object) -> dict:
     return {}
 
 
-def _hit(row: dict) -> Hit:
+def _hit(row: dict, **ranking: float | int) -> Hit:
     return Hit(doc_id=row["doc_id"], chunk_no=row["chunk_no"], path=row["path"], layer=row["layer"],
                heading=row["heading_path"], content=row["content"], context=row["context"], page=row["page"],
                metadata=_metadata(row["metadata"]), prefer_bonus=float(row["prefer_bonus"]),
-               test_penalty=float(row["test_penalty"]))
+               test_penalty=float(row["test_penalty"]), **ranking)
 
 
 def _sql(template: str, columns: str, where: str, rank_fn: str = "ts_rank") -> str:
@@ -113,29 +113,35 @@ def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Se
 
 
 def fuse(vector: list[dict], lexical: list[dict], settings: Settings, limit: int) -> list[Hit]:
-    """Weighted RRF over the two ranked lists, plus prefer bonus, minus test penalty; pure."""
-    hits: dict[tuple[str, int], Hit] = {}
+    """Weighted RRF over the two ranked lists, plus prefer bonus, minus test penalty; pure.
+
+    Scores are computed on the rows; only the ``limit`` kept become :class:`Hit` models (building
+    one per candidate, 50-100 per question, was most of the task's own time in bench c)."""
+    rows: dict[tuple[str, int], dict] = {}
+    ranks: dict[tuple[str, int], dict[str, float | int]] = {}
     for rank, row in enumerate(vector, start=1):
-        h = hits.setdefault((row["doc_id"], row["chunk_no"]), _hit(row))
-        h.vector_rank, h.vector_distance = rank, float(row["distance"])
+        key = (row["doc_id"], row["chunk_no"])
+        rows.setdefault(key, row)
+        ranks.setdefault(key, {}).update(vector_rank=rank, vector_distance=float(row["distance"]))
     for rank, row in enumerate(lexical, start=1):
-        h = hits.setdefault((row["doc_id"], row["chunk_no"]), _hit(row))
-        h.lexical_rank, h.lexical_score = rank, float(row["rank"])
+        key = (row["doc_id"], row["chunk_no"])
+        rows.setdefault(key, row)
+        ranks.setdefault(key, {}).update(lexical_rank=rank, lexical_score=float(row["rank"]))
     fused = rrf(
         {"vector": [(r["doc_id"], r["chunk_no"]) for r in vector],
          "lexical": [(r["doc_id"], r["chunk_no"]) for r in lexical]},
         k=settings.rrf_k,
         weights={"vector": settings.rrf_weight_vector, "lexical": settings.rrf_weight_lexical},
     )
-    out = []
+    scored = []
     for position, (key, score) in enumerate(fused):
-        h = hits[key]
-        h.fused_score = round(score, 8)
-        h.score = round(score + h.prefer_bonus - h.test_penalty, 8)
-        out.append((h.score, position, h))
+        row = rows[key]
+        final = round(score + float(row["prefer_bonus"]) - float(row["test_penalty"]), 8)
+        scored.append((final, position, key, score))
     # a stable sort keeps RRF's own tie-breaking among equal final scores
-    out.sort(key=lambda t: (-t[0], t[1]))
-    return [h for _, _, h in out[:limit]]
+    scored.sort(key=lambda t: (-t[0], t[1]))
+    return [_hit(rows[key], score=final, fused_score=round(score, 8), **ranks[key])
+            for final, _, key, score in scored[:limit]]
 
 
 def search(conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray | None, settings: Settings,

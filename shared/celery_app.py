@@ -134,6 +134,11 @@ def _warm_in_process_pool(sender: object = None, instance: object = None, **_: o
     pool = getattr(instance, "pool_cls", None)
     kind = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
     if "thread" in kind or "solo" in kind:
+        import sys
+
+        # a thread whose Postgres answer arrived waits for the GIL until the running thread yields
+        # it, up to the switch interval (5 ms by default): a question's tail latency
+        sys.setswitchinterval(get_settings().thread_pool_switch_interval_s)
         _warm()
 
 

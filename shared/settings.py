@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     # 0.5-1 ms lower); a local model then uses every core for one query at a time. "prefork"
     # isolates a native crash to one child.
     query_pool: Literal["prefork", "threads"] = "threads"
+    # GIL switch interval of a threads pool (Python's default is 0.005 s)
+    thread_pool_switch_interval_s: float = Field(default=0.0005, gt=0, le=0.1)
     # control pool (acl + maintenance): 2 so a permission sync never waits behind a long reindex listing
     acl_concurrency: int = 2
     # load parsers, the local model and the DB pool in each worker process before its first task
