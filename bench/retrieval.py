@@ -75,14 +75,13 @@ def _request(tenant: str, qvec: np.ndarray):
 def _direct(tenant: str, qvec: np.ndarray, settings) -> float:
     """The retrieval task's vector statement (``query.retrieve.vector_rows``: same SQL, same ``SET LOCAL``s)
     in a read-only transaction on a pooled connection of this process."""
-    from query.retrieve import vector_rows
+    from query.retrieve import read_only_transaction, vector_rows
     from shared import db
 
     req = _request(tenant, qvec)
     n = max(settings.retrieval_top_n, K)
     t = time.perf_counter()
-    with db.connection() as conn, conn.transaction():
-        conn.execute("SET TRANSACTION READ ONLY")
+    with db.connection() as conn, read_only_transaction(conn):
         vector_rows(conn, req, qvec, n, settings)
     return (time.perf_counter() - t) * 1000
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 
 import numpy as np
 import psycopg
@@ -79,10 +81,24 @@ def _sql(template: str, columns: str, where: str, rank_fn: str = "ts_rank") -> s
     return template.format(fields=_FIELDS, columns=columns, scope=_SCOPE, where=where, rank_fn=rank_fn)
 
 
+@contextmanager
+def read_only_transaction(conn: psycopg.Connection) -> Iterator[None]:
+    """A read-only transaction whose mode travels with BEGIN (one round trip less than
+    ``SET TRANSACTION READ ONLY``); the connection must be idle."""
+    conn.read_only = True
+    try:
+        with conn.transaction():
+            yield
+    finally:
+        with suppress(psycopg.Error):  # a broken connection is discarded by the pool anyway
+            conn.read_only = None
+
+
 def vector_rows(conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray, n: int, settings: Settings) -> list[dict]:
     f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
-    conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(settings.hnsw_ef_search, n))}")
-    conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+    # one round trip for both (no parameters, so psycopg may send two statements at once)
+    conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(settings.hnsw_ef_search, n))};"
+                 " SET LOCAL hnsw.iterative_scan = relaxed_order")
     params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
     return conn.execute(_sql(VECTOR_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
 
@@ -161,8 +177,7 @@ def search(conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray | None
     n = max(settings.retrieval_top_n, limit)
     vector: list[dict] = []
     lexical: list[dict] = []
-    with conn.transaction():
-        conn.execute("SET TRANSACTION READ ONLY")
+    with read_only_transaction(conn):
         if req.mode == "exact":
             t = time.perf_counter()
             hits = [_hit(r) for r in exact_rows(conn, req, settings)]

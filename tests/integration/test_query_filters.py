@@ -131,6 +131,13 @@ def test_set_local_does_not_leak_out_of_the_read_only_transaction(corpus, conn):
     assert sql_search(conn, req, vec(WORD), get_settings()).hits
     assert conn.execute("SHOW hnsw.ef_search").fetchone()["hnsw.ef_search"] == before
     conn.execute("CREATE TEMP TABLE writable_after (x int)")  # the read-only mode ended with its transaction
+    conn.commit()
+    from query.retrieve import read_only_transaction
+
+    with read_only_transaction(conn):  # BEGIN READ ONLY did reach the server
+        assert conn.execute("SHOW transaction_read_only").fetchone()["transaction_read_only"] == "on"
+    assert conn.read_only is None
+    assert conn.execute("SHOW transaction_read_only").fetchone()["transaction_read_only"] == "off"
 
 
 def test_filters_apply_to_the_vector_retriever_too(corpus):
