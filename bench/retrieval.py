@@ -61,7 +61,7 @@ def _load(tenants: dict[str, int], space: EmbeddingSpace, rng: np.random.Generat
         # leave nothing for autovacuum or the checkpointer to do while latencies are measured
         conn.execute("VACUUM (ANALYZE) chunks")
         conn.execute("VACUUM (ANALYZE) documents")
-        conn.execute("CHECKPOINT")
+        common.checkpoint()
         info["total_chunks_in_table"] = conn.execute("SELECT count(*) AS n FROM chunks").fetchone()["n"]
     return info
 
@@ -124,8 +124,7 @@ def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> 
         f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
         sql = retrieve._sql(retrieve.VECTOR_SQL, f.columns_sql(), f.where_sql())
         with conn.transaction():
-            conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(settings.hnsw_ef_search, n))}")
-            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            retrieve.set_hnsw_params(conn, n, settings)
             rows = conn.execute("EXPLAIN " + sql, {"tenant": tenant, "groups": ACL, "n": n, "qvec": qvec, **f.params})
             text = "\n".join(r["QUERY PLAN"] for r in rows.fetchall())
     except Exception as exc:  # the plan is informative only; the query module may have moved on

@@ -94,11 +94,16 @@ def read_only_transaction(conn: psycopg.Connection) -> Iterator[None]:
             conn.read_only = None
 
 
-def vector_rows(conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray, n: int, settings: Settings) -> list[dict]:
-    f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
-    # one round trip for both (no parameters, so psycopg may send two statements at once)
+def set_hnsw_params(conn: psycopg.Connection, n: int, settings: Settings) -> None:
+    """The HNSW search parameters for this transaction, in one round trip (no parameters, so
+    psycopg may send two statements at once)."""
     conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(settings.hnsw_ef_search, n))};"
                  " SET LOCAL hnsw.iterative_scan = relaxed_order")
+
+
+def vector_rows(conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray, n: int, settings: Settings) -> list[dict]:
+    f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
+    set_hnsw_params(conn, n, settings)
     params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
     return conn.execute(_sql(VECTOR_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
 
