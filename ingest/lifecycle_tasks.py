@@ -8,8 +8,10 @@ pool), so a permission change or a delete never waits behind long ingestion work
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from shared import db, jobs
 from shared.celery_app import app
@@ -58,16 +60,22 @@ def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
     return result
 
 
-@app.task(name=TASK_ACL_SYNC, bind=True, acks_late=True, max_retries=5)
-def acl_sync_task(self, payload: dict) -> dict:
+def _apply(task, model: type[BaseModel], payload: object, fn: Callable[[Any], BaseModel]) -> dict:
+    """Validate (a bad payload gets an ``ErrorResult``), run, and retry on infrastructure errors:
+    both tasks are idempotent, so a retry re-applies only what is still older."""
     try:
-        req = AclSyncRequest.model_validate(payload)
+        req = model.model_validate(payload)
     except ValidationError as exc:
         return ErrorResult.invalid_payload(exc)
     try:
-        return run_acl_sync(req).model_dump()
-    except TRANSIENT as exc:  # idempotent: a retry re-applies only what is still older
-        raise self.retry(exc=exc, countdown=min(30, 2 ** self.request.retries)) from exc
+        return fn(req).model_dump()
+    except TRANSIENT as exc:
+        raise task.retry(exc=exc, countdown=min(30, 2 ** task.request.retries)) from exc
+
+
+@app.task(name=TASK_ACL_SYNC, bind=True, acks_late=True, max_retries=5)
+def acl_sync_task(self, payload: dict) -> dict:
+    return _apply(self, AclSyncRequest, payload, run_acl_sync)
 
 
 def _send(name: str, payload: dict) -> str:
@@ -78,15 +86,11 @@ def _send(name: str, payload: dict) -> str:
 def ingest_event_task(self, payload: dict) -> dict:
     from ingest.events import handle_event
 
-    try:
-        ev = IngestEvent.model_validate(payload)
-    except ValidationError as exc:
-        return ErrorResult.invalid_payload(exc)
-    try:
+    def apply(ev: IngestEvent) -> BaseModel:
         with db.connection() as conn:
-            return handle_event(conn, ev, _send).model_dump()
-    except TRANSIENT as exc:
-        raise self.retry(exc=exc, countdown=min(30, 2 ** self.request.retries)) from exc
+            return handle_event(conn, ev, _send)
+
+    return _apply(self, IngestEvent, payload, apply)
 
 
 @app.task(name=TASK_INGEST_REEMBED, bind=True, acks_late=True)
