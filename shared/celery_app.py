@@ -17,6 +17,7 @@ from __future__ import annotations
 from celery import Celery, signals
 from kombu import Exchange, Queue
 
+from shared.celery_base import RaglineCelery
 from shared.settings import get_settings
 
 QUEUES = ("ingest", "query", "acl", "maintenance")
@@ -38,16 +39,6 @@ TASK_ROUTES = {
 }
 
 TASK_MODULES = ["ingest.tasks", "query.tasks", "shared.maintenance_tasks", "ingest.lifecycle_tasks"]
-
-
-class RaglineCelery(Celery):
-    def send_task(self, name, args=None, kwargs=None, **options):
-        """Every producer's tasks carry a redacted ``argsrepr`` (see ``contracts.payload_summary``)."""
-        from shared.contracts import payload_summary
-
-        options.setdefault("argsrepr", payload_summary(args or ()))
-        options.setdefault("kwargsrepr", "{}" if not kwargs else f"<{len(kwargs)} kwargs>")
-        return super().send_task(name, args, kwargs, **options)
 
 
 def make_celery() -> Celery:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import Celery
 from kombu import Exchange, Queue
 
+from shared.celery_base import RaglineCelery
 from shared.contracts import (
     TASK_ACL_SYNC,
     TASK_INGEST_EVENT,
@@ -41,7 +41,6 @@ from shared.contracts import (
     RerankResponse,
     SearchRequest,
     SearchResponse,
-    payload_summary,
 )
 
 
@@ -56,14 +55,15 @@ class RaglineError(RuntimeError):
 
 class RaglineClient:
     def __init__(self, broker_url: str | None = None, backend_url: str | None = None, timeout: float = 60.0,
-                 app: Celery | None = None) -> None:
+                 app: RaglineCelery | None = None) -> None:
         """``broker_url`` defaults to REDIS_URL / the embedded Redis of ``ragline up``."""
         if app is None:
             if broker_url is None:
                 from shared.settings import get_settings
 
                 broker_url = get_settings().effective_redis_url()
-            app = Celery("ragline-client", broker=broker_url, backend=backend_url or broker_url)
+            # redacted argsrepr: the question never reaches task headers, events or Flower
+            app = RaglineCelery("ragline-client", broker=broker_url, backend=backend_url or broker_url)
             # the same queue declaration as the pools (shared/celery_app.py), so a message sent before
             # any worker started is not lost
             app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],
@@ -75,9 +75,7 @@ class RaglineClient:
         self.timeout = timeout
 
     def _call(self, task: str, payload: dict, timeout: float | None, queue: str = "query") -> dict:
-        # the redacted summary, not Celery's repr of the payload, goes into headers, events and Flower
-        res = self.app.send_task(task, args=[payload], queue=queue, argsrepr=payload_summary([payload]),
-                                 kwargsrepr="{}").get(timeout=timeout or self.timeout)
+        res = self.app.send_task(task, args=[payload], queue=queue).get(timeout=timeout or self.timeout)
         if isinstance(res, dict) and res.get("ok") is False:
             raise RaglineError(res.get("error", "error"), res.get("detail"))
         return res
