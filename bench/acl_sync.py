@@ -48,13 +48,6 @@ def _ingest(tenant: str, texts: list[str], per_task: int) -> float:
     return done - t
 
 
-def _checkpoint() -> None:
-    from shared import db
-
-    with db.connection() as conn:
-        conn.execute("CHECKPOINT")
-
-
 def _acl_state(tenant: str) -> dict:
     from shared import db
 
@@ -85,7 +78,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
         ready = {"ingest": (TASK_INGEST_DOCUMENT, {}), "control": (TASK_ACL_SYNC, {})}  # invalid: answered at once
         with common.prefork_pools(ready):
             srv.reset_stats()
-            _checkpoint()
+            common.checkpoint()
             ingest_s = _ingest(tenant, texts, settings.ingest_batch_docs)
             ingest_requests, ingest_texts = srv.stats.by_path.get("/v1/embeddings", 0), srv.stats.texts_embedded
             chunks = _acl_state(tenant)["chunks_total"]
@@ -96,7 +89,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
             for version, acl in enumerate((NEW_ACL, OLD_ACL, NEW_ACL), start=1):
                 items = [{"tenant": tenant, "doc_id": f"doc-{i}", "acl": acl, "version": version}
                          for i in range(n_docs)]
-                _checkpoint()
+                common.checkpoint()
                 t = time.perf_counter()
                 res = app.send_task(TASK_ACL_SYNC, args=[{"items": items}]).get(timeout=3600)
                 sync_runs.append(time.perf_counter() - t)
@@ -109,7 +102,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
                 raise RuntimeError(f"ACL sync did not apply everywhere: {res}, {state}, chunks {chunks}")
 
             srv.reset_stats()
-            _checkpoint()
+            common.checkpoint()
             warm_s = _ingest(tenant_warm, texts, settings.ingest_batch_docs)
             warm_requests = srv.stats.by_path.get("/v1/embeddings", 0)
     ratio = ingest_s / sync_s

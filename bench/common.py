@@ -184,6 +184,14 @@ def settings_env(**overrides: object) -> Iterator[None]:
         providers.reset()
 
 
+def checkpoint() -> None:
+    """Flush dirty pages, so a timed phase does not pay for the writes of the one before."""
+    from shared import db
+
+    with db.connection() as conn:
+        conn.execute("CHECKPOINT")
+
+
 def wait_documents_ready(tenant: str, n: int, timeout: float, poll_s: float = 0.2) -> tuple[float, list[str]]:
     """Block until all ``n`` documents of ``tenant`` are ready or failed.
 
