@@ -8,6 +8,9 @@ from __future__ import annotations
 from celery import Celery
 
 from shared.contracts import payload_summary
+from shared.kombu_redis import reuse_clients
+
+reuse_clients()  # every producer and worker: one Redis client per kombu channel, not one per command
 
 
 class RaglineCelery(Celery):
