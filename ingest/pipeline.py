@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from ingest import store
 from ingest.chunk import Chunk, chunk_blocks
@@ -98,8 +99,12 @@ def _readable(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def store_prepared(p: Prepared, vectors: list, embed_model: str) -> str:
+def store_prepared(conn: psycopg.Connection, p: Prepared, vectors: list, embed_model: str) -> str:
     """One transaction per document, under its advisory lock; ``stored`` or ``stale``."""
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        # inside an open transaction this would be a savepoint: documents would commit together and
+        # hold each other's locks until the last one is stored
+        raise RuntimeError("store_prepared needs an idle connection: each document is its own transaction")
     req = p.req
     rows = [
         store.StoredChunk(ch.chunk_no, ch.content, ctx, " › ".join(ch.heading_path), ch.page, vec, {"kind": ch.kind})
@@ -110,7 +115,7 @@ def store_prepared(p: Prepared, vectors: list, embed_model: str) -> str:
         content_hash=p.content_hash, version=req.version, acl=list(req.acl), layer=req.layer,
         metadata={**req.metadata, "format": p.fmt},
     )
-    with db.connection() as conn, conn.transaction():
+    with conn.transaction():
         store.lock_document(conn, req.tenant, req.doc_id)
         return store.upsert_document(conn, record, rows, embed_model)
 
@@ -155,12 +160,15 @@ def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) 
             results[i] = out
         else:
             ready.append((i, out))
-    if ready:
+    if not ready:
+        return
+    texts = [p.texts for _, p in ready]
+    # one pooled connection for the cache and every document's own transaction (not one checkout each)
+    with db.connection() as conn:
         t = time.perf_counter()
-        texts = [p.texts for _, p in ready]
-        with db.connection() as conn:
-            emb = embed_with_cache(conn, embedder, [t for doc in texts for t in doc], get_settings().embed_batch_size)
+        emb = embed_with_cache(conn, embedder, [t for doc in texts for t in doc], get_settings().embed_batch_size)
         embed_ms = elapsed_ms(t)
+        conn.commit()  # idle again: each document below gets a transaction of its own, not a savepoint
         offset = 0
         claimed: set[bytes] = set()
         for (i, p), doc_texts in zip(ready, texts, strict=True):
@@ -169,7 +177,7 @@ def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) 
             embedded = emb.count_sent(doc_texts, claimed)
             t = time.perf_counter()
             try:
-                outcome = store_prepared(p, vectors, embedder.model)
+                outcome = store_prepared(conn, p, vectors, embedder.model)
             except (*DOCUMENT_ERRORS, psycopg.DataError) as exc:  # e.g. a value Postgres refuses
                 results[i] = record_failure(p.req, "store", f"store: {_readable(exc)}")
                 continue

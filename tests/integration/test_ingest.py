@@ -60,6 +60,33 @@ def test_chunks_of_many_documents_share_embedding_batches(voyage, tenant):
     assert n == total
 
 
+def test_a_document_postgres_refuses_fails_alone_and_the_others_commit(voyage, tenant):
+    """Stores share one connection but not a transaction: a value Postgres refuses (NUL in jsonb metadata)
+    fails that document at the store stage; the documents before and after it are stored and committed,
+    and the refused document's earlier good version keeps serving."""
+    assert ingest_document(doc(tenant, "b.md", "# Б\n\nПервая хорошая версия документа Б.\n")).status == "stored"
+    reqs = [doc(tenant, "a.md", "# А\n\nДокумент А о пакетах."),
+            doc(tenant, "b.md", "# Б\n\nВторая версия с плохими метаданными.", version=2, metadata={"note": "x\u0000y"}),
+            doc(tenant, "c.md", "# В\n\nДокумент В о транзакциях.")]
+    # every text already in the embedding cache: the cache lookup alone must not leave a transaction
+    # open, or the documents would become savepoints of one transaction
+    warm = ingest_batch([r.model_copy(update={"tenant": f"{tenant}-warm", "metadata": {}}) for r in reqs])
+    assert [r.status for r in warm] == ["stored"] * 3
+    results = ingest_batch(reqs)
+    assert [r.status for r in results] == ["stored", "failed", "stored"] and results[2].embedded == 0
+    assert results[1].error.startswith("store: ")
+    with db.connection() as c:
+        docs = {r["doc_id"]: r for r in c.execute(
+            "SELECT doc_id, version, status FROM documents WHERE tenant = %s", (tenant,)).fetchall()}
+        errors = c.execute("SELECT stage FROM document_errors WHERE tenant = %s AND doc_id = 'b.md' AND NOT resolved",
+                           (tenant,)).fetchall()
+    assert (docs["a.md"]["status"], docs["c.md"]["status"]) == ("ready", "ready")
+    assert (docs["b.md"]["version"], docs["b.md"]["status"]) == (1, "ready")
+    assert [e["stage"] for e in errors] == ["store"]
+    assert "Первая хорошая версия" in " ".join(r["content"] for r in chunk_rows(tenant, "b.md"))
+    assert [r["doc_id"] for r in chunk_rows(tenant) if r["chunk_no"] == 0] == ["a.md", "b.md", "c.md"]
+
+
 def test_unchanged_document_is_skipped_and_embeds_nothing(voyage, tenant):
     text = "# Документ\n\n" + section("А", 20)
     assert ingest_document(doc(tenant, "a.md", text)).status == "stored"
