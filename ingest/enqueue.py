@@ -1,7 +1,8 @@
-"""Collect files and enqueue one ingestion task per document, under a job."""
+"""Collect files and enqueue them under a job, in batch tasks whose chunks share embedding requests."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ingest.parse import SUPPORTED
@@ -56,12 +57,26 @@ def plan_batches(sizes: list[int], max_docs: int, max_bytes: int) -> list[range]
     return groups
 
 
+def send_in_batches(payloads: list[dict], sizes: list[int], send_task: Callable[[str, dict], object],
+                    batch_docs: int | None = None) -> int:
+    """Send ``payloads`` (ingest requests) as ``ragline.ingest.batch`` tasks of at most ``ingest_batch_docs``
+    documents and ``ingest_batch_bytes`` bytes, a lone document as ``ragline.ingest.document``; returns the
+    number of tasks. At least one batch per ingest process, so a small set still keeps every process busy."""
+    settings = get_settings()
+    per_batch = max(1, min(batch_docs or settings.ingest_batch_docs, -(-len(payloads) // settings.ingest_concurrency)))
+    groups = plan_batches(sizes, per_batch, settings.ingest_batch_bytes)
+    for group in groups:
+        if len(group) == 1:
+            send_task(TASK_INGEST_DOCUMENT, payloads[group[0]])
+        else:
+            send_task(TASK_INGEST_BATCH, {"documents": [payloads[i] for i in group]})
+    return len(groups)
+
+
 def enqueue_files(files: list[tuple[Path, str]], tenant: str, acl: list[str], batch_docs: int | None = None) -> str:
-    """One job; documents go out in batch tasks (``ingest_batch_docs`` / ``ingest_batch_bytes``) so that
-    their chunks share embedding batches; a single document goes out as ``ragline.ingest.document``."""
+    """One job; the documents go out through :func:`send_in_batches`."""
     from shared.celery_app import app
 
-    settings = get_settings()
     with db.connection() as conn:
         job_id = jobs.create_job(conn, "ingest", tenant, [d for _, d in files], {"files": len(files)})
     payloads, sizes = [], []
@@ -74,11 +89,5 @@ def enqueue_files(files: list[tuple[Path, str]], tenant: str, acl: list[str], ba
         payloads.append({"tenant": tenant, "doc_id": doc_id, "uri": str(path), "path": doc_id, "acl": acl,
                          "version": version, "job_id": job_id})
         sizes.append(size)
-    # at least one batch per ingest process, so a small folder still keeps every process busy
-    per_batch = max(1, min(batch_docs or settings.ingest_batch_docs, -(-len(files) // settings.ingest_concurrency)))
-    for group in plan_batches(sizes, per_batch, settings.ingest_batch_bytes):
-        if len(group) == 1:
-            app.send_task(TASK_INGEST_DOCUMENT, args=[payloads[group[0]]])
-        else:
-            app.send_task(TASK_INGEST_BATCH, args=[{"documents": [payloads[i] for i in group]}])
+    send_in_batches(payloads, sizes, lambda name, payload: app.send_task(name, args=[payload]), batch_docs)
     return job_id

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import psycopg
 
+from ingest.enqueue import send_in_batches
 from ingest.events import delete_document
 from ingest.sources import Listed, Listing, SourceSpec, SourceUnavailable, build_source, configured_sources
 from shared import jobs
-from shared.contracts import TASK_INGEST_DOCUMENT, IngestRequest
+from shared.contracts import IngestRequest
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ def namespaced(spec: SourceSpec, listing: Listing) -> Listing:
     one tenant never overwrite (or prune) each other's documents."""
     if spec.kind != "folder":
         return listing
-    items = [Listed(f"{spec.name}/{i.doc_id}", i.version, i.fingerprint, i.uri, f"{spec.name}/{i.path}")
+    items = [Listed(f"{spec.name}/{i.doc_id}", i.version, i.fingerprint, i.uri, f"{spec.name}/{i.path}", i.size)
              for i in listing.items]
     return Listing(items, {f"{spec.name}/{d}" for d in listing.unavailable}, listing.errors)
 
@@ -158,9 +159,9 @@ def reindex(conn: psycopg.Connection, specs: list[SourceSpec], send_task: Callab
             if p.enqueue:
                 jobs.add_documents(conn, job_id, spec.tenant, [i.doc_id for i, _, _ in p.enqueue])
         conn.commit()
-        for spec, p in plans:
-            for item, version, _ in p.enqueue:
-                send_task(TASK_INGEST_DOCUMENT, request_for(spec, item, version, job_id).model_dump(exclude_none=True))
+        for spec, p in plans:  # batch tasks: the chunks of a source's documents share embedding requests
+            send_in_batches([request_for(spec, item, version, job_id).model_dump(exclude_none=True)
+                             for item, version, _ in p.enqueue], [item.size for item, _, _ in p.enqueue], send_task)
         for spec, p in plans:
             for doc_id in p.vanished:
                 outcome, _ = delete_document(conn, spec.tenant, doc_id, None)

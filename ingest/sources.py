@@ -64,6 +64,7 @@ class Listed:
     fingerprint: str  # changes whenever the document may have changed; '' = unknown (always re-check)
     uri: str
     path: str
+    size: int = 0  # bytes when the source knows it (folders), for batch planning; 0 = unknown
 
 
 @dataclass
@@ -97,7 +98,7 @@ class FolderSource:
                 out.errors.append(f"{f}: {exc.strerror}")
                 continue
             rel = f.relative_to(root).as_posix()
-            out.items.append(Listed(rel, st.st_mtime_ns, f"{st.st_mtime_ns}:{st.st_size}", str(f), rel))
+            out.items.append(Listed(rel, st.st_mtime_ns, f"{st.st_mtime_ns}:{st.st_size}", str(f), rel, st.st_size))
         return out
 
 

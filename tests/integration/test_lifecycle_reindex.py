@@ -118,6 +118,40 @@ def test_folder_reindex_lifecycle(celery_worker, voyage, loopback, tenant, tmp_p
     assert gone["sources"][name]["error"] and gone["pruned"] == 0 and _count(tenant) > 0
 
 
+def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(celery_worker, voyage, loopback, tenant,
+                                                                        tmp_path):
+    """Ten new one-chunk files on two ingest processes: two batch tasks, so two embedding requests
+    (one per document before) and every document stored once."""
+    from ingest.reindex import reindex
+    from shared.celery_app import app
+
+    root = tmp_path / "many"
+    root.mkdir()
+    for i in range(10):
+        (root / f"doc{i}.md").write_text(f"# Документ {i}\n\nКороткий текст номер {i} о пакетной индексации.\n",
+                                         encoding="utf-8")
+    name = f"{tenant}-many"
+    voyage(embed_model="voyage-batches", ingest_concurrency=2, sources=json.dumps([
+        {"name": name, "kind": "folder", "tenant": tenant, "acl": ["staff"], "path": str(root), "glob": "*.md"}]))
+    from ingest.sources import configured_sources
+    from shared.settings import get_settings
+
+    sent: list[tuple[str, dict]] = []
+
+    def send(task: str, payload: dict) -> str:
+        sent.append((task, payload))
+        return app.send_task(task, args=[payload]).id
+
+    with db.connection() as conn:
+        out = reindex(conn, configured_sources(get_settings().sources), send)
+    summary = wait_job(out["job_id"])
+    assert out["new"] == 10 and summary["done"] == 10 and summary["failed"] == 0
+    assert [t for t, _ in sent] == ["ragline.ingest.batch"] * 2
+    sent_ids = sorted(d["doc_id"] for _, p in sent for d in p["documents"])
+    assert sent_ids == sorted(f"{name}/doc{i}.md" for i in range(10))
+    assert loopback.stats.requests == 2 and loopback.stats.texts_embedded == _count(tenant) == 10
+
+
 def test_model_switch_reembeds_every_chunk_exactly_once(celery_worker, voyage, loopback, tenant, tmp_path):
     from ingest.pipeline import ingest_document
     from shared.contracts import IngestRequest
