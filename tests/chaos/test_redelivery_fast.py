@@ -46,7 +46,9 @@ def test_tag_of_dead_incarnation_is_restored_and_live_one_kept(stack, redis_clie
     q_live, tag_live, c2 = _hold_unacked(app, f"rd-live-{uuid.uuid4().hex[:6]}")
     try:
         assert redis_client.hexists("unacked", tag_dead) and redis_client.llen(q_dead.name) == 0
-        redis_client.hset(redelivery.OWNER_KEY, mapping={tag_dead: "host:1:dead", tag_live: "host:2:live"})
+        acked = [f"acked-{uuid.uuid4().hex[:8]}-{i}" for i in range(3)]  # owner records of finished tasks
+        redis_client.hset(redelivery.OWNER_KEY, mapping={tag_dead: "host:1:dead", tag_live: "host:2:live",
+                                                         **{t: "host:2:live" for t in acked}})
         redis_client.set(redelivery.ALIVE_PREFIX + "host:2:live", "1", ex=30)
         redis_client.delete(redelivery.LOCK_KEY)
         restored = redelivery.restore_orphans(redis_client)
@@ -55,6 +57,8 @@ def test_tag_of_dead_incarnation_is_restored_and_live_one_kept(stack, redis_clie
         assert not redis_client.hexists("unacked", tag_dead)
         assert redis_client.hexists("unacked", tag_live) and redis_client.llen(q_live.name) == 0
         assert not redis_client.hexists(redelivery.OWNER_KEY, tag_dead)
+        assert not any(redis_client.hexists(redelivery.OWNER_KEY, t) for t in acked)  # forgotten, not restored
+        assert redis_client.hexists(redelivery.OWNER_KEY, tag_live)
         # a second restorer in the same tick does nothing (lock), and nothing is restored twice
         assert redelivery.restore_orphans(redis_client) == []
         redis_client.delete(redelivery.LOCK_KEY)
