@@ -72,8 +72,8 @@ _FALLBACK = ("Правовое государство — государство
 
 def passages(n: int, prefix: str = "", max_chars: int | None = None, min_chars: int = 200) -> list[str]:
     """``n`` real Russian passages (tydi-ru-dev, cycled), each ``prefix + i``-tagged when a prefix is
-    given (new to the embedding cache), cut at ``max_chars``. Passages under ``min_chars`` are left
-    out: a one-line text document parses to a title and no body (see the report of issue 7)."""
+    given (new to the embedding cache), cut at ``max_chars``. Passages under ``min_chars`` (a few
+    one-liners) are left out, so every benchmark document is at least a typical short chunk."""
     try:
         base = [json.loads(line)["text"] for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
         base = [t for t in base if len(t) >= min_chars] or [_FALLBACK]
