@@ -4,8 +4,9 @@ Setup and baseline are the same run: N text documents go through the ``ingest`` 
 tasks of ``ingest_batch_docs``, as ``ragline ingest`` sends them) to the real prefork ingest
 pool, embedded by the ``voyage`` embedder against the loopback Voyage server (no latency, so
 the baseline is the pipeline's own cost, the cheapest re-ingest there can be with a remote
-embedder). That is what re-ingesting costs when the content has to be re-embedded. Then one
-ACL sync task carries new permissions for all N documents to the real prefork control pool.
+embedder). That is what re-ingesting costs when the content has to be re-embedded. Then the new
+permissions for all N documents go to the real prefork control pool the way ``ragline acl sync``
+sends a file: tasks of ``acl_sync_batch_size`` items, all sent at once, results added up.
 The loopback server counts embedding requests during the sync (must be 0), and the documents
 and chunks are checked to carry the new ACL.
 
@@ -60,8 +61,8 @@ def _acl_state(tenant: str) -> dict:
 
 
 def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
+    from ingest.lifecycle_cli import send_acl_batches
     from shared import db
-    from shared.celery_app import app
     from shared.contracts import TASK_ACL_SYNC, TASK_INGEST_DOCUMENT
     from tests.loopback import LoopbackServer
 
@@ -85,13 +86,14 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
 
             srv.reset_stats()
             sync_runs = []
+            batch = settings.acl_sync_batch_size
             # three syncs (to another ACL and back, newer versions each time); the median is the result
             for version, acl in enumerate((NEW_ACL, OLD_ACL, NEW_ACL), start=1):
                 items = [{"tenant": tenant, "doc_id": f"doc-{i}", "acl": acl, "version": version}
                          for i in range(n_docs)]
                 common.checkpoint()
                 t = time.perf_counter()
-                res = app.send_task(TASK_ACL_SYNC, args=[{"items": items}]).get(timeout=3600)
+                res = send_acl_batches([items[i: i + batch] for i in range(0, n_docs, batch)], timeout=3600)
                 sync_runs.append(time.perf_counter() - t)
                 if res.get("documents_updated") != n_docs:
                     raise RuntimeError(f"ACL sync {version} did not apply everywhere: {res}")
@@ -118,13 +120,15 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
            "speed_ratio_vs_cached_reingest": round(warm_s / sync_s, 2)}
     params = {"n_docs": n_docs, "fmt": "text", "embedder": "voyage on the loopback server, no latency",
               "embed_rpm": 0, "embed_tpm": 0, "ingest_concurrency": settings.ingest_concurrency,
-              "acl_sync_batch_size": settings.acl_sync_batch_size, "ingest_batch_docs": settings.ingest_batch_docs,
+              "acl_sync_batch_size": settings.acl_sync_batch_size, "acl_concurrency": settings.acl_concurrency,
+              "ingest_batch_docs": settings.ingest_batch_docs,
               "workers": "ragline up's prefork ingest and control pools"}
     notes = ["Re-ingest = the N documents through the ingest pool with every text new to the embedding cache"
              " (the work a permission change would cost without ACL sync); timed from the first send to the"
              " last document ready.",
-             "ACL sync = one ragline.acl.sync task with N items, round trip through the acl queue; three syncs"
-             " (new ACL, old ACL, new ACL, each with a newer version), the median is compared.",
+             "ACL sync = what `ragline acl sync FILE` does with N items: ragline.acl.sync tasks of"
+             " acl_sync_batch_size items sent at once to the acl queue, timed until the last result; three"
+             " syncs (new ACL, old ACL, new ACL, each with a newer version), the median is compared.",
              "Each timed phase starts after a CHECKPOINT, so none pays for the previous phase's dirty pages.",
              "reingest_cached_*: the same texts again into a second tenant, vectors from the embedding cache."]
     data = common.result(NAME, TITLE, params, raw, targets, desc, notes)

@@ -20,8 +20,9 @@ def _print(data: dict | list, as_json: bool) -> None:
         console.print(data)
 
 
-def _send_acl(batches: list[list[dict]], timeout: float) -> dict:
-    """Send batches to ``ragline.acl.sync`` on the acl queue and add up the results."""
+def send_acl_batches(batches: list[list[dict]], timeout: float) -> dict:
+    """Send batches to ``ragline.acl.sync`` on the acl queue all at once (the control pool's processes
+    apply them in parallel) and add up the results."""
     from shared.celery_app import app
     from shared.contracts import TASK_ACL_SYNC
 
@@ -56,7 +57,7 @@ def acl_set(
 
     now = time.time()
     item = AclSyncItem(tenant=tenant, doc_id=doc_id, acl=split_csv(acl), version=version, ts=now)
-    _print(_send_acl([[item.model_dump(exclude_none=True)]], timeout), as_json)
+    _print(send_acl_batches([[item.model_dump(exclude_none=True)]], timeout), as_json)
 
 
 @acl_app.command("sync")
@@ -78,7 +79,7 @@ def acl_sync(
     rows = [it.model_dump(exclude_none=True) | ({} if it.ts else {"ts": now}) for it in items]
     size = get_settings().acl_sync_batch_size
     t0 = time.perf_counter()
-    out = _send_acl([rows[i : i + size] for i in range(0, len(rows), size)], timeout)
+    out = send_acl_batches([rows[i : i + size] for i in range(0, len(rows), size)], timeout)
     out["seconds"] = round(time.perf_counter() - t0, 3)
     _print(out, as_json)
 
