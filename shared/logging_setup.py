@@ -133,8 +133,11 @@ def configure(level: str | None = None, json_output: bool | None = None, stream:
     root.setLevel(level)
     # Celery's "Task ... succeeded in 0.003s: <result>" line carries the first KB of every result:
     # document text and answers. ragline logs each task itself (log_ingest, log_query; no content),
-    # and failures and retries still come through at WARNING and above.
-    logging.getLogger("celery.app.trace").setLevel(max(logging.WARNING, root.level))
+    # and failures and retries still come through at WARNING and above. Its "Task ... received" line
+    # (celery.worker.strategy) repeats the task_resources line of shared/task_stats.py and cost the
+    # query pool's consumer thread ~0.15 ms per question (py-spy): WARNING too.
+    for name in ("celery.app.trace", "celery.worker.strategy"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
 
 
 def get_logger(name: str | None = None) -> structlog.stdlib.BoundLogger:

@@ -68,3 +68,13 @@ def test_secrets_never_reach_the_output(captured):
     assert lines[0]["api_key"] == "***" and lines[0]["detail"] == "key=***"
     assert "redis://user:***@127.0.0.1" in lines[1]["event"] and lines[1]["logger"] == "celery.worker"
     assert lines[2]["voyage"] == "***"
+
+
+def test_celery_per_task_info_lines_are_quiet_but_warnings_pass(captured):
+    """Celery's per-task INFO lines (received; succeeded with the result's repr) stay out of the log:
+    ragline logs each task itself without content. Their warnings and errors still come through."""
+    logging.getLogger("celery.worker.strategy").info("Task ragline.query.retrieve[abc] received")
+    logging.getLogger("celery.app.trace").info("Task ragline.query.ask[abc] succeeded in 0.01s: {'answer': 'x'}")
+    logging.getLogger("celery.app.trace").warning("Task ragline.ingest.batch[abc] retry: OperationalError")
+    events = [line["event"] for line in _lines(captured)]
+    assert events == ["Task ragline.ingest.batch[abc] retry: OperationalError"]
