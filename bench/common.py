@@ -151,7 +151,7 @@ def prefork_pools(ready: dict[str, tuple[str, dict]], timeout: float = 120.0) ->
     from shared.settings import get_settings
 
     settings = get_settings()
-    names = {f"worker-{pool}" for pool in ready}
+    names = {name for pool in ready for name in processes.pool_process_names(settings, pool)}
     processes.start_all(settings, only=names)
     try:
         for task, payload in ready.values():

@@ -37,6 +37,14 @@ def _headline(name: str, raw: dict) -> str:
             rt = raw.get("queue_round_trip_without_sql")
             if rt:
                 parts.append(f"Celery round trip without SQL {rt['p50_ms']:g}/{rt['p95_ms']:g} ms")
+            threads = raw.get("threads_pool_comparison")
+            if threads:  # no target: the pool used when the model runs in the worker
+                parts.append("threads pool (comparison): " + ", ".join(
+                    f"{k} direct {v['direct_sql']['p50_ms']:g}/{v['direct_sql']['p95_ms']:g} ms, queue"
+                    f" {v['query_queue']['p50_ms']:g}/{v['query_queue']['p95_ms']:g} ms"
+                    for k, v in threads["scenarios"].items())
+                    + f", round trip without SQL {threads['queue_round_trip_without_sql']['p50_ms']:g}"
+                      f"/{threads['queue_round_trip_without_sql']['p95_ms']:g} ms")
             load = raw.get("load", {})
             if "hnsw_build_s" in load:
                 parts.append(f"HNSW build {load['hnsw_build_s']:g} s, COPY {load['copy_s']:g} s")

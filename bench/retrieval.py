@@ -6,6 +6,10 @@ recall@10 of the ANN path against exact search.
 plain HNSW scan would return too few rows without ``hnsw.iterative_scan``). The query vector
 is passed precomputed (``SearchRequest.query_vector``) so the embedder is not measured.
 Direct and queued calls alternate query by query, so both see the same machine load.
+
+The queued side is ``ragline up``'s query pool as it runs with a remote embedder (solo processes,
+``RAGLINE_QUERY_POOL=auto``): the targets. The threads pool, the default when the model runs in
+the worker, is measured in the same run for comparison (shared/settings.py explains the choice).
 """
 
 from __future__ import annotations
@@ -132,6 +136,47 @@ def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> 
     return re.sub(r"'\[[-0-9e.,]+\]'", "'<qvec>'", text)
 
 
+def _measure_pool(tenants: dict[str, int], queries: np.ndarray, warmup: int, n_queries: int, recall_queries: int,
+                  exact_conn: psycopg.Connection, settings) -> dict:
+    """Round trip without SQL, then per tenant: direct and queued latencies alternating query by query,
+    and recall@10 of the queued (ANN) hits against exact search for the first ``recall_queries``."""
+    from shared import db
+
+    out: dict = {"scenarios": {}}
+    # Celery round trip alone: the same task with no groups returns before any SQL
+    empty = [_queued(next(iter(tenants)), q, [])[0] for q in queries[:max(warmup, n_queries // 2)]]
+    out["queue_round_trip_without_sql"] = common.latency_summary(empty)
+    for label, tenant in zip(("99% tenant", "1% tenant"), tenants, strict=True):
+        with db.connection() as c:
+            plan = _plan(c, tenant, queries[0], settings)
+        for q in queries[:warmup]:
+            _direct(tenant, q, settings)
+            _queued(tenant, q)
+        direct_ms, queue_ms, task_ms, recalls = [], [], [], []
+        for i, q in enumerate(queries[warmup: warmup + max(n_queries, recall_queries)]):
+            if i % 2:  # alternate the order so neither side always runs on a warm cache
+                direct_ms.append(_direct(tenant, q, settings))
+                ms, inside, ann = _queued(tenant, q)
+            else:
+                ms, inside, ann = _queued(tenant, q)
+                direct_ms.append(_direct(tenant, q, settings))
+            queue_ms.append(ms)
+            task_ms.append(inside)
+            if i < recall_queries:
+                exact = _exact(exact_conn, tenant, q)
+                recalls.append(len(set(ann) & set(exact)) / max(1, min(K, len(exact))))
+        direct_ms, queue_ms, task_ms = direct_ms[:n_queries], queue_ms[:n_queries], task_ms[:n_queries]
+        sc = {"tenant": tenant, "rows": tenants[tenant], "direct_sql": common.latency_summary(direct_ms),
+              "query_queue": common.latency_summary(queue_ms),
+              "inside_task_service_total": common.latency_summary(task_ms), "plan": plan,
+              "direct_ms_samples": [round(x, 3) for x in direct_ms], "queue_ms_samples": [round(x, 3) for x in queue_ms]}
+        if recalls:
+            sc.update(recall_at_10=round(float(np.mean(recalls)), 4), recall_min=round(float(np.min(recalls)), 4),
+                      recall_queries=len(recalls))
+        out["scenarios"][label] = sc
+    return out
+
+
 def run(out_dir: Path = common.RESULTS, n_chunks: int = 100_000, small_share: float = 0.01,
         n_queries: int = 200, recall_queries: int = 100, warmup: int = 20, rebuild_index: bool = True,
         maintenance_work_mem: str = "1GB", tenant_prefix: str | None = None, seed: int = 11) -> dict:
@@ -160,56 +205,40 @@ def run(out_dir: Path = common.RESULTS, n_chunks: int = 100_000, small_share: fl
     try:
         from shared.contracts import TASK_QUERY_RETRIEVE
 
-        with common.prefork_pools({"query": (TASK_QUERY_RETRIEVE, _payload("none", queries[0], []))}):
-            # Celery round trip alone: the same task with no groups returns before any SQL
-            empty = [_queued(next(iter(tenants)), q, [])[0] for q in queries[:max(warmup, n_queries // 2)]]
-            raw["queue_round_trip_without_sql"] = common.latency_summary(empty)
-            for label, tenant in zip(("99% tenant", "1% tenant"), tenants, strict=True):
-                with db.connection() as c:
-                    plan = _plan(c, tenant, queries[0], settings)
-                for q in queries[:warmup]:
-                    _direct(tenant, q, settings)
-                    _queued(tenant, q)
-                direct_ms, queue_ms, task_ms, recalls = [], [], [], []
-                for i, q in enumerate(queries[warmup: warmup + max(n_queries, recall_queries)]):
-                    if i % 2:  # alternate the order so neither side always runs on a warm cache
-                        direct_ms.append(_direct(tenant, q, settings))
-                        ms, inside, ann = _queued(tenant, q)
-                    else:
-                        ms, inside, ann = _queued(tenant, q)
-                        direct_ms.append(_direct(tenant, q, settings))
-                    queue_ms.append(ms)
-                    task_ms.append(inside)
-                    if i < recall_queries:
-                        exact = _exact(exact_conn, tenant, q)
-                        recalls.append(len(set(ann) & set(exact)) / max(1, min(K, len(exact))))
-                direct_ms, queue_ms, task_ms = direct_ms[:n_queries], queue_ms[:n_queries], task_ms[:n_queries]
-                d, qq = common.latency_summary(direct_ms), common.latency_summary(queue_ms)
-                recall = float(np.mean(recalls))
-                raw["scenarios"][label] = {
-                    "tenant": tenant, "rows": tenants[tenant], "direct_sql": d, "query_queue": qq,
-                    "inside_task_service_total": common.latency_summary(task_ms),
-                    "recall_at_10": round(recall, 4), "recall_min": round(float(np.min(recalls)), 4),
-                    "recall_queries": len(recalls), "plan": plan,
-                    "direct_ms_samples": [round(x, 3) for x in direct_ms],
-                    "queue_ms_samples": [round(x, 3) for x in queue_ms],
-                }
-                targets.append(common.Target(f"{label}: p95 queue <= 1.5 x p95 direct + 5 ms", qq["p95_ms"], "<=",
-                                             1.5 * d["p95_ms"] + 5, "ms"))
-                targets.append(common.Target(f"{label}: recall@10 ANN vs exact", recall, ">=", 0.95))
+        # the query pool as deployed with a remote embedder (solo processes) carries the targets; the
+        # threads pool (the default with an in-process model) is measured in the same run for comparison
+        for kind in ("solo", "threads"):
+            with common.settings_env(query_pool=kind), \
+                    common.prefork_pools({"query": (TASK_QUERY_RETRIEVE, _payload("none", queries[0], []))}):
+                out = _measure_pool(tenants, queries, warmup, n_queries, recall_queries if kind == "solo" else 0,
+                                    exact_conn, get_settings())
+            if kind == "solo":
+                raw.update(out)
+                for label, sc in out["scenarios"].items():
+                    d, qq = sc["direct_sql"], sc["query_queue"]
+                    targets.append(common.Target(f"{label}: p95 queue <= 1.5 x p95 direct + 5 ms", qq["p95_ms"],
+                                                 "<=", 1.5 * d["p95_ms"] + 5, "ms"))
+                    targets.append(common.Target(f"{label}: recall@10 ANN vs exact", sc["recall_at_10"], ">=", 0.95))
+            else:
+                raw["threads_pool_comparison"] = out
     finally:
         exact_conn.close()
     params = {"n_chunks": n_chunks, "tenants": tenants, "n_queries": n_queries, "recall_queries": recall_queries,
               "warmup": warmup, "k": K, "retrieval_top_n": settings.retrieval_top_n,
               "hnsw_ef_search": settings.hnsw_ef_search, "iterative_scan": "relaxed_order",
-              "worker": f"ragline up's query pool: {settings.query_pool}, concurrency {settings.query_concurrency},"
-                        " queue 'query'",
+              "worker": f"ragline up's query pool, queue 'query', concurrency {settings.query_concurrency}: solo"
+                        " processes (RAGLINE_QUERY_POOL=auto with a remote embedder; targets) and threads (auto with"
+                        " an in-process model; comparison, same run)",
               "space": {"dim": space.dim, "clusters": space.clusters, "rank": space.rank}}
     notes = ["Vectors: Gaussian mixture (200 topics) + 32-d low-rank spread + shared mean direction + noise,"
              " L2-normalised; queries drawn from the same distribution, passed as query_vector (no embedder).",
              "Exact search: separate connection, prepare_threshold=None, enable_indexscan=off.",
              "queue_round_trip_without_sql: the same task with groups=[] (returns before SQL): Celery + Redis cost.",
-             "inside_task_service_total: query.service.search's own total as reported by the task."]
+             "inside_task_service_total: query.service.search's own total as reported by the task.",
+             "threads_pool_comparison: the same measurement with the threads pool (the default when the model"
+             " runs in the worker: one shared model, every core per query embedding); no target, no recall. The"
+             " pools are measured one after the other (the second on warmer caches): compare each pool's queue"
+             " column with the direct column of its own pass, and the round trips without SQL with each other."]
     data = common.result(NAME, TITLE, params, raw, targets, desc, notes)
     common.write_json(data, out_dir)
     groups = {}
@@ -220,6 +249,14 @@ def run(out_dir: Path = common.RESULTS, n_chunks: int = 100_000, small_share: fl
                                         "query queue round trip": s["query_queue"][f"{p}_ms"]}
     for p in ("p50", "p95"):
         groups[f"task, no SQL\n{p}"] = {"query queue round trip": raw["queue_round_trip_without_sql"][f"{p}_ms"]}
+    threads = raw.get("threads_pool_comparison")
+    if threads:
+        for label, sc in threads["scenarios"].items():
+            for k in groups:
+                if k.startswith(label):
+                    groups[k]["threads pool round trip"] = sc["query_queue"][k.rsplit("\n", 1)[1] + "_ms"]
+        for p in ("p50", "p95"):
+            groups[f"task, no SQL\n{p}"]["threads pool round trip"] = threads["queue_round_trip_without_sql"][f"{p}_ms"]
     common.bar_plot(out_dir / f"{NAME}.png", f"Retrieval at {n_chunks:,} chunks (recall@10: " + ", ".join(
         f"{k} {v['recall_at_10']:.3f}" for k, v in raw["scenarios"].items()) + ")", groups, "latency, ms", targets)
     return data

@@ -13,16 +13,19 @@ case "$role" in
     pool="${2:-ingest}"
     case "$pool" in
       ingest) queues=ingest; conc="${RAGLINE_INGEST_CONCURRENCY:-2}"; kind=prefork ;;
-      # questions wait on Postgres and providers: threads save the prefork hop (see shared/settings.py)
-      query) queues=query; conc="${RAGLINE_QUERY_CONCURRENCY:-2}"; kind="${RAGLINE_QUERY_POOL:-threads}" ;;
+      # RAGLINE_QUERY_POOL=auto (default): threads with an in-process model, else solo (see
+      # shared/settings.py); a solo pod runs one question at a time: scale query pods by replicas
+      query) queues=query; conc="${RAGLINE_QUERY_CONCURRENCY:-2}"
+             kind="$(python -c 'from shared.settings import get_settings; print(get_settings().effective_query_pool)')" ;;
       control) queues=acl,maintenance; conc="${RAGLINE_ACL_CONCURRENCY:-1}"; kind=prefork ;;
       *) echo "unknown pool $pool" >&2; exit 2 ;;
     esac
     export PROMETHEUS_MULTIPROC_DIR="$RAGLINE_HOME/metrics/$pool"
     rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
     python -m shared.metrics_server "$pool" &
-    if [ "$kind" = threads ]; then export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"; fi
-    exec celery -A "$APP" worker -Q "$queues" -n "$pool@%h" -c "$conc" --pool "$kind" -E \
+    case "$kind" in threads|solo) export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}" ;; esac
+    if [ "$kind" = solo ]; then set --; else set -- -c "$conc"; fi
+    exec celery -A "$APP" worker -Q "$queues" -n "$pool@%h" "$@" --pool "$kind" -E \
       --without-gossip --without-mingle --loglevel "${RAGLINE_LOG_LEVEL:-INFO}"
     ;;
   beat)

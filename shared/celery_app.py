@@ -120,11 +120,12 @@ def _init_worker_process(**_: object) -> None:
 
 @signals.celeryd_after_setup.connect
 def _warm_in_process_pool(sender: object = None, instance: object = None, **_: object) -> None:
-    """A threads (or solo) pool runs tasks in the worker process itself: warm it before it consumes.
-    A prefork parent never loads anything (a model used before a fork hangs the children)."""
+    """A threads pool runs tasks in the worker process itself: warm it before it consumes. A solo pool
+    sends ``worker_process_init`` itself (warmed there); a prefork parent never loads anything (a
+    model used before a fork hangs the children)."""
     pool = getattr(instance, "pool_cls", None)
     kind = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
-    if "thread" in kind or "solo" in kind:
+    if "thread" in kind:
         import sys
 
         # a thread whose Postgres answer arrived waits for the GIL until the running thread yields

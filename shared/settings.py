@@ -34,11 +34,14 @@ class Settings(BaseSettings):
     # --- Celery pools ---------------------------------------------------------------------
     ingest_concurrency: int = 2
     query_concurrency: int = 2
-    # the query pool's execution pool. "threads" (default): no prefork parent->child hop on every
-    # question, whose work is waiting on Postgres and providers (bench c: p95 through the queue
-    # 0.5-1 ms lower); a local model then uses every core for one query at a time. "prefork"
-    # isolates a native crash to one child.
-    query_pool: Literal["prefork", "threads"] = "threads"
+    # the query pool's execution pool (see effective_query_pool). "solo": query_concurrency worker
+    # processes that each run one question in the consuming thread: no thread hand-off or GIL
+    # sharing with the consumer, no prefork parent->child hop (bench c: Celery round trip 3.0 ms
+    # p50 against 4.4 with threads). "threads": one process, one shared local model that uses
+    # every core per query (15 ms per query embedding on 2 cores, 28 ms with one core per solo
+    # process). "prefork" isolates a native crash to one child. "auto": threads when a model runs
+    # in the worker (local-e5 embedder or cross-encoder reranker), solo otherwise.
+    query_pool: Literal["auto", "solo", "threads", "prefork"] = "auto"
     # GIL switch interval of a threads pool (Python's default is 0.005 s)
     thread_pool_switch_interval_s: float = Field(default=0.0005, gt=0, le=0.1)
     # control pool (acl + maintenance): 2 so a permission sync never waits behind a long reindex listing
@@ -229,6 +232,14 @@ class Settings(BaseSettings):
         if not url:
             raise RuntimeError("no DATABASE_URL and the embedded Postgres is not up: run `ragline up`")
         return url
+
+    @property
+    def effective_query_pool(self) -> str:
+        """``query_pool`` with ``auto`` resolved: threads share one in-process model across questions."""
+        if self.query_pool != "auto":
+            return self.query_pool
+        local_model = self.embedder == "local-e5" or self.reranker == "cross-encoder"
+        return "threads" if local_model else "solo"
 
     def effective_redis_url(self) -> str:
         if self.redis_url:

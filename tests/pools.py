@@ -63,7 +63,8 @@ def start_pool(settings: Settings, pool: str, *, concurrency: int = 1, env: dict
     queue = queue or f"test-{pool}-{uuid.uuid4().hex[:8]}"
     if name.startswith("worker-"):
         argv[argv.index("-Q") + 1] = queue
-        argv[argv.index("-c") + 1] = str(concurrency)
+        if "-c" in argv:  # a solo process runs one task at a time whatever the concurrency
+            argv[argv.index("-c") + 1] = str(concurrency)
         argv[argv.index("-n") + 1] = f"{queue}@%h"
         argv[argv.index("--loglevel") + 1] = "INFO"
     argv += extra_args or []

@@ -58,7 +58,7 @@ def test_prefork_children_warm_before_they_report_up(stack):
 def test_threads_query_pool_warms_its_process_before_consuming(stack):
     from shared.settings import get_settings
 
-    assert get_settings().query_pool == "threads"
+    assert get_settings().effective_query_pool == "threads"  # auto with the local embedder
     pool = start_pool(stack, "query", concurrency=2)
     try:
         wait_log(pool, "worker process warmed")
@@ -67,3 +67,42 @@ def test_threads_query_pool_warms_its_process_before_consuming(stack):
         assert lines[0]["queues"] == [pool.queue] and set(lines[0]["seconds"]) == {"db"}
     finally:
         pool.stop()
+
+
+def test_solo_query_processes_warm_and_answer_with_a_remote_embedder(stack, use_settings, tenant):
+    """With a remote embedder the auto query pool is solo: each process warms in its own consuming
+    thread (no model) and answers questions; two processes share the queue."""
+    from ingest.pipeline import ingest_document
+    from shared.celery_app import app
+    from shared.contracts import TASK_QUERY_RETRIEVE, IngestRequest
+    from shared.settings import get_settings
+    from tests.loopback import LoopbackServer
+    from tests.pools import wait_ready
+
+    with LoopbackServer() as srv:
+        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
+                     query_concurrency=2)
+        settings = get_settings()
+        assert settings.effective_query_pool == "solo"
+        stored = ingest_document(IngestRequest(tenant=tenant, doc_id="solo.md", fmt="md", acl=["g"], version=1,
+                                               content="# Пул\n\nОдиночные процессы отвечают на вопросы.\n"))
+        assert stored.status == "stored"
+        env = {"RAGLINE_EMBEDDER": "voyage", "RAGLINE_VOYAGE_BASE_URL": srv.url + "/v1",
+               "RAGLINE_VOYAGE_API_KEY": "test-key"}
+        first = start_pool(settings, "query", env=env)
+        second = start_pool(settings, "query", env=env, queue=first.queue, spec_name="worker-query-2")
+        try:
+            assert "--pool" in first.proc.args and first.proc.args[first.proc.args.index("--pool") + 1] == "solo"
+            wait_ready(app, first)
+            pending = [app.send_task(TASK_QUERY_RETRIEVE, args=[{"query": "одиночные процессы", "tenant": tenant,
+                                                                 "groups": ["g"], "mode": "hybrid"}],
+                                     queue=first.queue) for _ in range(6)]
+            answers = [p.get(timeout=60) for p in pending]
+            assert all(a["hits"] and a["hits"][0]["doc_id"] == "solo.md" for a in answers)
+            assert not any(a["degraded"] for a in answers)  # the query embedding came from the loopback server
+            for pool in (first, second):
+                warmed = [json.loads(line) for line in pool.log_text().splitlines() if "worker process warmed" in line]
+                assert len(warmed) == 1 and set(warmed[0]["seconds"]) == {"db"}
+        finally:
+            first.stop()
+            second.stop()
