@@ -131,6 +131,7 @@ def test_redis_restart_during_queries(stack, tenant):
 
     pool = start_pool(stack, "query", concurrency=2)
     sent, send_errors, answered, lost = [], [], [], []
+    get_errors: dict[str, str] = {}
     stop = threading.Event()
 
     def producer() -> None:
@@ -162,8 +163,9 @@ def test_redis_restart_during_queries(stack, tenant):
                 out = r.get(timeout=60)
                 assert out["hits"] == []
                 answered.append(r.id)
-            except Exception:
+            except Exception as exc:
                 lost.append(r.id)
+                get_errors[r.id] = f"{type(exc).__name__}: {str(exc)[:200]}"
         t_recover = time.monotonic() - t_down
         assert pool.proc.poll() is None
         log = pool.log_text()
@@ -171,7 +173,7 @@ def test_redis_restart_during_queries(stack, tenant):
         stop.set()
         pool.stop()
     traces = {tid: [ln[:300] for ln in log.splitlines() if tid in ln] for tid in lost}
-    assert len(sent) > 20 and not lost, (len(sent), len(lost), send_errors[:5], traces)
+    assert len(sent) > 20 and not lost, (len(sent), len(lost), send_errors[:5], get_errors, traces)
     harness.record("redis_restart_query", [harness.FaultResult(
         "Redis stopped 3 s and restarted during queries", tasks_affected=len(sent) + len(send_errors),
         recovered=len(answered), lost=len(lost), duplicated=0, time_to_recover_s=round(t_recover, 2),
