@@ -18,13 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-_APPLIED = {"done": False}
-
 
 def reuse_clients() -> bool:
     """Patch ``kombu.transport.redis.Channel.conn_or_acquire`` once; False if kombu has no such method."""
-    if _APPLIED["done"]:
-        return True
     try:
         from kombu.transport import redis as kombu_redis
     except ImportError:  # redis-py missing: nothing uses this transport
@@ -32,6 +28,8 @@ def reuse_clients() -> bool:
     channel_cls = getattr(kombu_redis, "Channel", None)
     if channel_cls is None or not hasattr(channel_cls, "conn_or_acquire") or not hasattr(channel_cls, "_create_client"):
         return False
+    if getattr(channel_cls.conn_or_acquire, "ragline_reuse", False):
+        return True  # already patched
 
     @contextmanager
     def conn_or_acquire(self, client=None) -> Iterator[object]:
@@ -46,6 +44,6 @@ def reuse_clients() -> bool:
         yield cached[1]
 
     conn_or_acquire.__doc__ = "One cached client per channel and connection pool (see shared/kombu_redis.py)."
+    conn_or_acquire.ragline_reuse = True
     channel_cls.conn_or_acquire = conn_or_acquire
-    _APPLIED["done"] = True
     return True
