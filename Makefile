@@ -34,7 +34,7 @@ down: $(STAMP)
 	$(BIN)/ragline down
 
 lint: $(STAMP)
-	$(BIN)/ruff check ingest query shared tests bench
+	$(BIN)/ruff check ragline ingest query shared tests bench examples
 
 ## benchmarks on a private embedded stack -> bench/results/<name>.json + .png; one of them: make bench ONLY=c
 bench: $(STAMP)

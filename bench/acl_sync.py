@@ -31,8 +31,8 @@ OLD_ACL, NEW_ACL = ["staff"], ["auditors", "staff"]
 
 def send_documents(tenant: str, texts: list[str], per_task: int, acl: list[str] = OLD_ACL) -> None:
     """Enqueue like ``ragline ingest`` does: ``ragline.ingest.batch`` tasks of ``per_task`` documents."""
-    from shared.celery_app import app
-    from shared.contracts import TASK_INGEST_BATCH
+    from ragline.shared.celery_app import app
+    from ragline.shared.contracts import TASK_INGEST_BATCH
 
     docs = [{"tenant": tenant, "doc_id": f"doc-{i}", "content": text, "fmt": "text", "acl": acl, "version": 1}
             for i, text in enumerate(texts)]
@@ -50,7 +50,7 @@ def _ingest(tenant: str, texts: list[str], per_task: int) -> float:
 
 
 def _acl_state(tenant: str) -> dict:
-    from shared import db
+    from ragline.shared import db
 
     with db.connection() as conn:
         return conn.execute(
@@ -61,9 +61,9 @@ def _acl_state(tenant: str) -> dict:
 
 
 def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
-    from ingest.lifecycle_cli import send_acl_batches
-    from shared import db
-    from shared.contracts import TASK_ACL_SYNC, TASK_INGEST_DOCUMENT
+    from ragline.ingest.lifecycle_cli import send_acl_batches
+    from ragline.shared import db
+    from ragline.shared.contracts import TASK_ACL_SYNC, TASK_INGEST_DOCUMENT
     from tests.loopback import LoopbackServer
 
     run_id = int(time.time())
@@ -73,7 +73,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
         desc = common.machine(c)
     with LoopbackServer() as srv, common.settings_env(embedder="voyage", voyage_base_url=srv.url,
                                                       voyage_api_key="bench-key", embed_rpm=0, embed_tpm=0):
-        from shared.settings import get_settings
+        from ragline.shared.settings import get_settings
 
         settings = get_settings()
         ready = {"ingest": (TASK_INGEST_DOCUMENT, {}), "control": (TASK_ACL_SYNC, {})}  # invalid: answered at once

@@ -97,8 +97,8 @@ def embedded_stack() -> Iterator[Any]:
     for var in ("DATABASE_URL", "REDIS_URL", "RAGLINE_DATABASE_URL", "RAGLINE_REDIS_URL"):
         os.environ.pop(var, None)
     os.environ.setdefault("UNSTRUCTURED_DISABLE_NOTICE", "1")
-    from shared import db, providers, services
-    from shared.settings import get_settings, reset_settings
+    from ragline.shared import db, providers, services
+    from ragline.shared.settings import get_settings, reset_settings
 
     reset_settings()
     providers.reset()
@@ -125,7 +125,7 @@ def worker(queues: tuple[str, ...], concurrency: int = 2) -> Iterator[None]:
         return
     from celery.contrib.testing.worker import start_worker
 
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     for name in QUIET_LOGGERS:  # per-task INFO lines would go to the benchmark's terminal
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -146,9 +146,9 @@ def prefork_pools(ready: dict[str, tuple[str, dict]], timeout: float = 120.0) ->
     if EXTERNAL_WORKER:
         yield
         return
-    from shared import processes
-    from shared.celery_app import app
-    from shared.settings import get_settings
+    from ragline.shared import processes
+    from ragline.shared.celery_app import app
+    from ragline.shared.settings import get_settings
 
     settings = get_settings()
     names = {name for pool in ready for name in processes.pool_process_names(settings, pool)}
@@ -164,8 +164,8 @@ def prefork_pools(ready: dict[str, tuple[str, dict]], timeout: float = 120.0) ->
 @contextmanager
 def settings_env(**overrides: object) -> Iterator[None]:
     """``RAGLINE_*`` overrides for the duration (same process: the in-process worker sees them)."""
-    from shared import providers
-    from shared.settings import reset_settings
+    from ragline.shared import providers
+    from ragline.shared.settings import reset_settings
 
     saved = {k: os.environ.get(f"RAGLINE_{k.upper()}") for k in overrides}
     for k, v in overrides.items():
@@ -186,7 +186,7 @@ def settings_env(**overrides: object) -> Iterator[None]:
 
 def checkpoint() -> None:
     """Flush dirty pages, so a timed phase does not pay for the writes of the one before."""
-    from shared import db
+    from ragline.shared import db
 
     with db.connection() as conn:
         conn.execute("CHECKPOINT")
@@ -198,7 +198,7 @@ def wait_documents_ready(tenant: str, n: int, timeout: float, poll_s: float = 0.
     Returns the monotonic time they were done and the error of each failed document (a
     benchmark reports them instead of hiding them).
     """
-    from shared import db
+    from ragline.shared import db
 
     deadline = time.monotonic() + timeout
     while True:

@@ -36,7 +36,7 @@ SMOKE = {"latencies": (0.05,), "latency_requests": 4, "batch_size": 4, "storm_rp
 
 def _chunk_times(tenant: str) -> list[float]:
     """Epoch seconds at which each chunk was stored (the store transaction's ``now()``)."""
-    from shared import db
+    from ragline.shared import db
 
     with db.connection() as conn:
         rows = conn.execute("SELECT extract(epoch FROM updated_at) AS t FROM chunks WHERE tenant = %s ORDER BY 1",
@@ -46,8 +46,8 @@ def _chunk_times(tenant: str) -> list[float]:
 
 def _chunk_count(text: str, settings) -> int:
     """How many chunks the pipeline makes of this text document (its own pure parse and chunk functions)."""
-    from ingest.chunk import chunk_blocks
-    from ingest.parse import parse_bytes
+    from ragline.ingest.chunk import chunk_blocks
+    from ragline.ingest.parse import parse_bytes
 
     parsed = parse_bytes(text.encode(), "text", default_title="doc")
     return len(chunk_blocks(parsed.blocks, settings.chunk_max_chars, settings.chunk_overlap_ratio,
@@ -96,8 +96,8 @@ def _timeline(spans: list[tuple[float, float]], start: float, end: float, slots:
 
 
 def _case(srv, tenant: str, tasks: list[list[str]], chunks_expected: int) -> dict:
-    from shared.celery_app import app
-    from shared.contracts import TASK_INGEST_BATCH
+    from ragline.shared.celery_app import app
+    from ragline.shared.contracts import TASK_INGEST_BATCH
 
     n_docs = sum(map(len, tasks))
     srv.reset_stats()
@@ -129,9 +129,9 @@ def run(out_dir: Path = common.RESULTS, latencies: tuple[float, ...] = (4.0, 16.
         batch_size: int = 128,
         storm_rpm: int = 60, storm_batch_size: int = 32, storm_s: float = 150.0, steady_after_s: float = 60.0,
         retry_after_s: float = 1.0, concurrency: int = 6, max_in_flight: int = 4) -> dict:
-    from shared import db
-    from shared.contracts import TASK_INGEST_DOCUMENT
-    from shared.settings import get_settings
+    from ragline.shared import db
+    from ragline.shared.contracts import TASK_INGEST_DOCUMENT
+    from ragline.shared.settings import get_settings
     from tests.loopback import Faults, LoopbackServer
 
     run_id = int(time.time())

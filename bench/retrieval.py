@@ -40,7 +40,7 @@ def _tenants(prefix: str, n_chunks: int, small_share: float) -> dict[str, int]:
 def _load(tenants: dict[str, int], space: EmbeddingSpace, rng: np.random.Generator, rebuild_index: bool,
           maintenance_work_mem: str) -> dict:
     """COPY every tenant's rows (index dropped first when rebuilding), then build HNSW and ANALYZE."""
-    from shared import db
+    from ragline.shared import db
 
     info: dict = {}
     vectors = {t: space.sample(n, rng) for t, n in tenants.items()}
@@ -71,16 +71,16 @@ def _load(tenants: dict[str, int], space: EmbeddingSpace, rng: np.random.Generat
 
 
 def _request(tenant: str, qvec: np.ndarray):
-    from shared.contracts import SearchRequest
+    from ragline.shared.contracts import SearchRequest
 
     return SearchRequest(query="", tenant=tenant, groups=ACL, k=K, mode="vector", query_vector=[float(x) for x in qvec])
 
 
 def _direct(tenant: str, qvec: np.ndarray, settings) -> float:
-    """The retrieval task's vector statement (``query.retrieve.vector_rows``: same SQL, same ``SET LOCAL``s)
+    """The retrieval task's vector statement (``ragline.query.retrieve.vector_rows``: same SQL, same ``SET LOCAL``s)
     in a read-only transaction on a pooled connection of this process."""
-    from query.retrieve import read_only_transaction, vector_rows
-    from shared import db
+    from ragline.query.retrieve import read_only_transaction, vector_rows
+    from ragline.shared import db
 
     req = _request(tenant, qvec)
     n = max(settings.retrieval_top_n, K)
@@ -98,8 +98,8 @@ def _payload(tenant: str, qvec: np.ndarray, groups: list[str] = ACL) -> dict:
 
 def _queued(tenant: str, qvec: np.ndarray, groups: list[str] = ACL) -> tuple[float, float, list[tuple[str, int]]]:
     """Round trip of ``ragline.query.retrieve``: (client ms, the task's own ``total`` ms, hit keys)."""
-    from shared.celery_app import app
-    from shared.contracts import TASK_QUERY_RETRIEVE
+    from ragline.shared.celery_app import app
+    from ragline.shared.contracts import TASK_QUERY_RETRIEVE
 
     payload = _payload(tenant, qvec, groups)
     t = time.perf_counter()
@@ -119,8 +119,8 @@ def _exact(conn: psycopg.Connection, tenant: str, qvec: np.ndarray) -> list[tupl
 
 def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> str:
     """EXPLAIN of the vector statement (custom plan), to show which path the planner takes."""
-    from query import retrieve
-    from query.filters import compile_filters
+    from ragline.query import retrieve
+    from ragline.query.filters import compile_filters
 
     req = _request(tenant, qvec)
     n = max(settings.retrieval_top_n, K)
@@ -140,7 +140,7 @@ def _measure_pool(tenants: dict[str, int], queries: np.ndarray, warmup: int, n_q
                   exact_conn: psycopg.Connection, settings) -> dict:
     """Round trip without SQL, then per tenant: direct and queued latencies alternating query by query,
     and recall@10 of the queued (ANN) hits against exact search for the first ``recall_queries``."""
-    from shared import db
+    from ragline.shared import db
 
     out: dict = {"scenarios": {}}
     # Celery round trip alone: the same task with no groups returns before any SQL
@@ -182,8 +182,8 @@ def run(out_dir: Path = common.RESULTS, n_chunks: int = 100_000, small_share: fl
         maintenance_work_mem: str = "1GB", tenant_prefix: str | None = None, seed: int = 11) -> dict:
     from pgvector.psycopg import register_vector
 
-    from shared import db
-    from shared.settings import get_settings
+    from ragline.shared import db
+    from ragline.shared.settings import get_settings
 
     settings = get_settings()
     prefix = tenant_prefix or f"bench-ret-{int(time.time())}"
@@ -203,7 +203,7 @@ def run(out_dir: Path = common.RESULTS, n_chunks: int = 100_000, small_share: fl
     raw: dict = {"load": load, "scenarios": {}}
     targets: list[common.Target] = []
     try:
-        from shared.contracts import TASK_QUERY_RETRIEVE
+        from ragline.shared.contracts import TASK_QUERY_RETRIEVE
 
         # the query pool as deployed with a remote embedder (solo processes) carries the targets; the
         # threads pool (the default with an in-process model) is measured in the same run for comparison
@@ -234,7 +234,7 @@ def run(out_dir: Path = common.RESULTS, n_chunks: int = 100_000, small_share: fl
              " L2-normalised; queries drawn from the same distribution, passed as query_vector (no embedder).",
              "Exact search: separate connection, prepare_threshold=None, enable_indexscan=off.",
              "queue_round_trip_without_sql: the same task with groups=[] (returns before SQL): Celery + Redis cost.",
-             "inside_task_service_total: query.service.search's own total as reported by the task.",
+             "inside_task_service_total: ragline.query.service.search's own total as reported by the task.",
              "threads_pool_comparison: the same measurement with the threads pool (the default when the model"
              " runs in the worker: one shared model, every core per query embedding); no target, no recall. The"
              " pools are measured one after the other (the second on warmer caches): compare each pool's queue"

@@ -31,7 +31,7 @@ TYPES = ["text", "text", "int4", "text", "text", "text", "text", "text", "text",
 
 def _documents(tenant: str, n_docs: int, per_doc: int, texts: list[str], space: EmbeddingSpace,
                rng: np.random.Generator):
-    from ingest.store import DocumentRecord, StoredChunk
+    from ragline.ingest.store import DocumentRecord, StoredChunk
 
     vecs = space.sample(n_docs * per_doc, rng)
     out = []
@@ -46,8 +46,8 @@ def _documents(tenant: str, n_docs: int, per_doc: int, texts: list[str], space: 
 
 
 def _upsert(docs) -> float:
-    from ingest import store
-    from shared import db
+    from ragline.ingest import store
+    from ragline.shared import db
 
     t = time.perf_counter()
     for rec, chunks in docs:
@@ -61,7 +61,7 @@ def _upsert(docs) -> float:
 def _copy(docs) -> float:
     from psycopg.types.json import Jsonb
 
-    from shared import db
+    from ragline.shared import db
 
     with db.connection() as conn, conn.cursor() as cur:
         with cur.copy("COPY documents (tenant, doc_id, source_uri, path, title, content_hash, version, acl,"
@@ -82,7 +82,7 @@ def _copy(docs) -> float:
 
 
 def _count(tenant: str) -> int:
-    from shared import db
+    from ragline.shared import db
 
     with db.connection() as conn:
         return conn.execute("SELECT count(*) AS n FROM chunks WHERE tenant = %s", (tenant,)).fetchone()["n"]
@@ -91,7 +91,7 @@ def _count(tenant: str) -> int:
 def run(out_dir: Path = common.RESULTS, docs_per_round: int = 100, chunks_per_doc: int = 40, rounds: int = 3,
         preload_rows: int = 20_000, seed: int = 5) -> dict:
     from bench.synthetic import load_chunks
-    from shared import db
+    from ragline.shared import db
 
     space = EmbeddingSpace()
     rng = np.random.default_rng(seed)

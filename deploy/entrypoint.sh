@@ -6,7 +6,7 @@
 #   migrate                         apply schema migrations and exit
 #   <anything else>                 executed as given (e.g. `ragline status`)
 set -eu
-APP=shared.celery_app:app
+APP=ragline.shared.celery_app:app
 role="${1:-worker}"
 case "$role" in
   worker)
@@ -16,13 +16,13 @@ case "$role" in
       # RAGLINE_QUERY_POOL=auto (default): threads with an in-process model, else solo (see
       # shared/settings.py); a solo pod runs one question at a time: scale query pods by replicas
       query) queues=query; conc="${RAGLINE_QUERY_CONCURRENCY:-2}"
-             kind="$(python -c 'from shared.settings import get_settings; print(get_settings().effective_query_pool)')" ;;
+             kind="$(python -c 'from ragline.shared.settings import get_settings; print(get_settings().effective_query_pool)')" ;;
       control) queues=acl,maintenance; conc="${RAGLINE_ACL_CONCURRENCY:-1}"; kind=prefork ;;
       *) echo "unknown pool $pool" >&2; exit 2 ;;
     esac
     export PROMETHEUS_MULTIPROC_DIR="$RAGLINE_HOME/metrics/$pool"
     rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
-    python -m shared.metrics_server "$pool" &
+    python -m ragline.shared.metrics_server "$pool" &
     case "$kind" in threads|solo) export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}" ;; esac
     if [ "$kind" = solo ]; then set --; else set -- -c "$conc"; fi
     exec celery -A "$APP" worker -Q "$queues" -n "$pool@%h" "$@" --pool "$kind" -E \

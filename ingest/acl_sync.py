@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from shared.contracts import AclSyncItem
+from ragline.shared.contracts import AclSyncItem
 
 # one row per (tenant, doc_id): the newest version in the batch wins before touching the table
 SYNC_BY_DOC_SQL = """

@@ -12,7 +12,7 @@ from itertools import groupby
 
 from razdel import sentenize
 
-from ingest.parse import Block
+from ragline.ingest.parse import Block
 
 
 @dataclass(frozen=True)

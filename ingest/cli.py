@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from shared.cli_common import console, reload_app, split_csv
+from ragline.shared.cli_common import console, reload_app, split_csv
 
 
 def ingest(
@@ -20,8 +20,8 @@ def ingest(
     timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
 ) -> None:
     """Enqueue one ingestion task per document."""
-    from ingest.enqueue import collect_files, enqueue_files
-    from shared import jobs
+    from ragline.ingest.enqueue import collect_files, enqueue_files
+    from ragline.shared import jobs
 
     reload_app()
     files = collect_files(paths)

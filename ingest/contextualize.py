@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from ingest.chunk import Chunk
-from ingest.parse import HEADING_SEP
-from shared.metrics import CONTEXTUALIZE_FALLBACK
-from shared.providers import ProviderError, cached
-from shared.settings import get_settings
+from ragline.ingest.chunk import Chunk
+from ragline.ingest.parse import HEADING_SEP
+from ragline.shared.metrics import CONTEXTUALIZE_FALLBACK
+from ragline.shared.providers import ProviderError, cached
+from ragline.shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 PARALLEL = 4  # concurrent requests per document once the first one has written the prompt cache
@@ -37,7 +37,7 @@ def contextualize(title: str, chunks: list[Chunk], full_text: str | None = None)
         CONTEXTUALIZE_FALLBACK.inc(len(chunks))
         return base
     try:
-        from shared.providers.anthropic_context import AnthropicContextualizer
+        from ragline.shared.providers.anthropic_context import AnthropicContextualizer
 
         ctx = cached("contextualizer", AnthropicContextualizer)
     except ProviderError as exc:

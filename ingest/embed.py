@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import psycopg
 
-from shared import metrics as m
-from shared.providers import Embedder
+from ragline.shared import metrics as m
+from ragline.shared.providers import Embedder
 
 
 @dataclass

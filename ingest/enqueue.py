@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ingest.parse import SUPPORTED
-from shared import db, jobs
-from shared.contracts import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT
-from shared.settings import get_settings
+from ragline.ingest.parse import SUPPORTED
+from ragline.shared import db, jobs
+from ragline.shared.contracts import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT
+from ragline.shared.settings import get_settings
 
 SUFFIXES = set(SUPPORTED)
 
@@ -75,7 +75,7 @@ def send_in_batches(payloads: list[dict], sizes: list[int], send_task: Callable[
 
 def enqueue_files(files: list[tuple[Path, str]], tenant: str, acl: list[str], batch_docs: int | None = None) -> str:
     """One job; the documents go out through :func:`send_in_batches`."""
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     with db.connection() as conn:
         job_id = jobs.create_job(conn, "ingest", tenant, [d for _, d in files], {"files": len(files)})

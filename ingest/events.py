@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import psycopg
 
-from ingest import store
-from ingest.acl_sync import apply_acl_sync
-from shared import jobs
-from shared.contracts import TASK_INGEST_DOCUMENT, AclSyncItem, EventResult, IngestEvent, IngestRequest
+from ragline.ingest import store
+from ragline.ingest.acl_sync import apply_acl_sync
+from ragline.shared import jobs
+from ragline.shared.contracts import (
+    TASK_INGEST_DOCUMENT,
+    AclSyncItem,
+    EventResult,
+    IngestEvent,
+    IngestRequest,
+)
 
 
 def delete_document(conn: psycopg.Connection, tenant: str, doc_id: str, version: int | None) -> tuple[str, int]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from shared.cli_common import console, reload_app, split_csv
+from ragline.shared.cli_common import console, reload_app, split_csv
 
 acl_app = typer.Typer(no_args_is_help=True, help="permissions: set one document's ACL or sync a JSONL file")
 
@@ -23,8 +23,8 @@ def _print(data: dict | list, as_json: bool) -> None:
 def send_acl_batches(batches: list[list[dict]], timeout: float) -> dict:
     """Send batches to ``ragline.acl.sync`` on the acl queue all at once (the control pool's processes
     apply them in parallel) and add up the results."""
-    from shared.celery_app import app
-    from shared.contracts import TASK_ACL_SYNC
+    from ragline.shared.celery_app import app
+    from ragline.shared.contracts import TASK_ACL_SYNC
 
     reload_app()
     pending = [app.send_task(TASK_ACL_SYNC, args=[{"items": b}]) for b in batches]
@@ -53,7 +53,7 @@ def acl_set(
     timeout: float = typer.Option(60.0),
 ) -> None:
     """Replace one document's ACL (documents and chunks, no re-embedding)."""
-    from shared.contracts import AclSyncItem
+    from ragline.shared.contracts import AclSyncItem
 
     now = time.time()
     item = AclSyncItem(tenant=tenant, doc_id=doc_id, acl=split_csv(acl), version=version, ts=now)
@@ -67,8 +67,8 @@ def acl_sync(
     timeout: float = typer.Option(600.0),
 ) -> None:
     """Apply a file of permission changes in batches (last writer wins by version)."""
-    from ingest.acl_sync import read_jsonl
-    from shared.settings import get_settings
+    from ragline.ingest.acl_sync import read_jsonl
+    from ragline.shared.settings import get_settings
 
     with file.open(encoding="utf-8") as fh:
         try:
@@ -91,8 +91,8 @@ def reindex(
     timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
 ) -> None:
     """List the configured sources (RAGLINE_SOURCES), enqueue new/changed documents, prune vanished ones."""
-    from shared import jobs
-    from shared.maintenance_tasks import run_reindex
+    from ragline.shared import jobs
+    from ragline.shared.maintenance_tasks import run_reindex
 
     reload_app()
     try:
@@ -117,7 +117,7 @@ def errors(
     """Documents whose last ingestion failed and has not been resolved since."""
     from rich.table import Table
 
-    from shared import db, jobs
+    from ragline.shared import db, jobs
 
     with db.connection() as conn:
         rows = jobs.open_errors(conn, tenant, limit)
@@ -138,8 +138,8 @@ def retry_failed(
     timeout: float = typer.Option(3600.0),
 ) -> None:
     """Requeue every document with an open error (its errors resolve once it is stored)."""
-    from ingest.retry import enqueue_retries
-    from shared import jobs
+    from ragline.ingest.retry import enqueue_retries
+    from ragline.shared import jobs
 
     reload_app()
     out = enqueue_retries(tenant, split_csv(acl))
@@ -156,8 +156,8 @@ def reembed(
     timeout: float = typer.Option(24 * 3600.0),
 ) -> None:
     """Re-embed, in the background on the ingest pool, every chunk not on the configured model."""
-    from shared.celery_app import app
-    from shared.contracts import TASK_INGEST_REEMBED
+    from ragline.shared.celery_app import app
+    from ragline.shared.contracts import TASK_INGEST_REEMBED
 
     reload_app()
     res = app.send_task(TASK_INGEST_REEMBED, args=[{"tenant": tenant} if tenant else {}])
@@ -166,7 +166,7 @@ def reembed(
 
 def cancel(job_id: str = typer.Argument(...)) -> None:
     """Cancel a queued or running job: its remaining documents are skipped, a re-embedding stops."""
-    from shared import db, jobs
+    from ragline.shared import db, jobs
 
     with db.connection() as conn:
         ok = jobs.cancel_job(conn, job_id)
@@ -180,9 +180,9 @@ def lifecycle_status(settings) -> dict:
     import psycopg
     from psycopg.rows import dict_row
 
-    from shared import jobs
-    from shared.celery_app import QUEUES
-    from shared.metrics_server import queue_depths
+    from ragline.shared import jobs
+    from ragline.shared.celery_app import QUEUES
+    from ragline.shared.metrics_server import queue_depths
 
     out: dict = {}
     try:

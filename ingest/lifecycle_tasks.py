@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from shared import db, jobs
-from shared.celery_app import app
-from shared.contracts import (
+from ragline.shared import db, jobs
+from ragline.shared.celery_app import app
+from ragline.shared.contracts import (
     TASK_ACL_SYNC,
     TASK_INGEST_EVENT,
     TASK_INGEST_REEMBED,
@@ -24,9 +24,9 @@ from shared.contracts import (
     ErrorResult,
     IngestEvent,
 )
-from shared.metrics import ACL_SYNC_LAG_S
-from shared.settings import get_settings
-from shared.transient import INFRASTRUCTURE_ERRORS
+from ragline.shared.metrics import ACL_SYNC_LAG_S
+from ragline.shared.settings import get_settings
+from ragline.shared.transient import INFRASTRUCTURE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ TRANSIENT = INFRASTRUCTURE_ERRORS
 
 def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
     """Apply a request in batches; record the lag per applied item and one job row per request."""
-    from ingest.acl_sync import apply_acl_sync
+    from ragline.ingest.acl_sync import apply_acl_sync
 
     size = get_settings().acl_sync_batch_size
     totals = {"documents_updated": 0, "chunks_updated": 0, "ignored_stale": 0}
@@ -84,7 +84,7 @@ def _send(name: str, payload: dict) -> str:
 
 @app.task(name=TASK_INGEST_EVENT, bind=True, acks_late=True, max_retries=5)
 def ingest_event_task(self, payload: dict) -> dict:
-    from ingest.events import handle_event
+    from ragline.ingest.events import handle_event
 
     def apply(ev: IngestEvent) -> BaseModel:
         with db.connection() as conn:
@@ -96,7 +96,7 @@ def ingest_event_task(self, payload: dict) -> dict:
 @app.task(name=TASK_INGEST_REEMBED, bind=True, acks_late=True)
 def reembed_task(self, payload: dict | None = None) -> dict:
     """Re-embed chunks whose embed_model differs from the configured model (one runner at a time)."""
-    from ingest.reembed import run_reembed
+    from ragline.ingest.reembed import run_reembed
 
     payload = payload or {}
     return run_reembed(job_id=payload.get("job_id"), tenant=payload.get("tenant"))

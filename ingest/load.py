@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.parse import BINARY_FORMATS, SUPPORTED, ParseError
-from shared.contracts import IngestRequest
-from shared.settings import get_settings
+from ragline.ingest.parse import BINARY_FORMATS, SUPPORTED, ParseError
+from ragline.shared.contracts import IngestRequest
+from ragline.shared.settings import get_settings
 
 MAX_BYTES = 64 * 1024 * 1024  # hard ceiling whatever the settings say
 
@@ -54,7 +54,7 @@ def _load(req: IngestRequest) -> Loaded:
         return Loaded(req.content.encode("utf-8"), req.fmt or "text", req.doc_id, req.path or req.doc_id)
     assert req.uri is not None
     if req.uri.startswith(("http://", "https://")):  # URL-list sources (ingest/sources.py)
-        from ingest.sources import fetch_url
+        from ragline.ingest.sources import fetch_url
 
         data, fmt = fetch_url(req.uri)
         if (req.fmt or fmt) is None:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.offline_nlp import install_blank_spacy
+from ragline.shared.offline_nlp import install_blank_spacy
 
 HEADING_SEP = " › "
 

@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from ingest import store
-from ingest.chunk import Chunk, chunk_blocks
-from ingest.contextualize import contextualize, embedding_text
-from ingest.embed import embed_with_cache
-from ingest.load import load
-from ingest.parse import ParseError, parse_bytes
-from shared import db
-from shared.contracts import IngestRequest, IngestResult
-from shared.providers import get_embedder
-from shared.settings import get_settings
-from shared.timing import elapsed_ms
+from ragline.ingest import store
+from ragline.ingest.chunk import Chunk, chunk_blocks
+from ragline.ingest.contextualize import contextualize, embedding_text
+from ragline.ingest.embed import embed_with_cache
+from ragline.ingest.load import load
+from ragline.ingest.parse import ParseError, parse_bytes
+from ragline.shared import db
+from ragline.shared.contracts import IngestRequest, IngestResult
+from ragline.shared.providers import get_embedder
+from ragline.shared.settings import get_settings
+from ragline.shared.timing import elapsed_ms
 
 #: errors that mean "this document is bad", not "the system is down"
 DOCUMENT_ERRORS = (ParseError, OSError, ValueError, UnicodeError, RecursionError, MemoryError)
@@ -129,7 +129,7 @@ def record_failure(req: IngestRequest, stage: str, message: str) -> IngestResult
 def ingest_batch(reqs: list[IngestRequest]) -> list[IngestResult]:
     """Ingest several documents with shared embedding batches; one result per request, in order.
 
-    A provider outage (:class:`shared.providers.ProviderError`, infrastructure errors) propagates:
+    A provider outage (:class:`ragline.shared.providers.ProviderError`, infrastructure errors) propagates:
     the task retries the batch, and documents already stored are skipped as unchanged. When the
     task's soft time limit strikes, documents already stored keep their result and only the rest
     are recorded as failed.

@@ -18,8 +18,8 @@ import logging
 import numpy as np
 import psycopg
 
-from shared import db, jobs
-from shared.settings import get_settings
+from ragline.shared import db, jobs
+from ragline.shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +68,9 @@ def column_dim(conn: psycopg.Connection) -> int | None:
 def run_reembed(job_id: str | None = None, batch_size: int | None = None, tenant: str | None = None) -> dict:
     """Re-embed every chunk (of ``tenant``, or all) not on the configured model; one runner at a time;
     cancellable through its job (``ragline cancel JOB``)."""
-    from ingest.contextualize import embedding_text
-    from ingest.embed import embed_with_cache
-    from shared.providers import get_embedder
+    from ragline.ingest.contextualize import embedding_text
+    from ragline.ingest.embed import embed_with_cache
+    from ragline.shared.providers import get_embedder
 
     settings = get_settings()
     size = batch_size or settings.reembed_batch_size

@@ -16,11 +16,18 @@ from pathlib import Path
 
 import psycopg
 
-from ingest.enqueue import send_in_batches
-from ingest.events import delete_document
-from ingest.sources import Listed, Listing, SourceSpec, SourceUnavailable, build_source, configured_sources
-from shared import jobs
-from shared.contracts import IngestRequest
+from ragline.ingest.enqueue import send_in_batches
+from ragline.ingest.events import delete_document
+from ragline.ingest.sources import (
+    Listed,
+    Listing,
+    SourceSpec,
+    SourceUnavailable,
+    build_source,
+    configured_sources,
+)
+from ragline.shared import jobs
+from ragline.shared.contracts import IngestRequest
 
 log = logging.getLogger(__name__)
 

@@ -8,13 +8,13 @@ unknown is not retried: ingesting it with no groups would hide it from everybody
 
 from __future__ import annotations
 
-from shared import db, jobs
-from shared.contracts import TASK_INGEST_DOCUMENT, IngestRequest
-from shared.settings import get_settings
+from ragline.shared import db, jobs
+from ragline.shared.contracts import TASK_INGEST_DOCUMENT, IngestRequest
+from ragline.shared.settings import get_settings
 
 
 def _source_acl(metadata: dict, tenant: str) -> list[str] | None:
-    from ingest.sources import configured_sources
+    from ragline.ingest.sources import configured_sources
 
     name = (metadata or {}).get("source")
     for spec in configured_sources(get_settings().sources):
@@ -50,7 +50,7 @@ def plan_retries(conn, tenant: str | None, fallback_acl: list[str]) -> tuple[lis
 
 
 def enqueue_retries(tenant: str | None, fallback_acl: list[str]) -> dict:
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     with db.connection() as conn:
         requests, skipped = plan_retries(conn, tenant, fallback_acl)

@@ -22,8 +22,8 @@ from typing import Literal, Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ingest.parse import SUPPORTED, ParseError
-from shared.contracts import Group, Ident
+from ragline.ingest.parse import SUPPORTED, ParseError
+from ragline.shared.contracts import Group, Ident
 
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 

@@ -12,10 +12,10 @@ import logging
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from ingest.pipeline import ingest_batch, record_failure
-from shared import db, jobs, redelivery
-from shared.celery_app import app
-from shared.contracts import (
+from ragline.ingest.pipeline import ingest_batch, record_failure
+from ragline.shared import db, jobs, redelivery
+from ragline.shared.celery_app import app
+from ragline.shared.contracts import (
     TASK_INGEST_BATCH,
     TASK_INGEST_DOCUMENT,
     ErrorResult,
@@ -23,11 +23,11 @@ from shared.contracts import (
     IngestRequest,
     IngestResult,
 )
-from shared.logging_setup import log_ingest
-from shared.metrics import CHUNKS_PROCESSED, DOCUMENTS_PROCESSED
-from shared.providers import ProviderError
-from shared.settings import get_settings
-from shared.transient import INFRASTRUCTURE_ERRORS
+from ragline.shared.logging_setup import log_ingest
+from ragline.shared.metrics import CHUNKS_PROCESSED, DOCUMENTS_PROCESSED
+from ragline.shared.providers import ProviderError
+from ragline.shared.settings import get_settings
+from ragline.shared.transient import INFRASTRUCTURE_ERRORS
 
 log = logging.getLogger(__name__)
 

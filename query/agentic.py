@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from query.prompt import PLAN_PROMPT, render_documents, x
-from shared.contracts import AskRequest, AskResponse, Hit, SearchRequest
-from shared.timing import elapsed_ms
+from ragline.query.prompt import PLAN_PROMPT, render_documents, x
+from ragline.shared.contracts import AskRequest, AskResponse, Hit, SearchRequest
+from ragline.shared.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +142,9 @@ def parse_decision(text: str) -> Decision:
 
 # ------------------------------------------------------------------------------------ ask path
 def agentic_ask(req: AskRequest) -> AskResponse:
-    from query import service
-    from shared import providers
-    from shared.settings import get_settings
+    from ragline.query import service
+    from ragline.shared import providers
+    from ragline.shared.settings import get_settings
 
     settings = get_settings()
     t0 = time.perf_counter()

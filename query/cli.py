@@ -11,11 +11,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from shared.cli_common import console, reload_app, split_csv
+from ragline.shared.cli_common import console, reload_app, split_csv
 
 
 def _send(task: str, payload: dict, timeout: float) -> dict:
-    from shared.celery_app import app as celery
+    from ragline.shared.celery_app import app as celery
 
     reload_app()
     return celery.send_task(task, args=[payload]).get(timeout=timeout)
@@ -33,7 +33,7 @@ def search(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Search through the query queue; prints hits with their scores."""
-    from shared.contracts import TASK_QUERY_RETRIEVE
+    from ragline.shared.contracts import TASK_QUERY_RETRIEVE
 
     payload = {"query": query, "tenant": tenant, "groups": split_csv(groups), "k": k, "mode": mode,
                "path_prefixes": path_prefix, "layers": layer, "rerank": rerank}
@@ -64,7 +64,7 @@ def ask(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Ask a question through the query queue; prints the answer with [N] citations."""
-    from shared.contracts import TASK_QUERY_ASK
+    from ragline.shared.contracts import TASK_QUERY_ASK
 
     res = _send(TASK_QUERY_ASK, {"query": question, "tenant": tenant, "groups": split_csv(groups), "k": k,
                                  "mode": mode, "agentic": agentic}, 120)
@@ -96,9 +96,9 @@ def demo(
     tenant: str = typer.Option("demo", "--tenant"),
 ) -> None:
     """Ingest a folder and ask three questions about ragline (what ``make run`` does)."""
-    from ingest.enqueue import collect_files, enqueue_files
-    from shared import jobs
-    from shared.contracts import TASK_QUERY_ASK
+    from ragline.ingest.enqueue import collect_files, enqueue_files
+    from ragline.shared import jobs
+    from ragline.shared.contracts import TASK_QUERY_ASK
 
     reload_app()
     files = collect_files([docs])
@@ -150,7 +150,7 @@ def eval_cmd(
 ) -> None:
     """Retrieval quality: ingest CORPUS into a fresh tenant through the workers, run every query through
     the retrieval task; recall@k, MRR@k, nDCG@k (graded) and fail@20 per mode, and the misses."""
-    from query.eval import run_eval
+    from ragline.query.eval import run_eval
 
     modes = ["vector", "lexical", "hybrid"] if mode == "all" else [mode]
     if not set(modes) <= {"vector", "lexical", "hybrid"}:
@@ -180,7 +180,7 @@ def eval_cmd(
 
 def schemas(folder: Path = typer.Argument(Path("docs/schemas"))) -> None:
     """Export the JSON Schema of the chat-backend contract (task payloads and results)."""
-    from query.schemas import export
+    from ragline.query.schemas import export
 
     for path in export(folder):
         console.print(f"wrote {path}")

@@ -125,9 +125,9 @@ def sweep_rrf(queries: list[dict], search: SearchFn, weights: list[tuple[float, 
 
     The vector-only and lexical-only runs at depth ``top_n`` (= ``retrieval_top_n``) return
     exactly the two candidate lists a hybrid search fuses, so the weighted fusion of any weight
-    pair is recomputed here with the same ``query.fusion.rrf`` the retriever uses.
+    pair is recomputed here with the same ``ragline.query.fusion.rrf`` the retriever uses.
     """
-    from query.fusion import rrf
+    from ragline.query.fusion import rrf
 
     runs = []
     for row in queries:
@@ -152,9 +152,9 @@ def sweep_rrf(queries: list[dict], search: SearchFn, weights: list[tuple[float, 
 def ingest_corpus(corpus: list[dict], tenant: str, timeout: float = 3600.0,
                   progress: Callable[[dict], None] | None = None) -> dict:
     """Send the corpus through the ingest queue under one job and wait for it to finish."""
-    from shared import db, jobs
-    from shared.celery_app import app
-    from shared.contracts import TASK_INGEST_DOCUMENT
+    from ragline.shared import db, jobs
+    from ragline.shared.celery_app import app
+    from ragline.shared.contracts import TASK_INGEST_DOCUMENT
 
     ids = [str(r["id"]) for r in corpus]
     with db.connection() as conn:
@@ -176,8 +176,8 @@ def ingest_corpus(corpus: list[dict], tenant: str, timeout: float = 3600.0,
 
 def task_search(tenant: str, rerank: bool = False, timeout: float = 120.0) -> SearchFn:
     """A search function that goes through the real ``ragline.query.retrieve`` task."""
-    from shared.celery_app import app
-    from shared.contracts import TASK_QUERY_RETRIEVE
+    from ragline.shared.celery_app import app
+    from ragline.shared.contracts import TASK_QUERY_RETRIEVE
 
     def run(query: str, mode: str, k: int) -> dict:
         payload = {"query": query, "tenant": tenant, "groups": [EVAL_GROUP], "k": k, "mode": mode, "rerank": rerank}
@@ -187,7 +187,7 @@ def task_search(tenant: str, rerank: bool = False, timeout: float = 120.0) -> Se
 
 
 def drop_tenant(tenant: str) -> None:
-    from shared import db
+    from ragline.shared import db
 
     with db.connection() as conn:
         conn.execute("DELETE FROM documents WHERE tenant = %s", (tenant,))
@@ -201,7 +201,7 @@ def run_eval(queries_path: Path, corpus_path: Path, k: int = 10, modes: list[str
              rerank: bool = False, keep: bool = False, sweep: list[tuple[float, float]] | None = None,
              progress: Callable[[str], None] | None = None) -> dict:
     """Ingest into a fresh tenant, evaluate every mode, drop the tenant (unless ``keep``)."""
-    from shared.settings import get_settings
+    from ragline.shared.settings import get_settings
 
     settings = get_settings()
     modes = modes or ["hybrid"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from shared.contracts import SearchRequest
+from ragline.shared.contracts import SearchRequest
 
 #: globs that mark a path as a test (``prefer_non_tests`` penalises them)
 TEST_PATH_GLOBS = (

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from ingest.chunk import split_sentences
-from query.prompt import NO_ANSWER
-from shared.contracts import Hit
+from ragline.ingest.chunk import split_sentences
+from ragline.query.prompt import NO_ANSWER
+from ragline.shared.contracts import Hit
 
 __all__ = ["NO_ANSWER", "extractive_answer"]
 

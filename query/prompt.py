@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
-from shared.contracts import ChatTurn, Hit
+from ragline.shared.contracts import ChatTurn, Hit
 
 NO_ANSWER = "В базе знаний нет ответа на этот вопрос."
 

@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from query.deadline import DeadlineExceeded, run_with_deadline
-from shared import metrics as m
-from shared.contracts import Hit
-from shared.providers.rerank import Reranker
-from shared.timing import elapsed_ms
+from ragline.query.deadline import DeadlineExceeded, run_with_deadline
+from ragline.shared import metrics as m
+from ragline.shared.contracts import Hit
+from ragline.shared.providers.rerank import Reranker
+from ragline.shared.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Hybrid retrieval: pgvector HNSW + Postgres full text, fused by weighted RRF; exact lookup.
 
 Tenant and ACL filters live in SQL ``WHERE`` of every statement, beside the contract filters of
-:mod:`query.filters`; all statements of one search run in one read-only transaction with
+:mod:`ragline.query.filters`; all statements of one search run in one read-only transaction with
 ``SET LOCAL`` for the HNSW search parameters.
 """
 
@@ -16,11 +16,11 @@ import numpy as np
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from query.filters import clean_paths, compile_filters, has_terms, lexical_query
-from query.fusion import rrf
-from shared.contracts import Hit, SearchRequest, SearchResponse
-from shared.settings import Settings
-from shared.timing import elapsed_ms
+from ragline.query.filters import clean_paths, compile_filters, has_terms, lexical_query
+from ragline.query.fusion import rrf
+from ragline.shared.contracts import Hit, SearchRequest, SearchResponse
+from ragline.shared.settings import Settings
+from ragline.shared.timing import elapsed_ms
 
 _FIELDS = "c.doc_id, c.chunk_no, c.path, c.layer, c.heading_path, c.content, c.context, c.page, c.metadata"
 _SCOPE = "c.tenant = %(tenant)s AND c.acl && %(groups)s::text[]"

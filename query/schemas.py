@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from shared import contracts as c
+from ragline.shared import contracts as c
 
 #: file stem -> model; the task each one belongs to is in docs/schemas/README.md
 MODELS = {

@@ -12,17 +12,17 @@ import time
 
 import numpy as np
 
-from query import generate, transforms
-from query.cache import LRU, scoped_key
-from query.citations import cited_numbers, invalid_citations
-from query.deadline import DeadlineExceeded, run_with_deadline
-from query.fusion import rrf
-from query.prompt import NO_ANSWER, build_messages
-from query.rerank import RerankOutcome, fallback, rerank_hits
-from query.retrieve import search as sql_search
-from shared import db, providers
-from shared import metrics as m
-from shared.contracts import (
+from ragline.query import generate, transforms
+from ragline.query.cache import LRU, scoped_key
+from ragline.query.citations import cited_numbers, invalid_citations
+from ragline.query.deadline import DeadlineExceeded, run_with_deadline
+from ragline.query.fusion import rrf
+from ragline.query.prompt import NO_ANSWER, build_messages
+from ragline.query.rerank import RerankOutcome, fallback, rerank_hits
+from ragline.query.retrieve import search as sql_search
+from ragline.shared import db, providers
+from ragline.shared import metrics as m
+from ragline.shared.contracts import (
     AskRequest,
     AskResponse,
     Citation,
@@ -32,9 +32,9 @@ from shared.contracts import (
     SearchRequest,
     SearchResponse,
 )
-from shared.logging_setup import log_query
-from shared.settings import Settings, get_settings
-from shared.timing import elapsed_ms
+from ragline.shared.logging_setup import log_query
+from ragline.shared.settings import Settings, get_settings
+from ragline.shared.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ def ask(req: AskRequest) -> AskResponse:
     settings = get_settings()
     t0 = time.perf_counter()
     if req.agentic if req.agentic is not None else settings.agentic:
-        from query.agentic import agentic_ask
+        from ragline.query.agentic import agentic_ask
 
         return agentic_ask(req)
     timings: dict[str, float] = {}

@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ValidationError
 
-from query import service
-from shared.celery_app import app
-from shared.contracts import (
+from ragline.query import service
+from ragline.shared.celery_app import app
+from ragline.shared.contracts import (
     TASK_QUERY_ASK,
     TASK_QUERY_RERANK,
     TASK_QUERY_RETRIEVE,

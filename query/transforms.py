@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from query.prompt import HYDE_PROMPT, MULTI_QUERY_PROMPT, REWRITE_PROMPT, render_history, x
-from shared import providers
-from shared.contracts import AskRequest
-from shared.settings import get_settings
+from ragline.query.prompt import HYDE_PROMPT, MULTI_QUERY_PROMPT, REWRITE_PROMPT, render_history, x
+from ragline.shared import providers
+from ragline.shared.contracts import AskRequest
+from ragline.shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 

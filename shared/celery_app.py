@@ -17,8 +17,8 @@ from __future__ import annotations
 from celery import Celery, signals
 from kombu import Exchange, Queue
 
-from shared.celery_base import RaglineCelery
-from shared.settings import get_settings
+from ragline.shared.celery_base import RaglineCelery
+from ragline.shared.settings import get_settings
 
 QUEUES = ("ingest", "query", "acl", "maintenance")
 
@@ -38,7 +38,7 @@ TASK_ROUTES = {
     "ragline.maintenance.*": {"queue": "maintenance", "routing_key": "maintenance"},
 }
 
-TASK_MODULES = ["ingest.tasks", "query.tasks", "shared.maintenance_tasks", "ingest.lifecycle_tasks"]
+TASK_MODULES = ["ragline.ingest.tasks", "ragline.query.tasks", "ragline.shared.maintenance_tasks", "ragline.ingest.lifecycle_tasks"]
 
 
 def make_celery() -> Celery:
@@ -99,7 +99,7 @@ def make_celery() -> Celery:
         },
     )
     app.conf.include = TASK_MODULES
-    from shared.signing import configure_signing
+    from ragline.shared.signing import configure_signing
 
     configure_signing(app, settings)  # no-op unless RAGLINE_SIGNING_KEY_FILE is set
     return app
@@ -111,7 +111,7 @@ app = make_celery()
 @signals.worker_process_init.connect
 def _init_worker_process(**_: object) -> None:
     """Fresh DB pool and provider instances in every (forked) worker process."""
-    from shared import db, providers
+    from ragline.shared import db, providers
 
     db.reset()
     providers.reset()
@@ -138,8 +138,8 @@ def _warm() -> None:
     """Load what this worker's queues need before the first task (``shared/warmup.py``)."""
     if not get_settings().worker_warmup:
         return
-    from shared.logging_setup import get_logger
-    from shared.warmup import warm_process
+    from ragline.shared.logging_setup import get_logger
+    from ragline.shared.warmup import warm_process
 
     queues = set(app.amqp.queues.consume_from or ())
     get_logger("ragline.warmup").info("worker process warmed", queues=sorted(queues), seconds=warm_process(queues))
@@ -149,7 +149,7 @@ def _warm() -> None:
 @signals.setup_logging.connect
 def _setup_logging(loglevel: object = None, **_: object) -> None:
     """Workers and beat log structured JSON (``shared/logging_setup.py``) instead of Celery's format."""
-    from shared.logging_setup import configure
+    from ragline.shared.logging_setup import configure
 
     if isinstance(loglevel, int):
         import logging
@@ -169,8 +169,8 @@ def _metrics_process_dead(pid: int | None = None, **_: object) -> None:
         multiprocess.mark_process_dead(pid or os.getpid())
 
 
-from shared import redelivery as _redelivery  # noqa: E402,F401  (connects its worker signals)
-from shared import task_stats as _task_stats  # noqa: E402,F401  (peak RSS per task in the log)
+from ragline.shared import redelivery as _redelivery  # noqa: E402,F401  (connects its worker signals)
+from ragline.shared import task_stats as _task_stats  # noqa: E402,F401  (peak RSS per task in the log)
 
 
 def use_broker(url: str) -> None:

@@ -1,14 +1,14 @@
 """The Celery app class of every ragline producer: the worker app and the chat backend's client.
 
-Light on purpose (Celery and the contracts only): ``shared.client`` must not import worker code.
+Light on purpose (Celery and the contracts only): ``ragline.shared.client`` must not import worker code.
 """
 
 from __future__ import annotations
 
 from celery import Celery
 
-from shared.contracts import payload_summary
-from shared.kombu_redis import reuse_clients
+from ragline.shared.contracts import payload_summary
+from ragline.shared.kombu_redis import reuse_clients
 
 reuse_clients()  # every producer and worker: one Redis client per kombu channel, not one per command
 

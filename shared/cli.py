@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from shared.cli_common import console, reload_app
-from shared.settings import get_settings
+from ragline.shared.cli_common import console, reload_app
+from ragline.shared.settings import get_settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="ragline: a RAG backend on Celery and pgvector")
 
@@ -22,8 +22,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="ragline: a R
 @app.command()
 def up(wait: bool = typer.Option(True, help="wait until every worker pool answers a ping")) -> None:
     """Start embedded Postgres and Redis (unless external URLs are set), migrate, start pools, beat, Flower."""
-    from shared import processes, services
-    from shared.migrate import apply_migrations
+    from ragline.shared import processes, services
+    from ragline.shared.migrate import apply_migrations
 
     settings = get_settings()
     if settings.embedded_db:
@@ -43,8 +43,8 @@ def up(wait: bool = typer.Option(True, help="wait until every worker pool answer
 
 
 def _wait_workers(timeout: float) -> None:
-    from shared.celery_app import POOLS
-    from shared.celery_app import app as celery
+    from ragline.shared.celery_app import POOLS
+    from ragline.shared.celery_app import app as celery
 
     deadline = time.monotonic() + timeout
     want = set(POOLS)
@@ -62,7 +62,7 @@ def _wait_workers(timeout: float) -> None:
 @app.command()
 def down() -> None:
     """Stop everything ``ragline up`` started, and nothing else."""
-    from shared import processes, services
+    from ragline.shared import processes, services
 
     settings = get_settings()
     stopped = processes.stop_all(settings)
@@ -77,7 +77,7 @@ def down() -> None:
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json")) -> None:
     """Services, processes and jobs."""
-    from shared import processes, services
+    from ragline.shared import processes, services
 
     settings = get_settings()
     info: dict = {
@@ -87,7 +87,7 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
                   "pid": services.redis_pid(settings) if settings.embedded_redis else None},
         "processes": processes.running(settings),
     }
-    from ingest.lifecycle_cli import lifecycle_rows, lifecycle_status
+    from ragline.ingest.lifecycle_cli import lifecycle_rows, lifecycle_status
 
     info.update(lifecycle_status(settings))  # queue depths, running jobs, recent errors
     if as_json:
@@ -106,14 +106,14 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
 @app.command()
 def migrate() -> None:
     """Apply pending schema migrations."""
-    from shared.migrate import apply_migrations
+    from ragline.shared.migrate import apply_migrations
 
     applied = apply_migrations()
     console.print(f"applied {len(applied)} migration(s): {', '.join(applied) or '-'}")
 
 
 #: modules that add their commands to the one `ragline` app (each owns its commands)
-COMMAND_MODULES = ["ingest.cli", "query.cli", "shared.ops_cli", "ingest.lifecycle_cli", "shared.config_cli"]
+COMMAND_MODULES = ["ragline.ingest.cli", "ragline.query.cli", "ragline.shared.ops_cli", "ragline.ingest.lifecycle_cli", "ragline.shared.config_cli"]
 
 
 def _register_all() -> None:

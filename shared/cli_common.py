@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from shared.settings import get_settings
+from ragline.shared.settings import get_settings
 
 console = Console(stderr=True)
 
@@ -15,6 +15,6 @@ def split_csv(value: str | None) -> list[str]:
 
 def reload_app() -> None:
     """Point the Celery app at the broker that ``ragline up`` started (or REDIS_URL)."""
-    from shared.celery_app import use_broker
+    from ragline.shared.celery_app import use_broker
 
     use_broker(get_settings().effective_redis_url())

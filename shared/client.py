@@ -21,8 +21,8 @@ from typing import Any
 
 from kombu import Exchange, Queue
 
-from shared.celery_base import RaglineCelery
-from shared.contracts import (
+from ragline.shared.celery_base import RaglineCelery
+from ragline.shared.contracts import (
     TASK_ACL_SYNC,
     TASK_INGEST_EVENT,
     TASK_QUERY_ASK,
@@ -59,7 +59,7 @@ class RaglineClient:
         """``broker_url`` defaults to REDIS_URL / the embedded Redis of ``ragline up``."""
         if app is None:
             if broker_url is None:
-                from shared.settings import get_settings
+                from ragline.shared.settings import get_settings
 
                 broker_url = get_settings().effective_redis_url()
             # redacted argsrepr: the question never reaches task headers, events or Flower

@@ -16,7 +16,7 @@ from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from shared.settings import get_settings
+from ragline.shared.settings import get_settings
 
 _lock = threading.Lock()
 _pool: ConnectionPool | None = None

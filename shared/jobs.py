@@ -245,7 +245,7 @@ def wait_for_job(job_id: str, timeout: float, poll_s: float = 0.3, on_progress=N
     """
     import time
 
-    from shared import db
+    from ragline.shared import db
 
     deadline = time.monotonic() + timeout
     while True:

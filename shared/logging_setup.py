@@ -37,7 +37,7 @@ def question_hash(text: str) -> str:
 
 def secret_values_from_settings() -> tuple[str, ...]:
     """Every non-trivial ``SecretStr`` value in the current settings."""
-    from shared.settings import get_settings
+    from ragline.shared.settings import get_settings
 
     settings = get_settings()
     out = []
@@ -106,7 +106,7 @@ class _StderrHandler(logging.StreamHandler):
 def configure(level: str | None = None, json_output: bool | None = None, stream: TextIO | None = None) -> None:
     """Configure structlog and route the standard library's root logger through it (idempotent)."""
     global _secret_values
-    from shared.settings import get_settings
+    from ragline.shared.settings import get_settings
 
     settings = get_settings()
     level = (level or settings.log_level).upper()

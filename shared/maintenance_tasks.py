@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from shared import db, jobs
-from shared.celery_app import app
-from shared.contracts import TASK_INGEST_REEMBED, TASK_PURGE, TASK_REINDEX, TASK_STUCK_JOBS
-from shared.settings import get_settings
+from ragline.shared import db, jobs
+from ragline.shared.celery_app import app
+from ragline.shared.contracts import TASK_INGEST_REEMBED, TASK_PURGE, TASK_REINDEX, TASK_STUCK_JOBS
+from ragline.shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +25,8 @@ def _send(name: str, payload: dict) -> str:
 def run_reindex(source_names: list[str] | None = None, kind: str = "reindex", reembed: bool = False) -> dict:
     """List every configured source (or the named ones), enqueue new/changed, prune vanished; with
     ``reembed`` also start a background re-embedding when chunks carry another model than the configured one."""
-    from ingest.reembed import pending_chunks
-    from ingest.reindex import TOTALS, reindex, select_sources
+    from ragline.ingest.reembed import pending_chunks
+    from ragline.ingest.reindex import TOTALS, reindex, select_sources
 
     settings = get_settings()
     specs = select_sources(settings.sources, source_names)

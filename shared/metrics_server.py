@@ -5,7 +5,7 @@ Prefork children each write their samples to files in the pool's ``PROMETHEUS_MU
 ``/metrics`` on 127.0.0.1 at ``metrics_port + pool index``, behind HTTP basic auth. It runs beside
 the pool (``metrics-<pool>`` in ``shared/processes.py``), so it outlives a SIGKILLed worker.
 
-Run: ``python -m shared.metrics_server <pool>``.
+Run: ``python -m ragline.shared.metrics_server <pool>``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from shared.celery_app import POOLS
-from shared.settings import Settings, get_settings
+from ragline.shared.celery_app import POOLS
+from ragline.shared.settings import Settings, get_settings
 
 
 def metrics_dir(settings: Settings, pool: str) -> Path:
@@ -60,7 +60,7 @@ def queue_depths(queues: Iterable[str], redis_url: str) -> dict[str, int]:
 
 
 def refresh_queue_depth(pool: str, settings: Settings) -> None:
-    from shared.metrics import QUEUE_DEPTH
+    from ragline.shared.metrics import QUEUE_DEPTH
 
     try:
         depths = queue_depths(POOLS[pool], settings.effective_redis_url())
@@ -122,8 +122,8 @@ def snapshot_text(settings: Settings, pools: Iterable[str] | None = None) -> dic
 def main(argv: list[str] | None = None) -> None:
     args = argv if argv is not None else sys.argv[1:]
     if len(args) != 1 or args[0] not in POOLS:
-        raise SystemExit(f"usage: python -m shared.metrics_server {{{','.join(POOLS)}}}")
-    from shared.logging_setup import configure
+        raise SystemExit(f"usage: python -m ragline.shared.metrics_server {{{','.join(POOLS)}}}")
+    from ragline.shared.logging_setup import configure
 
     configure()
     serve(args[0])

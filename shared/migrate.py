@@ -6,7 +6,7 @@ from pathlib import Path
 
 from yoyo import get_backend, read_migrations
 
-from shared.settings import get_settings
+from ragline.shared.settings import get_settings
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 

@@ -8,15 +8,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from shared.settings import Settings, get_settings
+from ragline.shared.settings import Settings, get_settings
 
 
 def summarize(settings: Settings) -> list[dict]:
     """One row per (pool, metric, labels): counters and gauges as values, histograms as count/sum/mean."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from shared.celery_app import POOLS
-    from shared.metrics_server import queue_depths, snapshot_text
+    from ragline.shared.celery_app import POOLS
+    from ragline.shared.metrics_server import queue_depths, snapshot_text
 
     rows: list[dict] = []
     for pool, text in snapshot_text(settings).items():
@@ -56,7 +56,7 @@ def summarize(settings: Settings) -> list[dict]:
 def metrics(as_json: bool = typer.Option(False, "--json", help="machine-readable rows"),
             raw: bool = typer.Option(False, "--raw", help="Prometheus text format per pool")) -> None:
     """Print a snapshot of the pools' metrics (retrieval latency, tokens, chunks, 429s, queue depth...)."""
-    from shared.metrics_server import metrics_port, snapshot_text
+    from ragline.shared.metrics_server import metrics_port, snapshot_text
 
     settings = get_settings()
     if raw:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import psutil
 
-from shared.celery_app import POOLS
-from shared.services import read_pid
-from shared.settings import Settings
+from ragline.shared.celery_app import POOLS
+from ragline.shared.services import read_pid
+from ragline.shared.settings import Settings
 
-APP = "shared.celery_app:app"
+APP = "ragline.shared.celery_app:app"
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def specs(settings: Settings) -> list[ProcSpec]:
     concurrency = {"ingest": settings.ingest_concurrency, "query": settings.query_concurrency,
                    "control": settings.acl_concurrency}
     pool_kind = {"ingest": "prefork", "query": settings.effective_query_pool, "control": "prefork"}
-    from shared.metrics_server import metrics_dir
+    from ragline.shared.metrics_server import metrics_dir
 
     out = []
     for pool, queues in POOLS.items():
@@ -59,7 +59,7 @@ def specs(settings: Settings) -> list[ProcSpec]:
         else:
             out.append(ProcSpec(f"worker-{pool}", [*celery, "worker", "-n", f"{pool}@%h", "-c", str(n),
                                                    "--pool", kind, *common], penv))
-        out.append(ProcSpec(f"metrics-{pool}", [sys.executable, "-m", "shared.metrics_server", pool], penv))
+        out.append(ProcSpec(f"metrics-{pool}", [sys.executable, "-m", "ragline.shared.metrics_server", pool], penv))
     out.append(ProcSpec("beat", [*celery, "beat", "--loglevel", "INFO",
                                  "-s", str(run / "celerybeat-schedule")]))
     out.append(ProcSpec("flower", [*celery, "flower", f"--address={settings.flower_host}",
@@ -85,14 +85,12 @@ def child_env(settings: Settings) -> dict[str, str]:
     env["RAGLINE_HOME"] = str(settings.home_dir)
     env["FLOWER_BASIC_AUTH"] = f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"
     env.setdefault("OMP_NUM_THREADS", "1")  # one thread per prefork child: the pool is the parallelism
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
-                                                      env.get("PYTHONPATH", "")]))
     return env
 
 
 def start_all(settings: Settings, only: set[str] | None = None) -> dict[str, int]:
     """Start every process (or those named in ``only``) that is not already running."""
-    from shared.metrics_server import metrics_dir, reset_dir
+    from ragline.shared.metrics_server import metrics_dir, reset_dir
 
     (settings.home_dir / "run").mkdir(parents=True, exist_ok=True)
     (settings.home_dir / "logs").mkdir(parents=True, exist_ok=True)

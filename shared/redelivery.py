@@ -52,7 +52,7 @@ def incarnation() -> str:
 
 
 def _settings():
-    from shared.settings import get_settings
+    from ragline.shared.settings import get_settings
 
     return get_settings()
 
@@ -60,13 +60,13 @@ def _settings():
 def _redis():
     import redis
 
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     return redis.Redis.from_url(app.conf.broker_url, socket_timeout=5, socket_connect_timeout=5)
 
 
 def _uses_redis() -> bool:
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     return str(app.conf.broker_url).startswith(("redis://", "rediss://", "redis+socket://"))
 
@@ -93,7 +93,7 @@ def heartbeat(client, ttl: float) -> None:
 
 def restore_orphans(client) -> list[str]:
     """Restore unacked messages whose owning worker incarnation is no longer alive; return their tags."""
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     if not client.set(LOCK_KEY, incarnation(), nx=True, px=int(max(1.0, _settings().unacked_restore_interval_s)
                                                               * 1000)):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from shared.settings import Settings
+from ragline.shared.settings import Settings
 
 DB_NAME = "ragline"
 
@@ -191,9 +191,9 @@ def embedded_stack(settings: Settings) -> Iterator[Settings]:
 
     What tests and benchmarks run on: a private stack in ``settings.home``.
     """
-    from shared import db
-    from shared.celery_app import use_broker
-    from shared.migrate import apply_migrations
+    from ragline.shared import db
+    from ragline.shared.celery_app import use_broker
+    from ragline.shared.migrate import apply_migrations
 
     try:
         start_postgres(settings)

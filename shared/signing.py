@@ -11,7 +11,7 @@ from __future__ import annotations
 from celery import Celery
 from celery.exceptions import ImproperlyConfigured
 
-from shared.settings import Settings
+from ragline.shared.settings import Settings
 
 
 def configure_signing(app: Celery, settings: Settings) -> bool:

@@ -26,9 +26,9 @@ _SAMPLES = {  # one tiny document per parser that imports something heavy
 
 
 def _warm_ingest() -> None:
-    from ingest.chunk import chunk_blocks
-    from ingest.parse import parse_bytes
-    from shared.settings import get_settings
+    from ragline.ingest.chunk import chunk_blocks
+    from ragline.ingest.parse import parse_bytes
+    from ragline.shared.settings import get_settings
 
     s = get_settings()
     for fmt, text in _SAMPLES.items():
@@ -38,7 +38,7 @@ def _warm_ingest() -> None:
 
 
 def _warm_embedder() -> None:
-    from shared.providers import get_embedder
+    from ragline.shared.providers import get_embedder
 
     embedder = get_embedder()  # a local model loads here; API clients are only built (no request)
     warm = getattr(embedder, "warm", None)
@@ -47,14 +47,14 @@ def _warm_embedder() -> None:
 
 
 def _warm_query() -> None:
-    from shared.providers import get_reranker
+    from ragline.shared.providers import get_reranker
 
     _warm_embedder()
     get_reranker()
 
 
 def _warm_db() -> None:
-    from shared import db
+    from ragline.shared import db
 
     with db.connection() as conn:
         conn.execute("SELECT 1")

@@ -26,8 +26,8 @@ DATASETS = REPO.parent / "shared" / "datasets"
 @pytest.fixture(scope="session")
 def stack():
     """Embedded Postgres + Redis, migrated; yields the settings. Stopped at the end of the session."""
-    from shared.services import embedded_stack
-    from shared.settings import get_settings, reset_settings
+    from ragline.shared.services import embedded_stack
+    from ragline.shared.settings import get_settings, reset_settings
 
     reset_settings()
     with embedded_stack(get_settings()) as settings:
@@ -40,7 +40,7 @@ def celery_worker(stack):
     """One in-process Celery worker (threads pool) consuming every queue, like all pools together."""
     from celery.contrib.testing.worker import start_worker
 
-    from shared.celery_app import QUEUES, app
+    from ragline.shared.celery_app import QUEUES, app
 
     app.loader.import_default_modules()
     for name in app.conf.include:
@@ -52,7 +52,7 @@ def celery_worker(stack):
 
 @pytest.fixture()
 def conn(stack):
-    from shared import db
+    from ragline.shared import db
 
     with db.connection() as c:
         yield c
@@ -71,8 +71,8 @@ def use_settings(stack, monkeypatch):
     Sets ``RAGLINE_*`` variables and drops cached settings and provider instances, so the
     in-process worker sees the same values. Everything is restored after the test.
     """
-    from shared import providers
-    from shared.settings import reset_settings
+    from ragline.shared import providers
+    from ragline.shared.settings import reset_settings
 
     def apply(**overrides: object) -> None:
         for key, value in overrides.items():

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psutil
 
-from shared import processes
-from shared.settings import Settings
+from ragline.shared import processes
+from ragline.shared.settings import Settings
 
 
 @dataclass

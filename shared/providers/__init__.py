@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Protocol, runtime_checkable
 
-from shared.settings import Settings, get_settings
+from ragline.shared.settings import Settings, get_settings
 
 
 class ProviderError(RuntimeError):
@@ -33,15 +33,15 @@ _cache: dict[str, object] = {}
 
 def _build_embedder(settings: Settings) -> Embedder:
     if settings.embedder == "local-e5":
-        from shared.providers.local_e5 import LocalE5Embedder
+        from ragline.shared.providers.local_e5 import LocalE5Embedder
 
         return LocalE5Embedder(settings)
     if settings.embedder == "voyage":
-        from shared.providers.voyage import VoyageEmbedder
+        from ragline.shared.providers.voyage import VoyageEmbedder
 
         return VoyageEmbedder(settings)
     if settings.embedder == "ollama":
-        from shared.providers.ollama import OllamaEmbedder
+        from ragline.shared.providers.ollama import OllamaEmbedder
 
         return OllamaEmbedder(settings)
     raise ValueError(f"unknown embedder {settings.embedder!r}")
@@ -64,14 +64,14 @@ def cached(name: str, build):
 
 def get_reranker():
     """The configured reranker, or None for ``reranker=none`` (see ``shared/providers/rerank.py``)."""
-    from shared.providers.rerank import build_reranker
+    from ragline.shared.providers.rerank import build_reranker
 
     return cached("reranker", build_reranker)
 
 
 def get_generator():
     """The configured answer generator, or None for the offline ``extractive`` one."""
-    from shared.providers.generate import build_generator
+    from ragline.shared.providers.generate import build_generator
 
     return cached("generator", build_generator)
 

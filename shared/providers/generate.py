@@ -13,9 +13,9 @@ from typing import Protocol, runtime_checkable
 
 import httpx
 
-from shared import metrics as m
-from shared.providers import ProviderError
-from shared.settings import Settings
+from ragline.shared import metrics as m
+from ragline.shared.providers import ProviderError
+from ragline.shared.settings import Settings
 
 
 @dataclass

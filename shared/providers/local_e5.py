@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from shared.metrics import EMBED_BATCH_LATENCY_MS, EMBED_TEXTS
-from shared.settings import Settings
+from ragline.shared.metrics import EMBED_BATCH_LATENCY_MS, EMBED_TEXTS
+from ragline.shared.settings import Settings
 
 
 class LocalE5Embedder:

@@ -10,12 +10,12 @@ import time
 
 import httpx
 
-from shared.metrics import EMBED_BATCH_LATENCY_MS, EMBED_TEXTS
-from shared.providers import ProviderError
-from shared.providers.batching import plan_batches
-from shared.providers.ratelimit import EmbedAdmission
-from shared.providers.retry import TransientProviderError, call_with_retries, parse_retry_after
-from shared.settings import Settings
+from ragline.shared.metrics import EMBED_BATCH_LATENCY_MS, EMBED_TEXTS
+from ragline.shared.providers import ProviderError
+from ragline.shared.providers.batching import plan_batches
+from ragline.shared.providers.ratelimit import EmbedAdmission
+from ragline.shared.providers.retry import TransientProviderError, call_with_retries, parse_retry_after
+from ragline.shared.settings import Settings
 
 PREFIX = {"document": "search_document: ", "query": "search_query: "}
 

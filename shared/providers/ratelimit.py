@@ -142,7 +142,7 @@ class EmbedAdmission:
 
     @contextmanager
     def admit(self, texts: list[str], batch: bool = True) -> Iterator[None]:
-        from shared.providers.batching import estimate_tokens
+        from ragline.shared.providers.batching import estimate_tokens
 
         self.rates.wait(sum(estimate_tokens(t) for t in texts), self.wait_s)
         if not batch:

@@ -2,15 +2,15 @@
 (sentence-transformers from a local model directory). ``none`` means no reranker.
 
 A reranker returns the provider's raw ``(index, score)`` pairs: they are untrusted input and are
-validated by :func:`query.rerank.validate_ranked`, never used to index directly.
+validated by :func:`ragline.query.rerank.validate_ranked`, never used to index directly.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from shared.providers import ProviderError
-from shared.settings import Settings
+from ragline.shared.providers import ProviderError
+from ragline.shared.settings import Settings
 
 
 @runtime_checkable

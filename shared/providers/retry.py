@@ -15,8 +15,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from shared.metrics import EMBED_429, EMBED_RETRIES
-from shared.providers import ProviderError
+from ragline.shared.metrics import EMBED_429, EMBED_RETRIES
+from ragline.shared.providers import ProviderError
 
 T = TypeVar("T")
 

@@ -9,8 +9,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from shared import db, jobs
-from shared.contracts import TASK_INGEST_DOCUMENT
+from ragline.shared import db, jobs
+from ragline.shared.contracts import TASK_INGEST_DOCUMENT
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "chaos.json"
 

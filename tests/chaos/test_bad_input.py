@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from shared.contracts import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+from ragline.shared.contracts import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 from tests.chaos import bad_inputs, harness
 from tests.loopback import LoopbackServer
 from tests.pools import start_pool, wait_ready
@@ -48,8 +48,8 @@ def _task_resources(log: str) -> dict[str, dict]:
 @pytest.mark.chaos
 @pytest.mark.slow
 def test_bad_documents_on_prefork_pool(stack, voyage, tmp_path, tenant):
-    from shared import db
-    from shared.celery_app import app
+    from ragline.shared import db
+    from ragline.shared.celery_app import app
 
     folder = tmp_path / "bad"
     folder.mkdir()
@@ -104,7 +104,7 @@ def test_bad_documents_on_prefork_pool(stack, voyage, tmp_path, tenant):
 
 def test_malformed_payloads_get_structured_errors(celery_worker, tenant):
     """Runs inside ``make test``: the in-process worker answers every bad payload and keeps going."""
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     rows = []
     for name, payload in bad_inputs.malformed_payloads(tenant).items():
@@ -126,8 +126,8 @@ def test_malformed_payloads_get_structured_errors(celery_worker, tenant):
 
 def test_metacharacters_and_injection_in_queries_and_documents(celery_worker, use_settings, voyage, tenant):
     """Runs inside ``make test``: SQL/LIKE metacharacters and prompt injection go through as data."""
-    from shared import db
-    from shared.celery_app import app
+    from ragline.shared import db
+    from ragline.shared.celery_app import app
 
     use_settings(embedder="voyage", voyage_base_url=voyage.url, voyage_api_key=API_KEY)
     stored = app.send_task(TASK_INGEST_DOCUMENT, args=[{"tenant": tenant, "doc_id": "injection%_'.md", "fmt": "md",

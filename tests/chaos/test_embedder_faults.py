@@ -17,14 +17,14 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 
 def _metric(settings, name: str) -> float:
-    from shared.ops_cli import summarize
+    from ragline.shared.ops_cli import summarize
 
     return sum(r.get("value", 0.0) for r in summarize(settings) if r["pool"] == "ingest" and r["metric"] == name)
 
 
 def test_429_storm_500s_and_hang(stack, tmp_path, tenant):
-    from shared.celery_app import app
-    from shared.metrics_server import metrics_dir, reset_dir
+    from ragline.shared.celery_app import app
+    from ragline.shared.metrics_server import metrics_dir, reset_dir
 
     reset_dir(metrics_dir(stack, "ingest"))
     env_common = {"RAGLINE_EMBEDDER": "voyage", "RAGLINE_VOYAGE_API_KEY": "pa-test", "RAGLINE_EMBED_BATCH_SIZE": "4",

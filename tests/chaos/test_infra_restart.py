@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from shared.contracts import TASK_QUERY_RETRIEVE
+from ragline.shared.contracts import TASK_QUERY_RETRIEVE
 from tests.chaos import harness
 from tests.loopback import Faults, LoopbackServer
 from tests.pools import start_pool, wait_ready
@@ -24,7 +24,7 @@ def _env(srv) -> dict[str, str]:
 
 
 def _done_count(job: str) -> int:
-    from shared import db
+    from ragline.shared import db
 
     with db.connection() as c:
         return c.execute("SELECT count(*) AS n FROM job_documents WHERE job_id = %s"
@@ -50,8 +50,8 @@ def _retries_in(log: str) -> int:
 
 
 def test_postgres_restart_during_ingestion(stack, tmp_path, tenant):
-    from shared import db, services
-    from shared.celery_app import app
+    from ragline.shared import db, services
+    from ragline.shared.celery_app import app
 
     files = harness.make_corpus(tmp_path / "pg", docs=8, sections=4, prefix=f"pg-{tenant}")
     with LoopbackServer(faults=Faults(latency_s=0.25)) as srv:
@@ -88,8 +88,8 @@ def test_postgres_restart_during_ingestion(stack, tmp_path, tenant):
 
 
 def test_redis_restart_during_ingestion(stack, tmp_path, tenant):
-    from shared import services
-    from shared.celery_app import app
+    from ragline.shared import services
+    from ragline.shared.celery_app import app
 
     files = harness.make_corpus(tmp_path / "rd", docs=8, sections=4, prefix=f"rd-{tenant}")
     with LoopbackServer(faults=Faults(latency_s=0.25)) as srv:
@@ -126,8 +126,8 @@ def test_redis_restart_during_ingestion(stack, tmp_path, tenant):
 def test_redis_restart_during_queries(stack, tenant):
     """Queries keep being sent while Redis restarts: every query the client managed to send is answered;
     sends during the outage fail loudly at the client (nothing silently lost)."""
-    from shared import services
-    from shared.celery_app import app
+    from ragline.shared import services
+    from ragline.shared.celery_app import app
 
     pool = start_pool(stack, "query", concurrency=2)
     sent, send_errors, answered, lost = [], [], [], []

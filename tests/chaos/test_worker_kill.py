@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 @pytest.fixture()
 def e5_settings(stack, monkeypatch):
-    from shared.settings import get_settings, reset_settings
+    from ragline.shared.settings import get_settings, reset_settings
 
     monkeypatch.setenv("RAGLINE_EMBEDDER", "local-e5")
     monkeypatch.setenv("RAGLINE_EMBED_BATCH_SIZE", "8")  # several batches per document: a kill lands mid-batch
@@ -75,7 +75,7 @@ def _wait_embedding(pid: int, timeout: float = 120) -> None:
 
 
 def test_sigkill_prefork_child_and_whole_worker_mid_batch(e5_settings, tmp_path, tenant):
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     s = e5_settings
     files = harness.make_corpus(tmp_path / "c", docs=3, sections=6, prefix=f"child-{tenant}")

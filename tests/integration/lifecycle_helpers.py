@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ingest import store
-from shared import db, jobs
+from ragline.ingest import store
+from ragline.shared import db, jobs
 from tests.loopback import hashed_embedding
 
 MODEL = "hashed-trigram"

@@ -1,4 +1,4 @@
-"""Store small documents for query tests straight through ``ingest.store`` (the real upsert), with
+"""Store small documents for query tests straight through ``ragline.ingest.store`` (the real upsert), with
 hashed-trigram vectors from ``tests/loopback.py``, so retrieval tests need no embedding model."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import hashlib
 
 import numpy as np
 
-from ingest import store
+from ragline.ingest import store
 from tests.loopback import hashed_embedding
 
 

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from ingest.acl_sync import apply_acl_sync
-from shared.contracts import TASK_ACL_SYNC, AclSyncItem, AskRequest, SearchRequest
+from ragline.ingest.acl_sync import apply_acl_sync
+from ragline.shared.contracts import TASK_ACL_SYNC, AclSyncItem, AskRequest, SearchRequest
 from tests.integration.lifecycle_helpers import acl_of, bulk_documents, put_document
 from tests.loopback import LoopbackServer, hashed_embedding
 
@@ -22,7 +22,7 @@ TENANTS = ("acl-prop-a", "acl-prop-b")
 
 
 def _search(tenant, groups, query, mode="hybrid", k=20):
-    from query.service import search
+    from ragline.query.service import search
 
     qv = hashed_embedding(query, 384) if mode != "lexical" else None
     return search(SearchRequest(query=query, tenant=tenant, groups=groups, k=k, mode=mode, query_vector=qv)).hits
@@ -89,7 +89,7 @@ def test_property_no_search_or_ask_leaks(corpus, loop_embedder, tenant, groups, 
     if mode == "vector":  # vector search returns everything visible up to k: nothing missing either
         assert len(hits) == min(20, 2 * len(_visible(corpus, tenant, groups)))
     # exact lookup by doc id / path: ids of both tenants exist, only visible ones of the caller come back
-    from query.service import ask, search
+    from ragline.query.service import ask, search
 
     asked = [f"doc-{i}" for i in range(12)]
     exact = search(SearchRequest(tenant=tenant, groups=groups, mode="exact", doc_ids=asked, k=200)).hits
@@ -107,7 +107,7 @@ def test_property_no_search_or_ask_leaks(corpus, loop_embedder, tenant, groups, 
 
 def test_rerank_input_holds_only_visible_chunks(corpus, use_settings):
     """What the reranker receives is checked on the (loopback Voyage) server side."""
-    from query.service import ask, search
+    from ragline.query.service import ask, search
 
     with LoopbackServer() as srv:
         use_settings(reranker="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
@@ -125,7 +125,7 @@ def test_rerank_input_holds_only_visible_chunks(corpus, use_settings):
 
 
 def test_empty_or_blank_groups_return_nothing(corpus):
-    from query.service import ask, search
+    from ragline.query.service import ask, search
 
     for mode in ("hybrid", "vector", "lexical"):
         req = SearchRequest(query="очередь", tenant=TENANTS[0], groups=[], mode=mode,
@@ -208,7 +208,7 @@ def test_path_prefix_sync_with_like_metacharacters(conn, tenant):
 def test_acl_sync_task_through_the_acl_queue(celery_worker, conn, tenant):
     from prometheus_client import REGISTRY
 
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     def lag_count():
         return REGISTRY.get_sample_value("rag_acl_sync_lag_seconds_count") or 0.0
@@ -234,7 +234,7 @@ def test_sync_10k_documents_sends_nothing_to_the_embedder(celery_worker, conn, t
 
     from typer.testing import CliRunner
 
-    from shared.cli import app as cli
+    from ragline.shared.cli import app as cli
 
     bulk_documents(conn, tenant, 10_000, ["before"])
     with LoopbackServer() as srv:
@@ -264,8 +264,8 @@ def test_sync_racing_an_ingest_in_flight_reaches_every_new_chunk(conn, tenant):
 
     import numpy as np
 
-    from ingest import store
-    from shared import db
+    from ragline.ingest import store
+    from ragline.shared import db
 
     put_document(tenant, "race", ["один"], acl=["old"], version=1)
     results: list = []

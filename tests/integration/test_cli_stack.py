@@ -11,9 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from shared.services import free_port
+from ragline.shared.services import free_port
 
-RAGLINE = [sys.executable, "-m", "shared.cli"]
+RAGLINE = [sys.executable, "-m", "ragline.shared.cli"]
 
 
 def _free_port_run(n: int) -> int:

@@ -134,7 +134,7 @@ KEDA_SCALED_OBJECT = {  # the fields KEDA's CRD requires for a redis list-length
 def test_keda_scales_each_pool_on_its_queue_length():
     import jsonschema
 
-    from shared.celery_app import POOLS
+    from ragline.shared.celery_app import POOLS
 
     scaled = [d for _, d in _manifests() if d["kind"] == "ScaledObject"]
     deployments = {d["metadata"]["name"] for _, d in _manifests() if d["kind"] == "Deployment"}

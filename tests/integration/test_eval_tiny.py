@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from shared import db
+from ragline.shared import db
 from tests.integration.query_corpus import store_docs
 from tests.loopback import LoopbackServer
 
-RAGLINE = [sys.executable, "-m", "shared.cli"]
+RAGLINE = [sys.executable, "-m", "ragline.shared.cli"]
 REPO = Path(__file__).resolve().parents[2]
 
 CORPUS = [

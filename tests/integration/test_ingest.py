@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ingest.pipeline import ingest_batch, ingest_document
-from shared import db, jobs
-from shared.contracts import IngestRequest
+from ragline.ingest.pipeline import ingest_batch, ingest_document
+from ragline.shared import db, jobs
+from ragline.shared.contracts import IngestRequest
 from tests.loopback import LoopbackServer
 
 
@@ -165,7 +165,7 @@ def _make_encrypted_pdf(tmp: Path) -> Path:
 
 
 def test_bad_input_fails_alone_and_nothing_is_half_written(celery_worker, voyage, tenant, tmp_path):
-    from ingest.enqueue import collect_files, enqueue_files
+    from ragline.ingest.enqueue import collect_files, enqueue_files
 
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -215,7 +215,7 @@ def test_failed_reingest_keeps_the_good_version(voyage, tenant):
 
 
 def test_provider_outage_retries_the_task_then_records_embed_errors(celery_worker, use_settings, tenant, tmp_path):
-    from ingest.enqueue import collect_files, enqueue_files
+    from ragline.ingest.enqueue import collect_files, enqueue_files
     from tests.loopback import Faults
 
     (tmp_path / "a.md").write_text("# А\n\n" + section("А", 3), encoding="utf-8")
@@ -232,7 +232,7 @@ def test_provider_outage_retries_the_task_then_records_embed_errors(celery_worke
 
 
 def test_ingest_batches_are_bounded_by_documents_and_bytes():
-    from ingest.enqueue import plan_batches
+    from ragline.ingest.enqueue import plan_batches
 
     groups = plan_batches([10, 10, 10, 500, 10, 10, 10, 10, 10], max_docs=3, max_bytes=100)
     assert [list(g) for g in groups] == [[0, 1, 2], [3], [4, 5, 6], [7, 8]]
@@ -243,9 +243,9 @@ def test_allowed_roots_confine_local_reads(stack, use_settings, tmp_path):
     """With ingest_allowed_roots set, a payload naming a file elsewhere fails with a clear error."""
     import json
 
-    from ingest.load import load
-    from ingest.parse import ParseError
-    from shared.contracts import IngestRequest
+    from ragline.ingest.load import load
+    from ragline.ingest.parse import ParseError
+    from ragline.shared.contracts import IngestRequest
 
     inside = tmp_path / "kb"
     inside.mkdir()

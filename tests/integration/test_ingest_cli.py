@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from shared import db
+from ragline.shared import db
 from tests.conftest import REPO
 from tests.integration.test_ingest import section
 from tests.loopback import LoopbackServer
@@ -17,7 +17,7 @@ KEYS = {"documents", "chunks", "embedded", "skipped_unchanged", "failed", "error
 
 
 def _ingest(*args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "shared.cli", "ingest", *args, "--wait", "--json"], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "ragline.shared.cli", "ingest", *args, "--wait", "--json"], cwd=REPO,
                          env=os.environ.copy(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)

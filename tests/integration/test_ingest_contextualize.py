@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.pipeline import ingest_document
-from shared import db
-from shared.metrics import CONTEXTUALIZE_FALLBACK
+from ragline.ingest.pipeline import ingest_document
+from ragline.shared import db
+from ragline.shared.metrics import CONTEXTUALIZE_FALLBACK
 from tests.integration.test_ingest import doc, section
 from tests.loopback import Faults, LoopbackServer
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared import db
+from ragline.shared import db
 from tests.conftest import DATASETS
 from tests.integration.test_ingest import chunk_rows, wait_job
 from tests.loopback import LoopbackServer
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not RU_DOCS.is_dir(), reason=
 
 
 def test_ru_docs_twice_identical_rows_and_nothing_embedded_again(celery_worker, use_settings, tenant):
-    from ingest.enqueue import collect_files, enqueue_files
+    from ragline.ingest.enqueue import collect_files, enqueue_files
 
     files = [(p, d) for p, d in collect_files([RU_DOCS]) if p.name != "README.md"]
     assert len(files) == 137

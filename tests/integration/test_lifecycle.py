@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
-from ingest.events import handle_event
-from shared import jobs
-from shared.contracts import TASK_INGEST_EVENT, IngestEvent
+from ragline.ingest.events import handle_event
+from ragline.shared import jobs
+from ragline.shared.contracts import TASK_INGEST_EVENT, IngestEvent
 from tests.integration.lifecycle_helpers import put_document
 
 
@@ -27,7 +27,7 @@ def _doc(conn, tenant, doc_id) -> dict | None:
 
 
 def test_delete_event_removes_every_chunk(celery_worker, conn, tenant):
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     put_document(tenant, "big", [f"абзац {i} о бюджете" for i in range(30)], acl=["g"], version=3)
     put_document(tenant, "other", ["соседний документ"], acl=["g"], version=1)
@@ -39,8 +39,8 @@ def test_delete_event_removes_every_chunk(celery_worker, conn, tenant):
     assert _chunks(conn, tenant, "big") == 0
     assert _doc(conn, tenant, "big")["status"] == "deleted"
     assert _chunks(conn, tenant, "other") == 1  # nothing else touched
-    from query.service import search
-    from shared.contracts import SearchRequest
+    from ragline.query.service import search
+    from ragline.shared.contracts import SearchRequest
 
     hits = search(SearchRequest(query="бюджете", tenant=tenant, groups=["g"], mode="lexical")).hits
     assert "big" not in {h.doc_id for h in hits}
@@ -90,7 +90,7 @@ def test_delete_before_the_document_exists_blocks_the_older_upsert(conn, tenant)
 
 _HEARTBEATER = """
 import sys, time
-from shared import db, jobs
+from ragline.shared import db, jobs
 with db.connection() as conn:
     job = jobs.create_job(conn, "reembed", sys.argv[1], [], {})
 print(job, flush=True)
@@ -103,8 +103,8 @@ while True:
 
 def test_killed_job_is_detected_as_stuck(celery_worker, conn, tenant):
     """A real process runs a job and heartbeats; it is killed with SIGKILL; the beat task marks the job."""
-    from shared.celery_app import app
-    from shared.contracts import TASK_STUCK_JOBS
+    from ragline.shared.celery_app import app
+    from ragline.shared.contracts import TASK_STUCK_JOBS
 
     env = {**os.environ}
     proc = subprocess.Popen([sys.executable, "-c", _HEARTBEATER, tenant], stdout=subprocess.PIPE, text=True, env=env,
@@ -131,8 +131,8 @@ def test_killed_job_is_detected_as_stuck(celery_worker, conn, tenant):
 def test_cancel_stops_heartbeats_and_status_shows_jobs_queues_errors(conn, tenant):
     from typer.testing import CliRunner
 
-    from ingest import store
-    from shared.cli import app as cli
+    from ragline.ingest import store
+    from ragline.shared.cli import app as cli
 
     job_id = jobs.create_job(conn, "ingest", tenant, ["a", "b"], {})
     store.mark_failed(conn, tenant, "broken.md", "/nowhere/broken.md", "parse", "parse: bad table", job_id)
@@ -167,8 +167,8 @@ def test_stuck_job_that_progresses_after_all_runs_again(conn, tenant):
 
 
 def test_documents_of_a_cancelled_job_are_skipped(celery_worker, conn, tenant):
-    from shared.celery_app import app
-    from shared.contracts import TASK_INGEST_DOCUMENT
+    from ragline.shared.celery_app import app
+    from ragline.shared.contracts import TASK_INGEST_DOCUMENT
 
     job_id = jobs.create_job(conn, "ingest", tenant, ["x.md"], {})
     assert jobs.cancel_job(conn, job_id)
@@ -180,8 +180,8 @@ def test_documents_of_a_cancelled_job_are_skipped(celery_worker, conn, tenant):
 
 
 def test_purge_removes_old_tombstones_and_finished_jobs_only(celery_worker, conn, tenant):
-    from shared.celery_app import app
-    from shared.contracts import TASK_PURGE
+    from ragline.shared.celery_app import app
+    from ragline.shared.contracts import TASK_PURGE
 
     for doc_id in ("old-deleted", "fresh-deleted", "old-live"):
         put_document(tenant, doc_id, [f"текст {doc_id}"], acl=["g"], version=1)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from shared import db
-from shared.contracts import TASK_INGEST_EVENT, TASK_INGEST_REEMBED, SearchRequest
+from ragline.shared import db
+from ragline.shared.contracts import TASK_INGEST_EVENT, TASK_INGEST_REEMBED, SearchRequest
 from tests.integration.lifecycle_helpers import wait_job
 from tests.loopback import LoopbackServer
 
@@ -58,7 +58,7 @@ def _count(tenant: str, sql_where: str = "true", *args) -> int:
 
 
 def _reindex(name: str) -> dict:
-    from shared.maintenance_tasks import run_reindex
+    from ragline.shared.maintenance_tasks import run_reindex
 
     out = run_reindex([name])
     if out["job_id"]:
@@ -99,14 +99,14 @@ def test_folder_reindex_lifecycle(celery_worker, voyage, loopback, tenant, tmp_p
 
     # a file removed from the folder is gone after the reindex (CLI, --wait --json)
     (root / "sub" / "gamma.md").unlink()
-    from shared.cli import app as cli
+    from ragline.shared.cli import app as cli
 
     run = CliRunner().invoke(cli, ["reindex", "--source", name, "--wait", "--json"])
     assert run.exit_code == 0, run.output
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out["pruned"] == 1 and out["state"] == "succeeded"
     assert _count(tenant, "doc_id = %s", f"{name}/sub/gamma.md") == 0
-    from query.service import search
+    from ragline.query.service import search
 
     hits = search(SearchRequest(query="переиндексации расписанию", tenant=tenant, groups=["staff"], mode="lexical")).hits
     assert f"{name}/sub/gamma.md" not in {h.doc_id for h in hits}
@@ -122,8 +122,8 @@ def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(celery_
                                                                         tmp_path):
     """Ten new one-chunk files on two ingest processes: two batch tasks, so two embedding requests
     (one per document before) and every document stored once."""
-    from ingest.reindex import reindex
-    from shared.celery_app import app
+    from ragline.ingest.reindex import reindex
+    from ragline.shared.celery_app import app
 
     root = tmp_path / "many"
     root.mkdir()
@@ -133,8 +133,8 @@ def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(celery_
     name = f"{tenant}-many"
     voyage(embed_model="voyage-batches", ingest_concurrency=2, sources=json.dumps([
         {"name": name, "kind": "folder", "tenant": tenant, "acl": ["staff"], "path": str(root), "glob": "*.md"}]))
-    from ingest.sources import configured_sources
-    from shared.settings import get_settings
+    from ragline.ingest.sources import configured_sources
+    from ragline.shared.settings import get_settings
 
     sent: list[tuple[str, dict]] = []
 
@@ -153,8 +153,8 @@ def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(celery_
 
 
 def test_model_switch_reembeds_every_chunk_exactly_once(celery_worker, voyage, loopback, tenant, tmp_path):
-    from ingest.pipeline import ingest_document
-    from shared.contracts import IngestRequest
+    from ragline.ingest.pipeline import ingest_document
+    from ragline.shared.contracts import IngestRequest
 
     voyage(embed_model="model-a")
     for i in range(6):
@@ -167,7 +167,7 @@ def test_model_switch_reembeds_every_chunk_exactly_once(celery_worker, voyage, l
 
     voyage(embed_model="model-b", reembed_batch_size=4)  # several batches
     loopback.reset_stats()
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     out = app.send_task(TASK_INGEST_REEMBED, args=[{"tenant": tenant}]).get(timeout=120)
     assert out["state"] == "succeeded" and out["chunks"] == total
@@ -188,7 +188,7 @@ def test_model_switch_reembeds_every_chunk_exactly_once(celery_worker, voyage, l
 
 
 def test_upsert_and_delete_events_through_workers(celery_worker, voyage, tenant, tmp_path):
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     voyage(embed_model="voyage-events")
     f = tmp_path / "note.md"
@@ -257,12 +257,12 @@ def test_url_list_source_reindex(celery_worker, voyage, loopback, tenant):
 
 
 def test_errors_and_retry_failed(celery_worker, voyage, tenant, tmp_path):
-    from shared.celery_app import app
-    from shared.cli import app as cli
+    from ragline.shared.celery_app import app
+    from ragline.shared.cli import app as cli
 
     voyage(embed_model="voyage-retry")
     missing = tmp_path / "late.md"
-    from shared.contracts import TASK_INGEST_DOCUMENT
+    from ragline.shared.contracts import TASK_INGEST_DOCUMENT
 
     res = app.send_task(TASK_INGEST_DOCUMENT, args=[{"tenant": tenant, "doc_id": "late.md", "uri": str(missing),
                                                      "acl": ["g"], "version": 1}]).get(timeout=60)

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from shared.contracts import TASK_QUERY_RETRIEVE
+from ragline.shared.contracts import TASK_QUERY_RETRIEVE
 from tests.pools import listen_addresses, start_pool, wait_port, wait_ready
 
 pytestmark = pytest.mark.slow
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture()
 def ops_settings(stack, monkeypatch):
-    from shared.services import free_port
-    from shared.settings import get_settings, reset_settings
+    from ragline.shared.services import free_port
+    from ragline.shared.settings import get_settings, reset_settings
 
     monkeypatch.setenv("RAGLINE_METRICS_PORT", str(free_port()))
     monkeypatch.setenv("RAGLINE_FLOWER_PORT", str(free_port()))
@@ -35,9 +35,9 @@ def _scrape(url: str, auth: tuple[str, str] | None) -> httpx.Response:
 
 
 def test_query_pool_metrics_served_with_auth_and_snapshot(ops_settings, tenant):
-    from shared.celery_app import app
-    from shared.metrics_server import metrics_dir, metrics_port, reset_dir
-    from shared.ops_cli import summarize
+    from ragline.shared.celery_app import app
+    from ragline.shared.metrics_server import metrics_dir, metrics_port, reset_dir
+    from ragline.shared.ops_cli import summarize
 
     s = ops_settings
     reset_dir(metrics_dir(s, "query"))
@@ -70,7 +70,7 @@ def test_query_pool_metrics_served_with_auth_and_snapshot(ops_settings, tenant):
 
         from typer.testing import CliRunner
 
-        from shared.cli import app as cli
+        from ragline.shared.cli import app as cli
 
         out = CliRunner().invoke(cli, ["metrics", "--json"])
         assert out.exit_code == 0, out.output

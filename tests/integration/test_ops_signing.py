@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 PRODUCER = """
 import json, sys
-from shared.celery_app import app
-from shared.contracts import TASK_QUERY_RETRIEVE
+from ragline.shared.celery_app import app
+from ragline.shared.contracts import TASK_QUERY_RETRIEVE
 queue, tenant, wait = sys.argv[1], sys.argv[2], float(sys.argv[3])
 r = app.send_task(TASK_QUERY_RETRIEVE, args=[{"query": "подпись", "tenant": tenant, "groups": ["g"],
                                                "mode": "lexical"}], queue=queue)
@@ -54,8 +54,8 @@ def _self_signed(folder: Path, name: str) -> tuple[Path, Path]:
 
 
 def _produce(env: dict, queue: str, tenant: str, wait: float) -> dict:
-    from shared.processes import child_env
-    from shared.settings import get_settings
+    from ragline.shared.processes import child_env
+    from ragline.shared.settings import get_settings
 
     full = {**child_env(get_settings()), **env}
     out = subprocess.run([sys.executable, "-c", PRODUCER, queue, tenant, str(wait)], env=full, capture_output=True,
@@ -65,7 +65,7 @@ def _produce(env: dict, queue: str, tenant: str, wait: float) -> dict:
 
 
 def test_signed_worker_accepts_signed_and_refuses_unsigned_or_foreign(stack, tmp_path, tenant):
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     store = tmp_path / "certs"
     store.mkdir()

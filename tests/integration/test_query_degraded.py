@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from query import service
-from shared import metrics as m
-from shared.contracts import SearchRequest
+from ragline.query import service
+from ragline.shared import metrics as m
+from ragline.shared.contracts import SearchRequest
 from tests.integration.query_corpus import store_docs
 from tests.loopback import Faults, LoopbackServer
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from query import service
-from shared import metrics as m
-from shared.contracts import TASK_QUERY_RERANK, SearchRequest
+from ragline.query import service
+from ragline.shared import metrics as m
+from ragline.shared.contracts import TASK_QUERY_RERANK, SearchRequest
 from tests.integration.query_corpus import store_docs, vec
 from tests.loopback import Faults, LoopbackServer
 
@@ -109,7 +109,7 @@ def test_missing_optional_cross_encoder_degrades_with_a_clear_reason(corpus, use
 
 
 def test_rerank_task_contract(celery_worker, corpus, use_settings):
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     hits = service.search(request(corpus, k=4, rerank=False)).hits
     with LoopbackServer() as srv:

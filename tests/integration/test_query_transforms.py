@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from query import service
-from query.prompt import HYDE_PROMPT, MULTI_QUERY_PROMPT, REWRITE_PROMPT
-from shared.contracts import AskRequest
+from ragline.query import service
+from ragline.query.prompt import HYDE_PROMPT, MULTI_QUERY_PROMPT, REWRITE_PROMPT
+from ragline.shared.contracts import AskRequest
 from tests.integration.query_corpus import store_docs
 from tests.loopback import LoopbackServer
 

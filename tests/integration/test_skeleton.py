@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared import jobs
-from shared.contracts import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+from ragline.shared import jobs
+from ragline.shared.contracts import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 
 DOCS = {
     "queues.md": "# Очереди\n\nragline использует очереди ingest и query. Пул запросов работает отдельно "
@@ -33,8 +33,8 @@ def docs_dir(tmp_path: Path) -> Path:
 
 
 def test_ingest_folder_and_ask_with_citations(celery_worker, docs_dir, tenant):
-    from ingest.enqueue import collect_files, enqueue_files
-    from shared.celery_app import app
+    from ragline.ingest.enqueue import collect_files, enqueue_files
+    from ragline.shared.celery_app import app
 
     job = enqueue_files(collect_files([docs_dir]), tenant=tenant, acl=["staff"])
     summary = _wait_job(job)
@@ -59,8 +59,8 @@ def test_ingest_folder_and_ask_with_citations(celery_worker, docs_dir, tenant):
 
 
 def test_search_through_query_queue_is_tenant_scoped(celery_worker, docs_dir, tenant):
-    from ingest.enqueue import collect_files, enqueue_files
-    from shared.celery_app import app
+    from ragline.ingest.enqueue import collect_files, enqueue_files
+    from ragline.shared.celery_app import app
 
     _wait_job(enqueue_files(collect_files([docs_dir]), tenant=tenant, acl=["g"]))
     mine = app.send_task(TASK_QUERY_RETRIEVE, args=[{"query": "ACL filters", "tenant": tenant,
@@ -72,7 +72,7 @@ def test_search_through_query_queue_is_tenant_scoped(celery_worker, docs_dir, te
 
 
 def test_malformed_payload_gets_structured_error(celery_worker):
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     res = app.send_task(TASK_INGEST_DOCUMENT, args=[{"tenant": 5}]).get(timeout=30)
     assert res["ok"] is False and res["error"] == "invalid payload"

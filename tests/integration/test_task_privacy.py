@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from celery import signals
 
-from ingest.pipeline import ingest_document
-from shared.contracts import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE, IngestRequest, payload_summary
+from ragline.ingest.pipeline import ingest_document
+from ragline.shared.contracts import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE, IngestRequest, payload_summary
 from tests.pools import start_pool, wait_ready
 
 SECRET_TEXT = "Пароль от сейфа хранится у бухгалтера Зинаиды Кузьминичны"
@@ -28,7 +28,7 @@ def test_payload_summary_keeps_ids_and_drops_text():
 
 
 def test_messages_events_and_logs_hold_no_question_or_content(stack, tenant):
-    from shared.celery_app import app
+    from ragline.shared.celery_app import app
 
     stored = ingest_document(IngestRequest(tenant=tenant, doc_id="safe.md", fmt="md", acl=["hr"], version=1,
                                            content=f"# Сейф\n\n{SECRET_TEXT}. Ключ от сейфа лежит в столе.\n"))

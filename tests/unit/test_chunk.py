@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.chunk import _units, chunk_blocks, pack_section, split_sentences
-from ingest.parse import Block
+from ragline.ingest.chunk import _units, chunk_blocks, pack_section, split_sentences
+from ragline.ingest.parse import Block
 
 
 def test_abbreviations_versions_and_decimals_are_not_split():
@@ -113,7 +113,7 @@ def test_packing_properties(bs, max_chars, ratio):
 
 
 def chunk_text(chunk):
-    from ingest.chunk import _join
+    from ragline.ingest.chunk import _join
 
     return _join(chunk)
 

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from shared.config_cli import BEGIN, END, effective, reference_markdown
-from shared.settings import Settings
+from ragline.shared.config_cli import BEGIN, END, effective, reference_markdown
+from ragline.shared.settings import Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

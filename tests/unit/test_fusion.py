@@ -1,4 +1,4 @@
-from query.fusion import rrf
+from ragline.query.fusion import rrf
 
 
 def test_rrf_sums_reciprocal_ranks_with_k():
@@ -27,8 +27,8 @@ def _row(doc: str, n: int = 0, **kw) -> dict:
 
 
 def test_fuse_scores_rows_then_builds_only_the_kept_hits():
-    from query.retrieve import fuse
-    from shared.settings import Settings
+    from ragline.query.retrieve import fuse
+    from ragline.shared.settings import Settings
 
     s = Settings(rrf_weight_vector=1.0, rrf_weight_lexical=1.0)
     vector = [_row("a", distance=0.1), _row("b", distance=0.2), _row("t", distance=0.3, test_penalty=1.0)]

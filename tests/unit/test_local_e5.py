@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.providers.local_e5 import LocalE5Embedder
-from shared.settings import Settings
+from ragline.shared.providers.local_e5 import LocalE5Embedder
+from ragline.shared.settings import Settings
 
 
 def test_groups_keep_input_order() -> None:

@@ -8,8 +8,8 @@ import zlib
 
 import pytest
 
-from ingest.chunk import chunk_blocks
-from ingest.parse import ParseError, clean_markdown, parse_bytes
+from ragline.ingest.chunk import chunk_blocks
+from ragline.ingest.parse import ParseError, clean_markdown, parse_bytes
 from tests.conftest import REPO
 
 
@@ -175,8 +175,8 @@ def test_bad_input_is_a_readable_parse_error(data, fmt, message):
 
 
 def test_unknown_extension_is_rejected_at_load(tmp_path):
-    from ingest.load import load
-    from shared.contracts import IngestRequest
+    from ragline.ingest.load import load
+    from ragline.shared.contracts import IngestRequest
 
     f = tmp_path / "data.xyz"
     f.write_bytes(b"whatever")
@@ -192,7 +192,7 @@ def deny(*a, **k):
     raise OSError("network disabled in this test")
 socket.socket.connect = deny
 socket.create_connection = deny
-from ingest.parse import parse_bytes
+from ragline.ingest.parse import parse_bytes
 doc = parse_bytes("Первое предложение о системе. Второе предложение о ней.\n\nЕщё абзац текста здесь.".encode(), "text")
 md = parse_bytes("# Заголовок\n\nТекст раздела о чём-то важном.".encode(), "md")
 from unstructured.nlp import tokenize
@@ -206,7 +206,7 @@ print(nlp.lang, ",".join(nlp.pipe_names), "Ещё абзац" in doc.text, md.bl
 
 def test_one_line_text_document_is_content_not_nothing():
     """A single short line (which unstructured classifies as a Title) still yields a block."""
-    from ingest.parse import parse_bytes
+    from ragline.ingest.parse import parse_bytes
 
     line = "Азербайджан можно поделить на 10 крупных экономических районов:"
     doc = parse_bytes(line.encode(), "text", default_title="p0206")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.chunk import chunk_blocks
-from ingest.enqueue import collect_files
-from ingest.parse import parse_file
+from ragline.ingest.chunk import chunk_blocks
+from ragline.ingest.enqueue import collect_files
+from ragline.ingest.parse import parse_file
 from tests.conftest import DATASETS
 
 RU_DOCS = DATASETS / "ru-docs"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared import processes
-from shared.settings import Settings
+from ragline.shared import processes
+from ragline.shared.settings import Settings
 
 
 def _settings(tmp_path: Path, **kw) -> Settings:

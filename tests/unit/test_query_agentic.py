@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from query.agentic import Budget, CoveragePlanner, Decision, agentic_loop, parse_decision
-from shared.contracts import Hit
+from ragline.query.agentic import Budget, CoveragePlanner, Decision, agentic_loop, parse_decision
+from ragline.shared.contracts import Hit
 
 
 class Corpus:

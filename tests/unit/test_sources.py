@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ingest.parse import ParseError
-from ingest.reindex import namespaced, plan
-from ingest.sources import (
+from ragline.ingest.parse import ParseError
+from ragline.ingest.reindex import namespaced, plan
+from ragline.ingest.sources import (
     FolderSource,
     Listed,
     Listing,
