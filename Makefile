@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DOCS ?= docs
 PIP_FLAGS ?= --disable-pip-version-check -q
+PY_DIRS := ragline ingest query shared tests bench examples
 
 .PHONY: run test up down lint bench chaos clean install
 
@@ -34,7 +35,8 @@ down: $(STAMP)
 	$(BIN)/ragline down
 
 lint: $(STAMP)
-	$(BIN)/ruff check ragline ingest query shared tests bench examples
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
 
 ## benchmarks on a private embedded stack -> bench/results/<name>.json + .png; one of them: make bench ONLY=c
 bench: $(STAMP)

@@ -34,10 +34,12 @@ def send_documents(tenant: str, texts: list[str], per_task: int, acl: list[str] 
     from ragline.shared.celery_app import app
     from ragline.shared.contracts import TASK_INGEST_BATCH
 
-    docs = [{"tenant": tenant, "doc_id": f"doc-{i}", "content": text, "fmt": "text", "acl": acl, "version": 1}
-            for i, text in enumerate(texts)]
+    docs = [
+        {"tenant": tenant, "doc_id": f"doc-{i}", "content": text, "fmt": "text", "acl": acl, "version": 1}
+        for i, text in enumerate(texts)
+    ]
     for i in range(0, len(docs), per_task):
-        app.send_task(TASK_INGEST_BATCH, args=[{"documents": docs[i: i + per_task]}])
+        app.send_task(TASK_INGEST_BATCH, args=[{"documents": docs[i : i + per_task]}])
 
 
 def _ingest(tenant: str, texts: list[str], per_task: int) -> float:
@@ -57,7 +59,8 @@ def _acl_state(tenant: str) -> dict:
             "SELECT (SELECT count(*) FROM documents WHERE tenant = %(t)s AND acl = %(acl)s) AS documents,"
             " (SELECT count(*) FROM chunks WHERE tenant = %(t)s AND acl = %(acl)s) AS chunks,"
             " (SELECT count(*) FROM chunks WHERE tenant = %(t)s) AS chunks_total",
-            {"t": tenant, "acl": NEW_ACL}).fetchone()
+            {"t": tenant, "acl": NEW_ACL},
+        ).fetchone()
 
 
 def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
@@ -71,17 +74,27 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
     texts = common.passages(n_docs, f"Документ {run_id}-")
     with db.connection() as c:
         desc = common.machine(c)
-    with LoopbackServer() as srv, common.settings_env(embedder="voyage", voyage_base_url=srv.url,
-                                                      voyage_api_key="bench-key", embed_rpm=0, embed_tpm=0):
+    with (
+        LoopbackServer() as srv,
+        common.settings_env(
+            embedder="voyage", voyage_base_url=srv.url, voyage_api_key="bench-key", embed_rpm=0, embed_tpm=0
+        ),
+    ):
         from ragline.shared.settings import get_settings
 
         settings = get_settings()
-        ready = {"ingest": (TASK_INGEST_DOCUMENT, {}), "control": (TASK_ACL_SYNC, {})}  # invalid: answered at once
+        ready = {
+            "ingest": (TASK_INGEST_DOCUMENT, {}),
+            "control": (TASK_ACL_SYNC, {}),
+        }  # invalid: answered at once
         with common.prefork_pools(ready):
             srv.reset_stats()
             common.checkpoint()
             ingest_s = _ingest(tenant, texts, settings.ingest_batch_docs)
-            ingest_requests, ingest_texts = srv.stats.by_path.get("/v1/embeddings", 0), srv.stats.texts_embedded
+            ingest_requests, ingest_texts = (
+                srv.stats.by_path.get("/v1/embeddings", 0),
+                srv.stats.texts_embedded,
+            )
             chunks = _acl_state(tenant)["chunks_total"]
 
             srv.reset_stats()
@@ -89,18 +102,22 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
             batch = settings.acl_sync_batch_size
             # three syncs (to another ACL and back, newer versions each time); the median is the result
             for version, acl in enumerate((NEW_ACL, OLD_ACL, NEW_ACL), start=1):
-                items = [{"tenant": tenant, "doc_id": f"doc-{i}", "acl": acl, "version": version}
-                         for i in range(n_docs)]
+                items = [
+                    {"tenant": tenant, "doc_id": f"doc-{i}", "acl": acl, "version": version}
+                    for i in range(n_docs)
+                ]
                 common.checkpoint()
                 t = time.perf_counter()
-                res = send_acl_batches([items[i: i + batch] for i in range(0, n_docs, batch)], timeout=3600)
+                res = send_acl_batches([items[i : i + batch] for i in range(0, n_docs, batch)], timeout=3600)
                 sync_runs.append(time.perf_counter() - t)
                 if res.get("documents_updated") != n_docs:
                     raise RuntimeError(f"ACL sync {version} did not apply everywhere: {res}")
             sync_s = statistics.median(sync_runs)
             sync_requests = srv.stats.requests
             state = _acl_state(tenant)
-            if state["documents"] != n_docs or state["chunks"] != chunks:  # each sync's count is checked above
+            if (
+                state["documents"] != n_docs or state["chunks"] != chunks
+            ):  # each sync's count is checked above
                 raise RuntimeError(f"ACL sync did not apply everywhere: {res}, {state}, chunks {chunks}")
 
             srv.reset_stats()
@@ -108,32 +125,63 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
             warm_s = _ingest(tenant_warm, texts, settings.ingest_batch_docs)
             warm_requests = srv.stats.by_path.get("/v1/embeddings", 0)
     ratio = ingest_s / sync_s
-    targets = [common.Target("re-ingest time / ACL sync time", ratio, ">=", 100, "x"),
-               common.Target("embedder requests during the ACL sync", sync_requests, "<=", 0)]
-    raw = {"documents": n_docs, "chunks": chunks,
-           "reingest_s": round(ingest_s, 3), "reingest_docs_per_s": round(n_docs / ingest_s, 1),
-           "reingest_embed_requests": ingest_requests, "reingest_texts_embedded": ingest_texts,
-           "acl_sync_s": round(sync_s, 4), "acl_sync_runs_s": [round(x, 4) for x in sync_runs], "acl_sync_docs_per_s": round(n_docs / sync_s, 1),
-           "acl_sync_embed_requests": sync_requests, "acl_sync_result": res,
-           "speed_ratio": round(ratio, 2),
-           "reingest_cached_s": round(warm_s, 3), "reingest_cached_embed_requests": warm_requests,
-           "speed_ratio_vs_cached_reingest": round(warm_s / sync_s, 2)}
-    params = {"n_docs": n_docs, "fmt": "text", "embedder": "voyage on the loopback server, no latency",
-              "embed_rpm": 0, "embed_tpm": 0, "ingest_concurrency": settings.ingest_concurrency,
-              "acl_sync_batch_size": settings.acl_sync_batch_size, "acl_concurrency": settings.acl_concurrency,
-              "ingest_batch_docs": settings.ingest_batch_docs,
-              "workers": "ragline up's prefork ingest and control pools"}
-    notes = ["Re-ingest = the N documents through the ingest pool with every text new to the embedding cache"
-             " (the work a permission change would cost without ACL sync); timed from the first send to the"
-             " last document ready.",
-             "ACL sync = what `ragline acl sync FILE` does with N items: ragline.acl.sync tasks of"
-             " acl_sync_batch_size items sent at once to the acl queue, timed until the last result; three"
-             " syncs (new ACL, old ACL, new ACL, each with a newer version), the median is compared.",
-             "Each timed phase starts after a CHECKPOINT, so none pays for the previous phase's dirty pages.",
-             "reingest_cached_*: the same texts again into a second tenant, vectors from the embedding cache."]
+    targets = [
+        common.Target("re-ingest time / ACL sync time", ratio, ">=", 100, "x"),
+        common.Target("embedder requests during the ACL sync", sync_requests, "<=", 0),
+    ]
+    raw = {
+        "documents": n_docs,
+        "chunks": chunks,
+        "reingest_s": round(ingest_s, 3),
+        "reingest_docs_per_s": round(n_docs / ingest_s, 1),
+        "reingest_embed_requests": ingest_requests,
+        "reingest_texts_embedded": ingest_texts,
+        "acl_sync_s": round(sync_s, 4),
+        "acl_sync_runs_s": [round(x, 4) for x in sync_runs],
+        "acl_sync_docs_per_s": round(n_docs / sync_s, 1),
+        "acl_sync_embed_requests": sync_requests,
+        "acl_sync_result": res,
+        "speed_ratio": round(ratio, 2),
+        "reingest_cached_s": round(warm_s, 3),
+        "reingest_cached_embed_requests": warm_requests,
+        "speed_ratio_vs_cached_reingest": round(warm_s / sync_s, 2),
+    }
+    params = {
+        "n_docs": n_docs,
+        "fmt": "text",
+        "embedder": "voyage on the loopback server, no latency",
+        "embed_rpm": 0,
+        "embed_tpm": 0,
+        "ingest_concurrency": settings.ingest_concurrency,
+        "acl_sync_batch_size": settings.acl_sync_batch_size,
+        "acl_concurrency": settings.acl_concurrency,
+        "ingest_batch_docs": settings.ingest_batch_docs,
+        "workers": "ragline up's prefork ingest and control pools",
+    }
+    notes = [
+        "Re-ingest = the N documents through the ingest pool with every text new to the embedding cache"
+        " (the work a permission change would cost without ACL sync); timed from the first send to the"
+        " last document ready.",
+        "ACL sync = what `ragline acl sync FILE` does with N items: ragline.acl.sync tasks of"
+        " acl_sync_batch_size items sent at once to the acl queue, timed until the last result; three"
+        " syncs (new ACL, old ACL, new ACL, each with a newer version), the median is compared.",
+        "Each timed phase starts after a CHECKPOINT, so none pays for the previous phase's dirty pages.",
+        "reingest_cached_*: the same texts again into a second tenant, vectors from the embedding cache.",
+    ]
     data = common.result(NAME, TITLE, params, raw, targets, desc, notes)
     common.write_json(data, out_dir)
-    common.bar_plot(out_dir / f"{NAME}.png", f"Permission change for {n_docs:,} documents ({chunks:,} chunks)",
-                    {"seconds": {"re-ingest (embedding)": ingest_s, "re-ingest (embedding cache)": warm_s,
-                                 "ACL sync": sync_s}}, "seconds (log scale)", targets, log=True)
+    common.bar_plot(
+        out_dir / f"{NAME}.png",
+        f"Permission change for {n_docs:,} documents ({chunks:,} chunks)",
+        {
+            "seconds": {
+                "re-ingest (embedding)": ingest_s,
+                "re-ingest (embedding cache)": warm_s,
+                "ACL sync": sync_s,
+            }
+        },
+        "seconds (log scale)",
+        targets,
+        log=True,
+    )
     return data

@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SHARED_CPU_NOTE = "CPU shared with other engineers' test runs while this was measured (see load_average_start)"
+SHARED_CPU_NOTE = (
+    "CPU shared with other engineers' test runs while this was measured (see load_average_start)"
+)
 
 QUIET_LOGGERS = ("celery.app.trace", "celery.worker.strategy", "ragline.query", "ragline.ingest")
 
@@ -57,8 +59,10 @@ def machine(conn=None) -> dict[str, Any]:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     if conn is not None:
-        row = conn.execute("SELECT current_setting('server_version') AS pg,"
-                           " (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector").fetchone()
+        row = conn.execute(
+            "SELECT current_setting('server_version') AS pg,"
+            " (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector"
+        ).fetchone()
         desc["postgres"] = row["pg"]
         desc["pgvector"] = row["pgvector"]
     return desc
@@ -66,8 +70,10 @@ def machine(conn=None) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------- corpus
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "tydi-ru-dev" / "corpus.jsonl"
-_FALLBACK = ("Правовое государство — государство, в котором действует верховенство закона, а власть"
-             " ограничена правами человека и независимым судом. ") * 3
+_FALLBACK = (
+    "Правовое государство — государство, в котором действует верховенство закона, а власть"
+    " ограничена правами человека и независимым судом. "
+) * 3
 
 
 def passages(n: int, prefix: str = "", max_chars: int | None = None, min_chars: int = 200) -> list[str]:
@@ -91,8 +97,10 @@ def embedded_stack() -> Iterator[Any]:
     Must run before anything caches settings pointing elsewhere (``run_all`` calls it first).
     """
     home = Path(tempfile.mkdtemp(prefix="rl-bench-"))
-    saved = {k: os.environ.get(k) for k in ("RAGLINE_HOME", "DATABASE_URL", "REDIS_URL",
-                                            "RAGLINE_DATABASE_URL", "RAGLINE_REDIS_URL")}
+    saved = {
+        k: os.environ.get(k)
+        for k in ("RAGLINE_HOME", "DATABASE_URL", "REDIS_URL", "RAGLINE_DATABASE_URL", "RAGLINE_REDIS_URL")
+    }
     os.environ["RAGLINE_HOME"] = str(home)
     for var in ("DATABASE_URL", "REDIS_URL", "RAGLINE_DATABASE_URL", "RAGLINE_REDIS_URL"):
         os.environ.pop(var, None)
@@ -132,8 +140,15 @@ def worker(queues: tuple[str, ...], concurrency: int = 2) -> Iterator[None]:
 
     for name in app.conf.include:
         __import__(name)
-    with start_worker(app, pool="threads", concurrency=concurrency, perform_ping_check=False,
-                      queues=list(queues), loglevel="WARNING", shutdown_timeout=60):
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=concurrency,
+        perform_ping_check=False,
+        queues=list(queues),
+        loglevel="WARNING",
+        shutdown_timeout=60,
+    ):
         yield
 
 
@@ -203,20 +218,30 @@ def wait_documents_ready(tenant: str, n: int, timeout: float, poll_s: float = 0.
     deadline = time.monotonic() + timeout
     while True:
         with db.connection() as conn:
-            row = conn.execute("SELECT count(*) FILTER (WHERE status = 'ready') AS ready,"
-                               " count(*) FILTER (WHERE status = 'failed') AS failed"
-                               " FROM documents WHERE tenant = %s", (tenant,)).fetchone()
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE status = 'ready') AS ready,"
+                " count(*) FILTER (WHERE status = 'failed') AS failed"
+                " FROM documents WHERE tenant = %s",
+                (tenant,),
+            ).fetchone()
         if row["ready"] + row["failed"] >= n:
             done = time.monotonic()
             errors: list[str] = []
             if row["failed"]:
                 with db.connection() as conn:
-                    errors = [r["error"] for r in conn.execute(
-                        "SELECT doc_id || ': ' || coalesce(error, '?') AS error FROM documents"
-                        " WHERE tenant = %s AND status = 'failed' ORDER BY doc_id", (tenant,)).fetchall()]
+                    errors = [
+                        r["error"]
+                        for r in conn.execute(
+                            "SELECT doc_id || ': ' || coalesce(error, '?') AS error FROM documents"
+                            " WHERE tenant = %s AND status = 'failed' ORDER BY doc_id",
+                            (tenant,),
+                        ).fetchall()
+                    ]
             return done, errors
         if time.monotonic() > deadline:
-            raise TimeoutError(f"only {row['ready']} ready and {row['failed']} failed of {n} documents in {tenant}")
+            raise TimeoutError(
+                f"only {row['ready']} ready and {row['failed']} failed of {n} documents in {tenant}"
+            )
         time.sleep(poll_s)
 
 
@@ -242,8 +267,15 @@ class Target:
         self.passed = _OPS[self.op](self.measured, self.threshold)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "measured": self.measured, "op": self.op, "threshold": self.threshold,
-                "unit": self.unit, "passed": self.passed, **({"note": self.note} if self.note else {})}
+        return {
+            "name": self.name,
+            "measured": self.measured,
+            "op": self.op,
+            "threshold": self.threshold,
+            "unit": self.unit,
+            "passed": self.passed,
+            **({"note": self.note} if self.note else {}),
+        }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -258,13 +290,25 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def latency_summary(ms: list[float]) -> dict[str, float]:
-    return {"n": len(ms), "p50_ms": round(percentile(ms, 50), 3), "p95_ms": round(percentile(ms, 95), 3),
-            "mean_ms": round(statistics.fmean(ms), 3), "max_ms": round(max(ms), 3)}
+    return {
+        "n": len(ms),
+        "p50_ms": round(percentile(ms, 50), 3),
+        "p95_ms": round(percentile(ms, 95), 3),
+        "mean_ms": round(statistics.fmean(ms), 3),
+        "max_ms": round(max(ms), 3),
+    }
 
 
 # ------------------------------------------------------------------------------------ results
-def result(name: str, title: str, params: dict, raw: dict, targets: list[Target], machine_desc: dict,
-           notes: list[str] | None = None) -> dict[str, Any]:
+def result(
+    name: str,
+    title: str,
+    params: dict,
+    raw: dict,
+    targets: list[Target],
+    machine_desc: dict,
+    notes: list[str] | None = None,
+) -> dict[str, Any]:
     return {
         "benchmark": name,
         "title": title,
@@ -284,8 +328,14 @@ def write_json(data: dict, out_dir: Path = RESULTS) -> Path:
     return path
 
 
-def bar_plot(path: Path, title: str, groups: dict[str, dict[str, float]], ylabel: str,
-             targets: list[Target] | None = None, log: bool = False) -> Path:
+def bar_plot(
+    path: Path,
+    title: str,
+    groups: dict[str, dict[str, float]],
+    ylabel: str,
+    targets: list[Target] | None = None,
+    log: bool = False,
+) -> Path:
     """Grouped bars: ``{group: {series: value}}`` (ragline next to its baseline), targets in the caption."""
     import matplotlib
 
@@ -298,7 +348,9 @@ def bar_plot(path: Path, title: str, groups: dict[str, dict[str, float]], ylabel
     width = 0.8 / max(1, len(series))
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
     for i, s in enumerate(series):
-        present = [(j, groups[g][s]) for j, g in enumerate(groups) if s in groups[g]]  # a group may lack a series
+        present = [
+            (j, groups[g][s]) for j, g in enumerate(groups) if s in groups[g]
+        ]  # a group may lack a series
         xs = [x[j] + (i - (len(series) - 1) / 2) * width for j, _ in present]
         vals = [v for _, v in present]
         bars = ax.bar(xs, vals, width, label=s)
@@ -311,8 +363,11 @@ def bar_plot(path: Path, title: str, groups: dict[str, dict[str, float]], ylabel
     ax.legend(fontsize=8)
     ax.margins(y=0.15)
     if targets:
-        caption = "\n".join(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.measured:g} {t.op} {t.threshold:g}"
-                            f"{(' ' + t.unit) if t.unit else ''}" for t in targets)
+        caption = "\n".join(
+            f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.measured:g} {t.op} {t.threshold:g}"
+            f"{(' ' + t.unit) if t.unit else ''}"
+            for t in targets
+        )
         fig.text(0.01, 0.01, caption, fontsize=7.5, family="monospace", va="bottom")
         fig.subplots_adjust(bottom=0.1 + 0.04 * len(targets))
     path.parent.mkdir(parents=True, exist_ok=True)

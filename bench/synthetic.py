@@ -49,13 +49,21 @@ def structure_stats(vectors: np.ndarray, rng: np.random.Generator, sample: int =
     sims[np.arange(len(idx)), idx] = -1
     nn = np.sort(sims, axis=1)[:, -10:]
     rand = vectors[rng.integers(len(vectors), size=len(idx))]
-    return {"random_pair_cosine": round(float(np.mean(np.sum(s * rand, axis=1))), 3),
-            "nn1_cosine": round(float(np.mean(nn[:, -1])), 3),
-            "nn10_cosine": round(float(np.mean(nn[:, 0])), 3)}
+    return {
+        "random_pair_cosine": round(float(np.mean(np.sum(s * rand, axis=1))), 3),
+        "nn1_cosine": round(float(np.mean(nn[:, -1])), 3),
+        "nn10_cosine": round(float(np.mean(nn[:, 0])), 3),
+    }
 
 
-def load_chunks(conn: psycopg.Connection, tenant: str, vectors: np.ndarray, acl: list[str],
-                chunks_per_doc: int = 10, start: int = 0) -> int:
+def load_chunks(
+    conn: psycopg.Connection,
+    tenant: str,
+    vectors: np.ndarray,
+    acl: list[str],
+    chunks_per_doc: int = 10,
+    start: int = 0,
+) -> int:
     """COPY documents and chunks (binary) for one tenant; returns rows written. Caller commits."""
     n = len(vectors)
     n_docs = (n + chunks_per_doc - 1) // chunks_per_doc
@@ -63,11 +71,22 @@ def load_chunks(conn: psycopg.Connection, tenant: str, vectors: np.ndarray, acl:
         with cur.copy("COPY documents (tenant, doc_id, status, acl, chunk_count) FROM STDIN") as copy:
             for d in range(n_docs):
                 copy.write_row((tenant, f"doc-{start + d}", "ready", acl, chunks_per_doc))
-        with cur.copy("COPY chunks (tenant, doc_id, chunk_no, content, content_hash, embedding, acl)"
-                      " FROM STDIN WITH (FORMAT BINARY)") as copy:
+        with cur.copy(
+            "COPY chunks (tenant, doc_id, chunk_no, content, content_hash, embedding, acl)"
+            " FROM STDIN WITH (FORMAT BINARY)"
+        ) as copy:
             copy.set_types(["text", "text", "int4", "text", "text", "vector", "text[]"])
             for i in range(n):
                 text = f"синтетический фрагмент {start * chunks_per_doc + i}"
-                copy.write_row((tenant, f"doc-{start + i // chunks_per_doc}", i % chunks_per_doc, text,
-                                hashlib.sha256(text.encode()).hexdigest(), vectors[i], acl))
+                copy.write_row(
+                    (
+                        tenant,
+                        f"doc-{start + i // chunks_per_doc}",
+                        i % chunks_per_doc,
+                        text,
+                        hashlib.sha256(text.encode()).hexdigest(),
+                        vectors[i],
+                        acl,
+                    )
+                )
     return n

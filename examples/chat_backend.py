@@ -51,11 +51,19 @@ def make_handler(client: RaglineClient, tenant: str, groups: list[str]):
             except TimeoutError:
                 self._reply(504, {"error": "the query pool did not answer in time"})
                 return
-            self._reply(200, {
-                "answer": res.answer,
-                "sources": [{"n": c.n, "doc_id": c.doc_id, "heading": c.heading, "path": c.path} for c in res.citations],
-                "no_answer": res.no_answer, "reason": res.reason, "degraded": res.degraded,
-            })
+            self._reply(
+                200,
+                {
+                    "answer": res.answer,
+                    "sources": [
+                        {"n": c.n, "doc_id": c.doc_id, "heading": c.heading, "path": c.path}
+                        for c in res.citations
+                    ],
+                    "no_answer": res.no_answer,
+                    "reason": res.reason,
+                    "degraded": res.degraded,
+                },
+            )
 
     return Handler
 

@@ -119,18 +119,25 @@ def apply_acl_sync(conn: psycopg.Connection, items: list[AclSyncItem]) -> SyncOu
             lag_from += [newest[k]["ts"] for k in applied if newest[k]["ts"]]
         if by_prefix:
             rows = conn.execute(SYNC_BY_PREFIX_SQL, {"items": Jsonb(by_prefix)}).fetchall()
-            targets = rows[0]["targets"] if rows else \
-                conn.execute(COUNT_PREFIX_TARGETS_SQL, {"items": Jsonb(by_prefix)}).fetchone()["n"]
+            targets = (
+                rows[0]["targets"]
+                if rows
+                else conn.execute(COUNT_PREFIX_TARGETS_SQL, {"items": Jsonb(by_prefix)}).fetchone()["n"]
+            )
             ts_by_prefix = {(r["tenant"], r["path_prefix"]): r["ts"] for r in by_prefix}
             changed += [(r["tenant"], r["doc_id"]) for r in rows]
             stale += targets - len(rows)
-            lag_from += [ts_by_prefix.get((r["tenant"], r["path_prefix"])) for r in rows
-                         if ts_by_prefix.get((r["tenant"], r["path_prefix"]))]
+            lag_from += [
+                ts_by_prefix.get((r["tenant"], r["path_prefix"]))
+                for r in rows
+                if ts_by_prefix.get((r["tenant"], r["path_prefix"]))
+            ]
         chunks = 0
         changed = sorted(set(changed))  # a document hit by a doc item and a prefix item counts once
         if changed:
-            chunks = conn.execute(SYNC_CHUNKS_SQL, {"tenants": [t for t, _ in changed],
-                                                    "docs": [d for _, d in changed]}).rowcount
+            chunks = conn.execute(
+                SYNC_CHUNKS_SQL, {"tenants": [t for t, _ in changed], "docs": [d for _, d in changed]}
+            ).rowcount
     now = time.time()
     return SyncOutcome(len(items), len(changed), chunks, stale, [max(0.0, now - ts) for ts in lag_from])
 

@@ -73,7 +73,9 @@ def _units(blocks: Iterable[Block], max_chars: int, hard_max: int) -> list[_Unit
             continue
         for i, sent in enumerate(split_sentences(block.text)):
             # a single sentence longer than the limit is cut at whitespace (rare: URLs, lists)
-            pieces = [sent] if len(sent) <= max_chars else _split_lines(_wrap(sent, max_chars), max_chars, False)
+            pieces = (
+                [sent] if len(sent) <= max_chars else _split_lines(_wrap(sent, max_chars), max_chars, False)
+            )
             units.extend(_Unit(p, "sentence", block.page, i == 0 and j == 0) for j, p in enumerate(pieces))
     return units
 
@@ -139,9 +141,19 @@ def chunk_blocks(
         units = _units(section, max_chars, hard_max_chars)
         for packed in pack_section(units, max_chars, overlap_chars):
             kinds = {u.kind for u in packed}
-            kind = "text" if kinds == {"sentence"} else ("table" if "table" in kinds else ("code" if "code" in kinds else "text"))
+            kind = (
+                "text"
+                if kinds == {"sentence"}
+                else ("table" if "table" in kinds else ("code" if "code" in kinds else "text"))
+            )
             pages = [u.page for u in packed if u.page is not None]
             chunks.append(
-                Chunk(len(chunks), _join(packed), heading_path, kind if len(kinds) == 1 else "mixed", pages[0] if pages else None)
+                Chunk(
+                    len(chunks),
+                    _join(packed),
+                    heading_path,
+                    kind if len(kinds) == 1 else "mixed",
+                    pages[0] if pages else None,
+                )
             )
     return chunks

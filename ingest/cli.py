@@ -27,14 +27,32 @@ def ingest(
     files = collect_files(paths)
     job_id = enqueue_files(files, tenant=tenant, acl=split_csv(acl))
     if not wait:
-        print(json.dumps({"job_id": job_id, "documents": len(files)}) if as_json else f"job {job_id}: {len(files)} documents queued")
+        print(
+            json.dumps({"job_id": job_id, "documents": len(files)})
+            if as_json
+            else f"job {job_id}: {len(files)} documents queued"
+        )
         return
-    with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[chunks]} chunks"),
-                  TimeElapsedColumn(), console=console, disable=as_json) as progress:
+    with Progress(
+        TextColumn("[bold]ingest"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[chunks]} chunks"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=as_json,
+    ) as progress:
         bar = progress.add_task("docs", total=len(files), chunks=0)
-        summary = jobs.wait_for_job(job_id, timeout, on_progress=lambda s: progress.update(
-            bar, completed=jobs.finished_documents(s), chunks=s["chunks"]))
-    out = {k: summary[k] for k in ("documents", "chunks", "embedded", "skipped_unchanged", "failed", "errors")}
+        summary = jobs.wait_for_job(
+            job_id,
+            timeout,
+            on_progress=lambda s: progress.update(
+                bar, completed=jobs.finished_documents(s), chunks=s["chunks"]
+            ),
+        )
+    out = {
+        k: summary[k] for k in ("documents", "chunks", "embedded", "skipped_unchanged", "failed", "errors")
+    }
     out["job_id"], out["state"] = job_id, summary["state"]
     if as_json:
         print(json.dumps(out, ensure_ascii=False))
@@ -42,8 +60,6 @@ def ingest(
         console.print(out)
     if summary["state"] == "running":
         raise typer.Exit(2)
-
-
 
 
 def register(app: typer.Typer) -> None:

@@ -73,7 +73,10 @@ def embed_with_cache(
             cur.executemany(
                 "INSERT INTO embedding_cache (model, text_sha256, embedding) VALUES (%s, %s, %s)"
                 " ON CONFLICT DO NOTHING",
-                [(embedder.model, k, np.asarray(v, dtype=np.float32)) for (k, _), v in zip(batch, vectors, strict=True)],
+                [
+                    (embedder.model, k, np.asarray(v, dtype=np.float32))
+                    for (k, _), v in zip(batch, vectors, strict=True)
+                ],
             )
         conn.commit()
         for (k, _), v in zip(batch, vectors, strict=True):

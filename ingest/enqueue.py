@@ -57,13 +57,19 @@ def plan_batches(sizes: list[int], max_docs: int, max_bytes: int) -> list[range]
     return groups
 
 
-def send_in_batches(payloads: list[dict], sizes: list[int], send_task: Callable[[str, dict], object],
-                    batch_docs: int | None = None) -> int:
+def send_in_batches(
+    payloads: list[dict],
+    sizes: list[int],
+    send_task: Callable[[str, dict], object],
+    batch_docs: int | None = None,
+) -> int:
     """Send ``payloads`` (ingest requests) as ``ragline.ingest.batch`` tasks of at most ``ingest_batch_docs``
     documents and ``ingest_batch_bytes`` bytes, a lone document as ``ragline.ingest.document``; returns the
     number of tasks. At least one batch per ingest process, so a small set still keeps every process busy."""
     settings = get_settings()
-    per_batch = max(1, min(batch_docs or settings.ingest_batch_docs, -(-len(payloads) // settings.ingest_concurrency)))
+    per_batch = max(
+        1, min(batch_docs or settings.ingest_batch_docs, -(-len(payloads) // settings.ingest_concurrency))
+    )
     groups = plan_batches(sizes, per_batch, settings.ingest_batch_bytes)
     for group in groups:
         if len(group) == 1:
@@ -73,7 +79,9 @@ def send_in_batches(payloads: list[dict], sizes: list[int], send_task: Callable[
     return len(groups)
 
 
-def enqueue_files(files: list[tuple[Path, str]], tenant: str, acl: list[str], batch_docs: int | None = None) -> str:
+def enqueue_files(
+    files: list[tuple[Path, str]], tenant: str, acl: list[str], batch_docs: int | None = None
+) -> str:
     """One job; the documents go out through :func:`send_in_batches`."""
     from ragline.shared.celery_app import app
 
@@ -86,8 +94,17 @@ def enqueue_files(files: list[tuple[Path, str]], tenant: str, acl: list[str], ba
             version, size = st.st_mtime_ns, st.st_size
         except OSError:
             version, size = 0, 0  # vanished since it was listed: the task records the error
-        payloads.append({"tenant": tenant, "doc_id": doc_id, "uri": str(path), "path": doc_id, "acl": acl,
-                         "version": version, "job_id": job_id})
+        payloads.append(
+            {
+                "tenant": tenant,
+                "doc_id": doc_id,
+                "uri": str(path),
+                "path": doc_id,
+                "acl": acl,
+                "version": version,
+                "job_id": job_id,
+            }
+        )
         sizes.append(size)
     send_in_batches(payloads, sizes, lambda name, payload: app.send_task(name, args=[payload]), batch_docs)
     return job_id

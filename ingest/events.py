@@ -25,7 +25,9 @@ from ragline.shared.contracts import (
 )
 
 
-def delete_document(conn: psycopg.Connection, tenant: str, doc_id: str, version: int | None) -> tuple[str, int]:
+def delete_document(
+    conn: psycopg.Connection, tenant: str, doc_id: str, version: int | None
+) -> tuple[str, int]:
     """Remove a document's chunks and leave a tombstone. ``version`` None deletes unconditionally
     (a reindex prune: the source no longer lists the document). Returns (outcome, chunks deleted)."""
     with conn.transaction():
@@ -33,10 +35,16 @@ def delete_document(conn: psycopg.Connection, tenant: str, doc_id: str, version:
         state = store.current_state(conn, tenant, doc_id)
         if version is not None and state is not None and state["version"] > version:
             return "ignored_stale", 0
-        if version is not None and state is not None and state["status"] == "deleted" \
-                and state["version"] == version:
+        if (
+            version is not None
+            and state is not None
+            and state["status"] == "deleted"
+            and state["version"] == version
+        ):
             return "ignored_duplicate", 0
-        deleted = conn.execute("DELETE FROM chunks WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)).rowcount
+        deleted = conn.execute(
+            "DELETE FROM chunks WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)
+        ).rowcount
         keep_version = max(version or 0, state["version"] if state else 0)
         conn.execute(
             """
@@ -78,7 +86,15 @@ def handle_event(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventR
         return EventResult(**base, outcome=reason)
     # an upsert without 'acl' keeps the document's current permissions (new documents get none: invisible)
     acl = ev.acl if ev.acl is not None else list(state["acl"]) if state else []
-    req = IngestRequest(tenant=ev.tenant, doc_id=ev.doc_id, uri=ev.uri, path=ev.path or ev.doc_id,
-                        layer=ev.layer, fmt=ev.fmt, acl=acl, version=ev.version)
+    req = IngestRequest(
+        tenant=ev.tenant,
+        doc_id=ev.doc_id,
+        uri=ev.uri,
+        path=ev.path or ev.doc_id,
+        layer=ev.layer,
+        fmt=ev.fmt,
+        acl=acl,
+        version=ev.version,
+    )
     task_id = send_task(TASK_INGEST_DOCUMENT, req.model_dump(exclude_none=True))
     return EventResult(**base, outcome="enqueued", task_id=task_id)

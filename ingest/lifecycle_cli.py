@@ -28,8 +28,15 @@ def send_acl_batches(batches: list[list[dict]], timeout: float) -> dict:
 
     reload_app()
     pending = [app.send_task(TASK_ACL_SYNC, args=[{"items": b}]) for b in batches]
-    total = {"items": 0, "documents_updated": 0, "chunks_updated": 0, "ignored_stale": 0, "lag_s_max": None,
-             "batches": len(batches), "job_ids": []}
+    total = {
+        "items": 0,
+        "documents_updated": 0,
+        "chunks_updated": 0,
+        "ignored_stale": 0,
+        "lag_s_max": None,
+        "batches": len(batches),
+        "job_ids": [],
+    }
     for res in pending:
         out = res.get(timeout=timeout)
         if out.get("ok") is False:
@@ -48,7 +55,8 @@ def acl_set(
     tenant: str = typer.Option(..., "--tenant"),
     acl: str = typer.Option(..., "--acl", help="comma-separated groups; an empty string revokes every group"),
     version: int | None = typer.Option(
-        None, help="source version; default: now in epoch microseconds, which outranks small source versions"),
+        None, help="source version; default: now in epoch microseconds, which outranks small source versions"
+    ),
     as_json: bool = typer.Option(False, "--json"),
     timeout: float = typer.Option(60.0),
 ) -> None:
@@ -62,7 +70,9 @@ def acl_set(
 
 @acl_app.command("sync")
 def acl_sync(
-    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSONL: {tenant, doc_id|path_prefix, acl, version|ts}"),
+    file: Path = typer.Argument(
+        ..., exists=True, dir_okay=False, help="JSONL: {tenant, doc_id|path_prefix, acl, version|ts}"
+    ),
     as_json: bool = typer.Option(False, "--json"),
     timeout: float = typer.Option(600.0),
 ) -> None:
@@ -102,8 +112,10 @@ def reindex(
     if wait and out.get("job_id"):
         summary = jobs.wait_for_job(out["job_id"], timeout)
         out["state"] = summary["state"]
-        out["summary"] = {k: summary[k] for k in ("documents", "done", "skipped_unchanged", "failed", "chunks",
-                                                   "embedded", "errors")}
+        out["summary"] = {
+            k: summary[k]
+            for k in ("documents", "done", "skipped_unchanged", "failed", "chunks", "embedded", "errors")
+        }
     _print(out, as_json)
     if out.get("state") in ("running", "failed"):
         raise typer.Exit(2 if out["state"] == "running" else 1)
@@ -190,7 +202,9 @@ def lifecycle_status(settings) -> dict:
     except Exception as exc:  # the broker is down: status still answers
         out["queues"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
     try:  # a short-lived connection with a connect timeout: status must answer when Postgres is down
-        with psycopg.connect(settings.effective_database_url(), connect_timeout=3, row_factory=dict_row) as conn:
+        with psycopg.connect(
+            settings.effective_database_url(), connect_timeout=3, row_factory=dict_row
+        ) as conn:
             out["running_jobs"] = jobs.running_jobs(conn)
             out["recent_jobs"] = jobs.recent_jobs(conn, 5)
             out["recent_errors"] = jobs.open_errors(conn, None, 10)
@@ -202,13 +216,21 @@ def lifecycle_status(settings) -> dict:
 def lifecycle_rows(info: dict) -> list[tuple[str, str]]:
     """Table rows for the human-readable ``ragline status``."""
     queues = info.get("queues", {})
-    rows = [("queues", str(queues["error"]))] if "error" in queues else \
-        [(f"queue {q}", f"{n} waiting") for q, n in queues.items()]
+    rows = (
+        [("queues", str(queues["error"]))]
+        if "error" in queues
+        else [(f"queue {q}", f"{n} waiting") for q, n in queues.items()]
+    )
     if "jobs_error" in info:
         rows.append(("jobs", info["jobs_error"]))
     for j in info.get("running_jobs", []):
-        rows.append((f"job {j['id'][:8]} {j['kind']}", f"{j['state']} {j['done']}/{j['total']} done,"
-                     f" {j['failed']} failed, heartbeat {str(j['heartbeat_at'])[:19]}"))
+        rows.append(
+            (
+                f"job {j['id'][:8]} {j['kind']}",
+                f"{j['state']} {j['done']}/{j['total']} done,"
+                f" {j['failed']} failed, heartbeat {str(j['heartbeat_at'])[:19]}",
+            )
+        )
     for e in info.get("recent_errors", [])[:5]:
         rows.append((f"error {e['doc_id']}"[:60], f"tenant {e['tenant']}: {e['error'][:100]}"))
     return rows

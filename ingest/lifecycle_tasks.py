@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 TRANSIENT = INFRASTRUCTURE_ERRORS
 
 
-
 def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
     """Apply a request in batches; record the lag per applied item and one job row per request."""
     from ragline.ingest.acl_sync import apply_acl_sync
@@ -50,13 +49,21 @@ def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
             lags += out.lags_s
         for lag in lags:
             ACL_SYNC_LAG_S.observe(lag)
-        result = AclSyncResult(items=len(req.items), **totals,
-                               lag_s_max=round(max(lags), 4) if lags else None,
-                               lag_s_mean=round(sum(lags) / len(lags), 4) if lags else None)
+        result = AclSyncResult(
+            items=len(req.items),
+            **totals,
+            lag_s_max=round(max(lags), 4) if lags else None,
+            lag_s_mean=round(sum(lags) / len(lags), 4) if lags else None,
+        )
         if record:
             tenants = {it.tenant for it in req.items}
-            result.job_id = jobs.record_job(conn, "acl_sync", tenants.pop() if len(tenants) == 1 else None,
-                                            result.model_dump(exclude={"job_id"}), total=len(req.items))
+            result.job_id = jobs.record_job(
+                conn,
+                "acl_sync",
+                tenants.pop() if len(tenants) == 1 else None,
+                result.model_dump(exclude={"job_id"}),
+                total=len(req.items),
+            )
     return result
 
 
@@ -70,7 +77,7 @@ def _apply(task, model: type[BaseModel], payload: object, fn: Callable[[Any], Ba
     try:
         return fn(req).model_dump()
     except TRANSIENT as exc:
-        raise task.retry(exc=exc, countdown=min(30, 2 ** task.request.retries)) from exc
+        raise task.retry(exc=exc, countdown=min(30, 2**task.request.retries)) from exc
 
 
 @app.task(name=TASK_ACL_SYNC, bind=True, acks_late=True, max_retries=5)

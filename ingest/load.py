@@ -59,7 +59,9 @@ def _load(req: IngestRequest) -> Loaded:
         data, fmt = fetch_url(req.uri)
         if (req.fmt or fmt) is None:
             raise ParseError(f"unsupported document type at {req.uri}")
-        return Loaded(data, req.fmt or fmt, Path(req.uri.split("?", 1)[0]).stem or req.doc_id, req.path or req.uri)
+        return Loaded(
+            data, req.fmt or fmt, Path(req.uri.split("?", 1)[0]).stem or req.doc_id, req.path or req.uri
+        )
     uri = req.uri.removeprefix("file://")
     p = Path(uri)
     check_allowed(p)

@@ -19,8 +19,14 @@ from ragline.shared.offline_nlp import install_blank_spacy
 HEADING_SEP = " › "
 
 SUPPORTED = {
-    ".md": "md", ".markdown": "md", ".txt": "text", ".text": "text", ".html": "html", ".htm": "html",
-    ".pdf": "pdf", ".docx": "docx",
+    ".md": "md",
+    ".markdown": "md",
+    ".txt": "text",
+    ".text": "text",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+    ".docx": "docx",
 }
 BINARY_FORMATS = {"pdf", "docx"}
 
@@ -152,12 +158,17 @@ def clean_markdown(text: str) -> str:
         m = _FENCE.match(line)
         if fence is not None:
             out.append(line)
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line.strip()[len(m.group(1)):].strip():
+            if (
+                m
+                and m.group(1)[0] == fence[0]
+                and len(m.group(1)) >= len(fence)
+                and not line.strip()[len(m.group(1)) :].strip()
+            ):
                 fence = None
             continue
         if m:  # normalise the info string: ```vue-html{2} is not a fence to Python-Markdown
             fence = m.group(1)
-            lang = re.match(r"[\w+#.-]*", line.strip()[len(fence):].strip()).group(0)
+            lang = re.match(r"[\w+#.-]*", line.strip()[len(fence) :].strip()).group(0)
             out.append(fence + lang)
             continue
         if in_tag:  # a tag spread over several lines (<Component\n  attr="..."\n/>)
@@ -182,14 +193,60 @@ def clean_markdown(text: str) -> str:
 
 
 # --- HTML --------------------------------------------------------------------------------------
-_CHROME_TAGS = {"script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form",
-                "iframe", "svg", "button", "select", "input", "head"}
-_CHROME_TOKENS = {"nav", "navbar", "navigation", "menu", "menubar", "sidebar", "footer", "header", "breadcrumb",
-                  "breadcrumbs", "sponsor", "sponsors", "banner", "ad", "ads", "advert", "advertisement",
-                  "social", "share", "cookie", "cookies", "toc", "pagination", "pager", "skip", "headerlink",
-                  "mobile", "links"}
-_ROOTS = ("//main", "//article", "//*[@role='main']", "//*[@id='content']",
-          "//*[contains(concat(' ', normalize-space(@class), ' '), ' content ')]")
+_CHROME_TAGS = {
+    "script",
+    "style",
+    "noscript",
+    "template",
+    "nav",
+    "header",
+    "footer",
+    "aside",
+    "form",
+    "iframe",
+    "svg",
+    "button",
+    "select",
+    "input",
+    "head",
+}
+_CHROME_TOKENS = {
+    "nav",
+    "navbar",
+    "navigation",
+    "menu",
+    "menubar",
+    "sidebar",
+    "footer",
+    "header",
+    "breadcrumb",
+    "breadcrumbs",
+    "sponsor",
+    "sponsors",
+    "banner",
+    "ad",
+    "ads",
+    "advert",
+    "advertisement",
+    "social",
+    "share",
+    "cookie",
+    "cookies",
+    "toc",
+    "pagination",
+    "pager",
+    "skip",
+    "headerlink",
+    "mobile",
+    "links",
+}
+_ROOTS = (
+    "//main",
+    "//article",
+    "//*[@role='main']",
+    "//*[@id='content']",
+    "//*[contains(concat(' ', normalize-space(@class), ' '), ' content ')]",
+)
 _HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 
 
@@ -253,7 +310,9 @@ def clean_html(text: str) -> tuple[str, str]:
 def _rewrite_code_tables(root) -> None:
     import lxml.html
 
-    for fig in root.xpath(".//figure[.//td[contains(@class, 'code')]] | .//table[.//td[contains(@class, 'gutter')]]"):
+    for fig in root.xpath(
+        ".//figure[.//td[contains(@class, 'code')]] | .//table[.//td[contains(@class, 'gutter')]]"
+    ):
         code_cells = fig.xpath(".//td[contains(@class, 'code')]")
         if not code_cells or fig.getparent() is None:
             continue
@@ -339,11 +398,17 @@ def _pdf_elements(data: bytes) -> list:
     buf: list[str] = []
     for i, b in enumerate(boxes):
         if b.size in depth and _pdf_heading(b, body):
-            elements.append(Title(b.text, metadata=ElementMetadata(page_number=b.page, category_depth=depth[b.size])))
+            elements.append(
+                Title(b.text, metadata=ElementMetadata(page_number=b.page, category_depth=depth[b.size]))
+            )
         else:
             buf.append(b.text)
-        if buf and (i + 1 == len(boxes) or boxes[i + 1].page != b.page or boxes[i + 1].size in depth
-                    and _pdf_heading(boxes[i + 1], body)):
+        if buf and (
+            i + 1 == len(boxes)
+            or boxes[i + 1].page != b.page
+            or boxes[i + 1].size in depth
+            and _pdf_heading(boxes[i + 1], body)
+        ):
             elements.extend(_pdf_text_elements(buf, b.page))
             buf = []
     return elements
@@ -388,13 +453,18 @@ def parse_bytes(data: bytes, fmt: str, default_title: str = "") -> ParsedDocumen
     if title and doc.title == default_title:
         doc.title = title
     if doc.title and doc.title != default_title:  # text before the first heading sits under the title
-        doc.blocks = [b if b.heading_path else Block(b.text, b.kind, (doc.title,), b.page) for b in doc.blocks]
+        doc.blocks = [
+            b if b.heading_path else Block(b.text, b.kind, (doc.title,), b.page) for b in doc.blocks
+        ]
     doc.fmt = fmt
     if not doc.blocks:
         # a document of headings only (often one short line that unstructured calls a Title):
         # its text is still the content, not nothing
-        doc.blocks = [Block(text=(el.text or "").strip(), page=getattr(el.metadata, "page_number", None))
-                      for el in elements if (el.text or "").strip()]
+        doc.blocks = [
+            Block(text=(el.text or "").strip(), page=getattr(el.metadata, "page_number", None))
+            for el in elements
+            if (el.text or "").strip()
+        ]
     if not doc.blocks:
         raise ParseError("no text found in document")
     return doc
@@ -443,11 +513,14 @@ def _check_zip_bomb(data: bytes) -> None:
         raise ParseError(f"corrupt DOCX: {type(exc).__name__}: {str(exc)[:200]}") from None
     total = sum(i.file_size for i in infos)
     if total > DOCX_MAX_UNCOMPRESSED:
-        raise ParseError(f"DOCX refused: parts inflate to {total} bytes (limit {DOCX_MAX_UNCOMPRESSED}; zip bomb?)")
+        raise ParseError(
+            f"DOCX refused: parts inflate to {total} bytes (limit {DOCX_MAX_UNCOMPRESSED}; zip bomb?)"
+        )
     for i in infos:
         if i.file_size > 1024 * 1024 and i.file_size > DOCX_MAX_RATIO * max(1, i.compress_size):
-            raise ParseError(f"DOCX refused: {i.filename} inflates {i.file_size // max(1, i.compress_size)}x "
-                             "(zip bomb?)")
+            raise ParseError(
+                f"DOCX refused: {i.filename} inflates {i.file_size // max(1, i.compress_size)}x (zip bomb?)"
+            )
 
 
 def _docx_elements(data: bytes) -> list:

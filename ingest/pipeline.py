@@ -80,8 +80,12 @@ def prepare(req: IngestRequest, embed_model: str) -> Prepared | IngestResult:
         parsed = parse_bytes(loaded.data, loaded.fmt, default_title=loaded.title)
         lap("parse")
         stage = "chunk"
-        chunks = chunk_blocks(parsed.blocks, settings.chunk_max_chars, settings.chunk_overlap_ratio,
-                              settings.chunk_hard_max_chars)
+        chunks = chunk_blocks(
+            parsed.blocks,
+            settings.chunk_max_chars,
+            settings.chunk_overlap_ratio,
+            settings.chunk_hard_max_chars,
+        )
         lap("chunk")
         stage = "contextualize"
         contexts = contextualize(parsed.title, chunks, parsed.text)
@@ -107,12 +111,21 @@ def store_prepared(conn: psycopg.Connection, p: Prepared, vectors: list, embed_m
         raise RuntimeError("store_prepared needs an idle connection: each document is its own transaction")
     req = p.req
     rows = [
-        store.StoredChunk(ch.chunk_no, ch.content, ctx, " › ".join(ch.heading_path), ch.page, vec, {"kind": ch.kind})
+        store.StoredChunk(
+            ch.chunk_no, ch.content, ctx, " › ".join(ch.heading_path), ch.page, vec, {"kind": ch.kind}
+        )
         for ch, ctx, vec in zip(p.chunks, p.contexts, vectors, strict=True)
     ]
     record = store.DocumentRecord(
-        tenant=req.tenant, doc_id=req.doc_id, source_uri=req.uri, path=p.path, title=p.title,
-        content_hash=p.content_hash, version=req.version, acl=list(req.acl), layer=req.layer,
+        tenant=req.tenant,
+        doc_id=req.doc_id,
+        source_uri=req.uri,
+        path=p.path,
+        title=p.title,
+        content_hash=p.content_hash,
+        version=req.version,
+        acl=list(req.acl),
+        layer=req.layer,
         metadata={**req.metadata, "format": p.fmt},
     )
     with conn.transaction():
@@ -142,8 +155,12 @@ def ingest_batch(reqs: list[IngestRequest]) -> list[IngestResult]:
     except SoftTimeLimitExceeded:
         for i, req in enumerate(reqs):
             if results[i] is None:
-                results[i] = record_failure(req, "timeout", "timeout: task time limit exceeded before this "
-                                            "document was stored (try a smaller RAGLINE_INGEST_BATCH_DOCS)")
+                results[i] = record_failure(
+                    req,
+                    "timeout",
+                    "timeout: task time limit exceeded before this "
+                    "document was stored (try a smaller RAGLINE_INGEST_BATCH_DOCS)",
+                )
     return results  # type: ignore[return-value]
 
 
@@ -166,7 +183,9 @@ def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) 
     # one pooled connection for the cache and every document's own transaction (not one checkout each)
     with db.connection() as conn:
         t = time.perf_counter()
-        emb = embed_with_cache(conn, embedder, [t for doc in texts for t in doc], get_settings().embed_batch_size)
+        emb = embed_with_cache(
+            conn, embedder, [t for doc in texts for t in doc], get_settings().embed_batch_size
+        )
         embed_ms = elapsed_ms(t)
         conn.commit()  # idle again: each document below gets a transaction of its own, not a savepoint
         offset = 0
@@ -182,8 +201,13 @@ def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) 
                 results[i] = record_failure(p.req, "store", f"store: {_readable(exc)}")
                 continue
             results[i] = IngestResult(
-                tenant=p.req.tenant, doc_id=p.req.doc_id, status=outcome, chunks=len(p.chunks), embedded=embedded,
-                timings_ms={**p.timings, "embed": embed_ms, "store": elapsed_ms(t)})
+                tenant=p.req.tenant,
+                doc_id=p.req.doc_id,
+                status=outcome,
+                chunks=len(p.chunks),
+                embedded=embedded,
+                timings_ms={**p.timings, "embed": embed_ms, "store": elapsed_ms(t)},
+            )
 
 
 def ingest_document(req: IngestRequest) -> IngestResult:

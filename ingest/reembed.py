@@ -84,8 +84,10 @@ def run_reembed(job_id: str | None = None, batch_size: int | None = None, tenant
         try:
             dim = column_dim(conn)
             if dim is not None and embedder.dim != dim:
-                raise RuntimeError(f"model {model} has dimension {embedder.dim}, chunks.embedding has {dim}:"
-                                   " follow the re-embedding runbook (new column) in docs/operations.md")
+                raise RuntimeError(
+                    f"model {model} has dimension {embedder.dim}, chunks.embedding has {dim}:"
+                    " follow the re-embedding runbook (new column) in docs/operations.md"
+                )
             if job_id is None:
                 job_id = jobs.create_job(conn, "reembed", tenant, [], {"model": model})
             conn.commit()
@@ -99,14 +101,30 @@ def run_reembed(job_id: str | None = None, batch_size: int | None = None, tenant
                 rows = conn.execute(BATCH_SQL, {"model": model, "tenant": tenant, "n": size}).fetchall()
                 if not rows:
                     break
-                emb = embed_with_cache(conn, embedder, [embedding_text(r["context"], r["content"]) for r in rows],
-                                       settings.embed_batch_size)
+                emb = embed_with_cache(
+                    conn,
+                    embedder,
+                    [embedding_text(r["context"], r["content"]) for r in rows],
+                    settings.embed_batch_size,
+                )
                 with conn.transaction():
-                    cur = conn.execute(UPDATE_SQL, {
-                        "model": model, "ids": [r["id"] for r in rows], "hashes": [r["content_hash"] for r in rows],
-                        "vecs": [np.asarray(v, dtype=np.float32) for v in emb.vectors]})
-                    conn.execute(DOCS_SQL, {"model": model, "tenants": [r["tenant"] for r in rows],
-                                            "docs": [r["doc_id"] for r in rows]})
+                    cur = conn.execute(
+                        UPDATE_SQL,
+                        {
+                            "model": model,
+                            "ids": [r["id"] for r in rows],
+                            "hashes": [r["content_hash"] for r in rows],
+                            "vecs": [np.asarray(v, dtype=np.float32) for v in emb.vectors],
+                        },
+                    )
+                    conn.execute(
+                        DOCS_SQL,
+                        {
+                            "model": model,
+                            "tenants": [r["tenant"] for r in rows],
+                            "docs": [r["doc_id"] for r in rows],
+                        },
+                    )
                 chunks += cur.rowcount
                 sent += emb.embedded
                 jobs.heartbeat(conn, job_id, progress=True)

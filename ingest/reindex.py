@@ -65,14 +65,20 @@ def plan(listing: Listing, stored: dict[str, dict], source_name: str) -> Plan:
         reason = "new" if s["status"] in ("deleted", "pending") else "changed"
         out.enqueue.append((item, max(item.version, int(s["version"]) + 1), reason))
     for doc_id, s in stored.items():
-        if s.get("source") == source_name and s["status"] != "deleted" and doc_id not in seen \
-                and doc_id not in listing.unavailable:
+        if (
+            s.get("source") == source_name
+            and s["status"] != "deleted"
+            and doc_id not in seen
+            and doc_id not in listing.unavailable
+        ):
             out.vanished.append(doc_id)
     out.vanished.sort()
     return out
 
 
-def stored_state(conn: psycopg.Connection, tenant: str, source_name: str, doc_ids: list[str]) -> dict[str, dict]:
+def stored_state(
+    conn: psycopg.Connection, tenant: str, source_name: str, doc_ids: list[str]
+) -> dict[str, dict]:
     rows = conn.execute(
         """
         SELECT doc_id, version, status, content_hash, metadata->>'source_fp' AS fp, metadata->>'source' AS source
@@ -115,9 +121,17 @@ def tie_break(conn: psycopg.Connection, spec: SourceSpec, p: Plan, stored: dict[
 
 
 def request_for(spec: SourceSpec, item: Listed, version: int, job_id: str | None) -> IngestRequest:
-    return IngestRequest(tenant=spec.tenant, doc_id=item.doc_id, uri=item.uri, path=item.path, layer=spec.layer,
-                         acl=list(spec.acl), version=version, job_id=job_id,
-                         metadata={"source": spec.name, "source_fp": item.fingerprint})
+    return IngestRequest(
+        tenant=spec.tenant,
+        doc_id=item.doc_id,
+        uri=item.uri,
+        path=item.path,
+        layer=spec.layer,
+        acl=list(spec.acl),
+        version=version,
+        job_id=job_id,
+        metadata={"source": spec.name, "source_fp": item.fingerprint},
+    )
 
 
 def namespaced(spec: SourceSpec, listing: Listing) -> Listing:
@@ -125,13 +139,20 @@ def namespaced(spec: SourceSpec, listing: Listing) -> Listing:
     one tenant never overwrite (or prune) each other's documents."""
     if spec.kind != "folder":
         return listing
-    items = [Listed(f"{spec.name}/{i.doc_id}", i.version, i.fingerprint, i.uri, f"{spec.name}/{i.path}", i.size)
-             for i in listing.items]
+    items = [
+        Listed(f"{spec.name}/{i.doc_id}", i.version, i.fingerprint, i.uri, f"{spec.name}/{i.path}", i.size)
+        for i in listing.items
+    ]
     return Listing(items, {f"{spec.name}/{d}" for d in listing.unavailable}, listing.errors)
 
 
-def reindex(conn: psycopg.Connection, specs: list[SourceSpec], send_task: Callable[[str, dict], object],
-            http_timeout: float = 10.0, kind: str = "reindex") -> dict:
+def reindex(
+    conn: psycopg.Connection,
+    specs: list[SourceSpec],
+    send_task: Callable[[str, dict], object],
+    http_timeout: float = 10.0,
+    kind: str = "reindex",
+) -> dict:
     """Run one full reindex over ``specs``; returns {job_id, state, sources: {name: counts}, totals}.
 
     Every document to ingest is attached to the job and committed before the first task is sent,
@@ -157,9 +178,17 @@ def reindex(conn: psycopg.Connection, specs: list[SourceSpec], send_task: Callab
             p = plan(listing, stored, spec.name)
             touched = tie_break(conn, spec, p, stored)
             plans.append((spec, p))
-            report[spec.name] = {"listed": len(listing.items), "new": p.count("new"), "changed": p.count("changed"),
-                                 "unchanged": p.unchanged, "touched": touched, "unavailable": len(listing.unavailable),
-                                 "enqueued": len(p.enqueue), "pruned": 0, "errors": listing.errors[:20]}
+            report[spec.name] = {
+                "listed": len(listing.items),
+                "new": p.count("new"),
+                "changed": p.count("changed"),
+                "unchanged": p.unchanged,
+                "touched": touched,
+                "unavailable": len(listing.unavailable),
+                "enqueued": len(p.enqueue),
+                "pruned": 0,
+                "errors": listing.errors[:20],
+            }
             jobs.heartbeat(conn, job_id, progress=True)
             conn.commit()
         for spec, p in plans:
@@ -167,8 +196,14 @@ def reindex(conn: psycopg.Connection, specs: list[SourceSpec], send_task: Callab
                 jobs.add_documents(conn, job_id, spec.tenant, [i.doc_id for i, _, _ in p.enqueue])
         conn.commit()
         for spec, p in plans:  # batch tasks: the chunks of a source's documents share embedding requests
-            send_in_batches([request_for(spec, item, version, job_id).model_dump(exclude_none=True)
-                             for item, version, _ in p.enqueue], [item.size for item, _, _ in p.enqueue], send_task)
+            send_in_batches(
+                [
+                    request_for(spec, item, version, job_id).model_dump(exclude_none=True)
+                    for item, version, _ in p.enqueue
+                ],
+                [item.size for item, _, _ in p.enqueue],
+                send_task,
+            )
         for spec, p in plans:
             for doc_id in p.vanished:
                 outcome, _ = delete_document(conn, spec.tenant, doc_id, None)

@@ -42,10 +42,18 @@ def plan_retries(conn, tenant: str | None, fallback_acl: list[str]) -> tuple[lis
             skipped.append({**err, "reason": "ACL unknown: pass --acl"})
             continue
         meta = {k: v for k, v in ((doc or {}).get("metadata") or {}).items() if k in ("source", "source_fp")}
-        requests.append(IngestRequest(
-            tenant=err["tenant"], doc_id=err["doc_id"], uri=err["source_uri"], acl=acl,
-            path=(doc["path"] if doc and doc["path"] else None), layer=(doc["layer"] if doc else "docs"),
-            version=int(doc["version"]) if doc else 0, metadata=meta))
+        requests.append(
+            IngestRequest(
+                tenant=err["tenant"],
+                doc_id=err["doc_id"],
+                uri=err["source_uri"],
+                acl=acl,
+                path=(doc["path"] if doc and doc["path"] else None),
+                layer=(doc["layer"] if doc else "docs"),
+                version=int(doc["version"]) if doc else 0,
+                metadata=meta,
+            )
+        )
     return requests, skipped
 
 
@@ -57,12 +65,20 @@ def enqueue_retries(tenant: str | None, fallback_acl: list[str]) -> dict:
         job_id = None
         if requests:
             by_tenant = {r.tenant for r in requests}
-            job_id = jobs.create_job(conn, "retry", by_tenant.pop() if len(by_tenant) == 1 else None, [],
-                                     {"documents": len(requests)})
+            job_id = jobs.create_job(
+                conn,
+                "retry",
+                by_tenant.pop() if len(by_tenant) == 1 else None,
+                [],
+                {"documents": len(requests)},
+            )
             for t in {r.tenant for r in requests}:
                 jobs.add_documents(conn, job_id, t, [r.doc_id for r in requests if r.tenant == t])
         conn.commit()
     for r in requests:
         app.send_task(TASK_INGEST_DOCUMENT, args=[{**r.model_dump(exclude_none=True), "job_id": job_id}])
-    return {"job_id": job_id, "requeued": len(requests),
-            "skipped": [{"tenant": s["tenant"], "doc_id": s["doc_id"], "reason": s["reason"]} for s in skipped]}
+    return {
+        "job_id": job_id,
+        "requeued": len(requests),
+        "skipped": [{"tenant": s["tenant"], "doc_id": s["doc_id"], "reason": s["reason"]} for s in skipped],
+    }

@@ -98,7 +98,9 @@ class FolderSource:
                 out.errors.append(f"{f}: {exc.strerror}")
                 continue
             rel = f.relative_to(root).as_posix()
-            out.items.append(Listed(rel, st.st_mtime_ns, f"{st.st_mtime_ns}:{st.st_size}", str(f), rel, st.st_size))
+            out.items.append(
+                Listed(rel, st.st_mtime_ns, f"{st.st_mtime_ns}:{st.st_size}", str(f), rel, st.st_size)
+            )
         return out
 
 
@@ -183,8 +185,13 @@ def _fetch(url: str, timeout: float) -> tuple[bytes, str | None]:
     return b"".join(chunks), guess_format(url, ctype)
 
 
-_CTYPES = {"text/html": "html", "text/markdown": "md", "text/plain": "text", "application/pdf": "pdf",
-           "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx"}
+_CTYPES = {
+    "text/html": "html",
+    "text/markdown": "md",
+    "text/plain": "text",
+    "application/pdf": "pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+}
 
 
 def guess_format(url: str, content_type: str = "") -> str | None:

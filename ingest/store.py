@@ -59,7 +59,9 @@ def current_state(conn: psycopg.Connection, tenant: str, doc_id: str) -> dict | 
 
 def is_unchanged(state: dict | None, content_hash: str, embed_model: str) -> bool:
     return bool(
-        state and state["status"] == "ready" and state["content_hash"] == content_hash
+        state
+        and state["status"] == "ready"
+        and state["content_hash"] == content_hash
         and state["embed_model"] == embed_model
     )
 
@@ -90,8 +92,20 @@ def upsert_document(
             chunk_count = EXCLUDED.chunk_count, metadata = EXCLUDED.metadata, error = NULL, updated_at = now()
         RETURNING acl
         """,
-        (doc.tenant, doc.doc_id, doc.source_uri, doc.path, doc.layer, doc.title, doc.content_hash,
-         doc.version, acl, embed_model, len(chunks), Jsonb(doc.metadata)),
+        (
+            doc.tenant,
+            doc.doc_id,
+            doc.source_uri,
+            doc.path,
+            doc.layer,
+            doc.title,
+            doc.content_hash,
+            doc.version,
+            acl,
+            embed_model,
+            len(chunks),
+            Jsonb(doc.metadata),
+        ),
     ).fetchone()
     acl = list(row["acl"])
     conn.execute(
@@ -104,10 +118,24 @@ def upsert_document(
             " content_hash, page, embedding, embed_model, acl, metadata) FROM STDIN"
         ) as copy:
             for c in chunks:
-                copy.write_row((
-                    doc.tenant, doc.doc_id, c.chunk_no, doc.path, doc.layer, c.heading_path, c.content,
-                    c.context, c.content_hash, c.page, c.embedding, embed_model, acl, Jsonb(c.metadata),
-                ))
+                copy.write_row(
+                    (
+                        doc.tenant,
+                        doc.doc_id,
+                        c.chunk_no,
+                        doc.path,
+                        doc.layer,
+                        c.heading_path,
+                        c.content,
+                        c.context,
+                        c.content_hash,
+                        c.page,
+                        c.embedding,
+                        embed_model,
+                        acl,
+                        Jsonb(c.metadata),
+                    )
+                )
     conn.execute(
         """
         INSERT INTO chunks (tenant, doc_id, chunk_no, path, layer, heading_path, content, context,
@@ -140,8 +168,15 @@ def upsert_document(
     return "stored"
 
 
-def mark_failed(conn: psycopg.Connection, tenant: str, doc_id: str, source_uri: str | None,
-                stage: str, error: str, job_id: str | None = None) -> None:
+def mark_failed(
+    conn: psycopg.Connection,
+    tenant: str,
+    doc_id: str,
+    source_uri: str | None,
+    stage: str,
+    error: str,
+    job_id: str | None = None,
+) -> None:
     """Record a per-document error; an existing good version of the document keeps serving."""
     conn.execute(
         """

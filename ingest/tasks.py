@@ -31,8 +31,13 @@ from ragline.shared.transient import INFRASTRUCTURE_ERRORS
 
 log = logging.getLogger(__name__)
 
-_JOB_STATE = {"stored": "done", "stale": "skipped", "skipped_unchanged": "skipped", "failed": "failed",
-              "cancelled": "skipped"}
+_JOB_STATE = {
+    "stored": "done",
+    "stale": "skipped",
+    "skipped_unchanged": "skipped",
+    "failed": "failed",
+    "cancelled": "skipped",
+}
 #: infrastructure and provider outages: the task is retried (and redelivered if the worker dies)
 TRANSIENT = (*INFRASTRUCTURE_ERRORS, ProviderError)
 MAX_RETRIES = 20  # Celery's ceiling; the effective number is ``ingest_task_max_retries``
@@ -40,7 +45,6 @@ MAX_RETRIES = 20  # Celery's ceiling; the effective number is ``ingest_task_max_
 
 class PoisonTask(RuntimeError):
     """Recorded as the documents' error instead of a redelivery loop."""
-
 
 
 def _run(task, reqs: list[IngestRequest]) -> list[IngestResult]:
@@ -51,7 +55,7 @@ def _run(task, reqs: list[IngestRequest]) -> list[IngestResult]:
     except TRANSIENT as exc:
         if task.request.retries >= get_settings().ingest_task_max_retries:
             raise
-        raise task.retry(exc=exc, countdown=min(60, 2 ** task.request.retries)) from exc
+        raise task.retry(exc=exc, countdown=min(60, 2**task.request.retries)) from exc
 
 
 def _run_once(task, reqs: list[IngestRequest]) -> list[IngestResult]:
@@ -62,8 +66,12 @@ def _run_once(task, reqs: list[IngestRequest]) -> list[IngestResult]:
         if cancelled:
             rest = [r for r in reqs if r.job_id not in cancelled]
             live = iter(_run_once(task, rest) if rest else [])
-            return [IngestResult(tenant=r.tenant, doc_id=r.doc_id, status="cancelled") if r.job_id in cancelled
-                    else next(live) for r in reqs]
+            return [
+                IngestResult(tenant=r.tenant, doc_id=r.doc_id, status="cancelled")
+                if r.job_id in cancelled
+                else next(live)
+                for r in reqs
+            ]
     try:
         lost = redelivery.worker_lost_count(task.request.id, task.request.retries)
         if lost >= get_settings().ingest_max_worker_lost:
@@ -71,7 +79,7 @@ def _run_once(task, reqs: list[IngestRequest]) -> list[IngestResult]:
         results = ingest_batch(reqs)
     except TRANSIENT as exc:
         if task.request.retries < get_settings().ingest_task_max_retries:
-            raise task.retry(exc=exc, countdown=min(60, 2 ** task.request.retries)) from exc
+            raise task.retry(exc=exc, countdown=min(60, 2**task.request.retries)) from exc
         stage = "embed" if isinstance(exc, ProviderError) else "internal"
         message = f"{stage}: {type(exc).__name__}: {str(exc)[:500]}"
         results = [record_failure(r, stage, message) for r in reqs]
@@ -83,13 +91,27 @@ def _run_once(task, reqs: list[IngestRequest]) -> list[IngestResult]:
         DOCUMENTS_PROCESSED.labels(result.status).inc()
         if result.status == "stored":
             CHUNKS_PROCESSED.inc(result.chunks)
-        log_ingest(tenant=req.tenant, doc_id=req.doc_id, status=result.status, chunks=result.chunks,
-                   model=get_settings().embed_model_name, latency_ms=sum(result.timings_ms.values()),
-                   error=result.error)
+        log_ingest(
+            tenant=req.tenant,
+            doc_id=req.doc_id,
+            status=result.status,
+            chunks=result.chunks,
+            model=get_settings().embed_model_name,
+            latency_ms=sum(result.timings_ms.values()),
+            error=result.error,
+        )
         if req.job_id:
             with db.connection() as conn:
-                jobs.record_document(conn, req.job_id, req.tenant, req.doc_id, _JOB_STATE[result.status],
-                                     result.chunks, result.embedded, result.error)
+                jobs.record_document(
+                    conn,
+                    req.job_id,
+                    req.tenant,
+                    req.doc_id,
+                    _JOB_STATE[result.status],
+                    result.chunks,
+                    result.embedded,
+                    result.error,
+                )
     return results
 
 

@@ -82,8 +82,13 @@ def agentic_loop(search: Searcher, planner: Planner, question: str, budget: Budg
         fresh = [q for q in decision.queries if _norm(q) not in asked]
         if res.rounds >= budget.max_rounds or res.searches >= budget.max_searches or not fresh:
             res.partial = True
-            res.stop = ("max_rounds" if res.rounds >= budget.max_rounds else
-                        "max_searches" if res.searches >= budget.max_searches else "repeated_queries")
+            res.stop = (
+                "max_rounds"
+                if res.rounds >= budget.max_rounds
+                else "max_searches"
+                if res.searches >= budget.max_searches
+                else "repeated_queries"
+            )
             return res
         if len(res.evidence) >= budget.max_evidence:
             res.partial = True
@@ -163,16 +168,26 @@ def agentic_ask(req: AskRequest) -> AskResponse:
         generator = None
         reasons.append(f"planner: {type(exc).__name__}")
     planner: Planner = LLMPlanner(generator) if generator is not None else CoveragePlanner()
-    budget = Budget(settings.agentic_max_rounds, settings.agentic_max_searches, settings.agentic_max_evidence, req.k)
+    budget = Budget(
+        settings.agentic_max_rounds, settings.agentic_max_searches, settings.agentic_max_evidence, req.k
+    )
     try:
         result = agentic_loop(search, planner, req.query, budget)
     except ValueError as exc:  # the planner answered garbage: one plain round, marked degraded
         log.warning("agentic planner failed: %s", exc)
         reasons.append(f"planner: {exc}")
-        result = LoopResult(evidence=search(req.query, req.k), rounds=1, searches=1, asked=[req.query],
-                            stop="planner_error")
+        result = LoopResult(
+            evidence=search(req.query, req.k), rounds=1, searches=1, asked=[req.query], stop="planner_error"
+        )
     timings["retrieve"] = elapsed_ms(t0)
-    trace = {"agentic": {"rounds": result.rounds, "searches": result.searches, "queries": result.asked,
-                         "stop": result.stop, "evidence": len(result.evidence)},
-             "retrieved": service.trace_of(result.evidence)}
+    trace = {
+        "agentic": {
+            "rounds": result.rounds,
+            "searches": result.searches,
+            "queries": result.asked,
+            "stop": result.stop,
+            "evidence": len(result.evidence),
+        },
+        "retrieved": service.trace_of(result.evidence),
+    }
     return service.respond(req.query, result.evidence, reasons, timings, trace, t0, partial=result.partial)

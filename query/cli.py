@@ -27,16 +27,28 @@ def search(
     groups: str = typer.Option(..., "--groups", help="comma-separated ACL groups of the caller"),
     k: int = typer.Option(10, "--k"),
     mode: str = typer.Option("hybrid", "--mode", help="hybrid | vector | lexical"),
-    path_prefix: list[str] = typer.Option([], "--path-prefix", help="only paths with this prefix (repeatable)"),
+    path_prefix: list[str] = typer.Option(
+        [], "--path-prefix", help="only paths with this prefix (repeatable)"
+    ),
     layer: list[str] = typer.Option([], "--layer", help="only this layer (repeatable)"),
-    rerank: bool | None = typer.Option(None, "--rerank/--no-rerank", help="default: when a reranker is configured"),
+    rerank: bool | None = typer.Option(
+        None, "--rerank/--no-rerank", help="default: when a reranker is configured"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Search through the query queue; prints hits with their scores."""
     from ragline.shared.contracts import TASK_QUERY_RETRIEVE
 
-    payload = {"query": query, "tenant": tenant, "groups": split_csv(groups), "k": k, "mode": mode,
-               "path_prefixes": path_prefix, "layers": layer, "rerank": rerank}
+    payload = {
+        "query": query,
+        "tenant": tenant,
+        "groups": split_csv(groups),
+        "k": k,
+        "mode": mode,
+        "path_prefixes": path_prefix,
+        "layers": layer,
+        "rerank": rerank,
+    }
     res = _send(TASK_QUERY_RETRIEVE, payload, 60)
     if as_json:
         print(json.dumps(res, ensure_ascii=False))
@@ -45,11 +57,15 @@ def search(
     else:
         out = Console()
         for i, h in enumerate(res["hits"], start=1):
-            out.print(f"[bold]{i}.[/] {h['doc_id']}#{h['chunk_no']} [dim]{h['heading']}[/] score={h['score']:.4f}\n"
-                      f"   {h['content'][:200]}")
+            out.print(
+                f"[bold]{i}.[/] {h['doc_id']}#{h['chunk_no']} [dim]{h['heading']}[/] score={h['score']:.4f}\n"
+                f"   {h['content'][:200]}"
+            )
         timings = ", ".join(f"{k_}={v:.0f}ms" for k_, v in res["timings_ms"].items())
-        out.print(f"[dim]{len(res['hits'])} hits, degraded={res['degraded']} {res['degraded_reasons'] or ''} "
-                  f"timings: {timings}[/]")
+        out.print(
+            f"[dim]{len(res['hits'])} hits, degraded={res['degraded']} {res['degraded_reasons'] or ''} "
+            f"timings: {timings}[/]"
+        )
     if res.get("ok") is False:
         raise typer.Exit(1)
 
@@ -66,8 +82,18 @@ def ask(
     """Ask a question through the query queue; prints the answer with [N] citations."""
     from ragline.shared.contracts import TASK_QUERY_ASK
 
-    res = _send(TASK_QUERY_ASK, {"query": question, "tenant": tenant, "groups": split_csv(groups), "k": k,
-                                 "mode": mode, "agentic": agentic}, 120)
+    res = _send(
+        TASK_QUERY_ASK,
+        {
+            "query": question,
+            "tenant": tenant,
+            "groups": split_csv(groups),
+            "k": k,
+            "mode": mode,
+            "agentic": agentic,
+        },
+        120,
+    )
     if as_json:
         print(json.dumps(res, ensure_ascii=False))
     else:
@@ -104,11 +130,17 @@ def demo(
     files = collect_files([docs])
     t0 = time.perf_counter()
     job_id = enqueue_files(files, tenant=tenant, acl=["public"])
-    with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as p:
+    with Progress(
+        TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as p:
         bar = p.add_task("docs", total=len(files))
-        s = jobs.wait_for_job(job_id, 3600, on_progress=lambda s: p.update(bar, completed=jobs.finished_documents(s)))
-    console.print(f"ingested {s['documents']} documents, {s['chunks']} chunks, {s['embedded']} embedded, "
-                  f"{s['skipped_unchanged']} unchanged, {s['failed']} failed in {time.perf_counter() - t0:.1f}s")
+        s = jobs.wait_for_job(
+            job_id, 3600, on_progress=lambda s: p.update(bar, completed=jobs.finished_documents(s))
+        )
+    console.print(
+        f"ingested {s['documents']} documents, {s['chunks']} chunks, {s['embedded']} embedded, "
+        f"{s['skipped_unchanged']} unchanged, {s['failed']} failed in {time.perf_counter() - t0:.1f}s"
+    )
     if s["failed"]:
         console.print(s["errors"])
     questions = [
@@ -125,8 +157,6 @@ def demo(
         raise typer.Exit(1)
 
 
-
-
 def parse_weights(text: str) -> list[tuple[float, float]]:
     """``"1:1,1:0.5,1:0.3"`` → [(1.0, 1.0), (1.0, 0.5), (1.0, 0.3)] (vector:lexical)."""
     out = []
@@ -138,12 +168,18 @@ def parse_weights(text: str) -> list[tuple[float, float]]:
 
 def eval_cmd(
     queries: Path = typer.Argument(..., exists=True, dir_okay=False, help='JSON lines {"query", "relevant"}'),
-    corpus: Path = typer.Option(..., "--corpus", exists=True, dir_okay=False, help='JSON lines {"id", "title", "text"}'),
+    corpus: Path = typer.Option(
+        ..., "--corpus", exists=True, dir_okay=False, help='JSON lines {"id", "title", "text"}'
+    ),
     k: int = typer.Option(10, "--k"),
     mode: str = typer.Option("hybrid", "--mode", help="hybrid | vector | lexical | all"),
     rerank: bool = typer.Option(False, "--rerank", help="rerank with the configured reranker"),
-    sweep: str = typer.Option("", "--sweep-rrf", help='also score hybrid for RRF weights "wv:wl,..." '
-                              "(recomputed from the vector and lexical lists; never tune on a test split)"),
+    sweep: str = typer.Option(
+        "",
+        "--sweep-rrf",
+        help='also score hybrid for RRF weights "wv:wl,..." '
+        "(recomputed from the vector and lexical lists; never tune on a test split)",
+    ),
     out: Path | None = typer.Option(None, "--out", help="write the full result (misses, settings) as JSON"),
     keep: bool = typer.Option(False, "--keep", help="keep the evaluation tenant"),
     as_json: bool = typer.Option(False, "--json"),
@@ -156,8 +192,16 @@ def eval_cmd(
     if not set(modes) <= {"vector", "lexical", "hybrid"}:
         raise typer.BadParameter("mode must be hybrid, vector, lexical or all")
     reload_app()
-    result = run_eval(queries, corpus, k=k, modes=modes, rerank=rerank, keep=keep,
-                      sweep=parse_weights(sweep) if sweep else None, progress=lambda msg: console.print(msg))
+    result = run_eval(
+        queries,
+        corpus,
+        k=k,
+        modes=modes,
+        rerank=rerank,
+        keep=keep,
+        sweep=parse_weights(sweep) if sweep else None,
+        progress=lambda msg: console.print(msg),
+    )
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, ensure_ascii=False, indent=2))
@@ -166,16 +210,32 @@ def eval_cmd(
         return
     table = Table("mode", f"recall@{k}", f"MRR@{k}", f"nDCG@{k}", "fail@20", "n", "degraded")
     for m, r in result["modes"].items():
-        table.add_row(m, f"{r[f'recall@{k}']:.3f}", f"{r[f'mrr@{k}']:.3f}", f"{r[f'ndcg@{k}']:.3f}",
-                      f"{r['fail@20']:.3f}", str(r["n"]), str(r["degraded"]))
+        table.add_row(
+            m,
+            f"{r[f'recall@{k}']:.3f}",
+            f"{r[f'mrr@{k}']:.3f}",
+            f"{r[f'ndcg@{k}']:.3f}",
+            f"{r['fail@20']:.3f}",
+            str(r["n"]),
+            str(r["degraded"]),
+        )
     for r in result["meta"].get("rrf_sweep", []):
-        table.add_row(f"hybrid {r['rrf_weight_vector']:g}:{r['rrf_weight_lexical']:g}", f"{r[f'recall@{k}']:.3f}",
-                      f"{r[f'mrr@{k}']:.3f}", f"{r[f'ndcg@{k}']:.3f}", f"{r['fail@20']:.3f}", str(r["n"]), "-")
+        table.add_row(
+            f"hybrid {r['rrf_weight_vector']:g}:{r['rrf_weight_lexical']:g}",
+            f"{r[f'recall@{k}']:.3f}",
+            f"{r[f'mrr@{k}']:.3f}",
+            f"{r[f'ndcg@{k}']:.3f}",
+            f"{r['fail@20']:.3f}",
+            str(r["n"]),
+            "-",
+        )
     Console().print(table)
     for m, r in result["modes"].items():
         for miss in r["misses"][:10]:
-            Console().print(f"[dim]{m} MISS[/] {miss['query']}  (want {', '.join(miss['relevant'])}; "
-                            f"got {', '.join(miss['top'])})")
+            Console().print(
+                f"[dim]{m} MISS[/] {miss['query']}  (want {', '.join(miss['relevant'])}; "
+                f"got {', '.join(miss['top'])})"
+            )
 
 
 def schemas(folder: Path = typer.Argument(Path("docs/schemas"))) -> None:

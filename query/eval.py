@@ -40,8 +40,17 @@ def corpus_payloads(corpus: Iterable[dict], tenant: str, job_id: str | None = No
     for row in corpus:
         title = (row.get("title") or "").strip()
         text = str(row["text"])
-        out.append({"tenant": tenant, "doc_id": str(row["id"]), "content": f"{title}\n\n{text}" if title else text,
-                    "fmt": "text", "path": str(row["id"]), "acl": [EVAL_GROUP], "job_id": job_id})
+        out.append(
+            {
+                "tenant": tenant,
+                "doc_id": str(row["id"]),
+                "content": f"{title}\n\n{text}" if title else text,
+                "fmt": "text",
+                "path": str(row["id"]),
+                "acl": [EVAL_GROUP],
+                "job_id": job_id,
+            }
+        )
     return out
 
 
@@ -68,7 +77,7 @@ def reciprocal_rank(found: list[str], rel: dict[str, int], k: int) -> float:
 def ndcg_at_k(found: list[str], rel: dict[str, int], k: int) -> float:
     dcg = sum((2 ** rel.get(d, 0) - 1) / math.log2(i + 2) for i, d in enumerate(found[:k]))
     ideal = sorted(rel.values(), reverse=True)[:k]
-    idcg = sum((2 ** g - 1) / math.log2(i + 2) for i, g in enumerate(ideal))
+    idcg = sum((2**g - 1) / math.log2(i + 2) for i, g in enumerate(ideal))
     return dcg / idcg if idcg else 0.0
 
 
@@ -94,16 +103,22 @@ class ModeReport:
     def summary(self) -> dict:
         k = self.k
         mean = lambda xs: round(statistics.fmean(xs), 4) if xs else 0.0  # noqa: E731
-        return {f"recall@{k}": mean(self.recall), f"mrr@{k}": mean(self.rr), f"ndcg@{k}": mean(self.ndcg),
-                f"fail@{FAIL_AT}": mean([float(f) for f in self.failed]), "n": len(self.recall),
-                "degraded": self.degraded}
+        return {
+            f"recall@{k}": mean(self.recall),
+            f"mrr@{k}": mean(self.rr),
+            f"ndcg@{k}": mean(self.ndcg),
+            f"fail@{FAIL_AT}": mean([float(f) for f in self.failed]),
+            "n": len(self.recall),
+            "degraded": self.degraded,
+        }
 
 
 SearchFn = Callable[[str, str, int], dict]  # (query, mode, k) -> SearchResponse as dict
 
 
-def evaluate(queries: list[dict], search: SearchFn, modes: list[str], k: int = 10,
-             depth: int = 50) -> dict[str, ModeReport]:
+def evaluate(
+    queries: list[dict], search: SearchFn, modes: list[str], k: int = 10, depth: int = 50
+) -> dict[str, ModeReport]:
     """Run every query in every mode. ``depth`` chunks are fetched (default: the retriever's top-N)
     so that after mapping chunks to documents there are still ``k`` and ``FAIL_AT`` documents."""
     reports = {m: ModeReport(m, k) for m in modes}
@@ -119,8 +134,14 @@ def evaluate(queries: list[dict], search: SearchFn, modes: list[str], k: int = 1
     return reports
 
 
-def sweep_rrf(queries: list[dict], search: SearchFn, weights: list[tuple[float, float]], k: int = 10,
-              rrf_k: int = 60, top_n: int = 50) -> list[dict]:
+def sweep_rrf(
+    queries: list[dict],
+    search: SearchFn,
+    weights: list[tuple[float, float]],
+    k: int = 10,
+    rrf_k: int = 60,
+    top_n: int = 50,
+) -> list[dict]:
     """Hybrid metrics for several (vector, lexical) RRF weight pairs without restarting workers.
 
     The vector-only and lexical-only runs at depth ``top_n`` (= ``retrieval_top_n``) return
@@ -149,8 +170,9 @@ def sweep_rrf(queries: list[dict], search: SearchFn, weights: list[tuple[float, 
 
 
 # ------------------------------------------------------------------------------- stack plumbing
-def ingest_corpus(corpus: list[dict], tenant: str, timeout: float = 3600.0,
-                  progress: Callable[[dict], None] | None = None) -> dict:
+def ingest_corpus(
+    corpus: list[dict], tenant: str, timeout: float = 3600.0, progress: Callable[[dict], None] | None = None
+) -> dict:
     """Send the corpus through the ingest queue under one job and wait for it to finish."""
     from ragline.shared import db, jobs
     from ragline.shared.celery_app import app
@@ -180,7 +202,14 @@ def task_search(tenant: str, rerank: bool = False, timeout: float = 120.0) -> Se
     from ragline.shared.contracts import TASK_QUERY_RETRIEVE
 
     def run(query: str, mode: str, k: int) -> dict:
-        payload = {"query": query, "tenant": tenant, "groups": [EVAL_GROUP], "k": k, "mode": mode, "rerank": rerank}
+        payload = {
+            "query": query,
+            "tenant": tenant,
+            "groups": [EVAL_GROUP],
+            "k": k,
+            "mode": mode,
+            "rerank": rerank,
+        }
         return app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=timeout)
 
     return run
@@ -197,9 +226,16 @@ def fresh_tenant() -> str:
     return f"eval-{uuid.uuid4().hex[:12]}"
 
 
-def run_eval(queries_path: Path, corpus_path: Path, k: int = 10, modes: list[str] | None = None,
-             rerank: bool = False, keep: bool = False, sweep: list[tuple[float, float]] | None = None,
-             progress: Callable[[str], None] | None = None) -> dict:
+def run_eval(
+    queries_path: Path,
+    corpus_path: Path,
+    k: int = 10,
+    modes: list[str] | None = None,
+    rerank: bool = False,
+    keep: bool = False,
+    sweep: list[tuple[float, float]] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
     """Ingest into a fresh tenant, evaluate every mode, drop the tenant (unless ``keep``)."""
     from ragline.shared.settings import get_settings
 
@@ -212,20 +248,30 @@ def run_eval(queries_path: Path, corpus_path: Path, k: int = 10, modes: list[str
     t0 = time.perf_counter()
     try:
         summary = ingest_corpus(corpus, tenant)
-        say(f"ingested {summary['documents']} documents, {summary['chunks']} chunks "
-            f"({summary['embedded']} embedded, {summary['failed']} failed) in {time.perf_counter() - t0:.0f}s")
+        say(
+            f"ingested {summary['documents']} documents, {summary['chunks']} chunks "
+            f"({summary['embedded']} embedded, {summary['failed']} failed) in {time.perf_counter() - t0:.0f}s"
+        )
         t1 = time.perf_counter()
         search = task_search(tenant, rerank=rerank)
         reports = evaluate(queries, search, modes, k, depth=settings.retrieval_top_n)
         say(f"{len(queries)} queries x {len(modes)} mode(s) in {time.perf_counter() - t1:.0f}s")
         result: dict = {m: {**r.summary(), "misses": r.misses} for m, r in reports.items()}
-        meta = {"queries": str(queries_path), "corpus": str(corpus_path), "k": k, "rerank": rerank,
-                "reranker": settings.reranker if rerank else None,
-                "tenant": tenant, "embedder": settings.embed_model_name,
-                "rrf_weight_vector": settings.rrf_weight_vector, "rrf_weight_lexical": settings.rrf_weight_lexical,
-                "rrf_k": settings.rrf_k, "retrieval_top_n": settings.retrieval_top_n,
-                "ingest": {k_: summary[k_] for k_ in ("documents", "chunks", "embedded", "failed")},
-                "failed_documents": [e["doc_id"] for e in summary["errors"]]}
+        meta = {
+            "queries": str(queries_path),
+            "corpus": str(corpus_path),
+            "k": k,
+            "rerank": rerank,
+            "reranker": settings.reranker if rerank else None,
+            "tenant": tenant,
+            "embedder": settings.embed_model_name,
+            "rrf_weight_vector": settings.rrf_weight_vector,
+            "rrf_weight_lexical": settings.rrf_weight_lexical,
+            "rrf_k": settings.rrf_k,
+            "retrieval_top_n": settings.retrieval_top_n,
+            "ingest": {k_: summary[k_] for k_ in ("documents", "chunks", "embedded", "failed")},
+            "failed_documents": [e["doc_id"] for e in summary["errors"]],
+        }
         if sweep:
             meta["rrf_sweep"] = sweep_rrf(queries, search, sweep, k, settings.rrf_k, settings.retrieval_top_n)
         return {"modes": result, "meta": meta}

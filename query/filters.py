@@ -16,8 +16,17 @@ from ragline.shared.contracts import SearchRequest
 
 #: globs that mark a path as a test (``prefer_non_tests`` penalises them)
 TEST_PATH_GLOBS = (
-    "tests/*", "test/*", "*/tests/*", "*/test/*", "*/__tests__/*", "test_*", "*/test_*", "*_test.*",
-    "*.test.*", "*.spec.*", "*/testing/*",
+    "tests/*",
+    "test/*",
+    "*/tests/*",
+    "*/test/*",
+    "*/__tests__/*",
+    "test_*",
+    "*/test_*",
+    "*_test.*",
+    "*.test.*",
+    "*.spec.*",
+    "*/testing/*",
 )
 
 
@@ -84,14 +93,18 @@ def compile_filters(req: SearchRequest, prefer_bonus: float, test_penalty: float
     prefer = [prefix_pattern(p) for p in req.prefer_path_prefixes if p]
     prefer += [glob_pattern(g) for g in req.prefer_like_patterns if g]
     if prefer:
-        f.columns.append("CASE WHEN c.path LIKE ANY(%(f_prefer)s::text[]) THEN %(f_bonus)s::float8 ELSE 0.0 END"
-                         " AS prefer_bonus")
+        f.columns.append(
+            "CASE WHEN c.path LIKE ANY(%(f_prefer)s::text[]) THEN %(f_bonus)s::float8 ELSE 0.0 END"
+            " AS prefer_bonus"
+        )
         f.params.update(f_prefer=prefer, f_bonus=prefer_bonus)
     else:
         f.columns.append("0.0::float8 AS prefer_bonus")
     if req.prefer_non_tests:
-        f.columns.append("CASE WHEN c.path LIKE ANY(%(f_tests)s::text[]) THEN %(f_penalty)s::float8 ELSE 0.0 END"
-                         " AS test_penalty")
+        f.columns.append(
+            "CASE WHEN c.path LIKE ANY(%(f_tests)s::text[]) THEN %(f_penalty)s::float8 ELSE 0.0 END"
+            " AS test_penalty"
+        )
         f.params.update(f_tests=[glob_pattern(g) for g in TEST_PATH_GLOBS], f_penalty=test_penalty)
     else:
         f.columns.append("0.0::float8 AS test_penalty")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 
-def rrf(rankings: dict[str, Sequence[Hashable]], k: int = 60,
-        weights: dict[str, float] | None = None) -> list[tuple[Hashable, float]]:
+def rrf(
+    rankings: dict[str, Sequence[Hashable]], k: int = 60, weights: dict[str, float] | None = None
+) -> list[tuple[Hashable, float]]:
     """Fuse ranked lists: score(d) = Σ w_r / (k + rank_r(d)), ranks starting at 1.
 
     Ties are broken by the best single rank, then by first appearance, so the order is stable.

@@ -22,6 +22,7 @@ from ragline.shared.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 
+
 def validate_ranked(raw: list[tuple[Any, Any]], n_candidates: int) -> tuple[list[tuple[int, float]], int]:
     """Valid ``(index, score)`` pairs sorted by score (the provider's order is not trusted), and
     how many were dropped."""
@@ -59,8 +60,9 @@ def fallback(hits: list[Hit], top_k: int, reason: str, detail: str) -> RerankOut
     return RerankOutcome(hits=hits[:top_k], degraded=True, reasons=[f"rerank: {detail}"])
 
 
-def rerank_hits(reranker: Reranker, query: str, hits: list[Hit], top_k: int, threshold: float,
-                timeout_s: float) -> RerankOutcome:
+def rerank_hits(
+    reranker: Reranker, query: str, hits: list[Hit], top_k: int, threshold: float, timeout_s: float
+) -> RerankOutcome:
     """Top ``top_k`` candidates by the reranker's score, those below ``threshold`` dropped.
 
     A timeout or any provider error returns the fused order (no threshold: there are no scores)

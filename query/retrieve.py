@@ -70,10 +70,20 @@ def _metadata(value: object) -> dict:
 
 
 def _hit(row: dict, **ranking: float | int) -> Hit:
-    return Hit(doc_id=row["doc_id"], chunk_no=row["chunk_no"], path=row["path"], layer=row["layer"],
-               heading=row["heading_path"], content=row["content"], context=row["context"], page=row["page"],
-               metadata=_metadata(row["metadata"]), prefer_bonus=float(row["prefer_bonus"]),
-               test_penalty=float(row["test_penalty"]), **ranking)
+    return Hit(
+        doc_id=row["doc_id"],
+        chunk_no=row["chunk_no"],
+        path=row["path"],
+        layer=row["layer"],
+        heading=row["heading_path"],
+        content=row["content"],
+        context=row["context"],
+        page=row["page"],
+        metadata=_metadata(row["metadata"]),
+        prefer_bonus=float(row["prefer_bonus"]),
+        test_penalty=float(row["test_penalty"]),
+        **ranking,
+    )
 
 
 def _sql(template: str, columns: str, where: str, rank_fn: str = "ts_rank") -> str:
@@ -97,26 +107,37 @@ def read_only_transaction(conn: psycopg.Connection) -> Iterator[None]:
 def set_hnsw_params(conn: psycopg.Connection, n: int, settings: Settings) -> None:
     """The HNSW search parameters for this transaction, in one round trip (no parameters, so
     psycopg may send two statements at once)."""
-    conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(settings.hnsw_ef_search, n))};"
-                 " SET LOCAL hnsw.iterative_scan = relaxed_order")
+    conn.execute(
+        f"SET LOCAL hnsw.ef_search = {int(max(settings.hnsw_ef_search, n))};"
+        " SET LOCAL hnsw.iterative_scan = relaxed_order"
+    )
 
 
-def vector_rows(conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray, n: int, settings: Settings) -> list[dict]:
+def vector_rows(
+    conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray, n: int, settings: Settings
+) -> list[dict]:
     f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
     set_hnsw_params(conn, n, settings)
     params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
     return conn.execute(_sql(VECTOR_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
 
 
-def lexical_rows(conn: psycopg.Connection | None, req: SearchRequest, n: int, settings: Settings) -> list[dict]:
+def lexical_rows(
+    conn: psycopg.Connection | None, req: SearchRequest, n: int, settings: Settings
+) -> list[dict]:
     """Empty without touching the database when the query has no terms."""
     if not has_terms(req.query):
         return []
     assert conn is not None
     f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
-    params = {"tenant": req.tenant, "groups": req.groups, "n": n,
-              "query": lexical_query(req.query, settings.lexical_match), "rank_norm": settings.lexical_rank_normalization,
-              **f.params}
+    params = {
+        "tenant": req.tenant,
+        "groups": req.groups,
+        "n": n,
+        "query": lexical_query(req.query, settings.lexical_match),
+        "rank_norm": settings.lexical_rank_normalization,
+        **f.params,
+    }
     sql = _sql(LEXICAL_SQL, f.columns_sql(), f.where_sql(), settings.lexical_rank)
     return conn.execute(sql, params).fetchall()
 
@@ -129,7 +150,14 @@ def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Se
         return []
     assert conn is not None
     f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
-    params = {"tenant": req.tenant, "groups": req.groups, "n": req.k, "doc_ids": doc_ids, "paths": paths, **f.params}
+    params = {
+        "tenant": req.tenant,
+        "groups": req.groups,
+        "n": req.k,
+        "doc_ids": doc_ids,
+        "paths": paths,
+        **f.params,
+    }
     return conn.execute(_sql(EXACT_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
 
 
@@ -149,8 +177,10 @@ def fuse(vector: list[dict], lexical: list[dict], settings: Settings, limit: int
         rows.setdefault(key, row)
         ranks.setdefault(key, {}).update(lexical_rank=rank, lexical_score=float(row["rank"]))
     fused = rrf(
-        {"vector": [(r["doc_id"], r["chunk_no"]) for r in vector],
-         "lexical": [(r["doc_id"], r["chunk_no"]) for r in lexical]},
+        {
+            "vector": [(r["doc_id"], r["chunk_no"]) for r in vector],
+            "lexical": [(r["doc_id"], r["chunk_no"]) for r in lexical],
+        },
         k=settings.rrf_k,
         weights={"vector": settings.rrf_weight_vector, "lexical": settings.rrf_weight_lexical},
     )
@@ -161,12 +191,19 @@ def fuse(vector: list[dict], lexical: list[dict], settings: Settings, limit: int
         scored.append((final, position, key, score))
     # a stable sort keeps RRF's own tie-breaking among equal final scores
     scored.sort(key=lambda t: (-t[0], t[1]))
-    return [_hit(rows[key], score=final, fused_score=round(score, 8), **ranks[key])
-            for final, _, key, score in scored[:limit]]
+    return [
+        _hit(rows[key], score=final, fused_score=round(score, 8), **ranks[key])
+        for final, _, key, score in scored[:limit]
+    ]
 
 
-def search(conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray | None, settings: Settings,
-           limit: int | None = None) -> SearchResponse:
+def search(
+    conn: psycopg.Connection,
+    req: SearchRequest,
+    qvec: np.ndarray | None,
+    settings: Settings,
+    limit: int | None = None,
+) -> SearchResponse:
     """Run the retrievers the mode asks for and fuse them. ``qvec`` None means no vector search.
 
     ``limit`` (default ``req.k``) is how many fused hits to keep: more when a reranker follows.

@@ -37,11 +37,22 @@ TASKS = {
 
 def schemas() -> dict[str, str]:
     """File name -> JSON text (stable: sorted keys, trailing newline)."""
-    out = {f"{name}.json": json.dumps(model.model_json_schema(), ensure_ascii=False, indent=2, sort_keys=True) + "\n"
-           for name, model in MODELS.items()}
-    out["tasks.json"] = json.dumps({task: {"request": f"{req}.json", "response": f"{resp}.json",
-                                           "error": "error_result.json"} for task, (req, resp) in TASKS.items()},
-                                   indent=2, sort_keys=True) + "\n"
+    out = {
+        f"{name}.json": json.dumps(model.model_json_schema(), ensure_ascii=False, indent=2, sort_keys=True)
+        + "\n"
+        for name, model in MODELS.items()
+    }
+    out["tasks.json"] = (
+        json.dumps(
+            {
+                task: {"request": f"{req}.json", "response": f"{resp}.json", "error": "error_result.json"}
+                for task, (req, resp) in TASKS.items()
+            },
+            indent=2,
+            sort_keys=True,
+        )
+        + "\n"
+    )
     return out
 
 

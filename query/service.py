@@ -38,8 +38,19 @@ from ragline.shared.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 
-TRACE_FIELDS = {"doc_id", "chunk_no", "score", "fused_score", "vector_rank", "vector_distance", "lexical_rank",
-                "lexical_score", "prefer_bonus", "test_penalty", "rerank_score"}
+TRACE_FIELDS = {
+    "doc_id",
+    "chunk_no",
+    "score",
+    "fused_score",
+    "vector_rank",
+    "vector_distance",
+    "lexical_rank",
+    "lexical_score",
+    "prefer_bonus",
+    "test_penalty",
+    "rerank_score",
+}
 
 
 def trace_of(hits: list[Hit]) -> list[dict]:
@@ -57,8 +68,10 @@ def _embed_query(req: SearchRequest, reasons: list[str]) -> np.ndarray | None:
     try:
         embedder = providers.get_embedder()
         # the embedder's retry policy is made for ingestion; a question waits at most this long
-        vec = np.asarray(run_with_deadline(embedder.embed_query, settings.query_embed_timeout_s, req.query),
-                         dtype=np.float32)
+        vec = np.asarray(
+            run_with_deadline(embedder.embed_query, settings.query_embed_timeout_s, req.query),
+            dtype=np.float32,
+        )
     except DeadlineExceeded:
         log.warning("query embedding exceeded %.1fs, lexical only", settings.query_embed_timeout_s)
         reasons.append(f"embedder: timeout after {settings.query_embed_timeout_s:g}s")
@@ -103,7 +116,9 @@ def _use_rerank(req: SearchRequest, settings: Settings) -> bool:
     return settings.reranker != "none" if req.rerank is None else req.rerank
 
 
-def rerank_stage(query: str, candidates: list[Hit], top_k: int, threshold: float | None = None) -> RerankOutcome:
+def rerank_stage(
+    query: str, candidates: list[Hit], top_k: int, threshold: float | None = None
+) -> RerankOutcome:
     """Rerank with the configured provider; a provider that cannot even be built degrades too."""
     settings = get_settings()
     threshold = settings.rerank_threshold if threshold is None else threshold
@@ -131,8 +146,16 @@ def search(req: SearchRequest) -> SearchResponse:
         resp.timings_ms["rerank"] = elapsed_ms(t)
         resp.timings_ms["total"] = elapsed_ms(t0)
     m.RETRIEVED_CHUNKS.observe(len(resp.hits))
-    log_query("search", tenant=req.tenant, question=req.query, latency_ms=resp.timings_ms["total"],
-              chunks=len(resp.hits), model=settings.embed_model_name, mode=req.mode, degraded=resp.degraded)
+    log_query(
+        "search",
+        tenant=req.tenant,
+        question=req.query,
+        latency_ms=resp.timings_ms["total"],
+        chunks=len(resp.hits),
+        model=settings.embed_model_name,
+        mode=req.mode,
+        degraded=resp.degraded,
+    )
     return resp
 
 
@@ -140,20 +163,29 @@ def rerank(req: RerankRequest) -> RerankResponse:
     settings = get_settings()
     t0 = time.perf_counter()
     out = rerank_stage(req.query, req.hits, req.top_k or settings.rerank_top_k, req.threshold)
-    return RerankResponse(hits=out.hits, degraded=out.degraded, degraded_reasons=out.reasons,
-                          timings_ms={"rerank": elapsed_ms(t0)})
+    return RerankResponse(
+        hits=out.hits,
+        degraded=out.degraded,
+        degraded_reasons=out.reasons,
+        timings_ms={"rerank": elapsed_ms(t0)},
+    )
 
 
 # --------------------------------------------------------------------------------------- answers
-def gather(req: SearchRequest, queries: list[str], hyde_vec: np.ndarray | None, limit: int
-           ) -> tuple[list[Hit], bool, list[str], dict[str, float]]:
+def gather(
+    req: SearchRequest, queries: list[str], hyde_vec: np.ndarray | None, limit: int
+) -> tuple[list[Hit], bool, list[str], dict[str, float]]:
     """Fused candidates over one or more query variants (multi-query: the variants fused by RRF)."""
     settings = get_settings()
     lists: dict[str, list[Hit]] = {}
     degraded, reasons, timings = False, [], {}
     for i, q in enumerate(queries):
-        sub = req.model_copy(update={"query": q, "query_vector": hyde_vec.tolist() if hyde_vec is not None and i == 0
-                                     else req.query_vector})
+        sub = req.model_copy(
+            update={
+                "query": q,
+                "query_vector": hyde_vec.tolist() if hyde_vec is not None and i == 0 else req.query_vector,
+            }
+        )
         resp = retrieve(sub, limit=limit)
         lists[str(i)] = resp.hits
         degraded |= resp.degraded
@@ -166,7 +198,9 @@ def gather(req: SearchRequest, queries: list[str], hyde_vec: np.ndarray | None, 
     for hits in lists.values():
         for h in hits:
             by_key.setdefault((h.doc_id, h.chunk_no), h)
-    fused = rrf({name: [(h.doc_id, h.chunk_no) for h in hits] for name, hits in lists.items()}, k=settings.rrf_k)
+    fused = rrf(
+        {name: [(h.doc_id, h.chunk_no) for h in hits] for name, hits in lists.items()}, k=settings.rrf_k
+    )
     out = []
     for key, score in fused[:limit]:
         h = by_key[key].model_copy()
@@ -188,7 +222,11 @@ def answer_from(question: str, hits: list[Hit], partial: bool = False) -> tuple[
         system, messages = build_messages(question, hits, partial)
         try:
             g = generator.generate(system, messages)
-            info = {"generator": generator.name, "input_tokens": g.input_tokens, "output_tokens": g.output_tokens}
+            info = {
+                "generator": generator.name,
+                "input_tokens": g.input_tokens,
+                "output_tokens": g.output_tokens,
+            }
             return g.text, reasons, info
         except Exception as exc:  # the chat model is down: the offline answer is better than none
             log.warning("generator %s failed, extractive answer: %s", generator.name, type(exc).__name__)
@@ -229,7 +267,8 @@ def ask(req: AskRequest) -> AskResponse:
     rerank = _use_rerank(req, settings)
     t = time.perf_counter()
     candidates, degraded, r_reasons, r_timings = gather(
-        req, plan.queries, plan.hyde_vec, max(req.k, settings.rerank_candidates) if rerank else req.k)
+        req, plan.queries, plan.hyde_vec, max(req.k, settings.rerank_candidates) if rerank else req.k
+    )
     reasons += r_reasons
     timings.update(r_timings)
     timings["retrieve"] = elapsed_ms(t)
@@ -244,27 +283,53 @@ def ask(req: AskRequest) -> AskResponse:
     else:
         hits = [h for h in candidates if h.score >= settings.answer_min_score][: req.k]
     resp = respond(plan.queries[0], hits, reasons, timings, trace, t0)
-    log_query("ask", tenant=req.tenant, question=req.query, latency_ms=resp.timings_ms["total"], chunks=len(hits),
-              model=settings.generator, no_answer=resp.no_answer, degraded=resp.degraded,
-              rejected_citations=len(trace.get("rejected_citations", [])))
+    log_query(
+        "ask",
+        tenant=req.tenant,
+        question=req.query,
+        latency_ms=resp.timings_ms["total"],
+        chunks=len(hits),
+        model=settings.generator,
+        no_answer=resp.no_answer,
+        degraded=resp.degraded,
+        rejected_citations=len(trace.get("rejected_citations", [])),
+    )
     return resp
 
 
-def respond(question: str, hits: list[Hit], reasons: list[str], timings: dict[str, float], trace: dict,
-            t0: float, partial: bool = False) -> AskResponse:
+def respond(
+    question: str,
+    hits: list[Hit],
+    reasons: list[str],
+    timings: dict[str, float],
+    trace: dict,
+    t0: float,
+    partial: bool = False,
+) -> AskResponse:
     """Generate, validate citations, build the response (shared by the plain and the agentic path)."""
-    trace["answer_documents"] = [{"n": n, "doc_id": h.doc_id, "chunk_no": h.chunk_no}
-                                 for n, h in enumerate(hits, start=1)]
+    trace["answer_documents"] = [
+        {"n": n, "doc_id": h.doc_id, "chunk_no": h.chunk_no} for n, h in enumerate(hits, start=1)
+    ]
 
     def done(**kw) -> AskResponse:
         timings["total"] = elapsed_ms(t0)
-        return AskResponse(degraded=bool(reasons), degraded_reasons=reasons, timings_ms=timings, trace=trace,
-                           partial=partial, **kw)
+        return AskResponse(
+            degraded=bool(reasons),
+            degraded_reasons=reasons,
+            timings_ms=timings,
+            trace=trace,
+            partial=partial,
+            **kw,
+        )
 
     if not hits:
         m.EMPTY_CONTEXT.inc()
-        return done(answer=NO_ANSWER, citations=[], no_answer=True,
-                    reason="no document passed the relevance threshold")
+        return done(
+            answer=NO_ANSWER,
+            citations=[],
+            no_answer=True,
+            reason="no document passed the relevance threshold",
+        )
     t = time.perf_counter()
     answer, g_reasons, info = answer_from(question, hits, partial)
     reasons += g_reasons
@@ -280,6 +345,14 @@ def respond(question: str, hits: list[Hit], reasons: list[str], timings: dict[st
             m.INVALID_CITATIONS.inc()
             trace["rejected_citations"] = bad
         return done(answer=f"Ответ отклонён: {why}.", citations=[], no_answer=True, reason=why)
-    citations = [Citation(n=n, doc_id=hits[n - 1].doc_id, chunk_no=hits[n - 1].chunk_no,
-                          heading=hits[n - 1].heading, path=hits[n - 1].path) for n in cited_numbers(answer)]
+    citations = [
+        Citation(
+            n=n,
+            doc_id=hits[n - 1].doc_id,
+            chunk_no=hits[n - 1].chunk_no,
+            heading=hits[n - 1].heading,
+            path=hits[n - 1].path,
+        )
+        for n in cited_numbers(answer)
+    ]
     return done(answer=answer, citations=citations, no_answer=False)

@@ -54,8 +54,11 @@ def plan_queries(req: AskRequest, reasons: list[str]) -> QueryPlan:
     question = req.query
     if req.history and settings.query_rewrite:
         try:
-            g = generator.generate(REWRITE_PROMPT, [{"role": "user", "content": render_history(req.history, question)}],
-                                   max_tokens=200)
+            g = generator.generate(
+                REWRITE_PROMPT,
+                [{"role": "user", "content": render_history(req.history, question)}],
+                max_tokens=200,
+            )
             rewritten = g.text.strip().splitlines()[0].strip() if g.text.strip() else ""
             if rewritten:
                 question = rewritten[:4000]
@@ -65,16 +68,22 @@ def plan_queries(req: AskRequest, reasons: list[str]) -> QueryPlan:
     plan.queries = [question]
     if settings.multi_query:
         try:
-            g = generator.generate(MULTI_QUERY_PROMPT.format(n=settings.multi_query),
-                                   [{"role": "user", "content": f"<question>{x(question)}</question>"}], max_tokens=400)
+            g = generator.generate(
+                MULTI_QUERY_PROMPT.format(n=settings.multi_query),
+                [{"role": "user", "content": f"<question>{x(question)}</question>"}],
+                max_tokens=400,
+            )
             plan.queries += parse_variants(g.text, settings.multi_query, question)
         except Exception as exc:
             log.warning("multi-query failed: %s", type(exc).__name__)
             reasons.append(f"multi_query: {type(exc).__name__}")
     if settings.hyde:
         try:
-            g = generator.generate(HYDE_PROMPT, [{"role": "user", "content": f"<question>{x(question)}</question>"}],
-                                   max_tokens=300)
+            g = generator.generate(
+                HYDE_PROMPT,
+                [{"role": "user", "content": f"<question>{x(question)}</question>"}],
+                max_tokens=300,
+            )
             if g.text.strip():
                 vec = providers.get_embedder().embed_documents([g.text.strip()])[0]
                 plan.hyde_vec = np.asarray(vec, dtype=np.float32)

@@ -38,7 +38,12 @@ TASK_ROUTES = {
     "ragline.maintenance.*": {"queue": "maintenance", "routing_key": "maintenance"},
 }
 
-TASK_MODULES = ["ragline.ingest.tasks", "ragline.query.tasks", "ragline.shared.maintenance_tasks", "ragline.ingest.lifecycle_tasks"]
+TASK_MODULES = [
+    "ragline.ingest.tasks",
+    "ragline.query.tasks",
+    "ragline.shared.maintenance_tasks",
+    "ragline.ingest.lifecycle_tasks",
+]
 
 
 def make_celery() -> Celery:
@@ -142,8 +147,9 @@ def _warm() -> None:
     from ragline.shared.warmup import warm_process
 
     queues = set(app.amqp.queues.consume_from or ())
-    get_logger("ragline.warmup").info("worker process warmed", queues=sorted(queues), seconds=warm_process(queues))
-
+    get_logger("ragline.warmup").info(
+        "worker process warmed", queues=sorted(queues), seconds=warm_process(queues)
+    )
 
 
 @signals.setup_logging.connect

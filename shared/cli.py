@@ -13,9 +13,9 @@ from rich.table import Table
 from ragline.shared.cli_common import console, reload_app
 from ragline.shared.settings import get_settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="ragline: a RAG backend on Celery and pgvector")
-
-
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="ragline: a RAG backend on Celery and pgvector"
+)
 
 
 # ------------------------------------------------------------------------------------------ stack
@@ -39,7 +39,9 @@ def up(wait: bool = typer.Option(True, help="wait until every worker pool answer
     console.print(f"[green]processes[/] {', '.join(f'{k}={v}' for k, v in started.items())}")
     if wait:
         _wait_workers(timeout=120)
-    console.print(f"[green]flower[/] http://{settings.flower_host}:{settings.flower_port} (user {settings.flower_user})")
+    console.print(
+        f"[green]flower[/] http://{settings.flower_host}:{settings.flower_port} (user {settings.flower_user})"
+    )
 
 
 def _wait_workers(timeout: float) -> None:
@@ -81,10 +83,14 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
 
     settings = get_settings()
     info: dict = {
-        "postgres": {"embedded": settings.embedded_db,
-                     "pid": services.postgres_pid(settings) if settings.embedded_db else None},
-        "redis": {"embedded": settings.embedded_redis,
-                  "pid": services.redis_pid(settings) if settings.embedded_redis else None},
+        "postgres": {
+            "embedded": settings.embedded_db,
+            "pid": services.postgres_pid(settings) if settings.embedded_db else None,
+        },
+        "redis": {
+            "embedded": settings.embedded_redis,
+            "pid": services.redis_pid(settings) if settings.embedded_redis else None,
+        },
         "processes": processes.running(settings),
     }
     from ragline.ingest.lifecycle_cli import lifecycle_rows, lifecycle_status
@@ -113,7 +119,13 @@ def migrate() -> None:
 
 
 #: modules that add their commands to the one `ragline` app (each owns its commands)
-COMMAND_MODULES = ["ragline.ingest.cli", "ragline.query.cli", "ragline.shared.ops_cli", "ragline.ingest.lifecycle_cli", "ragline.shared.config_cli"]
+COMMAND_MODULES = [
+    "ragline.ingest.cli",
+    "ragline.query.cli",
+    "ragline.shared.ops_cli",
+    "ragline.ingest.lifecycle_cli",
+    "ragline.shared.config_cli",
+]
 
 
 def _register_all() -> None:

@@ -54,8 +54,13 @@ class RaglineError(RuntimeError):
 
 
 class RaglineClient:
-    def __init__(self, broker_url: str | None = None, backend_url: str | None = None, timeout: float = 60.0,
-                 app: RaglineCelery | None = None) -> None:
+    def __init__(
+        self,
+        broker_url: str | None = None,
+        backend_url: str | None = None,
+        timeout: float = 60.0,
+        app: RaglineCelery | None = None,
+    ) -> None:
         """``broker_url`` defaults to REDIS_URL / the embedded Redis of ``ragline up``."""
         if app is None:
             if broker_url is None:
@@ -66,11 +71,17 @@ class RaglineClient:
             app = RaglineCelery("ragline-client", broker=broker_url, backend=backend_url or broker_url)
             # the same queue declaration as the pools (shared/celery_app.py), so a message sent before
             # any worker started is not lost
-            app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],
-                            task_queues=[Queue(q, Exchange(q, type="direct"), routing_key=q) for q in ("query", "acl")],
-                            task_routes={"ragline.query.*": {"queue": "query", "routing_key": "query"},
-                                         "ragline.acl.*": {"queue": "acl", "routing_key": "acl"},
-                                         TASK_INGEST_EVENT: {"queue": "acl", "routing_key": "acl"}})
+            app.conf.update(
+                task_serializer="json",
+                result_serializer="json",
+                accept_content=["json"],
+                task_queues=[Queue(q, Exchange(q, type="direct"), routing_key=q) for q in ("query", "acl")],
+                task_routes={
+                    "ragline.query.*": {"queue": "query", "routing_key": "query"},
+                    "ragline.acl.*": {"queue": "acl", "routing_key": "acl"},
+                    TASK_INGEST_EVENT: {"queue": "acl", "routing_key": "acl"},
+                },
+            )
         self.app = app
         self.timeout = timeout
 
@@ -80,32 +91,72 @@ class RaglineClient:
             raise RaglineError(res.get("error", "error"), res.get("detail"))
         return res
 
-    def ask(self, question: str, tenant: str, groups: list[str], *, k: int = 5, mode: str = "hybrid",
-            history: list[ChatTurn | dict] | None = None, timeout: float | None = None, **filters: Any) -> AskResponse:
-        req = AskRequest(query=question, tenant=tenant, groups=groups, k=k, mode=mode,
-                         history=[ChatTurn.model_validate(t) for t in history or []], **filters)
-        return AskResponse.model_validate(self._call(TASK_QUERY_ASK, req.model_dump(exclude_defaults=True), timeout))
+    def ask(
+        self,
+        question: str,
+        tenant: str,
+        groups: list[str],
+        *,
+        k: int = 5,
+        mode: str = "hybrid",
+        history: list[ChatTurn | dict] | None = None,
+        timeout: float | None = None,
+        **filters: Any,
+    ) -> AskResponse:
+        req = AskRequest(
+            query=question,
+            tenant=tenant,
+            groups=groups,
+            k=k,
+            mode=mode,
+            history=[ChatTurn.model_validate(t) for t in history or []],
+            **filters,
+        )
+        return AskResponse.model_validate(
+            self._call(TASK_QUERY_ASK, req.model_dump(exclude_defaults=True), timeout)
+        )
 
-    def search(self, query: str, tenant: str, groups: list[str], *, k: int = 10, mode: str = "hybrid",
-               timeout: float | None = None, **filters: Any) -> SearchResponse:
+    def search(
+        self,
+        query: str,
+        tenant: str,
+        groups: list[str],
+        *,
+        k: int = 10,
+        mode: str = "hybrid",
+        timeout: float | None = None,
+        **filters: Any,
+    ) -> SearchResponse:
         req = SearchRequest(query=query, tenant=tenant, groups=groups, k=k, mode=mode, **filters)
         return SearchResponse.model_validate(
-            self._call(TASK_QUERY_RETRIEVE, req.model_dump(exclude_defaults=True), timeout))
+            self._call(TASK_QUERY_RETRIEVE, req.model_dump(exclude_defaults=True), timeout)
+        )
 
-    def rerank(self, query: str, hits: list[Hit], *, top_k: int | None = None, threshold: float | None = None,
-               timeout: float | None = None) -> RerankResponse:
+    def rerank(
+        self,
+        query: str,
+        hits: list[Hit],
+        *,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        timeout: float | None = None,
+    ) -> RerankResponse:
         req = RerankRequest(query=query, hits=hits, top_k=top_k, threshold=threshold)
-        return RerankResponse.model_validate(self._call(TASK_QUERY_RERANK, req.model_dump(exclude_none=True), timeout))
+        return RerankResponse.model_validate(
+            self._call(TASK_QUERY_RERANK, req.model_dump(exclude_none=True), timeout)
+        )
 
     def sync_acl(self, items: list[AclSyncItem | dict], *, timeout: float | None = None) -> AclSyncResult:
         """Replace documents' permissions (by ``doc_id`` or ``path_prefix``) without re-embedding;
         each item needs a ``version`` (or ``ts``): an older change never undoes a newer one."""
         req = AclSyncRequest(items=[AclSyncItem.model_validate(i) for i in items])
         return AclSyncResult.model_validate(
-            self._call(TASK_ACL_SYNC, req.model_dump(mode="json", exclude_none=True), timeout, queue="acl"))
+            self._call(TASK_ACL_SYNC, req.model_dump(mode="json", exclude_none=True), timeout, queue="acl")
+        )
 
     def send_event(self, event: IngestEvent | dict, *, timeout: float | None = None) -> EventResult:
         """A document changed upstream: ``upsert`` (re-ingest ``uri``), ``delete`` or ``acl``."""
         ev = IngestEvent.model_validate(event)
         return EventResult.model_validate(
-            self._call(TASK_INGEST_EVENT, ev.model_dump(mode="json", exclude_none=True), timeout, queue="acl"))
+            self._call(TASK_INGEST_EVENT, ev.model_dump(mode="json", exclude_none=True), timeout, queue="acl")
+        )

@@ -92,7 +92,9 @@ class ErrorResult(BaseModel):
     @classmethod
     def invalid_payload(cls, exc: ValidationError) -> dict:
         """The result of a task whose payload failed validation (input values left out: they may be huge)."""
-        return cls(error="invalid payload", detail=exc.errors(include_url=False, include_input=False)).model_dump()
+        return cls(
+            error="invalid payload", detail=exc.errors(include_url=False, include_input=False)
+        ).model_dump()
 
 
 class SearchRequest(BaseModel):
@@ -100,20 +102,32 @@ class SearchRequest(BaseModel):
 
     query: str = Field(default="", max_length=4000)
     tenant: Ident
-    groups: list[Group] = Field(max_length=1000, description="caller's ACL groups; empty means nothing is visible")
+    groups: list[Group] = Field(
+        max_length=1000, description="caller's ACL groups; empty means nothing is visible"
+    )
     k: int = Field(default=10, ge=1, le=200)
     mode: Literal["hybrid", "vector", "lexical", "exact"] = Field(
-        default="hybrid", description="'exact' returns the chunks of `doc_ids` / `paths` without ranking")
+        default="hybrid", description="'exact' returns the chunks of `doc_ids` / `paths` without ranking"
+    )
     #: a precomputed query embedding (benchmarks, callers that embed themselves): skips the embedder
     query_vector: list[float] | None = Field(default=None, min_length=1, max_length=4096)
     # --- filters (retrieval contract, seed 000); path patterns are LIKE-escaped -----------------
     layers: list[Pattern] = Field(default_factory=list, max_length=50, description="only these source layers")
-    path_prefixes: list[Pattern] = Field(default_factory=list, max_length=100, description="include paths with a prefix")
+    path_prefixes: list[Pattern] = Field(
+        default_factory=list, max_length=100, description="include paths with a prefix"
+    )
     exclude_path_prefixes: list[Pattern] = Field(default_factory=list, max_length=100)
     exclude_like_patterns: list[Pattern] = Field(
-        default_factory=list, max_length=100, description="globs: * any run, ? one character; all else literal")
-    prefer_path_prefixes: list[Pattern] = Field(default_factory=list, max_length=100, description="ranking bonus")
-    prefer_like_patterns: list[Pattern] = Field(default_factory=list, max_length=100, description="globs; bonus")
+        default_factory=list,
+        max_length=100,
+        description="globs: * any run, ? one character; all else literal",
+    )
+    prefer_path_prefixes: list[Pattern] = Field(
+        default_factory=list, max_length=100, description="ranking bonus"
+    )
+    prefer_like_patterns: list[Pattern] = Field(
+        default_factory=list, max_length=100, description="globs; bonus"
+    )
     prefer_non_tests: bool = Field(default=False, description="penalise test paths in the ranking")
     # --- exact lookup (mode 'exact') -------------------------------------------------------------
     doc_ids: list[Pattern] = Field(default_factory=list, max_length=1000)
@@ -136,7 +150,9 @@ class Hit(BaseModel):
     page: int | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     layer: str = ""
-    score: float = Field(default=0.0, description="final ranking score (fused + bonus - penalty, or rerank score)")
+    score: float = Field(
+        default=0.0, description="final ranking score (fused + bonus - penalty, or rerank score)"
+    )
     fused_score: float | None = Field(default=None, description="weighted RRF before bonuses")
     vector_rank: int | None = None
     vector_distance: float | None = None
@@ -178,8 +194,11 @@ class ChatTurn(BaseModel):
 
 class AskRequest(SearchRequest):
     k: int = Field(default=5, ge=1, le=50)
-    history: list[ChatTurn] = Field(default_factory=list, max_length=50,
-                                    description="earlier turns; used to rewrite a follow-up into a standalone question")
+    history: list[ChatTurn] = Field(
+        default_factory=list,
+        max_length=50,
+        description="earlier turns; used to rewrite a follow-up into a standalone question",
+    )
     agentic: bool | None = Field(default=None, description="None: settings.agentic")
 
 

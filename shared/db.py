@@ -71,6 +71,8 @@ def reset() -> None:
 
 def connect(autocommit: bool = True) -> psycopg.Connection:
     """A plain connection outside the pool (migrations, benchmarks' exact baselines)."""
-    conn = psycopg.connect(get_settings().effective_database_url(), autocommit=autocommit, row_factory=dict_row)
+    conn = psycopg.connect(
+        get_settings().effective_database_url(), autocommit=autocommit, row_factory=dict_row
+    )
     _configure(conn)
     return conn

@@ -11,8 +11,9 @@ from psycopg.types.json import Jsonb
 FINAL_DOC_STATES = ("done", "skipped", "failed")
 
 
-def create_job(conn: psycopg.Connection, kind: str, tenant: str | None, doc_ids: list[str],
-               params: dict | None = None) -> str:
+def create_job(
+    conn: psycopg.Connection, kind: str, tenant: str | None, doc_ids: list[str], params: dict | None = None
+) -> str:
     row = conn.execute(
         "INSERT INTO jobs (kind, tenant, params, total, state, started_at, heartbeat_at)"
         " VALUES (%s, %s, %s, %s, 'running', now(), now()) RETURNING id",
@@ -27,8 +28,16 @@ def create_job(conn: psycopg.Connection, kind: str, tenant: str | None, doc_ids:
     return job_id
 
 
-def record_document(conn: psycopg.Connection, job_id: str, tenant: str, doc_id: str, state: str,
-                    chunks: int = 0, embedded: int = 0, error: str | None = None) -> None:
+def record_document(
+    conn: psycopg.Connection,
+    job_id: str,
+    tenant: str,
+    doc_id: str,
+    state: str,
+    chunks: int = 0,
+    embedded: int = 0,
+    error: str | None = None,
+) -> None:
     conn.execute(
         """
         INSERT INTO job_documents (job_id, tenant, doc_id, state, chunks, embedded, error, updated_at)
@@ -40,8 +49,11 @@ def record_document(conn: psycopg.Connection, job_id: str, tenant: str, doc_id: 
     )
     conn.execute("UPDATE jobs SET heartbeat_at = now(), progress_at = now() WHERE id = %s", (job_id,))
     # a job marked stuck that makes progress after all (its queue was only slow) runs again
-    conn.execute("UPDATE jobs SET state = 'running', error = NULL, finished_at = NULL"
-                 " WHERE id = %s AND state = 'failed' AND error LIKE 'stuck:%%'", (job_id,))
+    conn.execute(
+        "UPDATE jobs SET state = 'running', error = NULL, finished_at = NULL"
+        " WHERE id = %s AND state = 'failed' AND error LIKE 'stuck:%%'",
+        (job_id,),
+    )
     _maybe_finish(conn, job_id)
 
 
@@ -78,16 +90,27 @@ def job_summary(conn: psycopg.Connection, job_id: str) -> dict:
         "SELECT doc_id, error FROM job_documents WHERE job_id = %s AND state = 'failed' ORDER BY doc_id",
         (job_id,),
     ).fetchall()
-    return {"job_id": job_id, "state": job["state"], **{k: int(v) for k, v in counts.items()},
-            "errors": [dict(e) for e in errors]}
+    return {
+        "job_id": job_id,
+        "state": job["state"],
+        **{k: int(v) for k, v in counts.items()},
+        "errors": [dict(e) for e in errors],
+    }
 
 
 # --- lifecycle: heartbeats, explicit finish, stuck detection, cancel (issue 6) -------------------
 RUNNING_STATES = ("queued", "running")
 
 
-def record_job(conn: psycopg.Connection, kind: str, tenant: str | None, result: dict, total: int = 0,
-               state: str = "succeeded", params: dict | None = None) -> str:
+def record_job(
+    conn: psycopg.Connection,
+    kind: str,
+    tenant: str | None,
+    result: dict,
+    total: int = 0,
+    state: str = "succeeded",
+    params: dict | None = None,
+) -> str:
     """A job that ran in one go (an ACL sync batch): one row, no per-document rows."""
     row = conn.execute(
         "INSERT INTO jobs (kind, tenant, params, result, total, state, started_at, finished_at, heartbeat_at,"
@@ -114,8 +137,10 @@ def add_documents(conn: psycopg.Connection, job_id: str, tenant: str, doc_ids: l
             "INSERT INTO job_documents (job_id, tenant, doc_id) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
             [(job_id, tenant, d) for d in doc_ids],
         )
-    conn.execute("UPDATE jobs SET total = (SELECT count(*) FROM job_documents WHERE job_id = %s) WHERE id = %s",
-                 (job_id, job_id))
+    conn.execute(
+        "UPDATE jobs SET total = (SELECT count(*) FROM job_documents WHERE job_id = %s) WHERE id = %s",
+        (job_id, job_id),
+    )
 
 
 def finish_if_done(conn: psycopg.Connection, job_id: str, result: dict | None = None) -> None:
@@ -125,8 +150,9 @@ def finish_if_done(conn: psycopg.Connection, job_id: str, result: dict | None = 
     _maybe_finish(conn, job_id)
 
 
-def finish_job(conn: psycopg.Connection, job_id: str, state: str, result: dict | None = None,
-               error: str | None = None) -> None:
+def finish_job(
+    conn: psycopg.Connection, job_id: str, state: str, result: dict | None = None, error: str | None = None
+) -> None:
     conn.execute(
         "UPDATE jobs SET state = %s, result = coalesce(%s, result), error = %s, finished_at = now(),"
         " heartbeat_at = now() WHERE id = %s AND state IN ('queued', 'running')",
@@ -145,8 +171,9 @@ def cancel_job(conn: psycopg.Connection, job_id: str) -> bool:
 
 
 def cancelled_jobs(conn: psycopg.Connection, job_ids: set[str]) -> set[str]:
-    rows = conn.execute("SELECT id::text AS id FROM jobs WHERE id::text = ANY(%s) AND state = 'cancelled'",
-                        (list(job_ids),)).fetchall()
+    rows = conn.execute(
+        "SELECT id::text AS id FROM jobs WHERE id::text = ANY(%s) AND state = 'cancelled'", (list(job_ids),)
+    ).fetchall()
     return {r["id"] for r in rows}
 
 

@@ -26,7 +26,11 @@ def reuse_clients() -> bool:
     except ImportError:  # redis-py missing: nothing uses this transport
         return False
     channel_cls = getattr(kombu_redis, "Channel", None)
-    if channel_cls is None or not hasattr(channel_cls, "conn_or_acquire") or not hasattr(channel_cls, "_create_client"):
+    if (
+        channel_cls is None
+        or not hasattr(channel_cls, "conn_or_acquire")
+        or not hasattr(channel_cls, "_create_client")
+    ):
         return False
     if getattr(channel_cls.conn_or_acquire, "ragline_reuse", False):
         return True  # already patched

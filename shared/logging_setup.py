@@ -21,10 +21,13 @@ import structlog
 from pydantic import SecretStr
 
 REDACTED = "***"
-_SECRET_KEY = re.compile(r"(pass(word)?|secret|token|api_?key|authorization|credential|private_?key|signing)",
-                         re.IGNORECASE)
+_SECRET_KEY = re.compile(
+    r"(pass(word)?|secret|token|api_?key|authorization|credential|private_?key|signing)", re.IGNORECASE
+)
 #: ``scheme://user:password@host`` in URLs (broker / database URLs)
-_URL_PASSWORD = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^@\s/]+)(?P<post>@)", re.IGNORECASE)
+_URL_PASSWORD = re.compile(
+    r"(?P<pre>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^@\s/]+)(?P<post>@)", re.IGNORECASE
+)
 
 _secret_values: tuple[str, ...] = ()
 
@@ -87,8 +90,11 @@ def _processors(json_output: bool) -> tuple[list, Any]:
         _forbid_question_text,
         _redact,
     ]
-    renderer = structlog.processors.JSONRenderer(ensure_ascii=False) if json_output else \
-        structlog.dev.ConsoleRenderer(colors=False)
+    renderer = (
+        structlog.processors.JSONRenderer(ensure_ascii=False)
+        if json_output
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
     return shared, renderer
 
 
@@ -103,7 +109,9 @@ class _StderrHandler(logging.StreamHandler):
         super().emit(record)
 
 
-def configure(level: str | None = None, json_output: bool | None = None, stream: TextIO | None = None) -> None:
+def configure(
+    level: str | None = None, json_output: bool | None = None, stream: TextIO | None = None
+) -> None:
     """Configure structlog and route the standard library's root logger through it (idempotent)."""
     global _secret_values
     from ragline.shared.settings import get_settings
@@ -144,14 +152,31 @@ def get_logger(name: str | None = None) -> structlog.stdlib.BoundLogger:
     return structlog.get_logger(name)
 
 
-def log_query(kind: str, *, tenant: str, question: str, latency_ms: float, chunks: int, model: str,
-              **fields: Any) -> None:
+def log_query(
+    kind: str, *, tenant: str, question: str, latency_ms: float, chunks: int, model: str, **fields: Any
+) -> None:
     """One structured line per search/ask: hashed question, latency, chunk count, model, tenant."""
-    get_logger("ragline.query").info(kind, tenant=tenant, question_hash=question_hash(question),
-                                     latency_ms=round(latency_ms, 2), chunks=chunks, model=model, **fields)
+    get_logger("ragline.query").info(
+        kind,
+        tenant=tenant,
+        question_hash=question_hash(question),
+        latency_ms=round(latency_ms, 2),
+        chunks=chunks,
+        model=model,
+        **fields,
+    )
 
 
-def log_ingest(*, tenant: str, doc_id: str, status: str, chunks: int, model: str, latency_ms: float,
-               **fields: Any) -> None:
-    get_logger("ragline.ingest").info("ingest", tenant=tenant, doc_id=doc_id, status=status, chunks=chunks,
-                                      model=model, latency_ms=round(latency_ms, 2), **fields)
+def log_ingest(
+    *, tenant: str, doc_id: str, status: str, chunks: int, model: str, latency_ms: float, **fields: Any
+) -> None:
+    get_logger("ragline.ingest").info(
+        "ingest",
+        tenant=tenant,
+        doc_id=doc_id,
+        status=status,
+        chunks=chunks,
+        model=model,
+        latency_ms=round(latency_ms, 2),
+        **fields,
+    )

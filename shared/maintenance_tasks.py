@@ -31,8 +31,11 @@ def run_reindex(source_names: list[str] | None = None, kind: str = "reindex", re
     settings = get_settings()
     specs = select_sources(settings.sources, source_names)
     with db.connection() as conn:
-        out = reindex(conn, specs, _send, http_timeout=settings.http_source_timeout_s, kind=kind) if specs \
+        out = (
+            reindex(conn, specs, _send, http_timeout=settings.http_source_timeout_s, kind=kind)
+            if specs
             else {"job_id": None, "state": "succeeded", "sources": {}, **dict.fromkeys(TOTALS, 0)}
+        )
         stale = pending_chunks(conn, settings.embed_model_name) if reembed else 0
     if stale:
         out["reembed_task"] = _send(TASK_INGEST_REEMBED, {})
@@ -46,8 +49,11 @@ def reindex_task(payload: dict | None = None) -> dict:
     """Scheduled (beat, no payload: also checks for a model change) or on-demand (``ragline reindex``)."""
     if payload is None:
         return run_reindex(reembed=True)
-    return run_reindex(payload.get("sources"), kind=payload.get("kind", "reindex"),
-                       reembed=bool(payload.get("reembed", False)))
+    return run_reindex(
+        payload.get("sources"),
+        kind=payload.get("kind", "reindex"),
+        reembed=bool(payload.get("reembed", False)),
+    )
 
 
 @app.task(name=TASK_STUCK_JOBS, acks_late=True)
@@ -66,13 +72,20 @@ def purge(conn, tombstone_days: float, job_days: float) -> dict[str, int]:
     ``tombstone_days``, finished jobs (their per-document rows cascade) and resolved errors older
     than ``job_days``. Open errors and running jobs are never purged."""
     with conn.transaction():
-        tomb = conn.execute("DELETE FROM documents WHERE status = 'deleted'"
-                            " AND updated_at < now() - make_interval(secs => %s)", (tombstone_days * 86400,)).rowcount
-        done = conn.execute("DELETE FROM jobs WHERE state IN ('succeeded', 'completed_with_errors', 'failed',"
-                            " 'cancelled') AND coalesce(finished_at, created_at) < now() - make_interval(secs => %s)",
-                            (job_days * 86400,)).rowcount
-        errs = conn.execute("DELETE FROM document_errors WHERE resolved"
-                            " AND created_at < now() - make_interval(secs => %s)", (job_days * 86400,)).rowcount
+        tomb = conn.execute(
+            "DELETE FROM documents WHERE status = 'deleted'"
+            " AND updated_at < now() - make_interval(secs => %s)",
+            (tombstone_days * 86400,),
+        ).rowcount
+        done = conn.execute(
+            "DELETE FROM jobs WHERE state IN ('succeeded', 'completed_with_errors', 'failed',"
+            " 'cancelled') AND coalesce(finished_at, created_at) < now() - make_interval(secs => %s)",
+            (job_days * 86400,),
+        ).rowcount
+        errs = conn.execute(
+            "DELETE FROM document_errors WHERE resolved AND created_at < now() - make_interval(secs => %s)",
+            (job_days * 86400,),
+        ).rowcount
     return {"tombstones": tomb, "jobs": done, "resolved_errors": errs}
 
 
@@ -82,7 +95,10 @@ def purge_task(payload: dict | None = None) -> dict:
     s = get_settings()
     p = payload or {}
     with db.connection() as conn:
-        out = purge(conn, float(p.get("tombstone_days") or s.tombstone_retention_days),
-                    float(p.get("job_days") or s.job_retention_days))
+        out = purge(
+            conn,
+            float(p.get("tombstone_days") or s.tombstone_retention_days),
+            float(p.get("job_days") or s.job_retention_days),
+        )
     log.info("purge: %s", out)
     return out

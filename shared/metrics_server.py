@@ -76,8 +76,10 @@ def basic_auth(app: Callable, user: str, password: str) -> Callable:
 
     def wrapped(environ, start_response):
         if not hmac.compare_digest(environ.get("HTTP_AUTHORIZATION", ""), expected):
-            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="ragline metrics"'),
-                                                ("Content-Type", "text/plain")])
+            start_response(
+                "401 Unauthorized",
+                [("WWW-Authenticate", 'Basic realm="ragline metrics"'), ("Content-Type", "text/plain")],
+            )
             return [b"authentication required\n"]
         return app(environ, start_response)
 
@@ -100,8 +102,13 @@ def serve(pool: str, settings: Settings | None = None, block: bool = True):
     settings = settings or get_settings()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR") != str(metrics_dir(settings, pool)):
         raise RuntimeError("PROMETHEUS_MULTIPROC_DIR must point at the pool's metrics directory")
-    httpd = make_server(settings.metrics_host, metrics_port(settings, pool), make_app(pool, settings),
-                        ThreadingWSGIServer, handler_class=_SilentHandler)
+    httpd = make_server(
+        settings.metrics_host,
+        metrics_port(settings, pool),
+        make_app(pool, settings),
+        ThreadingWSGIServer,
+        handler_class=_SilentHandler,
+    )
     if not block:
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         return httpd

@@ -34,27 +34,53 @@ def summarize(settings: Settings) -> list[dict]:
                         entry["sum"] = s.value
                 for labels, e in by_labels.items():
                     count = e.get("count", 0.0)
-                    rows.append({"pool": pool, "metric": family.name, "labels": dict(labels), "type": "histogram",
-                                 "count": count, "sum": e.get("sum", 0.0),
-                                 "mean": (e.get("sum", 0.0) / count) if count else None})
+                    rows.append(
+                        {
+                            "pool": pool,
+                            "metric": family.name,
+                            "labels": dict(labels),
+                            "type": "histogram",
+                            "count": count,
+                            "sum": e.get("sum", 0.0),
+                            "mean": (e.get("sum", 0.0) / count) if count else None,
+                        }
+                    )
             else:
                 for s in family.samples:
                     if s.name.endswith("_created"):
                         continue
-                    rows.append({"pool": pool, "metric": s.name, "labels": dict(s.labels), "type": family.type,
-                                 "value": s.value})
+                    rows.append(
+                        {
+                            "pool": pool,
+                            "metric": s.name,
+                            "labels": dict(s.labels),
+                            "type": family.type,
+                            "value": s.value,
+                        }
+                    )
     try:  # live queue depth straight from the broker, whether or not a metrics server scraped it
         depths = queue_depths([q for qs in POOLS.values() for q in qs], settings.effective_redis_url())
         rows = [r for r in rows if r["metric"] != "rag_queue_depth"]
-        rows += [{"pool": pool, "metric": "rag_queue_depth", "labels": {"queue": q}, "type": "gauge",
-                  "value": float(depths[q])} for pool, qs in POOLS.items() for q in qs]
+        rows += [
+            {
+                "pool": pool,
+                "metric": "rag_queue_depth",
+                "labels": {"queue": q},
+                "type": "gauge",
+                "value": float(depths[q]),
+            }
+            for pool, qs in POOLS.items()
+            for q in qs
+        ]
     except Exception:  # broker down: the snapshot still shows what the files hold
         pass
     return rows
 
 
-def metrics(as_json: bool = typer.Option(False, "--json", help="machine-readable rows"),
-            raw: bool = typer.Option(False, "--raw", help="Prometheus text format per pool")) -> None:
+def metrics(
+    as_json: bool = typer.Option(False, "--json", help="machine-readable rows"),
+    raw: bool = typer.Option(False, "--raw", help="Prometheus text format per pool"),
+) -> None:
     """Print a snapshot of the pools' metrics (retrieval latency, tokens, chunks, 429s, queue depth...)."""
     from ragline.shared.metrics_server import metrics_port, snapshot_text
 

@@ -33,8 +33,11 @@ class ProcSpec:
 def specs(settings: Settings) -> list[ProcSpec]:
     run = settings.home_dir / "run"
     celery = [sys.executable, "-m", "celery", "-A", APP]
-    concurrency = {"ingest": settings.ingest_concurrency, "query": settings.query_concurrency,
-                   "control": settings.acl_concurrency}
+    concurrency = {
+        "ingest": settings.ingest_concurrency,
+        "query": settings.query_concurrency,
+        "control": settings.acl_concurrency,
+    }
     pool_kind = {"ingest": "prefork", "query": settings.effective_query_pool, "control": "prefork"}
     from ragline.shared.metrics_server import metrics_dir
 
@@ -54,22 +57,47 @@ def specs(settings: Settings) -> list[ProcSpec]:
         if kind == "solo":  # one process per concurrent task, each consuming on its own
             for i in range(1, n + 1):
                 suffix = "" if i == 1 else f"-{i}"
-                out.append(ProcSpec(f"worker-{pool}{suffix}", [*celery, "worker", "-n", f"{pool}{suffix}@%h",
-                                                               "--pool", "solo", *common], penv))
+                out.append(
+                    ProcSpec(
+                        f"worker-{pool}{suffix}",
+                        [*celery, "worker", "-n", f"{pool}{suffix}@%h", "--pool", "solo", *common],
+                        penv,
+                    )
+                )
         else:
-            out.append(ProcSpec(f"worker-{pool}", [*celery, "worker", "-n", f"{pool}@%h", "-c", str(n),
-                                                   "--pool", kind, *common], penv))
-        out.append(ProcSpec(f"metrics-{pool}", [sys.executable, "-m", "ragline.shared.metrics_server", pool], penv))
-    out.append(ProcSpec("beat", [*celery, "beat", "--loglevel", "INFO",
-                                 "-s", str(run / "celerybeat-schedule")]))
-    out.append(ProcSpec("flower", [*celery, "flower", f"--address={settings.flower_host}",
-                                   f"--port={settings.flower_port}", "--persistent=False"]))
+            out.append(
+                ProcSpec(
+                    f"worker-{pool}",
+                    [*celery, "worker", "-n", f"{pool}@%h", "-c", str(n), "--pool", kind, *common],
+                    penv,
+                )
+            )
+        out.append(
+            ProcSpec(f"metrics-{pool}", [sys.executable, "-m", "ragline.shared.metrics_server", pool], penv)
+        )
+    out.append(
+        ProcSpec("beat", [*celery, "beat", "--loglevel", "INFO", "-s", str(run / "celerybeat-schedule")])
+    )
+    out.append(
+        ProcSpec(
+            "flower",
+            [
+                *celery,
+                "flower",
+                f"--address={settings.flower_host}",
+                f"--port={settings.flower_port}",
+                "--persistent=False",
+            ],
+        )
+    )
     return out
 
 
 def pool_process_names(settings: Settings, pool: str) -> list[str]:
     """The worker process names of ``pool`` (several for a solo query pool), for ``start_all(only=...)``."""
-    return [s.name for s in specs(settings) if s.name == f"worker-{pool}" or s.name.startswith(f"worker-{pool}-")]
+    return [
+        s.name for s in specs(settings) if s.name == f"worker-{pool}" or s.name.startswith(f"worker-{pool}-")
+    ]
 
 
 def _pidfile(settings: Settings, name: str) -> Path:
@@ -106,8 +134,14 @@ def start_all(settings: Settings, only: set[str] | None = None) -> dict[str, int
         pid = read_pid(_pidfile(settings, spec.name))
         if pid is None:
             with open(_logfile(settings, spec.name), "ab") as log:
-                proc = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        env={**env, **spec.env}, start_new_session=True)
+                proc = subprocess.Popen(
+                    spec.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**env, **spec.env},
+                    start_new_session=True,
+                )
             pid = proc.pid
             _pidfile(settings, spec.name).write_text(str(pid))
         started[spec.name] = pid

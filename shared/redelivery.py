@@ -95,8 +95,9 @@ def restore_orphans(client) -> list[str]:
     """Restore unacked messages whose owning worker incarnation is no longer alive; return their tags."""
     from ragline.shared.celery_app import app
 
-    if not client.set(LOCK_KEY, incarnation(), nx=True, px=int(max(1.0, _settings().unacked_restore_interval_s)
-                                                              * 1000)):
+    if not client.set(
+        LOCK_KEY, incarnation(), nx=True, px=int(max(1.0, _settings().unacked_restore_interval_s) * 1000)
+    ):
         return []
     owners = {k.decode(): v.decode() for k, v in client.hgetall(OWNER_KEY).items()}
     if not owners:
@@ -120,7 +121,7 @@ def restore_orphans(client) -> list[str]:
                 done.append(tag)
                 restored.append(tag)
         for i in range(0, len(done), 1000):
-            client.hdel(OWNER_KEY, *done[i: i + 1000])
+            client.hdel(OWNER_KEY, *done[i : i + 1000])
     if restored:
         log.warning("restored %d task(s) held by dead workers", len(restored), extra={"tags": restored})
     return restored

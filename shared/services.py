@@ -112,17 +112,30 @@ def start_redis(settings: Settings) -> str:
     port = settings.redis_port or int(runtime.get("redis_port") or 0) or free_port()
     cmd = [
         str(redis_server_binary()),
-        "--bind", "127.0.0.1",
-        "--port", str(port),
-        "--protected-mode", "yes",
-        "--dir", str(rdir),
-        "--appendonly", "yes",
-        "--save", "",
-        "--daemonize", "no",
-        "--logfile", str(rdir / "redis.log"),
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--protected-mode",
+        "yes",
+        "--dir",
+        str(rdir),
+        "--appendonly",
+        "yes",
+        "--save",
+        "",
+        "--daemonize",
+        "no",
+        "--logfile",
+        str(rdir / "redis.log"),
     ]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     (rdir / "redis.pid").write_text(str(proc.pid))
     url = f"redis://127.0.0.1:{port}/0"
     _wait_redis(url, proc)

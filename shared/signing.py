@@ -19,8 +19,10 @@ def configure_signing(app: Celery, settings: Settings) -> bool:
     if not settings.signing_key_file:
         return False
     if not (settings.signing_cert_file and settings.signing_cert_store):
-        raise ImproperlyConfigured("message signing needs RAGLINE_SIGNING_KEY_FILE, RAGLINE_SIGNING_CERT_FILE"
-                                   " and RAGLINE_SIGNING_CERT_STORE")
+        raise ImproperlyConfigured(
+            "message signing needs RAGLINE_SIGNING_KEY_FILE, RAGLINE_SIGNING_CERT_FILE"
+            " and RAGLINE_SIGNING_CERT_STORE"
+        )
     store = settings.signing_cert_store
     app.conf.update(
         security_key=str(settings.signing_key_file),

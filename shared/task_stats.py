@@ -30,7 +30,11 @@ def _postrun(task_id: str | None = None, task=None, state: str | None = None, **
     t0, c0 = _started.pop(task_id or "", (None, None))
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     get_logger("ragline.task").info(
-        "task_resources", task_id=task_id, task=getattr(task, "name", None), state=state,
+        "task_resources",
+        task_id=task_id,
+        task=getattr(task, "name", None),
+        state=state,
         peak_rss_mb=round(peak_mb, 1),
         wall_ms=round((time.perf_counter() - t0) * 1000, 1) if t0 is not None else None,
-        cpu_s=round(_cpu() - c0, 3) if c0 is not None else None)
+        cpu_s=round(_cpu() - c0, 3) if c0 is not None else None,
+    )

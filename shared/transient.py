@@ -10,6 +10,9 @@ import psycopg
 import redis
 
 INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
-    psycopg.OperationalError, ConnectionError, TimeoutError,
-    redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+    psycopg.OperationalError,
+    ConnectionError,
+    TimeoutError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
 )

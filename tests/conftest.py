@@ -45,8 +45,15 @@ def celery_worker(stack):
     app.loader.import_default_modules()
     for name in app.conf.include:
         __import__(name)
-    with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, queues=list(QUEUES),
-                      loglevel="WARNING", shutdown_timeout=30) as worker:
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=4,
+        perform_ping_check=False,
+        queues=list(QUEUES),
+        loglevel="WARNING",
+        shutdown_timeout=30,
+    ) as worker:
         yield worker
 
 

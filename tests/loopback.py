@@ -67,8 +67,14 @@ class Stats:
 class LoopbackServer:
     """``with LoopbackServer() as srv: srv.url`` — a threaded HTTP server on 127.0.0.1."""
 
-    def __init__(self, faults: Faults | None = None, dim: int = 384, answer_text: str | None = None,
-                 keep_bodies: int = 200, answer_fn=None) -> None:
+    def __init__(
+        self,
+        faults: Faults | None = None,
+        dim: int = 384,
+        answer_text: str | None = None,
+        keep_bodies: int = 200,
+        answer_fn=None,
+    ) -> None:
         self.faults = faults or Faults()
         self.dim = dim
         self.answer_text = answer_text
@@ -168,8 +174,7 @@ class LoopbackServer:
                     if f.every_nth_429 and n % f.every_nth_429 == 0:
                         with server._lock:
                             server.stats.answered_429 += 1
-                        self._send(429, {"detail": "rate limited"},
-                                   {"Retry-After": f"{f.retry_after_s:g}"})
+                        self._send(429, {"detail": "rate limited"}, {"Retry-After": f"{f.retry_after_s:g}"})
                         return
                     route = {
                         "/v1/embeddings": self._embeddings,
@@ -196,14 +201,23 @@ class LoopbackServer:
                     self._send(400, {"detail": "input must be a non-empty list"})
                     return
                 dim = int(body.get("output_dimension") or server.dim)
-                items = [{"object": "embedding", "embedding": hashed_embedding(t, dim), "index": i}
-                         for i, t in enumerate(texts)]
+                items = [
+                    {"object": "embedding", "embedding": hashed_embedding(t, dim), "index": i}
+                    for i, t in enumerate(texts)
+                ]
                 if server.faults.shuffle_embeddings:
                     items.reverse()
                 with server._lock:
                     server.stats.texts_embedded += len(texts)
-                self._send(200, {"object": "list", "data": items, "model": body.get("model", "voyage-4"),
-                                 "usage": {"total_tokens": sum(_tokens(t) for t in texts)}})
+                self._send(
+                    200,
+                    {
+                        "object": "list",
+                        "data": items,
+                        "model": body.get("model", "voyage-4"),
+                        "usage": {"total_tokens": sum(_tokens(t) for t in texts)},
+                    },
+                )
 
             def _rerank(self, body: dict) -> None:
                 query = str(body.get("query", ""))
@@ -217,11 +231,24 @@ class LoopbackServer:
                 top_k = body.get("top_k") or len(docs)
                 data = [{"relevance_score": round(s, 4), "index": i} for s, i in scored[:top_k]]
                 if server.faults.garbage_rerank:
-                    data = [{"relevance_score": 0.99, "index": len(docs) + 5},
+                    data = (
+                        [
+                            {"relevance_score": 0.99, "index": len(docs) + 5},
                             {"relevance_score": 0.98, "index": -1},
-                            {"relevance_score": 0.97, "index": "x"}] + data[:1] + data[:1]
-                self._send(200, {"object": "list", "data": data, "model": body.get("model", "rerank-2.5"),
-                                 "usage": {"total_tokens": _tokens(query) * max(1, len(docs))}})
+                            {"relevance_score": 0.97, "index": "x"},
+                        ]
+                        + data[:1]
+                        + data[:1]
+                    )
+                self._send(
+                    200,
+                    {
+                        "object": "list",
+                        "data": data,
+                        "model": body.get("model", "rerank-2.5"),
+                        "usage": {"total_tokens": _tokens(query) * max(1, len(docs))},
+                    },
+                )
 
             # --- Anthropic ------------------------------------------------------------------
             def _messages(self, body: dict) -> None:
@@ -233,15 +260,28 @@ class LoopbackServer:
                     text = "Контекст: " + " ".join(str(user).split()[:30])
                 system = body.get("system")
                 cached = 0
-                if isinstance(system, list) and any(isinstance(b, dict) and b.get("cache_control") for b in system):
+                if isinstance(system, list) and any(
+                    isinstance(b, dict) and b.get("cache_control") for b in system
+                ):
                     cached = sum(_tokens(b.get("text", "")) for b in system if isinstance(b, dict))
-                self._send(200, {
-                    "id": f"msg_{int(time.time() * 1000)}", "type": "message", "role": "assistant",
-                    "content": [{"type": "text", "text": text}], "model": body.get("model", "claude"),
-                    "stop_reason": "end_turn", "stop_sequence": None,
-                    "usage": {"input_tokens": 100, "output_tokens": _tokens(text),
-                              "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached},
-                })
+                self._send(
+                    200,
+                    {
+                        "id": f"msg_{int(time.time() * 1000)}",
+                        "type": "message",
+                        "role": "assistant",
+                        "content": [{"type": "text", "text": text}],
+                        "model": body.get("model", "claude"),
+                        "stop_reason": "end_turn",
+                        "stop_sequence": None,
+                        "usage": {
+                            "input_tokens": 100,
+                            "output_tokens": _tokens(text),
+                            "cache_creation_input_tokens": 0,
+                            "cache_read_input_tokens": cached,
+                        },
+                    },
+                )
 
             # --- Ollama / OpenAI-compatible ---------------------------------------------------
             def _ollama_embed(self, body: dict) -> None:
@@ -250,15 +290,32 @@ class LoopbackServer:
                     texts = [texts]
                 with server._lock:
                     server.stats.texts_embedded += len(texts or [])
-                self._send(200, {"model": body.get("model"),
-                                 "embeddings": [hashed_embedding(t, server.dim) for t in texts or []]})
+                self._send(
+                    200,
+                    {
+                        "model": body.get("model"),
+                        "embeddings": [hashed_embedding(t, server.dim) for t in texts or []],
+                    },
+                )
 
             def _chat(self, body: dict) -> None:
                 text = (server.answer_fn(body) if server.answer_fn else server.answer_text) or "OK [1]"
-                self._send(200, {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()),
-                                 "model": body.get("model", "m"),
-                                 "choices": [{"index": 0, "finish_reason": "stop",
-                                              "message": {"role": "assistant", "content": text}}],
-                                 "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+                self._send(
+                    200,
+                    {
+                        "id": "chatcmpl-1",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": body.get("model", "m"),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": text},
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                    },
+                )
 
         return Handler

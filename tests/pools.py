@@ -54,8 +54,16 @@ class Pool:
                 self.proc.wait(10)
 
 
-def start_pool(settings: Settings, pool: str, *, concurrency: int = 1, env: dict[str, str] | None = None,
-               queue: str | None = None, spec_name: str | None = None, extra_args: list[str] | None = None) -> Pool:
+def start_pool(
+    settings: Settings,
+    pool: str,
+    *,
+    concurrency: int = 1,
+    env: dict[str, str] | None = None,
+    queue: str | None = None,
+    spec_name: str | None = None,
+    extra_args: list[str] | None = None,
+) -> Pool:
     """Start ``worker-<pool>`` (or another spec, e.g. ``metrics-query``) as ``ragline up`` would."""
     name = spec_name or f"worker-{pool}"
     spec = next(s for s in processes.specs(settings) if s.name == name)
@@ -74,8 +82,14 @@ def start_pool(settings: Settings, pool: str, *, concurrency: int = 1, env: dict
     if "PROMETHEUS_MULTIPROC_DIR" in spec.env:
         Path(spec.env["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, env=full_env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            start_new_session=True,
+        )
     return Pool(name, queue, proc, log)
 
 
@@ -88,7 +102,9 @@ def wait_ready(app, pool: Pool, timeout: float = 90.0) -> None:
             raise AssertionError(f"{pool.name} exited {pool.proc.returncode}:\n{pool.log_text()[-3000:]}")
         try:
             replies = app.control.ping(timeout=1.0) or []
-        except Exception:  # a pooled broker connection that died with a Redis restart: the next try reconnects
+        except (
+            Exception
+        ):  # a pooled broker connection that died with a Redis restart: the next try reconnects
             replies = []
         names = {n for r in replies for n in r}
         dest = next((n for n in names if n.startswith(pool.queue + "@")), None)
@@ -134,4 +150,6 @@ def wait_log(pool: Pool, text: str, timeout: float = 90.0) -> None:
         if pool.proc.poll() is not None:
             raise AssertionError(f"{pool.name} exited {pool.proc.returncode}:\n{pool.log_text()[-3000:]}")
         time.sleep(0.3)
-    raise AssertionError(f"{text!r} not in the log of {pool.name} after {timeout}s:\n{pool.log_text()[-3000:]}")
+    raise AssertionError(
+        f"{text!r} not in the log of {pool.name} after {timeout}s:\n{pool.log_text()[-3000:]}"
+    )

@@ -19,6 +19,9 @@ from yoyo import step
 __depends__ = {"0002_lifecycle"}
 
 steps = [
-    step("DROP INDEX IF EXISTS chunks_acl_gin", "CREATE INDEX IF NOT EXISTS chunks_acl_gin ON chunks USING gin (acl)"),
+    step(
+        "DROP INDEX IF EXISTS chunks_acl_gin",
+        "CREATE INDEX IF NOT EXISTS chunks_acl_gin ON chunks USING gin (acl)",
+    ),
     step("ALTER TABLE chunks SET (fillfactor = 50)", "ALTER TABLE chunks RESET (fillfactor)"),
 ]

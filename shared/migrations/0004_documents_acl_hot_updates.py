@@ -13,7 +13,9 @@ from yoyo import step
 __depends__ = {"0003_acl_hot_updates"}
 
 steps = [
-    step("DROP INDEX IF EXISTS documents_acl_gin",
-         "CREATE INDEX IF NOT EXISTS documents_acl_gin ON documents USING gin (acl)"),
+    step(
+        "DROP INDEX IF EXISTS documents_acl_gin",
+        "CREATE INDEX IF NOT EXISTS documents_acl_gin ON documents USING gin (acl)",
+    ),
     step("ALTER TABLE documents SET (fillfactor = 70)", "ALTER TABLE documents RESET (fillfactor)"),
 ]

@@ -39,8 +39,11 @@ class AnthropicContextualizer:
         self.max_tokens = settings.contextualize_max_tokens
         self.max_doc_chars = settings.contextualize_max_doc_chars
         self._client = anthropic.Anthropic(
-            api_key=settings.anthropic_api_key.get_secret_value(), base_url=settings.anthropic_base_url,
-            timeout=settings.contextualize_timeout_s, max_retries=settings.contextualize_max_retries)
+            api_key=settings.anthropic_api_key.get_secret_value(),
+            base_url=settings.anthropic_base_url,
+            timeout=settings.contextualize_timeout_s,
+            max_retries=settings.contextualize_max_retries,
+        )
         self._errors = (anthropic.APIError, anthropic.APIConnectionError, anthropic.APITimeoutError)
 
     def __repr__(self) -> str:  # never the key
@@ -49,16 +52,22 @@ class AnthropicContextualizer:
     def system_blocks(self, document: str) -> list[dict]:
         return [
             {"type": "text", "text": INSTRUCTIONS},
-            {"type": "text", "text": f"<document>\n{escape(document)}\n</document>",
-             "cache_control": {"type": "ephemeral"}},
+            {
+                "type": "text",
+                "text": f"<document>\n{escape(document)}\n</document>",
+                "cache_control": {"type": "ephemeral"},
+            },
         ]
 
     def situate(self, system: list[dict], chunk: str) -> str:
         """Context for one chunk; raises :class:`ProviderError` when none can be had."""
         try:
             resp = self._client.messages.create(
-                model=self.model, max_tokens=self.max_tokens, system=system,
-                messages=[{"role": "user", "content": QUESTION.format(chunk=escape(chunk))}])
+                model=self.model,
+                max_tokens=self.max_tokens,
+                system=system,
+                messages=[{"role": "user", "content": QUESTION.format(chunk=escape(chunk))}],
+            )
         except self._errors as exc:
             raise ProviderError(f"anthropic: {type(exc).__name__}: {str(exc)[:200]}") from None
         text = " ".join(b.text for b in resp.content if getattr(b, "type", "") == "text").strip()

@@ -41,9 +41,12 @@ class AnthropicGenerator:
 
         if settings.anthropic_api_key is None:
             raise ProviderError("generator 'anthropic' needs RAGLINE_ANTHROPIC_API_KEY")
-        self._client = anthropic.Anthropic(api_key=settings.anthropic_api_key.get_secret_value(),
-                                           base_url=settings.anthropic_base_url, timeout=settings.generator_timeout_s,
-                                           max_retries=1)
+        self._client = anthropic.Anthropic(
+            api_key=settings.anthropic_api_key.get_secret_value(),
+            base_url=settings.anthropic_base_url,
+            timeout=settings.generator_timeout_s,
+            max_retries=1,
+        )
         self.model = settings.generator_model
         self.max_tokens = settings.generator_max_tokens
 
@@ -52,8 +55,10 @@ class AnthropicGenerator:
         # no temperature: API version 2026-10-21 (the SDK 2.x default) rejects sampling parameters
         # with a 400, and the SDK no longer has them; answers stay grounded by the prompt instead
         resp = self._client.messages.create(
-            model=self.model, max_tokens=max_tokens or self.max_tokens,
-            system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}], messages=messages,
+            model=self.model,
+            max_tokens=max_tokens or self.max_tokens,
+            system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            messages=messages,
         )
         text = "".join(getattr(b, "text", "") for b in resp.content if getattr(b, "type", "") == "text")
         usage = resp.usage
@@ -78,8 +83,12 @@ class OpenAIChatGenerator:
         self.timeout = settings.generator_timeout_s
 
     def generate(self, system: str, messages: list[dict], max_tokens: int | None = None) -> Generation:
-        body = {"model": self.model, "temperature": self.temperature, "max_tokens": max_tokens or self.max_tokens,
-                "messages": [{"role": "system", "content": system}, *messages]}
+        body = {
+            "model": self.model,
+            "temperature": self.temperature,
+            "max_tokens": max_tokens or self.max_tokens,
+            "messages": [{"role": "system", "content": system}, *messages],
+        }
         try:
             r = httpx.post(self.url, json=body, headers=self._headers, timeout=self.timeout)
             r.raise_for_status()
@@ -90,7 +99,9 @@ class OpenAIChatGenerator:
         if not isinstance(text, str):
             raise ProviderError(f"{self.name} chat: no text in the answer")
         usage = data.get("usage") or {}
-        g = Generation(text.strip(), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+        g = Generation(
+            text.strip(), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        )
         _count(self.name, g)
         return g
 

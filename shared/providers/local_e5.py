@@ -29,7 +29,7 @@ class LocalE5Embedder:
         out: list[list[float]] = [[] for _ in texts]
         with self._lock:
             for start in range(0, len(order), self.group):
-                group = order[start: start + self.group]
+                group = order[start : start + self.group]
                 for i, vec in zip(group, self._e5.passage([texts[i] for i in group]), strict=True):
                     out[i] = list(map(float, vec))
         EMBED_BATCH_LATENCY_MS.labels("local-e5").observe((time.perf_counter() - t0) * 1000)

@@ -44,23 +44,35 @@ class OllamaEmbedder:
             texts = [PREFIX[task] + t for t in texts]
         out: list[list[float]] = []
         for batch in plan_batches(texts, s.embed_batch_size, s.embed_batch_tokens):
-            out.extend(call_with_retries(lambda b=batch: self._request(b, task), self.provider, s.embed_max_retries + 1,
-                                         s.embed_backoff_base_s, s.embed_backoff_max_s))
+            out.extend(
+                call_with_retries(
+                    lambda b=batch: self._request(b, task),
+                    self.provider,
+                    s.embed_max_retries + 1,
+                    s.embed_backoff_base_s,
+                    s.embed_backoff_max_s,
+                )
+            )
         return out
 
     def _request(self, texts: list[str], task: str) -> list[list[float]]:
         t0 = time.perf_counter()
         with self._admission.admit(texts, batch=task == "document"):
             try:
-                resp = self._client.post(self._url, json={"model": self.model, "input": texts, "truncate": True,
-                                                          "dimensions": self.dim})
+                resp = self._client.post(
+                    self._url,
+                    json={"model": self.model, "input": texts, "truncate": True, "dimensions": self.dim},
+                )
             except httpx.TimeoutException as exc:
                 raise TransientProviderError(f"ollama: timeout ({type(exc).__name__})") from None
             except httpx.TransportError as exc:
                 raise TransientProviderError(f"ollama: {type(exc).__name__}: {exc}") from None
         if resp.status_code == 429 or resp.status_code >= 500:
-            raise TransientProviderError(f"ollama: HTTP {resp.status_code}", resp.status_code,
-                                         parse_retry_after(resp.headers.get("retry-after")))
+            raise TransientProviderError(
+                f"ollama: HTTP {resp.status_code}",
+                resp.status_code,
+                parse_retry_after(resp.headers.get("retry-after")),
+            )
         if resp.status_code != 200:
             raise ProviderError(f"ollama: HTTP {resp.status_code}: {resp.text[:200]}")
         try:
@@ -71,8 +83,10 @@ class OllamaEmbedder:
             raise ProviderError(f"ollama: expected {len(texts)} embeddings")
         for v in vectors:
             if not isinstance(v, list) or len(v) != self.dim:
-                raise ProviderError(f"ollama: embedding has {len(v) if isinstance(v, list) else '?'} dimensions, "
-                                    f"expected {self.dim} (set RAGLINE_EMBED_DIM to the model's size)")
+                raise ProviderError(
+                    f"ollama: embedding has {len(v) if isinstance(v, list) else '?'} dimensions, "
+                    f"expected {self.dim} (set RAGLINE_EMBED_DIM to the model's size)"
+                )
         EMBED_BATCH_LATENCY_MS.labels(self.provider).observe((time.perf_counter() - t0) * 1000)
         EMBED_TEXTS.labels(self.provider).inc(len(texts))
         return [[float(x) for x in v] for v in vectors]

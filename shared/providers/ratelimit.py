@@ -136,8 +136,9 @@ class EmbedAdmission:
         url = settings.effective_redis_url()
         name = f"embed:{provider}"
         self.wait_s = settings.embed_admission_wait_s
-        self.slots = InFlightLimiter(redis_client(url), name, settings.embed_max_in_flight,
-                                     lease_s=settings.embed_timeout_s + 10)
+        self.slots = InFlightLimiter(
+            redis_client(url), name, settings.embed_max_in_flight, lease_s=settings.embed_timeout_s + 10
+        )
         self.rates = RateLimits(url, name, settings.embed_rpm, settings.embed_tpm)
 
     @contextmanager

@@ -43,12 +43,16 @@ class VoyageReranker:
         base_url = settings.voyage_base_url
         if base_url and not base_url.rstrip("/").endswith("/v1"):
             base_url = base_url.rstrip("/") + "/v1"  # accept the server root or the API root
-        self._params = {"api_key": settings.voyage_api_key.get_secret_value(),
-                        "request_timeout": settings.rerank_timeout_s, "base_url": base_url}
+        self._params = {
+            "api_key": settings.voyage_api_key.get_secret_value(),
+            "request_timeout": settings.rerank_timeout_s,
+            "base_url": base_url,
+        }
 
     def rerank(self, query: str, documents: list[str], top_k: int) -> list[tuple[Any, Any]]:
-        resp = self._create(query=query, documents=documents, model=self.model, top_k=top_k,
-                                         truncation=True, **self._params)
+        resp = self._create(
+            query=query, documents=documents, model=self.model, top_k=top_k, truncation=True, **self._params
+        )
         data = _field(resp, "data")
         if not isinstance(data, list):
             raise ProviderError("voyage rerank: response without a data list")
@@ -62,7 +66,9 @@ class CrossEncoderReranker:
 
     def __init__(self, settings: Settings) -> None:
         if settings.rerank_model_dir is None:
-            raise ProviderError("reranker 'cross-encoder' needs RAGLINE_RERANK_MODEL_DIR (a local model directory)")
+            raise ProviderError(
+                "reranker 'cross-encoder' needs RAGLINE_RERANK_MODEL_DIR (a local model directory)"
+            )
         if not settings.rerank_model_dir.is_dir():
             raise ProviderError(f"RAGLINE_RERANK_MODEL_DIR {settings.rerank_model_dir} is not a directory")
         try:
@@ -70,7 +76,8 @@ class CrossEncoderReranker:
         except ImportError as exc:
             raise ProviderError(
                 "reranker 'cross-encoder' needs the optional packages sentence-transformers and torch "
-                "(pip install 'ragline[cross-encoder]'); they are not installed") from exc
+                "(pip install 'ragline[cross-encoder]'); they are not installed"
+            ) from exc
         self._model = CrossEncoder(str(settings.rerank_model_dir), local_files_only=True)
 
     def rerank(self, query: str, documents: list[str], top_k: int) -> list[tuple[Any, Any]]:

@@ -37,8 +37,14 @@ def parse_retry_after(value: object) -> float | None:
         return None  # an HTTP date: fall back to our own backoff
 
 
-def call_with_retries(fn: Callable[[], T], provider: str, attempts: int, base_s: float, cap_s: float,
-                      retry_after_cap_s: float = 60.0) -> T:
+def call_with_retries(
+    fn: Callable[[], T],
+    provider: str,
+    attempts: int,
+    base_s: float,
+    cap_s: float,
+    retry_after_cap_s: float = 60.0,
+) -> T:
     """Run ``fn`` until it succeeds or ``attempts`` are used; transient errors are re-raised last."""
     backoff = wait_exponential_jitter(initial=base_s, max=cap_s, jitter=base_s)
 
@@ -61,9 +67,16 @@ def call_with_retries(fn: Callable[[], T], provider: str, attempts: int, base_s:
                 EMBED_429.labels(provider).inc()
             raise
 
-    retrying = Retrying(stop=stop_after_attempt(max(1, attempts)), wait=wait, reraise=True,
-                        retry=retry_if_exception_type(TransientProviderError), before_sleep=before_sleep)
+    retrying = Retrying(
+        stop=stop_after_attempt(max(1, attempts)),
+        wait=wait,
+        reraise=True,
+        retry=retry_if_exception_type(TransientProviderError),
+        before_sleep=before_sleep,
+    )
     try:
         return retrying(counted)
     except TransientProviderError as exc:
-        raise ProviderError(f"{exc} (gave up after {attempts} attempt{'s' if attempts != 1 else ''})") from exc
+        raise ProviderError(
+            f"{exc} (gave up after {attempts} attempt{'s' if attempts != 1 else ''})"
+        ) from exc

@@ -32,8 +32,10 @@ class VoyageEmbedder:
         base_url = settings.voyage_base_url
         if base_url and not base_url.rstrip("/").endswith("/v1"):
             base_url = base_url.rstrip("/") + "/v1"  # accept the server root or the API root
-        self._params: dict = {"api_key": settings.voyage_api_key.get_secret_value(),
-                              "request_timeout": settings.embed_timeout_s}
+        self._params: dict = {
+            "api_key": settings.voyage_api_key.get_secret_value(),
+            "request_timeout": settings.embed_timeout_s,
+        }
         if base_url:
             self._params["base_url"] = base_url
         self._admission = EmbedAdmission(settings, self.provider)
@@ -53,8 +55,15 @@ class VoyageEmbedder:
         out: list[list[float]] = []
         s = self.settings
         for batch in plan_batches(texts, s.embed_batch_size, s.embed_batch_tokens):
-            out.extend(call_with_retries(lambda b=batch: self._request(b, input_type), self.provider,
-                                         s.embed_max_retries + 1, s.embed_backoff_base_s, s.embed_backoff_max_s))
+            out.extend(
+                call_with_retries(
+                    lambda b=batch: self._request(b, input_type),
+                    self.provider,
+                    s.embed_max_retries + 1,
+                    s.embed_backoff_base_s,
+                    s.embed_backoff_max_s,
+                )
+            )
         return out
 
     def _request(self, texts: list[str], input_type: str, timeout: float | None = None) -> list[list[float]]:
@@ -63,15 +72,26 @@ class VoyageEmbedder:
         with self._admission.admit(texts, batch=input_type == "document"):
             try:
                 resp = self._voyageai.Embedding.create(
-                    input=texts, model=self.model, input_type=input_type, truncation=True,
+                    input=texts,
+                    model=self.model,
+                    input_type=input_type,
+                    truncation=True,
                     output_dimension=self.dim,
-                    **{**self._params, **({"request_timeout": timeout} if timeout else {})})
-            except (err.RateLimitError, err.ServiceUnavailableError, err.ServerError, err.TryAgain,
-                    err.Timeout, err.APIConnectionError) as exc:
+                    **{**self._params, **({"request_timeout": timeout} if timeout else {})},
+                )
+            except (
+                err.RateLimitError,
+                err.ServiceUnavailableError,
+                err.ServerError,
+                err.TryAgain,
+                err.Timeout,
+                err.APIConnectionError,
+            ) as exc:
                 headers = getattr(exc, "headers", None) or {}
                 hint = parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
-                raise TransientProviderError(f"voyage: {type(exc).__name__}: {exc}",
-                                             getattr(exc, "http_status", None), hint) from None
+                raise TransientProviderError(
+                    f"voyage: {type(exc).__name__}: {exc}", getattr(exc, "http_status", None), hint
+                ) from None
             except err.APIError as exc:
                 status = getattr(exc, "http_status", None) or 0
                 if status >= 500:
@@ -87,7 +107,9 @@ class VoyageEmbedder:
 def match_by_index(data: object, n: int, dim: int, provider: str) -> list[list[float]]:
     """Vectors in input order from items that carry their ``index``; any gap or duplicate fails."""
     if not isinstance(data, list) or len(data) != n:
-        raise ProviderError(f"{provider}: expected {n} embeddings, got {len(data) if isinstance(data, list) else data!r}")
+        raise ProviderError(
+            f"{provider}: expected {n} embeddings, got {len(data) if isinstance(data, list) else data!r}"
+        )
     out: list[list[float] | None] = [None] * n
     for item in data:
         idx = item.get("index") if isinstance(item, dict) else getattr(item, "index", None)
@@ -95,7 +117,9 @@ def match_by_index(data: object, n: int, dim: int, provider: str) -> list[list[f
         if not isinstance(idx, int) or not 0 <= idx < n or out[idx] is not None:
             raise ProviderError(f"{provider}: bad or duplicate embedding index {idx!r}")
         if not isinstance(vec, list) or len(vec) != dim:
-            raise ProviderError(f"{provider}: embedding {idx} has {len(vec) if isinstance(vec, list) else '?'} "
-                                f"dimensions, expected {dim}")
+            raise ProviderError(
+                f"{provider}: embedding {idx} has {len(vec) if isinstance(vec, list) else '?'} "
+                f"dimensions, expected {dim}"
+            )
         out[idx] = [float(x) for x in vec]
     return out  # type: ignore[return-value]

@@ -22,6 +22,7 @@ def case(name: str, expect: str, fragment: str = ""):
     def deco(fn):
         CASES[name] = (fn, expect, fragment)
         return fn
+
     return deco
 
 
@@ -39,7 +40,9 @@ def zero_pdf(d: Path) -> Path:
 
 @case("corrupt PDF", "failed", "PDF")
 def corrupt_pdf(d: Path) -> Path:
-    (p := d / "corrupt.pdf").write_bytes(b"%PDF-1.7\n1 0 obj << /Type /Catalog /Pages 2 0 R >>\n" + os.urandom(4096))
+    (p := d / "corrupt.pdf").write_bytes(
+        b"%PDF-1.7\n1 0 obj << /Type /Catalog /Pages 2 0 R >>\n" + os.urandom(4096)
+    )
     return p
 
 
@@ -82,16 +85,22 @@ def big_text(d: Path) -> Path:
 def docx_bomb(d: Path) -> Path:
     """A valid-looking DOCX whose document.xml inflates to 1 GiB from ~1 MB."""
     p = d / "bomb.docx"
-    head = (b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
-            b'<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body><w:p><w:r><w:t>')
+    head = (
+        b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+        b'<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body><w:p><w:r><w:t>'
+    )
     tail = b"</w:t></w:r></w:p></w:body></w:document>"
-    types = (b'<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
-             b'content-types"><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/'
-             b'document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.'
-             b'main+xml"/></Types>')
-    rels = (b'<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/'
-            b'2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/'
-            b'relationships/officeDocument" Target="word/document.xml"/></Relationships>')
+    types = (
+        b'<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
+        b'content-types"><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/'
+        b'document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.'
+        b'main+xml"/></Types>'
+    )
+    rels = (
+        b'<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/'
+        b'2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/'
+        b'relationships/officeDocument" Target="word/document.xml"/></Relationships>'
+    )
     with zipfile.ZipFile(p, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
         z.writestr("[Content_Types].xml", types)
         z.writestr("_rels/.rels", rels)
@@ -107,8 +116,10 @@ def docx_bomb(d: Path) -> Path:
 @case("deeply nested HTML", "any")
 def nested_html(d: Path) -> Path:
     depth = 100_000
-    (p := d / "nested.html").write_text("<html><body>" + "<div>" * depth + "глубоко вложенный текст"
-                                        + "</div>" * depth + "</body></html>", encoding="utf-8")
+    (p := d / "nested.html").write_text(
+        "<html><body>" + "<div>" * depth + "глубоко вложенный текст" + "</div>" * depth + "</body></html>",
+        encoding="utf-8",
+    )
     return p
 
 

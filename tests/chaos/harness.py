@@ -14,8 +14,10 @@ from ragline.shared.contracts import TASK_INGEST_DOCUMENT
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "chaos.json"
 
-_WORDS = ("очередь индексации воркер документ фрагмент эмбеддинг поиск ответ арендатор доступ группа "
-          "задача сервер база данных вектор индекс модель запрос цитата заголовок раздел абзац").split()
+_WORDS = (
+    "очередь индексации воркер документ фрагмент эмбеддинг поиск ответ арендатор доступ группа "
+    "задача сервер база данных вектор индекс модель запрос цитата заголовок раздел абзац"
+).split()
 
 
 def paragraph(seed: int, words: int = 60) -> str:
@@ -33,7 +35,9 @@ def paragraph(seed: int, words: int = 60) -> str:
 def make_corpus(folder: Path, docs: int, sections: int, paras: int = 2, prefix: str = "doc") -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     files = []
-    offset = sum(prefix.encode()) * 100_000  # another prefix, other texts: nothing comes from the embedding cache
+    offset = (
+        sum(prefix.encode()) * 100_000
+    )  # another prefix, other texts: nothing comes from the embedding cache
     for d in range(docs):
         parts = [f"# Документ {prefix} {d}\n"]
         for s in range(sections):
@@ -45,14 +49,23 @@ def make_corpus(folder: Path, docs: int, sections: int, paras: int = 2, prefix: 
     return files
 
 
-def send_job(app, queue: str, files: list[Path], tenant: str, acl: tuple[str, ...] = ("staff",)) -> tuple[str, list[str]]:
+def send_job(
+    app, queue: str, files: list[Path], tenant: str, acl: tuple[str, ...] = ("staff",)
+) -> tuple[str, list[str]]:
     """One job, one ingest task per file, all on ``queue``; returns (job_id, task ids)."""
     with db.connection() as conn:
         job_id = jobs.create_job(conn, "ingest", tenant, [f.name for f in files], {"chaos": True})
     ids = []
     for f in files:
-        payload = {"tenant": tenant, "doc_id": f.name, "uri": str(f), "path": f.name, "acl": list(acl),
-                   "version": 1, "job_id": job_id}
+        payload = {
+            "tenant": tenant,
+            "doc_id": f.name,
+            "uri": str(f),
+            "path": f.name,
+            "acl": list(acl),
+            "version": 1,
+            "job_id": job_id,
+        }
         ids.append(app.send_task(TASK_INGEST_DOCUMENT, args=[payload], queue=queue).id)
     return job_id, ids
 
@@ -66,16 +79,24 @@ def wait_job(job_id: str, timeout: float = 300) -> dict:
 def chunk_rows(tenant: str) -> list[tuple[str, int, str]]:
     """(doc_id, chunk_no, content_hash) of every chunk with an embedding, duplicates kept."""
     with db.connection() as c:
-        rows = c.execute("SELECT doc_id, chunk_no, content_hash FROM chunks WHERE tenant = %s"
-                         " AND embedding IS NOT NULL ORDER BY doc_id, chunk_no", (tenant,)).fetchall()
+        rows = c.execute(
+            "SELECT doc_id, chunk_no, content_hash FROM chunks WHERE tenant = %s"
+            " AND embedding IS NOT NULL ORDER BY doc_id, chunk_no",
+            (tenant,),
+        ).fetchall()
     return [(r["doc_id"], r["chunk_no"], r["content_hash"]) for r in rows]
 
 
 def compare(actual: list[tuple], reference: list[tuple]) -> dict:
     """Lost / duplicated / unexpected rows of a faulted run against a clean run of the same corpus."""
     a, r = set(actual), set(reference)
-    return {"rows": len(actual), "reference_rows": len(reference), "lost": len(r - a),
-            "duplicated": len(actual) - len(a), "unexpected": len(a - r)}
+    return {
+        "rows": len(actual),
+        "reference_rows": len(reference),
+        "lost": len(r - a),
+        "duplicated": len(actual) - len(a),
+        "unexpected": len(a - r),
+    }
 
 
 def wait_state(app, task_id: str, states: set[str], timeout: float = 120, poll: float = 0.1):
@@ -127,14 +148,18 @@ def record(section: str, rows: list) -> None:
 def markdown_table(path: Path = RESULTS) -> str:
     """The fault table of the README's Reliability section, from bench/results/chaos.json."""
     data = json.loads(path.read_text())
-    lines = ["| fault | tasks affected | recovered | lost | duplicated | time to recover (s) | failures recorded |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| fault | tasks affected | recovered | lost | duplicated | time to recover (s) | failures recorded |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for section, rows in data.items():
         if section.startswith("_") or section.startswith("bad_input"):
             continue
         for r in rows:
-            lines.append(f"| {r['fault']} | {r['tasks_affected']} | {r['recovered']} | {r['lost']} | {r['duplicated']} "
-                         f"| {r['time_to_recover_s']} | {r['failures_recorded']} |")
+            lines.append(
+                f"| {r['fault']} | {r['tasks_affected']} | {r['recovered']} | {r['lost']} | {r['duplicated']} "
+                f"| {r['time_to_recover_s']} | {r['failures_recorded']} |"
+            )
     bad = [r for r in data.get("bad_input_documents", []) if "case" in r]
     if bad:
         lines += ["", "| bad input | result | peak RSS (MB) |", "|---|---|---|"]

@@ -19,7 +19,9 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 def _metric(settings, name: str) -> float:
     from ragline.shared.ops_cli import summarize
 
-    return sum(r.get("value", 0.0) for r in summarize(settings) if r["pool"] == "ingest" and r["metric"] == name)
+    return sum(
+        r.get("value", 0.0) for r in summarize(settings) if r["pool"] == "ingest" and r["metric"] == name
+    )
 
 
 def test_429_storm_500s_and_hang(stack, tmp_path, tenant):
@@ -27,12 +29,21 @@ def test_429_storm_500s_and_hang(stack, tmp_path, tenant):
     from ragline.shared.metrics_server import metrics_dir, reset_dir
 
     reset_dir(metrics_dir(stack, "ingest"))
-    env_common = {"RAGLINE_EMBEDDER": "voyage", "RAGLINE_VOYAGE_API_KEY": "pa-test", "RAGLINE_EMBED_BATCH_SIZE": "4",
-                  "RAGLINE_EMBED_TIMEOUT_S": "1", "RAGLINE_EMBED_MAX_RETRIES": "6", "RAGLINE_EMBED_BACKOFF_BASE_S": "0.05",
-                  "RAGLINE_EMBED_BACKOFF_MAX_S": "0.5", "RAGLINE_INGEST_TASK_MAX_RETRIES": "1"}
+    env_common = {
+        "RAGLINE_EMBEDDER": "voyage",
+        "RAGLINE_VOYAGE_API_KEY": "pa-test",
+        "RAGLINE_EMBED_BATCH_SIZE": "4",
+        "RAGLINE_EMBED_TIMEOUT_S": "1",
+        "RAGLINE_EMBED_MAX_RETRIES": "6",
+        "RAGLINE_EMBED_BACKOFF_BASE_S": "0.05",
+        "RAGLINE_EMBED_BACKOFF_MAX_S": "0.5",
+        "RAGLINE_INGEST_TASK_MAX_RETRIES": "1",
+    }
     rows = []
     with LoopbackServer(faults=Faults(every_nth_429=2, retry_after_s=0.2)) as srv:
-        pool = start_pool(stack, "ingest", concurrency=2, env={**env_common, "RAGLINE_VOYAGE_BASE_URL": srv.url})
+        pool = start_pool(
+            stack, "ingest", concurrency=2, env={**env_common, "RAGLINE_VOYAGE_BASE_URL": srv.url}
+        )
         try:
             wait_ready(app, pool)
             corpora = {}
@@ -44,8 +55,16 @@ def test_429_storm_500s_and_hang(stack, tmp_path, tenant):
             assert s429["state"] == "succeeded", s429
             n429 = srv.stats.answered_429
             assert n429 > 0
-            rows.append(("429 storm (every 2nd request, Retry-After 0.2 s)", "429", len(files), time.monotonic() - t0,
-                         n429, f"{n429} answers 429; retried honouring Retry-After; rag_embedder_429 counted"))
+            rows.append(
+                (
+                    "429 storm (every 2nd request, Retry-After 0.2 s)",
+                    "429",
+                    len(files),
+                    time.monotonic() - t0,
+                    n429,
+                    f"{n429} answers 429; retried honouring Retry-After; rag_embedder_429 counted",
+                )
+            )
             # --- 500s: every 3rd request ----------------------------------------------------------------
             srv.faults = Faults(every_nth_500=3)
             files = corpora["500"] = harness.make_corpus(tmp_path / "b", 4, 3, prefix=f"s500-{tenant}")
@@ -55,8 +74,16 @@ def test_429_storm_500s_and_hang(stack, tmp_path, tenant):
             assert s500["state"] == "succeeded", s500
             n500 = srv.stats.answered_500
             assert n500 > 0
-            rows.append(("HTTP 500 on every 3rd request", "500", len(files), time.monotonic() - t0, n500,
-                         f"{n500} answers 500; retried with backoff"))
+            rows.append(
+                (
+                    "HTTP 500 on every 3rd request",
+                    "500",
+                    len(files),
+                    time.monotonic() - t0,
+                    n500,
+                    f"{n500} answers 500; retried with backoff",
+                )
+            )
             # --- hang past the timeout: the documents fail, recorded; then the provider comes back ----
             srv.faults = Faults(hang_s=3.0)
             files = corpora["hang"] = harness.make_corpus(tmp_path / "c", 3, 3, prefix=f"hang-{tenant}")
@@ -67,9 +94,17 @@ def test_429_storm_500s_and_hang(stack, tmp_path, tenant):
             t0 = time.monotonic()
             again, _ = harness.send_job(app, pool.queue, files, tenant + "-hang")
             assert harness.wait_job(again)["state"] == "succeeded"
-            rows.append(("embedder hangs past the 1 s timeout", "hang", len(files), time.monotonic() - t0,
-                         hung["failed"], f"{hung['failed']} documents failed with a recorded embed error "
-                                         "(no partial rows); the re-run after the provider recovered stored them"))
+            rows.append(
+                (
+                    "embedder hangs past the 1 s timeout",
+                    "hang",
+                    len(files),
+                    time.monotonic() - t0,
+                    hung["failed"],
+                    f"{hung['failed']} documents failed with a recorded embed error "
+                    "(no partial rows); the re-run after the provider recovered stored them",
+                )
+            )
             # --- the clean runs ------------------------------------------------------------------------
             refs = {}
             for key, corpus in corpora.items():
@@ -85,8 +120,17 @@ def test_429_storm_500s_and_hang(stack, tmp_path, tenant):
     for fault, key, n, took, failures, notes in rows:
         cmp = harness.compare(harness.chunk_rows(f"{tenant}-{key}"), refs[key])
         assert cmp["lost"] == 0 and cmp["duplicated"] == 0 and cmp["unexpected"] == 0, (key, cmp)
-        results.append(harness.FaultResult(fault, tasks_affected=n, recovered=n, lost=0, duplicated=0,
-                                           time_to_recover_s=round(took, 2), failures_recorded=failures, notes=notes,
-                                           extra={**cmp, "metric_rag_embedder_429": m429,
-                                                  "metric_rag_embedder_retries": mretry}))
+        results.append(
+            harness.FaultResult(
+                fault,
+                tasks_affected=n,
+                recovered=n,
+                lost=0,
+                duplicated=0,
+                time_to_recover_s=round(took, 2),
+                failures_recorded=failures,
+                notes=notes,
+                extra={**cmp, "metric_rag_embedder_429": m429, "metric_rag_embedder_retries": mretry},
+            )
+        )
     harness.record("embedder_faults", results)

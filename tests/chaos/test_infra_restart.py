@@ -18,17 +18,25 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 
 def _env(srv) -> dict[str, str]:
-    return {"RAGLINE_EMBEDDER": "voyage", "RAGLINE_VOYAGE_BASE_URL": srv.url, "RAGLINE_VOYAGE_API_KEY": "pa-test",
-            "RAGLINE_EMBED_BATCH_SIZE": "4", "RAGLINE_UNACKED_RESTORE_INTERVAL_S": "1",
-            "RAGLINE_WORKER_ALIVE_TTL_S": "6"}
+    return {
+        "RAGLINE_EMBEDDER": "voyage",
+        "RAGLINE_VOYAGE_BASE_URL": srv.url,
+        "RAGLINE_VOYAGE_API_KEY": "pa-test",
+        "RAGLINE_EMBED_BATCH_SIZE": "4",
+        "RAGLINE_UNACKED_RESTORE_INTERVAL_S": "1",
+        "RAGLINE_WORKER_ALIVE_TTL_S": "6",
+    }
 
 
 def _done_count(job: str) -> int:
     from ragline.shared import db
 
     with db.connection() as c:
-        return c.execute("SELECT count(*) AS n FROM job_documents WHERE job_id = %s"
-                         " AND state IN ('done', 'skipped', 'failed')", (job,)).fetchone()["n"]
+        return c.execute(
+            "SELECT count(*) AS n FROM job_documents WHERE job_id = %s"
+            " AND state IN ('done', 'skipped', 'failed')",
+            (job,),
+        ).fetchone()["n"]
 
 
 def _wait_progress(job: str, at_least: int, timeout: float = 120) -> None:
@@ -79,12 +87,22 @@ def test_postgres_restart_during_ingestion(stack, tmp_path, tenant):
     cmp = harness.compare(harness.chunk_rows(tenant), reference)
     assert cmp["lost"] == 0 and cmp["duplicated"] == 0 and cmp["unexpected"] == 0, cmp
     retries = _retries_in(log)
-    harness.record("postgres_restart", [harness.FaultResult(
-        "Postgres stopped 3 s and restarted during ingestion", tasks_affected=in_flight, recovered=in_flight,
-        lost=cmp["lost"], duplicated=cmp["duplicated"], time_to_recover_s=round(t_recover, 2),
-        failures_recorded=retries,
-        notes=f"{retries} task retries logged (OperationalError -> retry with backoff); pool reconnects",
-        extra=cmp)])
+    harness.record(
+        "postgres_restart",
+        [
+            harness.FaultResult(
+                "Postgres stopped 3 s and restarted during ingestion",
+                tasks_affected=in_flight,
+                recovered=in_flight,
+                lost=cmp["lost"],
+                duplicated=cmp["duplicated"],
+                time_to_recover_s=round(t_recover, 2),
+                failures_recorded=retries,
+                notes=f"{retries} task retries logged (OperationalError -> retry with backoff); pool reconnects",
+                extra=cmp,
+            )
+        ],
+    )
 
 
 def test_redis_restart_during_ingestion(stack, tmp_path, tenant):
@@ -107,20 +125,33 @@ def test_redis_restart_during_ingestion(stack, tmp_path, tenant):
             t_recover = time.monotonic() - t_down
             # a task redelivered after the reconnect may run twice: the second run finds the document unchanged
             assert summary["state"] == "succeeded", summary
-            assert summary["done"] + summary["skipped_unchanged"] == len(files) and summary["failed"] == 0, summary
+            assert summary["done"] + summary["skipped_unchanged"] == len(files) and summary["failed"] == 0, (
+                summary
+            )
             assert pool.proc.poll() is None
             reference = _reference(app, pool.queue, files, tenant + "-ref")
         finally:
             pool.stop()
     cmp = harness.compare(harness.chunk_rows(tenant), reference)
     assert cmp["lost"] == 0 and cmp["duplicated"] == 0 and cmp["unexpected"] == 0, cmp
-    harness.record("redis_restart_ingest", [harness.FaultResult(
-        "Redis stopped 3 s and restarted during ingestion (AOF on)", tasks_affected=in_flight,
-        recovered=in_flight, lost=cmp["lost"], duplicated=cmp["duplicated"],
-        time_to_recover_s=round(t_recover, 2), failures_recorded=0,
-        notes="queued and unacked messages survive in the AOF; the worker reconnects; tags delivered on the dead "
-              f"connection are restored by shared/redelivery.py; {summary['skipped_unchanged']} task(s) ran twice "
-              "and the second run skipped the unchanged document", extra=cmp)])
+    harness.record(
+        "redis_restart_ingest",
+        [
+            harness.FaultResult(
+                "Redis stopped 3 s and restarted during ingestion (AOF on)",
+                tasks_affected=in_flight,
+                recovered=in_flight,
+                lost=cmp["lost"],
+                duplicated=cmp["duplicated"],
+                time_to_recover_s=round(t_recover, 2),
+                failures_recorded=0,
+                notes="queued and unacked messages survive in the AOF; the worker reconnects; tags delivered on the dead "
+                f"connection are restored by shared/redelivery.py; {summary['skipped_unchanged']} task(s) ran twice "
+                "and the second run skipped the unchanged document",
+                extra=cmp,
+            )
+        ],
+    )
 
 
 def test_redis_restart_during_queries(stack, tenant):
@@ -138,9 +169,15 @@ def test_redis_restart_during_queries(stack, tenant):
         i = 0
         while not stop.is_set():
             try:
-                sent.append(app.send_task(TASK_QUERY_RETRIEVE, args=[{"query": f"очередь {i}", "tenant": tenant,
-                                                                      "groups": ["g"], "mode": "lexical"}],
-                                          queue=pool.queue))
+                sent.append(
+                    app.send_task(
+                        TASK_QUERY_RETRIEVE,
+                        args=[
+                            {"query": f"очередь {i}", "tenant": tenant, "groups": ["g"], "mode": "lexical"}
+                        ],
+                        queue=pool.queue,
+                    )
+                )
             except Exception as exc:  # the broker is down: the caller sees it
                 send_errors.append(type(exc).__name__)
             i += 1
@@ -174,9 +211,19 @@ def test_redis_restart_during_queries(stack, tenant):
         pool.stop()
     traces = {tid: [ln[:300] for ln in log.splitlines() if tid in ln] for tid in lost}
     assert len(sent) > 20 and not lost, (len(sent), len(lost), send_errors[:5], get_errors, traces)
-    harness.record("redis_restart_query", [harness.FaultResult(
-        "Redis stopped 3 s and restarted during queries", tasks_affected=len(sent) + len(send_errors),
-        recovered=len(answered), lost=len(lost), duplicated=0, time_to_recover_s=round(t_recover, 2),
-        failures_recorded=len(send_errors),
-        notes=f"{len(sent)} queries sent and all answered; {len(send_errors)} sends refused at the client while "
-              f"the broker was down ({sorted(set(send_errors))})")])
+    harness.record(
+        "redis_restart_query",
+        [
+            harness.FaultResult(
+                "Redis stopped 3 s and restarted during queries",
+                tasks_affected=len(sent) + len(send_errors),
+                recovered=len(answered),
+                lost=len(lost),
+                duplicated=0,
+                time_to_recover_s=round(t_recover, 2),
+                failures_recorded=len(send_errors),
+                notes=f"{len(sent)} queries sent and all answered; {len(send_errors)} sends refused at the client while "
+                f"the broker was down ({sorted(set(send_errors))})",
+            )
+        ],
+    )

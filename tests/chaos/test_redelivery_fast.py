@@ -24,8 +24,9 @@ def _hold_unacked(app, queue_name: str) -> tuple[Queue, str, object]:
     queue = Queue(queue_name, Exchange(queue_name, type="direct"), routing_key=queue_name)
     conn = app.connection_for_write()
     with conn.Producer() as producer:
-        producer.publish({"n": 1}, exchange=queue.exchange, routing_key=queue_name, declare=[queue],
-                         serializer="json")
+        producer.publish(
+            {"n": 1}, exchange=queue.exchange, routing_key=queue_name, declare=[queue], serializer="json"
+        )
     consumer_conn = app.connection_for_read()
     channel = consumer_conn.channel()
     bound = queue(channel)
@@ -47,8 +48,10 @@ def test_tag_of_dead_incarnation_is_restored_and_live_one_kept(stack, redis_clie
     try:
         assert redis_client.hexists("unacked", tag_dead) and redis_client.llen(q_dead.name) == 0
         acked = [f"acked-{uuid.uuid4().hex[:8]}-{i}" for i in range(3)]  # owner records of finished tasks
-        redis_client.hset(redelivery.OWNER_KEY, mapping={tag_dead: "host:1:dead", tag_live: "host:2:live",
-                                                         **{t: "host:2:live" for t in acked}})
+        redis_client.hset(
+            redelivery.OWNER_KEY,
+            mapping={tag_dead: "host:1:dead", tag_live: "host:2:live", **{t: "host:2:live" for t in acked}},
+        )
         redis_client.set(redelivery.ALIVE_PREFIX + "host:2:live", "1", ex=30)
         redis_client.delete(redelivery.LOCK_KEY)
         restored = redelivery.restore_orphans(redis_client)
@@ -57,7 +60,9 @@ def test_tag_of_dead_incarnation_is_restored_and_live_one_kept(stack, redis_clie
         assert not redis_client.hexists("unacked", tag_dead)
         assert redis_client.hexists("unacked", tag_live) and redis_client.llen(q_live.name) == 0
         assert not redis_client.hexists(redelivery.OWNER_KEY, tag_dead)
-        assert not any(redis_client.hexists(redelivery.OWNER_KEY, t) for t in acked)  # forgotten, not restored
+        assert not any(
+            redis_client.hexists(redelivery.OWNER_KEY, t) for t in acked
+        )  # forgotten, not restored
         assert redis_client.hexists(redelivery.OWNER_KEY, tag_live)
         # a second restorer in the same tick does nothing (lock), and nothing is restored twice
         assert redelivery.restore_orphans(redis_client) == []

@@ -25,7 +25,9 @@ def e5_settings(stack, monkeypatch):
     from ragline.shared.settings import get_settings, reset_settings
 
     monkeypatch.setenv("RAGLINE_EMBEDDER", "local-e5")
-    monkeypatch.setenv("RAGLINE_EMBED_BATCH_SIZE", "8")  # several batches per document: a kill lands mid-batch
+    monkeypatch.setenv(
+        "RAGLINE_EMBED_BATCH_SIZE", "8"
+    )  # several batches per document: a kill lands mid-batch
     monkeypatch.setenv("RAGLINE_WORKER_ALIVE_TTL_S", "6")
     monkeypatch.setenv("RAGLINE_UNACKED_RESTORE_INTERVAL_S", "1")
     monkeypatch.setenv("RAGLINE_INGEST_MAX_WORKER_LOST", "2")
@@ -99,11 +101,19 @@ def test_sigkill_prefork_child_and_whole_worker_mid_batch(e5_settings, tmp_path,
         assert pool.proc.poll() is None  # the pool itself never died
         log = pool.log_text()
         assert "WorkerLostError" in log or "exited with 'signal 9" in log
-        results.append(harness.FaultResult(
-            "SIGKILL prefork child mid-batch (local-e5)", tasks_affected=1, recovered=1, lost=0, duplicated=0,
-            time_to_recover_s=round(t_back, 2), failures_recorded=1,
-            notes=f"redelivered by the pool parent (reject_on_worker_lost) in {t_back:.2f}s; job done {t_done:.1f}s "
-                  "after the kill; WorkerLostError in the worker log"))
+        results.append(
+            harness.FaultResult(
+                "SIGKILL prefork child mid-batch (local-e5)",
+                tasks_affected=1,
+                recovered=1,
+                lost=0,
+                duplicated=0,
+                time_to_recover_s=round(t_back, 2),
+                failures_recorded=1,
+                notes=f"redelivered by the pool parent (reject_on_worker_lost) in {t_back:.2f}s; job done {t_done:.1f}s "
+                "after the kill; WorkerLostError in the worker log",
+            )
+        )
 
         # --- 2: SIGKILL the whole worker (parent + children) ---------------------------------------
         tenant2 = tenant + "-whole"
@@ -149,15 +159,31 @@ def test_sigkill_prefork_child_and_whole_worker_mid_batch(e5_settings, tmp_path,
         assert len(reference) >= 3 * 6
         cmp = harness.compare(harness.chunk_rows(t), reference)
         assert cmp["lost"] == 0 and cmp["duplicated"] == 0 and cmp["unexpected"] == 0, (t, cmp)
-    results.append(harness.FaultResult(
-        "SIGKILL whole ingest worker mid-batch (parent + children)", tasks_affected=2, recovered=2, lost=0,
-        duplicated=0, time_to_recover_s=round(t_done2, 2), failures_recorded=1,
-        notes="the 2 tasks it held (concurrency 2) came back via shared/redelivery.py once its alive key "
-              f"(TTL {s.worker_alive_ttl_s:g}s) expired; kombu alone: visibility_timeout = {s.visibility_timeout_s}s",
-        extra={"reference_rows": len(reference)}))
-    results.append(harness.FaultResult(
-        "poison document: its worker child SIGKILLed on every delivery", tasks_affected=1, recovered=0, lost=0,
-        duplicated=0, time_to_recover_s=round(t_poison, 2), failures_recorded=1,
-        notes=f"after {s.ingest_max_worker_lost} worker deaths the task records the document as failed "
-              f"({poisoned['errors'][0]['error'][:90]}) instead of an endless requeue"))
+    results.append(
+        harness.FaultResult(
+            "SIGKILL whole ingest worker mid-batch (parent + children)",
+            tasks_affected=2,
+            recovered=2,
+            lost=0,
+            duplicated=0,
+            time_to_recover_s=round(t_done2, 2),
+            failures_recorded=1,
+            notes="the 2 tasks it held (concurrency 2) came back via shared/redelivery.py once its alive key "
+            f"(TTL {s.worker_alive_ttl_s:g}s) expired; kombu alone: visibility_timeout = {s.visibility_timeout_s}s",
+            extra={"reference_rows": len(reference)},
+        )
+    )
+    results.append(
+        harness.FaultResult(
+            "poison document: its worker child SIGKILLed on every delivery",
+            tasks_affected=1,
+            recovered=0,
+            lost=0,
+            duplicated=0,
+            time_to_recover_s=round(t_poison, 2),
+            failures_recorded=1,
+            notes=f"after {s.ingest_max_worker_lost} worker deaths the task records the document as failed "
+            f"({poisoned['errors'][0]['error'][:90]}) instead of an endless requeue",
+        )
+    )
     harness.record("worker_kill", results)

@@ -12,13 +12,30 @@ from tests.loopback import hashed_embedding
 MODEL = "hashed-trigram"
 
 
-def put_document(tenant: str, doc_id: str, paragraphs: list[str], acl: list[str], version: int = 1,
-                 path: str | None = None, model: str = MODEL) -> str:
+def put_document(
+    tenant: str,
+    doc_id: str,
+    paragraphs: list[str],
+    acl: list[str],
+    version: int = 1,
+    path: str | None = None,
+    model: str = MODEL,
+) -> str:
     """Store a document whose chunks are ``paragraphs`` (one chunk each); returns the store outcome."""
-    chunks = [store.StoredChunk(i, text, "", doc_id, None, np.asarray(hashed_embedding(text, 384), np.float32))
-              for i, text in enumerate(paragraphs)]
-    rec = store.DocumentRecord(tenant=tenant, doc_id=doc_id, source_uri=None, path=path or doc_id, title=doc_id,
-                               content_hash=str(hash(tuple(paragraphs))), version=version, acl=acl)
+    chunks = [
+        store.StoredChunk(i, text, "", doc_id, None, np.asarray(hashed_embedding(text, 384), np.float32))
+        for i, text in enumerate(paragraphs)
+    ]
+    rec = store.DocumentRecord(
+        tenant=tenant,
+        doc_id=doc_id,
+        source_uri=None,
+        path=path or doc_id,
+        title=doc_id,
+        content_hash=str(hash(tuple(paragraphs))),
+        version=version,
+        acl=acl,
+    )
     with db.connection() as conn, conn.transaction():
         store.lock_document(conn, tenant, doc_id)
         return store.upsert_document(conn, rec, chunks, model)
@@ -30,16 +47,24 @@ def bulk_documents(conn, tenant: str, n: int, acl: list[str]) -> None:
         with cur.copy("COPY documents (tenant, doc_id, path, status, acl, chunk_count) FROM STDIN") as cp:
             for i in range(n):
                 cp.write_row((tenant, f"d{i:05d}", f"bulk/d{i:05d}.md", "ready", acl, 1))
-        with cur.copy("COPY chunks (tenant, doc_id, chunk_no, path, content, content_hash, acl) FROM STDIN") as cp:
+        with cur.copy(
+            "COPY chunks (tenant, doc_id, chunk_no, path, content, content_hash, acl) FROM STDIN"
+        ) as cp:
             for i in range(n):
-                cp.write_row((tenant, f"d{i:05d}", 0, f"bulk/d{i:05d}.md", f"документ номер {i}", f"h{i}", acl))
+                cp.write_row(
+                    (tenant, f"d{i:05d}", 0, f"bulk/d{i:05d}.md", f"документ номер {i}", f"h{i}", acl)
+                )
     conn.commit()
 
 
 def acl_of(conn, tenant: str, doc_id: str) -> tuple[list[str], set[tuple[str, ...]]]:
     """(document ACL, set of distinct chunk ACLs)."""
-    doc = conn.execute("SELECT acl FROM documents WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)).fetchone()
-    rows = conn.execute("SELECT DISTINCT acl FROM chunks WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)).fetchall()
+    doc = conn.execute(
+        "SELECT acl FROM documents WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)
+    ).fetchone()
+    rows = conn.execute(
+        "SELECT DISTINCT acl FROM chunks WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)
+    ).fetchall()
     return sorted(doc["acl"]), {tuple(sorted(r["acl"])) for r in rows}
 
 

@@ -19,11 +19,29 @@ def store_docs(conn, tenant: str, docs: list[dict], dim: int = 384) -> None:
     """``docs``: ``{"doc_id", "path", "chunks": [str] | "content": str, "acl", "layer", "page", "heading"}``."""
     for d in docs:
         texts = d.get("chunks") or [d["content"]]
-        chunks = [store.StoredChunk(i, t, d.get("heading", ""), d.get("heading", ""), d.get("page"), vec(t, dim),
-                                    d.get("metadata", {"kind": "text"})) for i, t in enumerate(texts)]
-        rec = store.DocumentRecord(tenant=tenant, doc_id=d["doc_id"], source_uri=None, path=d.get("path", d["doc_id"]),
-                                   title=d.get("heading", ""), content_hash=hashlib.sha256("".join(texts).encode()).hexdigest(),
-                                   version=1, acl=d.get("acl", ["g"]), layer=d.get("layer", "docs"))
+        chunks = [
+            store.StoredChunk(
+                i,
+                t,
+                d.get("heading", ""),
+                d.get("heading", ""),
+                d.get("page"),
+                vec(t, dim),
+                d.get("metadata", {"kind": "text"}),
+            )
+            for i, t in enumerate(texts)
+        ]
+        rec = store.DocumentRecord(
+            tenant=tenant,
+            doc_id=d["doc_id"],
+            source_uri=None,
+            path=d.get("path", d["doc_id"]),
+            title=d.get("heading", ""),
+            content_hash=hashlib.sha256("".join(texts).encode()).hexdigest(),
+            version=1,
+            acl=d.get("acl", ["g"]),
+            layer=d.get("layer", "docs"),
+        )
         with conn.transaction():
             store.lock_document(conn, tenant, d["doc_id"])
             store.upsert_document(conn, rec, chunks, "hashed-trigram")

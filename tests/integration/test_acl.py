@@ -25,7 +25,9 @@ def _search(tenant, groups, query, mode="hybrid", k=20):
     from ragline.query.service import search
 
     qv = hashed_embedding(query, 384) if mode != "lexical" else None
-    return search(SearchRequest(query=query, tenant=tenant, groups=groups, k=k, mode=mode, query_vector=qv)).hits
+    return search(
+        SearchRequest(query=query, tenant=tenant, groups=groups, k=k, mode=mode, query_vector=qv)
+    ).hits
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +48,12 @@ def corpus(stack):
 def loop_embedder(use_settings):
     """The voyage embedder at the loopback server, so ask() embeds its query (vector path) quickly."""
     with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
-                     embed_model="hashed-trigram")
+        use_settings(
+            embedder="voyage",
+            voyage_base_url=srv.url + "/v1",
+            voyage_api_key="test-key",
+            embed_model="hashed-trigram",
+        )
         yield srv
 
 
@@ -77,11 +83,18 @@ def test_group_names_are_case_sensitive_and_exact(corpus):
     assert {h.doc_id for h in hits} <= only_upper
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
-          derandomize=True)
-@given(tenant=st.sampled_from(TENANTS), groups=st.lists(st.sampled_from(GROUPS + ["nobody"]), min_size=1, max_size=3),
-       words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
-       mode=st.sampled_from(["hybrid", "vector", "lexical"]))
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    derandomize=True,
+)
+@given(
+    tenant=st.sampled_from(TENANTS),
+    groups=st.lists(st.sampled_from(GROUPS + ["nobody"]), min_size=1, max_size=3),
+    words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+    mode=st.sampled_from(["hybrid", "vector", "lexical"]),
+)
 def test_property_no_search_or_ask_leaks(corpus, loop_embedder, tenant, groups, words, mode):
     query = " ".join(words)
     hits = _search(tenant, groups, query, mode=mode)
@@ -110,10 +123,15 @@ def test_rerank_input_holds_only_visible_chunks(corpus, use_settings):
     from ragline.query.service import ask, search
 
     with LoopbackServer() as srv:
-        use_settings(reranker="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
-                     rerank_timeout_s=5)
+        use_settings(
+            reranker="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key", rerank_timeout_s=5
+        )
         seen = 0
-        for tenant, groups in ((TENANTS[0], ["hr"]), (TENANTS[1], ["eng", "Eng"]), (TENANTS[0], ["sales", "all"])):
+        for tenant, groups in (
+            (TENANTS[0], ["hr"]),
+            (TENANTS[1], ["eng", "Eng"]),
+            (TENANTS[0], ["sales", "all"]),
+        ):
             allowed = {c for d in _visible(corpus, tenant, groups) for c in corpus[(tenant, d)]["chunks"]}
             srv.reset_stats()
             search(SearchRequest(query="бюджет отчёт", tenant=tenant, groups=groups, mode="lexical"))
@@ -128,8 +146,13 @@ def test_empty_or_blank_groups_return_nothing(corpus):
     from ragline.query.service import ask, search
 
     for mode in ("hybrid", "vector", "lexical"):
-        req = SearchRequest(query="очередь", tenant=TENANTS[0], groups=[], mode=mode,
-                            query_vector=hashed_embedding("очередь", 384))
+        req = SearchRequest(
+            query="очередь",
+            tenant=TENANTS[0],
+            groups=[],
+            mode=mode,
+            query_vector=hashed_embedding("очередь", 384),
+        )
         assert search(req).hits == []
     assert ask(AskRequest(query="очередь", tenant=TENANTS[0], groups=[], mode="lexical")).citations == []
     assert search(SearchRequest(tenant=TENANTS[0], groups=[], mode="exact", doc_ids=["doc-1"])).hits == []
@@ -147,7 +170,9 @@ def test_documents_without_acl_are_invisible(stack, tenant):
 def test_revoked_group_no_longer_finds_the_document(conn, tenant):
     put_document(tenant, "plan", ["план релиза на осень", "бюджет релиза"], acl=["eng", "sales"])
     assert {h.doc_id for h in _search(tenant, ["sales"], "план релиза")} == {"plan"}
-    out = apply_acl_sync(conn, [AclSyncItem(tenant=tenant, doc_id="plan", acl=["eng"], version=2, ts=time.time())])
+    out = apply_acl_sync(
+        conn, [AclSyncItem(tenant=tenant, doc_id="plan", acl=["eng"], version=2, ts=time.time())]
+    )
     assert (out.documents_updated, out.chunks_updated, out.ignored_stale) == (1, 2, 0)
     assert out.lags_s and out.lags_s[0] >= 0
     for mode in ("hybrid", "vector", "lexical"):
@@ -167,15 +192,22 @@ def test_out_of_order_older_sync_is_ignored_and_replay_is_idempotent(conn, tenan
     assert (late.documents_updated, late.ignored_stale) == (0, 1)
     assert acl_of(conn, tenant, "d") == (["x"], {("x",)})
     # within one batch the newest version wins whatever the order
-    batch = apply_acl_sync(conn, [AclSyncItem(tenant=tenant, doc_id="d", acl=["z9"], version=9),
-                                  AclSyncItem(tenant=tenant, doc_id="d", acl=["z7"], version=7)])
+    batch = apply_acl_sync(
+        conn,
+        [
+            AclSyncItem(tenant=tenant, doc_id="d", acl=["z9"], version=9),
+            AclSyncItem(tenant=tenant, doc_id="d", acl=["z7"], version=7),
+        ],
+    )
     assert batch.documents_updated == 1 and acl_of(conn, tenant, "d") == (["z9"], {("z9",)})
 
 
 def test_reingest_keeps_the_permissions_of_the_latest_sync(conn, tenant):
     put_document(tenant, "d", ["старый текст"], acl=["source-group"], version=1)
     apply_acl_sync(conn, [AclSyncItem(tenant=tenant, doc_id="d", acl=["synced"], version=10)])
-    assert put_document(tenant, "d", ["новый текст", "ещё абзац"], acl=["source-group"], version=2) == "stored"
+    assert (
+        put_document(tenant, "d", ["новый текст", "ещё абзац"], acl=["source-group"], version=2) == "stored"
+    )
     assert acl_of(conn, tenant, "d") == (["synced"], {("synced",)})
 
 
@@ -200,8 +232,13 @@ def test_path_prefix_sync_with_like_metacharacters(conn, tenant):
     assert (stale.documents_updated, stale.ignored_stale) == (1, 2)
     assert acl_of(conn, tenant, "a")[0] == ["hr"] and acl_of(conn, tenant, "c")[0] == ["x"]
     # one batch with a doc item and a prefix item for the same document: the newer wins, counted once
-    both = apply_acl_sync(conn, [AclSyncItem(tenant=tenant, doc_id="a", acl=["doc"], version=6),
-                                 AclSyncItem(tenant=tenant, path_prefix="hr/2026/", acl=["pre"], version=7)])
+    both = apply_acl_sync(
+        conn,
+        [
+            AclSyncItem(tenant=tenant, doc_id="a", acl=["doc"], version=6),
+            AclSyncItem(tenant=tenant, path_prefix="hr/2026/", acl=["pre"], version=7),
+        ],
+    )
     assert both.documents_updated == 2 and acl_of(conn, tenant, "a") == (["pre"], {("pre",)})
 
 
@@ -215,20 +252,25 @@ def test_acl_sync_task_through_the_acl_queue(celery_worker, conn, tenant):
 
     put_document(tenant, "d", ["текст"], acl=["a"])
     before = lag_count()
-    res = app.send_task(TASK_ACL_SYNC, args=[{"tenant": tenant, "doc_id": "d", "acl": ["b"], "version": 2,
-                                              "ts": time.time()}])
+    res = app.send_task(
+        TASK_ACL_SYNC, args=[{"tenant": tenant, "doc_id": "d", "acl": ["b"], "version": 2, "ts": time.time()}]
+    )
     out = res.get(timeout=30)
     assert out["documents_updated"] == 1 and out["chunks_updated"] == 1 and out["lag_s_max"] >= 0
     assert lag_count() == before + 1  # ACL_SYNC_LAG_S observed once for the applied change
     job = conn.execute("SELECT kind, state, result FROM jobs WHERE id = %s", (out["job_id"],)).fetchone()
-    assert job["kind"] == "acl_sync" and job["state"] == "succeeded" and job["result"]["documents_updated"] == 1
+    assert (
+        job["kind"] == "acl_sync" and job["state"] == "succeeded" and job["result"]["documents_updated"] == 1
+    )
     bad = app.send_task(TASK_ACL_SYNC, args=[{"tenant": tenant, "doc_id": "d", "acl": [""], "version": 3}])
     assert bad.get(timeout=30)["ok"] is False
     assert acl_of(conn, tenant, "d")[0] == ["b"]
 
 
 @pytest.mark.slow
-def test_sync_10k_documents_sends_nothing_to_the_embedder(celery_worker, conn, tenant, use_settings, tmp_path):
+def test_sync_10k_documents_sends_nothing_to_the_embedder(
+    celery_worker, conn, tenant, use_settings, tmp_path
+):
     """10,000 permission changes through the CLI and the acl queue with the voyage embedder configured."""
     import json
 
@@ -238,22 +280,35 @@ def test_sync_10k_documents_sends_nothing_to_the_embedder(celery_worker, conn, t
 
     bulk_documents(conn, tenant, 10_000, ["before"])
     with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
-                     acl_sync_batch_size=2000)
+        use_settings(
+            embedder="voyage",
+            voyage_base_url=srv.url + "/v1",
+            voyage_api_key="test-key",
+            acl_sync_batch_size=2000,
+        )
         f = tmp_path / "acl.jsonl"
-        f.write_text("\n".join(json.dumps({"tenant": tenant, "doc_id": f"d{i:05d}", "acl": ["after", f"g{i % 7}"],
-                                           "version": 7}) for i in range(10_000)))
+        f.write_text(
+            "\n".join(
+                json.dumps(
+                    {"tenant": tenant, "doc_id": f"d{i:05d}", "acl": ["after", f"g{i % 7}"], "version": 7}
+                )
+                for i in range(10_000)
+            )
+        )
         t0 = time.perf_counter()
         run = CliRunner().invoke(cli, ["acl", "sync", str(f), "--json"])
         elapsed = time.perf_counter() - t0
         assert run.exit_code == 0, run.output
         out = json.loads(run.stdout.strip().splitlines()[-1])
         assert srv.stats.requests == 0, srv.stats.by_path
-    print(f"\nacl sync of 10,000 documents: {elapsed:.2f} s (CLI -> acl queue -> SQL), lag max {out['lag_s_max']} s")
+    print(
+        f"\nacl sync of 10,000 documents: {elapsed:.2f} s (CLI -> acl queue -> SQL), lag max {out['lag_s_max']} s"
+    )
     assert out["items"] == 10_000 and out["documents_updated"] == 10_000 and out["chunks_updated"] == 10_000
     assert out["batches"] == 5 and out["lag_s_max"] is not None
-    left = conn.execute("SELECT count(*) AS n FROM chunks WHERE tenant = %s AND NOT acl @> '{after}'",
-                        (tenant,)).fetchone()
+    left = conn.execute(
+        "SELECT count(*) AS n FROM chunks WHERE tenant = %s AND NOT acl @> '{after}'", (tenant,)
+    ).fetchone()
     assert left["n"] == 0
 
 
@@ -272,17 +327,34 @@ def test_sync_racing_an_ingest_in_flight_reaches_every_new_chunk(conn, tenant):
     with db.connection() as ingest_conn:
         with ingest_conn.transaction():
             store.lock_document(ingest_conn, tenant, "race")
-            rec = store.DocumentRecord(tenant=tenant, doc_id="race", source_uri=None, path="race", title="race",
-                                       content_hash="v2", version=2, acl=["source"])
-            chunks = [store.StoredChunk(i, f"часть {i}", "", "race", None,
-                                        np.asarray(hashed_embedding(f"часть {i}", 384), np.float32))
-                      for i in range(3)]
+            rec = store.DocumentRecord(
+                tenant=tenant,
+                doc_id="race",
+                source_uri=None,
+                path="race",
+                title="race",
+                content_hash="v2",
+                version=2,
+                acl=["source"],
+            )
+            chunks = [
+                store.StoredChunk(
+                    i,
+                    f"часть {i}",
+                    "",
+                    "race",
+                    None,
+                    np.asarray(hashed_embedding(f"часть {i}", 384), np.float32),
+                )
+                for i in range(3)
+            ]
             assert store.upsert_document(ingest_conn, rec, chunks, "m") == "stored"
 
             def sync():
                 with db.connection() as c:
-                    results.append(apply_acl_sync(c, [AclSyncItem(tenant=tenant, doc_id="race", acl=["new"],
-                                                                  version=5)]))
+                    results.append(
+                        apply_acl_sync(c, [AclSyncItem(tenant=tenant, doc_id="race", acl=["new"], version=5)])
+                    )
 
             t = threading.Thread(target=sync)
             t.start()

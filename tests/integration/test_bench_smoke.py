@@ -48,7 +48,9 @@ def test_upsert_smoke(external_worker, tmp_path):
     raw = data["raw"]
     assert len(raw["upsert_rows_per_s"]) == len(raw["copy_rows_per_s"]) == upsert.SMOKE["rounds"]
     assert all(x > 0 for x in raw["upsert_rows_per_s"] + raw["copy_rows_per_s"])
-    assert raw["ratio"] == pytest.approx(raw["upsert_median_rows_per_s"] / raw["copy_median_rows_per_s"], rel=1e-3)
+    assert raw["ratio"] == pytest.approx(
+        raw["upsert_median_rows_per_s"] / raw["copy_median_rows_per_s"], rel=1e-3
+    )
 
 
 @pytest.mark.slow
@@ -70,7 +72,9 @@ def test_retrieval_smoke(external_worker, tmp_path):
 def test_local_embedder_smoke(external_worker, tmp_path):
     from bench import local_embedder
 
-    data = _check_result(local_embedder.run(out_dir=tmp_path, **local_embedder.SMOKE), tmp_path, "local_embedder")
+    data = _check_result(
+        local_embedder.run(out_dir=tmp_path, **local_embedder.SMOKE), tmp_path, "local_embedder"
+    )
     raw = data["raw"]
     assert raw["texts"] >= local_embedder.SMOKE["n_docs"]
     assert raw["pipeline_texts_per_s"] > 0 and all(v > 0 for v in raw["direct_texts_per_s"].values())
@@ -123,7 +127,9 @@ def test_synthetic_vectors_have_structure():
 def test_targets_percentiles_and_names():
     assert common.Target("x", 0.5, ">=", 0.5).passed and not common.Target("x", 0.49, ">=", 0.5).passed
     assert common.Target("y", 12, "<=", 12.5, "ms").passed and not common.Target("y", 13, "<=", 12.5).passed
-    assert common.percentile([1, 2, 3, 4, 5], 50) == 3 and common.percentile([1.0, 2.0], 95) == pytest.approx(1.95)
+    assert common.percentile([1, 2, 3, 4, 5], 50) == 3 and common.percentile([1.0, 2.0], 95) == pytest.approx(
+        1.95
+    )
     assert run_all.resolve(["c", "upsert"]) == ["retrieval", "upsert"]
     assert run_all.resolve([]) == list(run_all.BENCHMARKS.values())
     with pytest.raises(SystemExit):

@@ -56,10 +56,18 @@ def test_up_ingest_ask_down_leaves_nothing(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "about.md").write_text("# О системе\n\nragline отвечает на вопросы со ссылками на документы.\n")
-    env = {**os.environ, "RAGLINE_HOME": str(home), "RAGLINE_FLOWER_PORT": str(free_port()),
-           "RAGLINE_METRICS_PORT": str(_free_port_run(3)),
-           "RAGLINE_INGEST_CONCURRENCY": "1", "RAGLINE_QUERY_CONCURRENCY": "1"}
-    run = lambda *a, **kw: subprocess.run([*RAGLINE, *a], env=env, capture_output=True, text=True, timeout=300, **kw)  # noqa: E731
+    env = {
+        **os.environ,
+        "RAGLINE_HOME": str(home),
+        "RAGLINE_FLOWER_PORT": str(free_port()),
+        "RAGLINE_METRICS_PORT": str(_free_port_run(3)),
+        "RAGLINE_INGEST_CONCURRENCY": "1",
+        "RAGLINE_QUERY_CONCURRENCY": "1",
+    }
+
+    def run(*a, **kw):
+        return subprocess.run([*RAGLINE, *a], env=env, capture_output=True, text=True, timeout=300, **kw)  # noqa: E731
+
     try:
         up = run("up")
         assert up.returncode == 0, up.stderr

@@ -32,16 +32,29 @@ def compose_config(tmp_path_factory) -> dict:
         pytest.skip("no docker compose CLI on this machine")
     env_file = tmp_path_factory.mktemp("compose") / ".env"
     env_file.write_text((DEPLOY / ".env.example").read_text())
-    out = subprocess.run([*cmd, "--env-file", str(env_file), "-f", str(DEPLOY / "docker-compose.yml"), "config"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [*cmd, "--env-file", str(env_file), "-f", str(DEPLOY / "docker-compose.yml"), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return yaml.safe_load(out.stdout)
 
 
 def test_compose_config_is_valid_and_complete(compose_config):
     services = compose_config["services"]
-    assert {"postgres", "redis", "migrate", "ingest-worker", "query-worker", "control-worker", "beat", "flower",
-            "prometheus"} <= set(services)
+    assert {
+        "postgres",
+        "redis",
+        "migrate",
+        "ingest-worker",
+        "query-worker",
+        "control-worker",
+        "beat",
+        "flower",
+        "prometheus",
+    } <= set(services)
     assert "pgvector" in services["postgres"]["image"]
     for pool in ("ingest", "query", "control"):
         assert services[f"{pool}-worker"]["command"] == ["worker", pool]
@@ -60,8 +73,14 @@ def test_compose_refuses_to_start_without_passwords():
     cmd = _compose_cmd()
     if cmd is None:
         pytest.skip("no docker compose CLI on this machine")
-    out = subprocess.run([*cmd, "-f", str(DEPLOY / "docker-compose.yml"), "config"], capture_output=True, text=True,
-                         timeout=60, env={"PATH": "/usr/bin:/bin:/usr/local/bin"}, cwd="/")
+    out = subprocess.run(
+        [*cmd, "-f", str(DEPLOY / "docker-compose.yml"), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin:/usr/local/bin"},
+        cwd="/",
+    )
     assert out.returncode != 0 and "PASSWORD" in (out.stderr + out.stdout)
 
 
@@ -74,8 +93,12 @@ def test_prometheus_scrapes_every_pool_with_auth():
 
 
 def _manifests() -> list[tuple[str, dict]]:
-    return [(f.name, doc) for f in sorted((DEPLOY / "k8s").glob("*.yaml")) for doc in yaml.safe_load_all(f.read_text())
-            if doc]
+    return [
+        (f.name, doc)
+        for f in sorted((DEPLOY / "k8s").glob("*.yaml"))
+        for doc in yaml.safe_load_all(f.read_text())
+        if doc
+    ]
 
 
 def test_k8s_manifests_validate_against_schemas():
@@ -105,8 +128,10 @@ def test_k8s_one_deployment_per_pool_with_probes_and_single_beat():
         assert f"{pool}@$HOSTNAME" in " ".join(container["readinessProbe"]["exec"]["command"])
     beat = deployments["ragline-beat"]["spec"]
     assert beat["replicas"] == 1 and beat["strategy"]["type"] == "Recreate"
-    assert not any(d["kind"] == "Service" and d["spec"].get("type") in ("LoadBalancer", "NodePort")
-                   for _, d in _manifests())
+    assert not any(
+        d["kind"] == "Service" and d["spec"].get("type") in ("LoadBalancer", "NodePort")
+        for _, d in _manifests()
+    )
 
 
 KEDA_SCALED_OBJECT = {  # the fields KEDA's CRD requires for a redis list-length trigger
@@ -120,11 +145,22 @@ KEDA_SCALED_OBJECT = {  # the fields KEDA's CRD requires for a redis list-length
                 "scaleTargetRef": {"type": "object", "required": ["name"]},
                 "minReplicaCount": {"type": "integer", "minimum": 0},
                 "maxReplicaCount": {"type": "integer", "minimum": 1},
-                "triggers": {"type": "array", "minItems": 1, "items": {
-                    "type": "object", "required": ["type", "metadata"],
-                    "properties": {"type": {"const": "redis"},
-                                   "metadata": {"type": "object", "required": ["address", "listName", "listLength"],
-                                                "additionalProperties": {"type": "string"}}}}},
+                "triggers": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "required": ["type", "metadata"],
+                        "properties": {
+                            "type": {"const": "redis"},
+                            "metadata": {
+                                "type": "object",
+                                "required": ["address", "listName", "listLength"],
+                                "additionalProperties": {"type": "string"},
+                            },
+                        },
+                    },
+                },
             },
         }
     },
@@ -141,6 +177,8 @@ def test_keda_scales_each_pool_on_its_queue_length():
     for doc in scaled:
         jsonschema.validate(doc, KEDA_SCALED_OBJECT)
         assert doc["spec"]["scaleTargetRef"]["name"] in deployments
-    by_target = {d["spec"]["scaleTargetRef"]["name"]: d["spec"]["triggers"][0]["metadata"]["listName"] for d in scaled}
+    by_target = {
+        d["spec"]["scaleTargetRef"]["name"]: d["spec"]["triggers"][0]["metadata"]["listName"] for d in scaled
+    }
     for pool, queues in POOLS.items():
         assert by_target[f"ragline-{pool}-worker"] in queues

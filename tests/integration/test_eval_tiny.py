@@ -37,7 +37,9 @@ def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def eval_tenants() -> int:
     with db.connection() as c:
-        return c.execute("SELECT count(DISTINCT tenant) AS n FROM documents WHERE tenant LIKE 'eval-%%'").fetchone()["n"]
+        return c.execute(
+            "SELECT count(DISTINCT tenant) AS n FROM documents WHERE tenant LIKE 'eval-%%'"
+        ).fetchone()["n"]
 
 
 @pytest.mark.slow
@@ -48,15 +50,28 @@ def test_eval_command_reports_every_mode(celery_worker, use_settings, tmp_path):
     before = eval_tenants()
     with LoopbackServer() as srv:
         use_settings(embedder="voyage", voyage_api_key="test-key", voyage_base_url=srv.url)
-        out = run("eval", str(queries), "--corpus", str(corpus), "--mode", "all", "--k", "10", "--json",
-                  "--out", str(tmp_path / "full.json"))
+        out = run(
+            "eval",
+            str(queries),
+            "--corpus",
+            str(corpus),
+            "--mode",
+            "all",
+            "--k",
+            "10",
+            "--json",
+            "--out",
+            str(tmp_path / "full.json"),
+        )
         assert out.returncode == 0, out.stderr
         assert srv.stats.texts_embedded >= 4  # the corpus went through the embedder of the pipeline
     res = json.loads(out.stdout)
     assert set(res) == {"vector", "lexical", "hybrid"}
     for mode, r in res.items():
         assert {"recall@10", "mrr@10", "ndcg@10", "fail@20", "n"} <= set(r), mode
-        assert r["n"] == 4 and all(0.0 <= r[key] <= 1.0 for key in ("recall@10", "mrr@10", "ndcg@10", "fail@20"))
+        assert r["n"] == 4 and all(
+            0.0 <= r[key] <= 1.0 for key in ("recall@10", "mrr@10", "ndcg@10", "fail@20")
+        )
     lex = res["lexical"]
     # the three answerable questions share stems with their document and no other; the fourth has no match
     assert lex["recall@10"] == pytest.approx(0.75) and lex["mrr@10"] == pytest.approx(0.75)
@@ -71,13 +86,27 @@ def test_eval_command_reports_every_mode(celery_worker, use_settings, tmp_path):
 
 def test_search_cli_json_shape(celery_worker, conn, tenant):
     store_docs(conn, tenant, [{"doc_id": "q.md", "heading": "Очереди", "content": "очереди ingest и query"}])
-    out = run("search", "очереди", "--tenant", tenant, "--groups", "g,x", "--mode", "lexical", "--k", "3", "--json",
-              timeout=120)
+    out = run(
+        "search",
+        "очереди",
+        "--tenant",
+        tenant,
+        "--groups",
+        "g,x",
+        "--mode",
+        "lexical",
+        "--k",
+        "3",
+        "--json",
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert set(res) >= {"hits", "degraded", "timings_ms"}
     hit = res["hits"][0]
     assert {"doc_id", "chunk_no", "heading", "score", "content"} <= set(hit)
     assert hit["doc_id"] == "q.md" and hit["heading"] == "Очереди" and res["degraded"] is False
-    bad = run("search", "очереди", "--tenant", tenant, "--groups", "g", "--mode", "nonsense", "--json", timeout=120)
+    bad = run(
+        "search", "очереди", "--tenant", tenant, "--groups", "g", "--mode", "nonsense", "--json", timeout=120
+    )
     assert bad.returncode == 1 and json.loads(bad.stdout)["error"] == "invalid payload"

@@ -17,8 +17,12 @@ from tests.loopback import LoopbackServer
 @pytest.fixture()
 def voyage(use_settings):
     with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
-                     embed_backoff_base_s=0.01)
+        use_settings(
+            embedder="voyage",
+            voyage_base_url=srv.url + "/v1",
+            voyage_api_key="test-key",
+            embed_backoff_base_s=0.01,
+        )
         yield srv
 
 
@@ -29,12 +33,16 @@ def wait_job(job_id: str, timeout: float = 300) -> dict:
 
 
 def section(title: str, n: int, word: str = "пункт") -> str:
-    body = " ".join(f"Предложение {i} раздела {title} описывает {word} номер {i} подробно и ясно." for i in range(n))
+    body = " ".join(
+        f"Предложение {i} раздела {title} описывает {word} номер {i} подробно и ясно." for i in range(n)
+    )
     return f"## {title}\n\n{body}\n\n"
 
 
 def doc(tenant: str, doc_id: str, text: str, version: int = 1, **kw) -> IngestRequest:
-    return IngestRequest(tenant=tenant, doc_id=doc_id, content=text, fmt="md", version=version, acl=["staff"], **kw)
+    return IngestRequest(
+        tenant=tenant, doc_id=doc_id, content=text, fmt="md", version=version, acl=["staff"], **kw
+    )
 
 
 def chunk_rows(tenant: str, doc_id: str | None = None) -> list[dict]:
@@ -42,11 +50,15 @@ def chunk_rows(tenant: str, doc_id: str | None = None) -> list[dict]:
         return c.execute(
             "SELECT doc_id, chunk_no, content, context, heading_path, page, content_hash, embedding::text AS emb,"
             " updated_at FROM chunks WHERE tenant = %s AND (%s::text IS NULL OR doc_id = %s) ORDER BY doc_id, chunk_no",
-            (tenant, doc_id, doc_id)).fetchall()
+            (tenant, doc_id, doc_id),
+        ).fetchall()
 
 
 def test_chunks_of_many_documents_share_embedding_batches(voyage, tenant):
-    reqs = [doc(tenant, f"d{i}.md", f"# Документ {i}\n\n" + section("А", 60) + section("Б", 60)) for i in range(14)]
+    reqs = [
+        doc(tenant, f"d{i}.md", f"# Документ {i}\n\n" + section("А", 60) + section("Б", 60))
+        for i in range(14)
+    ]
     results = ingest_batch(reqs)
     assert [r.status for r in results] == ["stored"] * 14
     total = sum(r.chunks for r in results)
@@ -55,8 +67,9 @@ def test_chunks_of_many_documents_share_embedding_batches(voyage, tenant):
     assert sizes[0] == 128 and sum(sizes) == total  # the first batch spans several documents
     assert sum(r.embedded for r in results) == total
     with db.connection() as c:
-        n = c.execute("SELECT count(*) AS n FROM chunks WHERE tenant = %s AND embedding IS NOT NULL",
-                      (tenant,)).fetchone()["n"]
+        n = c.execute(
+            "SELECT count(*) AS n FROM chunks WHERE tenant = %s AND embedding IS NOT NULL", (tenant,)
+        ).fetchone()["n"]
     assert n == total
 
 
@@ -64,10 +77,20 @@ def test_a_document_postgres_refuses_fails_alone_and_the_others_commit(voyage, t
     """Stores share one connection but not a transaction: a value Postgres refuses (NUL in jsonb metadata)
     fails that document at the store stage; the documents before and after it are stored and committed,
     and the refused document's earlier good version keeps serving."""
-    assert ingest_document(doc(tenant, "b.md", "# Б\n\nПервая хорошая версия документа Б.\n")).status == "stored"
-    reqs = [doc(tenant, "a.md", "# А\n\nДокумент А о пакетах."),
-            doc(tenant, "b.md", "# Б\n\nВторая версия с плохими метаданными.", version=2, metadata={"note": "x\u0000y"}),
-            doc(tenant, "c.md", "# В\n\nДокумент В о транзакциях.")]
+    assert (
+        ingest_document(doc(tenant, "b.md", "# Б\n\nПервая хорошая версия документа Б.\n")).status == "stored"
+    )
+    reqs = [
+        doc(tenant, "a.md", "# А\n\nДокумент А о пакетах."),
+        doc(
+            tenant,
+            "b.md",
+            "# Б\n\nВторая версия с плохими метаданными.",
+            version=2,
+            metadata={"note": "x\u0000y"},
+        ),
+        doc(tenant, "c.md", "# В\n\nДокумент В о транзакциях."),
+    ]
     # every text already in the embedding cache: the cache lookup alone must not leave a transaction
     # open, or the documents would become savepoints of one transaction
     warm = ingest_batch([r.model_copy(update={"tenant": f"{tenant}-warm", "metadata": {}}) for r in reqs])
@@ -76,10 +99,16 @@ def test_a_document_postgres_refuses_fails_alone_and_the_others_commit(voyage, t
     assert [r.status for r in results] == ["stored", "failed", "stored"] and results[2].embedded == 0
     assert results[1].error.startswith("store: ")
     with db.connection() as c:
-        docs = {r["doc_id"]: r for r in c.execute(
-            "SELECT doc_id, version, status FROM documents WHERE tenant = %s", (tenant,)).fetchall()}
-        errors = c.execute("SELECT stage FROM document_errors WHERE tenant = %s AND doc_id = 'b.md' AND NOT resolved",
-                           (tenant,)).fetchall()
+        docs = {
+            r["doc_id"]: r
+            for r in c.execute(
+                "SELECT doc_id, version, status FROM documents WHERE tenant = %s", (tenant,)
+            ).fetchall()
+        }
+        errors = c.execute(
+            "SELECT stage FROM document_errors WHERE tenant = %s AND doc_id = 'b.md' AND NOT resolved",
+            (tenant,),
+        ).fetchall()
     assert (docs["a.md"]["status"], docs["c.md"]["status"]) == ("ready", "ready")
     assert (docs["b.md"]["version"], docs["b.md"]["status"]) == (1, "ready")
     assert [e["stage"] for e in errors] == ["store"]
@@ -114,7 +143,9 @@ def test_editing_one_section_reembeds_only_its_chunks(voyage, tenant):
     ingest_document(doc(tenant, "a.md", "# Документ\n\n" + "".join(sections), version=1))
     before = {r["chunk_no"]: r for r in chunk_rows(tenant)}
     edited = sections[1].replace("Предложение 3 раздела Б", "Изменённое предложение 3 раздела Б")
-    result = ingest_document(doc(tenant, "a.md", "# Документ\n\n" + sections[0] + edited + sections[2], version=2))
+    result = ingest_document(
+        doc(tenant, "a.md", "# Документ\n\n" + sections[0] + edited + sections[2], version=2)
+    )
     after = {r["chunk_no"]: r for r in chunk_rows(tenant)}
     changed = [n for n in after if after[n]["content"] != before[n]["content"]]
     assert len(changed) == 1 and result.embedded == 1
@@ -124,8 +155,10 @@ def test_editing_one_section_reembeds_only_its_chunks(voyage, tenant):
 
 
 def test_concurrent_ingests_of_one_document_do_not_interleave_and_newest_wins(voyage, tenant):
-    versions = {v: "# Документ\n\n" + "".join(section(f"Раздел {v}-{k}", 8, f"версия{v}") for k in range(v))
-                for v in range(1, 7)}
+    versions = {
+        v: "# Документ\n\n" + "".join(section(f"Раздел {v}-{k}", 8, f"версия{v}") for k in range(v))
+        for v in range(1, 7)
+    }
     results: dict[int, str] = {}
 
     def run(v: int) -> None:
@@ -170,12 +203,16 @@ def test_bad_input_fails_alone_and_nothing_is_half_written(celery_worker, voyage
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "good.md").write_text("# Хороший\n\n" + section("А", 10), encoding="utf-8")
-    (folder / "good2.html").write_text("<html><body><main><h1>Страница</h1><p>" + "Текст страницы. " * 30
-                                       + "</p></main></body></html>", encoding="utf-8")
+    (folder / "good2.html").write_text(
+        "<html><body><main><h1>Страница</h1><p>" + "Текст страницы. " * 30 + "</p></main></body></html>",
+        encoding="utf-8",
+    )
     (folder / "empty.md").write_bytes(b"")
     (folder / "garbage.md").write_bytes(bytes(range(256)) * 64)
     (folder / "latin1.txt").write_bytes("Привет мир".encode("cp1251") + b"\xff" * 10)
-    (folder / "corrupt.pdf").write_bytes(b"%PDF-1.7\n1 0 obj << /Type /Catalog >>\nendobj\ntrailer <<>>\n%%EOF")
+    (folder / "corrupt.pdf").write_bytes(
+        b"%PDF-1.7\n1 0 obj << /Type /Catalog >>\nendobj\ntrailer <<>>\n%%EOF"
+    )
     (folder / "huge.txt").write_bytes(b"word " * (20 * 1024 * 1024 // 5))
     (folder / "truncated.docx").write_bytes(b"PK\x03\x04" + b"\x00" * 100)
     _make_encrypted_pdf(folder)
@@ -187,18 +224,31 @@ def test_bad_input_fails_alone_and_nothing_is_half_written(celery_worker, voyage
     assert summary["state"] == "completed_with_errors"
     assert (summary["documents"], summary["failed"]) == (10, 8)
     errors = {e["doc_id"]: e["error"] for e in summary["errors"]}
-    expected = {"empty.md": "empty document", "garbage.md": "binary content", "latin1.txt": "not valid UTF-8",
-                "corrupt.pdf": "PDF", "huge.txt": "document too large", "truncated.docx": "corrupt DOCX",
-                "locked.pdf": "encrypted PDF", "notes.xyz": "unsupported file type '.xyz'"}
+    expected = {
+        "empty.md": "empty document",
+        "garbage.md": "binary content",
+        "latin1.txt": "not valid UTF-8",
+        "corrupt.pdf": "PDF",
+        "huge.txt": "document too large",
+        "truncated.docx": "corrupt DOCX",
+        "locked.pdf": "encrypted PDF",
+        "notes.xyz": "unsupported file type '.xyz'",
+    }
     assert set(errors) == set(expected)
     for doc_id, fragment in expected.items():
         assert fragment in errors[doc_id], (doc_id, errors[doc_id])
     with db.connection() as c:
-        docs = {r["doc_id"]: r for r in c.execute(
-            "SELECT doc_id, status, chunk_count, (SELECT count(*) FROM chunks k WHERE k.tenant = d.tenant"
-            " AND k.doc_id = d.doc_id) AS n FROM documents d WHERE tenant = %s", (tenant,)).fetchall()}
+        docs = {
+            r["doc_id"]: r
+            for r in c.execute(
+                "SELECT doc_id, status, chunk_count, (SELECT count(*) FROM chunks k WHERE k.tenant = d.tenant"
+                " AND k.doc_id = d.doc_id) AS n FROM documents d WHERE tenant = %s",
+                (tenant,),
+            ).fetchall()
+        }
     assert {d: (r["status"], r["n"]) for d, r in docs.items() if r["status"] == "failed"} == {
-        d: ("failed", 0) for d in expected}
+        d: ("failed", 0) for d in expected
+    }
     assert docs["good.md"]["status"] == docs["good2.html"]["status"] == "ready"
     assert docs["good.md"]["n"] == docs["good.md"]["chunk_count"] > 0
 
@@ -214,16 +264,24 @@ def test_failed_reingest_keeps_the_good_version(voyage, tenant):
     assert (d["status"], d["version"]) == ("ready", 1) and "empty document" in d["error"]
 
 
-def test_provider_outage_retries_the_task_then_records_embed_errors(celery_worker, use_settings, tenant, tmp_path):
+def test_provider_outage_retries_the_task_then_records_embed_errors(
+    celery_worker, use_settings, tenant, tmp_path
+):
     from ragline.ingest.enqueue import collect_files, enqueue_files
     from tests.loopback import Faults
 
     (tmp_path / "a.md").write_text("# А\n\n" + section("А", 3), encoding="utf-8")
     (tmp_path / "b.md").write_text("# Б\n\n" + section("Б", 3), encoding="utf-8")
     with LoopbackServer(faults=Faults(every_nth_500=1)) as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
-                     embed_backoff_base_s=0.01, embed_backoff_max_s=0.02, embed_max_retries=0,
-                     ingest_task_max_retries=1)  # one task retry (countdown 1 s), then the documents fail
+        use_settings(
+            embedder="voyage",
+            voyage_base_url=srv.url + "/v1",
+            voyage_api_key="test-key",
+            embed_backoff_base_s=0.01,
+            embed_backoff_max_s=0.02,
+            embed_max_retries=0,
+            ingest_task_max_retries=1,
+        )  # one task retry (countdown 1 s), then the documents fail
         summary = wait_job(enqueue_files(collect_files([tmp_path]), tenant=tenant, acl=["g"]), timeout=120)
     # two documents on two ingest processes: two tasks, each a first run + one retry, 1 attempt each
     assert summary["failed"] == 2 and srv.stats.requests == 4

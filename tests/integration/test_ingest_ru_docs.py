@@ -15,7 +15,10 @@ from tests.integration.test_ingest import chunk_rows, wait_job
 from tests.loopback import LoopbackServer
 
 RU_DOCS = DATASETS / "ru-docs"
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not RU_DOCS.is_dir(), reason="ru-docs dataset not present")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not RU_DOCS.is_dir(), reason="ru-docs dataset not present"),
+]
 
 
 def test_ru_docs_twice_identical_rows_and_nothing_embedded_again(celery_worker, use_settings, tenant):
@@ -30,8 +33,13 @@ def test_ru_docs_twice_identical_rows_and_nothing_embedded_again(celery_worker, 
         sent_first = srv.stats.texts_embedded
         second = wait_job(enqueue_files(files, tenant=tenant, acl=["staff"]), timeout=900)
         sent_second = srv.stats.texts_embedded - sent_first
-    print({k: first[k] for k in ("documents", "chunks", "embedded", "failed")}, "second:",
-          {k: second[k] for k in ("skipped_unchanged", "embedded")}, "batches:", len(srv.stats.bodies))
+    print(
+        {k: first[k] for k in ("documents", "chunks", "embedded", "failed")},
+        "second:",
+        {k: second[k] for k in ("skipped_unchanged", "embedded")},
+        "batches:",
+        len(srv.stats.bodies),
+    )
     assert first["state"] == "succeeded" and first["failed"] == 0, first["errors"]
     assert first["documents"] == 137 and first["chunks"] == len(rows) > 1000
     assert first["embedded"] == sent_first  # `embedded` counts texts actually sent to the embedder
@@ -43,11 +51,14 @@ def test_ru_docs_twice_identical_rows_and_nothing_embedded_again(celery_worker, 
     with db.connection() as c:
         per_doc = c.execute(
             "SELECT doc_id, count(*) AS n, count(*) FILTER (WHERE heading_path <> '') AS with_path FROM chunks"
-            " WHERE tenant = %s GROUP BY doc_id", (tenant,)).fetchall()
+            " WHERE tenant = %s GROUP BY doc_id",
+            (tenant,),
+        ).fetchall()
         hits = c.execute(
             "SELECT doc_id, heading_path, page, metadata->>'kind' AS kind FROM chunks WHERE tenant = %s AND"
             " regexp_replace(content, '\\s+', ' ', 'g') LIKE %s ORDER BY doc_id",
-            (tenant, "%применяет правила контроля доступа на уровне доверенного сервиса%")).fetchall()
+            (tenant, "%применяет правила контроля доступа на уровне доверенного сервиса%"),
+        ).fetchall()
     assert len(per_doc) == 137 and all(r["with_path"] >= r["n"] - 1 and r["with_path"] > 0 for r in per_doc)
     assert {h["doc_id"].rsplit(".", 1)[1] for h in hits} == {"md", "pdf", "docx"}
     assert {h["heading_path"] for h in hits} == {"V4 Контроль доступа › V4.1 Базовые принципы"}

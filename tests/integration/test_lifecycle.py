@@ -17,13 +17,16 @@ from tests.integration.lifecycle_helpers import put_document
 
 
 def _chunks(conn, tenant, doc_id) -> int:
-    return conn.execute("SELECT count(*) AS n FROM chunks WHERE tenant = %s AND doc_id = %s",
-                        (tenant, doc_id)).fetchone()["n"]
+    return conn.execute(
+        "SELECT count(*) AS n FROM chunks WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)
+    ).fetchone()["n"]
 
 
 def _doc(conn, tenant, doc_id) -> dict | None:
-    return conn.execute("SELECT status, version, chunk_count FROM documents WHERE tenant = %s AND doc_id = %s",
-                        (tenant, doc_id)).fetchone()
+    return conn.execute(
+        "SELECT status, version, chunk_count FROM documents WHERE tenant = %s AND doc_id = %s",
+        (tenant, doc_id),
+    ).fetchone()
 
 
 def test_delete_event_removes_every_chunk(celery_worker, conn, tenant):
@@ -32,8 +35,9 @@ def test_delete_event_removes_every_chunk(celery_worker, conn, tenant):
     put_document(tenant, "big", [f"абзац {i} о бюджете" for i in range(30)], acl=["g"], version=3)
     put_document(tenant, "other", ["соседний документ"], acl=["g"], version=1)
     assert _chunks(conn, tenant, "big") == 30
-    res = app.send_task(TASK_INGEST_EVENT, args=[{"type": "delete", "tenant": tenant, "doc_id": "big",
-                                                  "version": 4}]).get(timeout=30)
+    res = app.send_task(
+        TASK_INGEST_EVENT, args=[{"type": "delete", "tenant": tenant, "doc_id": "big", "version": 4}]
+    ).get(timeout=30)
     assert res["outcome"] == "deleted" and res["chunks_deleted"] == 30
     conn.rollback()
     assert _chunks(conn, tenant, "big") == 0
@@ -45,8 +49,9 @@ def test_delete_event_removes_every_chunk(celery_worker, conn, tenant):
     hits = search(SearchRequest(query="бюджете", tenant=tenant, groups=["g"], mode="lexical")).hits
     assert "big" not in {h.doc_id for h in hits}
     # the same delete again is harmless
-    again = app.send_task(TASK_INGEST_EVENT, args=[{"type": "delete", "tenant": tenant, "doc_id": "big",
-                                                    "version": 4}]).get(timeout=30)
+    again = app.send_task(
+        TASK_INGEST_EVENT, args=[{"type": "delete", "tenant": tenant, "doc_id": "big", "version": 4}]
+    ).get(timeout=30)
     assert again["outcome"] == "ignored_duplicate"
 
 
@@ -60,27 +65,44 @@ def test_out_of_order_events_are_harmless(conn, tenant):
     put_document(tenant, "d", ["версия пять"], acl=["g"], version=5)
     old_delete = handle_event(conn, IngestEvent(type="delete", tenant=tenant, doc_id="d", version=4), send)
     assert old_delete.outcome == "ignored_stale" and _chunks(conn, tenant, "d") == 1
-    dup = handle_event(conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=5), send)
-    old = handle_event(conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=3), send)
+    dup = handle_event(
+        conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=5), send
+    )
+    old = handle_event(
+        conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=3), send
+    )
     assert (dup.outcome, old.outcome, sent) == ("ignored_duplicate", "ignored_stale", [])
-    new = handle_event(conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=6), send)
+    new = handle_event(
+        conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=6), send
+    )
     assert new.outcome == "enqueued" and sent[0]["version"] == 6 and sent[0]["uri"] == "/x/d.md"
     assert sent[0]["acl"] == ["g"]  # no 'acl' in the event: the current permissions are kept
     # delete at 7, then the ingest of version 6 lands late: the tombstone makes it stale
-    assert handle_event(conn, IngestEvent(type="delete", tenant=tenant, doc_id="d", version=7), send).outcome == "deleted"
+    assert (
+        handle_event(conn, IngestEvent(type="delete", tenant=tenant, doc_id="d", version=7), send).outcome
+        == "deleted"
+    )
     conn.commit()
     assert put_document(tenant, "d", ["версия шесть"], acl=["g"], version=6) == "stale"
     assert _chunks(conn, tenant, "d") == 0
-    late = handle_event(conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=6), send)
+    late = handle_event(
+        conn, IngestEvent(type="upsert", tenant=tenant, doc_id="d", uri="/x/d.md", version=6), send
+    )
     assert late.outcome == "ignored_stale" and len(sent) == 1
     # an acl event goes through the same last-writer-wins sync
-    acl_new = handle_event(conn, IngestEvent(type="acl", tenant=tenant, doc_id="d", version=9, acl=["h"]), send)
-    acl_old = handle_event(conn, IngestEvent(type="acl", tenant=tenant, doc_id="d", version=8, acl=["x"]), send)
+    acl_new = handle_event(
+        conn, IngestEvent(type="acl", tenant=tenant, doc_id="d", version=9, acl=["h"]), send
+    )
+    acl_old = handle_event(
+        conn, IngestEvent(type="acl", tenant=tenant, doc_id="d", version=8, acl=["x"]), send
+    )
     assert (acl_new.outcome, acl_old.outcome) == ("acl_applied", "ignored_stale")
 
 
 def test_delete_before_the_document_exists_blocks_the_older_upsert(conn, tenant):
-    out = handle_event(conn, IngestEvent(type="delete", tenant=tenant, doc_id="ghost", version=10), lambda *a: "x")
+    out = handle_event(
+        conn, IngestEvent(type="delete", tenant=tenant, doc_id="ghost", version=10), lambda *a: "x"
+    )
     assert out.outcome == "deleted"
     conn.commit()
     assert put_document(tenant, "ghost", ["старое"], acl=["g"], version=9) == "stale"
@@ -107,8 +129,13 @@ def test_killed_job_is_detected_as_stuck(celery_worker, conn, tenant):
     from ragline.shared.contracts import TASK_STUCK_JOBS
 
     env = {**os.environ}
-    proc = subprocess.Popen([sys.executable, "-c", _HEARTBEATER, tenant], stdout=subprocess.PIPE, text=True, env=env,
-                            cwd=os.getcwd())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HEARTBEATER, tenant],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=os.getcwd(),
+    )
     try:
         job_id = proc.stdout.readline().strip()
         time.sleep(1.0)
@@ -173,8 +200,19 @@ def test_documents_of_a_cancelled_job_are_skipped(celery_worker, conn, tenant):
     job_id = jobs.create_job(conn, "ingest", tenant, ["x.md"], {})
     assert jobs.cancel_job(conn, job_id)
     conn.commit()
-    res = app.send_task(TASK_INGEST_DOCUMENT, args=[{"tenant": tenant, "doc_id": "x.md", "content": "# X\n\nтекст",
-                                                     "fmt": "md", "acl": ["g"], "job_id": job_id}]).get(timeout=60)
+    res = app.send_task(
+        TASK_INGEST_DOCUMENT,
+        args=[
+            {
+                "tenant": tenant,
+                "doc_id": "x.md",
+                "content": "# X\n\nтекст",
+                "fmt": "md",
+                "acl": ["g"],
+                "job_id": job_id,
+            }
+        ],
+    ).get(timeout=60)
     assert res["status"] == "cancelled"
     assert _doc(conn, tenant, "x.md") is None and jobs.job_state(conn, job_id) == "cancelled"
 
@@ -186,20 +224,30 @@ def test_purge_removes_old_tombstones_and_finished_jobs_only(celery_worker, conn
     for doc_id in ("old-deleted", "fresh-deleted", "old-live"):
         put_document(tenant, doc_id, [f"текст {doc_id}"], acl=["g"], version=1)
     for doc_id in ("old-deleted", "fresh-deleted"):
-        handle_event(conn, IngestEvent(type="delete", tenant=tenant, doc_id=doc_id, version=2), lambda *_: "x")
+        handle_event(
+            conn, IngestEvent(type="delete", tenant=tenant, doc_id=doc_id, version=2), lambda *_: "x"
+        )
     done = jobs.record_job(conn, "acl_sync", tenant, {"items": 1}, total=1)
-    running = conn.execute("INSERT INTO jobs (kind, tenant, state) VALUES ('reindex', %s, 'running') RETURNING id",
-                           (tenant,)).fetchone()["id"]
+    running = conn.execute(
+        "INSERT INTO jobs (kind, tenant, state) VALUES ('reindex', %s, 'running') RETURNING id", (tenant,)
+    ).fetchone()["id"]
     # forty days pass for everything but one tombstone
-    conn.execute("UPDATE documents SET updated_at = now() - interval '40 days' WHERE tenant = %s AND doc_id <> %s",
-                 (tenant, "fresh-deleted"))
-    conn.execute("UPDATE jobs SET created_at = now() - interval '40 days', finished_at = now() - interval '40 days'"
-                 " WHERE tenant = %s", (tenant,))
+    conn.execute(
+        "UPDATE documents SET updated_at = now() - interval '40 days' WHERE tenant = %s AND doc_id <> %s",
+        (tenant, "fresh-deleted"),
+    )
+    conn.execute(
+        "UPDATE jobs SET created_at = now() - interval '40 days', finished_at = now() - interval '40 days'"
+        " WHERE tenant = %s",
+        (tenant,),
+    )
     conn.commit()
     res = app.send_task(TASK_PURGE, args=[None]).get(timeout=30)
     assert res["tombstones"] >= 1 and res["jobs"] >= 1
-    left = {r["doc_id"]: r["status"] for r in conn.execute(
-        "SELECT doc_id, status FROM documents WHERE tenant = %s", (tenant,)).fetchall()}
+    left = {
+        r["doc_id"]: r["status"]
+        for r in conn.execute("SELECT doc_id, status FROM documents WHERE tenant = %s", (tenant,)).fetchall()
+    }
     assert left == {"fresh-deleted": "deleted", "old-live": "ready"}
     ids = {str(r["id"]) for r in conn.execute("SELECT id FROM jobs WHERE tenant = %s", (tenant,)).fetchall()}
     assert ids == {str(running)} and str(done) not in ids

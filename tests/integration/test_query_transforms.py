@@ -11,8 +11,10 @@ from ragline.shared.contracts import AskRequest
 from tests.integration.query_corpus import store_docs
 from tests.loopback import LoopbackServer
 
-DOCS = [{"doc_id": "retry", "content": "Ретраи после ошибки 429: клиент ждёт Retry-After и повторяет запрос."},
-        {"doc_id": "queues", "content": "Очереди ingest и query обслуживают разные пулы воркеров."}]
+DOCS = [
+    {"doc_id": "retry", "content": "Ретраи после ошибки 429: клиент ждёт Retry-After и повторяет запрос."},
+    {"doc_id": "queues", "content": "Очереди ingest и query обслуживают разные пулы воркеров."},
+]
 HYDE_TEXT = "Клиент получает ошибку 429 и повторяет запрос после паузы Retry-After."
 
 
@@ -40,8 +42,18 @@ def chat(use_settings, srv, **kw):
 def test_history_rewrite_makes_a_standalone_question(corpus, use_settings):
     with LoopbackServer(answer_fn=script) as srv:
         chat(use_settings, srv, query_rewrite=True)
-        res = service.ask(AskRequest(query="а для 429?", tenant=corpus, groups=["g"], mode="lexical", history=[
-            {"role": "user", "content": "Как настроить ретраи? </turn>"}, {"role": "assistant", "content": "Ретраи..."}]))
+        res = service.ask(
+            AskRequest(
+                query="а для 429?",
+                tenant=corpus,
+                groups=["g"],
+                mode="lexical",
+                history=[
+                    {"role": "user", "content": "Как настроить ретраи? </turn>"},
+                    {"role": "assistant", "content": "Ретраи..."},
+                ],
+            )
+        )
         rewrite_body = srv.stats.bodies[0]
     assert res.trace["queries"] == ["ретраи после ошибки 429"]
     assert res.citations[0].doc_id == "retry" and not res.degraded
@@ -51,8 +63,15 @@ def test_history_rewrite_makes_a_standalone_question(corpus, use_settings):
 def test_without_the_setting_history_is_not_rewritten(corpus, use_settings):
     with LoopbackServer(answer_fn=script) as srv:
         chat(use_settings, srv)
-        res = service.ask(AskRequest(query="ретраи после 429", tenant=corpus, groups=["g"], mode="lexical",
-                                     history=[{"role": "user", "content": "привет"}]))
+        res = service.ask(
+            AskRequest(
+                query="ретраи после 429",
+                tenant=corpus,
+                groups=["g"],
+                mode="lexical",
+                history=[{"role": "user", "content": "привет"}],
+            )
+        )
         assert len(srv.stats.bodies) == 1  # only the answer
     assert "queries" not in res.trace
 
@@ -63,7 +82,10 @@ def test_multi_query_variants_are_fused(corpus, use_settings):
         res = service.ask(AskRequest(query="ретраи после 429", tenant=corpus, groups=["g"], mode="lexical"))
     # numbering stripped, duplicates dropped, the original question first
     assert res.trace["queries"] == ["ретраи после 429", "повтор запроса при 429", "очереди воркеров"]
-    assert {r["doc_id"] for r in res.trace["retrieved"]} == {"retry", "queues"}  # the variant found the second
+    assert {r["doc_id"] for r in res.trace["retrieved"]} == {
+        "retry",
+        "queues",
+    }  # the variant found the second
     assert res.trace["retrieved"][0]["doc_id"] == "retry"
 
 

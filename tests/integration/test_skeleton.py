@@ -12,10 +12,10 @@ from ragline.shared.contracts import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_
 
 DOCS = {
     "queues.md": "# Очереди\n\nragline использует очереди ingest и query. Пул запросов работает отдельно "
-                 "от индексации, поэтому ответы не ждут загрузку документов.\n\n## Flower\n\n"
-                 "Flower показывает задачи и воркеры.\n",
+    "от индексации, поэтому ответы не ждут загрузку документов.\n\n## Flower\n\n"
+    "Flower показывает задачи и воркеры.\n",
     "security.md": "# Security\n\nTenant and ACL filters live in the SQL WHERE clause. "
-                   "An empty group list returns nothing.\n",
+    "An empty group list returns nothing.\n",
 }
 
 
@@ -41,16 +41,20 @@ def test_ingest_folder_and_ask_with_citations(celery_worker, docs_dir, tenant):
     assert summary["state"] == "succeeded", summary
     assert summary["documents"] == 2 and summary["chunks"] >= 3
 
-    res = app.send_task(TASK_QUERY_ASK, args=[{"query": "Какие очереди использует ragline?", "tenant": tenant,
-                                               "groups": ["staff"]}]).get(timeout=60)
+    res = app.send_task(
+        TASK_QUERY_ASK,
+        args=[{"query": "Какие очереди использует ragline?", "tenant": tenant, "groups": ["staff"]}],
+    ).get(timeout=60)
     assert "ingest" in res["answer"] and "[1]" in res["answer"]
     assert res["citations"][0]["doc_id"] == "queues.md"
     assert res["citations"][0]["heading"] == "Очереди"
     assert {"retrieve", "generate", "total"} <= set(res["timings_ms"])
 
     # the same question from a caller without the group gets nothing
-    denied = app.send_task(TASK_QUERY_ASK, args=[{"query": "Какие очереди использует ragline?", "tenant": tenant,
-                                                  "groups": ["outsiders"]}]).get(timeout=60)
+    denied = app.send_task(
+        TASK_QUERY_ASK,
+        args=[{"query": "Какие очереди использует ragline?", "tenant": tenant, "groups": ["outsiders"]}],
+    ).get(timeout=60)
     assert denied["no_answer"] and denied["citations"] == []
 
     # a second ingest of the same folder embeds nothing and skips both documents
@@ -63,11 +67,13 @@ def test_search_through_query_queue_is_tenant_scoped(celery_worker, docs_dir, te
     from ragline.shared.celery_app import app
 
     _wait_job(enqueue_files(collect_files([docs_dir]), tenant=tenant, acl=["g"]))
-    mine = app.send_task(TASK_QUERY_RETRIEVE, args=[{"query": "ACL filters", "tenant": tenant,
-                                                     "groups": ["g"]}]).get(timeout=60)
+    mine = app.send_task(
+        TASK_QUERY_RETRIEVE, args=[{"query": "ACL filters", "tenant": tenant, "groups": ["g"]}]
+    ).get(timeout=60)
     assert mine["hits"] and mine["hits"][0]["doc_id"] == "security.md"
-    other = app.send_task(TASK_QUERY_RETRIEVE, args=[{"query": "ACL filters", "tenant": tenant + "-other",
-                                                      "groups": ["g"]}]).get(timeout=60)
+    other = app.send_task(
+        TASK_QUERY_RETRIEVE, args=[{"query": "ACL filters", "tenant": tenant + "-other", "groups": ["g"]}]
+    ).get(timeout=60)
     assert other["hits"] == []
 
 
@@ -76,5 +82,7 @@ def test_malformed_payload_gets_structured_error(celery_worker):
 
     res = app.send_task(TASK_INGEST_DOCUMENT, args=[{"tenant": 5}]).get(timeout=30)
     assert res["ok"] is False and res["error"] == "invalid payload"
-    res = app.send_task(TASK_QUERY_ASK, args=[{"query": "x" * 10_000, "tenant": "t", "groups": ["g"]}]).get(timeout=30)
+    res = app.send_task(TASK_QUERY_ASK, args=[{"query": "x" * 10_000, "tenant": "t", "groups": ["g"]}]).get(
+        timeout=30
+    )
     assert res["ok"] is False

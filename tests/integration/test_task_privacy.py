@@ -18,8 +18,18 @@ QUESTION = "У кого хранится пароль от сейфа?"
 
 
 def test_payload_summary_keeps_ids_and_drops_text():
-    s = payload_summary([{"tenant": "acme", "query": QUESTION, "groups": ["hr"], "k": 5, "mode": "hybrid",
-                          "query_vector": [0.1] * 384}])
+    s = payload_summary(
+        [
+            {
+                "tenant": "acme",
+                "query": QUESTION,
+                "groups": ["hr"],
+                "k": 5,
+                "mode": "hybrid",
+                "query_vector": [0.1] * 384,
+            }
+        ]
+    )
     assert "acme" in s and "'k': 5" in s and "hybrid" in s and f"'query_chars': {len(QUESTION)}" in s
     assert "сейф" not in s and "hr" not in s and "0.1" not in s
     docs = payload_summary([{"documents": [{"tenant": "acme", "content": SECRET_TEXT}] * 3}])
@@ -30,8 +40,16 @@ def test_payload_summary_keeps_ids_and_drops_text():
 def test_messages_events_and_logs_hold_no_question_or_content(stack, tenant):
     from ragline.shared.celery_app import app
 
-    stored = ingest_document(IngestRequest(tenant=tenant, doc_id="safe.md", fmt="md", acl=["hr"], version=1,
-                                           content=f"# Сейф\n\n{SECRET_TEXT}. Ключ от сейфа лежит в столе.\n"))
+    stored = ingest_document(
+        IngestRequest(
+            tenant=tenant,
+            doc_id="safe.md",
+            fmt="md",
+            acl=["hr"],
+            version=1,
+            content=f"# Сейф\n\n{SECRET_TEXT}. Ключ от сейфа лежит в столе.\n",
+        )
+    )
     assert stored.status == "stored"
     published: list[dict] = []
 
@@ -42,11 +60,17 @@ def test_messages_events_and_logs_hold_no_question_or_content(stack, tenant):
     pool = start_pool(stack, "query", concurrency=1)
     try:
         wait_ready(app, pool)
-        hits = app.send_task(TASK_QUERY_RETRIEVE, args=[{"query": QUESTION, "tenant": tenant, "groups": ["hr"],
-                                                         "mode": "lexical"}], queue=pool.queue).get(timeout=60)
+        hits = app.send_task(
+            TASK_QUERY_RETRIEVE,
+            args=[{"query": QUESTION, "tenant": tenant, "groups": ["hr"], "mode": "lexical"}],
+            queue=pool.queue,
+        ).get(timeout=60)
         assert hits["hits"] and "Зинаиды" in hits["hits"][0]["content"]  # the caller gets the content
-        answer = app.send_task(TASK_QUERY_ASK, args=[{"query": QUESTION, "tenant": tenant, "groups": ["hr"],
-                                                      "mode": "lexical"}], queue=pool.queue).get(timeout=120)
+        answer = app.send_task(
+            TASK_QUERY_ASK,
+            args=[{"query": QUESTION, "tenant": tenant, "groups": ["hr"], "mode": "lexical"}],
+            queue=pool.queue,
+        ).get(timeout=120)
         assert "Зинаиды" in answer["answer"]
     finally:
         signals.before_task_publish.disconnect(capture)

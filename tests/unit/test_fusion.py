@@ -21,9 +21,22 @@ def test_rrf_ties_break_by_best_rank_then_first_seen():
 
 
 def _row(doc: str, n: int = 0, **kw) -> dict:
-    return {"doc_id": doc, "chunk_no": n, "path": f"{doc}.md", "layer": "docs", "heading_path": "", "content": doc,
-            "context": "", "page": None, "metadata": {}, "prefer_bonus": 0.0, "test_penalty": 0.0,
-            "distance": 0.1, "rank": 0.5, **kw}
+    return {
+        "doc_id": doc,
+        "chunk_no": n,
+        "path": f"{doc}.md",
+        "layer": "docs",
+        "heading_path": "",
+        "content": doc,
+        "context": "",
+        "page": None,
+        "metadata": {},
+        "prefer_bonus": 0.0,
+        "test_penalty": 0.0,
+        "distance": 0.1,
+        "rank": 0.5,
+        **kw,
+    }
 
 
 def test_fuse_scores_rows_then_builds_only_the_kept_hits():

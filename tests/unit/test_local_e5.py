@@ -9,12 +9,14 @@ from ragline.shared.settings import Settings
 
 
 def test_groups_keep_input_order() -> None:
-    texts = ["Короткий текст.",
-             "Правовое государство — государство, в котором действует верховенство закона. " * 4,
-             "Средний текст о том, как работает векторный поиск в PostgreSQL.",
-             "Ещё один очень короткий.",
-             "Celery распределяет задачи по очередям ingest и query. " * 2,
-             "Последний."]
+    texts = [
+        "Короткий текст.",
+        "Правовое государство — государство, в котором действует верховенство закона. " * 4,
+        "Средний текст о том, как работает векторный поиск в PostgreSQL.",
+        "Ещё один очень короткий.",
+        "Celery распределяет задачи по очередям ingest и query. " * 2,
+        "Последний.",
+    ]
     grouped = LocalE5Embedder(Settings(local_embed_batch=4)).embed_documents(texts)
     single = LocalE5Embedder(Settings(local_embed_batch=1))
     assert len(grouped) == len(texts)

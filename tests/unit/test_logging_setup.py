@@ -34,7 +34,9 @@ def _lines(buf: io.StringIO) -> list[dict]:
 
 def test_query_event_has_hash_latency_chunks_model_tenant_but_no_text(captured):
     question = "Как настроить очередь ingest для арендатора acme?"
-    logging_setup.log_query("ask", tenant="acme", question=question, latency_ms=12.3456, chunks=4, model="voyage-4")
+    logging_setup.log_query(
+        "ask", tenant="acme", question=question, latency_ms=12.3456, chunks=4, model="voyage-4"
+    )
     (line,) = _lines(captured)
     assert line["event"] == "ask" and line["tenant"] == "acme" and line["chunks"] == 4
     assert line["model"] == "voyage-4" and line["latency_ms"] == 12.35 and line["level"] == "info"
@@ -74,7 +76,9 @@ def test_celery_per_task_info_lines_are_quiet_but_warnings_pass(captured):
     """Celery's per-task INFO lines (received; succeeded with the result's repr) stay out of the log:
     ragline logs each task itself without content. Their warnings and errors still come through."""
     logging.getLogger("celery.worker.strategy").info("Task ragline.query.retrieve[abc] received")
-    logging.getLogger("celery.app.trace").info("Task ragline.query.ask[abc] succeeded in 0.01s: {'answer': 'x'}")
+    logging.getLogger("celery.app.trace").info(
+        "Task ragline.query.ask[abc] succeeded in 0.01s: {'answer': 'x'}"
+    )
     logging.getLogger("celery.app.trace").warning("Task ragline.ingest.batch[abc] retry: OperationalError")
     events = [line["event"] for line in _lines(captured)]
     assert events == ["Task ragline.ingest.batch[abc] retry: OperationalError"]

@@ -38,9 +38,13 @@ def make_pdf(pages: list[list[tuple[float, str]]]) -> bytes:
     objs.append(f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>".encode())
     objs.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
     for _page_id, content_id, stream in contents:
-        objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 {font_id} 0 R >> >>"
-                    f" /Contents {content_id} 0 R >>".encode())
-        objs.append(f"<< /Length {len(stream)} /Filter /FlateDecode >>\nstream\n".encode() + stream + b"\nendstream")
+        objs.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 {font_id} 0 R >> >>"
+            f" /Contents {content_id} 0 R >>".encode()
+        )
+        objs.append(
+            f"<< /Length {len(stream)} /Filter /FlateDecode >>\nstream\n".encode() + stream + b"\nendstream"
+        )
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for i, body in enumerate(objs, start=1):
@@ -54,10 +58,18 @@ def make_pdf(pages: list[list[tuple[float, str]]]) -> bytes:
 
 
 SAMPLE_PDF = [
-    [(20, "Access Control"), (11, "Authorization is the concept of allowing access to resources."),
-     (15, "Design Principles"), (11, "Verify that the application enforces access control rules."),
-     (11, "Verify that all user attributes cannot be manipulated by end users."), (11, "602")],
-    [(15, "Operation Level"), (11, "Verify that sensitive data and APIs are protected against IDOR attacks.")],
+    [
+        (20, "Access Control"),
+        (11, "Authorization is the concept of allowing access to resources."),
+        (15, "Design Principles"),
+        (11, "Verify that the application enforces access control rules."),
+        (11, "Verify that all user attributes cannot be manipulated by end users."),
+        (11, "602"),
+    ],
+    [
+        (15, "Operation Level"),
+        (11, "Verify that sensitive data and APIs are protected against IDOR attacks."),
+    ],
 ]
 
 
@@ -72,7 +84,10 @@ def test_markdown_heading_paths_tables_and_code():
     by_kind = {b.kind: b for b in doc.blocks}
     assert by_kind["table"].heading_path == ("Руководство", "Таблицы")
     assert by_kind["table"].text.splitlines() == [
-        "№ | Описание", "1.2.3 | Проверьте, что т.е. всё верно.", "1.2.4 | Вторая строка."]
+        "№ | Описание",
+        "1.2.3 | Проверьте, что т.е. всё верно.",
+        "1.2.4 | Вторая строка.",
+    ]
     assert by_kind["code"].text == "const a = 1\nconst b = 2"
     assert by_kind["code"].heading_path == ("Руководство", "Таблицы", "Код")
 
@@ -80,9 +95,9 @@ def test_markdown_heading_paths_tables_and_code():
 def test_markdown_raw_html_wrappers_do_not_swallow_content():
     """A fenced <script setup> example inside <div class="composition-api"> used to hide the page."""
     md = (
-        "---\noutline: deep\n---\n\n# Входные параметры\n\n<div class=\"composition-api\">\n\n"
+        '---\noutline: deep\n---\n\n# Входные параметры\n\n<div class="composition-api">\n\n'
         "Первый абзац.\n\n```vue\n<script setup>\nconst props = defineProps(['foo'])\n</script>\n```\n\n</div>\n"
-        "<VueSchoolLink\n  href=\"https://example.org\"\n/>\n\n::: tip Примечание\nСовет внутри контейнера.\n:::\n\n"
+        '<VueSchoolLink\n  href="https://example.org"\n/>\n\n::: tip Примечание\nСовет внутри контейнера.\n:::\n\n'
         "## Дальше\n\nПоследний абзац.\n"
     )
     assert "<div" not in clean_markdown(md)

@@ -14,8 +14,10 @@ from ragline.ingest.parse import parse_file
 from tests.conftest import DATASETS
 
 RU_DOCS = DATASETS / "ru-docs"
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not RU_DOCS.is_dir(), reason="ru-docs dataset not present")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not RU_DOCS.is_dir(), reason="ru-docs dataset not present"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,12 @@ def test_html_pages_lose_their_navigation_chrome(chunked):
     assert len(pages) == 33
     for doc_id, chunks in pages.items():
         text = "\n".join(c.content for c in chunks)
-        for chrome in ("Магазин футболок", "Еженедельные новости", "Платиновые спонсоры", "Найти пакеты для Vue"):
+        for chrome in (
+            "Магазин футболок",
+            "Еженедельные новости",
+            "Платиновые спонсоры",
+            "Найти пакеты для Vue",
+        ):
             assert chrome not in text, (doc_id, chrome)
         assert chunks[-1].heading_path and chunks[-1].heading_path[0] != "Vue.js", doc_id
 
@@ -48,7 +55,10 @@ def test_html_pages_lose_their_navigation_chrome(chunked):
 def test_same_asvs_requirement_from_md_and_docx(chunked):
     needle = "применяет правила контроля доступа на уровне доверенного сервиса"
     found = {}
-    for doc_id in ("owasp-asvs-4.0.3-ru/md/0x12-V4-Access-Control.md", "owasp-asvs-4.0.3-ru/docx/OWASP_ASVS_4.0.3-ru.docx"):
+    for doc_id in (
+        "owasp-asvs-4.0.3-ru/md/0x12-V4-Access-Control.md",
+        "owasp-asvs-4.0.3-ru/docx/OWASP_ASVS_4.0.3-ru.docx",
+    ):
         hits = [c for c in chunked[doc_id] if needle in " ".join(c.content.split())]
         assert len(hits) == 1, doc_id
         assert "4.1.1" in hits[0].content

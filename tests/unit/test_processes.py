@@ -15,12 +15,15 @@ def _settings(tmp_path: Path, **kw) -> Settings:
     return Settings(home=tmp_path, **kw)
 
 
-@pytest.mark.parametrize(("embedder", "reranker", "expected"), [
-    ("local-e5", "none", "threads"),  # one shared in-process model, every core per query
-    ("voyage", "none", "solo"),
-    ("ollama", "none", "solo"),  # the model runs in the Ollama server, not in the worker
-    ("voyage", "cross-encoder", "threads"),
-])
+@pytest.mark.parametrize(
+    ("embedder", "reranker", "expected"),
+    [
+        ("local-e5", "none", "threads"),  # one shared in-process model, every core per query
+        ("voyage", "none", "solo"),
+        ("ollama", "none", "solo"),  # the model runs in the Ollama server, not in the worker
+        ("voyage", "cross-encoder", "threads"),
+    ],
+)
 def test_auto_query_pool_follows_where_the_model_runs(tmp_path, embedder, reranker, expected):
     assert _settings(tmp_path, embedder=embedder, reranker=reranker).effective_query_pool == expected
     explicit = _settings(tmp_path, embedder=embedder, reranker=reranker, query_pool="prefork")
@@ -50,5 +53,7 @@ def test_threads_query_pool_is_one_process(tmp_path, monkeypatch):
     s = _settings(tmp_path, query_pool="threads", query_concurrency=3)
     assert processes.pool_process_names(s, "query") == ["worker-query"]
     spec = next(x for x in processes.specs(s) if x.name == "worker-query")
-    assert spec.argv[spec.argv.index("-c") + 1] == "3" and spec.argv[spec.argv.index("--pool") + 1] == "threads"
+    assert (
+        spec.argv[spec.argv.index("-c") + 1] == "3" and spec.argv[spec.argv.index("--pool") + 1] == "threads"
+    )
     assert spec.env["OMP_NUM_THREADS"] == str(os.cpu_count() or 1)

@@ -39,7 +39,9 @@ def test_stops_on_max_rounds_with_partial():
 
 def test_stops_on_max_searches_even_with_many_fresh_queries():
     search = Corpus()
-    greedy = Scripted([Decision(False, ["a", "b", "c"]), Decision(False, ["d", "e", "f"]), Decision(False, ["g"])])
+    greedy = Scripted(
+        [Decision(False, ["a", "b", "c"]), Decision(False, ["d", "e", "f"]), Decision(False, ["g"])]
+    )
     res = agentic_loop(search, greedy, "вопрос", Budget(max_rounds=10, max_searches=4, max_evidence=100, k=1))
     assert res.partial and res.stop == "max_searches" and res.searches == 4 and len(search.calls) == 4
 
@@ -47,7 +49,9 @@ def test_stops_on_max_searches_even_with_many_fresh_queries():
 def test_repeated_queries_stop_the_loop():
     search = Corpus()
     circles = Scripted([Decision(False, ["x"]), Decision(False, ["X ", "вопрос"])])
-    res = agentic_loop(search, circles, "вопрос", Budget(max_rounds=10, max_searches=10, max_evidence=100, k=1))
+    res = agentic_loop(
+        search, circles, "вопрос", Budget(max_rounds=10, max_searches=10, max_evidence=100, k=1)
+    )
     assert res.partial and res.stop == "repeated_queries" and search.calls == ["вопрос", "x"]
 
 
@@ -55,8 +59,12 @@ def test_evidence_is_capped_and_deduplicated():
     def same(q: str, k: int) -> list[Hit]:
         return [Hit(doc_id="d", chunk_no=i % 3, content=q) for i in range(k)]
 
-    res = agentic_loop(same, Scripted([Decision(False, ["more"]), Decision(True)]), "вопрос",
-                       Budget(max_rounds=5, max_searches=5, max_evidence=2, k=5))
+    res = agentic_loop(
+        same,
+        Scripted([Decision(False, ["more"]), Decision(True)]),
+        "вопрос",
+        Budget(max_rounds=5, max_searches=5, max_evidence=2, k=5),
+    )
     assert [(h.doc_id, h.chunk_no) for h in res.evidence] == [("d", 0), ("d", 1)]
     assert res.partial and res.stop == "max_evidence"
 
@@ -74,7 +82,9 @@ def test_coverage_planner_searches_for_what_is_missing():
 
 
 def test_planner_json_is_untrusted():
-    assert parse_decision('```json\n{"enough": false, "queries": ["a", 5, " ", "b"]}\n```') == Decision(False, ["a", "b"])
+    assert parse_decision('```json\n{"enough": false, "queries": ["a", 5, " ", "b"]}\n```') == Decision(
+        False, ["a", "b"]
+    )
     for bad in ("no json", '{"enough": "yes"}', '{"enough": false, "queries": "a"}'):
         with pytest.raises(ValueError):
             parse_decision(bad)

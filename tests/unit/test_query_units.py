@@ -20,8 +20,18 @@ def test_citations():
 
 
 def test_validate_ranked_treats_provider_output_as_untrusted():
-    raw = [(9, 0.99), (-1, 0.98), ("x", 0.97), (True, 0.9), (1, float("nan")), (1, "0.5"), (0, 0.2), (2, 0.7),
-           (2, 0.6), (1, 0.5)]
+    raw = [
+        (9, 0.99),
+        (-1, 0.98),
+        ("x", 0.97),
+        (True, 0.9),
+        (1, float("nan")),
+        (1, "0.5"),
+        (0, 0.2),
+        (2, 0.7),
+        (2, 0.6),
+        (1, 0.5),
+    ]
     good, dropped = validate_ranked(raw, 3)
     assert good == [(2, 0.7), (1, 0.5), (0, 0.2)]
     assert dropped == len(raw) - 3
@@ -50,10 +60,14 @@ def test_metrics_follow_the_seed_formulas():
     assert ndcg_at_k(["a", "b"], rel, 2) == 1.0
     assert 0 < ndcg_at_k(["b", "a"], rel, 2) < 1
     # the seed's demo numbers: recall@5=0.667 MRR=0.500 nDCG@5=0.512
-    golden = [({"limits#2": 2, "go-sdk#5": 2, "errors#1": 1},
-               ["go-sdk#5", "changelog#9", "limits#2", "python-sdk#3", "errors#1"]),
-              ({"limits#1": 1}, ["limits#3", "limits#1", "batch#2"]),
-              ({"billing#4": 2}, ["billing#1", "faq#7", "billing#2"])]
+    golden = [
+        (
+            {"limits#2": 2, "go-sdk#5": 2, "errors#1": 1},
+            ["go-sdk#5", "changelog#9", "limits#2", "python-sdk#3", "errors#1"],
+        ),
+        ({"limits#1": 1}, ["limits#3", "limits#1", "batch#2"]),
+        ({"billing#4": 2}, ["billing#1", "faq#7", "billing#2"]),
+    ]
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     assert mean([recall_at_k(f, r, 5) for r, f in golden]) == pytest.approx(0.667, abs=1e-3)
     assert mean([reciprocal_rank(f, r, 5) for r, f in golden]) == pytest.approx(0.5)

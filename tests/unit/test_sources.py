@@ -54,7 +54,9 @@ def test_source_specs_are_validated():
     with pytest.raises(ValueError):
         SourceSpec.model_validate({"name": "x", "kind": "folder", "tenant": "t"})  # no path
     with pytest.raises(ValueError):
-        SourceSpec.model_validate({"name": "x", "kind": "urls", "tenant": "t", "urls": ["file:///etc/passwd"]})
+        SourceSpec.model_validate(
+            {"name": "x", "kind": "urls", "tenant": "t", "urls": ["file:///etc/passwd"]}
+        )
     with pytest.raises(ValueError):
         configured_sources([{"name": "x", "kind": "urls", "tenant": "t"}] * 2)
     with pytest.raises(ValueError):
@@ -118,8 +120,9 @@ def test_url_source_uses_etag_and_last_modified_from_head(site):
 
 
 def test_unreachable_url_is_unavailable():
-    listing = UrlListSource(SourceSpec(name="w", kind="urls", tenant="t", urls=["http://127.0.0.1:9/x.md"]),
-                            timeout=2).list()
+    listing = UrlListSource(
+        SourceSpec(name="w", kind="urls", tenant="t", urls=["http://127.0.0.1:9/x.md"]), timeout=2
+    ).list()
     assert listing.items == [] and listing.unavailable == {"http://127.0.0.1:9/x.md"}
 
 
@@ -139,14 +142,29 @@ def _stored(version, fp, status="ready", source="s"):
 
 
 def test_plan_new_changed_unchanged_vanished():
-    listing = Listing([Listed("a", 10, "10:1", "u", "a"), Listed("b", 20, "20:5", "u", "b"),
-                       Listed("c", 30, "30:1", "u", "c"), Listed("d", 5, "", "u", "d")])
-    stored = {"a": _stored(10, "10:1"), "b": _stored(15, "15:4"), "d": _stored(5, ""),
-              "gone": _stored(3, "3:3"), "other-source": _stored(3, "x", source="z"),
-              "tomb": _stored(9, None, status="deleted")}
+    listing = Listing(
+        [
+            Listed("a", 10, "10:1", "u", "a"),
+            Listed("b", 20, "20:5", "u", "b"),
+            Listed("c", 30, "30:1", "u", "c"),
+            Listed("d", 5, "", "u", "d"),
+        ]
+    )
+    stored = {
+        "a": _stored(10, "10:1"),
+        "b": _stored(15, "15:4"),
+        "d": _stored(5, ""),
+        "gone": _stored(3, "3:3"),
+        "other-source": _stored(3, "x", source="z"),
+        "tomb": _stored(9, None, status="deleted"),
+    }
     p = plan(listing, stored, "s")
     assert p.unchanged == 1
-    assert {(i.doc_id, v, r) for i, v, r in p.enqueue} == {("b", 20, "changed"), ("c", 30, "new"), ("d", 6, "changed")}
+    assert {(i.doc_id, v, r) for i, v, r in p.enqueue} == {
+        ("b", 20, "changed"),
+        ("c", 30, "new"),
+        ("d", 6, "changed"),
+    }
     assert p.vanished == ["gone"]
 
 
