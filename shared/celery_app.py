@@ -18,6 +18,7 @@ from celery import Celery, signals
 from kombu import Exchange, Queue
 
 from ragline.shared.celery_base import RaglineCelery
+from ragline.shared.kombu_redis import reuse_clients
 from ragline.shared.settings import get_settings
 
 QUEUES = ("ingest", "query", "acl", "maintenance")
@@ -111,6 +112,13 @@ def make_celery() -> Celery:
 
 
 app = make_celery()
+
+
+@signals.worker_init.connect
+def _reuse_kombu_clients(**_: object) -> None:
+    """Worker processes only: one Redis client per kombu channel (``kombu_redis``); producers,
+    including a chat backend that imports the client, keep kombu unpatched."""
+    reuse_clients()
 
 
 @signals.worker_process_init.connect

@@ -8,9 +8,6 @@ from __future__ import annotations
 from celery import Celery
 
 from ragline.shared.contracts import payload_summary
-from ragline.shared.kombu_redis import reuse_clients
-
-reuse_clients()  # every producer and worker: one Redis client per kombu channel, not one per command
 
 
 class RaglineCelery(Celery):

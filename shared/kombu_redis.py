@@ -8,19 +8,40 @@ pool showed it as the largest single cost of the consumer thread (task events, a
 (each command borrows a pooled connection), so one client per channel and pool is enough: it is
 rebuilt when kombu replaces the channel's pool (reconnect after a broker restart).
 
-Measured (bench c's empty-task round trip, query pool on threads, two paired runs): p50 5.0 -> 4.6
-and 4.9 -> 4.9 ms, p95 6.7 -> 5.6 and 6.2 -> 6.1 ms; the consumer thread's GIL time per question
-2.5 -> 2.0 ms (py-spy).
+It patches a private method, so it is applied only in worker processes (``worker_init``, see
+``celery_app``), never in a producer that imports the client, and only for the kombu releases it
+was written against (:data:`KOMBU_VERSIONS`); elsewhere kombu runs unpatched. The measurement that
+justified it is in docs/architecture.md ("Performance notes").
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
+
+#: kombu releases whose ``Channel.conn_or_acquire`` / ``_create_client`` this was written against
+KOMBU_VERSIONS = ((5, 3), (5, 7))
+
+
+def kombu_supported(version: str) -> bool:
+    """Whether ``version`` (e.g. ``"5.7.0"``) is a kombu release the patch was written for."""
+    try:
+        major_minor = tuple(int(p) for p in version.split(".")[:2])
+    except ValueError:
+        return False
+    return KOMBU_VERSIONS[0] <= major_minor <= KOMBU_VERSIONS[1]
 
 
 def reuse_clients() -> bool:
     """Patch ``kombu.transport.redis.Channel.conn_or_acquire`` once; False if kombu has no such method."""
+    import kombu
+
+    if not kombu_supported(kombu.__version__):
+        log.info("kombu %s is outside %s: Redis clients are not reused", kombu.__version__, KOMBU_VERSIONS)
+        return False
     try:
         from kombu.transport import redis as kombu_redis
     except ImportError:  # redis-py missing: nothing uses this transport
@@ -47,7 +68,9 @@ def reuse_clients() -> bool:
             self.__dict__["_ragline_client"] = cached
         yield cached[1]
 
-    conn_or_acquire.__doc__ = "One cached client per channel and connection pool (see shared/kombu_redis.py)."
+    conn_or_acquire.__doc__ = (
+        "One cached client per channel and connection pool (ragline.shared.kombu_redis)."
+    )
     conn_or_acquire.ragline_reuse = True
     channel_cls.conn_or_acquire = conn_or_acquire
     return True

