@@ -18,6 +18,10 @@ class ProviderError(RuntimeError):
 
 @runtime_checkable
 class Embedder(Protocol):
+    """What the pipeline and the query path use. HTTP providers subclass ``BatchingEmbedder``
+    (``shared/providers/embedder.py``), which owns batching, admission and retries; the protocol
+    stays here so that importing this package loads no provider module."""
+
     model: str
     dim: int
 

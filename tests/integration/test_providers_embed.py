@@ -200,7 +200,7 @@ def test_in_flight_lease_expires_when_a_holder_dies(stack):
 
 
 def test_garbage_indexes_are_rejected():
-    from ragline.shared.providers.voyage import match_by_index
+    from ragline.shared.providers.embedder import match_by_index
 
     good = [{"index": 1, "embedding": [0.0, 1.0]}, {"index": 0, "embedding": [1.0, 0.0]}]
     assert match_by_index(good, 2, 2, "voyage") == [[1.0, 0.0], [0.0, 1.0]]
