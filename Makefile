@@ -8,7 +8,7 @@ DOCS ?= docs
 PIP_FLAGS ?= --disable-pip-version-check -q
 PY_DIRS := ragline ingest query shared tests bench examples
 
-.PHONY: run test up down lint bench chaos clean install
+.PHONY: run test up down lint lint-imports bench chaos clean install
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,8 @@ run: $(STAMP)
 	$(BIN)/ragline up; \
 	$(BIN)/ragline demo $(DOCS)
 
-## the whole test suite against real embedded Postgres, Redis and Celery workers
-test: $(STAMP)
+## the import contracts, then the whole test suite against real embedded Postgres, Redis and Celery workers
+test: lint-imports
 	$(BIN)/python -m pytest
 
 up: $(STAMP)
@@ -34,7 +34,17 @@ up: $(STAMP)
 down: $(STAMP)
 	$(BIN)/ragline down
 
-lint: $(STAMP)
+## the import contracts of pyproject.toml ([tool.importlinter]); the folders are linked into one
+## ragline/ tree first, because import-linter reads the package from disk and the repository keeps
+## ingest/, query/ and shared/ beside ragline/ (installed into it by package-dir)
+IMPORT_GRAPH := $(VENV)/import-graph
+lint-imports: $(STAMP)
+	@rm -rf $(IMPORT_GRAPH) && mkdir -p $(IMPORT_GRAPH)/ragline
+	@ln -s $(CURDIR)/ragline/__init__.py $(CURDIR)/ragline/cli $(IMPORT_GRAPH)/ragline/
+	@ln -s $(CURDIR)/ingest $(CURDIR)/query $(CURDIR)/shared $(IMPORT_GRAPH)/ragline/
+	cd $(IMPORT_GRAPH) && $(CURDIR)/$(BIN)/lint-imports --no-cache $(CURDIR)/pyproject.toml
+
+lint: lint-imports
 	$(BIN)/ruff check $(PY_DIRS)
 	$(BIN)/ruff format --check $(PY_DIRS)
 

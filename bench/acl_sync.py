@@ -32,7 +32,7 @@ OLD_ACL, NEW_ACL = ["staff"], ["auditors", "staff"]
 def send_documents(tenant: str, texts: list[str], per_task: int, acl: list[str] = OLD_ACL) -> None:
     """Enqueue like ``ragline ingest`` does: ``ragline.ingest.batch`` tasks of ``per_task`` documents."""
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_INGEST_BATCH
+    from ragline.shared.names import TASK_INGEST_BATCH
 
     docs = [
         {"tenant": tenant, "doc_id": f"doc-{i}", "content": text, "fmt": "text", "acl": acl, "version": 1}
@@ -64,9 +64,9 @@ def _acl_state(tenant: str) -> dict:
 
 
 def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
-    from ragline.ingest.lifecycle_cli import send_acl_batches
+    from ragline.cli.lifecycle import send_acl_batches
     from ragline.shared import db
-    from ragline.shared.contracts import TASK_ACL_SYNC, TASK_INGEST_DOCUMENT
+    from ragline.shared.names import TASK_ACL_SYNC, TASK_INGEST_DOCUMENT
     from tests.loopback import LoopbackServer
 
     run_id = int(time.time())

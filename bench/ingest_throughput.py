@@ -116,7 +116,7 @@ def _timeline(spans: list[tuple[float, float]], start: float, end: float, slots:
 
 def _case(srv, tenant: str, tasks: list[list[str]], chunks_expected: int) -> dict:
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_INGEST_BATCH
+    from ragline.shared.names import TASK_INGEST_BATCH
 
     n_docs = sum(map(len, tasks))
     srv.reset_stats()
@@ -180,7 +180,7 @@ def run(
     max_in_flight: int = 4,
 ) -> dict:
     from ragline.shared import db
-    from ragline.shared.contracts import TASK_INGEST_DOCUMENT
+    from ragline.shared.names import TASK_INGEST_DOCUMENT
     from ragline.shared.settings import get_settings
     from tests.loopback import Faults, LoopbackServer
 

@@ -49,7 +49,7 @@ def _direct_variants(e5, texts: list[str], batch: int, group: int) -> dict[str, 
 def _pipeline(tenant: str, docs: list[str], run_id: int) -> tuple[float, int, int]:
     """The round's documents as one ``ragline.ingest.batch`` task, as ``ragline ingest`` sends them."""
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_INGEST_BATCH
+    from ragline.shared.names import TASK_INGEST_BATCH
 
     payloads = [
         {

@@ -114,7 +114,7 @@ def _queued(
 ) -> tuple[float, float, list[tuple[str, int]]]:
     """Round trip of ``ragline.query.retrieve``: (client ms, the task's own ``total`` ms, hit keys)."""
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_QUERY_RETRIEVE
+    from ragline.shared.names import TASK_QUERY_RETRIEVE
 
     payload = _payload(tenant, qvec, groups)
     t = time.perf_counter()
@@ -252,7 +252,7 @@ def run(
     raw: dict = {"load": load, "scenarios": {}}
     targets: list[common.Target] = []
     try:
-        from ragline.shared.contracts import TASK_QUERY_RETRIEVE
+        from ragline.shared.names import TASK_QUERY_RETRIEVE
 
         # the query pool as deployed with a remote embedder (solo processes) carries the targets; the
         # threads pool (the default with an in-process model) is measured in the same run for comparison

@@ -10,7 +10,7 @@ The backend decides who the caller is (here: a fixed tenant and group list; in a
 from the session) and passes the groups to ragline, which filters by them in SQL. The backend
 never filters documents itself and never puts permissions into a prompt.
 
-It uses only ``ragline.shared.client.RaglineClient`` (Celery ``send_task`` by stable task names) and the
+It uses only ``ragline.RaglineClient`` (Celery ``send_task`` by stable task names) and the
 standard library; none of the worker code is imported.
 """
 
@@ -20,7 +20,7 @@ import argparse
 import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ragline.shared.client import RaglineClient, RaglineError
+from ragline import RaglineClient, RaglineError
 
 
 def make_handler(client: RaglineClient, tenant: str, groups: list[str]):

@@ -10,9 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import groupby
 
-from razdel import sentenize
-
 from ragline.ingest.parse import Block
+from ragline.shared.text import split_sentences
 
 
 @dataclass(frozen=True)
@@ -30,11 +29,6 @@ class _Unit:
     kind: str  # sentence | table | code
     page: int | None
     block_start: bool  # first unit of its block: joined with a newline, not a space
-
-
-def split_sentences(text: str) -> list[str]:
-    """Russian-aware sentence split (razdel keeps "т.е.", "v1.2", "3.14" intact)."""
-    return [s.text for s in sentenize(text) if s.text.strip()]
 
 
 def _split_lines(text: str, limit: int, repeat_header: bool) -> list[str]:

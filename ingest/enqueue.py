@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ragline.ingest.parse import SUPPORTED
 from ragline.shared import db, jobs
-from ragline.shared.contracts import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT
+from ragline.shared.names import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT
 from ragline.shared.settings import get_settings
 
 SUFFIXES = set(SUPPORTED)

@@ -16,13 +16,8 @@ import psycopg
 from ragline.ingest import store
 from ragline.ingest.acl_sync import apply_acl_sync
 from ragline.shared import jobs
-from ragline.shared.contracts import (
-    TASK_INGEST_DOCUMENT,
-    AclSyncItem,
-    EventResult,
-    IngestEvent,
-    IngestRequest,
-)
+from ragline.shared.contracts import AclSyncItem, EventResult, IngestEvent, IngestRequest
+from ragline.shared.names import TASK_INGEST_DOCUMENT
 
 
 def delete_document(

@@ -7,8 +7,8 @@ not comparable while the switch runs). Texts go through the embedding cache, so 
 text is sent to the embedder once. A change of dimension needs a new column first: see
 "Re-embedding runbook" in docs/operations.md.
 
-The embedder is imported inside :func:`run_reembed` only: the control pool imports this module
-for :func:`pending_chunks` and must never load a model.
+This runs on the ingest pool, which owns the embedder; the control pool only counts what is
+pending (:func:`ragline.ingest.store.pending_reembed`) and never imports this module.
 """
 
 from __future__ import annotations
@@ -18,17 +18,15 @@ import logging
 import numpy as np
 import psycopg
 
+from ragline.ingest.contextualize import embedding_text
+from ragline.ingest.embed import embed_with_cache
 from ragline.shared import db, jobs
+from ragline.shared.providers import get_embedder
 from ragline.shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
 LOCK_KEY = "ragline.reembed"
-
-PENDING_SQL = """
-SELECT count(*) AS n FROM chunks
-WHERE embed_model IS DISTINCT FROM %(model)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-"""
 
 BATCH_SQL = """
 SELECT id, tenant, doc_id, content, context, content_hash FROM chunks
@@ -52,10 +50,6 @@ WHERE d.tenant = t.tenant AND d.doc_id = t.doc_id AND d.embed_model IS DISTINCT 
 """
 
 
-def pending_chunks(conn: psycopg.Connection, model: str, tenant: str | None = None) -> int:
-    return int(conn.execute(PENDING_SQL, {"model": model, "tenant": tenant}).fetchone()["n"])
-
-
 def column_dim(conn: psycopg.Connection) -> int | None:
     row = conn.execute(
         "SELECT format_type(atttypid, atttypmod) AS t FROM pg_attribute"
@@ -68,10 +62,6 @@ def column_dim(conn: psycopg.Connection) -> int | None:
 def run_reembed(job_id: str | None = None, batch_size: int | None = None, tenant: str | None = None) -> dict:
     """Re-embed every chunk (of ``tenant``, or all) not on the configured model; one runner at a time;
     cancellable through its job (``ragline cancel JOB``)."""
-    from ragline.ingest.contextualize import embedding_text
-    from ragline.ingest.embed import embed_with_cache
-    from ragline.shared.providers import get_embedder
-
     settings = get_settings()
     size = batch_size or settings.reembed_batch_size
     embedder = get_embedder()

@@ -9,7 +9,8 @@ unknown is not retried: ingesting it with no groups would hide it from everybody
 from __future__ import annotations
 
 from ragline.shared import db, jobs
-from ragline.shared.contracts import TASK_INGEST_DOCUMENT, IngestRequest
+from ragline.shared.contracts import IngestRequest
+from ragline.shared.names import TASK_INGEST_DOCUMENT
 from ragline.shared.settings import get_settings
 
 

@@ -192,3 +192,14 @@ def mark_failed(
         " VALUES (%s, %s, %s, %s, %s, %s)",
         (job_id, tenant, doc_id, source_uri, stage, error),
     )
+
+
+PENDING_REEMBED_SQL = """
+SELECT count(*) AS n FROM chunks
+WHERE embed_model IS DISTINCT FROM %(model)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+"""
+
+
+def pending_reembed(conn: psycopg.Connection, model: str, tenant: str | None = None) -> int:
+    """Chunks (of ``tenant``, or all) whose vectors come from another model than ``model``."""
+    return int(conn.execute(PENDING_REEMBED_SQL, {"model": model, "tenant": tenant}).fetchone()["n"])

@@ -1,8 +1,9 @@
-"""Thin Celery tasks around the ingestion pipeline.
+"""Thin Celery tasks of the ingest pool around the ingestion pipeline.
 
 ``ragline.ingest.document`` takes one document; ``ragline.ingest.batch`` takes several so that
-their chunks share embedding batches. Both are idempotent (unchanged documents are skipped, vectors
-come from the embedding cache), so ``acks_late`` redelivery after a worker dies is safe.
+their chunks share embedding batches; ``ragline.ingest.reembed`` re-embeds after a model change.
+All are idempotent (unchanged documents are skipped, vectors come from the embedding cache), so
+``acks_late`` redelivery after a worker dies and the base task's retries are safe.
 """
 
 from __future__ import annotations
@@ -10,23 +11,20 @@ from __future__ import annotations
 import logging
 
 from celery.exceptions import SoftTimeLimitExceeded
-from pydantic import ValidationError
 
+from ragline.ingest.chunk import chunk_blocks
+from ragline.ingest.parse import parse_bytes
 from ragline.ingest.pipeline import ingest_batch, record_failure
-from ragline.shared import db, jobs, redelivery
+from ragline.ingest.reembed import run_reembed
+from ragline.shared import db, jobs, redelivery, warmup
 from ragline.shared.celery_app import app
-from ragline.shared.contracts import (
-    TASK_INGEST_BATCH,
-    TASK_INGEST_DOCUMENT,
-    ErrorResult,
-    IngestBatchRequest,
-    IngestRequest,
-    IngestResult,
-)
+from ragline.shared.contracts import IngestBatchRequest, IngestRequest, IngestResult
 from ragline.shared.logging_setup import log_ingest
 from ragline.shared.metrics import CHUNKS_PROCESSED, DOCUMENTS_PROCESSED
+from ragline.shared.names import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT, TASK_INGEST_REEMBED
 from ragline.shared.providers import ProviderError
 from ragline.shared.settings import get_settings
+from ragline.shared.task_base import RaglineTask
 from ragline.shared.transient import INFRASTRUCTURE_ERRORS
 
 log = logging.getLogger(__name__)
@@ -40,32 +38,33 @@ _JOB_STATE = {
 }
 #: infrastructure and provider outages: the task is retried (and redelivered if the worker dies)
 TRANSIENT = (*INFRASTRUCTURE_ERRORS, ProviderError)
-MAX_RETRIES = 20  # Celery's ceiling; the effective number is ``ingest_task_max_retries``
+
+
+class IngestTask(RaglineTask):
+    """Retries provider outages too, as many times as ``ingest_task_max_retries`` says; after the
+    last one the documents are recorded as failed instead of the task failing."""
+
+    autoretry_for = TRANSIENT
+
+    @property
+    def max_retries(self) -> int:
+        return get_settings().ingest_task_max_retries
 
 
 class PoisonTask(RuntimeError):
     """Recorded as the documents' error instead of a redelivery loop."""
 
 
-def _run(task, reqs: list[IngestRequest]) -> list[IngestResult]:
-    """Infrastructure errors outside the pipeline (cancel check, failure and job bookkeeping while
-    Postgres restarts) retry the task too: escaping, they would fail it and, acked, lose the document."""
-    try:
-        return _run_once(task, reqs)
-    except TRANSIENT as exc:
-        if task.request.retries >= get_settings().ingest_task_max_retries:
-            raise
-        raise task.retry(exc=exc, countdown=min(60, 2**task.request.retries)) from exc
-
-
-def _run_once(task, reqs: list[IngestRequest]) -> list[IngestResult]:
+def _run(task: IngestTask, reqs: list[IngestRequest]) -> list[IngestResult]:
+    """Ingest, count and record; an outage escapes to the base task's retry until the last attempt,
+    which records the documents as failed, so an acknowledged task never loses a document silently."""
     job_ids = {r.job_id for r in reqs if r.job_id}
     if job_ids:  # documents of a cancelled job (`ragline cancel`) are skipped, not ingested
         with db.connection() as conn:
             cancelled = jobs.cancelled_jobs(conn, job_ids)
         if cancelled:
             rest = [r for r in reqs if r.job_id not in cancelled]
-            live = iter(_run_once(task, rest) if rest else [])
+            live = iter(_run(task, rest) if rest else [])
             return [
                 IngestResult(tenant=r.tenant, doc_id=r.doc_id, status="cancelled")
                 if r.job_id in cancelled
@@ -78,8 +77,8 @@ def _run_once(task, reqs: list[IngestRequest]) -> list[IngestResult]:
             raise PoisonTask(f"the worker process died {lost} times running this task (poison document?)")
         results = ingest_batch(reqs)
     except TRANSIENT as exc:
-        if task.request.retries < get_settings().ingest_task_max_retries:
-            raise task.retry(exc=exc, countdown=min(60, 2**task.request.retries)) from exc
+        if task.request.retries < task.max_retries:
+            raise  # retried by the base task, with backoff
         stage = "embed" if isinstance(exc, ProviderError) else "internal"
         message = f"{stage}: {type(exc).__name__}: {str(exc)[:500]}"
         results = [record_failure(r, stage, message) for r in reqs]
@@ -115,20 +114,35 @@ def _run_once(task, reqs: list[IngestRequest]) -> list[IngestResult]:
     return results
 
 
-@app.task(name=TASK_INGEST_DOCUMENT, bind=True, acks_late=True, max_retries=MAX_RETRIES)
-def ingest_document_task(self, payload: dict) -> dict:
-    try:
-        req = IngestRequest.model_validate(payload)
-    except ValidationError as exc:
-        return ErrorResult.invalid_payload(exc)
+@app.task(name=TASK_INGEST_DOCUMENT, base=IngestTask, bind=True, payload_model=IngestRequest)
+def ingest_document_task(self: IngestTask, req: IngestRequest) -> dict:
     return _run(self, [req])[0].model_dump()
 
 
-@app.task(name=TASK_INGEST_BATCH, bind=True, acks_late=True, max_retries=MAX_RETRIES)
-def ingest_batch_task(self, payload: dict) -> dict:
-    try:
-        batch = IngestBatchRequest.model_validate(payload)
-    except ValidationError as exc:
-        return ErrorResult.invalid_payload(exc)
-    results = _run(self, batch.documents)
-    return {"documents": [r.model_dump() for r in results]}
+@app.task(name=TASK_INGEST_BATCH, base=IngestTask, bind=True, payload_model=IngestBatchRequest)
+def ingest_batch_task(self: IngestTask, batch: IngestBatchRequest) -> dict:
+    return {"documents": [r.model_dump() for r in _run(self, batch.documents)]}
+
+
+@app.task(name=TASK_INGEST_REEMBED, autoretry_for=())
+def reembed_task(payload: dict | None = None) -> dict:
+    """Re-embed chunks whose embed_model differs from the configured model (one runner at a time)."""
+    payload = payload or {}
+    return run_reembed(job_id=payload.get("job_id"), tenant=payload.get("tenant"))
+
+
+_WARMUP_SAMPLES = {  # one tiny document per parser that imports something heavy
+    "md": "# Прогрев\n\nПервый абзац. Второе предложение.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n",
+    "html": "<html><body><h1>Прогрев</h1><p>Первый абзац. Второе предложение.</p></body></html>",
+    "text": "Прогрев\n\nПервый абзац. Второе предложение.\n",
+}
+
+
+@warmup.register("ingest", "ingest")
+def _warm_ingest() -> None:
+    """Parsers, the sentence splitter and the embedder, loaded before the first document."""
+    s = get_settings()
+    for fmt, text in _WARMUP_SAMPLES.items():
+        parsed = parse_bytes(text.encode(), fmt, default_title="warmup")
+        chunk_blocks(parsed.blocks, s.chunk_max_chars, s.chunk_overlap_ratio, s.chunk_hard_max_chars)
+    warmup.warm_embedder()

@@ -3,7 +3,8 @@ budget of rounds, searches and evidence chunks. Repeated queries count as going 
 the budget runs out the answer is built from what was found and marked ``partial``.
 
 The loop is a pure function over two interfaces, so its budget is tested without any provider:
-``search(query, k) -> hits`` and a planner deciding ``enough`` / next ``queries``.
+``search(query, k) -> hits`` and a planner deciding ``enough`` / next ``queries``; the ask path
+that wires it to retrieval and the generator is ``service.agentic_ask``.
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from ragline.query.prompt import PLAN_PROMPT, render_documents, x
-from ragline.shared.contracts import AskRequest, AskResponse, Hit, SearchRequest
-from ragline.shared.timing import elapsed_ms
+from ragline.shared.contracts import Hit
 
 log = logging.getLogger(__name__)
 
@@ -143,51 +142,3 @@ def parse_decision(text: str) -> Decision:
     if not isinstance(queries, list):
         raise ValueError("planner 'queries' is not a list")
     return Decision(data["enough"], [str(q)[:500] for q in queries if isinstance(q, str) and q.strip()][:3])
-
-
-# ------------------------------------------------------------------------------------ ask path
-def agentic_ask(req: AskRequest) -> AskResponse:
-    from ragline.query import service
-    from ragline.shared import providers
-    from ragline.shared.settings import get_settings
-
-    settings = get_settings()
-    t0 = time.perf_counter()
-    reasons: list[str] = []
-    timings: dict[str, float] = {}
-    base = req.model_dump(exclude={"history", "agentic", "k"})
-
-    def search(q: str, k: int) -> list[Hit]:
-        resp = service.search(SearchRequest.model_validate({**base, "query": q, "k": k}))
-        reasons.extend(r for r in resp.degraded_reasons if r not in reasons)
-        return resp.hits
-
-    try:
-        generator = providers.get_generator()
-    except Exception as exc:
-        generator = None
-        reasons.append(f"planner: {type(exc).__name__}")
-    planner: Planner = LLMPlanner(generator) if generator is not None else CoveragePlanner()
-    budget = Budget(
-        settings.agentic_max_rounds, settings.agentic_max_searches, settings.agentic_max_evidence, req.k
-    )
-    try:
-        result = agentic_loop(search, planner, req.query, budget)
-    except ValueError as exc:  # the planner answered garbage: one plain round, marked degraded
-        log.warning("agentic planner failed: %s", exc)
-        reasons.append(f"planner: {exc}")
-        result = LoopResult(
-            evidence=search(req.query, req.k), rounds=1, searches=1, asked=[req.query], stop="planner_error"
-        )
-    timings["retrieve"] = elapsed_ms(t0)
-    trace = {
-        "agentic": {
-            "rounds": result.rounds,
-            "searches": result.searches,
-            "queries": result.asked,
-            "stop": result.stop,
-            "evidence": len(result.evidence),
-        },
-        "retrieved": service.trace_of(result.evidence),
-    }
-    return service.respond(req.query, result.evidence, reasons, timings, trace, t0, partial=result.partial)

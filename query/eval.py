@@ -176,7 +176,7 @@ def ingest_corpus(
     """Send the corpus through the ingest queue under one job and wait for it to finish."""
     from ragline.shared import db, jobs
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_INGEST_DOCUMENT
+    from ragline.shared.names import TASK_INGEST_DOCUMENT
 
     ids = [str(r["id"]) for r in corpus]
     with db.connection() as conn:
@@ -199,7 +199,7 @@ def ingest_corpus(
 def task_search(tenant: str, rerank: bool = False, timeout: float = 120.0) -> SearchFn:
     """A search function that goes through the real ``ragline.query.retrieve`` task."""
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_QUERY_RETRIEVE
+    from ragline.shared.names import TASK_QUERY_RETRIEVE
 
     def run(query: str, mode: str, k: int) -> dict:
         payload = {

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from ragline.ingest.chunk import split_sentences
 from ragline.query.prompt import NO_ANSWER
 from ragline.shared.contracts import Hit
+from ragline.shared.text import split_sentences
 
 __all__ = ["NO_ANSWER", "extractive_answer"]
 

@@ -17,7 +17,7 @@ from typing import Any
 from ragline.query.deadline import DeadlineExceeded, run_with_deadline
 from ragline.shared import metrics as m
 from ragline.shared.contracts import Hit
-from ragline.shared.providers.rerank import Reranker
+from ragline.shared.providers import Reranker
 from ragline.shared.timing import elapsed_ms
 
 log = logging.getLogger(__name__)

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from ragline.shared import contracts as c
+from ragline.shared import names
 
 #: file stem -> model; the task each one belongs to is in docs/schemas/README.md
 MODELS = {
@@ -27,11 +28,11 @@ MODELS = {
 }
 
 TASKS = {
-    c.TASK_QUERY_RETRIEVE: ("search_request", "search_response"),
-    c.TASK_QUERY_RERANK: ("rerank_request", "rerank_response"),
-    c.TASK_QUERY_ASK: ("ask_request", "ask_response"),
-    c.TASK_ACL_SYNC: ("acl_sync_request", "acl_sync_result"),
-    c.TASK_INGEST_EVENT: ("ingest_event", "event_result"),
+    names.TASK_QUERY_RETRIEVE: ("search_request", "search_response"),
+    names.TASK_QUERY_RERANK: ("rerank_request", "rerank_response"),
+    names.TASK_QUERY_ASK: ("ask_request", "ask_response"),
+    names.TASK_ACL_SYNC: ("acl_sync_request", "acl_sync_result"),
+    names.TASK_INGEST_EVENT: ("ingest_event", "event_result"),
 }
 
 

@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from ragline.query import generate, transforms
+from ragline.query.agentic import Budget, CoveragePlanner, LLMPlanner, LoopResult, Planner, agentic_loop
 from ragline.query.cache import LRU, scoped_key
 from ragline.query.citations import cited_numbers, invalid_citations
 from ragline.query.deadline import DeadlineExceeded, run_with_deadline
@@ -252,8 +253,6 @@ def ask(req: AskRequest) -> AskResponse:
     settings = get_settings()
     t0 = time.perf_counter()
     if req.agentic if req.agentic is not None else settings.agentic:
-        from ragline.query.agentic import agentic_ask
-
         return agentic_ask(req)
     timings: dict[str, float] = {}
     trace: dict = {}
@@ -356,3 +355,51 @@ def respond(
         for n in cited_numbers(answer)
     ]
     return done(answer=answer, citations=citations, no_answer=False)
+
+
+def agentic_ask(req: AskRequest) -> AskResponse:
+    """Search, judge, search again within the budget (``agentic``), then answer from the evidence."""
+    settings = get_settings()
+    t0 = time.perf_counter()
+    reasons: list[str] = []
+    timings: dict[str, float] = {}
+    base = req.model_dump(exclude={"history", "agentic", "k"})
+
+    def agentic_search(q: str, k: int) -> list[Hit]:
+        resp = search(SearchRequest.model_validate({**base, "query": q, "k": k}))
+        reasons.extend(r for r in resp.degraded_reasons if r not in reasons)
+        return resp.hits
+
+    try:
+        generator = providers.get_generator()
+    except Exception as exc:
+        generator = None
+        reasons.append(f"planner: {type(exc).__name__}")
+    planner: Planner = LLMPlanner(generator) if generator is not None else CoveragePlanner()
+    budget = Budget(
+        settings.agentic_max_rounds, settings.agentic_max_searches, settings.agentic_max_evidence, req.k
+    )
+    try:
+        result = agentic_loop(agentic_search, planner, req.query, budget)
+    except ValueError as exc:  # the planner answered garbage: one plain round, marked degraded
+        log.warning("agentic planner failed: %s", exc)
+        reasons.append(f"planner: {exc}")
+        result = LoopResult(
+            evidence=agentic_search(req.query, req.k),
+            rounds=1,
+            searches=1,
+            asked=[req.query],
+            stop="planner_error",
+        )
+    timings["retrieve"] = elapsed_ms(t0)
+    trace = {
+        "agentic": {
+            "rounds": result.rounds,
+            "searches": result.searches,
+            "queries": result.asked,
+            "stop": result.stop,
+            "evidence": len(result.evidence),
+        },
+        "retrieved": trace_of(result.evidence),
+    }
+    return respond(req.query, result.evidence, reasons, timings, trace, t0, partial=result.partial)

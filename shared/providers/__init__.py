@@ -7,7 +7,7 @@ or when tests change the settings).
 from __future__ import annotations
 
 import threading
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ragline.shared.settings import Settings, get_settings
 
@@ -29,6 +29,15 @@ class Embedder(Protocol):
         """One vector per text, in input order."""
 
     def embed_query(self, text: str) -> list[float]: ...
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    name: str
+
+    def rerank(self, query: str, documents: list[str], top_k: int) -> list[tuple[Any, Any]]:
+        """Raw ``(index, score)`` pairs as the provider returned them: untrusted, validated by the
+        caller (:func:`ragline.query.rerank.validate_ranked`)."""
 
 
 _lock = threading.Lock()

@@ -7,18 +7,10 @@ validated by :func:`ragline.query.rerank.validate_ranked`, never used to index d
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from ragline.shared.providers import ProviderError
+from ragline.shared.providers import ProviderError, Reranker
 from ragline.shared.settings import Settings
-
-
-@runtime_checkable
-class Reranker(Protocol):
-    name: str
-
-    def rerank(self, query: str, documents: list[str], top_k: int) -> list[tuple[Any, Any]]:
-        """Raw ``(index, score)`` pairs as the provider returned them."""
 
 
 def _field(item: Any, name: str) -> Any:

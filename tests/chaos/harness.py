@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ragline.shared import db, jobs
-from ragline.shared.contracts import TASK_INGEST_DOCUMENT
+from ragline.shared.names import TASK_INGEST_DOCUMENT
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "chaos.json"
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ragline.shared.contracts import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 from tests.chaos import bad_inputs, harness
 from tests.loopback import LoopbackServer
 from tests.pools import start_pool, wait_ready

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 
 def _metric(settings, name: str) -> float:
-    from ragline.shared.ops_cli import summarize
+    from ragline.cli.ops import summarize
 
     return sum(
         r.get("value", 0.0) for r in summarize(settings) if r["pool"] == "ingest" and r["metric"] == name

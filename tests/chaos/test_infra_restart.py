@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ragline.shared.contracts import TASK_QUERY_RETRIEVE
+from ragline.shared.names import TASK_QUERY_RETRIEVE
 from tests.chaos import harness
 from tests.loopback import Faults, LoopbackServer
 from tests.pools import start_pool, wait_ready

@@ -81,7 +81,7 @@ def test_worker_without_restorer_records_no_owner(celery_worker, redis_client, t
     owned by an incarnation that never heartbeats would be "restored" while it runs, and run twice."""
     from ragline.shared import redelivery
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_INGEST_DOCUMENT
+    from ragline.shared.names import TASK_INGEST_DOCUMENT
 
     before = set(redis_client.hkeys(redelivery.OWNER_KEY))
     res = app.send_task(TASK_INGEST_DOCUMENT, args=[{"tenant": tenant, "doc_id": "x"}]).get(timeout=60)

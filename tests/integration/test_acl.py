@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from ragline.ingest.acl_sync import apply_acl_sync
-from ragline.shared.contracts import TASK_ACL_SYNC, AclSyncItem, AskRequest, SearchRequest
+from ragline.shared.contracts import AclSyncItem, AskRequest, SearchRequest
+from ragline.shared.names import TASK_ACL_SYNC
 from tests.integration.lifecycle_helpers import acl_of, bulk_documents, put_document
 from tests.loopback import LoopbackServer, hashed_embedding
 
@@ -276,7 +277,7 @@ def test_sync_10k_documents_sends_nothing_to_the_embedder(
 
     from typer.testing import CliRunner
 
-    from ragline.shared.cli import app as cli
+    from ragline.cli import app as cli
 
     bulk_documents(conn, tenant, 10_000, ["before"])
     with LoopbackServer() as srv:

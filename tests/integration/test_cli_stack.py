@@ -13,7 +13,7 @@ import pytest
 
 from ragline.shared.services import free_port
 
-RAGLINE = [sys.executable, "-m", "ragline.shared.cli"]
+RAGLINE = [sys.executable, "-m", "ragline.cli"]
 
 
 def _free_port_run(n: int) -> int:

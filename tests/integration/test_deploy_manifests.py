@@ -170,7 +170,7 @@ KEDA_SCALED_OBJECT = {  # the fields KEDA's CRD requires for a redis list-length
 def test_keda_scales_each_pool_on_its_queue_length():
     import jsonschema
 
-    from ragline.shared.celery_app import POOLS
+    from ragline.shared.names import POOLS
 
     scaled = [d for _, d in _manifests() if d["kind"] == "ScaledObject"]
     deployments = {d["metadata"]["name"] for _, d in _manifests() if d["kind"] == "Deployment"}
@@ -182,3 +182,65 @@ def test_keda_scales_each_pool_on_its_queue_length():
     }
     for pool, queues in POOLS.items():
         assert by_target[f"ragline-{pool}-worker"] in queues
+
+
+def test_every_launcher_starts_workers_through_ragline_worker(monkeypatch):
+    """`ragline up`, the container entrypoint, compose and Kubernetes run one worker command line:
+    the one ``ragline worker POOL`` builds. Nothing in deploy/ overrides what it decides."""
+    import json
+    import os
+    import sys
+
+    from ragline.shared.names import POOLS
+    from ragline.shared.processes import specs, worker_command
+    from ragline.shared.settings import Settings
+
+    settings = Settings()
+    launched = {s.argv[3:5][1]: s.argv for s in specs(settings) if s.name.startswith("worker-")}
+    assert set(launched) == set(POOLS)
+    for argv in launched.values():
+        assert argv[1:4] == ["-m", "ragline.cli", "worker"]
+
+    entry = (DEPLOY / "entrypoint.sh").read_text()
+    worker_branch = entry[entry.index("  worker)") : entry.index(";;", entry.index("  worker)"))]
+    assert 'exec ragline worker "$pool"' in worker_branch
+    assert "celery" not in worker_branch
+
+    k8s_args = {
+        d["metadata"]["name"]: c["args"]
+        for _, d in _manifests()
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    assert {f"ragline-{p}-worker": ["worker", p] for p in POOLS}.items() <= k8s_args.items()
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]
+    assert {f"{p}-worker": ["worker", p] for p in POOLS} == {
+        name: svc["command"] for name, svc in compose.items() if name.endswith("-worker")
+    }
+
+    # nothing in deploy/ silently replaces the settings that shape a worker process
+    config = next(d for _, d in _manifests() if d["kind"] == "ConfigMap")["data"]
+    overridden = [
+        k for k in config if k.endswith("_CONCURRENCY") or k in ("OMP_NUM_THREADS", "RAGLINE_QUERY_POOL")
+    ]
+    assert overridden == []
+    assert "OMP_NUM_THREADS" not in (DEPLOY / "Dockerfile").read_text()
+
+    # and `ragline worker POOL` really runs the command line worker_command builds
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    env = dict(os.environ)
+    for pool in POOLS:
+        out = subprocess.run(
+            [sys.executable, "-m", "ragline.cli", "worker", pool, "--print"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        shown = json.loads(out.stdout)
+        expected = worker_command(Settings(), pool)
+        assert shown["argv"] == expected.argv
+        assert shown["argv"][shown["argv"].index("-Q") + 1] == ",".join(POOLS[pool])
+        assert shown["env"] == expected.env
+        assert shown["env"]["OMP_NUM_THREADS"] == ("1" if "prefork" in shown["argv"] else str(os.cpu_count()))

@@ -14,7 +14,7 @@ from ragline.shared import db
 from tests.integration.query_corpus import store_docs
 from tests.loopback import LoopbackServer
 
-RAGLINE = [sys.executable, "-m", "ragline.shared.cli"]
+RAGLINE = [sys.executable, "-m", "ragline.cli"]
 REPO = Path(__file__).resolve().parents[2]
 
 CORPUS = [

@@ -18,7 +18,7 @@ KEYS = {"documents", "chunks", "embedded", "skipped_unchanged", "failed", "error
 
 def _ingest(*args: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "ragline.shared.cli", "ingest", *args, "--wait", "--json"],
+        [sys.executable, "-m", "ragline.cli", "ingest", *args, "--wait", "--json"],
         cwd=REPO,
         env=os.environ.copy(),
         capture_output=True,

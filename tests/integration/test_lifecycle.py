@@ -12,7 +12,8 @@ import time
 
 from ragline.ingest.events import handle_event
 from ragline.shared import jobs
-from ragline.shared.contracts import TASK_INGEST_EVENT, IngestEvent
+from ragline.shared.contracts import IngestEvent
+from ragline.shared.names import TASK_INGEST_EVENT
 from tests.integration.lifecycle_helpers import put_document
 
 
@@ -126,7 +127,7 @@ while True:
 def test_killed_job_is_detected_as_stuck(celery_worker, conn, tenant):
     """A real process runs a job and heartbeats; it is killed with SIGKILL; the beat task marks the job."""
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_STUCK_JOBS
+    from ragline.shared.names import TASK_STUCK_JOBS
 
     env = {**os.environ}
     proc = subprocess.Popen(
@@ -158,8 +159,8 @@ def test_killed_job_is_detected_as_stuck(celery_worker, conn, tenant):
 def test_cancel_stops_heartbeats_and_status_shows_jobs_queues_errors(conn, tenant):
     from typer.testing import CliRunner
 
+    from ragline.cli import app as cli
     from ragline.ingest import store
-    from ragline.shared.cli import app as cli
 
     job_id = jobs.create_job(conn, "ingest", tenant, ["a", "b"], {})
     store.mark_failed(conn, tenant, "broken.md", "/nowhere/broken.md", "parse", "parse: bad table", job_id)
@@ -195,7 +196,7 @@ def test_stuck_job_that_progresses_after_all_runs_again(conn, tenant):
 
 def test_documents_of_a_cancelled_job_are_skipped(celery_worker, conn, tenant):
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_INGEST_DOCUMENT
+    from ragline.shared.names import TASK_INGEST_DOCUMENT
 
     job_id = jobs.create_job(conn, "ingest", tenant, ["x.md"], {})
     assert jobs.cancel_job(conn, job_id)
@@ -219,7 +220,7 @@ def test_documents_of_a_cancelled_job_are_skipped(celery_worker, conn, tenant):
 
 def test_purge_removes_old_tombstones_and_finished_jobs_only(celery_worker, conn, tenant):
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_PURGE
+    from ragline.shared.names import TASK_PURGE
 
     for doc_id in ("old-deleted", "fresh-deleted", "old-live"):
         put_document(tenant, doc_id, [f"текст {doc_id}"], acl=["g"], version=1)

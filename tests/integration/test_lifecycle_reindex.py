@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ragline.shared import db
-from ragline.shared.contracts import TASK_INGEST_EVENT, TASK_INGEST_REEMBED, SearchRequest
+from ragline.shared.contracts import SearchRequest
+from ragline.shared.names import TASK_INGEST_EVENT, TASK_INGEST_REEMBED
 from tests.integration.lifecycle_helpers import wait_job
 from tests.loopback import LoopbackServer
 
@@ -59,7 +60,7 @@ def _count(tenant: str, sql_where: str = "true", *args) -> int:
 
 
 def _reindex(name: str) -> dict:
-    from ragline.shared.maintenance_tasks import run_reindex
+    from ragline.ingest.control_tasks import run_reindex
 
     out = run_reindex([name])
     if out["job_id"]:
@@ -116,7 +117,7 @@ def test_folder_reindex_lifecycle(celery_worker, voyage, loopback, tenant, tmp_p
 
     # a file removed from the folder is gone after the reindex (CLI, --wait --json)
     (root / "sub" / "gamma.md").unlink()
-    from ragline.shared.cli import app as cli
+    from ragline.cli import app as cli
 
     run = CliRunner().invoke(cli, ["reindex", "--source", name, "--wait", "--json"])
     assert run.exit_code == 0, run.output
@@ -319,12 +320,12 @@ def test_url_list_source_reindex(celery_worker, voyage, loopback, tenant):
 
 
 def test_errors_and_retry_failed(celery_worker, voyage, tenant, tmp_path):
+    from ragline.cli import app as cli
     from ragline.shared.celery_app import app
-    from ragline.shared.cli import app as cli
 
     voyage(embed_model="voyage-retry")
     missing = tmp_path / "late.md"
-    from ragline.shared.contracts import TASK_INGEST_DOCUMENT
+    from ragline.shared.names import TASK_INGEST_DOCUMENT
 
     res = app.send_task(
         TASK_INGEST_DOCUMENT,

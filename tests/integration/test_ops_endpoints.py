@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from ragline.shared.contracts import TASK_QUERY_RETRIEVE
+from ragline.shared.names import TASK_QUERY_RETRIEVE
 from tests.pools import listen_addresses, start_pool, wait_port, wait_ready
 
 pytestmark = pytest.mark.slow
@@ -35,9 +35,9 @@ def _scrape(url: str, auth: tuple[str, str] | None) -> httpx.Response:
 
 
 def test_query_pool_metrics_served_with_auth_and_snapshot(ops_settings, tenant):
+    from ragline.cli.ops import summarize
     from ragline.shared.celery_app import app
     from ragline.shared.metrics_server import metrics_dir, metrics_port, reset_dir
-    from ragline.shared.ops_cli import summarize
 
     s = ops_settings
     reset_dir(metrics_dir(s, "query"))
@@ -72,7 +72,7 @@ def test_query_pool_metrics_served_with_auth_and_snapshot(ops_settings, tenant):
 
         from typer.testing import CliRunner
 
-        from ragline.shared.cli import app as cli
+        from ragline.cli import app as cli
 
         out = CliRunner().invoke(cli, ["metrics", "--json"])
         assert out.exit_code == 0, out.output
@@ -84,24 +84,25 @@ def test_query_pool_metrics_served_with_auth_and_snapshot(ops_settings, tenant):
 
 
 def test_flower_binds_localhost_requires_password_and_sees_workers(ops_settings):
-    from tests.pools import Pool
-
     s = ops_settings
+    worker = start_pool(s, "control")
     flower = start_pool(s, "flower", spec_name="flower", queue="flower")
-    assert isinstance(flower, Pool)
     try:
         wait_port("127.0.0.1", s.flower_port, timeout=60)
         base = f"http://127.0.0.1:{s.flower_port}"
         assert httpx.get(base + "/", timeout=5).status_code == 401
         assert httpx.get(base + "/", auth=("admin", "nope"), timeout=5).status_code == 401
-        deadline = time.monotonic() + 30
-        while True:
-            r = httpx.get(base + "/api/workers", auth=("admin", "f-pass-ops"), timeout=10)
-            if r.status_code == 200 or time.monotonic() > deadline:
+        deadline = time.monotonic() + 60
+        while True:  # Flower asks the workers over the broker: the running control worker answers
+            r = httpx.get(base + "/api/workers?refresh=1", auth=("admin", "f-pass-ops"), timeout=20)
+            seen = set(r.json()) if r.status_code == 200 else set()
+            if any(n.startswith(worker.queue + "@") for n in seen) or time.monotonic() > deadline:
                 break
-            time.sleep(0.5)
-        assert r.status_code == 200 and isinstance(r.json(), dict)
+            time.sleep(1)
+        assert r.status_code == 200
+        assert any(n.startswith(worker.queue + "@") for n in seen), seen
         assert listen_addresses(flower.pid) == {"127.0.0.1"}
         assert "f-pass-ops" not in flower.log_text()
     finally:
         flower.stop()
+        worker.stop()

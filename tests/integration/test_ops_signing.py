@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 PRODUCER = """
 import json, sys
 from ragline.shared.celery_app import app
-from ragline.shared.contracts import TASK_QUERY_RETRIEVE
+from ragline.shared.names import TASK_QUERY_RETRIEVE
 queue, tenant, wait = sys.argv[1], sys.argv[2], float(sys.argv[3])
 r = app.send_task(TASK_QUERY_RETRIEVE, args=[{"query": "подпись", "tenant": tenant, "groups": ["g"],
                                                "mode": "lexical"}], queue=queue)

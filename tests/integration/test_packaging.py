@@ -261,11 +261,6 @@ def test_client_only_install_next_to_app_packages(client_venv, tmp_path, wheel):
     assert sorted(p.name for p in site.iterdir() if p.name in ("shared", "query", "ingest")) == []
 
 
-@pytest.mark.xfail(
-    reason="the console entry still imports typer/rich at import time: its main() must catch the missing "
-    "server extra and exit with one line telling the user to pip install 'ragline[server]'",
-    strict=False,
-)
 def test_cli_without_server_extra_says_what_to_install(client_venv, tmp_path):
     out = _run([client_venv.parent / "ragline", "--help"], cwd=tmp_path)
     assert out.returncode != 0

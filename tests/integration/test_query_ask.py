@@ -7,7 +7,8 @@ import pytest
 
 from ragline.query import service
 from ragline.shared import metrics as m
-from ragline.shared.contracts import TASK_QUERY_ASK, AskRequest
+from ragline.shared.contracts import AskRequest
+from ragline.shared.names import TASK_QUERY_ASK
 from tests.integration.query_corpus import store_docs
 from tests.loopback import Faults, LoopbackServer
 

@@ -7,7 +7,8 @@ import pytest
 
 from ragline.query import service
 from ragline.shared import metrics as m
-from ragline.shared.contracts import TASK_QUERY_RERANK, SearchRequest
+from ragline.shared.contracts import SearchRequest
+from ragline.shared.names import TASK_QUERY_RERANK
 from tests.integration.query_corpus import store_docs, vec
 from tests.loopback import Faults, LoopbackServer
 

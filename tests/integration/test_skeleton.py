@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ragline.shared import jobs
-from ragline.shared.contracts import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 
 DOCS = {
     "queues.md": "# Очереди\n\nragline использует очереди ingest и query. Пул запросов работает отдельно "

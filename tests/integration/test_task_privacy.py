@@ -10,7 +10,9 @@ from __future__ import annotations
 from celery import signals
 
 from ragline.ingest.pipeline import ingest_document
-from ragline.shared.contracts import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE, IngestRequest, payload_summary
+from ragline.shared.celery_base import payload_summary
+from ragline.shared.contracts import IngestRequest
+from ragline.shared.names import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 from tests.pools import start_pool, wait_ready
 
 SECRET_TEXT = "Пароль от сейфа хранится у бухгалтера Зинаиды Кузьминичны"

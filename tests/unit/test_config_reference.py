@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from ragline.shared.config_cli import BEGIN, END, effective, reference_markdown
+from ragline.cli.config import BEGIN, END, effective, reference_markdown
 from ragline.shared.settings import Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"

@@ -15,6 +15,20 @@ def _settings(tmp_path: Path, **kw) -> Settings:
     return Settings(home=tmp_path, **kw)
 
 
+def _worker_specs(s: Settings) -> dict[str, processes.ProcSpec]:
+    """What each worker process of ``ragline up`` runs: its ``ragline worker POOL --index I --siblings N``
+    resolved to the celery command line and environment that command executes."""
+    out = {}
+    for spec in processes.specs(s):
+        if spec.name.startswith("worker-"):
+            assert spec.argv[1:4] == ["-m", "ragline.cli", "worker"]
+            pool, opts = spec.argv[4], dict(zip(spec.argv[5::2], spec.argv[6::2], strict=True))
+            runs = processes.worker_command(s, pool, int(opts["--index"]), int(opts["--siblings"]))
+            assert runs.name == spec.name
+            out[spec.name] = runs
+    return out
+
+
 @pytest.mark.parametrize(
     ("embedder", "reranker", "expected"),
     [
@@ -33,7 +47,7 @@ def test_auto_query_pool_follows_where_the_model_runs(tmp_path, embedder, rerank
 def test_solo_query_pool_is_one_process_per_concurrent_question(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     s = _settings(tmp_path, query_pool="solo", query_concurrency=3)
-    specs = {spec.name: spec for spec in processes.specs(s)}
+    specs = _worker_specs(s)
     names = processes.pool_process_names(s, "query")
     assert names == ["worker-query", "worker-query-2", "worker-query-3"]
     nodes = [specs[n].argv[specs[n].argv.index("-n") + 1] for n in names]
@@ -44,7 +58,7 @@ def test_solo_query_pool_is_one_process_per_concurrent_question(tmp_path, monkey
         assert argv[argv.index("-Q") + 1] == "query"
         # the processes share the cores: one OpenMP team each, never all cores each
         assert specs[n].env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 3))
-    assert "metrics-query" in specs  # one metrics endpoint aggregates every process of the pool
+    assert "metrics-query" in {spec.name for spec in processes.specs(s)}  # one endpoint per pool
     assert processes.pool_process_names(s, "ingest") == ["worker-ingest"]
 
 
@@ -52,7 +66,7 @@ def test_threads_query_pool_is_one_process(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     s = _settings(tmp_path, query_pool="threads", query_concurrency=3)
     assert processes.pool_process_names(s, "query") == ["worker-query"]
-    spec = next(x for x in processes.specs(s) if x.name == "worker-query")
+    spec = _worker_specs(s)["worker-query"]
     assert (
         spec.argv[spec.argv.index("-c") + 1] == "3" and spec.argv[spec.argv.index("--pool") + 1] == "threads"
     )

@@ -1,26 +1,21 @@
-"""`ragline search`, `ragline ask`, `ragline demo`."""
+"""`ragline search`, `ragline ask`, `ragline eval`, `ragline schemas`: the query side."""
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ragline.shared.cli_common import console, reload_app, split_csv
+from ragline.cli.common import console, reload_app, send_and_wait, split_csv
+from ragline.shared.names import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+
+app = typer.Typer()
 
 
-def _send(task: str, payload: dict, timeout: float) -> dict:
-    from ragline.shared.celery_app import app as celery
-
-    reload_app()
-    return celery.send_task(task, args=[payload]).get(timeout=timeout)
-
-
+@app.command()
 def search(
     query: str,
     tenant: str = typer.Option(..., "--tenant"),
@@ -37,8 +32,6 @@ def search(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Search through the query queue; prints hits with their scores."""
-    from ragline.shared.contracts import TASK_QUERY_RETRIEVE
-
     payload = {
         "query": query,
         "tenant": tenant,
@@ -49,7 +42,7 @@ def search(
         "layers": layer,
         "rerank": rerank,
     }
-    res = _send(TASK_QUERY_RETRIEVE, payload, 60)
+    res = send_and_wait(TASK_QUERY_RETRIEVE, payload, 60)
     if as_json:
         print(json.dumps(res, ensure_ascii=False))
     elif res.get("ok") is False:
@@ -70,6 +63,7 @@ def search(
         raise typer.Exit(1)
 
 
+@app.command()
 def ask(
     question: str,
     tenant: str = typer.Option(..., "--tenant"),
@@ -80,9 +74,7 @@ def ask(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Ask a question through the query queue; prints the answer with [N] citations."""
-    from ragline.shared.contracts import TASK_QUERY_ASK
-
-    res = _send(
+    res = send_and_wait(
         TASK_QUERY_ASK,
         {
             "query": question,
@@ -117,46 +109,6 @@ def print_answer(question: str, res: dict) -> None:
     out.print(f"[dim]degraded={res['degraded']} {res.get('degraded_reasons') or ''} timings: {timings}[/]")
 
 
-def demo(
-    docs: Path = typer.Argument(Path("docs"), exists=True),
-    tenant: str = typer.Option("demo", "--tenant"),
-) -> None:
-    """Ingest a folder and ask three questions about ragline (what ``make run`` does)."""
-    from ragline.ingest.enqueue import collect_files, enqueue_files
-    from ragline.shared import jobs
-    from ragline.shared.contracts import TASK_QUERY_ASK
-
-    reload_app()
-    files = collect_files([docs])
-    t0 = time.perf_counter()
-    job_id = enqueue_files(files, tenant=tenant, acl=["public"])
-    with Progress(
-        TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    ) as p:
-        bar = p.add_task("docs", total=len(files))
-        s = jobs.wait_for_job(
-            job_id, 3600, on_progress=lambda s: p.update(bar, completed=jobs.finished_documents(s))
-        )
-    console.print(
-        f"ingested {s['documents']} documents, {s['chunks']} chunks, {s['embedded']} embedded, "
-        f"{s['skipped_unchanged']} unchanged, {s['failed']} failed in {time.perf_counter() - t0:.1f}s"
-    )
-    if s["failed"]:
-        console.print(s["errors"])
-    questions = [
-        "Какие очереди использует ragline и зачем нужен отдельный пул запросов?",
-        "How does ragline keep tenants and ACL groups isolated?",
-        "Как ragline объединяет векторный и полнотекстовый поиск?",
-    ]
-    failures = 0
-    for q in questions:
-        res = _send(TASK_QUERY_ASK, {"query": q, "tenant": tenant, "groups": ["public"]}, 120)
-        print_answer(q, res)
-        failures += int(not res.get("citations"))
-    if failures:
-        raise typer.Exit(1)
-
-
 def parse_weights(text: str) -> list[tuple[float, float]]:
     """``"1:1,1:0.5,1:0.3"`` → [(1.0, 1.0), (1.0, 0.5), (1.0, 0.3)] (vector:lexical)."""
     out = []
@@ -166,6 +118,7 @@ def parse_weights(text: str) -> list[tuple[float, float]]:
     return out
 
 
+@app.command(name="eval")
 def eval_cmd(
     queries: Path = typer.Argument(..., exists=True, dir_okay=False, help='JSON lines {"query", "relevant"}'),
     corpus: Path = typer.Option(
@@ -186,7 +139,7 @@ def eval_cmd(
 ) -> None:
     """Retrieval quality: ingest CORPUS into a fresh tenant through the workers, run every query through
     the retrieval task; recall@k, MRR@k, nDCG@k (graded) and fail@20 per mode, and the misses."""
-    from ragline.query.eval import run_eval
+    from ragline.query.eval import run_eval  # start-up: the query side loads only for eval
 
     modes = ["vector", "lexical", "hybrid"] if mode == "all" else [mode]
     if not set(modes) <= {"vector", "lexical", "hybrid"}:
@@ -238,17 +191,10 @@ def eval_cmd(
             )
 
 
+@app.command()
 def schemas(folder: Path = typer.Argument(Path("docs/schemas"))) -> None:
     """Export the JSON Schema of the chat-backend contract (task payloads and results)."""
-    from ragline.query.schemas import export
+    from ragline.query.schemas import export  # start-up: loads only for this command
 
     for path in export(folder):
         console.print(f"wrote {path}")
-
-
-def register(app: typer.Typer) -> None:
-    app.command()(search)
-    app.command()(ask)
-    app.command()(demo)
-    app.command(name="eval")(eval_cmd)
-    app.command()(schemas)

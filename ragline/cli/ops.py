@@ -10,13 +10,15 @@ from rich.table import Table
 
 from ragline.shared.settings import Settings, get_settings
 
+app = typer.Typer()
+
 
 def summarize(settings: Settings) -> list[dict]:
     """One row per (pool, metric, labels): counters and gauges as values, histograms as count/sum/mean."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from ragline.shared.celery_app import POOLS
     from ragline.shared.metrics_server import queue_depths, snapshot_text
+    from ragline.shared.names import POOLS
 
     rows: list[dict] = []
     for pool, text in snapshot_text(settings).items():
@@ -77,6 +79,7 @@ def summarize(settings: Settings) -> list[dict]:
     return rows
 
 
+@app.command()
 def metrics(
     as_json: bool = typer.Option(False, "--json", help="machine-readable rows"),
     raw: bool = typer.Option(False, "--raw", help="Prometheus text format per pool"),
@@ -105,7 +108,3 @@ def metrics(
     Console().print(table)
     if not rows:
         Console(stderr=True).print("no metrics yet: is the stack up (`ragline up`)?")
-
-
-def register(app: typer.Typer) -> None:
-    app.command()(metrics)

@@ -1,16 +1,20 @@
-"""The ``ragline`` command line."""
+"""`ragline up`, `down`, `status`, `migrate`, `worker`: the embedded stack and its processes.
+
+Commands import the stack's modules (Celery, psycopg, the embedded servers) inside their function:
+each is needed by one command only, and ``ragline --help`` should not pay for all of them."""
 
 from __future__ import annotations
 
 import json
-import sys
+import os
 import time
+from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ragline.shared.cli_common import console, reload_app
+from ragline.cli.common import console, reload_app
 from ragline.shared.settings import get_settings
 
 app = typer.Typer(
@@ -18,7 +22,6 @@ app = typer.Typer(
 )
 
 
-# ------------------------------------------------------------------------------------------ stack
 @app.command()
 def up(wait: bool = typer.Option(True, help="wait until every worker pool answers a ping")) -> None:
     """Start embedded Postgres and Redis (unless external URLs are set), migrate, start pools, beat, Flower."""
@@ -45,8 +48,8 @@ def up(wait: bool = typer.Option(True, help="wait until every worker pool answer
 
 
 def _wait_workers(timeout: float) -> None:
-    from ragline.shared.celery_app import POOLS
     from ragline.shared.celery_app import app as celery
+    from ragline.shared.names import POOLS
 
     deadline = time.monotonic() + timeout
     want = set(POOLS)
@@ -93,7 +96,7 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
         },
         "processes": processes.running(settings),
     }
-    from ragline.ingest.lifecycle_cli import lifecycle_rows, lifecycle_status
+    from ragline.cli.lifecycle import lifecycle_rows, lifecycle_status
 
     info.update(lifecycle_status(settings))  # queue depths, running jobs, recent errors
     if as_json:
@@ -118,32 +121,28 @@ def migrate() -> None:
     console.print(f"applied {len(applied)} migration(s): {', '.join(applied) or '-'}")
 
 
-#: modules that add their commands to the one `ragline` app (each owns its commands)
-COMMAND_MODULES = [
-    "ragline.ingest.cli",
-    "ragline.query.cli",
-    "ragline.shared.ops_cli",
-    "ragline.ingest.lifecycle_cli",
-    "ragline.shared.config_cli",
-]
+@app.command()
+def worker(
+    pool: str = typer.Argument(..., help="ingest | query | control"),
+    index: int = typer.Option(
+        1, "--index", min=1, help="this process's number among its pool's processes on the host"
+    ),
+    siblings: int = typer.Option(
+        1, "--siblings", min=1, help="processes of this pool sharing the host's cores"
+    ),
+    show: bool = typer.Option(
+        False, "--print", help="print the command line and environment as JSON, do not run"
+    ),
+) -> None:
+    """Run one worker process of POOL: the command line ``ragline up``, the container and Kubernetes use."""
+    from ragline.shared.processes import worker_command  # start-up: only this command needs it
 
-
-def _register_all() -> None:
-    import importlib
-
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(app)
-
-
-_register_all()
-
-
-def main() -> None:
     try:
-        app()
-    except KeyboardInterrupt:  # pragma: no cover
-        sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()
+        spec = worker_command(get_settings(), pool, index, siblings)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if show:
+        print(json.dumps({"name": spec.name, "argv": spec.argv, "env": spec.env}))
+        return
+    Path(spec.env["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+    os.execve(spec.argv[0], spec.argv, {**os.environ, **spec.env})

@@ -1,30 +1,24 @@
-"""`ragline acl set|sync`, `reindex`, `reembed`, `errors`, `retry-failed`, `cancel` (issues 5, 6)."""
+"""`ragline acl set|sync`, `reindex`, `reembed`, `errors`, `retry-failed`, `cancel`: the document lifecycle."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import typer
 
-from ragline.shared.cli_common import console, reload_app, split_csv
+from ragline.cli.common import console, print_result, reload_app, split_csv
 
+app = typer.Typer()
 acl_app = typer.Typer(no_args_is_help=True, help="permissions: set one document's ACL or sync a JSONL file")
-
-
-def _print(data: dict | list, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(data, ensure_ascii=False, default=str))
-    else:
-        console.print(data)
+app.add_typer(acl_app, name="acl")
 
 
 def send_acl_batches(batches: list[list[dict]], timeout: float) -> dict:
     """Send batches to ``ragline.acl.sync`` on the acl queue all at once (the control pool's processes
     apply them in parallel) and add up the results."""
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_ACL_SYNC
+    from ragline.shared.names import TASK_ACL_SYNC
 
     reload_app()
     pending = [app.send_task(TASK_ACL_SYNC, args=[{"items": b}]) for b in batches]
@@ -65,7 +59,7 @@ def acl_set(
 
     now = time.time()
     item = AclSyncItem(tenant=tenant, doc_id=doc_id, acl=split_csv(acl), version=version, ts=now)
-    _print(send_acl_batches([[item.model_dump(exclude_none=True)]], timeout), as_json)
+    print_result(send_acl_batches([[item.model_dump(exclude_none=True)]], timeout), as_json)
 
 
 @acl_app.command("sync")
@@ -91,9 +85,10 @@ def acl_sync(
     t0 = time.perf_counter()
     out = send_acl_batches([rows[i : i + size] for i in range(0, len(rows), size)], timeout)
     out["seconds"] = round(time.perf_counter() - t0, 3)
-    _print(out, as_json)
+    print_result(out, as_json)
 
 
+@app.command()
 def reindex(
     source: list[str] = typer.Option(None, "--source", help="only this source (repeatable)"),
     wait: bool = typer.Option(False, "--wait", help="wait until every enqueued document is processed"),
@@ -101,8 +96,8 @@ def reindex(
     timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
 ) -> None:
     """List the configured sources (RAGLINE_SOURCES), enqueue new/changed documents, prune vanished ones."""
+    from ragline.ingest.control_tasks import run_reindex
     from ragline.shared import jobs
-    from ragline.shared.maintenance_tasks import run_reindex
 
     reload_app()
     try:
@@ -116,11 +111,12 @@ def reindex(
             k: summary[k]
             for k in ("documents", "done", "skipped_unchanged", "failed", "chunks", "embedded", "errors")
         }
-    _print(out, as_json)
+    print_result(out, as_json)
     if out.get("state") in ("running", "failed"):
         raise typer.Exit(2 if out["state"] == "running" else 1)
 
 
+@app.command()
 def errors(
     tenant: str | None = typer.Option(None, "--tenant"),
     limit: int = typer.Option(100),
@@ -134,7 +130,7 @@ def errors(
     with db.connection() as conn:
         rows = jobs.open_errors(conn, tenant, limit)
     if as_json:
-        _print(rows, True)
+        print_result(rows, True)
         return
     table = Table("tenant", "doc_id", "stage", "error", "when")
     for r in rows:
@@ -142,6 +138,7 @@ def errors(
     console.print(table if rows else "no open errors")
 
 
+@app.command("retry-failed")
 def retry_failed(
     tenant: str | None = typer.Option(None, "--tenant"),
     acl: str = typer.Option("", "--acl", help="groups for documents whose ACL is unknown (never stored)"),
@@ -158,9 +155,10 @@ def retry_failed(
     if wait and out.get("job_id"):
         summary = jobs.wait_for_job(out["job_id"], timeout)
         out.update(state=summary["state"], done=summary["done"], failed=summary["failed"])
-    _print(out, as_json)
+    print_result(out, as_json)
 
 
+@app.command()
 def reembed(
     tenant: str | None = typer.Option(None, "--tenant", help="only this tenant's chunks"),
     wait: bool = typer.Option(False, "--wait"),
@@ -169,13 +167,14 @@ def reembed(
 ) -> None:
     """Re-embed, in the background on the ingest pool, every chunk not on the configured model."""
     from ragline.shared.celery_app import app
-    from ragline.shared.contracts import TASK_INGEST_REEMBED
+    from ragline.shared.names import TASK_INGEST_REEMBED
 
     reload_app()
     res = app.send_task(TASK_INGEST_REEMBED, args=[{"tenant": tenant} if tenant else {}])
-    _print(res.get(timeout=timeout) if wait else {"task_id": res.id}, as_json)
+    print_result(res.get(timeout=timeout) if wait else {"task_id": res.id}, as_json)
 
 
+@app.command()
 def cancel(job_id: str = typer.Argument(...)) -> None:
     """Cancel a queued or running job: its remaining documents are skipped, a re-embedding stops."""
     from ragline.shared import db, jobs
@@ -193,8 +192,8 @@ def lifecycle_status(settings) -> dict:
     from psycopg.rows import dict_row
 
     from ragline.shared import jobs
-    from ragline.shared.celery_app import QUEUES
     from ragline.shared.metrics_server import queue_depths
+    from ragline.shared.names import QUEUES
 
     out: dict = {}
     try:
@@ -234,12 +233,3 @@ def lifecycle_rows(info: dict) -> list[tuple[str, str]]:
     for e in info.get("recent_errors", [])[:5]:
         rows.append((f"error {e['doc_id']}"[:60], f"tenant {e['tenant']}: {e['error'][:100]}"))
     return rows
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(acl_app, name="acl")
-    app.command()(reindex)
-    app.command()(errors)
-    app.command("retry-failed")(retry_failed)
-    app.command()(reembed)
-    app.command()(cancel)

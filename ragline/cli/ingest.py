@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ragline.shared.cli_common import console, reload_app, split_csv
+from ragline.cli.common import console, reload_app, split_csv, wait_with_progress
+
+app = typer.Typer()
 
 
+@app.command()
 def ingest(
     paths: list[Path] = typer.Argument(..., exists=True, help="files or folders"),
     tenant: str = typer.Option(..., "--tenant"),
@@ -19,9 +21,8 @@ def ingest(
     as_json: bool = typer.Option(False, "--json"),
     timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
 ) -> None:
-    """Enqueue one ingestion task per document."""
-    from ragline.ingest.enqueue import collect_files, enqueue_files
-    from ragline.shared import jobs
+    """Enqueue the documents in batch tasks of the ingest pool."""
+    from ragline.ingest.enqueue import collect_files, enqueue_files  # start-up: parsers load on use
 
     reload_app()
     files = collect_files(paths)
@@ -33,23 +34,7 @@ def ingest(
             else f"job {job_id}: {len(files)} documents queued"
         )
         return
-    with Progress(
-        TextColumn("[bold]ingest"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[chunks]} chunks"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=as_json,
-    ) as progress:
-        bar = progress.add_task("docs", total=len(files), chunks=0)
-        summary = jobs.wait_for_job(
-            job_id,
-            timeout,
-            on_progress=lambda s: progress.update(
-                bar, completed=jobs.finished_documents(s), chunks=s["chunks"]
-            ),
-        )
+    summary = wait_with_progress(job_id, len(files), timeout, quiet=as_json)
     out = {
         k: summary[k] for k in ("documents", "chunks", "embedded", "skipped_unchanged", "failed", "errors")
     }
@@ -60,7 +45,3 @@ def ingest(
         console.print(out)
     if summary["state"] == "running":
         raise typer.Exit(2)
-
-
-def register(app: typer.Typer) -> None:
-    app.command()(ingest)

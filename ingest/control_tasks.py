@@ -1,0 +1,139 @@
+"""Thin Celery tasks of the control pool: permission sync, document events, the scheduled
+reindex, stuck-job detection and retention.
+
+They run on the ``acl`` and ``maintenance`` queues, so a permission change or a delete never waits
+behind long ingestion work. Nothing here embeds: the control pool never loads a model (an import
+contract checks it), and a changed document is sent to the ingest pool as a task. Beat sends each
+tick with an ``expires``, so ticks nobody picked up in time are dropped instead of piling up; a
+reindex still running when the next tick arrives makes that tick a no-op (advisory lock in
+``ingest/reindex.py``). Validation and infrastructure retries come from the base task.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import BaseModel
+
+from ragline.ingest.acl_sync import apply_acl_sync
+from ragline.ingest.events import handle_event
+from ragline.ingest.reindex import TOTALS, reindex, select_sources
+from ragline.ingest.retention import purge
+from ragline.ingest.store import pending_reembed
+from ragline.shared import db, jobs
+from ragline.shared.celery_app import app, send
+from ragline.shared.contracts import AclSyncRequest, AclSyncResult, IngestEvent
+from ragline.shared.metrics import ACL_SYNC_LAG_S
+from ragline.shared.names import (
+    TASK_ACL_SYNC,
+    TASK_INGEST_EVENT,
+    TASK_INGEST_REEMBED,
+    TASK_PURGE,
+    TASK_REINDEX,
+    TASK_STUCK_JOBS,
+)
+from ragline.shared.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+
+def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
+    """Apply a request in batches; record the lag per applied item and one job row per request."""
+    size = get_settings().acl_sync_batch_size
+    totals = {"documents_updated": 0, "chunks_updated": 0, "ignored_stale": 0}
+    lags: list[float] = []
+    with db.connection() as conn:
+        for i in range(0, len(req.items), size):
+            out = apply_acl_sync(conn, req.items[i : i + size])
+            totals["documents_updated"] += out.documents_updated
+            totals["chunks_updated"] += out.chunks_updated
+            totals["ignored_stale"] += out.ignored_stale
+            lags += out.lags_s
+        for lag in lags:
+            ACL_SYNC_LAG_S.observe(lag)
+        result = AclSyncResult(
+            items=len(req.items),
+            **totals,
+            lag_s_max=round(max(lags), 4) if lags else None,
+            lag_s_mean=round(sum(lags) / len(lags), 4) if lags else None,
+        )
+        if record:
+            tenants = {it.tenant for it in req.items}
+            result.job_id = jobs.record_job(
+                conn,
+                "acl_sync",
+                tenants.pop() if len(tenants) == 1 else None,
+                result.model_dump(exclude={"job_id"}),
+                total=len(req.items),
+            )
+    return result
+
+
+def run_reindex(source_names: list[str] | None = None, kind: str = "reindex", reembed: bool = False) -> dict:
+    """List every configured source (or the named ones), enqueue new/changed, prune vanished; with
+    ``reembed`` also start a background re-embedding when chunks carry another model than the configured one."""
+    settings = get_settings()
+    specs = select_sources(settings.sources, source_names)
+    with db.connection() as conn:
+        out = (
+            reindex(conn, specs, send, http_timeout=settings.http_source_timeout_s, kind=kind)
+            if specs
+            else {"job_id": None, "state": "succeeded", "sources": {}, **dict.fromkeys(TOTALS, 0)}
+        )
+        stale = pending_reembed(conn, settings.embed_model_name) if reembed else 0
+    if stale:
+        out["reembed_task"] = send(TASK_INGEST_REEMBED, {})
+        out["reembed_pending"] = stale
+    log.info("reindex: %s", {k: v for k, v in out.items() if k != "sources"})
+    return out
+
+
+@app.task(name=TASK_ACL_SYNC, payload_model=AclSyncRequest)
+def acl_sync_task(req: AclSyncRequest) -> dict:
+    return run_acl_sync(req).model_dump()
+
+
+@app.task(name=TASK_INGEST_EVENT, payload_model=IngestEvent)
+def ingest_event_task(ev: IngestEvent) -> dict:
+    """Idempotent: a replayed or out-of-order event is recognised by its version and ignored."""
+    with db.connection() as conn:
+        result: BaseModel = handle_event(conn, ev, send)
+    return result.model_dump()
+
+
+@app.task(name=TASK_REINDEX)
+def reindex_task(payload: dict | None = None) -> dict:
+    """Scheduled (beat, no payload: also checks for a model change) or on-demand (``ragline reindex``)."""
+    if payload is None:
+        return run_reindex(reembed=True)
+    return run_reindex(
+        payload.get("sources"),
+        kind=payload.get("kind", "reindex"),
+        reembed=bool(payload.get("reembed", False)),
+    )
+
+
+@app.task(name=TASK_STUCK_JOBS)
+def stuck_jobs_task(payload: dict | None = None) -> dict:
+    """Mark running jobs without a recent heartbeat as failed ('stuck: ...')."""
+    older = float((payload or {}).get("older_than_s") or get_settings().job_stuck_after_s)
+    with db.connection() as conn:
+        marked = jobs.mark_stuck(conn, older)
+    for j in marked:
+        log.warning("job %s (%s) marked stuck: %s", j["id"], j["kind"], j["error"])
+    return {"marked": marked}
+
+
+@app.task(name=TASK_PURGE)
+def purge_task(payload: dict | None = None) -> dict:
+    """Retention (beat, daily by default); the payload may override the ages in days."""
+    s = get_settings()
+    p = payload or {}
+    with db.connection() as conn:
+        out = purge(
+            conn,
+            float(p.get("tombstone_days") or s.tombstone_retention_days),
+            float(p.get("job_days") or s.job_retention_days),
+        )
+    log.info("purge: %s", out)
+    return out

@@ -1,0 +1,50 @@
+"""Task payloads and results (pydantic), one module per pool; everything is re-exported here.
+
+A producer (the chat backend's client, the CLI) imports only these models and
+:mod:`ragline.shared.names`; the workers validate every payload into them.
+"""
+
+from ragline.shared.contracts.common import ErrorResult, Group, Ident, Pattern
+from ragline.shared.contracts.control import (
+    AclSyncItem,
+    AclSyncRequest,
+    AclSyncResult,
+    EventResult,
+    IngestEvent,
+)
+from ragline.shared.contracts.ingest import IngestBatchRequest, IngestRequest, IngestResult
+from ragline.shared.contracts.query import (
+    AskRequest,
+    AskResponse,
+    ChatTurn,
+    Citation,
+    Hit,
+    RerankRequest,
+    RerankResponse,
+    SearchRequest,
+    SearchResponse,
+)
+
+__all__ = [
+    "AclSyncItem",
+    "AclSyncRequest",
+    "AclSyncResult",
+    "AskRequest",
+    "AskResponse",
+    "ChatTurn",
+    "Citation",
+    "ErrorResult",
+    "EventResult",
+    "Group",
+    "Hit",
+    "Ident",
+    "IngestBatchRequest",
+    "IngestEvent",
+    "IngestRequest",
+    "IngestResult",
+    "Pattern",
+    "RerankRequest",
+    "RerankResponse",
+    "SearchRequest",
+    "SearchResponse",
+]

@@ -1,0 +1,49 @@
+"""Payloads and results of the ingest pool's tasks."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ragline.shared.contracts.common import Group, Ident
+
+
+class IngestRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: Ident
+    doc_id: Ident
+    uri: str | None = Field(default=None, max_length=4096, description="file path or URL")
+    content: str | None = Field(default=None, max_length=60_000_000, description="inline text")
+    fmt: Literal["md", "html", "text", "pdf", "docx"] | None = None
+    path: str | None = Field(default=None, max_length=4096, description="logical path used by filters")
+    layer: str = Field(default="docs", max_length=64)
+    acl: list[Group] = Field(default_factory=list, max_length=1000)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    version: int = Field(default=0, ge=0)
+    job_id: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> IngestRequest:
+        if (self.uri is None) == (self.content is None):
+            raise ValueError("exactly one of 'uri' or 'content' is required")
+        return self
+
+
+class IngestBatchRequest(BaseModel):
+    """Several documents in one task, so their chunks share embedding batches of up to 128 texts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    documents: list[IngestRequest] = Field(min_length=1, max_length=500)
+
+
+class IngestResult(BaseModel):
+    tenant: str
+    doc_id: str
+    status: Literal["stored", "skipped_unchanged", "stale", "failed", "cancelled"]
+    chunks: int = 0
+    embedded: int = 0
+    error: str | None = None
+    timings_ms: dict[str, float] = Field(default_factory=dict)

@@ -1,0 +1,136 @@
+"""Payloads and results of the query pool's tasks: what a chat backend sends and receives."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ragline.shared.contracts.common import Group, Ident, Pattern
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(default="", max_length=4000)
+    tenant: Ident
+    groups: list[Group] = Field(
+        max_length=1000, description="caller's ACL groups; empty means nothing is visible"
+    )
+    k: int = Field(default=10, ge=1, le=200)
+    mode: Literal["hybrid", "vector", "lexical", "exact"] = Field(
+        default="hybrid", description="'exact' returns the chunks of `doc_ids` / `paths` without ranking"
+    )
+    #: a precomputed query embedding (benchmarks, callers that embed themselves): skips the embedder
+    query_vector: list[float] | None = Field(default=None, min_length=1, max_length=4096)
+    # --- filters (retrieval contract, seed 000); path patterns are LIKE-escaped -----------------
+    layers: list[Pattern] = Field(default_factory=list, max_length=50, description="only these source layers")
+    path_prefixes: list[Pattern] = Field(
+        default_factory=list, max_length=100, description="include paths with a prefix"
+    )
+    exclude_path_prefixes: list[Pattern] = Field(default_factory=list, max_length=100)
+    exclude_like_patterns: list[Pattern] = Field(
+        default_factory=list,
+        max_length=100,
+        description="globs: * any run, ? one character; all else literal",
+    )
+    prefer_path_prefixes: list[Pattern] = Field(
+        default_factory=list, max_length=100, description="ranking bonus"
+    )
+    prefer_like_patterns: list[Pattern] = Field(
+        default_factory=list, max_length=100, description="globs; bonus"
+    )
+    prefer_non_tests: bool = Field(default=False, description="penalise test paths in the ranking")
+    # --- exact lookup (mode 'exact') -------------------------------------------------------------
+    doc_ids: list[Pattern] = Field(default_factory=list, max_length=1000)
+    paths: list[Pattern] = Field(default_factory=list, max_length=1000, description="empty ones are dropped")
+    rerank: bool | None = Field(default=None, description="None: rerank when a reranker is configured")
+
+    @field_validator("groups")
+    @classmethod
+    def _groups(cls, v: list[str]) -> list[str]:
+        return sorted(set(v))
+
+
+class Hit(BaseModel):
+    doc_id: str
+    chunk_no: int
+    path: str = ""
+    heading: str = ""
+    content: str = ""
+    context: str = ""
+    page: int | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    layer: str = ""
+    score: float = Field(
+        default=0.0, description="final ranking score (fused + bonus - penalty, or rerank score)"
+    )
+    fused_score: float | None = Field(default=None, description="weighted RRF before bonuses")
+    vector_rank: int | None = None
+    vector_distance: float | None = None
+    lexical_rank: int | None = None
+    lexical_score: float | None = None
+    prefer_bonus: float = 0.0
+    test_penalty: float = 0.0
+    rerank_score: float | None = None
+
+
+class SearchResponse(BaseModel):
+    hits: list[Hit]
+    degraded: bool = False
+    degraded_reasons: list[str] = Field(default_factory=list)
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+
+
+class RerankRequest(BaseModel):
+    """Rerank given candidates (e.g. the hits of a retrieve call) for a query."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, max_length=4000)
+    hits: list[Hit] = Field(max_length=1000)
+    top_k: int | None = Field(default=None, ge=1, le=200, description="default: settings.rerank_top_k")
+    threshold: float | None = Field(default=None, description="default: settings.rerank_threshold")
+
+
+class RerankResponse(SearchResponse):
+    """The same shape as a search response: the reranked hits."""
+
+
+class ChatTurn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant"]
+    content: str = Field(max_length=20_000)
+
+
+class AskRequest(SearchRequest):
+    k: int = Field(default=5, ge=1, le=50)
+    history: list[ChatTurn] = Field(
+        default_factory=list,
+        max_length=50,
+        description="earlier turns; used to rewrite a follow-up into a standalone question",
+    )
+    agentic: bool | None = Field(default=None, description="None: settings.agentic")
+
+
+class Citation(BaseModel):
+    n: int
+    doc_id: str
+    chunk_no: int
+    heading: str = ""
+    path: str = ""
+
+
+class AskResponse(BaseModel):
+    answer: str
+    citations: list[Citation]
+    no_answer: bool = False
+    degraded: bool = False
+    degraded_reasons: list[str] = Field(default_factory=list)
+    #: why there is no answer (nothing passed the threshold, citations rejected, generator failed)
+    reason: str | None = None
+    #: the agentic loop stopped on its budget, not because the evidence was enough
+    partial: bool = False
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    trace: dict[str, Any] = Field(default_factory=dict)

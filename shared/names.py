@@ -1,0 +1,44 @@
+"""Queue, pool and task names: the wire contract between producers and workers.
+
+Dependency-free on purpose: a producer, the Celery app, the CLI, the deploy checks and the
+import contracts all read these names without importing Celery or pydantic. Task names are stable
+API: renaming one breaks every producer that sends it.
+"""
+
+from __future__ import annotations
+
+TASK_INGEST_DOCUMENT = "ragline.ingest.document"
+TASK_INGEST_BATCH = "ragline.ingest.batch"
+TASK_INGEST_REEMBED = "ragline.ingest.reembed"
+TASK_INGEST_EVENT = "ragline.ingest.event"
+TASK_QUERY_RETRIEVE = "ragline.query.retrieve"
+TASK_QUERY_RERANK = "ragline.query.rerank"
+TASK_QUERY_ASK = "ragline.query.ask"
+TASK_ACL_SYNC = "ragline.acl.sync"
+TASK_REINDEX = "ragline.maintenance.reindex"
+TASK_STUCK_JOBS = "ragline.maintenance.stuck_jobs"
+TASK_PURGE = "ragline.maintenance.purge"
+
+QUEUES = ("ingest", "query", "acl", "maintenance")
+
+#: which queues each worker pool consumes (``ragline worker POOL`` starts one)
+POOLS: dict[str, tuple[str, ...]] = {
+    "ingest": ("ingest",),
+    "query": ("query",),
+    "control": ("acl", "maintenance"),
+}
+
+TASK_ROUTES = {
+    # document events (delete, acl, enqueue an upsert) are small: control pool, never behind ingestion
+    TASK_INGEST_EVENT: {"queue": "acl", "routing_key": "acl"},
+    "ragline.ingest.*": {"queue": "ingest", "routing_key": "ingest"},
+    "ragline.query.*": {"queue": "query", "routing_key": "query"},
+    "ragline.acl.*": {"queue": "acl", "routing_key": "acl"},
+    "ragline.maintenance.*": {"queue": "maintenance", "routing_key": "maintenance"},
+}
+
+#: the modules that define the tasks, imported by workers (Celery ``include``), never by producers
+TASK_MODULES = ("ragline.ingest.tasks", "ragline.ingest.control_tasks", "ragline.query.tasks")
+
+#: the Celery app, as ``celery -A`` takes it
+CELERY_APP = "ragline.shared.celery_app:app"
