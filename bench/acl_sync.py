@@ -90,7 +90,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
         with common.prefork_pools(ready):
             srv.reset_stats()
             common.checkpoint()
-            ingest_s = _ingest(tenant, texts, settings.ingest_batch_docs)
+            ingest_s = _ingest(tenant, texts, settings.ingest.batch_docs)
             ingest_requests, ingest_texts = (
                 srv.stats.by_path.get("/v1/embeddings", 0),
                 srv.stats.texts_embedded,
@@ -99,7 +99,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
 
             srv.reset_stats()
             sync_runs = []
-            batch = settings.acl_sync_batch_size
+            batch = settings.lifecycle.acl_sync_batch_size
             # three syncs (to another ACL and back, newer versions each time); the median is the result
             for version, acl in enumerate((NEW_ACL, OLD_ACL, NEW_ACL), start=1):
                 items = [
@@ -122,7 +122,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
 
             srv.reset_stats()
             common.checkpoint()
-            warm_s = _ingest(tenant_warm, texts, settings.ingest_batch_docs)
+            warm_s = _ingest(tenant_warm, texts, settings.ingest.batch_docs)
             warm_requests = srv.stats.by_path.get("/v1/embeddings", 0)
     ratio = ingest_s / sync_s
     targets = [
@@ -152,10 +152,10 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
         "embedder": "voyage on the loopback server, no latency",
         "embed_rpm": 0,
         "embed_tpm": 0,
-        "ingest_concurrency": settings.ingest_concurrency,
-        "acl_sync_batch_size": settings.acl_sync_batch_size,
-        "acl_concurrency": settings.acl_concurrency,
-        "ingest_batch_docs": settings.ingest_batch_docs,
+        "ingest_concurrency": settings.workers.ingest_concurrency,
+        "acl_sync_batch_size": settings.lifecycle.acl_sync_batch_size,
+        "acl_concurrency": settings.workers.acl_concurrency,
+        "ingest_batch_docs": settings.ingest.batch_docs,
         "workers": "ragline up's prefork ingest and control pools",
     }
     notes = [

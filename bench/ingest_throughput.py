@@ -63,9 +63,9 @@ def _chunk_count(text: str, settings) -> int:
     return len(
         chunk_blocks(
             parsed.blocks,
-            settings.chunk_max_chars,
-            settings.chunk_overlap_ratio,
-            settings.chunk_hard_max_chars,
+            settings.chunk.max_chars,
+            settings.chunk.overlap_ratio,
+            settings.chunk.hard_max_chars,
         )
     )
 

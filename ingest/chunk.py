@@ -6,6 +6,7 @@ Pure functions only. Tables and code blocks are indivisible units unless one alo
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import groupby
@@ -75,8 +76,6 @@ def _units(blocks: Iterable[Block], max_chars: int, hard_max: int) -> list[_Unit
 
 
 def _wrap(text: str, width: int) -> str:
-    import textwrap
-
     return "\n".join(textwrap.wrap(text, width=width, break_long_words=True, break_on_hyphens=False))
 
 

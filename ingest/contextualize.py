@@ -31,13 +31,14 @@ def contextualize(title: str, chunks: list[Chunk], full_text: str | None = None)
     """One context string per chunk."""
     base = [heading_context(title, c) for c in chunks]
     settings = get_settings()
-    if settings.contextualizer != "anthropic" or not chunks:
+    if settings.context.provider != "anthropic" or not chunks:
         return base
-    if not full_text or len(full_text) > settings.contextualize_max_doc_chars:
+    if not full_text or len(full_text) > settings.context.max_doc_chars:
         CONTEXTUALIZE_FALLBACK.inc(len(chunks))
         return base
     try:
-        from ragline.shared.providers.anthropic_context import AnthropicContextualizer
+        # every worker process imports this module, and the control pool must load no provider module
+        from ragline.shared.providers.anthropic_context import AnthropicContextualizer  # provider by settings
 
         ctx = cached("contextualizer", AnthropicContextualizer)
     except ProviderError as exc:

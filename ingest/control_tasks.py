@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
     """Apply a request in batches; record the lag per applied item and one job row per request."""
-    size = get_settings().acl_sync_batch_size
+    size = get_settings().lifecycle.acl_sync_batch_size
     totals = {"documents_updated": 0, "chunks_updated": 0, "ignored_stale": 0}
     lags: list[float] = []
     with db.connection() as conn:
@@ -73,14 +73,14 @@ def run_reindex(source_names: list[str] | None = None, kind: str = "reindex", re
     """List every configured source (or the named ones), enqueue new/changed, prune vanished; with
     ``reembed`` also start a background re-embedding when chunks carry another model than the configured one."""
     settings = get_settings()
-    specs = select_sources(settings.sources, source_names)
+    specs = select_sources(settings.lifecycle.sources, source_names)
     with db.connection() as conn:
         out = (
-            reindex(conn, specs, send, http_timeout=settings.http_source_timeout_s, kind=kind)
+            reindex(conn, specs, send, http_timeout=settings.lifecycle.http_source_timeout_s, kind=kind)
             if specs
             else {"job_id": None, "state": "succeeded", "sources": {}, **dict.fromkeys(TOTALS, 0)}
         )
-        stale = pending_reembed(conn, settings.embed_model_name) if reembed else 0
+        stale = pending_reembed(conn, settings.embed.model_name) if reembed else 0
     if stale:
         out["reembed_task"] = send(TASK_INGEST_REEMBED, {})
         out["reembed_pending"] = stale
@@ -116,7 +116,7 @@ def reindex_task(payload: dict | None = None) -> dict:
 @app.task(name=TASK_STUCK_JOBS)
 def stuck_jobs_task(payload: dict | None = None) -> dict:
     """Mark running jobs without a recent heartbeat as failed ('stuck: ...')."""
-    older = float((payload or {}).get("older_than_s") or get_settings().job_stuck_after_s)
+    older = float((payload or {}).get("older_than_s") or get_settings().lifecycle.job_stuck_after_s)
     with db.connection() as conn:
         marked = jobs.mark_stuck(conn, older)
     for j in marked:
@@ -132,8 +132,8 @@ def purge_task(payload: dict | None = None) -> dict:
     with db.connection() as conn:
         out = purge(
             conn,
-            float(p.get("tombstone_days") or s.tombstone_retention_days),
-            float(p.get("job_days") or s.job_retention_days),
+            float(p.get("tombstone_days") or s.lifecycle.tombstone_retention_days),
+            float(p.get("job_days") or s.lifecycle.job_retention_days),
         )
     log.info("purge: %s", out)
     return out

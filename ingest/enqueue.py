@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ragline.ingest.parse import SUPPORTED
 from ragline.shared import db, jobs
+from ragline.shared.celery_app import app
 from ragline.shared.names import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT
 from ragline.shared.settings import get_settings
 
@@ -63,14 +64,17 @@ def send_in_batches(
     send_task: Callable[[str, dict], object],
     batch_docs: int | None = None,
 ) -> int:
-    """Send ``payloads`` (ingest requests) as ``ragline.ingest.batch`` tasks of at most ``ingest_batch_docs``
-    documents and ``ingest_batch_bytes`` bytes, a lone document as ``ragline.ingest.document``; returns the
+    """Send ``payloads`` (ingest requests) as ``ragline.ingest.batch`` tasks of at most ``ingest.batch_docs``
+    documents and ``ingest.batch_bytes`` bytes, a lone document as ``ragline.ingest.document``; returns the
     number of tasks. At least one batch per ingest process, so a small set still keeps every process busy."""
     settings = get_settings()
     per_batch = max(
-        1, min(batch_docs or settings.ingest_batch_docs, -(-len(payloads) // settings.ingest_concurrency))
+        1,
+        min(
+            batch_docs or settings.ingest.batch_docs, -(-len(payloads) // settings.workers.ingest_concurrency)
+        ),
     )
-    groups = plan_batches(sizes, per_batch, settings.ingest_batch_bytes)
+    groups = plan_batches(sizes, per_batch, settings.ingest.batch_bytes)
     for group in groups:
         if len(group) == 1:
             send_task(TASK_INGEST_DOCUMENT, payloads[group[0]])
@@ -83,8 +87,6 @@ def enqueue_files(
     files: list[tuple[Path, str]], tenant: str, acl: list[str], batch_docs: int | None = None
 ) -> str:
     """One job; the documents go out through :func:`send_in_batches`."""
-    from ragline.shared.celery_app import app
-
     with db.connection() as conn:
         job_id = jobs.create_job(conn, "ingest", tenant, [d for _, d in files], {"files": len(files)})
     payloads, sizes = [], []

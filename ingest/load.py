@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragline.ingest.parse import BINARY_FORMATS, SUPPORTED, ParseError
+from ragline.ingest.sources import fetch_url
 from ragline.shared.contracts import IngestRequest
 from ragline.shared.settings import get_settings
 
@@ -22,7 +23,7 @@ class Loaded:
 
 def size_limit(fmt: str) -> int:
     s = get_settings()
-    return min(MAX_BYTES, s.ingest_max_bytes if fmt in BINARY_FORMATS else s.ingest_max_text_bytes)
+    return min(MAX_BYTES, s.ingest.max_bytes if fmt in BINARY_FORMATS else s.ingest.max_text_bytes)
 
 
 def check_size(size: int, fmt: str) -> None:
@@ -33,9 +34,9 @@ def check_size(size: int, fmt: str) -> None:
 
 
 def check_allowed(path: Path) -> None:
-    """With ``ingest_allowed_roots`` set, a task may only read files below those folders: a
+    """With ``ingest.allowed_roots`` set, a task may only read files below those folders: a
     producer that can enqueue tasks must not be able to make a worker read any file it likes."""
-    roots = get_settings().ingest_allowed_roots
+    roots = get_settings().ingest.allowed_roots
     if not roots:
         return
     real = path.resolve()
@@ -54,8 +55,6 @@ def _load(req: IngestRequest) -> Loaded:
         return Loaded(req.content.encode("utf-8"), req.fmt or "text", req.doc_id, req.path or req.doc_id)
     assert req.uri is not None
     if req.uri.startswith(("http://", "https://")):  # URL-list sources (ingest/sources.py)
-        from ragline.ingest.sources import fetch_url
-
         data, fmt = fetch_url(req.uri)
         if (req.fmt or fmt) is None:
             raise ParseError(f"unsupported document type at {req.uri}")

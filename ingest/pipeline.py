@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 import psycopg
+from celery.exceptions import SoftTimeLimitExceeded
 from psycopg.pq import TransactionStatus
 
 from ragline.ingest import store
@@ -82,9 +83,9 @@ def prepare(req: IngestRequest, embed_model: str) -> Prepared | IngestResult:
         stage = "chunk"
         chunks = chunk_blocks(
             parsed.blocks,
-            settings.chunk_max_chars,
-            settings.chunk_overlap_ratio,
-            settings.chunk_hard_max_chars,
+            settings.chunk.max_chars,
+            settings.chunk.overlap_ratio,
+            settings.chunk.hard_max_chars,
         )
         lap("chunk")
         stage = "contextualize"
@@ -147,8 +148,6 @@ def ingest_batch(reqs: list[IngestRequest]) -> list[IngestResult]:
     task's soft time limit strikes, documents already stored keep their result and only the rest
     are recorded as failed.
     """
-    from celery.exceptions import SoftTimeLimitExceeded
-
     results: list[IngestResult | None] = [None] * len(reqs)
     try:
         _ingest_into(results, reqs)
@@ -184,7 +183,7 @@ def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) 
     with db.connection() as conn:
         t = time.perf_counter()
         emb = embed_with_cache(
-            conn, embedder, [t for doc in texts for t in doc], get_settings().embed_batch_size
+            conn, embedder, [t for doc in texts for t in doc], get_settings().embed.batch_size
         )
         embed_ms = elapsed_ms(t)
         conn.commit()  # idle again: each document below gets a transaction of its own, not a savepoint

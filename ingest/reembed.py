@@ -63,7 +63,7 @@ def run_reembed(job_id: str | None = None, batch_size: int | None = None, tenant
     """Re-embed every chunk (of ``tenant``, or all) not on the configured model; one runner at a time;
     cancellable through its job (``ragline cancel JOB``)."""
     settings = get_settings()
-    size = batch_size or settings.reembed_batch_size
+    size = batch_size or settings.lifecycle.reembed_batch_size
     embedder = get_embedder()
     model = embedder.model
     with db.connection() as conn:
@@ -95,7 +95,7 @@ def run_reembed(job_id: str | None = None, batch_size: int | None = None, tenant
                     conn,
                     embedder,
                     [embedding_text(r["context"], r["content"]) for r in rows],
-                    settings.embed_batch_size,
+                    settings.embed.batch_size,
                 )
                 with conn.transaction():
                     cur = conn.execute(

@@ -8,17 +8,17 @@ unknown is not retried: ingesting it with no groups would hide it from everybody
 
 from __future__ import annotations
 
+from ragline.ingest.sources import configured_sources
 from ragline.shared import db, jobs
+from ragline.shared.celery_app import app
 from ragline.shared.contracts import IngestRequest
 from ragline.shared.names import TASK_INGEST_DOCUMENT
 from ragline.shared.settings import get_settings
 
 
 def _source_acl(metadata: dict, tenant: str) -> list[str] | None:
-    from ragline.ingest.sources import configured_sources
-
     name = (metadata or {}).get("source")
-    for spec in configured_sources(get_settings().sources):
+    for spec in configured_sources(get_settings().lifecycle.sources):
         if spec.name == name and spec.tenant == tenant:
             return list(spec.acl)
     return None
@@ -59,8 +59,6 @@ def plan_retries(conn, tenant: str | None, fallback_acl: list[str]) -> tuple[lis
 
 
 def enqueue_retries(tenant: str | None, fallback_acl: list[str]) -> dict:
-    from ragline.shared.celery_app import app
-
     with db.connection() as conn:
         requests, skipped = plan_retries(conn, tenant, fallback_acl)
         job_id = None

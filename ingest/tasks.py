@@ -41,14 +41,14 @@ TRANSIENT = (*INFRASTRUCTURE_ERRORS, ProviderError)
 
 
 class IngestTask(RaglineTask):
-    """Retries provider outages too, as many times as ``ingest_task_max_retries`` says; after the
+    """Retries provider outages too, as many times as ``ingest.task_max_retries`` says; after the
     last one the documents are recorded as failed instead of the task failing."""
 
     autoretry_for = TRANSIENT
 
     @property
     def max_retries(self) -> int:
-        return get_settings().ingest_task_max_retries
+        return get_settings().ingest.task_max_retries
 
 
 class PoisonTask(RuntimeError):
@@ -73,7 +73,7 @@ def _run(task: IngestTask, reqs: list[IngestRequest]) -> list[IngestResult]:
             ]
     try:
         lost = redelivery.worker_lost_count(task.request.id, task.request.retries)
-        if lost >= get_settings().ingest_max_worker_lost:
+        if lost >= get_settings().workers.ingest_max_worker_lost:
             raise PoisonTask(f"the worker process died {lost} times running this task (poison document?)")
         results = ingest_batch(reqs)
     except TRANSIENT as exc:
@@ -95,7 +95,7 @@ def _run(task: IngestTask, reqs: list[IngestRequest]) -> list[IngestResult]:
             doc_id=req.doc_id,
             status=result.status,
             chunks=result.chunks,
-            model=get_settings().embed_model_name,
+            model=get_settings().embed.model_name,
             latency_ms=sum(result.timings_ms.values()),
             error=result.error,
         )
@@ -144,5 +144,5 @@ def _warm_ingest() -> None:
     s = get_settings()
     for fmt, text in _WARMUP_SAMPLES.items():
         parsed = parse_bytes(text.encode(), fmt, default_title="warmup")
-        chunk_blocks(parsed.blocks, s.chunk_max_chars, s.chunk_overlap_ratio, s.chunk_hard_max_chars)
+        chunk_blocks(parsed.blocks, s.chunk.max_chars, s.chunk.overlap_ratio, s.chunk.hard_max_chars)
     warmup.warm_embedder()

@@ -1,4 +1,4 @@
-"""Agentic retrieval (seed 004): search, check whether the evidence is enough, search again, within a
+"""Agentic retrieval: search, check whether the evidence is enough, search again, within a
 budget of rounds, searches and evidence chunks. Repeated queries count as going in circles. When
 the budget runs out the answer is built from what was found and marked ``partial``.
 
@@ -119,7 +119,7 @@ class CoveragePlanner:
 
 
 class LLMPlanner:
-    """The sufficiency check of seed 004 as one generator call answering JSON."""
+    """The sufficiency check as one generator call answering JSON."""
 
     def __init__(self, generator) -> None:
         self.generator = generator

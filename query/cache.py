@@ -1,6 +1,6 @@
 """A small per-process LRU for query embeddings.
 
-Keys always hold the tenant and a hash of the caller's group set (issue 5): a cache shared
+Keys always hold the tenant and a hash of the caller's group set: a cache shared
 across permission sets is how RAG systems leak answers between users, so even values that do
 not depend on permissions (an embedding) are never looked up across them.
 """

@@ -2,7 +2,7 @@
 
 The corpus goes through the real ingestion pipeline and workers into a fresh tenant (the
 embedding cache makes a rerun cheap); every query goes through the real retrieval task.
-The metric formulas follow the evaluation script of seed ``004``: gain ``2^rel - 1``, discount
+The metric formulas follow the reference evaluation script: gain ``2^rel - 1``, discount
 ``1/log2(i + 1)``, IDCG over every known relevant document (a miss is penalised).
 """
 
@@ -16,6 +16,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ragline.query.fusion import rrf
+from ragline.shared import db, jobs
+from ragline.shared.celery_app import app
+from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
+from ragline.shared.settings import get_settings
 
 EVAL_GROUP = "eval"
 FAIL_AT = 20
@@ -144,12 +150,10 @@ def sweep_rrf(
 ) -> list[dict]:
     """Hybrid metrics for several (vector, lexical) RRF weight pairs without restarting workers.
 
-    The vector-only and lexical-only runs at depth ``top_n`` (= ``retrieval_top_n``) return
+    The vector-only and lexical-only runs at depth ``top_n`` (= ``retrieval.top_n``) return
     exactly the two candidate lists a hybrid search fuses, so the weighted fusion of any weight
     pair is recomputed here with the same ``ragline.query.fusion.rrf`` the retriever uses.
     """
-    from ragline.query.fusion import rrf
-
     runs = []
     for row in queries:
         lists = {}
@@ -174,10 +178,6 @@ def ingest_corpus(
     corpus: list[dict], tenant: str, timeout: float = 3600.0, progress: Callable[[dict], None] | None = None
 ) -> dict:
     """Send the corpus through the ingest queue under one job and wait for it to finish."""
-    from ragline.shared import db, jobs
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_INGEST_DOCUMENT
-
     ids = [str(r["id"]) for r in corpus]
     with db.connection() as conn:
         job_id = jobs.create_job(conn, "ingest", tenant, ids, {"eval": True, "documents": len(ids)})
@@ -198,8 +198,6 @@ def ingest_corpus(
 
 def task_search(tenant: str, rerank: bool = False, timeout: float = 120.0) -> SearchFn:
     """A search function that goes through the real ``ragline.query.retrieve`` task."""
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
 
     def run(query: str, mode: str, k: int) -> dict:
         payload = {
@@ -216,8 +214,6 @@ def task_search(tenant: str, rerank: bool = False, timeout: float = 120.0) -> Se
 
 
 def drop_tenant(tenant: str) -> None:
-    from ragline.shared import db
-
     with db.connection() as conn:
         conn.execute("DELETE FROM documents WHERE tenant = %s", (tenant,))
 
@@ -237,8 +233,6 @@ def run_eval(
     progress: Callable[[str], None] | None = None,
 ) -> dict:
     """Ingest into a fresh tenant, evaluate every mode, drop the tenant (unless ``keep``)."""
-    from ragline.shared.settings import get_settings
-
     settings = get_settings()
     modes = modes or ["hybrid"]
     queries = read_jsonl(queries_path)
@@ -254,7 +248,7 @@ def run_eval(
         )
         t1 = time.perf_counter()
         search = task_search(tenant, rerank=rerank)
-        reports = evaluate(queries, search, modes, k, depth=settings.retrieval_top_n)
+        reports = evaluate(queries, search, modes, k, depth=settings.retrieval.top_n)
         say(f"{len(queries)} queries x {len(modes)} mode(s) in {time.perf_counter() - t1:.0f}s")
         result: dict = {m: {**r.summary(), "misses": r.misses} for m, r in reports.items()}
         meta = {
@@ -262,18 +256,20 @@ def run_eval(
             "corpus": str(corpus_path),
             "k": k,
             "rerank": rerank,
-            "reranker": settings.reranker if rerank else None,
+            "reranker": settings.rerank.provider if rerank else None,
             "tenant": tenant,
-            "embedder": settings.embed_model_name,
-            "rrf_weight_vector": settings.rrf_weight_vector,
-            "rrf_weight_lexical": settings.rrf_weight_lexical,
-            "rrf_k": settings.rrf_k,
-            "retrieval_top_n": settings.retrieval_top_n,
+            "embedder": settings.embed.model_name,
+            "rrf_weight_vector": settings.retrieval.rrf_weight_vector,
+            "rrf_weight_lexical": settings.retrieval.rrf_weight_lexical,
+            "rrf_k": settings.retrieval.rrf_k,
+            "retrieval_top_n": settings.retrieval.top_n,
             "ingest": {k_: summary[k_] for k_ in ("documents", "chunks", "embedded", "failed")},
             "failed_documents": [e["doc_id"] for e in summary["errors"]],
         }
         if sweep:
-            meta["rrf_sweep"] = sweep_rrf(queries, search, sweep, k, settings.rrf_k, settings.retrieval_top_n)
+            meta["rrf_sweep"] = sweep_rrf(
+                queries, search, sweep, k, settings.retrieval.rrf_k, settings.retrieval.top_n
+            )
         return {"modes": result, "meta": meta}
     finally:
         if not keep:

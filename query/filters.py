@@ -1,4 +1,4 @@
-"""Retrieval filters of the contract in seed ``000``, compiled into SQL ``WHERE`` clauses and ranking columns.
+"""The retrieval contract's filters, compiled into SQL ``WHERE`` clauses and ranking columns.
 
 Pure functions: the clause texts are constants, every user value travels as a bound parameter,
 and every pattern is LIKE-escaped, so ``%`` or ``_`` inside a path prefix match themselves.

@@ -1,5 +1,5 @@
 """Rerank fused candidates with a score threshold, falling back to the fused order when the
-provider is slow or broken (seed 004: worse than a rerank, better than an error).
+provider is slow or broken (worse than a rerank, better than an error).
 
 The provider's answer is untrusted input: indexes must be integers naming a candidate, each at
 most once; scores must be finite numbers. An empty result after the threshold is an honest

@@ -108,7 +108,7 @@ def set_hnsw_params(conn: psycopg.Connection, n: int, settings: Settings) -> Non
     """The HNSW search parameters for this transaction, in one round trip (no parameters, so
     psycopg may send two statements at once)."""
     conn.execute(
-        f"SET LOCAL hnsw.ef_search = {int(max(settings.hnsw_ef_search, n))};"
+        f"SET LOCAL hnsw.ef_search = {int(max(settings.retrieval.hnsw_ef_search, n))};"
         " SET LOCAL hnsw.iterative_scan = relaxed_order"
     )
 
@@ -116,7 +116,7 @@ def set_hnsw_params(conn: psycopg.Connection, n: int, settings: Settings) -> Non
 def vector_rows(
     conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray, n: int, settings: Settings
 ) -> list[dict]:
-    f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
+    f = compile_filters(req, settings.retrieval.prefer_bonus, settings.retrieval.test_penalty)
     set_hnsw_params(conn, n, settings)
     params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
     return conn.execute(_sql(VECTOR_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
@@ -129,16 +129,16 @@ def lexical_rows(
     if not has_terms(req.query):
         return []
     assert conn is not None
-    f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
+    f = compile_filters(req, settings.retrieval.prefer_bonus, settings.retrieval.test_penalty)
     params = {
         "tenant": req.tenant,
         "groups": req.groups,
         "n": n,
-        "query": lexical_query(req.query, settings.lexical_match),
-        "rank_norm": settings.lexical_rank_normalization,
+        "query": lexical_query(req.query, settings.retrieval.lexical_match),
+        "rank_norm": settings.retrieval.lexical_rank_normalization,
         **f.params,
     }
-    sql = _sql(LEXICAL_SQL, f.columns_sql(), f.where_sql(), settings.lexical_rank)
+    sql = _sql(LEXICAL_SQL, f.columns_sql(), f.where_sql(), settings.retrieval.lexical_rank)
     return conn.execute(sql, params).fetchall()
 
 
@@ -149,7 +149,7 @@ def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Se
     if not (doc_ids or paths) or not req.groups:
         return []
     assert conn is not None
-    f = compile_filters(req, settings.prefer_bonus, settings.test_penalty)
+    f = compile_filters(req, settings.retrieval.prefer_bonus, settings.retrieval.test_penalty)
     params = {
         "tenant": req.tenant,
         "groups": req.groups,
@@ -164,8 +164,8 @@ def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Se
 def fuse(vector: list[dict], lexical: list[dict], settings: Settings, limit: int) -> list[Hit]:
     """Weighted RRF over the two ranked lists, plus prefer bonus, minus test penalty; pure.
 
-    Scores are computed on the rows; only the ``limit`` kept become :class:`Hit` models (building
-    one per candidate, 50-100 per question, was most of the task's own time in bench c)."""
+    Scores are computed on the rows; only the ``limit`` kept become :class:`Hit` models: a question
+    has many more candidates than hits, and a model per candidate would dominate the task's own time."""
     rows: dict[tuple[str, int], dict] = {}
     ranks: dict[tuple[str, int], dict[str, float | int]] = {}
     for rank, row in enumerate(vector, start=1):
@@ -181,8 +181,11 @@ def fuse(vector: list[dict], lexical: list[dict], settings: Settings, limit: int
             "vector": [(r["doc_id"], r["chunk_no"]) for r in vector],
             "lexical": [(r["doc_id"], r["chunk_no"]) for r in lexical],
         },
-        k=settings.rrf_k,
-        weights={"vector": settings.rrf_weight_vector, "lexical": settings.rrf_weight_lexical},
+        k=settings.retrieval.rrf_k,
+        weights={
+            "vector": settings.retrieval.rrf_weight_vector,
+            "lexical": settings.retrieval.rrf_weight_lexical,
+        },
     )
     scored = []
     for position, (key, score) in enumerate(fused):
@@ -216,7 +219,7 @@ def search(
         # and READ ONLY would bind the caller's transaction
         raise RuntimeError("retrieval needs an idle connection: it runs its own read-only transaction")
     limit = limit or req.k
-    n = max(settings.retrieval_top_n, limit)
+    n = max(settings.retrieval.top_n, limit)
     vector: list[dict] = []
     lexical: list[dict] = []
     with read_only_transaction(conn):

@@ -20,7 +20,7 @@ MODELS = {
     "ask_request": c.AskRequest,
     "ask_response": c.AskResponse,
     "error_result": c.ErrorResult,
-    # permissions and document events from the chat backend / upstream systems (issues 5, 6)
+    # permissions and document events from the chat backend / upstream systems
     "acl_sync_request": c.AclSyncRequest,
     "acl_sync_result": c.AclSyncResult,
     "ingest_event": c.IngestEvent,

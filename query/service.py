@@ -61,8 +61,8 @@ def trace_of(hits: list[Hit]) -> list[dict]:
 # ----------------------------------------------------------------------------------- embeddings
 def _embed_query(req: SearchRequest, reasons: list[str]) -> np.ndarray | None:
     settings = get_settings()
-    cache: LRU = providers.cached("query_embeddings", lambda s: LRU(s.query_cache_size))
-    key = scoped_key(req.tenant, req.groups, settings.embed_model_name, req.query)
+    cache: LRU = providers.cached("query_embeddings", lambda s: LRU(s.retrieval.query_cache_size))
+    key = scoped_key(req.tenant, req.groups, settings.embed.model_name, req.query)
     hit = cache.get(key)
     if hit is not None:
         return hit  # type: ignore[return-value]
@@ -70,12 +70,12 @@ def _embed_query(req: SearchRequest, reasons: list[str]) -> np.ndarray | None:
         embedder = providers.get_embedder()
         # the embedder's retry policy is made for ingestion; a question waits at most this long
         vec = np.asarray(
-            run_with_deadline(embedder.embed_query, settings.query_embed_timeout_s, req.query),
+            run_with_deadline(embedder.embed_query, settings.retrieval.query_embed_timeout_s, req.query),
             dtype=np.float32,
         )
     except DeadlineExceeded:
-        log.warning("query embedding exceeded %.1fs, lexical only", settings.query_embed_timeout_s)
-        reasons.append(f"embedder: timeout after {settings.query_embed_timeout_s:g}s")
+        log.warning("query embedding exceeded %.1fs, lexical only", settings.retrieval.query_embed_timeout_s)
+        reasons.append(f"embedder: timeout after {settings.retrieval.query_embed_timeout_s:g}s")
         return None
     except Exception as exc:  # any provider failure degrades to lexical search
         log.warning("query embedding failed, lexical only: %s", type(exc).__name__)
@@ -114,7 +114,7 @@ def retrieve(req: SearchRequest, limit: int | None = None) -> SearchResponse:
 def _use_rerank(req: SearchRequest, settings: Settings) -> bool:
     if req.mode == "exact":
         return False
-    return settings.reranker != "none" if req.rerank is None else req.rerank
+    return settings.rerank.provider != "none" if req.rerank is None else req.rerank
 
 
 def rerank_stage(
@@ -122,14 +122,14 @@ def rerank_stage(
 ) -> RerankOutcome:
     """Rerank with the configured provider; a provider that cannot even be built degrades too."""
     settings = get_settings()
-    threshold = settings.rerank_threshold if threshold is None else threshold
+    threshold = settings.rerank.threshold if threshold is None else threshold
     try:
         reranker = providers.get_reranker()
     except Exception as exc:
         return fallback(candidates, top_k, "config", f"{type(exc).__name__}: {exc}")
     if reranker is None:
         return RerankOutcome(hits=candidates[:top_k])
-    return rerank_hits(reranker, query, candidates, top_k, threshold, settings.rerank_timeout_s)
+    return rerank_hits(reranker, query, candidates, top_k, threshold, settings.rerank.timeout_s)
 
 
 def search(req: SearchRequest) -> SearchResponse:
@@ -137,7 +137,7 @@ def search(req: SearchRequest) -> SearchResponse:
     settings = get_settings()
     t0 = time.perf_counter()
     rerank = _use_rerank(req, settings)
-    resp = retrieve(req, limit=max(req.k, settings.rerank_candidates) if rerank else req.k)
+    resp = retrieve(req, limit=max(req.k, settings.rerank.candidates) if rerank else req.k)
     if rerank:
         t = time.perf_counter()
         out = rerank_stage(req.query, resp.hits, req.k)
@@ -153,7 +153,7 @@ def search(req: SearchRequest) -> SearchResponse:
         question=req.query,
         latency_ms=resp.timings_ms["total"],
         chunks=len(resp.hits),
-        model=settings.embed_model_name,
+        model=settings.embed.model_name,
         mode=req.mode,
         degraded=resp.degraded,
     )
@@ -163,7 +163,7 @@ def search(req: SearchRequest) -> SearchResponse:
 def rerank(req: RerankRequest) -> RerankResponse:
     settings = get_settings()
     t0 = time.perf_counter()
-    out = rerank_stage(req.query, req.hits, req.top_k or settings.rerank_top_k, req.threshold)
+    out = rerank_stage(req.query, req.hits, req.top_k or settings.rerank.top_k, req.threshold)
     return RerankResponse(
         hits=out.hits,
         degraded=out.degraded,
@@ -200,7 +200,8 @@ def gather(
         for h in hits:
             by_key.setdefault((h.doc_id, h.chunk_no), h)
     fused = rrf(
-        {name: [(h.doc_id, h.chunk_no) for h in hits] for name, hits in lists.items()}, k=settings.rrf_k
+        {name: [(h.doc_id, h.chunk_no) for h in hits] for name, hits in lists.items()},
+        k=settings.retrieval.rrf_k,
     )
     out = []
     for key, score in fused[:limit]:
@@ -252,7 +253,7 @@ def is_no_answer(answer: str) -> bool:
 def ask(req: AskRequest) -> AskResponse:
     settings = get_settings()
     t0 = time.perf_counter()
-    if req.agentic if req.agentic is not None else settings.agentic:
+    if req.agentic if req.agentic is not None else settings.answer.agentic:
         return agentic_ask(req)
     timings: dict[str, float] = {}
     trace: dict = {}
@@ -266,7 +267,7 @@ def ask(req: AskRequest) -> AskResponse:
     rerank = _use_rerank(req, settings)
     t = time.perf_counter()
     candidates, degraded, r_reasons, r_timings = gather(
-        req, plan.queries, plan.hyde_vec, max(req.k, settings.rerank_candidates) if rerank else req.k
+        req, plan.queries, plan.hyde_vec, max(req.k, settings.rerank.candidates) if rerank else req.k
     )
     reasons += r_reasons
     timings.update(r_timings)
@@ -280,7 +281,7 @@ def ask(req: AskRequest) -> AskResponse:
         timings["rerank"] = elapsed_ms(t)
         trace["reranked"] = trace_of(hits)
     else:
-        hits = [h for h in candidates if h.score >= settings.answer_min_score][: req.k]
+        hits = [h for h in candidates if h.score >= settings.answer.min_score][: req.k]
     resp = respond(plan.queries[0], hits, reasons, timings, trace, t0)
     log_query(
         "ask",
@@ -288,7 +289,7 @@ def ask(req: AskRequest) -> AskResponse:
         question=req.query,
         latency_ms=resp.timings_ms["total"],
         chunks=len(hits),
-        model=settings.generator,
+        model=settings.answer.provider,
         no_answer=resp.no_answer,
         degraded=resp.degraded,
         rejected_citations=len(trace.get("rejected_citations", [])),
@@ -377,7 +378,10 @@ def agentic_ask(req: AskRequest) -> AskResponse:
         reasons.append(f"planner: {type(exc).__name__}")
     planner: Planner = LLMPlanner(generator) if generator is not None else CoveragePlanner()
     budget = Budget(
-        settings.agentic_max_rounds, settings.agentic_max_searches, settings.agentic_max_evidence, req.k
+        settings.answer.agentic_max_rounds,
+        settings.answer.agentic_max_searches,
+        settings.answer.agentic_max_evidence,
+        req.k,
     )
     try:
         result = agentic_loop(agentic_search, planner, req.query, budget)

@@ -1,4 +1,4 @@
-"""Query transforms behind settings (seed 004): history rewrite, multi-query, HyDE.
+"""Query transforms behind settings: history rewrite, multi-query, HyDE.
 
 Each one is an extra generator call, so each is off by default and needs a chat generator
 (``anthropic``, ``openai`` or ``ollama``); with the offline ``extractive`` generator they are
@@ -41,7 +41,11 @@ def parse_variants(text: str, n: int, original: str) -> list[str]:
 def plan_queries(req: AskRequest, reasons: list[str]) -> QueryPlan:
     settings = get_settings()
     plan = QueryPlan(queries=[req.query])
-    wants = (req.history and settings.query_rewrite) or settings.multi_query or settings.hyde
+    wants = (
+        (req.history and settings.retrieval.query_rewrite)
+        or settings.retrieval.multi_query
+        or settings.retrieval.hyde
+    )
     if not wants:
         return plan
     try:
@@ -52,7 +56,7 @@ def plan_queries(req: AskRequest, reasons: list[str]) -> QueryPlan:
     if generator is None:
         return plan
     question = req.query
-    if req.history and settings.query_rewrite:
+    if req.history and settings.retrieval.query_rewrite:
         try:
             g = generator.generate(
                 REWRITE_PROMPT,
@@ -66,18 +70,18 @@ def plan_queries(req: AskRequest, reasons: list[str]) -> QueryPlan:
             log.warning("query rewrite failed: %s", type(exc).__name__)
             reasons.append(f"rewrite: {type(exc).__name__}")
     plan.queries = [question]
-    if settings.multi_query:
+    if settings.retrieval.multi_query:
         try:
             g = generator.generate(
-                MULTI_QUERY_PROMPT.format(n=settings.multi_query),
+                MULTI_QUERY_PROMPT.format(n=settings.retrieval.multi_query),
                 [{"role": "user", "content": f"<question>{x(question)}</question>"}],
                 max_tokens=400,
             )
-            plan.queries += parse_variants(g.text, settings.multi_query, question)
+            plan.queries += parse_variants(g.text, settings.retrieval.multi_query, question)
         except Exception as exc:
             log.warning("multi-query failed: %s", type(exc).__name__)
             reasons.append(f"multi_query: {type(exc).__name__}")
-    if settings.hyde:
+    if settings.retrieval.hyde:
         try:
             g = generator.generate(
                 HYDE_PROMPT,

@@ -12,7 +12,7 @@ SERVER_EXTRA = (
 
 def main() -> None:
     try:
-        from ragline.cli import app
+        from ragline.cli import app  # a client-only install lacks the CLI's packages: reported below
     except ModuleNotFoundError as exc:
         if (exc.name or "ragline").partition(".")[0] == "ragline":
             raise  # a bug in ragline, not a missing extra

@@ -57,37 +57,37 @@ def make_celery() -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         # a child reports itself up after worker_process_init, which warms it (shared/warmup.py):
-        # several children loading parsers and a model at once on 2 cores need more than the 4 s default
-        worker_proc_alive_timeout=settings.worker_start_timeout_s,
+        # several children loading parsers and a model at once on shared cores can outlast Celery's default
+        worker_proc_alive_timeout=settings.workers.start_timeout_s,
         task_track_started=True,
         task_send_sent_event=True,
         worker_send_task_events=True,
-        task_soft_time_limit=settings.task_soft_time_limit_s,
-        task_time_limit=settings.task_time_limit_s,
+        task_soft_time_limit=settings.workers.task_soft_time_limit_s,
+        task_time_limit=settings.workers.task_time_limit_s,
         broker_connection_retry_on_startup=True,
         broker_transport_options={
-            "visibility_timeout": settings.visibility_timeout_s,
-            "unacked_restore_interval": settings.unacked_restore_interval_s,
+            "visibility_timeout": settings.workers.visibility_timeout_s,
+            "unacked_restore_interval": settings.workers.unacked_restore_interval_s,
             "unacked_restore_throttle": 1,
         },
-        result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        result_backend_transport_options={"visibility_timeout": settings.workers.visibility_timeout_s},
         worker_hijack_root_logger=False,
         beat_schedule={
             "full-reindex": {
                 "task": TASK_REINDEX,
-                "schedule": settings.reindex_schedule_s,
+                "schedule": settings.lifecycle.reindex_schedule_s,
                 # a tick nobody picked up in time is dropped instead of piling up
-                "options": {"expires": max(60.0, settings.reindex_schedule_s * 0.9)},
+                "options": {"expires": max(60.0, settings.lifecycle.reindex_schedule_s * 0.9)},
             },
             "stuck-jobs": {
                 "task": TASK_STUCK_JOBS,
-                "schedule": settings.stuck_check_schedule_s,
-                "options": {"expires": max(10.0, settings.stuck_check_schedule_s * 0.9)},
+                "schedule": settings.lifecycle.stuck_check_schedule_s,
+                "options": {"expires": max(10.0, settings.lifecycle.stuck_check_schedule_s * 0.9)},
             },
             "purge": {
                 "task": TASK_PURGE,
-                "schedule": settings.purge_schedule_s,
-                "options": {"expires": max(60.0, settings.purge_schedule_s * 0.9)},
+                "schedule": settings.lifecycle.purge_schedule_s,
+                "options": {"expires": max(60.0, settings.lifecycle.purge_schedule_s * 0.9)},
             },
         },
     )
@@ -130,13 +130,13 @@ def _warm_in_process_pool(sender: object = None, instance: object = None, **_: o
     if "thread" in kind:
         # a thread whose Postgres answer arrived waits for the GIL until the running thread yields
         # it, up to the switch interval (5 ms by default): a question's tail latency
-        sys.setswitchinterval(get_settings().thread_pool_switch_interval_s)
+        sys.setswitchinterval(get_settings().workers.thread_pool_switch_interval_s)
         _warm()
 
 
 def _warm() -> None:
     """Load what this worker's queues need before the first task (``shared/warmup.py``)."""
-    if not get_settings().worker_warmup:
+    if not get_settings().workers.warmup:
         return
     queues = set(app.amqp.queues.consume_from or ())
     get_logger("ragline.warmup").info(

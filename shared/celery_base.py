@@ -19,7 +19,7 @@ def payload_summary(args: object) -> str:
 
     Celery would put ``saferepr(args)`` into the message headers, and from there into every task
     event and Flower's task list: the caller's question, inline document text, a query vector
-    and computing that repr is a measurable part of a question's round trip."""
+    and computing that repr sits on every question's round trip."""
     if not (isinstance(args, list | tuple) and len(args) == 1 and isinstance(args[0], dict)):
         return f"<{type(args).__name__} of {len(args) if isinstance(args, list | tuple) else '?'}>"
     p = args[0]

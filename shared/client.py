@@ -66,7 +66,7 @@ class RaglineClient:
         """``broker_url`` defaults to REDIS_URL / the embedded Redis of ``ragline up``."""
         if app is None:
             if broker_url is None:
-                from ragline.shared.settings import get_settings
+                from ragline.shared.settings import get_settings  # start-up: pydantic-settings only if needed
 
                 broker_url = get_settings().effective_redis_url()
             # redacted argsrepr: the question never reaches task headers, events or Flower

@@ -40,7 +40,7 @@ def get_pool() -> ConnectionPool:
             _pool = ConnectionPool(
                 settings.effective_database_url(),
                 min_size=1,
-                max_size=max(4, settings.query_concurrency + 2),
+                max_size=max(4, settings.workers.query_concurrency + 2),
                 kwargs={"row_factory": dict_row, "autocommit": False},
                 configure=_configure,
                 open=True,

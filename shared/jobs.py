@@ -5,8 +5,12 @@ Counts are derived from ``job_documents`` rows, so a redelivered task cannot dou
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 from psycopg.types.json import Jsonb
+
+from ragline.shared import db
 
 FINAL_DOC_STATES = ("done", "skipped", "failed")
 
@@ -98,7 +102,7 @@ def job_summary(conn: psycopg.Connection, job_id: str) -> dict:
     }
 
 
-# --- lifecycle: heartbeats, explicit finish, stuck detection, cancel (issue 6) -------------------
+# --- lifecycle: heartbeats, explicit finish, stuck detection, cancel ------------------------------
 RUNNING_STATES = ("queued", "running")
 
 
@@ -270,10 +274,6 @@ def wait_for_job(job_id: str, timeout: float, poll_s: float = 0.3, on_progress=N
 
     ``on_progress(summary)`` is called on every poll (the CLI's progress bars).
     """
-    import time
-
-    from ragline.shared import db
-
     deadline = time.monotonic() + timeout
     while True:
         with db.connection() as conn:

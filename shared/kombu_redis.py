@@ -2,8 +2,8 @@
 
 kombu 5.x's Redis transport wraps every publish, ack and unacked-bookkeeping call in
 ``Channel.conn_or_acquire()``, which constructs a new ``redis.Redis`` each time. With redis-py 7
-that constructor fills a case-insensitive dict of ~300 response callbacks: py-spy on the query
-pool showed it as the largest single cost of the consumer thread (task events, acks), and every
+that constructor fills a case-insensitive dict of a few hundred response callbacks, which makes it
+the largest single cost of the query pool's consumer thread (task events, acks), and every
 ``send_task`` of a producer pays it too. A ``redis.Redis`` over a connection pool is thread-safe
 (each command borrows a pooled connection), so one client per channel and pool is enough: it is
 rebuilt when kombu replaces the channel's pool (reconnect after a broker restart).
@@ -19,6 +19,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+import kombu
+from kombu.transport import redis as kombu_redis
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +40,8 @@ def kombu_supported(version: str) -> bool:
 
 def reuse_clients() -> bool:
     """Patch ``kombu.transport.redis.Channel.conn_or_acquire`` once; False if kombu has no such method."""
-    import kombu
-
     if not kombu_supported(kombu.__version__):
         log.info("kombu %s is outside %s: Redis clients are not reused", kombu.__version__, KOMBU_VERSIONS)
-        return False
-    try:
-        from kombu.transport import redis as kombu_redis
-    except ImportError:  # redis-py missing: nothing uses this transport
         return False
     channel_cls = getattr(kombu_redis, "Channel", None)
     if (

@@ -20,6 +20,8 @@ from typing import Any, TextIO
 import structlog
 from pydantic import SecretStr
 
+from ragline.shared.settings import get_settings
+
 REDACTED = "***"
 _SECRET_KEY = re.compile(
     r"(pass(word)?|secret|token|api_?key|authorization|credential|private_?key|signing)", re.IGNORECASE
@@ -40,12 +42,9 @@ def question_hash(text: str) -> str:
 
 def secret_values_from_settings() -> tuple[str, ...]:
     """Every non-trivial ``SecretStr`` value in the current settings."""
-    from ragline.shared.settings import get_settings
-
     settings = get_settings()
     out = []
-    for name in type(settings).model_fields:
-        value = getattr(settings, name, None)
+    for _, _, value in settings.iter_values():
         if isinstance(value, SecretStr):
             raw = value.get_secret_value()
             if raw and len(raw) >= 4:
@@ -114,11 +113,9 @@ def configure(
 ) -> None:
     """Configure structlog and route the standard library's root logger through it (idempotent)."""
     global _secret_values
-    from ragline.shared.settings import get_settings
-
     settings = get_settings()
-    level = (level or settings.log_level).upper()
-    json_output = settings.log_json if json_output is None else json_output
+    level = (level or settings.ops.log_level).upper()
+    json_output = settings.ops.log_json if json_output is None else json_output
     _secret_values = secret_values_from_settings()
     shared, renderer = _processors(json_output)
     structlog.configure(
@@ -142,8 +139,8 @@ def configure(
     # Celery's "Task ... succeeded in 0.003s: <result>" line carries the first KB of every result:
     # document text and answers. ragline logs each task itself (log_ingest, log_query; no content),
     # and failures and retries still come through at WARNING and above. Its "Task ... received" line
-    # (celery.worker.strategy) repeats the task_resources line of shared/task_stats.py and cost the
-    # query pool's consumer thread ~0.15 ms per question (py-spy): WARNING too.
+    # (celery.worker.strategy) repeats the task_resources line of shared/task_stats.py, on the query
+    # pool's consumer thread, for every question: WARNING too.
     for name in ("celery.app.trace", "celery.worker.strategy"):
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
 

@@ -2,7 +2,7 @@
 
 Prefork workers run in multiprocess mode: ``PROMETHEUS_MULTIPROC_DIR`` is set by ``ragline up``
 for the pools, and each pool serves the aggregated registry (see ``shared/metrics_server.py``).
-Names follow the seed ``002_a932a36a832493a0.txt`` plus ragline's own operational metrics.
+Every name has the ``rag_`` prefix: the query path's metrics, then ingestion's and operations'.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 _MS_BUCKETS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 
-# --- query path (seed 002) ---------------------------------------------------------------------
+# --- query path ------------------------------------------------------------------------------
 RETRIEVAL_LATENCY_MS = Histogram(
     "rag_retrieval_latency_ms", "Retrieval latency (ms)", ["mode"], buckets=_MS_BUCKETS
 )

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from ragline.shared.metrics import QUEUE_DEPTH
 from ragline.shared.names import POOLS
 from ragline.shared.settings import Settings, get_settings
 
@@ -33,7 +34,7 @@ def metrics_dir(settings: Settings, pool: str) -> Path:
 
 
 def metrics_port(settings: Settings, pool: str) -> int:
-    return settings.metrics_port + list(POOLS).index(pool)
+    return settings.ops.metrics_port + list(POOLS).index(pool)
 
 
 def reset_dir(path: Path) -> None:
@@ -50,7 +51,7 @@ def registry_for(path: Path) -> CollectorRegistry:
 
 def queue_depths(queues: Iterable[str], redis_url: str) -> dict[str, int]:
     """Messages waiting per Celery queue (kombu keeps each Redis queue in a list named after it)."""
-    import redis
+    import redis  # start-up: redis-py; `ragline worker` imports this module
 
     client = redis.Redis.from_url(redis_url, socket_timeout=2)
     try:
@@ -60,8 +61,6 @@ def queue_depths(queues: Iterable[str], redis_url: str) -> dict[str, int]:
 
 
 def refresh_queue_depth(pool: str, settings: Settings) -> None:
-    from ragline.shared.metrics import QUEUE_DEPTH
-
     try:
         depths = queue_depths(POOLS[pool], settings.effective_redis_url())
     except Exception:  # broker down: keep the last value, the endpoint stays up
@@ -94,7 +93,7 @@ def make_app(pool: str, settings: Settings) -> Callable:
         refresh_queue_depth(pool, settings)
         return inner(environ, start_response)
 
-    return basic_auth(app, settings.metrics_user, settings.metrics_password.get_secret_value())
+    return basic_auth(app, settings.ops.metrics_user, settings.ops.metrics_password.get_secret_value())
 
 
 def serve(pool: str, settings: Settings | None = None, block: bool = True):
@@ -103,7 +102,7 @@ def serve(pool: str, settings: Settings | None = None, block: bool = True):
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR") != str(metrics_dir(settings, pool)):
         raise RuntimeError("PROMETHEUS_MULTIPROC_DIR must point at the pool's metrics directory")
     httpd = make_server(
-        settings.metrics_host,
+        settings.ops.metrics_host,
         metrics_port(settings, pool),
         make_app(pool, settings),
         ThreadingWSGIServer,
@@ -130,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     args = argv if argv is not None else sys.argv[1:]
     if len(args) != 1 or args[0] not in POOLS:
         raise SystemExit(f"usage: python -m ragline.shared.metrics_server {{{','.join(POOLS)}}}")
-    from ragline.shared.logging_setup import configure
+    from ragline.shared.logging_setup import configure  # start-up: structlog; the CLI imports this module
 
     configure()
     serve(args[0])

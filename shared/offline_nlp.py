@@ -25,8 +25,8 @@ def install_blank_spacy() -> None:
         os.environ.setdefault("UNSTRUCTURED_DISABLE_NOTICE", "1")
         os.environ.setdefault("SCARF_NO_ANALYTICS", "true")
         os.environ.setdefault("DO_NOT_TRACK", "true")
-        import spacy
-        from unstructured.nlp import tokenize
+        import spacy  # heavy: loads with the first parse
+        from unstructured.nlp import tokenize  # after the variables above: unstructured reads them at import
 
         nlp = spacy.blank("xx")
         nlp.add_pipe("sentencizer")

@@ -36,9 +36,9 @@ def pool_kind(settings: Settings, pool: str) -> str:
 
 def pool_concurrency(settings: Settings, pool: str) -> int:
     return {
-        "ingest": settings.ingest_concurrency,
-        "query": settings.query_concurrency,
-        "control": settings.acl_concurrency,
+        "ingest": settings.workers.ingest_concurrency,
+        "query": settings.workers.query_concurrency,
+        "control": settings.workers.acl_concurrency,
     }[pool]
 
 
@@ -69,7 +69,7 @@ def worker_command(settings: Settings, pool: str, index: int = 1, siblings: int 
     argv = [sys.executable, "-m", "celery", "-A", CELERY_APP, "worker", "-n", f"{pool}{suffix}@%h"]
     argv += ["--pool", kind] if kind == "solo" else ["-c", str(n), "--pool", kind]
     argv += ["-Q", ",".join(POOLS[pool]), "-E", "--without-gossip", "--without-mingle"]
-    argv += ["--loglevel", settings.log_level]
+    argv += ["--loglevel", settings.ops.log_level]
     return ProcSpec(f"worker-{pool}{suffix}", argv, env)
 
 
@@ -100,8 +100,8 @@ def specs(settings: Settings) -> list[ProcSpec]:
             [
                 *celery,
                 "flower",
-                f"--address={settings.flower_host}",
-                f"--port={settings.flower_port}",
+                f"--address={settings.flower.host}",
+                f"--port={settings.flower.port}",
                 "--persistent=False",
             ],
         )
@@ -127,7 +127,7 @@ def _logfile(settings: Settings, name: str) -> Path:
 def child_env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
     env["RAGLINE_HOME"] = str(settings.home_dir)
-    env["FLOWER_BASIC_AUTH"] = f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"
+    env["FLOWER_BASIC_AUTH"] = f"{settings.flower.user}:{settings.flower.password.get_secret_value()}"
     return env
 
 

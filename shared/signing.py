@@ -16,17 +16,17 @@ from ragline.shared.settings import Settings
 
 def configure_signing(app: Celery, settings: Settings) -> bool:
     """Switch ``app`` to signed task messages when a key is configured; return whether it did."""
-    if not settings.signing_key_file:
+    if not settings.ops.signing_key_file:
         return False
-    if not (settings.signing_cert_file and settings.signing_cert_store):
+    if not (settings.ops.signing_cert_file and settings.ops.signing_cert_store):
         raise ImproperlyConfigured(
             "message signing needs RAGLINE_SIGNING_KEY_FILE, RAGLINE_SIGNING_CERT_FILE"
             " and RAGLINE_SIGNING_CERT_STORE"
         )
-    store = settings.signing_cert_store
+    store = settings.ops.signing_cert_store
     app.conf.update(
-        security_key=str(settings.signing_key_file),
-        security_certificate=str(settings.signing_cert_file),
+        security_key=str(settings.ops.signing_key_file),
+        security_certificate=str(settings.ops.signing_cert_file),
         security_cert_store=str(store / "*.pem") if store.is_dir() else str(store),
         security_digest="sha256",
         task_serializer="auth",

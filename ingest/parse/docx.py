@@ -7,6 +7,7 @@ before anything is inflated.
 from __future__ import annotations
 
 import io
+import zipfile
 
 from ragline.ingest.parse.common import ParseError
 
@@ -17,9 +18,7 @@ DOCX_MAX_RATIO = 200  # deflate of real XML stays far below this; a bomb is in t
 
 def elements(data: bytes) -> list:
     """unstructured elements of a DOCX file; a broken or hostile container is a :class:`ParseError`."""
-    import zipfile
-
-    from unstructured.partition.docx import partition_docx
+    from unstructured.partition.docx import partition_docx  # parse package stays light: loads per format
 
     if not zipfile.is_zipfile(io.BytesIO(data)):
         raise ParseError("corrupt DOCX: not a ZIP container")
@@ -32,8 +31,6 @@ def elements(data: bytes) -> list:
 
 def _check_zip_bomb(data: bytes) -> None:
     """Refuse zip bombs from the central directory alone (zipfile never inflates past the declared sizes)."""
-    import zipfile
-
     try:
         infos = zipfile.ZipFile(io.BytesIO(data)).infolist()
     except (zipfile.BadZipFile, OSError, ValueError) as exc:

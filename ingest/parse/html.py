@@ -69,7 +69,7 @@ _HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 
 def elements(text: str) -> tuple[list, str]:
     """unstructured elements of the page's content, and the page title (``<h1>`` or ``<title>``)."""
-    from unstructured.partition.html import partition_html
+    from unstructured.partition.html import partition_html  # parse package stays light: loads per format
 
     html, title = clean_html(text)
     return partition_html(text=html, languages=[""]), title
@@ -100,7 +100,7 @@ def clean_html(text: str) -> tuple[str, str]:
     they contain the page's ``<h1>``. Highlighted code rendered as a table (``figure.highlight``
     with a line-number gutter) becomes a plain ``<pre>`` so it stays one code block.
     """
-    import lxml.html
+    import lxml.html  # parse package stays light: loads on first use
 
     try:
         doc = lxml.html.document_fromstring(text)
@@ -133,7 +133,7 @@ def clean_html(text: str) -> tuple[str, str]:
 
 
 def _rewrite_code_tables(root) -> None:
-    import lxml.html
+    import lxml.html  # parse package stays light: loads on first use
 
     for fig in root.xpath(
         ".//figure[.//td[contains(@class, 'code')]] | .//table[.//td[contains(@class, 'gutter')]]"

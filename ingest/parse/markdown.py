@@ -18,7 +18,7 @@ _CONTAINER = re.compile(r"^\s*:::+\s*(\w[\w-]*)?\s*(.*)$")
 
 def elements(text: str) -> tuple[list, str]:
     """unstructured elements of a Markdown document; the title comes from its headings."""
-    from unstructured.partition.md import partition_md
+    from unstructured.partition.md import partition_md  # parse package stays light: loads per format
 
     return partition_md(text=clean_markdown(text), languages=[""]), ""
 

@@ -27,8 +27,8 @@ class _PdfBox:
 def elements(data: bytes) -> list:
     """Per page: headings by font size (larger than the body text, ranked into depths), the
     text between them through ``partition_text`` with the page number in its metadata."""
-    from pdfminer.pdfdocument import PDFEncryptionError, PDFPasswordIncorrect
-    from unstructured.documents.elements import ElementMetadata, Title
+    from pdfminer.pdfdocument import PDFEncryptionError, PDFPasswordIncorrect  # parse package stays light
+    from unstructured.documents.elements import ElementMetadata, Title  # parse package stays light
 
     try:
         boxes = _pdf_boxes(data)
@@ -65,8 +65,8 @@ def elements(data: bytes) -> list:
 
 
 def _pdf_boxes(data: bytes) -> list[_PdfBox]:
-    from pdfminer.high_level import extract_pages
-    from pdfminer.layout import LTChar, LTTextContainer
+    from pdfminer.high_level import extract_pages  # parse package stays light: loads per format
+    from pdfminer.layout import LTChar, LTTextContainer  # parse package stays light: loads per format
 
     boxes: list[_PdfBox] = []
     for page_no, page in enumerate(extract_pages(io.BytesIO(data)), start=1):
@@ -100,8 +100,8 @@ def _join_pdf_lines(text: str) -> str:
 
 
 def _pdf_text_elements(texts: list[str], page: int) -> list:
-    from unstructured.documents.elements import Text
-    from unstructured.partition.text import partition_text
+    from unstructured.documents.elements import Text  # parse package stays light: loads per format
+    from unstructured.partition.text import partition_text  # parse package stays light: loads per format
 
     out = []
     for el in partition_text(text="\n\n".join(texts), paragraph_grouper=False, languages=[""]):

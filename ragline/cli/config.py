@@ -16,10 +16,15 @@ END = "<!-- settings-reference:end -->"
 app = typer.Typer()
 
 
-def _env_name(name: str, field) -> str:
-    alias = field.validation_alias
-    choices = getattr(alias, "choices", None)
-    return " / ".join(f"`{c}`" for c in choices) if choices else f"`RAGLINE_{name.upper()}`"
+def _env_names(field) -> str:
+    return " / ".join(f"`{name}`" for name in Settings.env_names(field))
+
+
+def _type(annotation) -> str:
+    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    for module in ("typing.", "pathlib.", "pydantic.types."):
+        text = text.replace(module, "")
+    return text.replace("|", "\\|")
 
 
 def _shown(value) -> str:
@@ -31,26 +36,28 @@ def _shown(value) -> str:
 
 
 def reference_markdown() -> str:
-    """One row per settings field: environment variable, type, default; generated so it cannot drift."""
-    defaults = Settings.model_construct()
-    rows = ["| variable | type | default |", "|---|---|---|"]
-    for name, field in Settings.model_fields.items():
-        annotation = str(field.annotation).replace("typing.", "").replace("pathlib.", "").replace("|", "\\|")
-        rows.append(f"| {_env_name(name, field)} | {annotation} | {_shown(getattr(defaults, name, None))} |")
+    """One row per setting, by group: its environment variable(s), where it lives, type, default;
+    generated so it cannot drift."""
+    rows = ["| variable | setting | type | default |", "|---|---|---|---|"]
+    for group, name, field in Settings.iter_fields():
+        default = field.get_default(call_default_factory=True)
+        rows.append(
+            f"| {_env_names(field)} | `{group}.{name}` | {_type(field.annotation)} | {_shown(default)} |"
+        )
     return "\n".join([BEGIN, *rows, END])
 
 
 def effective(settings: Settings) -> dict:
-    out = {}
-    for name in Settings.model_fields:
-        value = getattr(settings, name)
-        out[name] = "***" if isinstance(value, SecretStr) else value
+    """The settings by group, secrets as ``***``, as JSON-ready values."""
+    out: dict[str, dict] = {}
+    for group, name, value in settings.iter_values():
+        out.setdefault(group, {})[name] = "***" if isinstance(value, SecretStr) else value
     return json.loads(json.dumps(out, default=str))
 
 
 @app.command()
 def config(markdown: bool = typer.Option(False, "--markdown", help="the reference table for docs/")) -> None:
-    """Print the effective settings as JSON (secrets masked), or the reference table."""
+    """Print the effective settings by group as JSON (secrets masked), or the reference table."""
     if markdown:
         print(reference_markdown())
     else:

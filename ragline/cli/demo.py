@@ -26,7 +26,7 @@ def demo(
     tenant: str = typer.Option("demo", "--tenant"),
 ) -> None:
     """Ingest a folder and ask three questions about ragline (what ``make run`` does)."""
-    from ragline.ingest.enqueue import collect_files, enqueue_files  # start-up: parsers load on use
+    from ragline.ingest.enqueue import collect_files, enqueue_files  # start-up: Celery, psycopg load on use
 
     reload_app()
     files = collect_files([docs])

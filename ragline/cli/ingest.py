@@ -22,7 +22,7 @@ def ingest(
     timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
 ) -> None:
     """Enqueue the documents in batch tasks of the ingest pool."""
-    from ragline.ingest.enqueue import collect_files, enqueue_files  # start-up: parsers load on use
+    from ragline.ingest.enqueue import collect_files, enqueue_files  # start-up: Celery, psycopg load on use
 
     reload_app()
     files = collect_files(paths)

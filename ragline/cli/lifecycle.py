@@ -6,8 +6,12 @@ import time
 from pathlib import Path
 
 import typer
+from rich.table import Table
 
 from ragline.cli.common import console, print_result, reload_app, split_csv
+from ragline.shared.contracts import AclSyncItem
+from ragline.shared.names import QUEUES, TASK_ACL_SYNC, TASK_INGEST_REEMBED
+from ragline.shared.settings import get_settings
 
 app = typer.Typer()
 acl_app = typer.Typer(no_args_is_help=True, help="permissions: set one document's ACL or sync a JSONL file")
@@ -17,8 +21,7 @@ app.add_typer(acl_app, name="acl")
 def send_acl_batches(batches: list[list[dict]], timeout: float) -> dict:
     """Send batches to ``ragline.acl.sync`` on the acl queue all at once (the control pool's processes
     apply them in parallel) and add up the results."""
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_ACL_SYNC
+    from ragline.shared.celery_app import app  # start-up: Celery loads only for commands that send
 
     reload_app()
     pending = [app.send_task(TASK_ACL_SYNC, args=[{"items": b}]) for b in batches]
@@ -55,8 +58,6 @@ def acl_set(
     timeout: float = typer.Option(60.0),
 ) -> None:
     """Replace one document's ACL (documents and chunks, no re-embedding)."""
-    from ragline.shared.contracts import AclSyncItem
-
     now = time.time()
     item = AclSyncItem(tenant=tenant, doc_id=doc_id, acl=split_csv(acl), version=version, ts=now)
     print_result(send_acl_batches([[item.model_dump(exclude_none=True)]], timeout), as_json)
@@ -71,8 +72,7 @@ def acl_sync(
     timeout: float = typer.Option(600.0),
 ) -> None:
     """Apply a file of permission changes in batches (last writer wins by version)."""
-    from ragline.ingest.acl_sync import read_jsonl
-    from ragline.shared.settings import get_settings
+    from ragline.ingest.acl_sync import read_jsonl  # start-up: psycopg loads only for commands that use it
 
     with file.open(encoding="utf-8") as fh:
         try:
@@ -81,7 +81,7 @@ def acl_sync(
             raise typer.BadParameter(str(exc)) from None
     now = time.time()
     rows = [it.model_dump(exclude_none=True) | ({} if it.ts else {"ts": now}) for it in items]
-    size = get_settings().acl_sync_batch_size
+    size = get_settings().lifecycle.acl_sync_batch_size
     t0 = time.perf_counter()
     out = send_acl_batches([rows[i : i + size] for i in range(0, len(rows), size)], timeout)
     out["seconds"] = round(time.perf_counter() - t0, 3)
@@ -96,8 +96,8 @@ def reindex(
     timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
 ) -> None:
     """List the configured sources (RAGLINE_SOURCES), enqueue new/changed documents, prune vanished ones."""
-    from ragline.ingest.control_tasks import run_reindex
-    from ragline.shared import jobs
+    from ragline.ingest.control_tasks import run_reindex  # start-up: Celery, psycopg, httpx load on use
+    from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
 
     reload_app()
     try:
@@ -123,9 +123,7 @@ def errors(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Documents whose last ingestion failed and has not been resolved since."""
-    from rich.table import Table
-
-    from ragline.shared import db, jobs
+    from ragline.shared import db, jobs  # start-up: psycopg loads only for commands that use it
 
     with db.connection() as conn:
         rows = jobs.open_errors(conn, tenant, limit)
@@ -147,8 +145,8 @@ def retry_failed(
     timeout: float = typer.Option(3600.0),
 ) -> None:
     """Requeue every document with an open error (its errors resolve once it is stored)."""
-    from ragline.ingest.retry import enqueue_retries
-    from ragline.shared import jobs
+    from ragline.ingest.retry import enqueue_retries  # start-up: Celery and psycopg load on use
+    from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
 
     reload_app()
     out = enqueue_retries(tenant, split_csv(acl))
@@ -166,8 +164,7 @@ def reembed(
     timeout: float = typer.Option(24 * 3600.0),
 ) -> None:
     """Re-embed, in the background on the ingest pool, every chunk not on the configured model."""
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_INGEST_REEMBED
+    from ragline.shared.celery_app import app  # start-up: Celery loads only for commands that send
 
     reload_app()
     res = app.send_task(TASK_INGEST_REEMBED, args=[{"tenant": tenant} if tenant else {}])
@@ -177,7 +174,7 @@ def reembed(
 @app.command()
 def cancel(job_id: str = typer.Argument(...)) -> None:
     """Cancel a queued or running job: its remaining documents are skipped, a re-embedding stops."""
-    from ragline.shared import db, jobs
+    from ragline.shared import db, jobs  # start-up: psycopg loads only for commands that use it
 
     with db.connection() as conn:
         ok = jobs.cancel_job(conn, job_id)
@@ -188,12 +185,11 @@ def cancel(job_id: str = typer.Argument(...)) -> None:
 
 def lifecycle_status(settings) -> dict:
     """Queue depths, running jobs, recent jobs and open errors for ``ragline status``."""
-    import psycopg
-    from psycopg.rows import dict_row
+    import psycopg  # start-up: psycopg loads only for commands that use it
+    from psycopg.rows import dict_row  # start-up: psycopg loads only for commands that use it
 
-    from ragline.shared import jobs
-    from ragline.shared.metrics_server import queue_depths
-    from ragline.shared.names import QUEUES
+    from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
+    from ragline.shared.metrics_server import queue_depths  # start-up: prometheus_client loads on use
 
     out: dict = {}
     try:

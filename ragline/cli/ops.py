@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ragline.shared.names import POOLS
 from ragline.shared.settings import Settings, get_settings
 
 app = typer.Typer()
@@ -15,10 +16,9 @@ app = typer.Typer()
 
 def summarize(settings: Settings) -> list[dict]:
     """One row per (pool, metric, labels): counters and gauges as values, histograms as count/sum/mean."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.parser import text_string_to_metric_families  # start-up: loads prometheus_client
 
-    from ragline.shared.metrics_server import queue_depths, snapshot_text
-    from ragline.shared.names import POOLS
+    from ragline.shared.metrics_server import queue_depths, snapshot_text  # start-up: loads prometheus_client
 
     rows: list[dict] = []
     for pool, text in snapshot_text(settings).items():
@@ -85,12 +85,12 @@ def metrics(
     raw: bool = typer.Option(False, "--raw", help="Prometheus text format per pool"),
 ) -> None:
     """Print a snapshot of the pools' metrics (retrieval latency, tokens, chunks, 429s, queue depth...)."""
-    from ragline.shared.metrics_server import metrics_port, snapshot_text
+    from ragline.shared.metrics_server import metrics_port, snapshot_text  # start-up: loads prometheus_client
 
     settings = get_settings()
     if raw:
         for pool, text in snapshot_text(settings).items():
-            print(f"# pool {pool} (served on {settings.metrics_host}:{metrics_port(settings, pool)})")
+            print(f"# pool {pool} (served on {settings.ops.metrics_host}:{metrics_port(settings, pool)})")
             print(text.decode())
         return
     rows = summarize(settings)

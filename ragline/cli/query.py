@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragline.cli.common import console, reload_app, send_and_wait, split_csv
+from ragline.query.schemas import export
 from ragline.shared.names import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 
 app = typer.Typer()
@@ -139,7 +140,7 @@ def eval_cmd(
 ) -> None:
     """Retrieval quality: ingest CORPUS into a fresh tenant through the workers, run every query through
     the retrieval task; recall@k, MRR@k, nDCG@k (graded) and fail@20 per mode, and the misses."""
-    from ragline.query.eval import run_eval  # start-up: the query side loads only for eval
+    from ragline.query.eval import run_eval  # start-up: Celery and psycopg load only for eval
 
     modes = ["vector", "lexical", "hybrid"] if mode == "all" else [mode]
     if not set(modes) <= {"vector", "lexical", "hybrid"}:
@@ -194,7 +195,5 @@ def eval_cmd(
 @app.command()
 def schemas(folder: Path = typer.Argument(Path("docs/schemas"))) -> None:
     """Export the JSON Schema of the chat-backend contract (task payloads and results)."""
-    from ragline.query.schemas import export  # start-up: loads only for this command
-
     for path in export(folder):
         console.print(f"wrote {path}")

@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ragline.cli.common import console, reload_app
+from ragline.cli.lifecycle import lifecycle_rows, lifecycle_status
+from ragline.shared.names import POOLS
 from ragline.shared.settings import get_settings
 
 app = typer.Typer(
@@ -25,8 +27,8 @@ app = typer.Typer(
 @app.command()
 def up(wait: bool = typer.Option(True, help="wait until every worker pool answers a ping")) -> None:
     """Start embedded Postgres and Redis (unless external URLs are set), migrate, start pools, beat, Flower."""
-    from ragline.shared import processes, services
-    from ragline.shared.migrate import apply_migrations
+    from ragline.shared import processes, services  # start-up: loads psutil and prometheus_client
+    from ragline.shared.migrate import apply_migrations  # start-up: yoyo loads only for up and migrate
 
     settings = get_settings()
     if settings.embedded_db:
@@ -43,13 +45,12 @@ def up(wait: bool = typer.Option(True, help="wait until every worker pool answer
     if wait:
         _wait_workers(timeout=120)
     console.print(
-        f"[green]flower[/] http://{settings.flower_host}:{settings.flower_port} (user {settings.flower_user})"
+        f"[green]flower[/] http://{settings.flower.host}:{settings.flower.port} (user {settings.flower.user})"
     )
 
 
 def _wait_workers(timeout: float) -> None:
-    from ragline.shared.celery_app import app as celery
-    from ragline.shared.names import POOLS
+    from ragline.shared.celery_app import app as celery  # start-up: Celery loads only for commands that send
 
     deadline = time.monotonic() + timeout
     want = set(POOLS)
@@ -67,7 +68,7 @@ def _wait_workers(timeout: float) -> None:
 @app.command()
 def down() -> None:
     """Stop everything ``ragline up`` started, and nothing else."""
-    from ragline.shared import processes, services
+    from ragline.shared import processes, services  # start-up: loads psutil and prometheus_client
 
     settings = get_settings()
     stopped = processes.stop_all(settings)
@@ -82,7 +83,7 @@ def down() -> None:
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json")) -> None:
     """Services, processes and jobs."""
-    from ragline.shared import processes, services
+    from ragline.shared import processes, services  # start-up: loads psutil and prometheus_client
 
     settings = get_settings()
     info: dict = {
@@ -96,8 +97,6 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
         },
         "processes": processes.running(settings),
     }
-    from ragline.cli.lifecycle import lifecycle_rows, lifecycle_status
-
     info.update(lifecycle_status(settings))  # queue depths, running jobs, recent errors
     if as_json:
         print(json.dumps(info, indent=2, default=str))
@@ -115,7 +114,7 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
 @app.command()
 def migrate() -> None:
     """Apply pending schema migrations."""
-    from ragline.shared.migrate import apply_migrations
+    from ragline.shared.migrate import apply_migrations  # start-up: yoyo loads only for up and migrate
 
     applied = apply_migrations()
     console.print(f"applied {len(applied)} migration(s): {', '.join(applied) or '-'}")
@@ -135,7 +134,7 @@ def worker(
     ),
 ) -> None:
     """Run one worker process of POOL: the command line ``ragline up``, the container and Kubernetes use."""
-    from ragline.shared.processes import worker_command  # start-up: only this command needs it
+    from ragline.shared.processes import worker_command  # start-up: loads psutil and prometheus_client
 
     try:
         spec = worker_command(get_settings(), pool, index, siblings)

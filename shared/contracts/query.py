@@ -23,7 +23,7 @@ class SearchRequest(BaseModel):
     )
     #: a precomputed query embedding (benchmarks, callers that embed themselves): skips the embedder
     query_vector: list[float] | None = Field(default=None, min_length=1, max_length=4096)
-    # --- filters (retrieval contract, seed 000); path patterns are LIKE-escaped -----------------
+    # --- filters (retrieval contract); path patterns are LIKE-escaped ---------------------------
     layers: list[Pattern] = Field(default_factory=list, max_length=50, description="only these source layers")
     path_prefixes: list[Pattern] = Field(
         default_factory=list, max_length=100, description="include paths with a prefix"
@@ -89,8 +89,8 @@ class RerankRequest(BaseModel):
 
     query: str = Field(min_length=1, max_length=4000)
     hits: list[Hit] = Field(max_length=1000)
-    top_k: int | None = Field(default=None, ge=1, le=200, description="default: settings.rerank_top_k")
-    threshold: float | None = Field(default=None, description="default: settings.rerank_threshold")
+    top_k: int | None = Field(default=None, ge=1, le=200, description="default: RAGLINE_RERANK_TOP_K")
+    threshold: float | None = Field(default=None, description="default: RAGLINE_RERANK_THRESHOLD")
 
 
 class RerankResponse(SearchResponse):
@@ -111,7 +111,7 @@ class AskRequest(SearchRequest):
         max_length=50,
         description="earlier turns; used to rewrite a follow-up into a standalone question",
     )
-    agentic: bool | None = Field(default=None, description="None: settings.agentic")
+    agentic: bool | None = Field(default=None, description="None: RAGLINE_AGENTIC")
 
 
 class Citation(BaseModel):

@@ -10,7 +10,7 @@ from ragline.shared.settings import get_settings
 
 __depends__: set[str] = set()
 
-DIM = get_settings().embed_dim
+DIM = get_settings().embed.dim
 
 steps = [
     step("CREATE EXTENSION IF NOT EXISTS vector", "DROP EXTENSION IF EXISTS vector"),
@@ -68,7 +68,7 @@ steps = [
         """,
         "DROP TABLE chunks",
     ),
-    # keep vectors inline: TOASTed vectors make scans ~4x slower
+    # keep vectors inline: a TOASTed vector is fetched from the TOAST table on every scan
     step("ALTER TABLE chunks ALTER COLUMN embedding SET STORAGE PLAIN"),
     step(
         "CREATE INDEX chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops)"

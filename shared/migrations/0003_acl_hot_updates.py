@@ -1,13 +1,11 @@
 """Make permission changes cheap: chunk ACL updates become HOT (heap-only) updates.
 
-Measured in bench d (ACL sync of 10,000 documents, 12,767 chunks): with a GIN index on
-``chunks.acl`` every updated chunk row is written again into every index of the table, HNSW
-included; the sync took 6.3 s. Postgres updates a row in place (HOT, no index writes) only when
-no index covers the changed column and the new version fits on the same page. A chunk row is
-~1.7 KB with its vector (four to a page): fillfactor 70 left room for one new version per page
-(sync 3.0 s); fillfactor 50 leaves room for every row of the page (sync 0.5 s, 104x faster than
-re-ingesting). The price is a heap about twice as large; HNSW and tenant-index lookups fetch one
-page per row either way (bench c unchanged).
+With a GIN index on ``chunks.acl`` every updated chunk row is written again into every index of
+the table, HNSW included. Postgres updates a row in place (HOT, no index writes) only when no
+index covers the changed column and the new version fits on the same page. A chunk row with its
+vector fills about a quarter of a page: fillfactor 50 leaves room for a new version of every row
+of the page. The price is a heap about twice as large; HNSW and tenant-index lookups fetch one
+page per row either way. The measurements are in docs/architecture.md ("Performance notes").
 
 Retrieval never used the GIN index on ``chunks.acl``: the tenant btree, HNSW or the tsvector GIN
 choose the rows, and ``acl && groups`` is checked on them. ``documents.acl`` keeps its GIN index.

@@ -2,10 +2,10 @@
 
 Nothing queries ``documents`` by ACL: retrieval filters ``chunks.acl``, and ACL sync and events
 find documents by ``(tenant, doc_id)`` or ``(tenant, path)``. The GIN index on ``documents.acl``
-only made every permission change write a new index entry in every index of the table. Without it,
-and with room left on each page, the documents statement of an ACL sync of 10,000 documents took
-0.08-0.09 s instead of 0.13-0.15 s (in-process, same data). Existing rows get the fillfactor when
-the table is rewritten (``VACUUM FULL documents``).
+only made every permission change write a new index entry in every index of the table; without
+it, and with room left on each page, document ACL updates are HOT as well (measurement in
+docs/architecture.md, "Performance notes"). Existing rows get the fillfactor when the table is
+rewritten (``VACUUM FULL documents``).
 """
 
 from yoyo import step

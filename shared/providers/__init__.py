@@ -45,19 +45,19 @@ _cache: dict[str, object] = {}
 
 
 def _build_embedder(settings: Settings) -> Embedder:
-    if settings.embedder == "local-e5":
-        from ragline.shared.providers.local_e5 import LocalE5Embedder
+    if settings.embed.provider == "local-e5":
+        from ragline.shared.providers.local_e5 import LocalE5Embedder  # provider chosen by settings
 
         return LocalE5Embedder(settings)
-    if settings.embedder == "voyage":
-        from ragline.shared.providers.voyage import VoyageEmbedder
+    if settings.embed.provider == "voyage":
+        from ragline.shared.providers.voyage import VoyageEmbedder  # provider chosen by settings
 
         return VoyageEmbedder(settings)
-    if settings.embedder == "ollama":
-        from ragline.shared.providers.ollama import OllamaEmbedder
+    if settings.embed.provider == "ollama":
+        from ragline.shared.providers.ollama import OllamaEmbedder  # provider chosen by settings
 
         return OllamaEmbedder(settings)
-    raise ValueError(f"unknown embedder {settings.embedder!r}")
+    raise ValueError(f"unknown embedder {settings.embed.provider!r}")
 
 
 def get_embedder() -> Embedder:
@@ -77,14 +77,14 @@ def cached(name: str, build):
 
 def get_reranker():
     """The configured reranker, or None for ``reranker=none`` (see ``shared/providers/rerank.py``)."""
-    from ragline.shared.providers.rerank import build_reranker
+    from ragline.shared.providers.rerank import build_reranker  # the control pool must not load this
 
     return cached("reranker", build_reranker)
 
 
 def get_generator():
     """The configured answer generator, or None for the offline ``extractive`` one."""
-    from ragline.shared.providers.generate import build_generator
+    from ragline.shared.providers.generate import build_generator  # the control pool must not load this
 
     return cached("generator", build_generator)
 

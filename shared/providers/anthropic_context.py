@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import html
 
+import anthropic
+
 from ragline.shared.providers import ProviderError
 from ragline.shared.settings import Settings
 
@@ -31,18 +33,16 @@ def escape(text: str) -> str:
 
 class AnthropicContextualizer:
     def __init__(self, settings: Settings) -> None:
-        import anthropic
-
-        if settings.anthropic_api_key is None:
+        if settings.providers.anthropic_api_key is None:
             raise ProviderError("contextualizer 'anthropic' needs RAGLINE_ANTHROPIC_API_KEY")
-        self.model = settings.anthropic_model
-        self.max_tokens = settings.contextualize_max_tokens
-        self.max_doc_chars = settings.contextualize_max_doc_chars
+        self.model = settings.context.model
+        self.max_tokens = settings.context.max_tokens
+        self.max_doc_chars = settings.context.max_doc_chars
         self._client = anthropic.Anthropic(
-            api_key=settings.anthropic_api_key.get_secret_value(),
-            base_url=settings.anthropic_base_url,
-            timeout=settings.contextualize_timeout_s,
-            max_retries=settings.contextualize_max_retries,
+            api_key=settings.providers.anthropic_api_key.get_secret_value(),
+            base_url=settings.providers.anthropic_base_url,
+            timeout=settings.context.timeout_s,
+            max_retries=settings.context.max_retries,
         )
         self._errors = (anthropic.APIError, anthropic.APIConnectionError, anthropic.APITimeoutError)
 

@@ -3,7 +3,7 @@
 Every API embedder needs the same loop around its request, and getting any part of it wrong costs
 either the provider's quota or the ingestion run:
 
-* batches of at most ``embed_batch_size`` texts and ``embed_batch_tokens`` estimated tokens
+* batches of at most ``embed.batch_size`` texts and ``embed.batch_tokens`` estimated tokens
   (:func:`plan_batches`), so a large document set never exceeds a request limit;
 * admission per HTTP attempt (:class:`EmbedAdmission`): RPM/TPM budget and, for document batches,
   a cluster-wide in-flight slot, because the provider's quota is per account, not per process;
@@ -43,15 +43,15 @@ class BatchingEmbedder(ABC):
 
     #: the provider's name in metrics, admission keys and error messages
     provider: ClassVar[str]
-    #: True: a query makes a single attempt within ``query_embed_timeout_s``, because the query
+    #: True: a query makes a single attempt within ``retrieval.query_embed_timeout_s``, because the query
     #: path degrades to lexical search instead of waiting out the ingest retry policy.
     #: False: a query goes through the same batching, admission and retries as documents.
     single_attempt_queries: ClassVar[bool] = True
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.model = settings.embed_model_name
-        self.dim = settings.embed_dim
+        self.model = settings.embed.model_name
+        self.dim = settings.embed.dim
         self._admission = EmbedAdmission(settings, self.provider)
 
     # --- what a provider implements ------------------------------------------------------------
@@ -79,21 +79,21 @@ class BatchingEmbedder(ABC):
         """The vector of one question (see :attr:`single_attempt_queries`)."""
         texts = self._prepare([text], "query")
         if self.single_attempt_queries:
-            return self._attempt(texts, "query", timeout=self.settings.query_embed_timeout_s)[0]
+            return self._attempt(texts, "query", timeout=self.settings.retrieval.query_embed_timeout_s)[0]
         return self._embed(texts, "query")[0]
 
     # --- batching, retries, admission, matching --------------------------------------------------
     def _embed(self, texts: list[str], input_type: str) -> list[list[float]]:
         s = self.settings
         out: list[list[float]] = []
-        for batch in plan_batches(texts, s.embed_batch_size, s.embed_batch_tokens):
+        for batch in plan_batches(texts, s.embed.batch_size, s.embed.batch_tokens):
             out.extend(
                 call_with_retries(
                     lambda b=batch: self._attempt(b, input_type),
                     self.provider,
-                    s.embed_max_retries + 1,
-                    s.embed_backoff_base_s,
-                    s.embed_backoff_max_s,
+                    s.embed.max_retries + 1,
+                    s.embed.backoff_base_s,
+                    s.embed.backoff_max_s,
                 )
             )
         return out

@@ -37,18 +37,18 @@ class AnthropicGenerator:
     name = "anthropic"
 
     def __init__(self, settings: Settings) -> None:
-        import anthropic
+        import anthropic  # provider chosen by settings: the other generators never load this SDK
 
-        if settings.anthropic_api_key is None:
+        if settings.providers.anthropic_api_key is None:
             raise ProviderError("generator 'anthropic' needs RAGLINE_ANTHROPIC_API_KEY")
         self._client = anthropic.Anthropic(
-            api_key=settings.anthropic_api_key.get_secret_value(),
-            base_url=settings.anthropic_base_url,
-            timeout=settings.generator_timeout_s,
+            api_key=settings.providers.anthropic_api_key.get_secret_value(),
+            base_url=settings.providers.anthropic_base_url,
+            timeout=settings.answer.timeout_s,
             max_retries=1,
         )
-        self.model = settings.generator_model
-        self.max_tokens = settings.generator_max_tokens
+        self.model = settings.answer.model
+        self.max_tokens = settings.answer.max_tokens
 
     def generate(self, system: str, messages: list[dict], max_tokens: int | None = None) -> Generation:
         # the system text is the same for every question: mark it cacheable
@@ -72,15 +72,19 @@ class OpenAIChatGenerator:
 
     def __init__(self, settings: Settings, name: str) -> None:
         self.name = name
-        base = settings.openai_base_url if name == "openai" else None
-        base = (base or settings.ollama_base_url).rstrip("/")
+        base = settings.providers.openai_base_url if name == "openai" else None
+        base = (base or settings.providers.ollama_base_url).rstrip("/")
         self.url = (base if base.endswith("/v1") else base + "/v1") + "/chat/completions"
-        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+        key = (
+            settings.providers.openai_api_key.get_secret_value()
+            if settings.providers.openai_api_key
+            else None
+        )
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.model = settings.openai_model
-        self.temperature = settings.generator_temperature
-        self.max_tokens = settings.generator_max_tokens
-        self.timeout = settings.generator_timeout_s
+        self.model = settings.answer.openai_model
+        self.temperature = settings.answer.temperature
+        self.max_tokens = settings.answer.max_tokens
+        self.timeout = settings.answer.timeout_s
 
     def generate(self, system: str, messages: list[dict], max_tokens: int | None = None) -> Generation:
         body = {
@@ -112,10 +116,10 @@ def _count(name: str, g: Generation) -> None:
 
 
 def build_generator(settings: Settings) -> Generator | None:
-    if settings.generator == "extractive":
+    if settings.answer.provider == "extractive":
         return None
-    if settings.generator == "anthropic":
+    if settings.answer.provider == "anthropic":
         return AnthropicGenerator(settings)
-    if settings.generator in ("openai", "ollama"):
-        return OpenAIChatGenerator(settings, settings.generator)
-    raise ValueError(f"unknown generator {settings.generator!r}")
+    if settings.answer.provider in ("openai", "ollama"):
+        return OpenAIChatGenerator(settings, settings.answer.provider)
+    raise ValueError(f"unknown generator {settings.answer.provider!r}")

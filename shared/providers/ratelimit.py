@@ -20,6 +20,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
+from limits import RateLimitItemPerMinute
+from limits.storage import RedisStorage
+from limits.strategies import SlidingWindowCounterRateLimiter
+
+from ragline.shared.providers.batching import estimate_tokens
 
 _clients: dict[tuple[int, str], redis.Redis] = {}
 _clients_lock = threading.Lock()
@@ -101,10 +106,6 @@ class RateLimits:
     """RPM and TPM budgets for one provider account, shared through Redis."""
 
     def __init__(self, url: str, name: str, rpm: int, tpm: int) -> None:
-        from limits import RateLimitItemPerMinute
-        from limits.storage import RedisStorage
-        from limits.strategies import SlidingWindowCounterRateLimiter
-
         self.name = name
         self._limiter = SlidingWindowCounterRateLimiter(RedisStorage(url, key_prefix="ragline-limits"))
         self._rpm = RateLimitItemPerMinute(rpm) if rpm > 0 else None
@@ -135,16 +136,14 @@ class EmbedAdmission:
     def __init__(self, settings, provider: str) -> None:
         url = settings.effective_redis_url()
         name = f"embed:{provider}"
-        self.wait_s = settings.embed_admission_wait_s
+        self.wait_s = settings.embed.admission_wait_s
         self.slots = InFlightLimiter(
-            redis_client(url), name, settings.embed_max_in_flight, lease_s=settings.embed_timeout_s + 10
+            redis_client(url), name, settings.embed.max_in_flight, lease_s=settings.embed.timeout_s + 10
         )
-        self.rates = RateLimits(url, name, settings.embed_rpm, settings.embed_tpm)
+        self.rates = RateLimits(url, name, settings.embed.rpm, settings.embed.tpm)
 
     @contextmanager
     def admit(self, texts: list[str], batch: bool = True) -> Iterator[None]:
-        from ragline.shared.providers.batching import estimate_tokens
-
         self.rates.wait(sum(estimate_tokens(t) for t in texts), self.wait_s)
         if not batch:
             yield

@@ -26,18 +26,18 @@ class VoyageReranker:
     name = "voyage"
 
     def __init__(self, settings: Settings) -> None:
-        import voyageai  # heavy: imported here, not inside the timed call
+        import voyageai  # provider chosen by settings: a cross-encoder setup never loads this SDK
 
         self._create = voyageai.Reranking.create
-        if settings.voyage_api_key is None:
+        if settings.providers.voyage_api_key is None:
             raise ProviderError("reranker 'voyage' needs RAGLINE_VOYAGE_API_KEY")
-        self.model = settings.rerank_model
-        base_url = settings.voyage_base_url
+        self.model = settings.rerank.model
+        base_url = settings.providers.voyage_base_url
         if base_url and not base_url.rstrip("/").endswith("/v1"):
             base_url = base_url.rstrip("/") + "/v1"  # accept the server root or the API root
         self._params = {
-            "api_key": settings.voyage_api_key.get_secret_value(),
-            "request_timeout": settings.rerank_timeout_s,
+            "api_key": settings.providers.voyage_api_key.get_secret_value(),
+            "request_timeout": settings.rerank.timeout_s,
             "base_url": base_url,
         }
 
@@ -52,25 +52,25 @@ class VoyageReranker:
 
 
 class CrossEncoderReranker:
-    """A local cross-encoder (e.g. bge-reranker) loaded from ``rerank_model_dir``; never downloads."""
+    """A local cross-encoder (e.g. bge-reranker) loaded from ``rerank.model_dir``; never downloads."""
 
     name = "cross-encoder"
 
     def __init__(self, settings: Settings) -> None:
-        if settings.rerank_model_dir is None:
+        if settings.rerank.model_dir is None:
             raise ProviderError(
                 "reranker 'cross-encoder' needs RAGLINE_RERANK_MODEL_DIR (a local model directory)"
             )
-        if not settings.rerank_model_dir.is_dir():
-            raise ProviderError(f"RAGLINE_RERANK_MODEL_DIR {settings.rerank_model_dir} is not a directory")
+        if not settings.rerank.model_dir.is_dir():
+            raise ProviderError(f"RAGLINE_RERANK_MODEL_DIR {settings.rerank.model_dir} is not a directory")
         try:
-            from sentence_transformers import CrossEncoder
+            from sentence_transformers import CrossEncoder  # optional heavy dependency: torch
         except ImportError as exc:
             raise ProviderError(
                 "reranker 'cross-encoder' needs the optional packages sentence-transformers and torch "
                 "(pip install 'ragline[cross-encoder]'); they are not installed"
             ) from exc
-        self._model = CrossEncoder(str(settings.rerank_model_dir), local_files_only=True)
+        self._model = CrossEncoder(str(settings.rerank.model_dir), local_files_only=True)
 
     def rerank(self, query: str, documents: list[str], top_k: int) -> list[tuple[Any, Any]]:
         scores = self._model.predict([(query, d) for d in documents])
@@ -79,10 +79,10 @@ class CrossEncoderReranker:
 
 
 def build_reranker(settings: Settings) -> Reranker | None:
-    if settings.reranker == "none":
+    if settings.rerank.provider == "none":
         return None
-    if settings.reranker == "voyage":
+    if settings.rerank.provider == "voyage":
         return VoyageReranker(settings)
-    if settings.reranker == "cross-encoder":
+    if settings.rerank.provider == "cross-encoder":
         return CrossEncoderReranker(settings)
-    raise ValueError(f"unknown reranker {settings.reranker!r}")
+    raise ValueError(f"unknown reranker {settings.rerank.provider!r}")

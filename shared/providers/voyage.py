@@ -7,6 +7,8 @@ position. Batching, the cluster-wide admission and retries are :class:`BatchingE
 
 from __future__ import annotations
 
+import voyageai
+
 from ragline.shared.providers import ProviderError
 from ragline.shared.providers.embedder import BatchingEmbedder
 from ragline.shared.providers.retry import TransientProviderError, parse_retry_after
@@ -17,17 +19,15 @@ class VoyageEmbedder(BatchingEmbedder):
     provider = "voyage"
 
     def __init__(self, settings: Settings) -> None:
-        import voyageai  # heavy: imported in the worker that uses it
-
-        if settings.voyage_api_key is None:
+        if settings.providers.voyage_api_key is None:
             raise ProviderError("embedder 'voyage' needs RAGLINE_VOYAGE_API_KEY")
         self._voyageai = voyageai
-        base_url = settings.voyage_base_url
+        base_url = settings.providers.voyage_base_url
         if base_url and not base_url.rstrip("/").endswith("/v1"):
             base_url = base_url.rstrip("/") + "/v1"  # accept the server root or the API root
         self._params: dict = {
-            "api_key": settings.voyage_api_key.get_secret_value(),
-            "request_timeout": settings.embed_timeout_s,
+            "api_key": settings.providers.voyage_api_key.get_secret_value(),
+            "request_timeout": settings.embed.timeout_s,
         }
         if base_url:
             self._params["base_url"] = base_url

@@ -143,7 +143,7 @@ def test_sigkill_prefork_child_and_whole_worker_mid_batch(e5_settings, tmp_path,
         job4, ids4 = harness.send_job(app, fresh.queue, poison, tenant + "-poison")
         pid = None
         t_first = time.monotonic()
-        for _ in range(s.ingest_max_worker_lost):
+        for _ in range(s.workers.ingest_max_worker_lost):
             pid = _started_elsewhere(app, ids4[0], pid)
             _wait_embedding(pid)
             os.kill(pid, signal.SIGKILL)
@@ -169,7 +169,7 @@ def test_sigkill_prefork_child_and_whole_worker_mid_batch(e5_settings, tmp_path,
             time_to_recover_s=round(t_done2, 2),
             failures_recorded=1,
             notes="the 2 tasks it held (concurrency 2) came back via shared/redelivery.py once its alive key "
-            f"(TTL {s.worker_alive_ttl_s:g}s) expired; kombu alone: visibility_timeout = {s.visibility_timeout_s}s",
+            f"(TTL {s.workers.alive_ttl_s:g}s) expired; kombu alone: visibility_timeout = {s.workers.visibility_timeout_s}s",
             extra={"reference_rows": len(reference)},
         )
     )
@@ -182,7 +182,7 @@ def test_sigkill_prefork_child_and_whole_worker_mid_batch(e5_settings, tmp_path,
             duplicated=0,
             time_to_recover_s=round(t_poison, 2),
             failures_recorded=1,
-            notes=f"after {s.ingest_max_worker_lost} worker deaths the task records the document as failed "
+            notes=f"after {s.workers.ingest_max_worker_lost} worker deaths the task records the document as failed "
             f"({poisoned['errors'][0]['error'][:90]}) instead of an endless requeue",
         )
     )

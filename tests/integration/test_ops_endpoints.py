@@ -88,8 +88,8 @@ def test_flower_binds_localhost_requires_password_and_sees_workers(ops_settings)
     worker = start_pool(s, "control")
     flower = start_pool(s, "flower", spec_name="flower", queue="flower")
     try:
-        wait_port("127.0.0.1", s.flower_port, timeout=60)
-        base = f"http://127.0.0.1:{s.flower_port}"
+        wait_port("127.0.0.1", s.flower.port, timeout=60)
+        base = f"http://127.0.0.1:{s.flower.port}"
         assert httpx.get(base + "/", timeout=5).status_code == 401
         assert httpx.get(base + "/", auth=("admin", "nope"), timeout=5).status_code == 401
         deadline = time.monotonic() + 60

@@ -207,8 +207,8 @@ import importlib.util, json, sys
 
 import ragline
 from ragline import AskRequest, RaglineClient
-import query.tasks
-import shared.settings
+for name in ("query.tasks", "shared.settings"):  # the application's own packages, beside ragline
+    importlib.import_module(name)
 
 explicit = RaglineClient("redis://127.0.0.1:1/0", timeout=1)
 from_settings = RaglineClient()  # REDIS_URL through ragline's settings (pydantic-settings)

@@ -14,12 +14,13 @@ def test_reference_table_in_docs_is_current():
     assert current == reference_markdown(), (
         "run `ragline config --markdown` and paste it into docs/configuration.md"
     )
-    for name in Settings.model_fields:
-        assert name.upper() in current
+    for group, name, field in Settings.iter_fields():
+        assert f"`{group}.{name}`" in current
+        assert all(f"`{variable}`" in current for variable in Settings.env_names(field))
 
 
 def test_effective_settings_mask_secrets(monkeypatch):
     monkeypatch.setenv("RAGLINE_VOYAGE_API_KEY", "pa-very-secret-key")
     shown = effective(Settings())
-    assert shown["voyage_api_key"] == "***"
+    assert shown["providers"]["voyage_api_key"] == "***"
     assert "pa-very-secret-key" not in str(shown)

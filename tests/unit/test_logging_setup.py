@@ -62,7 +62,7 @@ def test_secrets_never_reach_the_output(captured):
     logging.getLogger("celery.worker").warning("broker redis://user:hunter2@127.0.0.1:6379/0 pw flower-pw-42")
     from ragline.shared.settings import get_settings
 
-    log.info("settings", voyage=get_settings().voyage_api_key)
+    log.info("settings", voyage=get_settings().providers.voyage_api_key)
     out = captured.getvalue()
     for secret in ("pa-SECRET-voyage-0123456789", "hunter2", "flower-pw-42"):
         assert secret not in out

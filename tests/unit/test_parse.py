@@ -93,7 +93,7 @@ def test_markdown_heading_paths_tables_and_code():
 
 
 def test_markdown_raw_html_wrappers_do_not_swallow_content():
-    """A fenced <script setup> example inside <div class="composition-api"> used to hide the page."""
+    """A fenced <script setup> example inside <div class="composition-api"> must not hide the page."""
     md = (
         '---\noutline: deep\n---\n\n# Входные параметры\n\n<div class="composition-api">\n\n'
         "Первый абзац.\n\n```vue\n<script setup>\nconst props = defineProps(['foo'])\n</script>\n```\n\n</div>\n"

@@ -1,6 +1,6 @@
 """Parse + chunk the real documents of ru-docs; no database, no embedding.
 
-The two PDFs (pdfminer: ~15 s on a busy machine) are covered by the ingestion test
+The two PDFs (slow in pdfminer) are covered by the ingestion test
 ``tests/integration/test_ingest_ru_docs.py``, which parses every file anyway.
 """
 

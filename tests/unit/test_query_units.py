@@ -52,14 +52,14 @@ def test_lexical_query_any_or_all():
     assert "or or" not in lexical_query("this or that")
 
 
-def test_metrics_follow_the_seed_formulas():
+def test_metrics_follow_the_reference_formulas():
     rel = {"a": 2, "b": 1}
     assert recall_at_k(["x", "a", "y"], rel, 2) == 0.5
     assert reciprocal_rank(["x", "a"], rel, 10) == 0.5
     assert reciprocal_rank(["x", "a"], rel, 1) == 0.0  # MRR@k: beyond k does not count
     assert ndcg_at_k(["a", "b"], rel, 2) == 1.0
     assert 0 < ndcg_at_k(["b", "a"], rel, 2) < 1
-    # the seed's demo numbers: recall@5=0.667 MRR=0.500 nDCG@5=0.512
+    # the reference evaluation script's worked example: recall@5=0.667 MRR=0.500 nDCG@5=0.512
     golden = [
         (
             {"limits#2": 2, "go-sdk#5": 2, "errors#1": 1},

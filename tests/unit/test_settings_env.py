@@ -1,0 +1,286 @@
+"""Every environment variable of the flat settings still reaches its field in the grouped settings.
+
+``OLD_VARIABLES`` is the list of variables the flat ``Settings`` read before the settings were
+grouped (taken from that class and the generated table in docs/configuration.md): the name, a valid
+non-default value as it would be written in the environment, where the value lands now, and the
+value expected there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr, ValidationError
+from typer.testing import CliRunner
+
+from ragline.cli.config import app as config_app
+from ragline.shared.settings import Settings, reset_settings
+
+SOURCES = [{"name": "wiki", "kind": "folder", "tenant": "acme", "acl": ["staff"], "path": "/data/wiki"}]
+
+# (variable, value in the environment, group.field, expected value)
+OLD_VARIABLES: list[tuple[str, str, str, object]] = [
+    ("RAGLINE_DATABASE_URL", "postgresql://u@db:5432/r", "services.database_url", "postgresql://u@db:5432/r"),
+    ("DATABASE_URL", "postgresql://u@db2:5432/r", "services.database_url", "postgresql://u@db2:5432/r"),
+    ("RAGLINE_REDIS_URL", "redis://cache:6379/1", "services.redis_url", "redis://cache:6379/1"),
+    ("REDIS_URL", "redis://cache2:6379/2", "services.redis_url", "redis://cache2:6379/2"),
+    ("RAGLINE_HOME", "/srv/ragline-home", "services.home", Path("/srv/ragline-home")),
+    ("RAGLINE_REDIS_PORT", "6390", "services.redis_port", 6390),
+    ("RAGLINE_INGEST_CONCURRENCY", "5", "workers.ingest_concurrency", 5),
+    ("RAGLINE_QUERY_CONCURRENCY", "6", "workers.query_concurrency", 6),
+    ("RAGLINE_QUERY_POOL", "prefork", "workers.query_pool", "prefork"),
+    ("RAGLINE_THREAD_POOL_SWITCH_INTERVAL_S", "0.002", "workers.thread_pool_switch_interval_s", 0.002),
+    ("RAGLINE_ACL_CONCURRENCY", "3", "workers.acl_concurrency", 3),
+    ("RAGLINE_WORKER_WARMUP", "false", "workers.warmup", False),
+    ("RAGLINE_WORKER_START_TIMEOUT_S", "45.5", "workers.start_timeout_s", 45.5),
+    ("RAGLINE_TASK_SOFT_TIME_LIMIT_S", "610", "workers.task_soft_time_limit_s", 610),
+    ("RAGLINE_TASK_TIME_LIMIT_S", "910", "workers.task_time_limit_s", 910),
+    ("RAGLINE_VISIBILITY_TIMEOUT_S", "7200", "workers.visibility_timeout_s", 7200),
+    ("RAGLINE_UNACKED_RESTORE_INTERVAL_S", "2.5", "workers.unacked_restore_interval_s", 2.5),
+    ("RAGLINE_WORKER_ALIVE_TTL_S", "20", "workers.alive_ttl_s", 20.0),
+    ("RAGLINE_INGEST_MAX_WORKER_LOST", "4", "workers.ingest_max_worker_lost", 4),
+    ("RAGLINE_REINDEX_SCHEDULE_S", "1800", "lifecycle.reindex_schedule_s", 1800.0),
+    ("RAGLINE_FLOWER_HOST", "0.0.0.0", "flower.host", "0.0.0.0"),
+    ("RAGLINE_FLOWER_PORT", "5556", "flower.port", 5556),
+    ("RAGLINE_FLOWER_USER", "ops", "flower.user", "ops"),
+    ("RAGLINE_FLOWER_PASSWORD", "flower-secret", "flower.password", SecretStr("flower-secret")),
+    ("RAGLINE_METRICS_HOST", "0.0.0.0", "ops.metrics_host", "0.0.0.0"),
+    ("RAGLINE_METRICS_PORT", "9600", "ops.metrics_port", 9600),
+    ("RAGLINE_METRICS_USER", "prom", "ops.metrics_user", "prom"),
+    ("RAGLINE_METRICS_PASSWORD", "metrics-secret", "ops.metrics_password", SecretStr("metrics-secret")),
+    ("RAGLINE_LOG_LEVEL", "DEBUG", "ops.log_level", "DEBUG"),
+    ("RAGLINE_LOG_JSON", "0", "ops.log_json", False),
+    (
+        "RAGLINE_SIGNING_KEY_FILE",
+        "/etc/ragline/key.pem",
+        "ops.signing_key_file",
+        Path("/etc/ragline/key.pem"),
+    ),
+    (
+        "RAGLINE_SIGNING_CERT_FILE",
+        "/etc/ragline/cert.pem",
+        "ops.signing_cert_file",
+        Path("/etc/ragline/cert.pem"),
+    ),
+    (
+        "RAGLINE_SIGNING_CERT_STORE",
+        "/etc/ragline/certs",
+        "ops.signing_cert_store",
+        Path("/etc/ragline/certs"),
+    ),
+    ("RAGLINE_CHUNK_MAX_CHARS", "900", "chunk.max_chars", 900),
+    ("RAGLINE_CHUNK_OVERLAP_RATIO", "0.2", "chunk.overlap_ratio", 0.2),
+    ("RAGLINE_CHUNK_HARD_MAX_CHARS", "5000", "chunk.hard_max_chars", 5000),
+    ("RAGLINE_EMBEDDER", "voyage", "embed.provider", "voyage"),
+    ("RAGLINE_EMBED_MODEL", "voyage-4-lite", "embed.model", "voyage-4-lite"),
+    ("RAGLINE_EMBED_DIM", "1024", "embed.dim", 1024),
+    ("RAGLINE_EMBED_BATCH_SIZE", "64", "embed.batch_size", 64),
+    ("RAGLINE_EMBED_BATCH_TOKENS", "50000", "embed.batch_tokens", 50000),
+    ("RAGLINE_EMBED_MAX_IN_FLIGHT", "8", "embed.max_in_flight", 8),
+    ("RAGLINE_EMBED_RPM", "2000", "embed.rpm", 2000),
+    ("RAGLINE_EMBED_TPM", "3000000", "embed.tpm", 3000000),
+    ("RAGLINE_EMBED_TIMEOUT_S", "12.5", "embed.timeout_s", 12.5),
+    ("RAGLINE_EMBED_MAX_RETRIES", "2", "embed.max_retries", 2),
+    ("RAGLINE_LOCAL_EMBED_BATCH", "16", "embed.local_batch", 16),
+    (
+        "RAGLINE_INGEST_ALLOWED_ROOTS",
+        '["/data/a", "/data/b"]',
+        "ingest.allowed_roots",
+        [Path("/data/a"), Path("/data/b")],
+    ),
+    ("RAGLINE_EMBED_BACKOFF_BASE_S", "0.25", "embed.backoff_base_s", 0.25),
+    ("RAGLINE_EMBED_BACKOFF_MAX_S", "10", "embed.backoff_max_s", 10.0),
+    ("RAGLINE_EMBED_ADMISSION_WAIT_S", "60", "embed.admission_wait_s", 60.0),
+    ("RAGLINE_CONTEXTUALIZE_MAX_TOKENS", "200", "context.max_tokens", 200),
+    ("RAGLINE_CONTEXTUALIZE_TIMEOUT_S", "15", "context.timeout_s", 15.0),
+    ("RAGLINE_CONTEXTUALIZE_MAX_RETRIES", "4", "context.max_retries", 4),
+    ("RAGLINE_CONTEXTUALIZE_MAX_DOC_CHARS", "100000", "context.max_doc_chars", 100000),
+    ("RAGLINE_INGEST_BATCH_DOCS", "64", "ingest.batch_docs", 64),
+    ("RAGLINE_INGEST_BATCH_BYTES", "1048576", "ingest.batch_bytes", 1048576),
+    ("RAGLINE_INGEST_MAX_BYTES", "1000000", "ingest.max_bytes", 1000000),
+    ("RAGLINE_INGEST_MAX_TEXT_BYTES", "500000", "ingest.max_text_bytes", 500000),
+    ("RAGLINE_INGEST_TASK_MAX_RETRIES", "7", "ingest.task_max_retries", 7),
+    ("RAGLINE_CONTEXTUALIZER", "anthropic", "context.provider", "anthropic"),
+    ("RAGLINE_RERANKER", "cross-encoder", "rerank.provider", "cross-encoder"),
+    ("RAGLINE_RERANK_MODEL", "rerank-2.5-lite", "rerank.model", "rerank-2.5-lite"),
+    ("RAGLINE_RERANK_MODEL_DIR", "/models/bge-reranker", "rerank.model_dir", Path("/models/bge-reranker")),
+    ("RAGLINE_RERANK_CANDIDATES", "80", "rerank.candidates", 80),
+    ("RAGLINE_RERANK_TOP_K", "8", "rerank.top_k", 8),
+    ("RAGLINE_RERANK_THRESHOLD", "0.3", "rerank.threshold", 0.3),
+    ("RAGLINE_RERANK_TIMEOUT_S", "1.5", "rerank.timeout_s", 1.5),
+    ("RAGLINE_GENERATOR", "openai", "answer.provider", "openai"),
+    ("RAGLINE_GENERATOR_MODEL", "claude-opus-4-1", "answer.model", "claude-opus-4-1"),
+    ("RAGLINE_GENERATOR_TEMPERATURE", "0.4", "answer.temperature", 0.4),
+    ("RAGLINE_GENERATOR_TIMEOUT_S", "90", "answer.timeout_s", 90.0),
+    ("RAGLINE_VOYAGE_API_KEY", "pa-voyage-key", "providers.voyage_api_key", SecretStr("pa-voyage-key")),
+    (
+        "RAGLINE_VOYAGE_BASE_URL",
+        "http://voyage.local/v1",
+        "providers.voyage_base_url",
+        "http://voyage.local/v1",
+    ),
+    ("RAGLINE_ANTHROPIC_API_KEY", "sk-ant-key", "providers.anthropic_api_key", SecretStr("sk-ant-key")),
+    (
+        "RAGLINE_ANTHROPIC_BASE_URL",
+        "http://claude.local",
+        "providers.anthropic_base_url",
+        "http://claude.local",
+    ),
+    ("RAGLINE_ANTHROPIC_MODEL", "claude-sonnet-4-5", "context.model", "claude-sonnet-4-5"),
+    ("RAGLINE_OLLAMA_BASE_URL", "http://ollama:11434", "providers.ollama_base_url", "http://ollama:11434"),
+    ("RAGLINE_OPENAI_BASE_URL", "http://vllm:8000/v1", "providers.openai_base_url", "http://vllm:8000/v1"),
+    ("RAGLINE_OPENAI_API_KEY", "sk-openai-key", "providers.openai_api_key", SecretStr("sk-openai-key")),
+    ("RAGLINE_RETRIEVAL_TOP_N", "80", "retrieval.top_n", 80),
+    ("RAGLINE_RRF_K", "30", "retrieval.rrf_k", 30),
+    ("RAGLINE_RRF_WEIGHT_VECTOR", "0.8", "retrieval.rrf_weight_vector", 0.8),
+    ("RAGLINE_RRF_WEIGHT_LEXICAL", "0.5", "retrieval.rrf_weight_lexical", 0.5),
+    ("RAGLINE_HNSW_EF_SEARCH", "200", "retrieval.hnsw_ef_search", 200),
+    ("RAGLINE_ANSWER_MIN_SCORE", "0.01", "answer.min_score", 0.01),
+    ("RAGLINE_PREFER_BONUS", "0.01", "retrieval.prefer_bonus", 0.01),
+    ("RAGLINE_LEXICAL_MATCH", "all", "retrieval.lexical_match", "all"),
+    ("RAGLINE_LEXICAL_RANK", "ts_rank_cd", "retrieval.lexical_rank", "ts_rank_cd"),
+    ("RAGLINE_LEXICAL_RANK_NORMALIZATION", "32", "retrieval.lexical_rank_normalization", 32),
+    ("RAGLINE_TEST_PENALTY", "0.02", "retrieval.test_penalty", 0.02),
+    ("RAGLINE_GENERATOR_MAX_TOKENS", "2048", "answer.max_tokens", 2048),
+    ("RAGLINE_OPENAI_MODEL", "qwen2.5", "answer.openai_model", "qwen2.5"),
+    ("RAGLINE_QUERY_REWRITE", "true", "retrieval.query_rewrite", True),
+    ("RAGLINE_MULTI_QUERY", "3", "retrieval.multi_query", 3),
+    ("RAGLINE_HYDE", "1", "retrieval.hyde", True),
+    ("RAGLINE_AGENTIC", "yes", "answer.agentic", True),
+    ("RAGLINE_AGENTIC_MAX_ROUNDS", "5", "answer.agentic_max_rounds", 5),
+    ("RAGLINE_AGENTIC_MAX_SEARCHES", "10", "answer.agentic_max_searches", 10),
+    ("RAGLINE_AGENTIC_MAX_EVIDENCE", "20", "answer.agentic_max_evidence", 20),
+    ("RAGLINE_QUERY_EMBED_TIMEOUT_S", "1.5", "retrieval.query_embed_timeout_s", 1.5),
+    ("RAGLINE_QUERY_CACHE_SIZE", "0", "retrieval.query_cache_size", 0),
+    ("RAGLINE_SOURCES", json.dumps(SOURCES), "lifecycle.sources", SOURCES),
+    ("RAGLINE_HTTP_SOURCE_TIMEOUT_S", "20", "lifecycle.http_source_timeout_s", 20.0),
+    ("RAGLINE_JOB_STUCK_AFTER_S", "3600", "lifecycle.job_stuck_after_s", 3600.0),
+    ("RAGLINE_STUCK_CHECK_SCHEDULE_S", "30", "lifecycle.stuck_check_schedule_s", 30.0),
+    ("RAGLINE_TOMBSTONE_RETENTION_DAYS", "90", "lifecycle.tombstone_retention_days", 90.0),
+    ("RAGLINE_JOB_RETENTION_DAYS", "7", "lifecycle.job_retention_days", 7.0),
+    ("RAGLINE_PURGE_SCHEDULE_S", "43200", "lifecycle.purge_schedule_s", 43200.0),
+    ("RAGLINE_ACL_SYNC_BATCH_SIZE", "500", "lifecycle.acl_sync_batch_size", 500),
+    ("RAGLINE_REEMBED_BATCH_SIZE", "128", "lifecycle.reembed_batch_size", 128),
+]
+
+
+@pytest.fixture(autouse=True)
+def _forget_cached_settings():
+    reset_settings()
+    yield
+    reset_settings()
+
+
+def _clean_env(monkeypatch, tmp_path: Path) -> None:
+    """No ragline variable from the caller's environment and no ``.env`` of the repository."""
+    for name in list(os.environ):
+        if name.upper().startswith("RAGLINE_") or name.upper() in ("DATABASE_URL", "REDIS_URL"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def _at(settings: Settings, path: str) -> object:
+    group, field = path.split(".")
+    return getattr(getattr(settings, group), field)
+
+
+def _plain(value: object) -> object:
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
+
+
+def test_every_old_variable_is_still_declared():
+    declared = {name for *_, field in Settings.iter_fields() for name in Settings.env_names(field)}
+    assert declared == {row[0] for row in OLD_VARIABLES}
+    targets = {f"{group}.{name}" for group, name, _ in Settings.iter_fields()}
+    assert targets == {row[2] for row in OLD_VARIABLES}
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw", "path", "expected"), OLD_VARIABLES, ids=[r[0] for r in OLD_VARIABLES]
+)
+def test_old_variable_reaches_its_nested_field(monkeypatch, tmp_path, variable, raw, path, expected):
+    _clean_env(monkeypatch, tmp_path)
+    default = _at(Settings(), path)
+    assert _plain(default) != _plain(expected), "the test value must differ from the default"
+    monkeypatch.setenv(variable, raw)
+    value = _at(Settings(), path)
+    assert type(value) is type(expected)
+    assert _plain(value) == _plain(expected)
+
+
+def test_prefixed_url_wins_over_the_platform_one(monkeypatch, tmp_path):
+    _clean_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://platform/db")
+    monkeypatch.setenv("RAGLINE_DATABASE_URL", "postgresql://ragline/db")
+    monkeypatch.setenv("REDIS_URL", "redis://platform:6379/0")
+    s = Settings()
+    assert s.services.database_url == "postgresql://ragline/db"
+    assert s.services.redis_url == "redis://platform:6379/0"
+    assert not s.embedded_db and not s.embedded_redis
+    assert s.effective_redis_url() == "redis://platform:6379/0"
+
+
+def test_dotenv_file_is_read_and_the_environment_wins(monkeypatch, tmp_path):
+    _clean_env(monkeypatch, tmp_path)
+    (tmp_path / ".env").write_text(
+        "RAGLINE_CHUNK_MAX_CHARS=950\n"
+        "RAGLINE_EMBED_RPM=120\n"
+        "DATABASE_URL=postgresql://dotenv/db\n"
+        "RAGLINE_VOYAGE_API_KEY=pa-from-dotenv\n"
+        'RAGLINE_INGEST_ALLOWED_ROOTS=["/data/docs"]\n'
+    )
+    monkeypatch.setenv("RAGLINE_EMBED_RPM", "60")
+    s = Settings()
+    assert s.chunk.max_chars == 950
+    assert s.embed.rpm == 60
+    assert s.services.database_url == "postgresql://dotenv/db"
+    assert s.providers.voyage_api_key.get_secret_value() == "pa-from-dotenv"
+    assert s.ingest.allowed_roots == [Path("/data/docs")]
+
+
+def test_keyword_overrides_take_variable_names_or_groups(monkeypatch, tmp_path):
+    _clean_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("RAGLINE_CHUNK_MAX_CHARS", "950")
+    monkeypatch.setenv("RAGLINE_CHUNK_HARD_MAX_CHARS", "4500")
+    flat = Settings(chunk_max_chars=700, embedder="ollama", home=tmp_path)
+    assert (flat.chunk.max_chars, flat.chunk.hard_max_chars) == (700, 4500)
+    assert flat.embed.provider == "ollama" and flat.services.home == tmp_path
+    nested = Settings(chunk={"max_chars": 700}, embed={"provider": "ollama"})
+    assert (nested.chunk.max_chars, nested.chunk.hard_max_chars) == (700, 4500)
+    assert nested.embed.provider == "ollama"
+    with pytest.raises(ValidationError, match="no_such_setting"):
+        Settings(no_such_setting=1)
+
+
+def test_constraints_are_checked(monkeypatch, tmp_path):
+    _clean_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("RAGLINE_EMBED_BATCH_SIZE", "129")
+    with pytest.raises(ValidationError, match="RAGLINE_EMBED_BATCH_SIZE"):
+        Settings()
+    monkeypatch.delenv("RAGLINE_EMBED_BATCH_SIZE")
+    with pytest.raises(ValidationError):
+        Settings(multi_query=6)
+    with pytest.raises(ValidationError):
+        Settings(lifecycle={"purge_schedule_s": 0})
+    monkeypatch.setenv("RAGLINE_QUERY_POOL", "gevent")
+    with pytest.raises(ValidationError, match="RAGLINE_QUERY_POOL"):
+        Settings()
+
+
+def test_secrets_stay_masked(monkeypatch, tmp_path):
+    _clean_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("RAGLINE_VOYAGE_API_KEY", "pa-very-secret-key")
+    monkeypatch.setenv("RAGLINE_FLOWER_PASSWORD", "flower-very-secret")
+    s = Settings()
+    assert isinstance(s.providers.voyage_api_key, SecretStr)
+    assert "pa-very-secret-key" not in repr(s) and "flower-very-secret" not in str(s)
+
+    out = CliRunner().invoke(config_app, []).output
+    shown = json.loads(out)
+    assert shown["providers"]["voyage_api_key"] == "***"
+    assert shown["flower"]["password"] == "***"
+    assert shown["chunk"]["max_chars"] == 800
+    assert "pa-very-secret-key" not in out and "flower-very-secret" not in out
