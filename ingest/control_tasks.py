@@ -40,20 +40,27 @@ log = logging.getLogger(__name__)
 def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
     """Apply a request in batches; record the lag per applied item and one job row per request."""
     size = get_settings().lifecycle.acl_sync_batch_size
-    totals = {"documents_updated": 0, "chunks_updated": 0, "ignored_stale": 0}
+    totals = {"documents_updated": 0, "chunks_updated": 0, "ignored_stale": 0, "pending": 0}
+    not_found: list[dict] = []
+    unknown: set[str] = set()
     lags: list[float] = []
     with db.connection() as conn:
         for i in range(0, len(req.items), size):
-            out = apply_acl_sync(conn, req.items[i : i + size])
+            out = apply_acl_sync(conn, req.items[i : i + size], pending=req.missing == "pending")
             totals["documents_updated"] += out.documents_updated
             totals["chunks_updated"] += out.chunks_updated
             totals["ignored_stale"] += out.ignored_stale
+            totals["pending"] += out.pending
+            not_found += out.not_found
+            unknown.update(out.unknown_tenants)
             lags += out.lags_s
         for lag in lags:
             ACL_SYNC_LAG_S.observe(lag)
         result = AclSyncResult(
             items=len(req.items),
             **totals,
+            not_found=not_found,
+            unknown_tenants=sorted(unknown),
             lag_s_max=round(max(lags), 4) if lags else None,
             lag_s_mean=round(sum(lags) / len(lags), 4) if lags else None,
         )

@@ -1,9 +1,18 @@
-"""Collect files and enqueue them under a job, in batch tasks whose chunks share embedding requests."""
+"""Collect files and enqueue them under a job, in batch tasks whose chunks share embedding requests.
+
+A document's id is ``<source>/<path relative to the folder given>``: the source is ``--source NAME``
+or, by default, the folder's name plus 8 hex digits of SHA-256 of its resolved absolute path
+(:func:`default_source_name`), so two different ``docs/`` folders never share an id and the same
+folder always gives the same ids. A file given directly has its parent folder as the root.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from ragline.ingest.parse import SUPPORTED
 from ragline.shared import db, jobs
@@ -14,28 +23,97 @@ from ragline.shared.settings import get_settings
 SUFFIXES = set(SUPPORTED)
 
 
-def collect_files(paths: list[Path]) -> list[tuple[Path, str]]:
-    """(file, doc_id) pairs; doc_id is the path relative to the folder given, so it is stable.
+#: an explicit ``--source`` name: one path segment (it is the first segment of every doc id)
+SOURCE_NAME = re.compile(r"\w[\w.-]{0,127}")
+_UNSAFE = re.compile(r"[^\w.-]+")
 
-    A doc_id seen twice (a file given again, or the same relative name under two folders) is kept
-    once, first one wins: two files under one doc_id would overwrite each other's chunks.
+
+class SourceFile(NamedTuple):
+    path: Path  # the file (absolute)
+    doc_id: str  # "<source>/<path relative to root>"
+    source: str
+    root: Path  # the folder the id is relative to
+
+
+class IdConflict(ValueError):
+    """Two different files would get one doc id (one ``--source`` name over several folders)."""
+
+
+def default_source_name(root: Path) -> str:
+    """``<folder name>-<8 hex of SHA-256 of the resolved absolute path>``: readable, stable for one
+    folder, different for two folders of the same name."""
+    root = root.expanduser().resolve()
+    label = _UNSAFE.sub("-", root.name).strip("-.")[:48] or "root"
+    digest = hashlib.sha256(str(root).encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return f"{label}-{digest}"
+
+
+def check_source_name(name: str) -> str:
+    if not SOURCE_NAME.fullmatch(name):
+        raise ValueError(
+            f"invalid source name {name!r}: letters, digits, '_', '.' and '-' (up to 128), "
+            "not starting with '.' or '-' and without '/'"
+        )
+    return name
+
+
+def collect_files(paths: list[Path], source: str | None = None) -> list[SourceFile]:
+    """The supported files under ``paths`` with their doc ids ``<source>/<relative path>``.
+
+    ``source`` None derives each folder's name with :func:`default_source_name`. A file reached twice
+    (given again, or inside two folders given) is kept once, under the outermost folder given, so its
+    id does not depend on the order of the arguments. Two different files under one id raise
+    :class:`IdConflict`: one would overwrite the other.
     """
-    found: list[tuple[Path, str]] = []
+    if source is not None:
+        check_source_name(source)
+    found: list[SourceFile] = []
     for p in paths:
-        p = p.resolve()
+        p = p.expanduser().resolve()
         if p.is_file():
-            found.append((p, p.name))
+            root, files = p.parent, [p]
+        else:
+            root = p
+            files = [f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix.lower() in SUFFIXES]
+        name = source or default_source_name(root)
+        found.extend(SourceFile(f, f"{name}/{f.relative_to(root).as_posix()}", name, root) for f in files)
+    outermost: dict[Path, SourceFile] = {}
+    for sf in found:
+        if sf.path not in outermost or len(sf.root.parts) < len(outermost[sf.path].root.parts):
+            outermost[sf.path] = sf
+    out: list[SourceFile] = []
+    by_id: dict[str, SourceFile] = {}
+    clashes: list[str] = []
+    for sf in found:
+        if outermost.get(sf.path) is not sf:
             continue
-        for f in sorted(p.rglob("*")):
-            if f.is_file() and f.suffix.lower() in SUFFIXES:
-                found.append((f, f.relative_to(p).as_posix()))
-    seen: set[str] = set()
-    out = []
-    for f, doc_id in found:
-        if doc_id not in seen:
-            seen.add(doc_id)
-            out.append((f, doc_id))
+        del outermost[sf.path]
+        other = by_id.setdefault(sf.doc_id, sf)
+        if other is not sf:
+            clashes.append(f"{sf.doc_id} ({other.path} and {sf.path})")
+            continue
+        out.append(sf)
+    if clashes:
+        raise IdConflict(
+            f"{len(clashes)} doc id(s) would hold two different files, e.g. {clashes[0]}: "
+            "ingest these folders under different --source names (or without --source)"
+        )
     return out
+
+
+def stored_under_other_ids(tenant: str, files: list[SourceFile]) -> list[dict]:
+    """Files of ``files`` the tenant already holds under another doc id (ingested before ids had a
+    source prefix, or from another folder given): they would be answered from twice."""
+    ids = {str(f.path): f.doc_id for f in files}
+    if not ids:
+        return []
+    with db.connection() as conn:
+        rows = conn.execute(
+            "SELECT doc_id, source_uri FROM documents WHERE tenant = %s AND status = 'ready'"
+            " AND source_uri = ANY(%s) AND NOT (doc_id = ANY(%s)) ORDER BY doc_id",
+            (tenant, list(ids), list(ids.values())),
+        ).fetchall()
+    return [{"doc_id": ids[r["source_uri"]], "also_stored_as": r["doc_id"]} for r in rows]
 
 
 def document_version(path: Path) -> int:
@@ -83,14 +161,13 @@ def send_in_batches(
     return len(groups)
 
 
-def enqueue_files(
-    files: list[tuple[Path, str]], tenant: str, acl: list[str], batch_docs: int | None = None
-) -> str:
-    """One job; the documents go out through :func:`send_in_batches`."""
+def enqueue_files(files: list[SourceFile], tenant: str, acl: list[str], batch_docs: int | None = None) -> str:
+    """One job; the documents go out through :func:`send_in_batches`, each recording its source and
+    root folder (``documents.metadata``), which the ingest pool checks before writing over a doc id."""
     with db.connection() as conn:
-        job_id = jobs.create_job(conn, "ingest", tenant, [d for _, d in files], {"files": len(files)})
+        job_id = jobs.create_job(conn, "ingest", tenant, [f.doc_id for f in files], {"files": len(files)})
     payloads, sizes = [], []
-    for path, doc_id in files:
+    for path, doc_id, source, root in files:
         try:
             st = path.stat()
             version, size = st.st_mtime_ns, st.st_size
@@ -105,6 +182,7 @@ def enqueue_files(
                 "acl": acl,
                 "version": version,
                 "job_id": job_id,
+                "metadata": {"source": source, "source_root": str(root)},
             }
         )
         sizes.append(size)

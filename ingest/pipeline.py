@@ -3,6 +3,8 @@
 :func:`ingest_batch` prepares each document on its own (a bad one fails alone), embeds the chunks
 of all prepared documents together (so embedding batches fill up to 128 texts across documents),
 then stores each document in its own transaction. :func:`ingest_document` is a batch of one.
+A document whose content did not change still gets the ACL its request asks for, through the
+ACL-only path (``acl_sync.apply_ingest_acls``, no embedding).
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ import psycopg
 from celery.exceptions import SoftTimeLimitExceeded
 from psycopg.pq import TransactionStatus
 
-from ragline.ingest import store
+from ragline.ingest import identity, store
+from ragline.ingest.acl_sync import apply_ingest_acls
 from ragline.ingest.chunk import Chunk, chunk_blocks
 from ragline.ingest.contextualize import contextualize, embedding_text
 from ragline.ingest.embed import embed_with_cache
 from ragline.ingest.load import load
 from ragline.ingest.parse import ParseError, parse_bytes
-from ragline.shared import db
+from ragline.shared import db, jobs
 from ragline.shared.contracts import IngestRequest, IngestResult
+from ragline.shared.metrics import ACL_CHANGES
 from ragline.shared.providers import get_embedder
 from ragline.shared.settings import get_settings
 from ragline.shared.timing import elapsed_ms
@@ -47,6 +51,7 @@ class Prepared:
     chunks: list[Chunk]
     contexts: list[str]
     timings: dict[str, float] = field(default_factory=dict)
+    acl_outcome: str | None = None  # set once stored: 'updated', 'ignored_stale' or None
 
     @property
     def texts(self) -> list[str]:
@@ -74,6 +79,7 @@ def prepare(req: IngestRequest, embed_model: str) -> Prepared | IngestResult:
         content_hash = hashlib.sha256(loaded.data).hexdigest()
         with db.connection() as conn:
             state = store.current_state(conn, req.tenant, req.doc_id)
+            identity.check(conn, req)  # before the unchanged shortcut: another source's copy is not ours
         if store.is_unchanged(state, content_hash, embed_model) and state["version"] <= req.version:
             return IngestResult(tenant=req.tenant, doc_id=req.doc_id, status="skipped_unchanged")
         lap("load")
@@ -128,10 +134,14 @@ def store_prepared(conn: psycopg.Connection, p: Prepared, vectors: list, embed_m
         acl=list(req.acl),
         layer=req.layer,
         metadata={**req.metadata, "format": p.fmt},
+        acl_seq=req.acl_seq,
     )
     with conn.transaction():
         store.lock_document(conn, req.tenant, req.doc_id)
-        return store.upsert_document(conn, record, rows, embed_model)
+        identity.check(conn, req)  # again under the lock: another source may have stored it meanwhile
+        outcome = store.upsert_document(conn, record, rows, embed_model)
+    p.acl_outcome = record.acl_outcome
+    return outcome
 
 
 def record_failure(req: IngestRequest, stage: str, message: str) -> IngestResult:
@@ -163,8 +173,37 @@ def ingest_batch(reqs: list[IngestRequest]) -> list[IngestResult]:
     return results  # type: ignore[return-value]
 
 
+def resolve_acl_clocks(reqs: list[IngestRequest]) -> None:
+    """A job's requests carry the permission clock of the job's creation (when ragline accepted
+    them), so a permission change applied while they waited in the queue wins over their ACL."""
+    ids = {r.job_id for r in reqs if r.job_id and r.acl_seq is None}
+    if not ids:
+        return
+    with db.connection() as conn:
+        clocks = jobs.acl_clocks(conn, ids)
+    for r in reqs:
+        if r.acl_seq is None and r.job_id in clocks:
+            r.acl_seq = clocks[r.job_id]
+
+
+def _apply_unchanged_acls(results: list[IngestResult | None], reqs: list[IngestRequest]) -> None:
+    """Unchanged documents: the ACL their request asks for, through the ACL-only path."""
+    skipped = [
+        (i, r)
+        for i, r in enumerate(reqs)
+        if results[i] is not None and results[i].status == "skipped_unchanged"
+    ]
+    if not skipped:
+        return
+    with db.connection() as conn:
+        outcomes = apply_ingest_acls(conn, [(r.tenant, r.doc_id, list(r.acl), r.acl_seq) for _, r in skipped])
+    for i, r in skipped:
+        results[i].acl_outcome = outcomes.get((r.tenant, r.doc_id))  # type: ignore[union-attr]
+
+
 def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) -> None:
     embedder = get_embedder()
+    resolve_acl_clocks(reqs)
     ready: list[tuple[int, Prepared]] = []
     for i, req in enumerate(reqs):
         try:
@@ -172,10 +211,14 @@ def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) 
         except DocumentFailed as exc:
             results[i] = record_failure(req, exc.stage, str(exc))
             continue
+        except identity.IdentityConflict as exc:
+            results[i] = identity.record_refusal(req, str(exc))
+            continue
         if isinstance(out, IngestResult):
             results[i] = out
         else:
             ready.append((i, out))
+    _apply_unchanged_acls(results, reqs)
     if not ready:
         return
     texts = [p.texts for _, p in ready]
@@ -199,6 +242,9 @@ def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) 
             except (*DOCUMENT_ERRORS, psycopg.DataError) as exc:  # e.g. a value Postgres refuses
                 results[i] = record_failure(p.req, "store", f"store: {_readable(exc)}")
                 continue
+            except identity.IdentityConflict as exc:
+                results[i] = identity.record_refusal(p.req, str(exc))
+                continue
             results[i] = IngestResult(
                 tenant=p.req.tenant,
                 doc_id=p.req.doc_id,
@@ -206,7 +252,10 @@ def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) 
                 chunks=len(p.chunks),
                 embedded=embedded,
                 timings_ms={**p.timings, "embed": embed_ms, "store": elapsed_ms(t)},
+                acl_outcome=p.acl_outcome,
             )
+            if p.acl_outcome:
+                ACL_CHANGES.labels("ingest", "applied" if p.acl_outcome == "updated" else "stale").inc()
 
 
 def ingest_document(req: IngestRequest) -> IngestResult:

@@ -3,7 +3,8 @@
 The comparison is cheap: a source lists ``(doc_id, version, fingerprint)`` and the database keeps
 the fingerprint of the last ingest in ``documents.metadata->>'source_fp'``; an unchanged document
 is not even enqueued, so a reindex with nothing changed sends no text to the embedder. One reindex
-runs at a time (advisory lock); the scheduled tick and ``ragline reindex`` share this code.
+runs at a time (advisory lock); the scheduled tick and ``ragline reindex`` share this code. A source
+whose ``acl`` changed gives it to its documents through the ACL-only path (:func:`apply_source_acl`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 
+from ragline.ingest.acl_sync import apply_ingest_acls
 from ragline.ingest.enqueue import send_in_batches
 from ragline.ingest.events import delete_document
 from ragline.ingest.sources import (
@@ -32,7 +34,17 @@ from ragline.shared.contracts import IngestRequest
 log = logging.getLogger(__name__)
 
 LOCK_KEY = "ragline.reindex"
-TOTALS = ("listed", "new", "changed", "unchanged", "touched", "pruned", "unavailable", "enqueued")
+TOTALS = (
+    "listed",
+    "new",
+    "changed",
+    "unchanged",
+    "touched",
+    "pruned",
+    "unavailable",
+    "enqueued",
+    "acl_updated",
+)
 
 
 @dataclass
@@ -56,7 +68,8 @@ def plan(listing: Listing, stored: dict[str, dict], source_name: str) -> Plan:
     for item in listing.items:
         seen.add(item.doc_id)
         s = stored.get(item.doc_id)
-        if s is None:
+        if s is None or (s["status"] != "deleted" and s.get("source") not in (None, source_name)):
+            # another source's document (one URL in two sources): the ingest refuses it with an error
             out.enqueue.append((item, item.version, "new"))
             continue
         if s["status"] == "ready" and item.fingerprint and s.get("fp") == item.fingerprint:
@@ -120,6 +133,18 @@ def tie_break(conn: psycopg.Connection, spec: SourceSpec, p: Plan, stored: dict[
     return len(touched)
 
 
+def apply_source_acl(
+    conn: psycopg.Connection, spec: SourceSpec, listing: Listing, stored: dict[str, dict]
+) -> int:
+    """The source's ``acl`` for its stored documents, changed or not (an unchanged one is never
+    enqueued), through the ACL-only path: it replaces their permissions only when it differs from
+    what their last ingest asked for, so listing again with the same ``acl`` never undoes a later
+    ``acl sync`` of one document. Returns how many documents' permissions changed."""
+    ours = [i.doc_id for i in listing.items if (stored.get(i.doc_id) or {}).get("source") == spec.name]
+    outcomes = apply_ingest_acls(conn, [(spec.tenant, d, list(spec.acl), None) for d in ours], path="reindex")
+    return sum(1 for o in outcomes.values() if o == "updated")
+
+
 def request_for(spec: SourceSpec, item: Listed, version: int, job_id: str | None) -> IngestRequest:
     return IngestRequest(
         tenant=spec.tenant,
@@ -177,6 +202,7 @@ def reindex(
             stored = stored_state(conn, spec.tenant, spec.name, [i.doc_id for i in listing.items])
             p = plan(listing, stored, spec.name)
             touched = tie_break(conn, spec, p, stored)
+            acl_updated = apply_source_acl(conn, spec, listing, stored)
             plans.append((spec, p))
             report[spec.name] = {
                 "listed": len(listing.items),
@@ -187,6 +213,7 @@ def reindex(
                 "unavailable": len(listing.unavailable),
                 "enqueued": len(p.enqueue),
                 "pruned": 0,
+                "acl_updated": acl_updated,
                 "errors": listing.errors[:20],
             }
             jobs.heartbeat(conn, job_id, progress=True)

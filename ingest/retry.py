@@ -15,6 +15,9 @@ from ragline.shared.contracts import IngestRequest
 from ragline.shared.names import TASK_INGEST_DOCUMENT
 from ragline.shared.settings import get_settings
 
+#: what a retry keeps of the stored document's metadata: its source (doc id ownership) and fingerprint
+SOURCE_KEYS = ("source", "source_root", "source_fp")
+
 
 def _source_acl(metadata: dict, tenant: str) -> list[str] | None:
     name = (metadata or {}).get("source")
@@ -28,21 +31,28 @@ def plan_retries(conn, tenant: str | None, fallback_acl: list[str]) -> tuple[lis
     requests, skipped = [], []
     for err in jobs.open_errors(conn, tenant, limit=100_000):
         doc = conn.execute(
-            "SELECT acl, path, layer, version, metadata, status FROM documents WHERE tenant = %s AND doc_id = %s",
+            "SELECT acl, ingest_acl, path, layer, version, metadata, status FROM documents"
+            " WHERE tenant = %s AND doc_id = %s",
             (err["tenant"], err["doc_id"]),
         ).fetchone()
+        if err["stage"] == "identity":  # retrying cannot help: the doc id holds another source's document
+            skipped.append({**err, "reason": "doc id belongs to another source: see the error"})
+            continue
         if not err["source_uri"]:
             skipped.append({**err, "reason": "no URI recorded (inline content): resend it"})
             continue
         if doc is not None and doc["status"] == "deleted":
             skipped.append({**err, "reason": "document was deleted"})
             continue
-        acl = list(doc["acl"]) if doc and doc["acl"] else None
+        # what the last ingest asked for, not the current ACL: a retry must not turn a permission
+        # change (acl sync) into the ingest's own request, which a later reindex would then undo
+        asked = (doc["ingest_acl"] if doc["ingest_acl"] is not None else doc["acl"]) if doc else None
+        acl = list(asked) if asked else None
         acl = acl or _source_acl(doc["metadata"] if doc else {}, err["tenant"]) or fallback_acl
         if not acl:
             skipped.append({**err, "reason": "ACL unknown: pass --acl"})
             continue
-        meta = {k: v for k, v in ((doc or {}).get("metadata") or {}).items() if k in ("source", "source_fp")}
+        meta = {k: v for k, v in ((doc or {}).get("metadata") or {}).items() if k in SOURCE_KEYS}
         requests.append(
             IngestRequest(
                 tenant=err["tenant"],

@@ -3,7 +3,9 @@
 Chunks are COPYed into a temporary staging table and merged with ``ON CONFLICT (tenant,
 doc_id, chunk_no) DO UPDATE``; chunk numbers beyond the new count are deleted. An advisory
 lock per document keeps two ingests of the same document from interleaving, and the version
-check makes the newest version win.
+check makes the newest version win. The document's row is locked before its permissions are
+decided (``acl_sync.ingest_acl_decision``), so a permission change arriving meanwhile waits and
+then applies on top.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
+
+from ragline.ingest import acl_sync
 
 
 @dataclass
@@ -43,18 +47,35 @@ class DocumentRecord:
     acl: list[str]
     layer: str = "docs"
     metadata: dict = field(default_factory=dict)
+    acl_seq: int | None = None  # the permission clock the ingest was accepted at (None: now)
+    acl_outcome: str | None = None  # set by upsert_document: 'updated', 'ignored_stale' or None
 
 
 def lock_document(conn: psycopg.Connection, tenant: str, doc_id: str) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (tenant, doc_id))
 
 
+STATE_COLUMNS = "version, content_hash, embed_model, status, acl, acl_seq, ingest_acl"
+STATE_SQL = f"SELECT {STATE_COLUMNS} FROM documents WHERE tenant = %s AND doc_id = %s"
+
+
 def current_state(conn: psycopg.Connection, tenant: str, doc_id: str) -> dict | None:
-    return conn.execute(
-        "SELECT version, content_hash, embed_model, status, acl, acl_version FROM documents"
-        " WHERE tenant = %s AND doc_id = %s",
-        (tenant, doc_id),
-    ).fetchone()
+    return conn.execute(STATE_SQL, (tenant, doc_id)).fetchone()
+
+
+def locked_state(conn: psycopg.Connection, tenant: str, doc_id: str) -> dict:
+    """The document's row, locked until the transaction ends; a new document first gets a row of
+    its own (uncommitted, so nobody else sees it), which a concurrent permission change waits for."""
+    state = conn.execute(STATE_SQL + " FOR UPDATE", (tenant, doc_id)).fetchone()
+    if state is None:
+        state = (
+            conn.execute(
+                f"INSERT INTO documents (tenant, doc_id) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING {STATE_COLUMNS}",
+                (tenant, doc_id),
+            ).fetchone()
+            or conn.execute(STATE_SQL + " FOR UPDATE", (tenant, doc_id)).fetchone()
+        )
+    return state
 
 
 def is_unchanged(state: dict | None, content_hash: str, embed_model: str) -> bool:
@@ -73,21 +94,24 @@ def upsert_document(
 
     The caller owns the transaction (``with conn.transaction()``) and has taken the lock.
     """
-    state = current_state(conn, doc.tenant, doc.doc_id)
-    if state is not None and state["version"] > doc.version:
+    state = locked_state(conn, doc.tenant, doc.doc_id)
+    if state["version"] > doc.version:
         return "stale"
-    # permissions set by an ACL sync are newer than what the source said at ingest time
-    acl = list(state["acl"]) if state is not None and state["acl_version"] > 0 else doc.acl
-    # decided again at write time: an ACL sync that committed since the read above wins (row lock)
+    # the ingest's ACL replaces the stored one only when it is a change the ingest asks for and no
+    # permission change was applied since the ingest was accepted (the row is locked: decided once)
+    apply, doc.acl_outcome = acl_sync.ingest_acl_decision(state, doc.acl, doc.acl_seq)
+    acl = list(doc.acl) if apply else list(state["acl"])
+    # acl_seq: the ingest's clock when its ACL applies (taken in this statement), else unchanged
     row = conn.execute(
-        """
+        f"""
         INSERT INTO documents (tenant, doc_id, source_uri, path, layer, title, content_hash, version, acl,
-                               status, embed_model, chunk_count, metadata, error, updated_at)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'ready', %s, %s, %s, NULL, now())
+                               acl_seq, ingest_acl, status, embed_model, chunk_count, metadata, error, updated_at)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, CASE WHEN %s THEN {acl_sync.CLOCK_EXPR} ELSE %s END,
+                %s, 'ready', %s, %s, %s, NULL, now())
         ON CONFLICT (tenant, doc_id) DO UPDATE SET
             source_uri = EXCLUDED.source_uri, path = EXCLUDED.path, layer = EXCLUDED.layer,
             title = EXCLUDED.title, content_hash = EXCLUDED.content_hash, version = EXCLUDED.version,
-            acl = CASE WHEN documents.acl_version > 0 THEN documents.acl ELSE EXCLUDED.acl END,
+            acl = EXCLUDED.acl, acl_seq = EXCLUDED.acl_seq, ingest_acl = EXCLUDED.ingest_acl,
             status = 'ready', embed_model = EXCLUDED.embed_model,
             chunk_count = EXCLUDED.chunk_count, metadata = EXCLUDED.metadata, error = NULL, updated_at = now()
         RETURNING acl
@@ -102,6 +126,12 @@ def upsert_document(
             doc.content_hash,
             doc.version,
             acl,
+            apply,
+            doc.acl_seq,
+            doc.acl_seq,
+            doc.acl_seq,
+            state["acl_seq"],
+            list(doc.acl),
             embed_model,
             len(chunks),
             Jsonb(doc.metadata),

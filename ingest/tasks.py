@@ -110,8 +110,31 @@ def _run(task: IngestTask, reqs: list[IngestRequest]) -> list[IngestResult]:
                     result.chunks,
                     result.embedded,
                     result.error,
+                    acl_outcome=result.acl_outcome,
                 )
+    _warn_visible_to_no_group(reqs, results)
     return results
+
+
+def _warn_visible_to_no_group(reqs: list[IngestRequest], results: list[IngestResult]) -> None:
+    """Log documents just stored with an empty ACL, whatever sent them (events and direct payloads
+    included): no query returns them. A permission sync may have given them groups: the stored ACL decides."""
+    empty = [r for r, res in zip(reqs, results, strict=True) if res.status == "stored" and not r.acl]
+    if not empty:
+        return
+    with db.connection() as conn:
+        for r in empty:
+            row = conn.execute(
+                "SELECT cardinality(acl) = 0 AS empty FROM documents WHERE tenant = %s AND doc_id = %s",
+                (r.tenant, r.doc_id),
+            ).fetchone()
+            if row and row["empty"]:
+                log.warning(
+                    "document %r of tenant %r stored with an empty ACL: visible to no group until"
+                    " `ragline acl set`",
+                    r.doc_id,
+                    r.tenant,
+                )
 
 
 @app.task(name=TASK_INGEST_DOCUMENT, base=IngestTask, bind=True, payload_model=IngestRequest)

@@ -149,8 +149,11 @@ class RaglineClient:
         )
 
     def sync_acl(self, items: list[AclSyncItem | dict], *, timeout: float | None = None) -> AclSyncResult:
-        """Replace documents' permissions (by ``doc_id`` or ``path_prefix``) without re-embedding;
-        each item needs a ``version`` (or ``ts``): an older change never undoes a newer one."""
+        """Replace documents' permissions (by ``doc_id`` or ``path_prefix``) without re-embedding.
+
+        The server orders changes as it applies them; each item's ``version`` (or ``ts``) is compared
+        only with the same ``producer``'s earlier changes, so a replay or a late older one is ignored
+        (``ignored_stale``). A ``doc_id`` not ingested yet keeps the permission for its first ingest."""
         req = AclSyncRequest(items=[AclSyncItem.model_validate(i) for i in items])
         return AclSyncResult.model_validate(
             self._call(TASK_ACL_SYNC, req.model_dump(mode="json", exclude_none=True), timeout, queue="acl")

@@ -41,15 +41,18 @@ def record_document(
     chunks: int = 0,
     embedded: int = 0,
     error: str | None = None,
+    acl_outcome: str | None = None,
 ) -> None:
+    """``acl_outcome``: what the ingest did to the document's permissions ('updated', 'ignored_stale')."""
     conn.execute(
         """
-        INSERT INTO job_documents (job_id, tenant, doc_id, state, chunks, embedded, error, updated_at)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, now())
+        INSERT INTO job_documents (job_id, tenant, doc_id, state, chunks, embedded, error, acl_outcome, updated_at)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, now())
         ON CONFLICT (job_id, tenant, doc_id) DO UPDATE SET state = EXCLUDED.state, chunks = EXCLUDED.chunks,
-            embedded = EXCLUDED.embedded, error = EXCLUDED.error, updated_at = now()
+            embedded = EXCLUDED.embedded, error = EXCLUDED.error, acl_outcome = EXCLUDED.acl_outcome,
+            updated_at = now()
         """,
-        (job_id, tenant, doc_id, state, chunks, embedded, error),
+        (job_id, tenant, doc_id, state, chunks, embedded, error, acl_outcome),
     )
     conn.execute("UPDATE jobs SET heartbeat_at = now(), progress_at = now() WHERE id = %s", (job_id,))
     # a job marked stuck that makes progress after all (its queue was only slow) runs again
@@ -85,7 +88,9 @@ def job_summary(conn: psycopg.Connection, job_id: str) -> dict:
                count(*) FILTER (WHERE state = 'done') AS done,
                count(*) FILTER (WHERE state = 'skipped') AS skipped_unchanged,
                count(*) FILTER (WHERE state = 'failed') AS failed,
-               coalesce(sum(chunks), 0) AS chunks, coalesce(sum(embedded), 0) AS embedded
+               coalesce(sum(chunks), 0) AS chunks, coalesce(sum(embedded), 0) AS embedded,
+               count(*) FILTER (WHERE acl_outcome = 'updated') AS acl_updated,
+               count(*) FILTER (WHERE acl_outcome = 'ignored_stale') AS acl_ignored_stale
         FROM job_documents WHERE job_id = %s
         """,
         (job_id,),
@@ -99,7 +104,20 @@ def job_summary(conn: psycopg.Connection, job_id: str) -> dict:
         "state": job["state"],
         **{k: int(v) for k, v in counts.items()},
         "errors": [dict(e) for e in errors],
+        "visible_to_no_group": [] if job["state"] in ACTIVE_STATES else visible_to_no_group(conn, job_id),
     }
+
+
+def visible_to_no_group(conn: psycopg.Connection, job_id: str) -> list[str]:
+    """Doc ids of the job's documents that are stored with an empty ACL: no query can return them
+    until a permission change (``ragline acl set``) gives them a group."""
+    rows = conn.execute(
+        "SELECT d.doc_id FROM job_documents j JOIN documents d ON d.tenant = j.tenant AND d.doc_id = j.doc_id"
+        " WHERE j.job_id = %s AND j.state IN ('done', 'skipped') AND d.status = 'ready'"
+        " AND cardinality(d.acl) = 0 ORDER BY d.doc_id",
+        (job_id,),
+    ).fetchall()
+    return [r["doc_id"] for r in rows]
 
 
 # --- lifecycle: heartbeats, explicit finish, stuck detection, cancel ------------------------------
@@ -122,6 +140,16 @@ def record_job(
         (kind, tenant, Jsonb(params or {}), Jsonb(result), total, state),
     ).fetchone()
     return str(row["id"])
+
+
+def acl_clocks(conn: psycopg.Connection, job_ids: set[str]) -> dict[str, int]:
+    """The permission clock of each job (``acl_change_seq`` when the job was created): the clock of
+    the ACL its ingest requests carry. Jobs from before the clock existed have none."""
+    rows = conn.execute(
+        "SELECT id::text AS id, acl_seq FROM jobs WHERE id::text = ANY(%s) AND acl_seq IS NOT NULL",
+        (list(job_ids),),
+    ).fetchall()
+    return {r["id"]: int(r["acl_seq"]) for r in rows}
 
 
 def heartbeat(conn: psycopg.Connection, job_id: str, progress: bool = False) -> bool:

@@ -53,3 +53,9 @@ ACL_SYNC_LAG_S = Histogram(
     "Time from permission event to applied",
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300),
 )
+ACL_CHANGES = Counter(
+    "rag_acl_changes",
+    "Permission changes by entry point (sync, event, ingest, reindex) and outcome (applied, stale,"
+    " pending, not_found)",
+    ["path", "outcome"],
+)

@@ -17,19 +17,26 @@ app = typer.Typer()
 acl_app = typer.Typer(no_args_is_help=True, help="permissions: set one document's ACL or sync a JSONL file")
 app.add_typer(acl_app, name="acl")
 
+#: the producer of `ragline acl set` / `acl sync` changes (their versions are compared only with its own)
+OPERATOR = "operator"
 
-def send_acl_batches(batches: list[list[dict]], timeout: float) -> dict:
+
+def send_acl_batches(batches: list[list[dict]], timeout: float, missing: str = "report") -> dict:
     """Send batches to ``ragline.acl.sync`` on the acl queue all at once (the control pool's processes
-    apply them in parallel) and add up the results."""
+    apply them in parallel) and add up the results. ``missing='report'`` (the operator's commands)
+    lists unknown documents, prefixes and tenants in ``not_found`` instead of keeping a pending row."""
     from ragline.shared.celery_app import app  # start-up: Celery loads only for commands that send
 
     reload_app()
-    pending = [app.send_task(TASK_ACL_SYNC, args=[{"items": b}]) for b in batches]
+    pending = [app.send_task(TASK_ACL_SYNC, args=[{"items": b, "missing": missing}]) for b in batches]
     total = {
         "items": 0,
         "documents_updated": 0,
         "chunks_updated": 0,
         "ignored_stale": 0,
+        "pending": 0,
+        "not_found": [],
+        "unknown_tenants": [],
         "lag_s_max": None,
         "batches": len(batches),
         "job_ids": [],
@@ -38,12 +45,56 @@ def send_acl_batches(batches: list[list[dict]], timeout: float) -> dict:
         out = res.get(timeout=timeout)
         if out.get("ok") is False:
             raise typer.BadParameter(f"rejected: {out.get('detail')}")
-        for k in ("items", "documents_updated", "chunks_updated", "ignored_stale"):
-            total[k] += out[k]
+        for k in ("items", "documents_updated", "chunks_updated", "ignored_stale", "pending"):
+            total[k] += out.get(k, 0)
+        total["not_found"] += out.get("not_found", [])
+        total["unknown_tenants"] = sorted(set(total["unknown_tenants"]) | set(out.get("unknown_tenants", [])))
         if out.get("lag_s_max") is not None:
             total["lag_s_max"] = max(total["lag_s_max"] or 0.0, out["lag_s_max"])
         total["job_ids"].append(out.get("job_id"))
     return total
+
+
+def acl_report(out: dict) -> list[str]:
+    """The readable summary of an ACL command: counts, then every item that was not found."""
+    n, c, i = out["documents_updated"], out["chunks_updated"], out["items"]
+    lines = [
+        f"{n} document{'s' * (n != 1)} updated ({c} chunk{'s' * (c != 1)}) of {i} change{'s' * (i != 1)}"
+        + (f", {out['pending']} kept for documents not ingested yet" if out.get("pending") else "")
+        + (
+            f", {out['ignored_stale']} ignored as stale (not newer than that producer's last change)"
+            if out["ignored_stale"]
+            else ""
+        )
+    ]
+    for t in out.get("unknown_tenants", []):
+        lines.append(f"not found: tenant {t!r} has no documents (misspelt?)")
+    shown = [nf for nf in out.get("not_found", []) if nf["tenant"] not in out.get("unknown_tenants", [])]
+    for nf in shown[:20]:
+        target = (
+            f"document {nf['doc_id']!r}" if "doc_id" in nf else f"no document under {nf['path_prefix']!r}"
+        )
+        lines.append(f"not found: tenant {nf['tenant']!r}: {target}")
+    if len(shown) > 20:
+        lines.append(f"... and {len(shown) - 20} more not found (--json lists them all)")
+    return lines
+
+
+def finish_acl_command(out: dict, as_json: bool) -> None:
+    """Print the result (JSON or readable lines); exit 1 when something was not found."""
+    if as_json:
+        print_result(out, True)
+    else:
+        for line in acl_report(out):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if out.get("not_found"):
+        raise typer.Exit(1)
+
+
+PENDING_HELP = (
+    "keep permissions for documents not ingested yet (their first ingest keeps them) instead of"
+    " reporting them as not found"
+)
 
 
 @acl_app.command("set")
@@ -52,40 +103,67 @@ def acl_set(
     tenant: str = typer.Option(..., "--tenant"),
     acl: str = typer.Option(..., "--acl", help="comma-separated groups; an empty string revokes every group"),
     version: int | None = typer.Option(
-        None, help="source version; default: now in epoch microseconds, which outranks small source versions"
+        None,
+        help="the operator's own version of this change, compared only with the operator's earlier"
+        " versioned changes of the document (default: the time; either way the server's clock orders"
+        " it against every other producer's changes)",
     ),
+    pending: bool = typer.Option(False, "--pending", help=PENDING_HELP),
     as_json: bool = typer.Option(False, "--json"),
     timeout: float = typer.Option(60.0),
 ) -> None:
-    """Replace one document's ACL (documents and chunks, no re-embedding)."""
+    """Replace one document's ACL (documents and chunks, no re-embedding). An unknown document or
+    tenant is reported as not found (exit 1)."""
     now = time.time()
-    item = AclSyncItem(tenant=tenant, doc_id=doc_id, acl=split_csv(acl), version=version, ts=now)
-    print_result(send_acl_batches([[item.model_dump(exclude_none=True)]], timeout), as_json)
+    item = AclSyncItem(
+        tenant=tenant, doc_id=doc_id, acl=split_csv(acl), version=version, ts=now, producer=OPERATOR
+    )
+    out = send_acl_batches(
+        [[item.model_dump(exclude_none=True)]], timeout, missing="pending" if pending else "report"
+    )
+    finish_acl_command(out, as_json)
 
 
 @acl_app.command("sync")
 def acl_sync(
     file: Path = typer.Argument(
-        ..., exists=True, dir_okay=False, help="JSONL: {tenant, doc_id|path_prefix, acl, version|ts}"
+        ...,
+        exists=True,
+        dir_okay=False,
+        help="JSONL: {tenant, doc_id|path_prefix, acl, version?|ts?, producer?} per line",
     ),
+    pending: bool = typer.Option(False, "--pending", help=PENDING_HELP),
     as_json: bool = typer.Option(False, "--json"),
     timeout: float = typer.Option(600.0),
 ) -> None:
-    """Apply a file of permission changes in batches (last writer wins by version)."""
+    """Apply a file of permission changes in batches (a line's version or time orders it only
+    against the same producer's changes; default producer: operator). Unknown documents, path
+    prefixes and tenants are reported as not found (exit 1); the rest is applied."""
     from ragline.ingest.acl_sync import read_jsonl  # start-up: psycopg loads only for commands that use it
 
+    # lines without a version or time get the time plus their line number in microseconds, so for
+    # one document the later line wins, also across batches applied in parallel
+    now = time.time()
     with file.open(encoding="utf-8") as fh:
         try:
-            items = read_jsonl(fh)
+            items = read_jsonl(fh, now_us=round(now * 1_000_000))
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
-    now = time.time()
-    rows = [it.model_dump(exclude_none=True) | ({} if it.ts else {"ts": now}) for it in items]
+    rows = [
+        it.model_dump(exclude_none=True)
+        | ({} if it.ts else {"ts": now})  # the lag is measured from here
+        | ({} if it.producer else {"producer": OPERATOR})
+        for it in items
+    ]
     size = get_settings().lifecycle.acl_sync_batch_size
     t0 = time.perf_counter()
-    out = send_acl_batches([rows[i : i + size] for i in range(0, len(rows), size)], timeout)
+    out = send_acl_batches(
+        [rows[i : i + size] for i in range(0, len(rows), size)],
+        timeout,
+        missing="pending" if pending else "report",
+    )
     out["seconds"] = round(time.perf_counter() - t0, 3)
-    print_result(out, as_json)
+    finish_acl_command(out, as_json)
 
 
 @app.command()
@@ -109,8 +187,18 @@ def reindex(
         out["state"] = summary["state"]
         out["summary"] = {
             k: summary[k]
-            for k in ("documents", "done", "skipped_unchanged", "failed", "chunks", "embedded", "errors")
+            for k in (
+                "documents",
+                "done",
+                "skipped_unchanged",
+                "acl_updated",
+                "failed",
+                "chunks",
+                "embedded",
+                "errors",
+            )
         }
+        out["summary"]["visible_to_no_group"] = summary["visible_to_no_group"]  # a source without 'acl'
     print_result(out, as_json)
     if out.get("state") in ("running", "failed"):
         raise typer.Exit(2 if out["state"] == "running" else 1)

@@ -23,6 +23,12 @@ class IngestRequest(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     version: int = Field(default=0, ge=0)
     job_id: str | None = None
+    acl_seq: int | None = Field(
+        default=None,
+        ge=0,
+        description="the permission clock when ragline accepted the request (set by ragline: an event's"
+        " upsert; requests of a job use the job's); a permission change applied later wins over 'acl'",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> IngestRequest:
@@ -45,5 +51,10 @@ class IngestResult(BaseModel):
     status: Literal["stored", "skipped_unchanged", "stale", "failed", "cancelled"]
     chunks: int = 0
     embedded: int = 0
+    acl_outcome: Literal["updated", "ignored_stale"] | None = Field(
+        default=None,
+        description="'updated': the requested ACL replaced the stored one (an unchanged document through"
+        " the ACL path, no embedding); 'ignored_stale': a later permission change holds",
+    )
     error: str | None = None
     timings_ms: dict[str, float] = Field(default_factory=dict)

@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ragline.ingest.enqueue import default_source_name
 from ragline.shared.services import free_port
 
 RAGLINE = [sys.executable, "-m", "ragline.cli"]
@@ -79,7 +80,8 @@ def test_up_ingest_ask_down_leaves_nothing(tmp_path):
         assert summary["documents"] == 1 and summary["chunks"] >= 1 and summary["failed"] == 0
         ask = run("ask", "Что делает ragline?", "--tenant", "cli", "--groups", "public", "--json")
         answer = json.loads(ask.stdout)
-        assert answer["citations"] and answer["citations"][0]["doc_id"] == "about.md"
+        assert answer["citations"]
+        assert answer["citations"][0]["doc_id"] == f"{default_source_name(docs)}/about.md"
         assert "[1]" in answer["answer"]
     finally:
         down = run("down")

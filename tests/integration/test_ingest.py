@@ -198,7 +198,7 @@ def _make_encrypted_pdf(tmp: Path) -> Path:
 
 
 def test_bad_input_fails_alone_and_nothing_is_half_written(celery_worker, voyage, tenant, tmp_path):
-    from ragline.ingest.enqueue import collect_files, enqueue_files
+    from ragline.ingest.enqueue import collect_files, default_source_name, enqueue_files
 
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -223,7 +223,8 @@ def test_bad_input_fails_alone_and_nothing_is_half_written(celery_worker, voyage
     summary = wait_job(enqueue_files(files, tenant=tenant, acl=["staff"], batch_docs=4))
     assert summary["state"] == "completed_with_errors"
     assert (summary["documents"], summary["failed"]) == (10, 8)
-    errors = {e["doc_id"]: e["error"] for e in summary["errors"]}
+    ids = {f"{default_source_name(f.parent)}/{f.name}": f.name for f in (*folder.iterdir(), odd)}
+    errors = {ids[e["doc_id"]]: e["error"] for e in summary["errors"]}
     expected = {
         "empty.md": "empty document",
         "garbage.md": "binary content",
@@ -239,7 +240,7 @@ def test_bad_input_fails_alone_and_nothing_is_half_written(celery_worker, voyage
         assert fragment in errors[doc_id], (doc_id, errors[doc_id])
     with db.connection() as c:
         docs = {
-            r["doc_id"]: r
+            ids[r["doc_id"]]: r
             for r in c.execute(
                 "SELECT doc_id, status, chunk_count, (SELECT count(*) FROM chunks k WHERE k.tenant = d.tenant"
                 " AND k.doc_id = d.doc_id) AS n FROM documents d WHERE tenant = %s",
@@ -316,3 +317,19 @@ def test_allowed_roots_confine_local_reads(stack, use_settings, tmp_path):
         load(IngestRequest(tenant="t", doc_id="s", uri=str(secret)))
     with pytest.raises(ParseError, match="outside the allowed ingest roots"):
         load(IngestRequest(tenant="t", doc_id="s", uri=str(inside / ".." / "secret.txt")))
+
+
+def test_a_document_stored_for_no_group_is_logged_by_the_worker(voyage, tenant, caplog):
+    """Whatever sent it (an event, a direct payload): the worker warns about a document nobody can read."""
+    from ragline.ingest.tasks import _warn_visible_to_no_group
+
+    nobody = doc(tenant, "nobody.md", "# Никто\n\nЭтот документ не видит никто.").model_copy(
+        update={"acl": []}
+    )
+    staff = doc(tenant, "staff.md", "# Сотрудники\n\nЭтот документ видят сотрудники.")
+    results = ingest_batch([nobody, staff])
+    assert [r.status for r in results] == ["stored", "stored"]
+    with caplog.at_level("WARNING", logger="ragline.ingest.tasks"):
+        _warn_visible_to_no_group([nobody, staff], results)
+    warned = [r.getMessage() for r in caplog.records if "visible to no group" in r.getMessage()]
+    assert len(warned) == 1 and "'nobody.md'" in warned[0] and tenant in warned[0]

@@ -24,7 +24,7 @@ pytestmark = [
 def test_ru_docs_twice_identical_rows_and_nothing_embedded_again(celery_worker, use_settings, tenant):
     from ragline.ingest.enqueue import collect_files, enqueue_files
 
-    files = [(p, d) for p, d in collect_files([RU_DOCS]) if p.name != "README.md"]
+    files = [f for f in collect_files([RU_DOCS]) if f.path.name != "README.md"]
     assert len(files) == 137
     with LoopbackServer() as srv:
         use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")

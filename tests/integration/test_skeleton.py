@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ragline.ingest.enqueue import default_source_name
 from ragline.shared import jobs
 from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 
@@ -46,7 +47,7 @@ def test_ingest_folder_and_ask_with_citations(celery_worker, docs_dir, tenant):
         args=[{"query": "Какие очереди использует ragline?", "tenant": tenant, "groups": ["staff"]}],
     ).get(timeout=60)
     assert "ingest" in res["answer"] and "[1]" in res["answer"]
-    assert res["citations"][0]["doc_id"] == "queues.md"
+    assert res["citations"][0]["doc_id"] == f"{default_source_name(docs_dir)}/queues.md"
     assert res["citations"][0]["heading"] == "Очереди"
     assert {"retrieve", "generate", "total"} <= set(res["timings_ms"])
 
@@ -70,7 +71,7 @@ def test_search_through_query_queue_is_tenant_scoped(celery_worker, docs_dir, te
     mine = app.send_task(
         TASK_QUERY_RETRIEVE, args=[{"query": "ACL filters", "tenant": tenant, "groups": ["g"]}]
     ).get(timeout=60)
-    assert mine["hits"] and mine["hits"][0]["doc_id"] == "security.md"
+    assert mine["hits"] and mine["hits"][0]["doc_id"] == f"{default_source_name(docs_dir)}/security.md"
     other = app.send_task(
         TASK_QUERY_RETRIEVE, args=[{"query": "ACL filters", "tenant": tenant + "-other", "groups": ["g"]}]
     ).get(timeout=60)

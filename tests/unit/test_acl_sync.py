@@ -8,7 +8,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from ragline.ingest.acl_sync import read_jsonl, split_items
+from ragline.ingest.acl_sync import ingest_acl_decision, read_jsonl, split_items
 from ragline.ingest.events import upsert_decision
 from ragline.shared.contracts import AclSyncItem, AclSyncRequest, IngestEvent
 
@@ -24,6 +24,11 @@ def test_item_needs_one_target_and_an_order():
         AclSyncItem(tenant="t", doc_id="d", acl=["g", " "], version=1)
     assert AclSyncItem(tenant="t", doc_id="d", acl=[], version=1).acl == []  # revoke everything
     assert AclSyncItem(tenant="t", doc_id="d", acl=["g"], ts=1.5).effective_version == 1_500_000
+    assert AclSyncItem(
+        tenant="t", doc_id="d", acl=["g"], ts=(1_700_000_000_000_000 + 3) / 1e6
+    ).effective_version == (
+        1_700_000_000_000_003
+    )  # microseconds survive the float: `acl sync` numbers its lines this way
 
 
 def test_request_accepts_one_item_or_a_batch():
@@ -43,8 +48,79 @@ def test_split_items_dedups_groups_and_separates_prefixes():
             AclSyncItem(tenant="t", path_prefix="hr/", acl=["x"], ts=2.0),
         ]
     )
-    assert doc == [{"tenant": "t", "doc_id": "d", "acl": ["a", "b"], "version": 3, "ts": None}]
-    assert pre == [{"tenant": "t", "path_prefix": "hr/", "acl": ["x"], "version": 2_000_000, "ts": 2.0}]
+    assert doc == [
+        {
+            "tenant": "t",
+            "doc_id": "d",
+            "producer": "sync",
+            "acl": ["a", "b"],
+            "version": 3,
+            "ts": None,
+            "ord": 0,
+        }
+    ]
+    assert pre == [
+        {
+            "tenant": "t",
+            "path_prefix": "hr/",
+            "producer": "sync:ts",
+            "acl": ["x"],
+            "version": 2_000_000,
+            "ts": 2.0,
+            "ord": 1,
+        }
+    ]
+
+
+def test_versions_are_compared_per_producer_and_unit():
+    """One row per target and producer (its newest version); other producers' versions never compete."""
+    assert AclSyncItem(tenant="t", doc_id="d", acl=[], version=5).producer_key == "sync"
+    assert (
+        AclSyncItem(tenant="t", doc_id="d", acl=[], ts=1.0, producer="operator").producer_key == "operator:ts"
+    )
+    assert AclSyncItem(tenant="t", doc_id="d", acl=[], version=5, producer="crm").producer_key == "crm"
+    doc, _ = split_items(
+        [
+            AclSyncItem(tenant="t", doc_id="d", acl=["new"], version=9, producer="crm"),
+            AclSyncItem(
+                tenant="t", doc_id="d", acl=["old"], version=7, producer="crm"
+            ),  # older, later in batch
+            AclSyncItem(tenant="t", doc_id="d", acl=["ns"], version=10**18, producer="folder"),
+        ]
+    )
+    assert [(r["producer"], r["acl"], r["ord"]) for r in doc] == [("crm", ["new"], 0), ("folder", ["ns"], 2)]
+    # an inline single item may say what happens to unknown documents
+    req = AclSyncRequest.model_validate(
+        {"tenant": "t", "doc_id": "d", "acl": ["g"], "version": 2, "missing": "report"}
+    )
+    assert req.missing == "report" and len(req.items) == 1
+    assert AclSyncRequest.model_validate(
+        {"items": [{"tenant": "t", "doc_id": "d", "acl": [], "ts": 1.0}]}
+    ).missing == ("pending")
+
+
+def _state(acl, acl_seq, ingest_acl):
+    return {"acl": acl, "acl_seq": acl_seq, "ingest_acl": ingest_acl}
+
+
+def test_ingest_acl_decision():
+    """When the ACL an ingest asks for replaces the stored permissions (ingest/acl_sync.py)."""
+    # a new document, or one that never had permissions (a failed first ingest, a re-created tombstone)
+    assert ingest_acl_decision(None, ["a"], None) == (True, None)
+    assert ingest_acl_decision(_state([], 0, None), ["a"], 5) == (True, None)
+    # a permission change before the first ingest (a connector's early sync) stays
+    assert ingest_acl_decision(_state(["early"], 7, None), ["src"], 9) == (False, "ignored_stale")
+    assert ingest_acl_decision(_state(["src"], 7, None), ["src"], 9) == (False, None)
+    # the same groups as the last ingest asked for (any order): a later sync stands
+    assert ingest_acl_decision(_state(["synced"], 8, ["b", "a"]), ["a", "b"], 9) == (False, None)
+    # other groups than last time: a change, newest clock wins
+    assert ingest_acl_decision(_state(["all"], 3, ["all"]), ["hr"], 9) == (True, "updated")
+    assert ingest_acl_decision(_state(["all"], 3, ["all"]), ["hr"], None) == (True, "updated")
+    # ... unless a permission change was applied after the ingest was accepted
+    assert ingest_acl_decision(_state([], 12, ["all"]), ["hr"], 9) == (False, "ignored_stale")
+    assert ingest_acl_decision(_state(["hr"], 12, ["all"]), ["hr"], 9) == (False, None)
+    # a changed request that matches the stored ACL already is applied without reporting a change
+    assert ingest_acl_decision(_state(["hr"], 3, ["all"]), ["hr"], 9) == (True, None)
 
 
 def test_read_jsonl_reports_the_bad_line():
@@ -52,6 +128,16 @@ def test_read_jsonl_reports_the_bad_line():
     assert len(good) == 1
     with pytest.raises(ValueError, match="line 2"):
         read_jsonl(['{"tenant": "t", "doc_id": "d", "acl": ["g"], "version": 1}', '{"tenant": "t"}'])
+    # the CLI numbers lines without a version or time: for one document, the later line wins
+    lines = [
+        '{"tenant": "t", "doc_id": "d", "acl": ["a"]}',
+        "",
+        '{"tenant": "t", "doc_id": "d", "acl": ["b"]}',
+    ]
+    numbered = read_jsonl(lines, now_us=1_700_000_000_000_000)
+    assert [it.effective_version for it in numbered] == [1_700_000_000_000_001, 1_700_000_000_000_003]
+    with pytest.raises(ValueError, match="line 1"):
+        read_jsonl(lines)  # without numbering, a line needs a version or a time
 
 
 def test_events_are_validated():

@@ -22,9 +22,10 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def chunked() -> dict[str, list]:
-    files = [(p, d) for p, d in collect_files([RU_DOCS]) if p.name != "README.md" and p.suffix != ".pdf"]
+    files = [f for f in collect_files([RU_DOCS]) if f.path.name != "README.md" and f.path.suffix != ".pdf"]
     assert len(files) == 135
-    return {doc_id: chunk_blocks(parse_file(path).blocks) for path, doc_id in files}
+    # keyed by the path inside ru-docs (the doc id without its source prefix)
+    return {f.doc_id.split("/", 1)[1]: chunk_blocks(parse_file(f.path).blocks) for f in files}
 
 
 def test_every_file_yields_chunks_with_heading_paths(chunked):
