@@ -134,12 +134,14 @@ def worker(queues: tuple[str, ...], concurrency: int = 2) -> Iterator[None]:
     from celery.contrib.testing.worker import start_worker
 
     from ragline.shared.celery_app import app
+    from ragline.shared.kombu_redis import reuse_clients
 
     for name in QUIET_LOGGERS:  # per-task INFO lines would go to the benchmark's terminal
         logging.getLogger(name).setLevel(logging.WARNING)
 
     for name in app.conf.include:
         __import__(name)
+    reuse_clients()  # an in-process worker is a worker process: what worker_init applies in `ragline worker`
     with start_worker(
         app,
         pool="threads",
