@@ -2,9 +2,11 @@
 # Roles of the one ragline image:
 #   worker <ingest|query|control>   `ragline worker POOL` + its metrics endpoint (multiprocess mode)
 #   beat                            the single scheduler (run exactly one)
-#   flower                          monitoring UI (basic auth from FLOWER_BASIC_AUTH)
+#   flower                          monitoring UI (basic auth: RAGLINE_FLOWER_USER / RAGLINE_FLOWER_PASSWORD)
 #   migrate                         apply schema migrations and exit
 #   <anything else>                 executed as given (e.g. `ragline status`)
+# In a container the endpoints listen beyond 127.0.0.1, so the settings' built-in passwords are never
+# used here: a role that serves one refuses to start without its password in the environment.
 set -eu
 APP=ragline.shared.celery_app:app
 role="${1:-worker}"
@@ -13,6 +15,7 @@ case "$role" in
     # one worker process per container (scale with replicas); `ragline worker` builds the worker
     # command line, concurrency and OpenMP threads exactly as under `ragline up`
     pool="${2:-ingest}"
+    : "${RAGLINE_METRICS_PASSWORD:?set RAGLINE_METRICS_PASSWORD}"
     export PROMETHEUS_MULTIPROC_DIR="$RAGLINE_HOME/metrics/$pool"
     rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
     python -m ragline.shared.metrics_server "$pool" &
@@ -22,7 +25,9 @@ case "$role" in
     exec celery -A "$APP" beat --loglevel "${RAGLINE_LOG_LEVEL:-INFO}" -s "$RAGLINE_HOME/celerybeat-schedule"
     ;;
   flower)
-    : "${FLOWER_BASIC_AUTH:?set FLOWER_BASIC_AUTH=user:password}"
+    : "${RAGLINE_FLOWER_PASSWORD:?set RAGLINE_FLOWER_PASSWORD}"
+    # Flower reads its basic auth from the environment, so the password never shows in `ps`
+    export FLOWER_BASIC_AUTH="${RAGLINE_FLOWER_USER:-admin}:${RAGLINE_FLOWER_PASSWORD}"
     exec celery -A "$APP" flower --address="${FLOWER_ADDRESS:-0.0.0.0}" --port=5555 --persistent=False
     ;;
   migrate)
