@@ -5,8 +5,8 @@
 #   flower                          monitoring UI (basic auth: RAGLINE_FLOWER_USER / RAGLINE_FLOWER_PASSWORD)
 #   migrate                         apply schema migrations and exit
 #   <anything else>                 executed as given (e.g. `ragline status`)
-# In a container the endpoints listen beyond 127.0.0.1, so the settings' built-in passwords are never
-# used here: a role that serves one refuses to start without its password in the environment.
+# In a container the endpoints listen beyond 127.0.0.1: a role that serves one refuses to start without
+# its password in the environment, and `ragline secrets check` refuses a well-known or weak one.
 set -eu
 APP=ragline.shared.celery_app:app
 role="${1:-worker}"
@@ -27,6 +27,7 @@ case "$role" in
   flower)
     : "${RAGLINE_FLOWER_PASSWORD:?set RAGLINE_FLOWER_PASSWORD}"
     # Flower reads its basic auth from the environment, so the password never shows in `ps`
+    RAGLINE_FLOWER_HOST="${FLOWER_ADDRESS:-0.0.0.0}" ragline secrets check
     export FLOWER_BASIC_AUTH="${RAGLINE_FLOWER_USER:-admin}:${RAGLINE_FLOWER_PASSWORD}"
     exec celery -A "$APP" flower --address="${FLOWER_ADDRESS:-0.0.0.0}" --port=5555 --persistent=False
     ;;

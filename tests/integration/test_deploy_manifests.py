@@ -299,8 +299,8 @@ def test_dockerfile_passes_hadolint():
 
 
 def test_entrypoint_refuses_to_serve_without_its_password(tmp_path):
-    """The settings have built-in passwords for a loopback-only stack; in a container the endpoints
-    listen beyond it, so the entrypoint demands them from the environment."""
+    """In a container the endpoints listen beyond loopback, so the entrypoint demands their passwords
+    from the environment and has ragline refuse a weak one before Flower starts."""
     fake = tmp_path / "bin"
     fake.mkdir()
     for tool in ("celery", "ragline", "python"):
@@ -326,8 +326,10 @@ def test_entrypoint_refuses_to_serve_without_its_password(tmp_path):
     out = run({**base, "RAGLINE_FLOWER_PASSWORD": pw}, "flower")
     assert out.returncode == 0, out.stderr
     lines = log.read_text().splitlines()
-    assert lines[0].startswith("-A ragline.shared.celery_app:app flower") and pw not in lines[0]
-    assert lines[1] == f"auth=admin:{pw}"
+    # the weak-password check runs first, then Flower with the password only in its environment
+    assert lines[0] == "secrets check"
+    assert lines[2].startswith("-A ragline.shared.celery_app:app flower") and pw not in lines[2]
+    assert lines[3] == f"auth=admin:{pw}"
 
 
 # ------------------------------------------------------------------------------------ kubernetes
