@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DOCS ?= docs
+DOCS ?= .
 PIP_FLAGS ?= --disable-pip-version-check -q
 PY_DIRS := ragline ingest query shared tests bench examples
 
@@ -18,11 +18,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## bring up the embedded stack, ingest $(DOCS), answer three questions with citations, stop everything
+## ingest $(DOCS) and answer three questions with citations; a stack that was not running is started
+## and stopped at the end, one that was running (`make up`, `ragline up`) is used and left running
 run: $(STAMP)
-	@set -e; trap '$(BIN)/ragline down' EXIT; \
-	$(BIN)/ragline up; \
-	$(BIN)/ragline demo $(DOCS)
+	$(BIN)/ragline demo $(DOCS) --start-stack
 
 ## the import contracts, then the whole test suite against real embedded Postgres, Redis and Celery workers
 test: lint-imports

@@ -5,7 +5,10 @@ recall@10 of the ANN path against exact search.
 (its tenant filter selects almost everything) and one holds 1% (a selective filter, where a
 plain HNSW scan would return too few rows without ``hnsw.iterative_scan``). The query vector
 is passed precomputed (``SearchRequest.query_vector``) so the embedder is not measured.
-Direct and queued calls alternate query by query, so both see the same machine load.
+Direct and queued calls alternate query by query, so both see the same machine load. Both run
+as the query pool's read-only role, whose row-level security policies (migration 0007) filter
+every row; the same direct statement as the tables' owner (no policy) alternates with them and
+shows what the policies cost.
 
 The queued side is ``ragline up``'s query pool as it runs with a remote embedder (solo processes,
 ``RAGLINE_QUERY_POOL=auto``): the targets. The threads pool, the default when the model runs in
@@ -89,16 +92,18 @@ def _request(tenant: str, qvec: np.ndarray):
     )
 
 
-def _direct(tenant: str, qvec: np.ndarray, settings) -> float:
-    """The retrieval task's vector statement (``ragline.query.retrieve.vector_rows``: same SQL, same ``SET LOCAL``s)
-    in a read-only transaction on a pooled connection of this process."""
-    from ragline.query.retrieve import read_only_transaction, vector_rows
+def _direct(tenant: str, qvec: np.ndarray, settings, rls: bool = True) -> float:
+    """The retrieval task's vector statement (``ragline.query.retrieve.vector_rows``: same SQL, same
+    transaction settings) in a read-only transaction on a pooled connection of this process: as the
+    query pool's role (row-level security on, like the task) or, ``rls=False``, as the tables' owner."""
+    from ragline.query.retrieve import read_only_transaction, set_transaction_params, vector_rows
     from ragline.shared import db
 
     req = _request(tenant, qvec)
     n = max(settings.retrieval.top_n, K)
     t = time.perf_counter()
-    with db.connection() as conn, read_only_transaction(conn):
+    with db.query_connection() if rls else db.connection() as conn, read_only_transaction(conn):
+        set_transaction_params(conn, req, settings, n)
         vector_rows(conn, req, qvec, n, settings)
     return (time.perf_counter() - t) * 1000
 
@@ -139,7 +144,8 @@ def _exact(conn: psycopg.Connection, tenant: str, qvec: np.ndarray) -> list[tupl
 
 
 def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> str:
-    """EXPLAIN of the vector statement (custom plan), to show which path the planner takes."""
+    """EXPLAIN of the vector statement (custom plan) on ``conn`` (the query pool's role: the
+    row-level security filter shows), to show which path the planner takes."""
     from ragline.query import retrieve
     from ragline.query.filters import compile_filters
 
@@ -149,7 +155,7 @@ def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> 
         f = compile_filters(req, settings.retrieval.prefer_bonus, settings.retrieval.test_penalty)
         sql = retrieve._sql(retrieve.VECTOR_SQL, f.columns_sql(), f.where_sql())
         with conn.transaction():
-            retrieve.set_hnsw_params(conn, n, settings)
+            retrieve.set_transaction_params(conn, req, settings, n)
             rows = conn.execute(
                 "EXPLAIN " + sql, {"tenant": tenant, "groups": ACL, "n": n, "qvec": qvec, **f.params}
             )
@@ -177,18 +183,21 @@ def _measure_pool(
     empty = [_queued(next(iter(tenants)), q, [])[0] for q in queries[: max(warmup, n_queries // 2)]]
     out["queue_round_trip_without_sql"] = common.latency_summary(empty)
     for label, tenant in zip(("99% tenant", "1% tenant"), tenants, strict=True):
-        with db.connection() as c:
+        with db.query_connection() as c:
             plan = _plan(c, tenant, queries[0], settings)
         for q in queries[:warmup]:
             _direct(tenant, q, settings)
+            _direct(tenant, q, settings, rls=False)
             _queued(tenant, q)
-        direct_ms, queue_ms, task_ms, recalls = [], [], [], []
+        direct_ms, owner_ms, queue_ms, task_ms, recalls = [], [], [], [], []
         for i, q in enumerate(queries[warmup : warmup + max(n_queries, recall_queries)]):
             if i % 2:  # alternate the order so neither side always runs on a warm cache
                 direct_ms.append(_direct(tenant, q, settings))
+                owner_ms.append(_direct(tenant, q, settings, rls=False))
                 ms, inside, ann = _queued(tenant, q)
             else:
                 ms, inside, ann = _queued(tenant, q)
+                owner_ms.append(_direct(tenant, q, settings, rls=False))
                 direct_ms.append(_direct(tenant, q, settings))
             queue_ms.append(ms)
             task_ms.append(inside)
@@ -196,14 +205,22 @@ def _measure_pool(
                 exact = _exact(exact_conn, tenant, q)
                 recalls.append(len(set(ann) & set(exact)) / max(1, min(K, len(exact))))
         direct_ms, queue_ms, task_ms = direct_ms[:n_queries], queue_ms[:n_queries], task_ms[:n_queries]
+        owner_ms = owner_ms[:n_queries]
         sc = {
             "tenant": tenant,
             "rows": tenants[tenant],
             "direct_sql": common.latency_summary(direct_ms),
+            "direct_sql_owner_without_rls": common.latency_summary(owner_ms),
+            # the same query as the query role and as the owner, back to back: the policies' cost
+            "rls_minus_owner_ms": {
+                "median": round(float(np.median(np.subtract(direct_ms, owner_ms))), 3),
+                "mean": round(float(np.mean(np.subtract(direct_ms, owner_ms))), 3),
+            },
             "query_queue": common.latency_summary(queue_ms),
             "inside_task_service_total": common.latency_summary(task_ms),
             "plan": plan,
             "direct_ms_samples": [round(x, 3) for x in direct_ms],
+            "owner_ms_samples": [round(x, 3) for x in owner_ms],
             "queue_ms_samples": [round(x, 3) for x in queue_ms],
         }
         if recalls:
@@ -311,6 +328,11 @@ def run(
         "Exact search: separate connection, prepare_threshold=None, enable_indexscan=off.",
         "queue_round_trip_without_sql: the same task with groups=[] (returns before SQL): Celery + Redis cost.",
         "inside_task_service_total: ragline.query.service.search's own total as reported by the task.",
+        "Row-level security (migration 0007): the task and direct_sql run as the query pool's role, whose"
+        " policies filter every row on ragline.tenant / ragline.groups; direct_sql_owner_without_rls is the"
+        " same statement as the tables' owner (no policy), alternated with the others query by query, so"
+        " the difference between the two direct columns is what the policies cost. Recall is of the"
+        " queued (query role) hits.",
         "threads_pool_comparison: the same measurement with the threads pool (the default when the model"
         " runs in the worker: one shared model, every core per query embedding); no target, no recall. The"
         " pools are measured one after the other (the second on warmer caches): compare each pool's queue"
@@ -322,6 +344,7 @@ def run(
     for label, s in raw["scenarios"].items():
         for p in ("p50", "p95"):
             groups[f"{label}\n{p}"] = {
+                "direct SQL, owner (no RLS)": s["direct_sql_owner_without_rls"][f"{p}_ms"],
                 "direct SQL": s["direct_sql"][f"{p}_ms"],
                 "inside the task": s["inside_task_service_total"][f"{p}_ms"],
                 "query queue round trip": s["query_queue"][f"{p}_ms"],

@@ -22,6 +22,7 @@ BENCHMARKS = {
     "c": "retrieval",
     "d": "acl_sync",
     "e": "local_embedder",
+    "f": "fairness",
 }
 
 

@@ -1,6 +1,8 @@
 """Document events from a webhook or an upstream queue: upsert, delete, acl.
 
-Every event carries the source's version, so a duplicate or an out-of-order event is harmless:
+Every event carries the source's version (an integer, or an ISO 8601 time the contract turns into
+Unix nanoseconds: the unit of the versions ``ragline ingest`` stores), so a duplicate or an
+out-of-order event is harmless:
 an upsert older than (or equal to) what is stored is ignored, a delete older than the stored
 version is ignored, and a delete leaves a ``status = 'deleted'`` row (a tombstone) without
 chunks whose version makes a late older upsert stale in ``ingest/store.py``.
@@ -11,17 +13,25 @@ producer (``ingest/acl_sync.py``). An upsert's ingest then stores content only.
 
 No embedder import here: events are handled by the control pool; an upsert only enqueues the
 ingestion task on the ingest queue.
+
+A ``push`` event names a configured git source: :func:`sync_git_source` (also behind
+``ragline ingest REPO``) ingests what changed since the commit last indexed and prunes what was
+deleted, renamed away or is now skipped (docs/code.md).
 """
 
 from __future__ import annotations
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
-from ragline.ingest import store
+from ragline.ingest import git, store
 from ragline.ingest.acl_sync import apply_acl_sync, clock
+from ragline.ingest.enqueue import send_in_batches
+from ragline.ingest.sources import GitSource, SourceSpec, configured_sources, git_uri
 from ragline.shared import jobs
 from ragline.shared.contracts import AclSyncItem, EventResult, IngestEvent, IngestRequest
 from ragline.shared.names import TASK_INGEST_DOCUMENT
+from ragline.shared.settings import get_settings
 
 
 def delete_document(
@@ -76,9 +86,14 @@ def upsert_decision(state: dict | None, version: int) -> str | None:
 def handle_event(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventResult:
     """Apply one event. ``send_task(name, payload) -> task id`` enqueues the ingestion of an upsert."""
     base = {"type": ev.type, "tenant": ev.tenant, "doc_id": ev.doc_id}
+    if ev.type == "push":
+        return handle_push(conn, ev, send_task)
     if ev.type == "delete":
         outcome, n = delete_document(conn, ev.tenant, ev.doc_id, ev.version)
-        return EventResult(**base, outcome=outcome, chunks_deleted=n)
+        stored = store.current_state(conn, ev.tenant, ev.doc_id) if outcome != "deleted" else None
+        return EventResult(
+            **base, outcome=outcome, chunks_deleted=n, stored_version=stored["version"] if stored else None
+        )
     if ev.type == "acl":
         out = apply_acl_sync(conn, [event_acl(ev)], path="event")
         return EventResult(**base, outcome="acl_applied" if out.documents_updated else "ignored_stale")
@@ -88,8 +103,8 @@ def handle_event(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventR
         acl_outcome = "applied" if out.documents_updated else "ignored_stale"
     state = store.current_state(conn, ev.tenant, ev.doc_id)
     reason = upsert_decision(state, ev.version)
-    if reason:
-        return EventResult(**base, outcome=reason, acl_outcome=acl_outcome)
+    if reason:  # the producer sees the version it would have to exceed
+        return EventResult(**base, outcome=reason, acl_outcome=acl_outcome, stored_version=state["version"])
     # an upsert without 'acl' asks for what the last ingest asked for (new documents get none:
     # invisible); the request's clock is now, so a permission change applied later wins over it
     acl = (
@@ -126,3 +141,172 @@ def event_acl(ev: IngestEvent) -> AclSyncItem:
         ts=ev.ts,
         producer=ev.producer or "events",
     )
+
+
+# --- git sources: push events and `ragline ingest REPO` ------------------------------------------
+
+
+def handle_push(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventResult:
+    """A push to a configured git source of the event's tenant; anything else is a ``ValueError``."""
+    spec = next(
+        (s for s in configured_sources(get_settings().lifecycle.sources) if s.name == ev.source), None
+    )
+    if spec is None or spec.kind != "git" or spec.tenant != ev.tenant:
+        raise ValueError(f"push: tenant {ev.tenant!r} has no git source named {ev.source!r}")
+    out = sync_git_source(
+        conn, spec, ev.after or spec.ref, send_task, before=ev.before, event_version=ev.version
+    )
+    return EventResult(
+        type="push",
+        tenant=ev.tenant,
+        outcome=out.pop("outcome"),
+        job_id=out.get("job_id"),
+        push=out,
+    )
+
+
+def _stored(conn: psycopg.Connection, tenant: str, source: str) -> dict[str, dict]:
+    rows = conn.execute(
+        "SELECT doc_id, status, version, metadata->>'source_fp' AS fp FROM documents"
+        " WHERE tenant = %s AND metadata->>'source' = %s",
+        (tenant, source),
+    ).fetchall()
+    return {r["doc_id"]: r for r in rows}
+
+
+def sync_git_source(
+    conn: psycopg.Connection,
+    spec: SourceSpec,
+    after: str,
+    send_task,
+    before: str | None = None,
+    event_version: int | None = None,
+    kind: str = "push",
+) -> dict:
+    """Bring a git source's documents to the commit ``after`` names; returns the summary.
+
+    The diff starts at the commit recorded for the source (``source_commits``), else at ``before``;
+    without either (a first ingest, or a recorded commit a force-push removed) every tracked file is
+    listed and the source's documents no longer listed are pruned. Added, modified and renamed-to
+    files are enqueued in batch tasks of one job (a file whose stored blob is the same is not); deleted
+    files, renamed-from paths and files the skip rules now leave out are pruned at once. Documents
+    get a version above every stored one of the source, so these ingests and prunes win over any
+    earlier one still in flight. ``event_version`` (a push event's) must exceed the last push's, so a
+    replayed or out-of-order push changes nothing; None (``ragline ingest``) always applies.
+    The repository is fetched (clone URLs) and read before the source's lock is taken.
+    """
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        raise RuntimeError("sync_git_source needs an idle connection: it commits its own transaction")
+    src = GitSource(spec)
+    repo = src.sync()
+    commit = git.resolve_commit(repo, after, src.timeout)
+    commit_ns = git.commit_time_ns(repo, commit, src.timeout)
+    entries = {e.path: e for e in git.list_tree(repo, commit, src.timeout)}
+    prefix = f"{spec.name}/"
+    summary: dict = {"source": spec.name, "commit": commit, "job_id": None}
+    with conn.transaction():
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('ragline.git_source'), hashtext(%s))",
+            (f"{spec.tenant}/{spec.name}",),
+        )
+        rec = conn.execute(
+            "SELECT commit_id, version, event_version FROM source_commits WHERE tenant = %s AND source = %s",
+            (spec.tenant, spec.name),
+        ).fetchone()
+        if rec and rec["commit_id"] == commit:
+            return {**summary, "outcome": "ignored_duplicate"}
+        if rec and event_version is not None and event_version <= rec["event_version"]:
+            return {**summary, "outcome": "ignored_stale", "recorded_commit": rec["commit_id"]}
+        base = rec["commit_id"] if rec else before
+        if base is not None and (git.ZERO_COMMIT.fullmatch(base) or not git.commit_exists(repo, base)):
+            base = None
+        stored = _stored(conn, spec.tenant, spec.name)
+        counts = dict.fromkeys(("added", "modified", "renamed", "deleted"), 0)
+        if base is None:
+            touched = set(entries)
+            gone = {d.removeprefix(prefix) for d, r in stored.items() if r["status"] != "deleted"} - touched
+            counts["added"] = len(touched)
+        else:
+            changes = git.diff(repo, base, commit, src.timeout)
+            touched = {c.path for c in changes if c.status != "D"}
+            gone = {c.path for c in changes if c.status == "D"} | {
+                c.old_path for c in changes if c.status == "R"
+            }
+            for c in changes:
+                key = {"A": "added", "C": "added", "D": "deleted", "R": "renamed"}.get(c.status, "modified")
+                counts[key] += 1
+        kept, skipped = src.select(repo, [entries[p] for p in sorted(touched) if p in entries])
+        too_long = [e for e in kept if len(prefix + e.path) > 512]
+        skipped += [(e.path, "path longer than a doc id may be") for e in too_long]
+        kept = [e for e in kept if e not in too_long]
+        gone |= touched - {e.path for e in kept}  # now skipped: pruned if it was indexed
+        todo = [
+            e
+            for e in kept
+            if (s := stored.get(prefix + e.path)) is None or s["status"] != "ready" or s["fp"] != e.blob
+        ]
+        version = max(
+            event_version or 0,
+            commit_ns,
+            rec["version"] + 1 if rec else 0,
+            max((r["version"] for r in stored.values()), default=0) + 1,
+        )
+        job_id = jobs.create_job(
+            conn,
+            kind,
+            spec.tenant,
+            [prefix + e.path for e in todo],
+            {"source": spec.name, "commit": commit, "base": base},
+        )
+        pruned = 0
+        for path in sorted(gone):
+            s = stored.get(prefix + path)
+            if s is not None and s["status"] != "deleted":
+                outcome, _ = delete_document(conn, spec.tenant, prefix + path, version)
+                pruned += outcome == "deleted"
+        conn.execute(
+            """
+            INSERT INTO source_commits (tenant, source, repo, commit_id, version, event_version, job_id)
+            VALUES (%s, %s, %s, %s, %s, %s, %s)
+            ON CONFLICT (tenant, source) DO UPDATE SET repo = EXCLUDED.repo, commit_id = EXCLUDED.commit_id,
+                version = EXCLUDED.version, job_id = EXCLUDED.job_id, updated_at = now(),
+                event_version = greatest(source_commits.event_version, EXCLUDED.event_version)
+            """,
+            (spec.tenant, spec.name, str(repo), commit, version, event_version or 0, job_id),
+        )
+    payloads = [
+        IngestRequest(
+            tenant=spec.tenant,
+            doc_id=prefix + e.path,
+            uri=git_uri(repo, commit, e.path),
+            path=prefix + e.path,
+            layer=spec.layer,
+            acl=list(spec.acl),
+            version=version,
+            job_id=job_id,
+            metadata={
+                "source": spec.name,
+                "source_fp": e.blob,
+                "source_root": str(repo),
+                "repo_path": e.path,
+                "commit": commit,
+            },
+        ).model_dump(exclude_none=True)
+        for e in todo
+    ]
+    send_in_batches(payloads, [e.size for e in todo], send_task)
+    summary.update(
+        outcome="synced",
+        job_id=job_id,
+        base=base,
+        **counts,
+        skipped=len(skipped),
+        skipped_files=[{"path": p, "reason": r} for p, r in skipped[:100]],
+        enqueued=len(todo),
+        unchanged=len(kept) - len(todo),
+        pruned=pruned,
+        version=version,
+    )
+    jobs.finish_if_done(conn, job_id, {k: v for k, v in summary.items() if k != "skipped_files"})
+    conn.commit()
+    return summary

@@ -3,6 +3,10 @@
 :func:`ingest_batch` prepares each document on its own (a bad one fails alone), embeds the chunks
 of all prepared documents together (so embedding batches fill up to 128 texts across documents),
 then stores each document in its own transaction. :func:`ingest_document` is a batch of one.
+Source files are chunked along their definitions (``ingest/parse/code.py``), go to the source or
+tests layer, and their chunks carry line spans and identifier terms for the code lexical search; a
+source file's definitions also become short symbol records in the symbol layer (rows of the same
+document, so they live and die with it).
 A document whose content did not change still gets the ACL its request asks for, through the
 ACL-only path (``acl_sync.apply_ingest_acls``, no embedding).
 """
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psycopg
 from celery.exceptions import SoftTimeLimitExceeded
@@ -19,13 +23,15 @@ from psycopg.pq import TransactionStatus
 
 from ragline.ingest import identity, store
 from ragline.ingest.acl_sync import apply_ingest_acls
-from ragline.ingest.chunk import Chunk, chunk_blocks
+from ragline.ingest.chunk import Chunk, chunk_blocks, code_chunks, code_context
 from ragline.ingest.contextualize import contextualize, embedding_text
 from ragline.ingest.embed import embed_with_cache
 from ragline.ingest.load import load
-from ragline.ingest.parse import ParseError, parse_bytes
+from ragline.ingest.parse import CodeDocument, ParseError, front_matter, parse_bytes
+from ragline.ingest.parse.code import document_layer, symbol_records
 from ragline.shared import db, jobs
 from ragline.shared.contracts import IngestRequest, IngestResult
+from ragline.shared.identifiers import code_tsvector
 from ragline.shared.metrics import ACL_CHANGES
 from ragline.shared.providers import get_embedder
 from ragline.shared.settings import get_settings
@@ -52,6 +58,11 @@ class Prepared:
     contexts: list[str]
     timings: dict[str, float] = field(default_factory=dict)
     acl_outcome: str | None = None  # set once stored: 'updated', 'ignored_stale' or None
+    layer: str = "docs"
+    metadata: dict = field(default_factory=dict)  # the document's own: front matter, language
+    rel_path: str = ""  # the path inside its source (a repository's file path), for code terms
+    #: per chunk, a layer other than the document's (the symbol records), else None
+    chunk_layers: list[str | None] = field(default_factory=list)
 
     @property
     def texts(self) -> list[str]:
@@ -85,21 +96,112 @@ def prepare(req: IngestRequest, embed_model: str) -> Prepared | IngestResult:
         lap("load")
         stage = "parse"
         parsed = parse_bytes(loaded.data, loaded.fmt, default_title=loaded.title)
+        meta: dict = {}
+        if loaded.fmt == "md" and (fm := front_matter(loaded.data)):
+            meta["front_matter"] = fm
+            if isinstance(fm.get("title"), str) and fm["title"].strip() and parsed.title == loaded.title:
+                parsed.title = fm["title"].strip()
         lap("parse")
         stage = "chunk"
-        chunks = chunk_blocks(
-            parsed.blocks,
-            settings.chunk.max_chars,
-            settings.chunk.overlap_ratio,
-            settings.chunk.hard_max_chars,
-        )
+        code = isinstance(parsed, CodeDocument)
+        if code:  # source code: chunks follow definitions and carry their line spans
+            chunks = code_chunks(parsed, settings.code.max_chars, settings.code.min_chars)
+            meta.update(language=parsed.language, parsed_by=parsed.parsed_by)
+            if not chunks:
+                raise ParseError("no code found in document")
+        else:
+            chunks = chunk_blocks(
+                parsed.blocks,
+                settings.chunk.max_chars,
+                settings.chunk.overlap_ratio,
+                settings.chunk.hard_max_chars,
+            )
         lap("chunk")
         stage = "contextualize"
-        contexts = contextualize(parsed.title, chunks, parsed.text)
+        # code is embedded with its symbol path, not its file's: a renamed file costs no embedding
+        contexts = (
+            [code_context(c, parsed.title) for c in chunks]
+            if code
+            else contextualize(parsed.title, chunks, parsed.text)
+        )
         lap("contextualize")
     except DOCUMENT_ERRORS as exc:
         raise DocumentFailed(stage, _readable(exc)) from exc
-    return Prepared(req, content_hash, loaded.path, loaded.fmt, parsed.title, chunks, contexts, timings)
+    rel = relative_path(req, loaded.path)
+    layer = document_layer(
+        rel,
+        loaded.fmt,
+        req.layer,
+        settings.code.source_layer,
+        settings.code.tests_layer,
+        settings.code.test_globs,
+    )
+    chunk_layers: list[str | None] = [None] * len(chunks)
+    if code and settings.code.symbols and layer == settings.code.source_layer:
+        try:
+            symbols = symbol_chunks(parsed, len(chunks), settings.code.symbol_doc_chars)
+        except DOCUMENT_ERRORS as exc:
+            raise DocumentFailed("symbols", _readable(exc)) from exc
+        chunks = [*chunks, *symbols]
+        contexts = [*contexts, *(code_context(c, parsed.title) for c in symbols)]
+        chunk_layers += [settings.code.symbols_layer] * len(symbols)
+    elif files := related_code(meta.get("front_matter")):
+        # a document that says which code it describes: its hits carry it, for the structural ranking
+        chunks = [replace(c, metadata={**c.metadata, "related_code": files}) for c in chunks]
+    return Prepared(
+        req,
+        content_hash,
+        loaded.path,
+        loaded.fmt,
+        parsed.title,
+        chunks,
+        contexts,
+        timings,
+        layer=layer,
+        metadata=meta,
+        rel_path=rel,
+        chunk_layers=chunk_layers,
+    )
+
+
+def related_code(front_matter: object, limit: int = 50) -> list[str]:
+    """The files a Markdown document's front matter says it describes (``related_code``), or []."""
+    related = front_matter.get("related_code") if isinstance(front_matter, dict) else None
+    if isinstance(related, str):
+        related = [related]
+    if not isinstance(related, list):
+        return []
+    return [f.strip() for f in related if isinstance(f, str) and f.strip()][:limit]
+
+
+def symbol_chunks(doc: CodeDocument, first_no: int, doc_chars: int) -> list[Chunk]:
+    """The symbol records of a parsed source file as chunks numbered from ``first_no``, with the
+    same heading, span and symbol metadata as code chunks (``kind`` ``symbol``)."""
+    module = (doc.title,) if doc.title else ()
+    out = []
+    for i, r in enumerate(symbol_records(doc, doc_chars)):
+        symbol = ".".join(r.path)
+        meta = {
+            "span_start": r.start,
+            "span_end": r.end,
+            "start_line": r.start,
+            "end_line": r.end,
+            "language": doc.language,
+            "symbol": symbol,
+            "symbols": [symbol],
+            "symbol_kind": r.kind,
+        }
+        out.append(Chunk(first_no + i, r.content, module + r.path, "symbol", None, meta))
+    return out
+
+
+def relative_path(req: IngestRequest, path: str) -> str:
+    """The document's path inside its source: a repository's file path (``repo_path``), or the
+    logical path without its ``<source>/`` prefix, so a source named ``tests`` is not a test."""
+    if isinstance(req.metadata.get("repo_path"), str):
+        return req.metadata["repo_path"]
+    source = req.metadata.get("source")
+    return path[len(source) + 1 :] if isinstance(source, str) and path.startswith(source + "/") else path
 
 
 def _readable(exc: BaseException) -> str:
@@ -119,9 +221,21 @@ def store_prepared(conn: psycopg.Connection, p: Prepared, vectors: list, embed_m
     req = p.req
     rows = [
         store.StoredChunk(
-            ch.chunk_no, ch.content, ctx, " › ".join(ch.heading_path), ch.page, vec, {"kind": ch.kind}
+            ch.chunk_no,
+            ch.content,
+            ctx,
+            " › ".join(ch.heading_path),
+            ch.page,
+            vec,
+            {"kind": ch.kind, **ch.metadata},
+            code_tsvector(ch.content, ch.metadata["symbols"], p.rel_path)
+            if "symbols" in ch.metadata
+            else None,
+            layer=chunk_layer,
         )
-        for ch, ctx, vec in zip(p.chunks, p.contexts, vectors, strict=True)
+        for ch, ctx, vec, chunk_layer in zip(
+            p.chunks, p.contexts, vectors, p.chunk_layers or [None] * len(p.chunks), strict=True
+        )
     ]
     record = store.DocumentRecord(
         tenant=req.tenant,
@@ -132,8 +246,8 @@ def store_prepared(conn: psycopg.Connection, p: Prepared, vectors: list, embed_m
         content_hash=p.content_hash,
         version=req.version,
         acl=list(req.acl),
-        layer=req.layer,
-        metadata={**req.metadata, "format": p.fmt},
+        layer=p.layer,
+        metadata={**req.metadata, "format": p.fmt, **p.metadata},
         acl_seq=req.acl_seq,
     )
     with conn.transaction():

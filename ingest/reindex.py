@@ -20,13 +20,18 @@ import psycopg
 from ragline.ingest.acl_sync import apply_ingest_acls
 from ragline.ingest.enqueue import send_in_batches
 from ragline.ingest.events import delete_document
+from ragline.ingest.load import read_local, size_limit
+from ragline.ingest.parse import SUPPORTED, ParseError
+from ragline.ingest.roots import resolve
 from ragline.ingest.sources import (
+    GitSource,
     Listed,
     Listing,
     SourceSpec,
     SourceUnavailable,
     build_source,
     configured_sources,
+    parse_git_uri,
 )
 from ragline.shared import jobs
 from ragline.shared.contracts import IngestRequest
@@ -110,13 +115,17 @@ def tie_break(conn: psycopg.Connection, spec: SourceSpec, p: Plan, stored: dict[
     if spec.kind != "folder":
         return 0
     keep, touched = [], []
+    root = [resolve(spec.path)]  # type: ignore[arg-type]
     for item, version, reason in p.enqueue:
         s = stored.get(item.doc_id)
         if reason == "changed" and s and s["status"] == "ready" and s.get("content_hash"):
+            # read like the ingest reads: inside the source's folder, a regular file, bounded
+            # (a symlink to /dev/zero in the folder must not hang the control pool)
+            fmt = SUPPORTED.get(Path(item.uri).suffix.lower(), "text")
             try:
-                digest = hashlib.sha256(Path(item.uri).read_bytes()).hexdigest()
-            except OSError:
-                digest = None
+                digest = hashlib.sha256(read_local(Path(item.uri), root, size_limit(fmt))).hexdigest()
+            except (OSError, ParseError):
+                digest = None  # enqueued: the ingest records what is wrong with the file
             if digest == s["content_hash"]:
                 touched.append((item, version))
                 continue
@@ -146,6 +155,10 @@ def apply_source_acl(
 
 
 def request_for(spec: SourceSpec, item: Listed, version: int, job_id: str | None) -> IngestRequest:
+    metadata: dict = {"source": spec.name, "source_fp": item.fingerprint}
+    if spec.kind == "git":  # what a push's ingest records too (ingest/events.py)
+        repo, commit, rel = parse_git_uri(item.uri)
+        metadata.update(source_root=str(repo), repo_path=rel, commit=commit)
     return IngestRequest(
         tenant=spec.tenant,
         doc_id=item.doc_id,
@@ -155,20 +168,49 @@ def request_for(spec: SourceSpec, item: Listed, version: int, job_id: str | None
         acl=list(spec.acl),
         version=version,
         job_id=job_id,
-        metadata={"source": spec.name, "source_fp": item.fingerprint},
+        metadata=metadata,
     )
 
 
 def namespaced(spec: SourceSpec, listing: Listing) -> Listing:
-    """Folder doc ids are prefixed with the source name, so two folders with the same file names in
-    one tenant never overwrite (or prune) each other's documents."""
-    if spec.kind != "folder":
+    """Folder and git doc ids are prefixed with the source name, so two folders (or repositories) with
+    the same file names in one tenant never overwrite (or prune) each other's documents."""
+    if spec.kind not in ("folder", "git"):
         return listing
     items = [
         Listed(f"{spec.name}/{i.doc_id}", i.version, i.fingerprint, i.uri, f"{spec.name}/{i.path}", i.size)
         for i in listing.items
     ]
-    return Listing(items, {f"{spec.name}/{d}" for d in listing.unavailable}, listing.errors)
+    return Listing(
+        items,
+        {f"{spec.name}/{d}" for d in listing.unavailable},
+        listing.errors,
+        listing.commit,
+        listing.skipped,
+    )
+
+
+def record_commit(conn: psycopg.Connection, spec: SourceSpec, commit: str, p: Plan, job_id: str) -> None:
+    """A git source's listed commit, as a push records it (``source_commits``): the next push diffs
+    from it instead of listing the whole tree. Under the source's lock, like a push; the version only
+    grows, so a push's later versions stay above every document written here."""
+    repo = str(GitSource(spec).repo_dir())
+    version = max((v for _, v, _ in p.enqueue), default=0)
+    with conn.transaction():
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('ragline.git_source'), hashtext(%s))",
+            (f"{spec.tenant}/{spec.name}",),
+        )
+        conn.execute(
+            """
+            INSERT INTO source_commits (tenant, source, repo, commit_id, version, job_id)
+            VALUES (%s, %s, %s, %s, %s, %s)
+            ON CONFLICT (tenant, source) DO UPDATE SET repo = EXCLUDED.repo, commit_id = EXCLUDED.commit_id,
+                version = greatest(source_commits.version, EXCLUDED.version), job_id = EXCLUDED.job_id,
+                updated_at = now()
+            """,
+            (spec.tenant, spec.name, repo, commit, version, job_id),
+        )
 
 
 def reindex(
@@ -192,6 +234,7 @@ def reindex(
         conn.commit()
         report: dict[str, dict] = {}
         plans: list[tuple[SourceSpec, Plan]] = []
+        commits: list[tuple[SourceSpec, str, Plan]] = []
         for spec in specs:
             try:
                 listing = namespaced(spec, build_source(spec, http_timeout).list())
@@ -204,6 +247,8 @@ def reindex(
             touched = tie_break(conn, spec, p, stored)
             acl_updated = apply_source_acl(conn, spec, listing, stored)
             plans.append((spec, p))
+            if spec.kind == "git" and listing.commit:
+                commits.append((spec, listing.commit, p))
             report[spec.name] = {
                 "listed": len(listing.items),
                 "new": p.count("new"),
@@ -236,6 +281,9 @@ def reindex(
                 outcome, _ = delete_document(conn, spec.tenant, doc_id, None)
                 report[spec.name]["pruned"] += outcome == "deleted"
             conn.commit()
+        for spec, commit, p in commits:  # enqueued and pruned: a push may now diff from here
+            record_commit(conn, spec, commit, p, job_id)
+            report[spec.name]["commit"] = commit
         totals = {k: sum(r.get(k, 0) for r in report.values()) for k in TOTALS}
         jobs.finish_if_done(conn, job_id, {"sources": report, **totals})
         conn.commit()

@@ -5,7 +5,12 @@
   bytes did not (a ``touch``), the ingest pipeline's content hash is the tie-breaker: nothing is
   re-embedded.
 * ``urls``: a list of HTTP(S) URLs; one ``HEAD`` per URL, the fingerprint is the ``ETag`` (else
-  ``Last-Modified``), the version is ``Last-Modified`` when the server sends it.
+  ``Last-Modified``), the version is ``Last-Modified`` when the server sends it. Listing and fetching
+  go through the SSRF guard of :mod:`.fetch`, narrowed to the source's ``allowed_hosts`` when set.
+* ``git``: a local repository (``path``) or a clone URL (``url``, cloned bare into the ragline home)
+  at a ``ref``; only tracked files, minus the skip rules of :mod:`.git` and the source's
+  ``include``/``exclude`` globs. The fingerprint is the blob id, so an unchanged file is never
+  enqueued; the version is the commit's time; the uri names the repository, commit and path.
 
 A listing also says what it could not see: an unreachable URL or a missing folder is never
 taken as "the document vanished", so a network blip or an unmounted disk prunes nothing.
@@ -22,8 +27,11 @@ from typing import Literal, Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ragline.ingest import git
+from ragline.ingest.fetch import FetchPolicy, FetchRefused, host_allowed, redact, request
 from ragline.ingest.parse import SUPPORTED, ParseError
 from ragline.shared.contracts import Group, Ident
+from ragline.shared.settings import get_settings
 
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 
@@ -38,23 +46,50 @@ class SourceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Ident
-    kind: Literal["folder", "urls"]
+    kind: Literal["folder", "urls", "git"]
     tenant: Ident
     acl: list[Group] = Field(default_factory=list)
     layer: str = "docs"
     path: Path | None = None
     glob: str = "**/*"
     urls: list[str] = Field(default_factory=list)
+    # hosts its URLs and their redirects may reach ("docs.example.org", "*.example.org"); empty = any public host
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # git: a clone URL (instead of a local repository in 'path'), the ref indexed, globs of tracked files
+    # to index / leave out, and whether the default skip rules (vendored, lock, minified, generated) apply
+    url: str | None = Field(default=None, max_length=4096)
+    ref: str = Field(default="HEAD", max_length=255)
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    skip_defaults: bool = True
 
     @model_validator(mode="after")
     def _kind_fields(self) -> SourceSpec:
         if self.kind == "folder" and self.path is None:
             raise ValueError(f"source {self.name!r}: a folder source needs 'path'")
+        if self.kind == "git":
+            if (self.path is None) == (self.url is None):
+                raise ValueError(f"source {self.name!r}: a git source needs 'path' (a repository) or 'url'")
+            if self.url is not None and self.url.startswith("-"):
+                raise ValueError(f"source {self.name!r}: not a clone URL")
+            git.check_ref(self.ref)
         if self.kind == "urls":
             bad = [u for u in self.urls if not u.startswith(("http://", "https://"))]
             if bad:
                 raise ValueError(f"source {self.name!r}: not an http(s) URL: {bad[0]!r}")
+            off = [
+                u for u in self.urls if self.allowed_hosts and not host_allowed(_host(u), self.allowed_hosts)
+            ]
+            if off:
+                raise ValueError(f"source {self.name!r}: URL outside allowed_hosts: {redact(off[0])!r}")
         return self
+
+
+def _host(url: str) -> str:
+    try:
+        return httpx.URL(url).host
+    except (httpx.InvalidURL, ValueError):
+        return ""
 
 
 @dataclass(frozen=True)
@@ -72,6 +107,8 @@ class Listing:
     items: list[Listed] = field(default_factory=list)
     unavailable: set[str] = field(default_factory=set)  # doc ids that exist but could not be checked now
     errors: list[str] = field(default_factory=list)
+    commit: str | None = None  # git: the commit listed
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # git: (path, reason) left out by rule
 
 
 class Source(Protocol):
@@ -113,36 +150,142 @@ def _http_version(last_modified: str | None) -> int:
         return 0
 
 
+def source_policy(spec: SourceSpec, timeout: float | None = None) -> FetchPolicy:
+    """The settings' fetch policy for one source: its ``allowed_hosts``, and ``timeout`` as the deadline."""
+    policy = FetchPolicy.from_settings(get_settings(), **({"timeout_s": timeout} if timeout else {}))
+    return policy.with_hosts(spec.allowed_hosts) if spec.allowed_hosts else policy
+
+
 class UrlListSource:
-    def __init__(self, spec: SourceSpec, timeout: float = 10.0) -> None:
+    def __init__(self, spec: SourceSpec, timeout: float = 10.0, policy: FetchPolicy | None = None) -> None:
         self.spec = spec
         self.timeout = timeout
+        self.policy = policy
 
     def list(self) -> Listing:
         out = Listing()
-        with httpx.Client(timeout=self.timeout, follow_redirects=True) as client:
-            for url in self.spec.urls:
-                try:
-                    r = client.head(url)
-                except httpx.HTTPError as exc:
-                    out.unavailable.add(url)
-                    out.errors.append(f"{url}: {type(exc).__name__}")
-                    continue
-                if r.status_code in (404, 410):
-                    continue  # gone: pruned by the reindex
-                if r.status_code >= 400:
-                    out.unavailable.add(url)
-                    out.errors.append(f"{url}: HTTP {r.status_code}")
-                    continue
-                etag, lm = r.headers.get("etag"), r.headers.get("last-modified")
-                fp = f"etag:{etag}" if etag else (f"lm:{lm}" if lm else "")
-                out.items.append(Listed(url, _http_version(lm), fp, url, url))
+        policy = self.policy or source_policy(self.spec, self.timeout)
+        for url in self.spec.urls:
+            try:
+                r = request("HEAD", url, policy, read_body=False)
+            except (httpx.HTTPError, ParseError) as exc:  # a refused address is never "vanished"
+                out.unavailable.add(url)
+                detail = str(exc) if isinstance(exc, ParseError) else type(exc).__name__
+                out.errors.append(f"{redact(url)}: {detail}")
+                continue
+            if r.status in (404, 410):
+                continue  # gone: pruned by the reindex
+            if r.status >= 400:
+                out.unavailable.add(url)
+                out.errors.append(f"{redact(url)}: HTTP {r.status}")
+                continue
+            etag, lm = r.headers.get("etag"), r.headers.get("last-modified")
+            fp = f"etag:{etag}" if etag else (f"lm:{lm}" if lm else "")
+            out.items.append(Listed(url, _http_version(lm), fp, url, url))
         return out
+
+
+def git_uri(repo: Path, commit: str, path: str) -> str:
+    """``git:<repository>@<commit>:<path>``: what an ingest task reads (:func:`parse_git_uri`)."""
+    return f"git:{repo}@{commit}:{path}"
+
+
+def parse_git_uri(uri: str) -> tuple[Path, str, str]:
+    """(repository, commit, path) of a :func:`git_uri`; ``ParseError`` when it is not one."""
+    rest = uri.removeprefix("git:")
+    repo, sep, tail = rest.partition("@")
+    while sep and not git.COMMIT_ID.match(tail):
+        more, sep, tail = tail.partition("@")
+        repo = f"{repo}@{more}"
+    m = git.COMMIT_ID.match(tail)
+    if not uri.startswith("git:") or not sep or m is None or not tail[m.end() :]:
+        raise ParseError(f"not a git document uri: {uri[:200]!r}")
+    return Path(repo), m.group(1), tail[m.end() :]
+
+
+def clone_dir(spec: SourceSpec) -> Path:
+    """Where a git source's clone URL is kept: ``<home>/git/<tenant>/<name>.git``."""
+    return get_settings().home_dir / "git" / spec.tenant / f"{spec.name}.git"
+
+
+def git_source_dirs(tenant: str) -> list[Path]:
+    """The repositories of ``tenant``'s configured git sources (their folders or clones)."""
+    specs = configured_sources(get_settings().lifecycle.sources)
+    return [GitSource(s).repo_dir() for s in specs if s.kind == "git" and s.tenant == tenant]
+
+
+class GitSource:
+    """A repository at a ref: its tracked files minus the skip rules (``ingest/git.py``)."""
+
+    def __init__(self, spec: SourceSpec, timeout: float | None = None) -> None:
+        self.spec = spec
+        self.timeout = timeout or get_settings().code.git_timeout_s
+
+    def repo_dir(self) -> Path:
+        if self.spec.path is not None:
+            return Path(self.spec.path).expanduser().resolve()
+        return clone_dir(self.spec)
+
+    def sync(self) -> Path:
+        """The repository, cloned or fetched first for a URL; ``SourceUnavailable`` when it cannot be had."""
+        repo = self.repo_dir()
+        try:
+            if self.spec.url is not None:
+                return git.sync_clone(self.spec.url, repo, self.timeout)
+        except git.GitError as exc:
+            raise SourceUnavailable(str(exc)) from None
+        if not git.is_repository(repo):
+            raise SourceUnavailable(f"{repo} is not a git repository")
+        return repo
+
+    def select(
+        self, repo: Path, entries: list[git.TreeEntry]
+    ) -> tuple[list[git.TreeEntry], list[tuple[str, str]]]:
+        """The entries to index and the skipped ones with their reason: path rules first, then the
+        bytes of the rest (read in one ``git cat-file --batch``)."""
+        code = get_settings().code
+        spec = self.spec
+        candidates, skipped = [], []
+        for e in entries:
+            reason = (
+                None if SUPPORTED.get(Path(e.path).suffix.lower()) else "unsupported file type"
+            ) or git.path_skip_reason(
+                e.path,
+                e.size,
+                code.max_file_bytes,
+                spec.include,
+                spec.exclude,
+                git.DEFAULT_SKIP_GLOBS if spec.skip_defaults else (),
+            )
+            if reason is None and e.size == 0:
+                reason = "empty"
+            (skipped.append((e.path, reason)) if reason else candidates.append(e))
+        blobs = git.read_blobs(repo, [e.blob for e in candidates], self.timeout)
+        kept = []
+        for e in candidates:
+            reason = git.content_skip_reason(
+                blobs.get(e.blob, b""), code.max_line_chars if spec.skip_defaults else 0, spec.skip_defaults
+            )
+            (skipped.append((e.path, reason)) if reason else kept.append(e))
+        return kept, skipped
+
+    def list(self) -> Listing:
+        repo = self.sync()
+        try:
+            commit = git.resolve_commit(repo, self.spec.ref, self.timeout)
+            version = git.commit_time_ns(repo, commit, self.timeout)
+            kept, skipped = self.select(repo, git.list_tree(repo, commit, self.timeout))
+        except git.GitError as exc:
+            raise SourceUnavailable(str(exc)) from None
+        items = [Listed(e.path, version, e.blob, git_uri(repo, commit, e.path), e.path, e.size) for e in kept]
+        return Listing(items, commit=commit, skipped=skipped)
 
 
 def build_source(spec: SourceSpec, http_timeout: float = 10.0) -> Source:
     if spec.kind == "folder":
         return FolderSource(spec)
+    if spec.kind == "git":
+        return GitSource(spec)
     return UrlListSource(spec, timeout=http_timeout)
 
 
@@ -155,34 +298,27 @@ def configured_sources(raw: Iterable[dict]) -> list[SourceSpec]:
     return specs
 
 
-def fetch_url(url: str, timeout: float = 30.0) -> tuple[bytes, str | None]:
-    """GET a document for ingestion: (bytes, format guessed from the URL suffix or content type).
+def fetch_url(url: str, policy: FetchPolicy | None = None) -> tuple[bytes, str | None]:
+    """GET a document for ingestion through the SSRF guard (:mod:`.fetch`, ``policy`` None: the
+    settings'): (bytes, format guessed from the URL suffix or content type).
 
-    A 4xx is the document's problem (``ParseError``, recorded); a network error or a 5xx is
-    transient (``ConnectionError``: the ingest task retries).
+    A refused URL or address, a 4xx, a body over the limit and a passed deadline are the
+    document's problem (``ParseError``, recorded); a network error or a 5xx is transient
+    (``ConnectionError``: the ingest task retries).
     """
+    policy = policy or FetchPolicy.from_settings(get_settings(), max_bytes=MAX_FETCH_BYTES)
     try:
-        return _fetch(url, timeout)
-    except httpx.HTTPStatusError as exc:
-        if exc.response.status_code < 500:
-            raise ParseError(f"cannot fetch {url}: HTTP {exc.response.status_code}") from None
-        raise ConnectionError(f"{url}: HTTP {exc.response.status_code}") from None
+        r = request("GET", url, policy)
+    except FetchRefused as exc:
+        raise FetchRefused(f"cannot fetch {redact(url)}: {exc}") from None
     except httpx.HTTPError as exc:
-        raise ConnectionError(f"{url}: {type(exc).__name__}") from None
-
-
-def _fetch(url: str, timeout: float) -> tuple[bytes, str | None]:
-    with httpx.Client(timeout=timeout, follow_redirects=True) as client:
-        with client.stream("GET", url) as r:
-            r.raise_for_status()
-            chunks, size = [], 0
-            for part in r.iter_bytes():
-                size += len(part)
-                if size > MAX_FETCH_BYTES:
-                    raise ValueError(f"document too large: more than {MAX_FETCH_BYTES} bytes")
-                chunks.append(part)
-            ctype = r.headers.get("content-type", "").split(";")[0].strip().lower()
-    return b"".join(chunks), guess_format(url, ctype)
+        raise ConnectionError(f"{redact(url)}: {type(exc).__name__}") from None
+    if r.status >= 500:
+        raise ConnectionError(f"{redact(url)}: HTTP {r.status}")
+    if r.status >= 400:
+        raise ParseError(f"cannot fetch {redact(url)}: HTTP {r.status}")
+    ctype = r.headers.get("content-type", "").split(";")[0].strip().lower()
+    return r.body, guess_format(url, ctype)
 
 
 _CTYPES = {

@@ -29,6 +29,8 @@ class StoredChunk:
     page: int | None
     embedding: np.ndarray | None
     metadata: dict = field(default_factory=dict)
+    code_tsv: str | None = None  # a code chunk's identifier terms, a tsvector literal (migration 0008)
+    layer: str | None = None  # a chunk's own layer (a source file's symbol records), else the document's
 
     @property
     def content_hash(self) -> str:
@@ -145,7 +147,7 @@ def upsert_document(
     with conn.cursor() as cur:
         with cur.copy(
             "COPY chunk_stage (tenant, doc_id, chunk_no, path, layer, heading_path, content, context,"
-            " content_hash, page, embedding, embed_model, acl, metadata) FROM STDIN"
+            " content_hash, page, embedding, embed_model, acl, metadata, code_tsv) FROM STDIN"
         ) as copy:
             for c in chunks:
                 copy.write_row(
@@ -154,7 +156,7 @@ def upsert_document(
                         doc.doc_id,
                         c.chunk_no,
                         doc.path,
-                        doc.layer,
+                        c.layer or doc.layer,
                         c.heading_path,
                         c.content,
                         c.context,
@@ -164,25 +166,28 @@ def upsert_document(
                         embed_model,
                         acl,
                         Jsonb(c.metadata),
+                        c.code_tsv,
                     )
                 )
     conn.execute(
         """
         INSERT INTO chunks (tenant, doc_id, chunk_no, path, layer, heading_path, content, context,
-                            content_hash, page, embedding, embed_model, acl, metadata, updated_at)
+                            content_hash, page, embedding, embed_model, acl, metadata, code_tsv, updated_at)
         SELECT tenant, doc_id, chunk_no, path, layer, heading_path, content, context,
-               content_hash, page, embedding, embed_model, acl, metadata, now()
+               content_hash, page, embedding, embed_model, acl, metadata, code_tsv, now()
         FROM chunk_stage
         ON CONFLICT (tenant, doc_id, chunk_no) DO UPDATE SET
             path = EXCLUDED.path, layer = EXCLUDED.layer, heading_path = EXCLUDED.heading_path,
             content = EXCLUDED.content, context = EXCLUDED.context, content_hash = EXCLUDED.content_hash,
             page = EXCLUDED.page, embedding = EXCLUDED.embedding, embed_model = EXCLUDED.embed_model,
-            acl = EXCLUDED.acl, metadata = EXCLUDED.metadata, updated_at = now()
+            acl = EXCLUDED.acl, metadata = EXCLUDED.metadata, code_tsv = EXCLUDED.code_tsv, updated_at = now()
         WHERE chunks.content_hash IS DISTINCT FROM EXCLUDED.content_hash
            OR chunks.embed_model IS DISTINCT FROM EXCLUDED.embed_model
            OR chunks.acl IS DISTINCT FROM EXCLUDED.acl
            OR chunks.path IS DISTINCT FROM EXCLUDED.path
            OR chunks.metadata IS DISTINCT FROM EXCLUDED.metadata
+           OR chunks.code_tsv IS DISTINCT FROM EXCLUDED.code_tsv
+           OR chunks.layer IS DISTINCT FROM EXCLUDED.layer
         """
     )
     conn.execute(

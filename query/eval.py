@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragline.query.fusion import rrf
+from ragline.query.language import PASSAGES, lexical_weight
 from ragline.shared import db, jobs
 from ragline.shared.celery_app import app
 from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
@@ -147,29 +148,44 @@ def sweep_rrf(
     k: int = 10,
     rrf_k: int = 60,
     top_n: int = 50,
+    cross_script_weight: float | None = None,
 ) -> list[dict]:
     """Hybrid metrics for several (vector, lexical) RRF weight pairs without restarting workers.
 
     The vector-only and lexical-only runs at depth ``top_n`` (= ``retrieval.top_n``) return
     exactly the two candidate lists a hybrid search fuses, so the weighted fusion of any weight
-    pair is recomputed here with the same ``ragline.query.fusion.rrf`` the retriever uses.
+    pair is recomputed here with the same ``ragline.query.fusion.rrf`` and the same per-question
+    lexical weight (:func:`ragline.query.language.lexical_weight`) the retriever uses; ``None``
+    for ``cross_script_weight`` leaves the lexical weight as given (no script check).
+    ``cross_script`` in each row counts the questions whose lexical weight the check lowered.
     """
     runs = []
     for row in queries:
-        lists = {}
+        lists, passages = {}, []
         for mode in ("vector", "lexical"):
             res = search(row["query"], mode, top_n)
             if res.get("ok") is False:
                 raise RuntimeError(f"retrieval failed for {row['query']!r}: {res}")
             lists[mode] = [(h["doc_id"], h["chunk_no"]) for h in res["hits"]]
-        runs.append((row, lists))
+            if mode == "vector":
+                passages = [h["content"] for h in res["hits"][:PASSAGES]]
+        runs.append((row, lists, passages if lists["lexical"] else []))
     out = []
     for wv, wl in weights:
         rep = ModeReport(f"hybrid wv={wv:g} wl={wl:g}", k)
-        for row, lists in runs:
-            fused = rrf(lists, k=rrf_k, weights={"vector": wv, "lexical": wl})
+        lowered = 0
+        for row, lists, passages in runs:
+            w = (
+                wl
+                if cross_script_weight is None
+                else lexical_weight(row["query"], passages, wl, cross_script_weight)
+            )
+            lowered += w < wl
+            fused = rrf(lists, k=rrf_k, weights={"vector": wv, "lexical": w})
             rep.add(row["query"], doc_ranking(key[0] for key, _ in fused), grades(row["relevant"]))
-        out.append({"rrf_weight_vector": wv, "rrf_weight_lexical": wl, **rep.summary()})
+        out.append(
+            {"rrf_weight_vector": wv, "rrf_weight_lexical": wl, **rep.summary(), "cross_script": lowered}
+        )
     return out
 
 
@@ -261,6 +277,7 @@ def run_eval(
             "embedder": settings.embed.model_name,
             "rrf_weight_vector": settings.retrieval.rrf_weight_vector,
             "rrf_weight_lexical": settings.retrieval.rrf_weight_lexical,
+            "rrf_weight_lexical_cross_script": settings.retrieval.rrf_weight_lexical_cross_script,
             "rrf_k": settings.retrieval.rrf_k,
             "retrieval_top_n": settings.retrieval.top_n,
             "ingest": {k_: summary[k_] for k_ in ("documents", "chunks", "embedded", "failed")},
@@ -268,7 +285,13 @@ def run_eval(
         }
         if sweep:
             meta["rrf_sweep"] = sweep_rrf(
-                queries, search, sweep, k, settings.retrieval.rrf_k, settings.retrieval.top_n
+                queries,
+                search,
+                sweep,
+                k,
+                settings.retrieval.rrf_k,
+                settings.retrieval.top_n,
+                settings.retrieval.rrf_weight_lexical_cross_script,
             )
         return {"modes": result, "meta": meta}
     finally:

@@ -10,24 +10,15 @@ characters, ``?`` one character; everything else is literal.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ragline.shared.contracts import SearchRequest
+from ragline.shared.settings import CodeSettings
 
-#: globs that mark a path as a test (``prefer_non_tests`` penalises them)
-TEST_PATH_GLOBS = (
-    "tests/*",
-    "test/*",
-    "*/tests/*",
-    "*/test/*",
-    "*/__tests__/*",
-    "test_*",
-    "*/test_*",
-    "*_test.*",
-    "*.test.*",
-    "*.spec.*",
-    "*/testing/*",
-)
+#: the globs that mark a path as a test: the code settings' (``RAGLINE_CODE_TEST_GLOBS``, which also
+#: put a repository's test files in the tests layer), so the two can never disagree
+DEFAULT_TEST_GLOBS = tuple(CodeSettings.model_fields["test_globs"].default_factory())
 
 
 def like_escape(text: str) -> str:
@@ -76,7 +67,29 @@ class CompiledFilters:
         return "".join(f", {c}" for c in self.columns)
 
 
-def compile_filters(req: SearchRequest, prefer_bonus: float, test_penalty: float) -> CompiledFilters:
+def like_patterns_for_tests(globs: Iterable[str]) -> list[str]:
+    """LIKE patterns for the test globs of the code settings, on a stored path. Those globs are
+    matched against the path inside a repository (a glob without ``/`` against the file name), and a
+    stored path starts with its source's name, so each glob matches at the start of the path or
+    after any ``/``."""
+    out: dict[str, None] = {}
+    for g in globs:
+        g = g.strip().lstrip("/")
+        if not g:
+            continue
+        like = glob_pattern(g)
+        out.setdefault(like, None)
+        if not like.startswith("%"):
+            out.setdefault("%/" + like, None)
+    return list(out)
+
+
+def compile_filters(
+    req: SearchRequest,
+    prefer_bonus: float,
+    test_penalty: float,
+    test_globs: Iterable[str] = DEFAULT_TEST_GLOBS,
+) -> CompiledFilters:
     f = CompiledFilters()
     if req.layers:
         f.where.append("c.layer = ANY(%(f_layers)s::text[])")
@@ -105,7 +118,7 @@ def compile_filters(req: SearchRequest, prefer_bonus: float, test_penalty: float
             "CASE WHEN c.path LIKE ANY(%(f_tests)s::text[]) THEN %(f_penalty)s::float8 ELSE 0.0 END"
             " AS test_penalty"
         )
-        f.params.update(f_tests=[glob_pattern(g) for g in TEST_PATH_GLOBS], f_penalty=test_penalty)
+        f.params.update(f_tests=like_patterns_for_tests(test_globs), f_penalty=test_penalty)
     else:
         f.columns.append("0.0::float8 AS test_penalty")
     return f
@@ -122,13 +135,31 @@ def has_terms(query: str) -> bool:
     return bool(_TERM.search(query or ""))
 
 
-def lexical_query(query: str, match: str = "any") -> str:
-    """The text handed to ``websearch_to_tsquery``.
+def cap_terms(query: str, max_terms: int) -> str:
+    """The text up to its ``max_terms``-th distinct word (case-insensitive), the rest cut off.
+
+    Each distinct term is one more posting list to read from the GIN index and one more lexeme
+    to rank on every matching row, so a pasted page must not become a thousand-term query."""
+    seen: set[str] = set()
+    for m in _WORD.finditer(query or ""):
+        key = _STRESS.sub("", m.group()).lower()
+        if key in seen or key == "or":
+            continue
+        if len(seen) == max_terms:
+            return query[: m.start()].rstrip(" \t\r\n-")
+        seen.add(key)
+    return query
+
+
+def lexical_query(query: str, match: str = "any", max_terms: int | None = None) -> str:
+    """The text handed to ``websearch_to_tsquery``, with at most ``max_terms`` distinct words.
 
     ``all``: the user's text as is (every term required; quotes and ``-`` work).
     ``any``: the words joined by ``or``, like BM25, so one missing word does not empty the result;
     a word with stress marks also matches without them ("госуда́рство" or "государство").
     """
+    if max_terms is not None:
+        query = cap_terms(query, max_terms)
     if match == "all":
         return query
     words: dict[str, None] = {}

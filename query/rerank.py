@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragline.query.deadline import DeadlineExceeded, run_with_deadline
+from ragline.query.deadline import DeadlineExceeded, QuestionDeadlineExceeded, run_with_deadline
 from ragline.shared import metrics as m
 from ragline.shared.contracts import Hit
 from ragline.shared.providers import Reranker
@@ -41,8 +41,17 @@ def validate_ranked(raw: list[tuple[Any, Any]], n_candidates: int) -> tuple[list
     return good, len(raw) - len(good)
 
 
-def document_text(h: Hit) -> str:
-    return f"{h.heading}\n{h.content}" if h.heading else h.content
+def document_text(h: Hit, max_chars: int | None = None) -> str:
+    text = f"{h.heading}\n{h.content}" if h.heading else h.content
+    return text if max_chars is None else text[:max_chars]
+
+
+def bounded_inputs(hits: list[Hit], max_candidates: int, max_chars: int) -> tuple[list[Hit], list[str]]:
+    """The candidates a reranker is sent (the first ``max_candidates``, in fused order) and their
+    texts cut at ``max_chars``: the provider's time and cost grow with both, and a rerank request
+    may carry a thousand hits of any length."""
+    kept = hits[:max_candidates]
+    return kept, [document_text(h, max_chars) for h in kept]
 
 
 @dataclass
@@ -61,20 +70,33 @@ def fallback(hits: list[Hit], top_k: int, reason: str, detail: str) -> RerankOut
 
 
 def rerank_hits(
-    reranker: Reranker, query: str, hits: list[Hit], top_k: int, threshold: float, timeout_s: float
+    reranker: Reranker,
+    query: str,
+    hits: list[Hit],
+    top_k: int,
+    threshold: float,
+    timeout_s: float,
+    max_candidates: int = 100,
+    max_chars: int = 2000,
 ) -> RerankOutcome:
-    """Top ``top_k`` candidates by the reranker's score, those below ``threshold`` dropped.
+    """Top ``top_k`` candidates by the reranker's score, those below ``threshold`` dropped; only the
+    first ``max_candidates`` are considered, each sent cut at ``max_chars`` (:func:`bounded_inputs`).
 
     A timeout or any provider error returns the fused order (no threshold: there are no scores)
     with ``degraded`` set and ``rag_rerank_degraded`` incremented.
     """
     if not hits:
         return RerankOutcome(hits=[])
+    hits, texts = bounded_inputs(hits, max_candidates, max_chars)
     t0 = time.perf_counter()
     try:
-        raw = run_with_deadline(reranker.rerank, timeout_s, query, [document_text(h) for h in hits], top_k)
+        raw = run_with_deadline(reranker.rerank, timeout_s, query, texts, top_k)
     except DeadlineExceeded:
         out = fallback(hits, top_k, "timeout", f"timeout after {timeout_s * 1000:.0f} ms")
+        out.ms = elapsed_ms(t0)
+        return out
+    except QuestionDeadlineExceeded:  # the fused order is all the question has time for
+        out = fallback(hits, top_k, "deadline", "the question's deadline passed")
         out.ms = elapsed_ms(t0)
         return out
     except Exception as exc:  # the provider is down or answered garbage: keep serving

@@ -1,8 +1,16 @@
 """Hybrid retrieval: pgvector HNSW + Postgres full text, fused by weighted RRF; exact lookup.
 
 Tenant and ACL filters live in SQL ``WHERE`` of every statement, beside the contract filters of
-:mod:`ragline.query.filters`; all statements of one search run in one read-only transaction with
-``SET LOCAL`` for the HNSW search parameters.
+:mod:`ragline.query.filters`; all statements of one search run in one read-only transaction that
+first sets, for that transaction only and in one round trip (:func:`set_transaction_params`):
+
+* ``ragline.tenant`` and ``ragline.groups``, which the row-level security policies of migration
+  0007 read: on the query pool's role a statement that forgot its tenant or ACL filter still sees
+  only the caller's rows (the ``WHERE`` filters stay, because they are what the indexes use);
+* ``statement_timeout``: ``RAGLINE_RETRIEVAL_STATEMENT_TIMEOUT_MS``, or the time left of the
+  question when that is shorter; a cancelled statement becomes :class:`RetrievalTimeout` or
+  :class:`QuestionDeadlineExceeded`, never a generic database error;
+* the HNSW search parameters, for a vector search.
 """
 
 from __future__ import annotations
@@ -16,9 +24,13 @@ import numpy as np
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from ragline.query import deadline, structure
+from ragline.query.deadline import QuestionDeadlineExceeded, RetrievalTimeout
 from ragline.query.filters import clean_paths, compile_filters, has_terms, lexical_query
 from ragline.query.fusion import rrf
+from ragline.query.language import PASSAGES, lexical_weight
 from ragline.shared.contracts import Hit, SearchRequest, SearchResponse
+from ragline.shared.identifiers import code_tsquery, whole_tsquery
 from ragline.shared.settings import Settings
 from ragline.shared.timing import elapsed_ms
 
@@ -44,6 +56,46 @@ SELECT {fields}{columns}, {rank_fn}(c.tsv, q, %(rank_norm)s) AS rank
 FROM chunks c, websearch_to_tsquery('russian', %(query)s) q
 WHERE numnode(q) > 0 AND {scope} AND c.tsv @@ q{where}
 ORDER BY rank DESC, c.doc_id, c.chunk_no
+LIMIT %(n)s
+"""
+
+# a question naming identifiers also searches the code terms (``chunks.code_tsv``, migration 0008,
+# NULL outside code): the rank adds the words' rank, the identifier terms' and the rank of the
+# identifiers as written (a whole name outranks its parts). Each branch is driven by its own GIN
+# index and keeps its best n by that sum; their union holds the best n overall (a row matching only
+# the words is in the first branch's n, one matching the identifiers in the second's). One OR over
+# both columns would scan the table.
+CODE_LEXICAL_SQL = """
+SELECT * FROM (
+    (SELECT {fields}{columns}, {rank} AS rank
+     FROM chunks c, websearch_to_tsquery('russian', %(query)s) q, CAST(%(code_query)s AS tsquery) cq,
+          CAST(%(whole_query)s AS tsquery) cw
+     WHERE numnode(q) > 0 AND {scope} AND c.tsv @@ q{where}
+     ORDER BY rank DESC, c.doc_id, c.chunk_no LIMIT %(n)s)
+    UNION
+    (SELECT {fields}{columns}, {rank} AS rank
+     FROM chunks c, websearch_to_tsquery('russian', %(query)s) q, CAST(%(code_query)s AS tsquery) cq,
+          CAST(%(whole_query)s AS tsquery) cw
+     WHERE {scope} AND c.code_tsv @@ cq{where}
+     ORDER BY rank DESC, c.doc_id, c.chunk_no LIMIT %(n)s)
+) AS hits
+ORDER BY rank DESC, doc_id, chunk_no
+LIMIT %(n)s
+""".replace(
+    "{rank}",
+    "CASE WHEN numnode(q) > 0 THEN {rank_fn}(c.tsv, q, %(rank_norm)s) ELSE 0 END"
+    " + coalesce({rank_fn}(c.code_tsv, cq, %(rank_norm)s), 0)"
+    " + coalesce({rank_fn}(c.code_tsv, cw, %(rank_norm)s), 0)",
+)
+
+# the chunks of the files a question names (``structure.named_file_patterns``: path suffixes), the
+# nearest to the question first when there is a vector; a tenant-scoped scan, run only for questions
+# that name a file
+NAMED_SQL = """
+SELECT {fields}{columns}{distance}
+FROM chunks c
+WHERE {scope} AND c.path LIKE ANY(%(named)s::text[]){where}
+ORDER BY {order}
 LIMIT %(n)s
 """
 
@@ -104,20 +156,77 @@ def read_only_transaction(conn: psycopg.Connection) -> Iterator[None]:
             conn.read_only = None
 
 
-def set_hnsw_params(conn: psycopg.Connection, n: int, settings: Settings) -> None:
-    """The HNSW search parameters for this transaction, in one round trip (no parameters, so
-    psycopg may send two statements at once)."""
-    conn.execute(
-        f"SET LOCAL hnsw.ef_search = {int(max(settings.retrieval.hnsw_ef_search, n))};"
-        " SET LOCAL hnsw.iterative_scan = relaxed_order"
-    )
+SCOPE_SQL = (
+    "SELECT set_config('ragline.tenant', %(tenant)s, true),"
+    " set_config('ragline.groups', %(groups)s::text[]::text, true),"
+    " set_config('statement_timeout', %(timeout)s, true)"
+)
+HNSW_SQL = (
+    ", set_config('hnsw.ef_search', %(ef_search)s, true),"
+    " set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+)
+
+
+class StatementLimit:
+    """The ``statement_timeout`` in force in a retrieval transaction, and whether the question's
+    deadline (rather than the setting) set it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.limit_ms = settings.retrieval.statement_timeout_ms
+        self.timeout_ms, self.by_deadline = deadline.statement_timeout_ms(self.limit_ms)
+
+    def tighten(self, conn: psycopg.Connection, stage: str) -> None:
+        """Before a further statement: stop when the question has no time left, and lower the
+        timeout when the deadline is now nearer than it (a round trip only near the deadline)."""
+        deadline.check(stage)
+        timeout_ms, by_deadline = deadline.statement_timeout_ms(self.limit_ms)
+        if by_deadline and timeout_ms < self.timeout_ms:
+            conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(timeout_ms),))
+            self.timeout_ms, self.by_deadline = timeout_ms, True
+
+    def error(self, stage: str) -> Exception:
+        if self.by_deadline:
+            return QuestionDeadlineExceeded(
+                f"the question's deadline passed during {stage}", stage=stage, timeout_ms=self.timeout_ms
+            )
+        return RetrievalTimeout(
+            f"{stage} ran past the retrieval statement timeout of {self.timeout_ms} ms",
+            stage=stage,
+            timeout_ms=self.timeout_ms,
+        )
+
+
+def set_transaction_params(
+    conn: psycopg.Connection,
+    req: SearchRequest,
+    settings: Settings,
+    n: int | None = None,
+    limit: StatementLimit | None = None,
+) -> StatementLimit:
+    """The caller's scope for row-level security, the statement timeout and (with ``n``, for a
+    vector search) the HNSW parameters, local to the current transaction, in one round trip."""
+    limit = limit or StatementLimit(settings)
+    params = {"tenant": req.tenant, "groups": req.groups, "timeout": str(limit.timeout_ms)}
+    sql = SCOPE_SQL
+    if n is not None:
+        sql += HNSW_SQL
+        params["ef_search"] = str(int(max(settings.retrieval.hnsw_ef_search, n)))
+    conn.execute(sql, params)
+    return limit
+
+
+def filters_for(req: SearchRequest, settings: Settings):
+    """The request's filters with the configured bonus, penalty and test globs."""
+    r = settings.retrieval
+    return compile_filters(req, r.prefer_bonus, r.test_penalty, settings.code.test_globs)
 
 
 def vector_rows(
     conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray, n: int, settings: Settings
 ) -> list[dict]:
-    f = compile_filters(req, settings.retrieval.prefer_bonus, settings.retrieval.test_penalty)
-    set_hnsw_params(conn, n, settings)
+    """The vector statement; the transaction's parameters must be set (:func:`set_transaction_params`
+    with ``n``)."""
+    f = filters_for(req, settings)
     params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
     return conn.execute(_sql(VECTOR_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
 
@@ -125,20 +234,28 @@ def vector_rows(
 def lexical_rows(
     conn: psycopg.Connection | None, req: SearchRequest, n: int, settings: Settings
 ) -> list[dict]:
-    """Empty without touching the database when the query has no terms."""
+    """Empty without touching the database when the query has no terms. A query with identifiers
+    (``register_hook``, ``HTTPAdapter.send``) also matches code chunks by their identifier terms;
+    restricted to the source layer this is the retrieval contract's lexical code fallback."""
     if not has_terms(req.query):
         return []
     assert conn is not None
-    f = compile_filters(req, settings.retrieval.prefer_bonus, settings.retrieval.test_penalty)
+    f = filters_for(req, settings)
+    code_query = code_tsquery(req.query, settings.retrieval.lexical_max_terms)
     params = {
+        "code_query": code_query,
+        "whole_query": whole_tsquery(req.query, settings.retrieval.lexical_max_terms),
         "tenant": req.tenant,
         "groups": req.groups,
         "n": n,
-        "query": lexical_query(req.query, settings.retrieval.lexical_match),
+        "query": lexical_query(
+            req.query, settings.retrieval.lexical_match, settings.retrieval.lexical_max_terms
+        ),
         "rank_norm": settings.retrieval.lexical_rank_normalization,
         **f.params,
     }
-    sql = _sql(LEXICAL_SQL, f.columns_sql(), f.where_sql(), settings.retrieval.lexical_rank)
+    template = CODE_LEXICAL_SQL if code_query else LEXICAL_SQL
+    sql = _sql(template, f.columns_sql(), f.where_sql(), settings.retrieval.lexical_rank)
     return conn.execute(sql, params).fetchall()
 
 
@@ -149,7 +266,7 @@ def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Se
     if not (doc_ids or paths) or not req.groups:
         return []
     assert conn is not None
-    f = compile_filters(req, settings.retrieval.prefer_bonus, settings.retrieval.test_penalty)
+    f = filters_for(req, settings)
     params = {
         "tenant": req.tenant,
         "groups": req.groups,
@@ -161,8 +278,64 @@ def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Se
     return conn.execute(_sql(EXACT_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
 
 
-def fuse(vector: list[dict], lexical: list[dict], settings: Settings, limit: int) -> list[Hit]:
+def named_rows(
+    conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray | None, settings: Settings
+) -> list[dict]:
+    """Chunks of the files the question names (the retrieval contract's exact-file path), at most
+    ``RAGLINE_CODE_NAMED_FILES``; empty without touching the database when it names none."""
+    patterns = structure.named_file_patterns(structure.named(req.query).files)
+    if not patterns or settings.code.named_files == 0:
+        return []
+    f = filters_for(req, settings)
+    params = {
+        "tenant": req.tenant,
+        "groups": req.groups,
+        "n": settings.code.named_files,
+        "named": patterns,
+        "qvec": qvec,
+        **f.params,
+    }
+    with_vector = qvec is not None
+    sql = NAMED_SQL.format(
+        fields=_FIELDS,
+        columns=f.columns_sql(),
+        scope=_SCOPE,
+        where=f.where_sql() + (" AND c.embedding IS NOT NULL" if with_vector else ""),
+        distance=", c.embedding <=> %(qvec)s AS distance" if with_vector else "",
+        order="c.embedding <=> %(qvec)s, c.doc_id, c.chunk_no" if with_vector else "c.doc_id, c.chunk_no",
+    )
+    return conn.execute(sql, params).fetchall()
+
+
+def lexical_index_problem(conn: psycopg.Connection) -> str | None:
+    """Why the lexical search on ``conn`` cannot use its GIN index, or None: row-level security
+    binds this role and ``tsvector @@ tsquery`` is not leakproof (migration 0007)."""
+    row = conn.execute(
+        "SELECT p.proleakproof OR r.rolsuper OR r.rolbypassrls"
+        " OR pg_has_role(current_user, c.relowner, 'USAGE') AS fine"
+        " FROM pg_proc p, pg_class c, pg_roles r"
+        " WHERE p.oid = 'pg_catalog.ts_match_vq(tsvector, tsquery)'::regprocedure"
+        " AND c.oid = 'chunks'::regclass AND r.rolname = current_user"
+    ).fetchone()
+    conn.rollback()
+    if row is None or row["fine"]:
+        return None
+    return (
+        "the lexical search reads every row of the tenant instead of its GIN index: row-level"
+        " security binds the query role and ts_match_vq is not leakproof; a superuser can run"
+        " ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF (docs/operations.md)"
+    )
+
+
+def fuse(
+    vector: list[dict], lexical: list[dict], settings: Settings, limit: int, query: str = ""
+) -> list[Hit]:
     """Weighted RRF over the two ranked lists, plus prefer bonus, minus test penalty; pure.
+
+    The lexical weight depends on the question (``query``): one written in another script than the
+    passages the vector list found (English over Russian) and holding no number or identifier gets
+    ``rrf_weight_lexical_cross_script``, because its words can only match stray tokens of its own
+    script there (:mod:`ragline.query.language`).
 
     Scores are computed on the rows; only the ``limit`` kept become :class:`Hit` models: a question
     has many more candidates than hits, and a model per candidate would dominate the task's own time."""
@@ -184,7 +357,12 @@ def fuse(vector: list[dict], lexical: list[dict], settings: Settings, limit: int
         k=settings.retrieval.rrf_k,
         weights={
             "vector": settings.retrieval.rrf_weight_vector,
-            "lexical": settings.retrieval.rrf_weight_lexical,
+            "lexical": lexical_weight(
+                query,
+                [r["content"] for r in vector[:PASSAGES]] if lexical else [],
+                settings.retrieval.rrf_weight_lexical,
+                settings.retrieval.rrf_weight_lexical_cross_script,
+            ),
         },
     )
     scored = []
@@ -218,22 +396,86 @@ def search(
         # inside a caller's transaction this would be a savepoint: SET LOCAL would outlive the search
         # and READ ONLY would bind the caller's transaction
         raise RuntimeError("retrieval needs an idle connection: it runs its own read-only transaction")
+    deadline.check("retrieval")
     limit = limit or req.k
     n = max(settings.retrieval.top_n, limit)
     vector: list[dict] = []
     lexical: list[dict] = []
-    with read_only_transaction(conn):
-        if req.mode == "exact":
-            t = time.perf_counter()
-            hits = [_hit(r) for r in exact_rows(conn, req, settings)]
-            timings["exact"] = elapsed_ms(t)
-            return SearchResponse(hits=hits, timings_ms=timings)
-        if req.mode in ("hybrid", "vector") and qvec is not None:
-            t = time.perf_counter()
-            vector = vector_rows(conn, req, qvec, n, settings)
-            timings["vector"] = elapsed_ms(t)
-        if req.mode in ("hybrid", "lexical"):
-            t = time.perf_counter()
-            lexical = lexical_rows(conn, req, n, settings)
-            timings["lexical"] = elapsed_ms(t)
-    return SearchResponse(hits=fuse(vector, lexical, settings, limit), timings_ms=timings)
+    named: list[dict] = []
+    stage = "the retrieval settings"
+    statements = StatementLimit(settings)
+    try:
+        with read_only_transaction(conn):
+            if req.mode == "exact":
+                t = time.perf_counter()
+                set_transaction_params(conn, req, settings, limit=statements)
+                stage = "the exact lookup"
+                hits = [_hit(r) for r in exact_rows(conn, req, settings)]
+                timings["exact"] = elapsed_ms(t)
+                return SearchResponse(hits=hits, timings_ms=timings)
+            vector_search = req.mode in ("hybrid", "vector") and qvec is not None
+            lexical_search = req.mode in ("hybrid", "lexical") and has_terms(req.query)
+            if vector_search or lexical_search:
+                set_transaction_params(conn, req, settings, n if vector_search else None, statements)
+            if vector_search:
+                t = time.perf_counter()
+                stage = "the vector search"
+                vector = vector_rows(conn, req, qvec, n, settings)
+                timings["vector"] = elapsed_ms(t)
+            if lexical_search:
+                t = time.perf_counter()
+                if vector_search:
+                    statements.tighten(conn, "the lexical search")
+                stage = "the lexical search"
+                lexical = lexical_rows(conn, req, n, settings)
+                timings["lexical"] = elapsed_ms(t)
+            if (vector_search or lexical_search) and structure_on(req, settings):
+                t = time.perf_counter()
+                statements.tighten(conn, "the named files")
+                stage = "the named files"
+                named = named_rows(conn, req, qvec if vector_search else None, settings)
+                timings["named"] = elapsed_ms(t)
+    except psycopg.errors.QueryCanceled as exc:
+        if "statement timeout" not in str(exc):
+            raise
+        raise statements.error(stage) from None
+    if req.ordering == "contract" or named or structural(req, vector, lexical, settings):
+        t = time.perf_counter()
+        hits = fuse(vector, lexical, settings, n * 2, req.query)
+        if named:
+            hits = structure.with_named(
+                hits, [_hit(r) for r in named], settings.code.named_weight, settings.retrieval.rrf_k
+            )
+        hits = ranked_by_structure(req, hits, settings)[:limit]
+        timings["structure"] = elapsed_ms(t)
+        return SearchResponse(hits=hits, timings_ms=timings)
+    return SearchResponse(hits=fuse(vector, lexical, settings, limit, req.query), timings_ms=timings)
+
+
+def structural(req: SearchRequest, vector: list[dict], lexical: list[dict], settings: Settings) -> bool:
+    """Whether the structural re-score can change anything: it is on (the request, else the
+    setting), and the question names a file or an identifier, a candidate carries ``related_code``,
+    or layers of different rank compete with a layer step. Otherwise the fused order stands and no
+    candidate beyond the kept ones becomes a model."""
+    if not structure_on(req, settings):
+        return False
+    named = structure.named(req.query)
+    if named.files or named.identifiers:
+        return True
+    rows = [*vector, *lexical]
+    if any(_metadata(r["metadata"]).get("related_code") for r in rows):
+        return True
+    ranks = {structure.layer_rank(r["layer"], settings.code.layer_ranks) for r in rows}
+    return settings.code.layer_step > 0 and len(ranks) > 1
+
+
+def structure_on(req: SearchRequest, settings: Settings) -> bool:
+    return settings.code.structure if req.structure is None else req.structure
+
+
+def ranked_by_structure(req: SearchRequest, hits: list[Hit], settings: Settings) -> list[Hit]:
+    """The candidates re-scored by structure, or in the retrieval contract's order (pure)."""
+    weights = structure.weights_from(settings)
+    if req.ordering == "contract":
+        return structure.contract_order(hits, req.query, weights, settings)
+    return structure.rescore(hits, req.query, weights, settings)

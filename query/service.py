@@ -15,18 +15,18 @@ import numpy as np
 from ragline.query import generate, transforms
 from ragline.query.agentic import Budget, CoveragePlanner, LLMPlanner, LoopResult, Planner, agentic_loop
 from ragline.query.cache import LRU, scoped_key
-from ragline.query.citations import cited_numbers, invalid_citations
+from ragline.query.citations import build_citations, cited_numbers, invalid_citations
 from ragline.query.deadline import DeadlineExceeded, run_with_deadline
 from ragline.query.fusion import rrf
 from ragline.query.prompt import NO_ANSWER, build_messages
 from ragline.query.rerank import RerankOutcome, fallback, rerank_hits
 from ragline.query.retrieve import search as sql_search
+from ragline.query.sanitize import sanitize_links
 from ragline.shared import db, providers
 from ragline.shared import metrics as m
 from ragline.shared.contracts import (
     AskRequest,
     AskResponse,
-    Citation,
     Hit,
     RerankRequest,
     RerankResponse,
@@ -100,7 +100,8 @@ def retrieve(req: SearchRequest, limit: int | None = None) -> SearchResponse:
         if qvec is None:
             mode = "lexical"
     t_embed = time.perf_counter()
-    with db.connection() as conn:
+    # the read-only role that row-level security binds (migration 0007)
+    with db.query_connection() as conn:
         resp = sql_search(conn, req.model_copy(update={"mode": mode}), qvec, settings, limit=limit)
     resp.degraded = bool(reasons)
     resp.degraded_reasons = reasons
@@ -129,7 +130,10 @@ def rerank_stage(
         return fallback(candidates, top_k, "config", f"{type(exc).__name__}: {exc}")
     if reranker is None:
         return RerankOutcome(hits=candidates[:top_k])
-    return rerank_hits(reranker, query, candidates, top_k, threshold, settings.rerank.timeout_s)
+    r = settings.rerank
+    return rerank_hits(
+        reranker, query, candidates, top_k, threshold, r.timeout_s, r.max_candidates, r.max_chars
+    )
 
 
 def search(req: SearchRequest) -> SearchResponse:
@@ -223,7 +227,8 @@ def answer_from(question: str, hits: list[Hit], partial: bool = False) -> tuple[
     if generator is not None:
         system, messages = build_messages(question, hits, partial)
         try:
-            g = generator.generate(system, messages)
+            # bounded by the question's deadline too: past it the extractive answer below is returned
+            g = run_with_deadline(generator.generate, get_settings().answer.timeout_s, system, messages)
             info = {
                 "generator": generator.name,
                 "input_tokens": g.input_tokens,
@@ -338,6 +343,12 @@ def respond(
     trace["generator"] = info
     if is_no_answer(answer) and not cited_numbers(answer):
         return done(answer=NO_ANSWER, citations=[], no_answer=True, reason="the generator found no answer")
+    # links and images only to URLs the cited documents contain (a poisoned document cannot make
+    # a chat UI fetch its URL); the URLs themselves may carry secrets, so only their count is logged
+    cited = [hits[n - 1].content for n in cited_numbers(answer) if 1 <= n <= len(hits)]
+    answer, removed = sanitize_links(answer, cited)
+    if removed:
+        log.warning("answer: %d link(s) to URLs not in the cited documents removed", len(removed))
     why, bad = validate_answer(answer, len(hits))
     if why:
         log.warning("answer rejected (%s); %d chars not returned", why, len(answer))
@@ -345,17 +356,9 @@ def respond(
             m.INVALID_CITATIONS.inc()
             trace["rejected_citations"] = bad
         return done(answer=f"Ответ отклонён: {why}.", citations=[], no_answer=True, reason=why)
-    citations = [
-        Citation(
-            n=n,
-            doc_id=hits[n - 1].doc_id,
-            chunk_no=hits[n - 1].chunk_no,
-            heading=hits[n - 1].heading,
-            path=hits[n - 1].path,
-        )
-        for n in cited_numbers(answer)
-    ]
-    return done(answer=answer, citations=citations, no_answer=False)
+    return done(
+        answer=answer, citations=build_citations(answer, hits), no_answer=False, removed_links=removed
+    )
 
 
 def agentic_ask(req: AskRequest) -> AskResponse:

@@ -4,16 +4,33 @@ A malformed payload gets an ``ErrorResult`` (``{"ok": false, "error": "invalid p
 an unexpected failure gets ``{"ok": false, "error": "internal error"}`` (the base task's
 ``contain_errors``): never a dead worker, never a traceback or a secret in the result. Questions
 are not retried: the chat backend is waiting and decides itself.
+
+Every question first passes its tenant's admission (:mod:`ragline.query.admission`) and then runs
+within its deadline (:func:`ragline.query.deadline.question_deadline`); a question refused or
+stopped by a query-path limit is answered with its typed error (``rate limited``, ``deadline
+exceeded``, ``retrieval timeout``), which the client raises as ``RaglineError``.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from contextlib import nullcontext
+
+from pydantic import BaseModel
+
 from ragline.query import service
-from ragline.shared import warmup
+from ragline.query.admission import get_admission
+from ragline.query.deadline import QueryLimitError, question_deadline
+from ragline.query.retrieve import lexical_index_problem
+from ragline.shared import db, warmup
 from ragline.shared.celery_app import app
-from ragline.shared.contracts import AskRequest, RerankRequest, SearchRequest
+from ragline.shared.contracts import AskRequest, ErrorResult, RerankRequest, SearchRequest
 from ragline.shared.names import TASK_QUERY_ASK, TASK_QUERY_RERANK, TASK_QUERY_RETRIEVE
 from ragline.shared.providers import get_reranker
+from ragline.shared.settings import get_settings
+
+log = logging.getLogger(__name__)
 
 #: Celery puts a repr of every result into the task-succeeded event (Flower) and computes it on
 #: every call: for hits and answers that repr is tenant content, so only its first key is shown
@@ -28,23 +45,41 @@ QUERY_TASK = {
 }
 
 
+def run_question(tenant: str | None, question: Callable[[], BaseModel]) -> dict:
+    """``question()`` behind the tenant's admission (``None``: a request without a tenant) and
+    within the question's deadline, as the task's result."""
+    settings = get_settings()
+    admitted = nullcontext() if tenant is None else get_admission().admit(tenant)
+    try:
+        with admitted, question_deadline(settings.retrieval.question_deadline_s):
+            return question().model_dump()
+    except QueryLimitError as exc:
+        return ErrorResult(error=exc.error, detail=exc.detail).model_dump()
+
+
 @app.task(name=TASK_QUERY_RETRIEVE, payload_model=SearchRequest, **QUERY_TASK)
 def retrieve_task(req: SearchRequest) -> dict:
-    return service.search(req).model_dump()
+    return run_question(req.tenant, lambda: service.search(req))
 
 
 @app.task(name=TASK_QUERY_RERANK, payload_model=RerankRequest, **QUERY_TASK)
 def rerank_task(req: RerankRequest) -> dict:
-    return service.rerank(req).model_dump()
+    return run_question(None, lambda: service.rerank(req))
 
 
 @app.task(name=TASK_QUERY_ASK, payload_model=AskRequest, **QUERY_TASK)
 def ask_task(req: AskRequest) -> dict:
-    return service.ask(req).model_dump()
+    return run_question(req.tenant, lambda: service.ask(req))
 
 
 @warmup.register("query", "query")
 def _warm_query() -> None:
-    """The query embedder and the reranker, loaded before the first question."""
+    """The query embedder, the reranker, the tenant admission and the read-only role's connection
+    pool, before the first question."""
     warmup.warm_embedder()
     get_reranker()
+    get_admission()
+    with db.query_connection() as conn:
+        problem = lexical_index_problem(conn)
+    if problem:
+        log.warning(problem)

@@ -52,7 +52,8 @@ def make_celery() -> Celery:
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],
-        result_expires=24 * 3600,
+        # results are read at once by the caller (the client then forgets them): minutes, not a day
+        result_expires=settings.ops.result_expires_s,
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,

@@ -6,7 +6,12 @@ behaviour (validation, retries) is the worker side's :mod:`ragline.shared.task_b
 
 from __future__ import annotations
 
+from contextlib import suppress
+from typing import Any
+
 from celery import Celery
+from celery.exceptions import TimeoutError as CeleryTimeout
+from celery.result import AsyncResult
 
 #: payload fields that may appear in task events and Flower; never question text, content,
 #: vectors, groups or ACLs (the payload itself still travels whole in the message body)
@@ -37,3 +42,23 @@ class RaglineCelery(Celery):
         options.setdefault("argsrepr", payload_summary(args or ()))
         options.setdefault("kwargsrepr", "{}" if not kwargs else f"<{len(kwargs)} kwargs>")
         return super().send_task(name, args, kwargs, **options)
+
+
+def read_once(result: AsyncResult, timeout: float) -> Any:
+    """The task's return value, deleted from the result backend once read.
+
+    Answers and summaries carry questions, citations and document ids: nothing should keep them
+    in Redis after their one reader has them. A failed or refused task's stored error is read too,
+    so it is deleted as well; after a timeout nothing is stored yet and a late result expires on
+    its own (``result_expires``).
+    """
+    try:
+        value = result.get(timeout=timeout)
+    except CeleryTimeout:
+        raise
+    except Exception:
+        with suppress(Exception):
+            result.forget()
+        raise
+    result.forget()
+    return value

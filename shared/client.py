@@ -12,7 +12,13 @@ use it without the ingest or query dependencies being loaded::
 Permission syncs and document events go to the ``acl`` queue (the control pool), questions to ``query``.
 
 Replies are validated into the pydantic response models; a structured error reply from the
-worker (malformed payload, internal error) raises :class:`RaglineError`.
+worker (malformed payload, internal error) raises :class:`RaglineError`. A reply is deleted from
+Redis as soon as it is read (``AsyncResult.forget``); one nobody reads expires after
+``RAGLINE_RESULT_EXPIRES_S``.
+
+With message signing configured (``RAGLINE_SIGNING_*``, docs/operations.md) the client signs every
+task with its key; the certificate's role decides what the workers run (a chat backend's
+``ragline-chat`` certificate: questions only).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Any
 
 from kombu import Exchange, Queue
 
-from ragline.shared.celery_base import RaglineCelery
+from ragline.shared.celery_base import RaglineCelery, read_once
 from ragline.shared.contracts import (
     AclSyncItem,
     AclSyncRequest,
@@ -65,10 +71,12 @@ class RaglineClient:
     ) -> None:
         """``broker_url`` defaults to REDIS_URL / the embedded Redis of ``ragline up``."""
         if app is None:
-            if broker_url is None:
-                from ragline.shared.settings import get_settings  # start-up: pydantic-settings only if needed
+            # start-up: pydantic-settings loads when a client is built, not on `import ragline`
+            from ragline.shared.settings import get_settings
 
-                broker_url = get_settings().effective_redis_url()
+            settings = get_settings()
+            if broker_url is None:
+                broker_url = settings.effective_redis_url()
             # redacted argsrepr: the question never reaches task headers, events or Flower
             app = RaglineCelery("ragline-client", broker=broker_url, backend=backend_url or broker_url)
             # the same queue declaration as the pools (shared/celery_app.py), so a message sent before
@@ -84,11 +92,15 @@ class RaglineClient:
                     TASK_INGEST_EVENT: {"queue": "acl", "routing_key": "acl"},
                 },
             )
+            if settings.ops.signing_key_file:
+                from ragline.shared.signing import configure_signing  # signing on: cryptography loads
+
+                configure_signing(app, settings)
         self.app = app
         self.timeout = timeout
 
     def _call(self, task: str, payload: dict, timeout: float | None, queue: str = "query") -> dict:
-        res = self.app.send_task(task, args=[payload], queue=queue).get(timeout=timeout or self.timeout)
+        res = read_once(self.app.send_task(task, args=[payload], queue=queue), timeout or self.timeout)
         if isinstance(res, dict) and res.get("ok") is False:
             raise RaglineError(res.get("error", "error"), res.get("detail"))
         return res

@@ -209,6 +209,26 @@ def cancelled_jobs(conn: psycopg.Connection, job_ids: set[str]) -> set[str]:
     return {r["id"] for r in rows}
 
 
+def find_jobs(conn: psycopg.Connection, ref: str, limit: int = 5) -> list[str]:
+    """Ids of the jobs whose id is ``ref`` or starts with it, newest first: ``ragline status`` shows
+    the first 8 characters of an id, and that is enough to name a job."""
+    rows = conn.execute(
+        "SELECT id::text AS id FROM jobs WHERE starts_with(id::text, lower(%s)) ORDER BY created_at DESC"
+        " LIMIT %s",
+        (ref.strip(), limit),
+    ).fetchall()
+    return [r["id"] for r in rows]
+
+
+def job_record(conn: psycopg.Connection, job_id: str) -> dict | None:
+    """The job's own row: kind, tenant, state, parameters, result, error and its times."""
+    return conn.execute(
+        "SELECT id::text AS id, kind, tenant, state, params, result, error, total, created_at, started_at,"
+        " finished_at, heartbeat_at, progress_at FROM jobs WHERE id::text = %s",
+        (job_id,),
+    ).fetchone()
+
+
 def job_state(conn: psycopg.Connection, job_id: str) -> str | None:
     row = conn.execute("SELECT state FROM jobs WHERE id = %s", (job_id,)).fetchone()
     return row["state"] if row else None

@@ -2,8 +2,10 @@
 
 Prefork children each write their samples to files in the pool's ``PROMETHEUS_MULTIPROC_DIR``
 (``<home>/metrics/<pool>``, set by ``ragline up``); this small process aggregates them and serves
-``/metrics`` on 127.0.0.1 at ``metrics_port + pool index``, behind HTTP basic auth. It runs beside
-the pool (``metrics-<pool>`` in ``shared/processes.py``), so it outlives a SIGKILLed worker.
+``/metrics`` on 127.0.0.1 at ``metrics_port + pool index``, behind HTTP basic auth (the password is
+``RAGLINE_METRICS_PASSWORD`` or the one generated into the home, ``shared/credentials.py``; on an
+address beyond loopback an empty or well-known one is refused). It runs beside the pool
+(``metrics-<pool>`` in ``shared/processes.py``), so it outlives a SIGKILLed worker.
 
 Run: ``python -m ragline.shared.metrics_server <pool>``.
 """
@@ -24,6 +26,7 @@ from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from ragline.shared import credentials
 from ragline.shared.metrics import QUEUE_DEPTH
 from ragline.shared.names import POOLS
 from ragline.shared.settings import Settings, get_settings
@@ -93,7 +96,7 @@ def make_app(pool: str, settings: Settings) -> Callable:
         refresh_queue_depth(pool, settings)
         return inner(environ, start_response)
 
-    return basic_auth(app, settings.ops.metrics_user, settings.ops.metrics_password.get_secret_value())
+    return basic_auth(app, settings.ops.metrics_user, credentials.password(settings, "metrics") or "")
 
 
 def serve(pool: str, settings: Settings | None = None, block: bool = True):
@@ -101,6 +104,12 @@ def serve(pool: str, settings: Settings | None = None, block: bool = True):
     settings = settings or get_settings()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR") != str(metrics_dir(settings, pool)):
         raise RuntimeError("PROMETHEUS_MULTIPROC_DIR must point at the pool's metrics directory")
+    credentials.check_exposure(
+        f"the {pool} metrics endpoint",
+        settings.ops.metrics_host,
+        settings.ops.metrics_user,
+        credentials.password(settings, "metrics"),
+    )
     httpd = make_server(
         settings.ops.metrics_host,
         metrics_port(settings, pool),
@@ -132,7 +141,10 @@ def main(argv: list[str] | None = None) -> None:
     from ragline.shared.logging_setup import configure  # start-up: structlog; the CLI imports this module
 
     configure()
-    serve(args[0])
+    try:
+        serve(args[0])
+    except credentials.InsecureSecretError as exc:
+        raise SystemExit(f"ragline metrics server: {exc}") from None
 
 
 if __name__ == "__main__":

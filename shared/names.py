@@ -19,6 +19,34 @@ TASK_REINDEX = "ragline.maintenance.reindex"
 TASK_STUCK_JOBS = "ragline.maintenance.stuck_jobs"
 TASK_PURGE = "ragline.maintenance.purge"
 
+#: every task a ragline worker runs; Celery's built-in tasks (``celery.group``, ``celery.chain``...) are
+#: not among them, so no producer role may send those when signing is on
+ALL_TASKS = (
+    TASK_INGEST_DOCUMENT,
+    TASK_INGEST_BATCH,
+    TASK_INGEST_REEMBED,
+    TASK_INGEST_EVENT,
+    TASK_QUERY_RETRIEVE,
+    TASK_QUERY_RERANK,
+    TASK_QUERY_ASK,
+    TASK_ACL_SYNC,
+    TASK_REINDEX,
+    TASK_STUCK_JOBS,
+    TASK_PURGE,
+)
+
+#: with message signing on, the tasks each producer role may send (shared/signing.py). A role is
+#: named by the subject CN of the certificate that signs, ``ragline-<role>``: a chat backend asks
+#: questions, an event relay forwards document events and permission changes, an operator (the
+#: ``ragline`` command) and the workers and beat (retries, fan-out, schedules) send everything.
+ROLE_PREFIX = "ragline-"
+PRODUCER_ROLES: dict[str, frozenset[str]] = {
+    "chat": frozenset({TASK_QUERY_RETRIEVE, TASK_QUERY_RERANK, TASK_QUERY_ASK}),
+    "relay": frozenset({TASK_INGEST_EVENT, TASK_ACL_SYNC}),
+    "operator": frozenset(ALL_TASKS),
+    "worker": frozenset(ALL_TASKS),
+}
+
 QUEUES = ("ingest", "query", "acl", "maintenance")
 
 #: which queues each worker pool consumes (``ragline worker POOL`` starts one)

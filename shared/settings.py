@@ -45,6 +45,12 @@ class ServicesSettings(_Group):
     home: Path = Field(Path(".ragline"), validation_alias="RAGLINE_HOME")
     # the embedded Redis port on 127.0.0.1; 0 picks a free one
     redis_port: int = Field(0, validation_alias="RAGLINE_REDIS_PORT")
+    # the embedded Redis's password (requirepass); unset: generated once into <home>/secrets/
+    redis_password: SecretStr | None = Field(None, validation_alias="RAGLINE_REDIS_PASSWORD")
+    # the query pool's connection: a login role in the read-only group role ``ragline_query``, so
+    # row-level security holds even if a query forgets its tenant filter (migration 0007). Unset:
+    # the embedded stack's generated role, or DATABASE_URL (the owner, which RLS does not bind)
+    query_database_url: str | None = Field(None, validation_alias="RAGLINE_QUERY_DATABASE_URL")
 
 
 class WorkersSettings(_Group):
@@ -83,12 +89,13 @@ class WorkersSettings(_Group):
 
 
 class FlowerSettings(_Group):
-    """The Flower monitoring UI started by ``ragline up`` (basic auth)."""
+    """The Flower monitoring UI started by ``ragline up`` (basic auth; an unset password is generated
+    once into ``<home>/secrets/``, see ``ragline secrets show``)."""
 
     host: str = Field("127.0.0.1", validation_alias="RAGLINE_FLOWER_HOST")
     port: int = Field(5555, validation_alias="RAGLINE_FLOWER_PORT")
     user: str = Field("admin", validation_alias="RAGLINE_FLOWER_USER")
-    password: SecretStr = Field(SecretStr("ragline-admin"), validation_alias="RAGLINE_FLOWER_PASSWORD")
+    password: SecretStr | None = Field(None, validation_alias="RAGLINE_FLOWER_PASSWORD")
 
 
 class OpsSettings(_Group):
@@ -98,15 +105,16 @@ class OpsSettings(_Group):
     metrics_host: str = Field("127.0.0.1", validation_alias="RAGLINE_METRICS_HOST")
     metrics_port: int = Field(9540, validation_alias="RAGLINE_METRICS_PORT")
     metrics_user: str = Field("metrics", validation_alias="RAGLINE_METRICS_USER")
-    metrics_password: SecretStr = Field(
-        SecretStr("ragline-metrics"), validation_alias="RAGLINE_METRICS_PASSWORD"
-    )
+    # unset: generated once into <home>/secrets/ (ragline secrets show)
+    metrics_password: SecretStr | None = Field(None, validation_alias="RAGLINE_METRICS_PASSWORD")
     log_level: str = Field("INFO", validation_alias="RAGLINE_LOG_LEVEL")
     log_json: bool = Field(True, validation_alias="RAGLINE_LOG_JSON")
     # optional Celery message signing (celery.security, serializer "auth")
     signing_key_file: Path | None = Field(None, validation_alias="RAGLINE_SIGNING_KEY_FILE")
     signing_cert_file: Path | None = Field(None, validation_alias="RAGLINE_SIGNING_CERT_FILE")
     signing_cert_store: Path | None = Field(None, validation_alias="RAGLINE_SIGNING_CERT_STORE")
+    # how long a task result stays in Redis; producers read it at once (the client then deletes it)
+    result_expires_s: int = Field(300, ge=1, validation_alias="RAGLINE_RESULT_EXPIRES_S")
 
 
 class ProvidersSettings(_Group):
@@ -126,8 +134,25 @@ class ProvidersSettings(_Group):
 class IngestSettings(_Group):
     """Loading documents and packing them into ingest tasks."""
 
-    # folders a worker may read local files from; empty = any path (trusted producers only)
+    # folders every tenant's tasks may read local files from, beside the tenant's source folders and
+    # the roots `ragline ingest` granted it; a path under none of them is refused (docs/operations.md)
     allowed_roots: list[Path] = Field(default_factory=list, validation_alias="RAGLINE_INGEST_ALLOWED_ROOTS")
+    # URL fetching refuses loopback, private, link-local and other non-public addresses, except all of
+    # them (allow_private) or these networks in CIDR notation, e.g. ["10.20.0.0/16"]
+    fetch_allow_private: bool = Field(False, validation_alias="RAGLINE_FETCH_ALLOW_PRIVATE")
+    fetch_allowed_networks: list[str] = Field(
+        default_factory=list, validation_alias="RAGLINE_FETCH_ALLOWED_NETWORKS"
+    )
+    # one deadline for a whole fetch (every redirect and the body), and at most this many redirects
+    fetch_timeout_s: float = Field(60.0, gt=0, validation_alias="RAGLINE_FETCH_TIMEOUT_S")
+    fetch_max_redirects: int = Field(5, ge=0, le=20, validation_alias="RAGLINE_FETCH_MAX_REDIRECTS")
+    # parser limits: PDF pages, inflated bytes of one PDF stream and of all of them, a DOCX's XML parts
+    pdf_max_pages: int = Field(2000, ge=1, validation_alias="RAGLINE_PDF_MAX_PAGES")
+    pdf_max_stream_bytes: int = Field(32 * 1024 * 1024, ge=1, validation_alias="RAGLINE_PDF_MAX_STREAM_BYTES")
+    pdf_max_decoded_bytes: int = Field(
+        256 * 1024 * 1024, ge=1, validation_alias="RAGLINE_PDF_MAX_DECODED_BYTES"
+    )
+    docx_max_xml_bytes: int = Field(32 * 1024 * 1024, ge=1, validation_alias="RAGLINE_DOCX_MAX_XML_BYTES")
     # documents per ingest batch task, and at most batch_bytes source bytes (a larger file goes alone)
     batch_docs: int = Field(32, ge=1, le=500, validation_alias="RAGLINE_INGEST_BATCH_DOCS")
     batch_bytes: int = Field(4 * 1024 * 1024, validation_alias="RAGLINE_INGEST_BATCH_BYTES")
@@ -146,6 +171,80 @@ class ChunkSettings(_Group):
     overlap_ratio: float = Field(0.15, validation_alias="RAGLINE_CHUNK_OVERLAP_RATIO")
     # a table or code block above this is split by rows / lines
     hard_max_chars: int = Field(4000, validation_alias="RAGLINE_CHUNK_HARD_MAX_CHARS")
+
+
+class CodeSettings(_Group):
+    """Source code and git repositories (docs/code.md): layers, chunk sizes, which files are skipped."""
+
+    # the layer of source-code chunks and of tests (files matched by test_globs); other files of a
+    # repository (docs) keep their source's layer
+    source_layer: str = Field("C0_SOURCE_CHUNKS", max_length=64, validation_alias="RAGLINE_CODE_SOURCE_LAYER")
+    tests_layer: str = Field("C0_TEST_CHUNKS", max_length=64, validation_alias="RAGLINE_CODE_TESTS_LAYER")
+    # '*' crosses '/'; a glob without '/' matches the file name
+    test_globs: list[str] = Field(
+        default_factory=lambda: [
+            "tests/*",
+            "test/*",
+            "*/tests/*",
+            "*/test/*",
+            "*/__tests__/*",
+            "spec/*",
+            "*/spec/*",
+            "testing/*",
+            "*/testing/*",
+            "test_*",
+            "*_test.*",
+            "*.test.*",
+            "*.spec.*",
+            "*_spec.rb",
+            "*Test.java",
+            "*Tests.java",
+            "*Test.kt",
+            "*Tests.cs",
+            "conftest.py",
+        ],
+        validation_alias="RAGLINE_CODE_TEST_GLOBS",
+    )
+    # a chunk of code (characters); definitions above it are split at statements, and neighbours
+    # under min_chars are merged
+    max_chars: int = Field(1500, ge=200, validation_alias="RAGLINE_CODE_MAX_CHARS")
+    min_chars: int = Field(300, ge=0, validation_alias="RAGLINE_CODE_MIN_CHARS")
+    # git sources: larger files are skipped, as are files with a longer line (minified)
+    max_file_bytes: int = Field(1024 * 1024, ge=1, validation_alias="RAGLINE_CODE_MAX_FILE_BYTES")
+    max_line_chars: int = Field(1000, ge=0, validation_alias="RAGLINE_CODE_MAX_LINE_CHARS")
+    # a git command (clone, fetch, diff) is stopped after this
+    git_timeout_s: float = Field(600.0, gt=0, validation_alias="RAGLINE_GIT_TIMEOUT_S")
+    # the symbol layer: one short record per definition of a source file (signature, docstring,
+    # location), the repository's map; off writes source chunks only
+    symbols: bool = Field(True, validation_alias="RAGLINE_CODE_SYMBOLS")
+    symbols_layer: str = Field("C1_SYMBOLS", max_length=64, validation_alias="RAGLINE_CODE_SYMBOLS_LAYER")
+    # a symbol record's docstring or leading comment, characters (its first paragraph)
+    symbol_doc_chars: int = Field(300, ge=0, le=2000, validation_alias="RAGLINE_CODE_SYMBOL_DOC_CHARS")
+    # layer ranks of the retrieval contract's ordering (lower first); a layer not listed ranks after
+    # all listed ones. Keys are layer names, so renamed layers need their ranks here too
+    layer_ranks: dict[str, int] = Field(
+        default_factory=lambda: {"C0_SOURCE_CHUNKS": 0, "C1_SYMBOLS": 1, "docs": 2, "C0_TEST_CHUNKS": 3},
+        validation_alias="RAGLINE_CODE_LAYER_RANKS",
+    )
+    # structural re-score of hybrid and vector results (docs/code.md, "Structural ranking"): added to
+    # the fused score in RRF units (one rank near the top is ~0.0003, rank 1 scores ~0.016); measured
+    # on swe-loc-dev, README "Code retrieval (swe-loc-dev)"
+    structure: bool = Field(True, validation_alias="RAGLINE_CODE_STRUCTURE")
+    # a hit from a file the question names (a path, a traceback line; a bare file name counts half)
+    file_bonus: float = Field(0.004, ge=0, validation_alias="RAGLINE_CODE_FILE_BONUS")
+    # a hit that defines an identifier the question names (``register_hook``, ``Session.request``)
+    definition_bonus: float = Field(0.004, ge=0, validation_alias="RAGLINE_CODE_DEFINITION_BONUS")
+    # a hit that only mentions such an identifier
+    mention_bonus: float = Field(0.0, ge=0, validation_alias="RAGLINE_CODE_MENTION_BONUS")
+    # a hit from a file that a retrieved document's ``related_code`` front matter points at
+    related_bonus: float = Field(0.004, ge=0, validation_alias="RAGLINE_CODE_RELATED_BONUS")
+    # subtracted per step of layer rank (source 0, symbols 1, docs 2, tests 3)
+    layer_step: float = Field(0.0, ge=0, validation_alias="RAGLINE_CODE_LAYER_STEP")
+    # the contract's exact-file path: chunks of the files a question names (nearest to the question
+    # first) join the candidates as a third RRF list of this weight, even when neither retriever
+    # found them; 0 chunks turns the lookup off
+    named_files: int = Field(20, ge=0, le=200, validation_alias="RAGLINE_CODE_NAMED_FILES")
+    named_weight: float = Field(0.5, ge=0, validation_alias="RAGLINE_CODE_NAMED_WEIGHT")
 
 
 class ContextSettings(_Group):
@@ -208,6 +307,12 @@ class RetrievalSettings(_Group):
     # the vector list misses, and hybrid stays no worse than the best single mode
     rrf_weight_vector: float = Field(1.0, validation_alias="RAGLINE_RRF_WEIGHT_VECTOR")
     rrf_weight_lexical: float = Field(0.0175, validation_alias="RAGLINE_RRF_WEIGHT_LEXICAL")
+    # the lexical weight (at most rrf_weight_lexical) for a question written in another script than
+    # the passages found for it (English over Russian) and holding no number or identifier: its
+    # words can only match stray Latin tokens there, so the vector order stands (query/language.py)
+    rrf_weight_lexical_cross_script: float = Field(
+        0.0, ge=0, validation_alias="RAGLINE_RRF_WEIGHT_LEXICAL_CROSS_SCRIPT"
+    )
     hnsw_ef_search: int = Field(100, validation_alias="RAGLINE_HNSW_EF_SEARCH")
     # lexical retriever: "any" = words OR-ed like BM25 (robust for questions); "all" = websearch AND syntax
     lexical_match: Literal["any", "all"] = Field("any", validation_alias="RAGLINE_LEXICAL_MATCH")
@@ -228,6 +333,19 @@ class RetrievalSettings(_Group):
     query_rewrite: bool = Field(False, validation_alias="RAGLINE_QUERY_REWRITE")
     multi_query: int = Field(0, ge=0, le=5, validation_alias="RAGLINE_MULTI_QUERY")
     hyde: bool = Field(False, validation_alias="RAGLINE_HYDE")
+    # query-path limits: every retrieval statement is cancelled after this (0 = no limit); the
+    # lexical list uses at most this many distinct terms of the question
+    statement_timeout_ms: int = Field(2000, ge=0, validation_alias="RAGLINE_RETRIEVAL_STATEMENT_TIMEOUT_MS")
+    lexical_max_terms: int = Field(32, ge=1, le=1000, validation_alias="RAGLINE_LEXICAL_MAX_TERMS")
+    # a whole question (retrieve, rerank, answer) in the query pool: past it no new stage starts and
+    # provider calls stop waiting (0 = none); Celery's time limits do not work in solo and threads pools
+    question_deadline_s: float = Field(30.0, ge=0, validation_alias="RAGLINE_QUESTION_DEADLINE_S")
+    # per-tenant admission, checked first in every query task (Redis, shared by all query workers):
+    # questions per second with a burst (a moving window of whole seconds), and questions in flight;
+    # a question over either is answered "rate limited" at once. 0 = off
+    tenant_rate: float = Field(0.0, ge=0, validation_alias="RAGLINE_QUERY_TENANT_RATE")
+    tenant_burst: int = Field(0, ge=0, validation_alias="RAGLINE_QUERY_TENANT_BURST")
+    tenant_max_in_flight: int = Field(0, ge=0, validation_alias="RAGLINE_QUERY_TENANT_MAX_IN_FLIGHT")
 
 
 class RerankSettings(_Group):
@@ -242,6 +360,10 @@ class RerankSettings(_Group):
     top_k: int = Field(5, validation_alias="RAGLINE_RERANK_TOP_K")
     threshold: float = Field(0.0, validation_alias="RAGLINE_RERANK_THRESHOLD")
     timeout_s: float = Field(0.8, validation_alias="RAGLINE_RERANK_TIMEOUT_S")
+    # the most candidates and characters per candidate a reranker is sent, whoever asks (a rerank
+    # task may carry up to 1000 hits of any length)
+    max_candidates: int = Field(100, ge=1, le=1000, validation_alias="RAGLINE_RERANK_MAX_CANDIDATES")
+    max_chars: int = Field(2000, ge=100, validation_alias="RAGLINE_RERANK_MAX_CHARS")
 
 
 class AnswerSettings(_Group):
@@ -298,6 +420,7 @@ class Settings(BaseModel):
     providers: ProvidersSettings = Field(default_factory=ProvidersSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     chunk: ChunkSettings = Field(default_factory=ChunkSettings)
+    code: CodeSettings = Field(default_factory=CodeSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     embed: EmbedSettings = Field(default_factory=EmbedSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)

@@ -11,7 +11,9 @@ once, in Celery's own machinery:
   idempotent, so a retry re-applies only what is still missing;
 * **contained errors** (``contain_errors``): a query task answers a waiting chat backend, so an
   unexpected failure becomes ``{"ok": false, "error": "internal error"}``, never a traceback or a
-  secret in the result.
+  secret in the result;
+* **producer roles**: with message signing on, the consumer refuses a task whose signer's role may
+  not send it before the task is reserved (``Strategy``, :func:`ragline.shared.signing.role_strategy`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class RaglineTask(Task):
     retry_jitter = True
     max_retries = 5
     acks_late = True
+    #: Celery's default strategy, behind the signer's role check when signing is on
+    Strategy = "ragline.shared.signing:role_strategy"
 
     def __init_subclass__(cls, **kwargs):
         """Celery builds one subclass per task with the function as ``run``: wrap it so it receives

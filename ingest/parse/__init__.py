@@ -1,5 +1,8 @@
 """Parse a source file into ordered blocks that carry their heading path and page.
 
+Source code (the languages of :mod:`.code`, by extension) is parsed by tree-sitter into a
+:class:`~.code.CodeDocument` of definitions with line spans instead; the chunker packs it along them.
+
 ``unstructured`` does the format work (md, html, text, docx; PDF text goes through its text
 partitioner page by page). Each format has its own module producing unstructured elements:
 :mod:`.markdown`, :mod:`.html`, :mod:`.text`, :mod:`.pdf`, :mod:`.docx`. :func:`parse_bytes`
@@ -12,9 +15,11 @@ use them: importing this package stays cheap for processes that only need its ty
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from ragline.ingest.parse import docx, html, markdown, pdf, text
+from ragline.ingest.parse import code, docx, html, markdown, pdf, text
+from ragline.ingest.parse.code import CodeDocument
 from ragline.ingest.parse.common import (
     BINARY_FORMATS,
     HEADING_SEP,
@@ -38,12 +43,14 @@ __all__ = [
     "HEADING_SEP",
     "SUPPORTED",
     "Block",
+    "CodeDocument",
     "ParseError",
     "ParsedDocument",
     "blocks_from_elements",
     "clean_html",
     "clean_markdown",
     "decode_text",
+    "front_matter",
     "parse_bytes",
     "parse_file",
     "table_text",
@@ -53,6 +60,12 @@ __all__ = [
 _TEXT_PARSERS = {"md": markdown.elements, "html": html.elements, "text": text.elements}
 #: binary formats (:data:`BINARY_FORMATS`): raw bytes -> elements
 _BINARY_PARSERS = {"pdf": pdf.elements, "docx": docx.elements}
+# source files: their format is their language (``.py`` -> "python"), parsed by :mod:`.code`;
+# reStructuredText (the docs of many repositories) is read as plain text
+SUPPORTED.update(code.EXTENSIONS)
+SUPPORTED.setdefault(".rst", "text")
+
+_FRONT_MATTER = re.compile(r"\A(?:\ufeff)?---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.S)
 
 
 def parse_file(path: Path) -> ParsedDocument:
@@ -63,6 +76,8 @@ def parse_file(path: Path) -> ParsedDocument:
 
 
 def parse_bytes(data: bytes, fmt: str, default_title: str = "") -> ParsedDocument:
+    if fmt in code.FORMATS:
+        return code.parse_code(decode_text(data), fmt, default_title)
     install_blank_spacy()
     elements, title = _elements(data, fmt)
     doc = blocks_from_elements(elements, default_title)
@@ -97,3 +112,31 @@ def _elements(data: bytes, fmt: str) -> tuple[list, str]:
     if parser is None:
         raise ParseError(f"unsupported format {fmt!r}")
     return parser(decoded)
+
+
+def front_matter(data: bytes) -> dict:
+    """The YAML front matter of a Markdown document (``id``, ``related_code``, ``tags``, ...) as a
+    dict; {} when there is none or it is not a YAML mapping (the document is still ingested)."""
+    m = _FRONT_MATTER.match(data[:65536].decode("utf-8", "replace"))
+    if not m:
+        return {}
+    import yaml  # parse package stays light: ~30 ms, only for documents with front matter
+
+    try:
+        value = yaml.safe_load(m.group(1))
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    # dates and other YAML types become text, so the metadata stays JSON
+    return {str(k): _plain(v) for k, v in value.items()}
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)

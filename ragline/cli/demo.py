@@ -1,4 +1,5 @@
-"""`ragline demo`: what ``make run`` shows: ingest a folder, ask three questions, print cited answers."""
+"""`ragline demo`: what ``make run`` shows: ingest ragline's own repository (its docs and code) or a
+folder, ask three questions, print cited answers (a code answer cites ``path:start-end``)."""
 
 from __future__ import annotations
 
@@ -7,42 +8,137 @@ from pathlib import Path
 
 import typer
 
-from ragline.cli.common import console, reload_app, send_and_wait, wait_with_progress
+from ragline.cli.common import EXIT_FAILED, console, echo, reload_app, send_and_wait, wait_with_progress
 from ragline.cli.query import print_answer
+from ragline.cli.stack import components, down, stack_state, up
 from ragline.shared.names import TASK_QUERY_ASK
+from ragline.shared.settings import get_settings
 
 app = typer.Typer()
 
 QUESTIONS = [
     "Какие очереди использует ragline и зачем нужен отдельный пул запросов?",
     "How does ragline keep tenants and ACL groups isolated?",
-    "Как ragline объединяет векторный и полнотекстовый поиск?",
+    "Where are permissions synced without re-embedding?",
 ]
+#: the question about the code is asked of the source and symbol layers (the retrieval contract's
+#: layer filter): its answer must cite ``path:start-end``, not the docs that describe the same thing
+CODE_QUESTION = QUESTIONS[2]
+
+#: what the demo indexes of a repository: ragline's packages and docs (its tests and deployment files
+#: would only make `make run` longer: every chunk is embedded on the local CPU)
+REPOSITORY_INCLUDE = ["ingest/*", "query/*", "shared/*", "ragline/*", "docs/*", "README.md"]
 
 
 @app.command()
 def demo(
-    docs: Path = typer.Argument(Path("docs"), exists=True),
+    docs: Path = typer.Argument(
+        Path("."),
+        exists=True,
+        metavar="FOLDER",
+        help="what to ingest: a git repository (ragline's own: its code and docs at HEAD) or a folder",
+    ),
     tenant: str = typer.Option("demo", "--tenant"),
+    start_stack: bool = typer.Option(
+        False,
+        "--start-stack/--no-start-stack",
+        help="start the stack when it is not running and stop it at the end; a running stack is used"
+        " and left running (what make run does)",
+    ),
 ) -> None:
-    """Ingest a folder and ask three questions about ragline (what ``make run`` does)."""
+    """Ingest ragline's repository (or a folder) and ask three questions (make run).
+
+    The questions are about ragline, so the default is its repository: a git repository is ingested
+    through the git source (committed files at HEAD matching ingest/* query/* shared/* ragline/*
+    docs/* README.md), so code answers cite their lines.
+
+    Exits 1 when a document failed or a question got no cited answer.
+    """
+    started = False
+    if start_stack:
+        state = stack_state(components(get_settings()))
+        if state == "running":
+            console.print("using the running stack; it stays up")
+        else:  # a partly running stack was started by someone: it is completed, and left running
+            up(wait=True)
+            started = state == "stopped"
+    try:
+        failures = _demo(docs, tenant)
+    finally:
+        if started:
+            down()
+    if failures:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _demo(docs: Path, tenant: str) -> int:
+    """Ingest, ask; the number of failed documents and of questions without a cited answer."""
     from ragline.ingest.enqueue import collect_files, enqueue_files  # start-up: Celery, psycopg load on use
+    from ragline.ingest.git import is_repository
+    from ragline.ingest.roots import grant_roots  # start-up: psycopg loads on use
 
     reload_app()
-    files = collect_files([docs])
     t0 = time.perf_counter()
-    job_id = enqueue_files(files, tenant=tenant, acl=["public"])
-    s = wait_with_progress(job_id, len(files), 3600)
-    console.print(
+    grant_roots(tenant, [docs])  # workers read local files only below roots granted to the tenant
+    code = docs.is_dir() and is_repository(docs)
+    if code:
+        s = _ingest_repository(docs, tenant)
+    else:
+        files = collect_files([docs])
+        job_id = enqueue_files(files, tenant=tenant, acl=["public"])
+        s = wait_with_progress(job_id, len(files), 3600)
+    echo(
         f"ingested {s['documents']} documents, {s['chunks']} chunks, {s['embedded']} embedded, "
         f"{s['skipped_unchanged']} unchanged, {s['failed']} failed in {time.perf_counter() - t0:.1f}s"
     )
-    if s["failed"]:
-        console.print(s["errors"])
-    failures = 0
+    for e in s["errors"]:
+        echo(f"failed: {e['doc_id']}: {e['error']}")
+    failures = s["failed"]
+    settings = get_settings()
     for q in QUESTIONS:
-        res = send_and_wait(TASK_QUERY_ASK, {"query": q, "tenant": tenant, "groups": ["public"]}, 120)
+        payload = {"query": q, "tenant": tenant, "groups": ["public"]}
+        if q == CODE_QUESTION and code:
+            payload["layers"] = [settings.code.source_layer, settings.code.symbols_layer]
+        res = send_and_wait(TASK_QUERY_ASK, payload, 120)
         print_answer(q, res)
-        failures += int(not res.get("citations"))
-    if failures:
-        raise typer.Exit(1)
+        cited = res.get("citations") or []
+        if q == CODE_QUESTION and code:  # the code question: a citation with its lines
+            cited = [c for c in cited if c.get("start_line")]
+        failures += int(not cited)
+    return failures
+
+
+def _ingest_repository(repo: Path, tenant: str) -> dict:
+    """The repository as the git source ``ragline`` of the tenant, at HEAD (the path of `ragline ingest
+    REPO`: a second run re-embeds nothing and ingests only what later commits changed)."""
+    from ragline.ingest.events import sync_git_source  # start-up: Celery, psycopg load on use
+    from ragline.ingest.sources import SourceSpec
+    from ragline.shared import db
+    from ragline.shared.celery_app import app as celery_app
+
+    spec = SourceSpec(
+        name="ragline",
+        kind="git",
+        tenant=tenant,
+        acl=["public"],
+        path=repo.expanduser().resolve(),
+        ref="HEAD",
+        include=REPOSITORY_INCLUDE,
+    )
+    with db.connection() as conn:
+        out = sync_git_source(
+            conn, spec, "HEAD", lambda n, p: celery_app.send_task(n, args=[p]), kind="ingest"
+        )
+        if not out["job_id"]:  # this commit is indexed already
+            n = conn.execute(
+                "SELECT count(*) AS n FROM documents WHERE tenant = %s AND metadata->>'source' = 'ragline'"
+                " AND status = 'ready'",
+                (tenant,),
+            ).fetchone()["n"]
+            return dict.fromkeys(("chunks", "embedded", "failed"), 0) | {
+                "documents": n,
+                "skipped_unchanged": n,
+                "errors": [],
+            }
+    s = wait_with_progress(out["job_id"], out["enqueued"], 3600)
+    return {**s, "skipped_unchanged": s["skipped_unchanged"] + out.get("unchanged", 0)}

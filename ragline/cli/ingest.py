@@ -2,14 +2,69 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
-from ragline.cli.common import console, reload_app, split_csv, wait_with_progress
+from ragline.cli.common import (
+    echo,
+    fail,
+    job_exit_code,
+    plural,
+    print_json,
+    reload_app,
+    split_csv,
+    state_line,
+    summary_details,
+    summary_line,
+    wait_with_progress,
+)
 
 app = typer.Typer()
+
+#: the keys of a job summary that ``ragline ingest --wait --json`` prints
+SUMMARY_KEYS = (
+    "documents",
+    "chunks",
+    "embedded",
+    "skipped_unchanged",
+    "acl_updated",
+    "acl_ignored_stale",
+    "failed",
+    "errors",
+    "visible_to_no_group",
+)
+
+
+def skipped_files(paths: list[Path], suffixes: set[str]) -> list[dict]:
+    """Files inside the folders given that are not ingested, each with its reason: a folder is
+    walked for the supported types only, and a user must see what was left out (a file given by
+    name is always sent, and an unsupported one fails with its error)."""
+    seen: dict[Path, dict] = {}
+    for p in paths:
+        p = p.expanduser().resolve()
+        if not p.is_dir():
+            continue
+        for f in sorted(p.rglob("*")):
+            if f.is_file() and f.suffix.lower() not in suffixes and f not in seen:
+                seen[f] = {
+                    "path": str(f),
+                    "reason": f"unsupported file type {f.suffix or '(no extension)'}",
+                }
+    return list(seen.values())
+
+
+def _skipped_lines(skipped: list[dict]) -> list[str]:
+    """One line per reason: the file, or how many files with one of them (``--json`` lists all)."""
+    by_reason: dict[str, list[str]] = {}
+    for s in skipped:
+        by_reason.setdefault(s["reason"], []).append(s["path"])
+    return [
+        f"skipped: {paths[0]}: {reason}"
+        if len(paths) == 1
+        else f"skipped: {len(paths)} files, {reason}, e.g. {paths[0]} (--json lists them all)"
+        for reason, paths in by_reason.items()
+    ]
 
 
 @app.command()
@@ -28,17 +83,39 @@ def ingest(
         help="doc ids are SOURCE/<path relative to the folder given>; default: the folder's name and a hash"
         " of its absolute path",
     ),
-    wait: bool = typer.Option(False, "--wait"),
-    as_json: bool = typer.Option(False, "--json"),
+    wait: bool = typer.Option(
+        False,
+        "--wait/--no-wait",
+        help="wait for the job and print its summary; exit 1 if a document failed, 3 on --timeout",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document"),
     timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
+    ref: str = typer.Option("HEAD", "--ref", help="a git repository: the commit, branch or tag to index"),
+    include: list[str] = typer.Option(
+        [], "--include", help="a git repository: index only tracked files matching this glob (repeatable)"
+    ),
+    exclude: list[str] = typer.Option(
+        [], "--exclude", help="a git repository: leave out tracked files matching this glob (repeatable)"
+    ),
 ) -> None:
-    """Enqueue the documents in batch tasks of the ingest pool; a document's id is
-    SOURCE/<its path relative to the folder given> (a file given directly: relative to its folder)."""
+    """Ingest files and folders, in batch tasks of the ingest pool.
+
+    A git repository (a folder with .git) is ingested as a git source: its tracked files at --ref,
+    and again later only what changed since the commit indexed (docs/code.md).
+
+    Documents are packed into batch tasks (RAGLINE_INGEST_BATCH_DOCS each) whose chunks share
+    embedding requests. A folder is searched for the file types ragline parses (Markdown, HTML,
+    text, PDF, DOCX, ...); other files are listed as skipped. A document's id is
+    SOURCE/<its path relative to the folder given> (a file given directly: relative to its own
+    folder). Without --wait the command returns once the job is queued.
+    """
     from ragline.ingest.enqueue import (  # start-up: Celery, psycopg load on use
+        SUFFIXES,
         collect_files,
         enqueue_files,
         stored_under_other_ids,
     )
+    from ragline.shared.settings import get_settings
 
     if acl is None:
         ctx.fail(  # a usage error (exit 2), like a missing argument
@@ -46,10 +123,28 @@ def ingest(
             " (--acl '' stores them visible to no group until `ragline acl set` gives them one)"
         )
     groups = split_csv(acl)
+    from ragline.ingest.git import is_repository
+
+    if any(p.is_dir() and is_repository(p) for p in paths):
+        if len(paths) > 1:
+            fail("a git repository is ingested on its own: give one repository per `ragline ingest`")
+        ingest_repository(paths[0], tenant, groups, source, ref, wait, as_json, timeout, include, exclude)
+        return
     try:
         files = collect_files(paths, source)
     except ValueError as exc:  # an invalid --source name, or two files under one doc id
         raise typer.BadParameter(str(exc), param_hint="'--source'") from None
+    skipped = skipped_files(paths, SUFFIXES)
+    if not files:  # no job: one without documents would never finish
+        if as_json:
+            print_json({"job_id": None, "documents": 0, "skipped": skipped})
+        else:
+            for line in _skipped_lines(skipped):
+                echo(line)
+        fail(
+            f"nothing to ingest in {', '.join(map(str, paths))}: no file of a supported type"
+            f" ({', '.join(sorted(SUFFIXES))})"
+        )
     reload_app()
     sources = [{"source": s, "folder": str(r)} for s, r in dict.fromkeys((f.source, f.root) for f in files)]
     duplicates = stored_under_other_ids(tenant, files)
@@ -69,36 +164,112 @@ def ingest(
         )
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
+    from ragline.ingest.roots import grant_roots  # start-up: psycopg loads on use
+
+    grant_roots(tenant, paths)  # the operator's folders: workers read local files only below granted roots
     job_id = enqueue_files(files, tenant=tenant, acl=groups)
-    extra = {"sources": sources, "duplicates": duplicates, "warnings": warnings}
+    extra = {"sources": sources, "duplicates": duplicates, "skipped": skipped, "warnings": warnings}
+    skipped_lines = _skipped_lines(skipped)
     if not wait:
-        print(
-            json.dumps({"job_id": job_id, "documents": len(files), **extra}, ensure_ascii=False)
-            if as_json
-            else f"job {job_id}: {len(files)} documents queued"
-            + "".join(f"; {s['source']}/... from {s['folder']}" for s in sources)
+        if as_json:
+            print_json({"job_id": job_id, "documents": len(files), **extra})
+            return
+        batch = get_settings().ingest.batch_docs
+        echo(
+            f"job {job_id}: {plural(len(files), 'document')} queued for the ingest pool in batch tasks of"
+            f" up to {batch}"
+            + (f", {len(skipped)} skipped" if skipped else "")
+            + "; `ragline job "
+            + job_id[:8]
+            + "` shows its progress"
         )
+        for s in sources:
+            echo(f"source {s['source']}: doc ids {s['source']}/... from {s['folder']}")
+        for line in skipped_lines:
+            echo(line)
         return
     summary = wait_with_progress(job_id, len(files), timeout, quiet=as_json)
-    out = {
-        k: summary[k]
-        for k in (
-            "documents",
-            "chunks",
-            "embedded",
-            "skipped_unchanged",
-            "acl_updated",
-            "acl_ignored_stale",
-            "failed",
-            "errors",
-            "visible_to_no_group",
-        )
-    }
+    out = {k: summary[k] for k in SUMMARY_KEYS}
     out["job_id"], out["state"] = job_id, summary["state"]
     out.update(extra)
+    code = job_exit_code(summary["state"])
     if as_json:
-        print(json.dumps(out, ensure_ascii=False))
+        print_json(out)
     else:
-        console.print(out)
-    if summary["state"] == "running":
-        raise typer.Exit(2)
+        echo(state_line(job_id, summary["state"]))
+        echo(summary_line(summary) + (f"; {len(skipped)} files skipped" if skipped else ""))
+        for line in summary_details(summary) + skipped_lines:
+            echo(line)
+    if code:
+        raise typer.Exit(code)
+
+
+def ingest_repository(
+    repo: Path,
+    tenant: str,
+    groups: list[str],
+    source: str | None,
+    ref: str,
+    wait: bool,
+    as_json: bool,
+    timeout: float,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+) -> None:
+    """`ragline ingest REPO`: the repository as a git source of the tenant (the same path as a push)."""
+    from ragline.ingest.enqueue import check_source_name, default_source_name  # start-up: Celery loads on use
+    from ragline.ingest.events import sync_git_source
+    from ragline.ingest.roots import grant_roots
+    from ragline.ingest.sources import SourceSpec, SourceUnavailable
+    from ragline.shared import db
+    from ragline.shared.celery_app import app as celery_app
+
+    repo = repo.expanduser().resolve()
+    try:
+        name = check_source_name(source) if source else default_source_name(repo)
+        spec = SourceSpec(
+            name=name,
+            kind="git",
+            tenant=tenant,
+            acl=groups,
+            path=repo,
+            ref=ref,
+            include=include or [],
+            exclude=exclude or [],
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).splitlines()[-1], param_hint="'--source' / '--ref'") from None
+    reload_app()
+    grant_roots(tenant, [repo])  # workers read the repository's objects only below granted roots
+    try:
+        with db.connection() as conn:
+            out = sync_git_source(
+                conn, spec, ref, lambda n, payload: celery_app.send_task(n, args=[payload]), kind="ingest"
+            )
+    except (SourceUnavailable, RuntimeError) as exc:
+        fail(f"cannot ingest {repo}: {exc}")
+    if not wait or not out["job_id"]:
+        if as_json:
+            print_json(out)
+        else:
+            echo(
+                f"job {out['job_id']}: source {name} at {out['commit'][:12]}: {out['enqueued']} files queued,"
+                f" {out.get('unchanged', 0)} unchanged, {out.get('pruned', 0)} pruned, {out.get('skipped', 0)}"
+                f" skipped ({out['outcome']})"
+            )
+        return
+    summary = wait_with_progress(out["job_id"], out["enqueued"], timeout, quiet=as_json)
+    result = {k: summary[k] for k in SUMMARY_KEYS}
+    result.update(out, state=summary["state"])
+    code = job_exit_code(summary["state"])
+    if as_json:
+        print_json(result)
+    else:
+        echo(state_line(out["job_id"], summary["state"]))
+        echo(
+            summary_line(summary) + f"; source {name} at {out['commit'][:12]}, {out.get('pruned', 0)} pruned"
+        )
+        for line in summary_details(summary):
+            echo(line)
+    if code:
+        raise typer.Exit(code)

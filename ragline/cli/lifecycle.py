@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from pathlib import Path
 
 import typer
-from rich.table import Table
+from pydantic import ValidationError
 
-from ragline.cli.common import console, print_result, reload_app, split_csv
+from ragline.cli.common import (
+    EXIT_FAILED,
+    columns,
+    connect,
+    echo,
+    iso,
+    job_exit_code,
+    plural,
+    print_json,
+    print_result,
+    reload_app,
+    split_csv,
+    state_line,
+    summary_details,
+    summary_line,
+)
 from ragline.shared.contracts import AclSyncItem
 from ragline.shared.names import QUEUES, TASK_ACL_SYNC, TASK_INGEST_REEMBED
 from ragline.shared.settings import get_settings
 
 app = typer.Typer()
-acl_app = typer.Typer(no_args_is_help=True, help="permissions: set one document's ACL or sync a JSONL file")
+acl_app = typer.Typer(no_args_is_help=True, help="Set one document's groups, or sync a JSONL file.")
 app.add_typer(acl_app, name="acl")
 
 #: the producer of `ragline acl set` / `acl sync` changes (their versions are compared only with its own)
@@ -26,6 +42,7 @@ def send_acl_batches(batches: list[list[dict]], timeout: float, missing: str = "
     apply them in parallel) and add up the results. ``missing='report'`` (the operator's commands)
     lists unknown documents, prefixes and tenants in ``not_found`` instead of keeping a pending row."""
     from ragline.shared.celery_app import app  # start-up: Celery loads only for commands that send
+    from ragline.shared.celery_base import read_once
 
     reload_app()
     pending = [app.send_task(TASK_ACL_SYNC, args=[{"items": b, "missing": missing}]) for b in batches]
@@ -42,7 +59,7 @@ def send_acl_batches(batches: list[list[dict]], timeout: float, missing: str = "
         "job_ids": [],
     }
     for res in pending:
-        out = res.get(timeout=timeout)
+        out = read_once(res, timeout)
         if out.get("ok") is False:
             raise typer.BadParameter(f"rejected: {out.get('detail')}")
         for k in ("items", "documents_updated", "chunks_updated", "ignored_stale", "pending"):
@@ -82,13 +99,9 @@ def acl_report(out: dict) -> list[str]:
 
 def finish_acl_command(out: dict, as_json: bool) -> None:
     """Print the result (JSON or readable lines); exit 1 when something was not found."""
-    if as_json:
-        print_result(out, True)
-    else:
-        for line in acl_report(out):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    print_result(out, as_json, acl_report(out))
     if out.get("not_found"):
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 PENDING_HELP = (
@@ -102,22 +115,30 @@ def acl_set(
     doc_id: str = typer.Argument(...),
     tenant: str = typer.Option(..., "--tenant"),
     acl: str = typer.Option(..., "--acl", help="comma-separated groups; an empty string revokes every group"),
-    version: int | None = typer.Option(
+    version: str | None = typer.Option(
         None,
-        help="the operator's own version of this change, compared only with the operator's earlier"
-        " versioned changes of the document (default: the time; either way the server's clock orders"
-        " it against every other producer's changes)",
+        metavar="INTEGER|ISO-8601",
+        help="the operator's own version of this change: an integer, or a time such as"
+        " 2026-11-30T12:00:00Z (taken as Unix nanoseconds); compared only with the operator's earlier"
+        " versioned changes of the document. Default: the time. Either way the server's clock orders"
+        " it against every other producer's changes",
     ),
     pending: bool = typer.Option(False, "--pending", help=PENDING_HELP),
     as_json: bool = typer.Option(False, "--json"),
     timeout: float = typer.Option(60.0),
 ) -> None:
-    """Replace one document's ACL (documents and chunks, no re-embedding). An unknown document or
-    tenant is reported as not found (exit 1)."""
+    """Replace one document's groups, in place (no re-embedding).
+
+    The document and its chunks get the new ACL at once. An unknown document or tenant is reported
+    as not found (exit 1).
+    """
     now = time.time()
-    item = AclSyncItem(
-        tenant=tenant, doc_id=doc_id, acl=split_csv(acl), version=version, ts=now, producer=OPERATOR
-    )
+    try:
+        item = AclSyncItem(
+            tenant=tenant, doc_id=doc_id, acl=split_csv(acl), version=version, ts=now, producer=OPERATOR
+        )
+    except ValidationError as exc:
+        raise typer.BadParameter(exc.errors()[0]["msg"], param_hint="'--version'") from None
     out = send_acl_batches(
         [[item.model_dump(exclude_none=True)]], timeout, missing="pending" if pending else "report"
     )
@@ -136,9 +157,12 @@ def acl_sync(
     as_json: bool = typer.Option(False, "--json"),
     timeout: float = typer.Option(600.0),
 ) -> None:
-    """Apply a file of permission changes in batches (a line's version or time orders it only
-    against the same producer's changes; default producer: operator). Unknown documents, path
-    prefixes and tenants are reported as not found (exit 1); the rest is applied."""
+    """Apply a JSONL file of permission changes, in batches.
+
+    A line's version (an integer, or an ISO 8601 time) or time orders it only against the same
+    producer's changes (default producer: operator). Unknown documents, path prefixes and tenants
+    are reported as not found (exit 1); the rest is applied.
+    """
     from ragline.ingest.acl_sync import read_jsonl  # start-up: psycopg loads only for commands that use it
 
     # lines without a version or time get the time plus their line number in microseconds, so for
@@ -169,11 +193,18 @@ def acl_sync(
 @app.command()
 def reindex(
     source: list[str] = typer.Option(None, "--source", help="only this source (repeatable)"),
-    wait: bool = typer.Option(False, "--wait", help="wait until every enqueued document is processed"),
-    as_json: bool = typer.Option(False, "--json"),
+    wait: bool = typer.Option(
+        False,
+        "--wait/--no-wait",
+        help="wait until every enqueued document is processed; exit 1 if one failed, 3 on --timeout",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document"),
     timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
 ) -> None:
-    """List the configured sources (RAGLINE_SOURCES), enqueue new/changed documents, prune vanished ones."""
+    """Reindex the configured sources (RAGLINE_SOURCES) now.
+
+    New and changed documents are enqueued, vanished ones deleted: what beat runs on schedule.
+    """
     from ragline.ingest.control_tasks import run_reindex  # start-up: Celery, psycopg, httpx load on use
     from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
 
@@ -199,9 +230,39 @@ def reindex(
             )
         }
         out["summary"]["visible_to_no_group"] = summary["visible_to_no_group"]  # a source without 'acl'
-    print_result(out, as_json)
-    if out.get("state") in ("running", "failed"):
-        raise typer.Exit(2 if out["state"] == "running" else 1)
+    print_result(out, as_json, reindex_report(out))
+    if wait and out.get("job_id"):
+        code = job_exit_code(out["state"])
+    else:  # not waited for: only a reindex that could not start is a failure
+        code = EXIT_FAILED if out.get("state") == "failed" else 0
+    if any("error" in r for r in out.get("sources", {}).values()):
+        code = code or EXIT_FAILED  # a source that could not be listed
+    if code:
+        raise typer.Exit(code)
+
+
+def reindex_report(res: dict) -> list[str]:
+    """Readable lines of a reindex: one per source, then the job's summary when it was waited for."""
+    lines = [
+        (f"job {res['job_id']}: {res.get('state')}" if res.get("job_id") else "nothing to do")
+        + f"; {res.get('listed', 0)} listed, {res.get('new', 0)} new, {res.get('changed', 0)} changed,"
+        f" {res.get('unchanged', 0)} unchanged, {res.get('pruned', 0)} deleted (vanished),"
+        f" {res.get('enqueued', 0)} enqueued"
+    ]
+    for name, r in res.get("sources", {}).items():
+        if "error" in r:
+            lines.append(f"source {name}: error: {r['error']}")
+        else:
+            lines.append(
+                f"source {name}: {r.get('listed', 0)} listed, {r.get('enqueued', 0)} enqueued,"
+                f" {r.get('pruned', 0)} deleted"
+            )
+    if "summary" in res:
+        s = res["summary"]
+        lines[0] = state_line(res["job_id"], res["state"])
+        lines.append(summary_line(s))
+        lines += summary_details(s)
+    return lines
 
 
 @app.command()
@@ -210,29 +271,44 @@ def errors(
     limit: int = typer.Option(100),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Documents whose last ingestion failed and has not been resolved since."""
-    from ragline.shared import db, jobs  # start-up: psycopg loads only for commands that use it
+    """List documents whose last ingest failed.
 
-    with db.connection() as conn:
+    Each with the stage and the error.
+
+    An error stays open until the document is stored again (ragline retry-failed) or deleted.
+    """
+    from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
+
+    with connect() as conn:
         rows = jobs.open_errors(conn, tenant, limit)
     if as_json:
-        print_result(rows, True)
+        print_json(rows)
         return
-    table = Table("tenant", "doc_id", "stage", "error", "when")
-    for r in rows:
-        table.add_row(r["tenant"], r["doc_id"], r["stage"], r["error"][:120], r["created_at"][:19])
-    console.print(table if rows else "no open errors")
+    if not rows:
+        echo("no open errors")
+        return
+    table = [
+        (iso(datetime.fromisoformat(r["created_at"])), r["tenant"], r["doc_id"], r["stage"], r["error"][:200])
+        for r in rows
+    ]
+    for line in columns(("when (UTC)", "tenant", "doc_id", "stage", "error"), table):
+        echo(line)
 
 
 @app.command("retry-failed")
 def retry_failed(
     tenant: str | None = typer.Option(None, "--tenant"),
     acl: str = typer.Option("", "--acl", help="groups for documents whose ACL is unknown (never stored)"),
-    wait: bool = typer.Option(False, "--wait"),
-    as_json: bool = typer.Option(False, "--json"),
-    timeout: float = typer.Option(3600.0),
+    wait: bool = typer.Option(
+        False, "--wait/--no-wait", help="wait for the documents; exit 1 if one failed again, 3 on --timeout"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document"),
+    timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
 ) -> None:
-    """Requeue every document with an open error (its errors resolve once it is stored)."""
+    """Ingest every document with an open error again.
+
+    Its errors resolve once it is stored. A document whose groups were never stored needs --acl.
+    """
     from ragline.ingest.retry import enqueue_retries  # start-up: Celery and psycopg load on use
     from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
 
@@ -241,34 +317,69 @@ def retry_failed(
     if wait and out.get("job_id"):
         summary = jobs.wait_for_job(out["job_id"], timeout)
         out.update(state=summary["state"], done=summary["done"], failed=summary["failed"])
-    print_result(out, as_json)
+    lines = [
+        (f"job {out['job_id']}: " if out.get("job_id") else "")
+        + f"{plural(out['requeued'], 'document')} requeued, {len(out['skipped'])} skipped"
+    ]
+    if out.get("state"):
+        lines = [
+            state_line(out["job_id"], out["state"]),
+            lines[0] + f"; {out['done']} stored, {out['failed']} failed",
+        ]
+    lines += [f"skipped: {s['tenant']}: {s['doc_id']}: {s['reason']}" for s in out["skipped"]]
+    print_result(out, as_json, lines)
+    if out.get("state"):
+        code = job_exit_code(out["state"])
+        if code:
+            raise typer.Exit(code)
 
 
 @app.command()
 def reembed(
     tenant: str | None = typer.Option(None, "--tenant", help="only this tenant's chunks"),
-    wait: bool = typer.Option(False, "--wait"),
-    as_json: bool = typer.Option(False, "--json"),
-    timeout: float = typer.Option(24 * 3600.0),
+    wait: bool = typer.Option(False, "--wait/--no-wait", help="wait until every chunk is re-embedded"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document"),
+    timeout: float = typer.Option(24 * 3600.0, help="seconds to wait with --wait"),
 ) -> None:
-    """Re-embed, in the background on the ingest pool, every chunk not on the configured model."""
+    """Re-embed every chunk not on the configured model.
+
+    Runs in the background on the ingest pool; chunks keep serving their old vectors until then.
+    """
     from ragline.shared.celery_app import app  # start-up: Celery loads only for commands that send
+    from ragline.shared.celery_base import read_once
 
     reload_app()
     res = app.send_task(TASK_INGEST_REEMBED, args=[{"tenant": tenant} if tenant else {}])
-    print_result(res.get(timeout=timeout) if wait else {"task_id": res.id}, as_json)
+    if not wait:
+        print_result(
+            {"task_id": res.id}, as_json, [f"re-embedding queued (task {res.id}); `ragline status` shows it"]
+        )
+        return
+    done = read_once(res, timeout)
+    line = (
+        f"re-embedding {done.get('state')}: {done.get('reason')}"
+        if done.get("reason")
+        else f"re-embedding {done.get('state')}: {plural(done.get('chunks', 0), 'chunk')} to"
+        f" {done.get('model')}, {done.get('embedded', 0)} texts embedded (job {done.get('job_id')})"
+    )
+    print_result(done, as_json, [line])
 
 
 @app.command()
-def cancel(job_id: str = typer.Argument(...)) -> None:
-    """Cancel a queued or running job: its remaining documents are skipped, a re-embedding stops."""
-    from ragline.shared import db, jobs  # start-up: psycopg loads only for commands that use it
+def cancel(job_id: str = typer.Argument(..., metavar="JOB_ID")) -> None:
+    """Cancel a queued or running job.
 
-    with db.connection() as conn:
-        ok = jobs.cancel_job(conn, job_id)
-    console.print(f"job {job_id} cancelled" if ok else f"job {job_id} is not queued or running")
+    Its remaining documents are skipped; a re-embedding stops between batches. Exits 1 when the job
+    is not queued or running.
+    """
+    from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
+
+    with connect() as conn:
+        found = jobs.find_jobs(conn, job_id)
+        ok = len(found) == 1 and jobs.cancel_job(conn, found[0])
+    echo(f"job {found[0]} cancelled" if ok else f"job {job_id} is not queued or running")
     if not ok:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def lifecycle_status(settings) -> dict:

@@ -84,7 +84,10 @@ def metrics(
     as_json: bool = typer.Option(False, "--json", help="machine-readable rows"),
     raw: bool = typer.Option(False, "--raw", help="Prometheus text format per pool"),
 ) -> None:
-    """Print a snapshot of the pools' metrics (retrieval latency, tokens, chunks, 429s, queue depth...)."""
+    """Print a snapshot of the pools' metrics.
+
+    Retrieval latency, tokens, chunks, 429s, queue depth, read from the metrics files.
+    """
     from ragline.shared.metrics_server import metrics_port, snapshot_text  # start-up: loads prometheus_client
 
     settings = get_settings()

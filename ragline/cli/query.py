@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from textwrap import shorten
+from typing import Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ragline.cli.common import console, reload_app, send_and_wait, split_csv
@@ -22,7 +25,7 @@ def search(
     tenant: str = typer.Option(..., "--tenant"),
     groups: str = typer.Option(..., "--groups", help="comma-separated ACL groups of the caller"),
     k: int = typer.Option(10, "--k"),
-    mode: str = typer.Option("hybrid", "--mode", help="hybrid | vector | lexical"),
+    mode: Literal["hybrid", "vector", "lexical"] = typer.Option("hybrid", "--mode", help="retrieval mode"),
     path_prefix: list[str] = typer.Option(
         [], "--path-prefix", help="only paths with this prefix (repeatable)"
     ),
@@ -70,7 +73,7 @@ def ask(
     tenant: str = typer.Option(..., "--tenant"),
     groups: str = typer.Option(..., "--groups", help="comma-separated ACL groups of the caller"),
     k: int = typer.Option(5, "--k", help="documents in the prompt"),
-    mode: str = typer.Option("hybrid", "--mode"),
+    mode: Literal["hybrid", "vector", "lexical"] = typer.Option("hybrid", "--mode", help="retrieval mode"),
     agentic: bool | None = typer.Option(None, "--agentic/--no-agentic"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -95,17 +98,40 @@ def ask(
         raise typer.Exit(1)
 
 
+def citation_line(c: dict) -> str:
+    """``[1] docs/owasp.pdf · p. 11 · Внедрение › Как предотвратить``: where the source is, as a
+    reader finds it (page, section or line span), not the chunk number. A result of a worker
+    that predates locators falls back to the heading and chunk number."""
+    source = c.get("path") or c["doc_id"]
+    locator = c.get("locator") or ""
+    heading = c.get("heading_path") or c.get("heading") or ""
+    if not locator:
+        locator = f"chunk {c['chunk_no']}"
+    parts = [f"[{c['n']}] {source}"]
+    if locator != source:
+        parts.append(locator)
+    if heading and not locator.startswith("§"):
+        parts.append(heading)
+    return " · ".join(parts)
+
+
 def print_answer(question: str, res: dict) -> None:
-    out = Console()
-    out.rule(f"[bold]{question}")
+    out = Console(highlight=False)
+    out.rule(f"[bold]{escape(question)}")
     if "answer" not in res:
-        out.print(f"[red]error:[/] {res}")
+        out.print(f"[red]error:[/] {escape(str(res))}")
         return
-    out.print(res["answer"])
+    out.print(escape(res["answer"]))
     if res.get("reason"):
-        out.print(f"[yellow]{res['reason']}[/]")
+        out.print(f"[yellow]{escape(res['reason'])}[/]")
     for c in res["citations"]:
-        out.print(f"  [{c['n']}] {c['path'] or c['doc_id']} › {c['heading']} (chunk {c['chunk_no']})")
+        out.print("  " + escape(citation_line(c)))
+        if c.get("snippet"):
+            out.print(f"      [dim]{escape(shorten(c['snippet'], 160))}[/]")
+    if res.get("removed_links"):
+        out.print(
+            f"[yellow]{len(res['removed_links'])} link(s) to addresses not in the cited documents removed[/]"
+        )
     timings = ", ".join(f"{k}={v:.0f}ms" for k, v in res["timings_ms"].items())
     out.print(f"[dim]degraded={res['degraded']} {res.get('degraded_reasons') or ''} timings: {timings}[/]")
 
@@ -121,12 +147,23 @@ def parse_weights(text: str) -> list[tuple[float, float]]:
 
 @app.command(name="eval")
 def eval_cmd(
-    queries: Path = typer.Argument(..., exists=True, dir_okay=False, help='JSON lines {"query", "relevant"}'),
-    corpus: Path = typer.Option(
-        ..., "--corpus", exists=True, dir_okay=False, help='JSON lines {"id", "title", "text"}'
+    queries: Path = typer.Argument(
+        ...,
+        exists=True,
+        dir_okay=False,
+        help='JSON lines {"query", "relevant"}; or {"query", "repo", "ref", "relevant"}: a code query set',
+    ),
+    corpus: Path | None = typer.Option(
+        None,
+        "--corpus",
+        exists=True,
+        dir_okay=False,
+        help='JSON lines {"id", "title", "text"}; not for a code query set',
     ),
     k: int = typer.Option(10, "--k"),
-    mode: str = typer.Option("hybrid", "--mode", help="hybrid | vector | lexical | all"),
+    mode: Literal["hybrid", "vector", "lexical", "all"] = typer.Option(
+        "hybrid", "--mode", help="retrieval mode, or all three"
+    ),
     rerank: bool = typer.Option(False, "--rerank", help="rerank with the configured reranker"),
     sweep: str = typer.Option(
         "",
@@ -137,10 +174,39 @@ def eval_cmd(
     out: Path | None = typer.Option(None, "--out", help="write the full result (misses, settings) as JSON"),
     keep: bool = typer.Option(False, "--keep", help="keep the evaluation tenant"),
     as_json: bool = typer.Option(False, "--json"),
+    include: list[str] = typer.Option(
+        [], "--include", help="code query set: index only tracked files matching this glob (repeatable)"
+    ),
+    exclude: list[str] = typer.Option(
+        [], "--exclude", help="code query set: leave out tracked files matching this glob (repeatable)"
+    ),
+    layers: str = typer.Option(
+        "all,code",
+        "--layers",
+        help="code query set: layer variants, comma-separated: all (every layer), code (source and"
+        " symbols), source (the source layer alone)",
+    ),
+    only: str = typer.Option("", "--only", help="code query set: these query ids only (comma-separated)"),
+    parallel: int = typer.Option(
+        2, "--parallel", min=1, help="code query set: repositories ingested at the same time"
+    ),
 ) -> None:
     """Retrieval quality: ingest CORPUS into a fresh tenant through the workers, run every query through
-    the retrieval task; recall@k, MRR@k, nDCG@k (graded) and fail@20 per mode, and the misses."""
+    the retrieval task; recall@k, MRR@k, nDCG@k (graded) and fail@20 per mode, and the misses.
+
+    A code query set names a repository (a git bundle or a repository folder, relative to the query
+    file) and a ref per query: each snapshot is ingested once through the git source into a tenant
+    of its own (kept, so a rerun only queries), and file-level Acc@1/3/5/10, recall@10 and MRR are
+    reported per mode (lexical, vector, hybrid, hybrid+structure) and layer variant, with each
+    structural signal measured alone and left out (docs/code.md)."""
     from ragline.query.eval import run_eval  # start-up: Celery and psycopg load only for eval
+    from ragline.query.eval_code import is_code_query_set
+
+    if is_code_query_set(queries):
+        _code_eval(queries, mode, include, exclude, layers, split_csv(only), out, as_json, parallel)
+        return
+    if corpus is None:
+        raise typer.BadParameter("--corpus is required for a query set that names no repository")
 
     modes = ["vector", "lexical", "hybrid"] if mode == "all" else [mode]
     if not set(modes) <= {"vector", "lexical", "hybrid"}:
@@ -190,6 +256,151 @@ def eval_cmd(
                 f"[dim]{m} MISS[/] {miss['query']}  (want {', '.join(miss['relevant'])}; "
                 f"got {', '.join(miss['top'])})"
             )
+
+
+def _code_eval(
+    queries: Path,
+    mode: str,
+    include: list[str],
+    exclude: list[str],
+    layers: str,
+    only: list[str],
+    out: Path | None,
+    as_json: bool,
+    parallel: int = 2,
+) -> None:
+    from ragline.query.eval_code import (  # start-up: Celery and psycopg load only for eval
+        ACC_AT,
+        MODES,
+        ingest_config_key,
+        layer_variants,
+        read_code_queries,
+        run_code_eval,
+        task_search,
+    )
+    from ragline.shared.settings import get_settings
+
+    rows = read_code_queries(queries)
+    try:
+        layer_variants(layers, get_settings())
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--layers'") from None
+    if only:
+        rows = [q for q in rows if q.id in set(only)]
+        if not rows:
+            raise typer.BadParameter(f"no query with id {', '.join(only)}", param_hint="'--only'")
+    modes = list(MODES) if mode == "all" else [mode]
+    reload_app()
+    settings = get_settings()
+    result = run_code_eval(
+        rows,
+        snapshot_ingest(include, exclude),
+        task_search(),
+        modes,
+        layers,
+        ingest_config_key(include, exclude, settings),
+        progress=lambda msg: console.print(escape(msg)),
+        settings=settings,
+        parallel=parallel,
+    )
+    result["meta"].update(include=include, exclude=exclude, query_file=str(queries))
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, ensure_ascii=False, indent=2))
+    if as_json:
+        print(json.dumps({k: result[k] for k in ("modes", "structure_ablation")}, ensure_ascii=False))
+        return
+    cols = [*(f"Acc@{k}" for k in ACC_AT), "recall@10", "MRR", "n"]
+    for title, section in (
+        ("mode [layers]", result["modes"]),
+        ("structure on hybrid [layers]", result["structure_ablation"]),
+    ):
+        table = Table(title, *cols)
+        for name, r in section.items():
+            table.add_row(
+                escape(name),
+                *(f"{r[f'acc@{k}']:.3f}" for k in ACC_AT),
+                f"{r['recall@10']:.3f}",
+                f"{r['mrr']:.3f}",
+                str(r["n"]),
+            )
+        Console().print(table)
+
+
+def snapshot_ingest(include: list[str], exclude: list[str], timeout: float = 7200.0):
+    """The code evaluation's ingest: a snapshot into its own tenant through the real git source (the
+    path of `ragline ingest REPO`), a bundle cloned once into the ragline home; waits for the job."""
+    import hashlib
+    import time
+
+    from ragline.ingest import git  # start-up: the ingest side loads only for a code evaluation
+    from ragline.ingest.events import sync_git_source
+    from ragline.ingest.roots import grant_roots
+    from ragline.ingest.sources import SourceSpec
+    from ragline.query.eval_code import EVAL_GROUP, Snapshot, snapshot_tenant
+    from ragline.shared import db, jobs
+    from ragline.shared.celery_app import app as celery_app
+    from ragline.shared.settings import get_settings
+
+    def repository(snap: Snapshot) -> Path:
+        src = snap.repo.expanduser().resolve()
+        if src.is_dir():
+            return src
+        digest = hashlib.sha256(str(src).encode()).hexdigest()[:8]
+        dest = get_settings().home_dir / "eval" / "repos" / f"{snap.name}-{digest}.git"
+        if not (dest / "HEAD").is_file():  # a bundle does not change: cloned once
+            git.sync_clone(str(src), dest)
+        return dest
+
+    def ingest(snap: Snapshot, config: str, source: str) -> dict:
+        repo = repository(snap)
+        commit = git.resolve_commit(repo, snap.ref)
+        tenant = snapshot_tenant(snap, commit, config)
+        grant_roots(tenant, [repo], granted_by="eval")
+        spec = SourceSpec(
+            name=source,
+            kind="git",
+            tenant=tenant,
+            acl=[EVAL_GROUP],
+            path=repo,
+            ref=commit,
+            include=include,
+            exclude=exclude,
+        )
+        with db.connection() as conn:
+            out = sync_git_source(
+                conn, spec, commit, lambda n, p: celery_app.send_task(n, args=[p]), kind="ingest"
+            )
+        summary = {
+            "tenant": tenant,
+            "commit": commit,
+            "outcome": out["outcome"],
+            "skipped": out.get("skipped", 0),
+        }
+        job_id = out.get("job_id")
+        if not job_id:  # ingested before (ignored_duplicate): wait for that job if it still runs
+            with db.connection() as conn:
+                rec = conn.execute(
+                    "SELECT job_id FROM source_commits WHERE tenant = %s AND source = %s", (tenant, source)
+                ).fetchone()
+            if rec is None or rec["job_id"] is None:
+                return summary
+            job_id = str(rec["job_id"])
+        deadline = time.monotonic() + timeout
+        while True:
+            with db.connection() as conn:
+                s = jobs.job_summary(conn, job_id)
+            if s["state"] != "running":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ingest job {job_id} still running after {timeout:.0f}s")
+            time.sleep(1.0)
+        if out.get("job_id"):  # a rerun reports no new work
+            summary.update({k: s[k] for k in ("documents", "chunks", "embedded", "failed")})
+        summary.update(state=s["state"], job_id=job_id, errors=s["errors"][:20])
+        return summary
+
+    return ingest
 
 
 @app.command()

@@ -25,18 +25,34 @@ app = typer.Typer(
 
 
 @app.command()
-def up(wait: bool = typer.Option(True, help="wait until every worker pool answers a ping")) -> None:
-    """Start embedded Postgres and Redis (unless external URLs are set), migrate, start pools, beat, Flower."""
-    from ragline.shared import processes, services  # start-up: loads psutil and prometheus_client
+def up(
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until every worker pool answers a ping"),
+) -> None:
+    """Start the stack: Postgres, Redis, workers, beat, Flower.
+
+    Migrations are applied before the worker pools start.
+
+    Embedded Postgres and Redis start unless DATABASE_URL / REDIS_URL are set. Passwords that are
+    not set are generated into the ragline home first (ragline secrets show);
+    Flower or metrics bound beyond loopback with an empty or well-known password stop it before
+    anything starts."""
+    from ragline.shared import credentials, processes, services  # start-up: psutil and prometheus_client
+    from ragline.shared.metrics_server import metrics_port  # start-up: prometheus_client
     from ragline.shared.migrate import apply_migrations  # start-up: yoyo loads only for up and migrate
 
     settings = get_settings()
+    try:
+        credentials.ensure_all(settings)
+        credentials.check_stack(settings)
+    except credentials.InsecureSecretError as exc:
+        console.print(f"error: ragline up: {exc}", markup=False, highlight=False)
+        raise typer.Exit(1) from None
     if settings.embedded_db:
         url = services.start_postgres(settings)
-        console.print(f"[green]postgres[/] {url}")
+        console.print(f"[green]postgres[/] {credentials.mask_text(url)}")
     if settings.embedded_redis:
         url = services.start_redis(settings)
-        console.print(f"[green]redis[/] {url}")
+        console.print(f"[green]redis[/] {credentials.mask_text(url)}")
     applied = apply_migrations()
     console.print(f"[green]migrations[/] applied {len(applied)}")
     reload_app()
@@ -44,9 +60,17 @@ def up(wait: bool = typer.Option(True, help="wait until every worker pool answer
     console.print(f"[green]processes[/] {', '.join(f'{k}={v}' for k, v in started.items())}")
     if wait:
         _wait_workers(timeout=120)
-    console.print(
-        f"[green]flower[/] http://{settings.flower.host}:{settings.flower.port} (user {settings.flower.user})"
-    )
+    flower = f"http://{settings.flower.host}:{settings.flower.port}"
+    console.print(_where_secret("flower", flower, settings), soft_wrap=True)
+    ports = ", ".join(str(metrics_port(settings, pool)) for pool in POOLS)
+    metrics = f"http://{settings.ops.metrics_host}:{{{ports}}}/metrics"
+    console.print(_where_secret("metrics", metrics, settings), soft_wrap=True)
+
+
+def _where_secret(name: str, url: str, settings) -> str:
+    """Where a service is and how to get its password, never the password itself."""
+    user = settings.flower.user if name == "flower" else settings.ops.metrics_user
+    return f"[green]{name}[/] {url} user {user}, password: `ragline secrets show {name}`"
 
 
 def _wait_workers(timeout: float) -> None:
@@ -67,7 +91,7 @@ def _wait_workers(timeout: float) -> None:
 
 @app.command()
 def down() -> None:
-    """Stop everything ``ragline up`` started, and nothing else."""
+    """Stop everything ragline up started, and nothing else."""
     from ragline.shared import processes, services  # start-up: loads psutil and prometheus_client
 
     settings = get_settings()
@@ -80,13 +104,12 @@ def down() -> None:
     console.print("embedded services stopped")
 
 
-@app.command()
-def status(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Services, processes and jobs."""
-    from ragline.shared import processes, services  # start-up: loads psutil and prometheus_client
+def components(settings) -> dict:
+    """What of the stack runs: the embedded services (pid or None; not ours with external URLs)
+    and every process ``ragline up`` starts."""
+    from ragline.shared import processes, services  # start-up: psutil and prometheus_client
 
-    settings = get_settings()
-    info: dict = {
+    return {
         "postgres": {
             "embedded": settings.embedded_db,
             "pid": services.postgres_pid(settings) if settings.embedded_db else None,
@@ -97,13 +120,45 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
         },
         "processes": processes.running(settings),
     }
+
+
+def stack_state(info: dict) -> str:
+    """``running`` (everything ``ragline up`` starts), ``stopped`` (none of it) or ``partial``."""
+    states = [bool(pid) for pid in info["processes"].values()]
+    states += [bool(info[s]["pid"]) for s in ("postgres", "redis") if info[s]["embedded"]]
+    return "running" if all(states) else "stopped" if not any(states) else "partial"
+
+
+def _service_row(info: dict, variable: str) -> str:
+    if not info["embedded"]:
+        return f"external ({variable})"
+    return f"embedded, running pid {info['pid']}" if info["pid"] else "embedded, stopped"
+
+
+@app.command()
+def status(
+    as_json: bool = typer.Option(False, "--json", help="print the status as one JSON document"),
+) -> None:
+    """Show services, processes, queues, jobs and open errors."""
+    from ragline.shared import credentials  # start-up: psutil and prometheus_client
+
+    settings = get_settings()
+    info: dict = components(settings)
+    info["stack"] = stack_state(info)
     info.update(lifecycle_status(settings))  # queue depths, running jobs, recent errors
+    info = credentials.mask(info, credentials.known_values(settings))  # error texts may quote a URL
     if as_json:
         print(json.dumps(info, indent=2, default=str))
         return
     table = Table("component", "state")
-    table.add_row("postgres", str(info["postgres"]))
-    table.add_row("redis", str(info["redis"]))
+    table.add_row(
+        "stack",
+        {"running": "running", "stopped": "stopped (ragline up starts it)"}.get(
+            info["stack"], "partly running (ragline up starts the rest)"
+        ),
+    )
+    table.add_row("postgres", _service_row(info["postgres"], "DATABASE_URL"))
+    table.add_row("redis", _service_row(info["redis"], "REDIS_URL"))
     for name, pid in info["processes"].items():
         table.add_row(name, f"running pid {pid}" if pid else "stopped")
     for name, state in lifecycle_rows(info):
@@ -133,7 +188,10 @@ def worker(
         False, "--print", help="print the command line and environment as JSON, do not run"
     ),
 ) -> None:
-    """Run one worker process of POOL: the command line ``ragline up``, the container and Kubernetes use."""
+    """Run one worker process of POOL (ingest, query or control).
+
+    The one worker command line: ragline up, the container and Kubernetes all start workers with it.
+    """
     from ragline.shared.processes import worker_command  # start-up: loads psutil and prometheus_client
 
     try:

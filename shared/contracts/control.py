@@ -1,21 +1,83 @@
-"""Payloads and results of the control pool's tasks: permission sync and document events."""
+"""Payloads and results of the control pool's tasks: permission sync and document events.
+
+Versions and times have one unit each (docs/operations.md, "Versions and times"):
+
+* a ``version`` is an integer the producer makes grow; a time given instead, as ISO 8601 with its
+  UTC offset (``2026-11-30T12:00:00Z``), becomes Unix time in nanoseconds, the unit of every version
+  ragline derives from a time itself (a file's modification time, a URL's Last-Modified), so an
+  event's version compares with the version ``ragline ingest`` stored;
+* a ``ts`` is the time the change happened, in seconds since the epoch, or ISO 8601 the same way.
+"""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
 from ragline.shared.contracts.common import Group, Ident
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+TIME_EXAMPLE = "2026-11-30T12:00:00Z"
+
+
+def parse_instant(value: str | datetime) -> datetime:
+    """An ISO 8601 time with its UTC offset; a time without one is refused rather than guessed, since
+    versions from two machines in different zones must compare."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"expected an integer or an ISO 8601 time such as {TIME_EXAMPLE}") from None
+    if value.tzinfo is None:
+        raise ValueError(f"an ISO 8601 time needs its UTC offset (Z or +03:00), as in {TIME_EXAMPLE}")
+    return value
+
+
+def version_from(value: Any) -> Any:
+    """A version as given (an integer, or digits), or an ISO 8601 time as Unix nanoseconds."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    if isinstance(value, str | datetime):
+        return (parse_instant(value) - EPOCH) // timedelta(microseconds=1) * 1000
+    return value
+
+
+def ts_from(value: Any) -> Any:
+    """Seconds since the epoch as given, or an ISO 8601 time converted to them."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return parse_instant(value).timestamp()
+    if isinstance(value, datetime):
+        return parse_instant(value).timestamp()
+    return value
+
+
+def _version(minimum: int) -> Any:
+    return Annotated[
+        int,
+        Field(ge=minimum),
+        BeforeValidator(version_from, json_schema_input_type=Annotated[int, Field(ge=minimum)] | datetime),
+    ]
+
+
+Timestamp = Annotated[
+    float,
+    Field(gt=0),
+    BeforeValidator(ts_from, json_schema_input_type=Annotated[float, Field(gt=0)] | datetime),
+]
 
 
 class AclSyncItem(BaseModel):
     """New permissions for one document or every document under a path prefix.
 
     Changes are ordered by the server: each applied change takes the next value of a Postgres
-    sequence, and the last one applied wins. ``version`` (or, without one, ``ts`` in microseconds)
-    is the producer's own counter: it is compared only with that producer's earlier changes of the
-    same document, to drop replays and out-of-order older changes, never with another producer's.
+    sequence, and the last one applied wins. ``version`` (or, without one, ``ts``) is the producer's
+    own counter: it is compared only with that producer's earlier changes of the same document, to
+    drop replays and out-of-order older changes, never with another producer's.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -24,8 +86,13 @@ class AclSyncItem(BaseModel):
     doc_id: Ident | None = None
     path_prefix: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
     acl: list[Group] = Field(max_length=1000)
-    version: int | None = Field(default=None, ge=1)
-    ts: float | None = Field(default=None, gt=0, description="event time, epoch seconds")
+    version: _version(1) | None = Field(
+        default=None,
+        description="the producer's own increasing integer, or an ISO 8601 time (taken as Unix nanoseconds)",
+    )
+    ts: Timestamp | None = Field(
+        default=None, description="when the change happened: seconds since the epoch, or ISO 8601"
+    )
     producer: Ident | None = Field(
         default=None,
         description="who sends the change (e.g. a connector's name); its versions are compared only with"
@@ -42,6 +109,8 @@ class AclSyncItem(BaseModel):
 
     @property
     def effective_version(self) -> int:
+        """The version compared with the producer's last one: ``version``, else ``ts`` in microseconds
+        (kept apart under its own key, :attr:`producer_key`, so the two never meet)."""
         return self.version if self.version is not None else round(self.ts * 1_000_000)  # type: ignore[operator]
 
     @property
@@ -94,29 +163,54 @@ class AclSyncResult(BaseModel):
     job_id: str | None = None
 
 
+#: a commit id, branch, tag or ref expression given to git: never an option, never a range
+GitRef = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/@^~{}+-]{0,254}$")]
+
+
 class IngestEvent(BaseModel):
-    """What a webhook or an upstream queue consumer sends when a document changes."""
+    """What a webhook or an upstream queue consumer sends when a document changes, or, for a
+    ``push``, when a configured git source got new commits (``source``, ``before``, ``after``):
+    only what ``git diff before..after`` changed is ingested or pruned (docs/code.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["upsert", "delete", "acl"]
+    type: Literal["upsert", "delete", "acl", "push"]
     tenant: Ident
-    doc_id: Ident
+    doc_id: Ident | None = Field(default=None, description="required except for a push")
     uri: str | None = Field(default=None, max_length=4096)
-    version: int = Field(ge=0)
+    version: _version(0) = Field(
+        description="the document's version: an upsert or delete older than the stored one is ignored."
+        " An integer that grows with every change, or an ISO 8601 time (taken as Unix nanoseconds, the"
+        " unit of the versions `ragline ingest` and folder or URL sources store)"
+    )
     acl: list[Group] | None = Field(default=None, max_length=1000)
     path: str | None = Field(default=None, max_length=4096)
     layer: str = Field(default="docs", max_length=64)
     fmt: Literal["md", "html", "text", "pdf", "docx"] | None = None
-    ts: float | None = Field(default=None, gt=0, description="event time, epoch seconds")
+    ts: Timestamp | None = Field(
+        default=None, description="when the change happened: seconds since the epoch, or ISO 8601"
+    )
     producer: Ident | None = Field(
         default=None,
         description="who sends the event; the ACL of an acl or upsert event is ordered against that"
         " producer's earlier ones by 'version'. Default 'events'",
     )
+    source: Ident | None = Field(default=None, description="push: the name of a configured git source")
+    before: GitRef | None = Field(
+        default=None,
+        description="push: the commit the branch was at (all zeros or absent: a new branch); the diff"
+        " starts from the commit ragline last indexed for the source when it has one",
+    )
+    after: GitRef | None = Field(default=None, description="push: the commit (or ref) to index")
 
     @model_validator(mode="after")
     def _needs(self) -> IngestEvent:
+        if self.type == "push":
+            if not self.source or not self.after:
+                raise ValueError("a push event needs 'source' and 'after'")
+            return self
+        if self.doc_id is None:
+            raise ValueError(f"an {self.type} event needs 'doc_id'")
         if self.type == "upsert" and not self.uri:
             raise ValueError("an upsert event needs 'uri'")
         if self.type == "acl" and self.acl is None:
@@ -129,12 +223,23 @@ class IngestEvent(BaseModel):
 class EventResult(BaseModel):
     type: str
     tenant: str
-    doc_id: str
-    outcome: Literal["enqueued", "deleted", "acl_applied", "ignored_stale", "ignored_duplicate"]
+    doc_id: str | None = None
+    outcome: Literal["enqueued", "deleted", "acl_applied", "ignored_stale", "ignored_duplicate", "synced"]
     task_id: str | None = None
     chunks_deleted: int = 0
+    stored_version: int | None = Field(
+        default=None,
+        description="an upsert or delete ignored as stale or duplicate: the document's stored version,"
+        " which the event's version did not exceed",
+    )
     acl_outcome: Literal["applied", "ignored_stale"] | None = Field(
         default=None,
         description="an upsert event's 'acl', applied at once through the ACL path (no embedding), or"
         " older than this producer's last applied change",
+    )
+    job_id: str | None = Field(default=None, description="push: the job ingesting the changed files")
+    push: dict[str, Any] | None = Field(
+        default=None,
+        description="push: {source, commit, base, added, modified, renamed, deleted, skipped, enqueued,"
+        " unchanged, pruned}; base None means every tracked file was listed",
     )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ragline.shared.contracts.common import Group, Ident
 
@@ -29,6 +30,19 @@ class IngestRequest(BaseModel):
         description="the permission clock when ragline accepted the request (set by ragline: an event's"
         " upsert; requests of a job use the job's); a permission change applied later wins over 'acl'",
     )
+
+    @field_validator("uri")
+    @classmethod
+    def _no_credentials(cls, uri: str | None) -> str | None:
+        """``user:pass@`` is dropped where a request enters: ragline never sends it (fetches are
+        anonymous, see docs/operations.md, Input trust), and a kept copy would end up in the
+        documents table, error records and logs."""
+        if uri is None or "://" not in uri:
+            return uri
+        parts = urlsplit(uri)
+        if "@" not in parts.netloc:
+            return uri
+        return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
     @model_validator(mode="after")
     def _one_source(self) -> IngestRequest:

@@ -41,6 +41,17 @@ class SearchRequest(BaseModel):
         default_factory=list, max_length=100, description="globs; bonus"
     )
     prefer_non_tests: bool = Field(default=False, description="penalise test paths in the ranking")
+    # --- structural ranking (docs/code.md) -------------------------------------------------------
+    structure: bool | None = Field(
+        default=None,
+        description="re-score hybrid and vector hits by structure (files and identifiers the question"
+        " names, definitions, related_code, layer ranks); None: RAGLINE_CODE_STRUCTURE",
+    )
+    ordering: Literal["score", "contract"] = Field(
+        default="score",
+        description="'contract': the retrieval contract's order (prefer_bonus, test_penalty, layer_rank,"
+        " lexical_rank, structural score, distance) instead of the score",
+    )
     # --- exact lookup (mode 'exact') -------------------------------------------------------------
     doc_ids: list[Pattern] = Field(default_factory=list, max_length=1000)
     paths: list[Pattern] = Field(default_factory=list, max_length=1000, description="empty ones are dropped")
@@ -72,6 +83,13 @@ class Hit(BaseModel):
     lexical_score: float | None = None
     prefer_bonus: float = 0.0
     test_penalty: float = 0.0
+    structural_score: float | None = Field(
+        default=None, description="bonus of the structural ranking, already in `score`"
+    )
+    layer_rank: int | None = Field(default=None, description="the layer's rank (RAGLINE_CODE_LAYER_RANKS)")
+    named_rank: int | None = Field(
+        default=None, description="rank among the chunks of files the question names (structural ranking)"
+    )
     rerank_score: float | None = None
 
 
@@ -115,16 +133,39 @@ class AskRequest(SearchRequest):
 
 
 class Citation(BaseModel):
+    """One source an answer cites as [n], with what a chat UI shows beside it.
+
+    The fields after ``path`` were added later; a client that knows only the first five keeps
+    working (pydantic ignores unknown fields by default).
+    """
+
     n: int
     doc_id: str
     chunk_no: int
-    heading: str = ""
+    heading: str = Field(default="", description="the heading path, as `heading_path` (first contract)")
     path: str = ""
+    page: int | None = Field(default=None, description="page of the cited chunk (PDF, Word), from 1")
+    heading_path: str = Field(default="", description="headings above the chunk, outermost first, ' › '")
+    snippet: str = Field(
+        default="",
+        description="the sentences of the chunk the answer used, or its opening; at most 400 characters",
+    )
+    start_line: int | None = Field(default=None, description="first line of a code chunk, from 1")
+    end_line: int | None = Field(default=None, description="last line of a code chunk")
+    locator: str = Field(
+        default="",
+        description="where to look, ready to show: 'path:12-40' (code), 'p. 11' (paged), "
+        "'§ Heading › Sub' (sections), else the path",
+    )
 
 
 class AskResponse(BaseModel):
     answer: str
     citations: list[Citation]
+    #: links and images the answer carried to URLs that are not in the documents it cites: taken
+    #: out of ``answer`` (an image entirely, a link down to its text) so a chat UI fetches nothing
+    #: a poisoned document asked for
+    removed_links: list[str] = Field(default_factory=list)
     no_answer: bool = False
     degraded: bool = False
     degraded_reasons: list[str] = Field(default_factory=list)

@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ragline.ingest.roots import grant_roots
 from ragline.shared import db, jobs
 from ragline.shared.names import TASK_INGEST_DOCUMENT
 
@@ -52,7 +53,9 @@ def make_corpus(folder: Path, docs: int, sections: int, paras: int = 2, prefix: 
 def send_job(
     app, queue: str, files: list[Path], tenant: str, acl: tuple[str, ...] = ("staff",)
 ) -> tuple[str, list[str]]:
-    """One job, one ingest task per file, all on ``queue``; returns (job_id, task ids)."""
+    """One job, one ingest task per file, all on ``queue``; returns (job_id, task ids). The files'
+    folders are granted to the tenant first, as ``ragline ingest`` does: workers read no other path."""
+    grant_roots(tenant, sorted({f.parent for f in files}))
     with db.connection() as conn:
         job_id = jobs.create_job(conn, "ingest", tenant, [f.name for f in files], {"chaos": True})
     ids = []
@@ -153,7 +156,7 @@ def markdown_table(path: Path = RESULTS) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for section, rows in data.items():
-        if section.startswith("_") or section.startswith("bad_input"):
+        if section.startswith(("_", "bad_input", "attacks")):
             continue
         for r in rows:
             lines.append(
@@ -166,6 +169,12 @@ def markdown_table(path: Path = RESULTS) -> str:
         for r in bad:
             result = r["status"] + (f": {r['error'][:90]}" if r.get("error") else f", {r['chunks']} chunks")
             lines.append(f"| {r['case']} | {result.replace('|', '/')} | {r['peak_rss_mb']} |")
+    attacks = data.get("attacks_input", [])
+    if attacks:
+        lines += ["", "| attack | result | peak RSS (MB) |", "|---|---|---|"]
+        for r in attacks:
+            result = r["status"] + (f": {r['error'][:100]}" if r.get("error") else "")
+            lines.append(f"| {r['attack']} | {result.replace('|', '/')} | {r.get('peak_rss_mb') or ''} |")
     return "\n".join(lines)
 
 

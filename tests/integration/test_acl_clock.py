@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from ragline.ingest.acl_sync import apply_acl_sync, clock
 from ragline.ingest.events import handle_event
+from ragline.ingest.roots import grant_roots
 from ragline.shared import jobs
 from ragline.shared.contracts import AclSyncItem, IngestEvent, IngestRequest, SearchRequest
 from tests.integration.lifecycle_helpers import acl_of, put_document, wait_job
@@ -159,6 +160,7 @@ def test_upsert_event_with_a_new_acl_applies_it_at_once(voyage, conn, tenant, tm
 
     f = tmp_path / "note.md"
     f.write_text(TEXT, encoding="utf-8")
+    grant_roots(tenant, [tmp_path])  # the operator's grant: an event's path is read only below it
     sent: list[dict] = []
 
     def send(name, payload):

@@ -1,11 +1,15 @@
-"""`ragline up` / `down` as a user runs them: real prefork pools, beat and Flower in the background."""
+"""`ragline up` / `down` as a user runs them: real prefork pools, beat and Flower in the background,
+on a fresh home with no password set."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -51,9 +55,43 @@ def _ours(home: Path) -> list[psutil.Process]:
     return out
 
 
+def _generated_secrets_are_private_used_and_never_printed(home: Path, env: dict, up_output: str, run) -> None:
+    """A fresh home and no password set (what `make run` does): `ragline up` generated them, 0600 in
+    a 0700 home, Flower asks for its own, and only `ragline secrets show` prints one."""
+    import httpx
+
+    from ragline.shared import credentials
+    from ragline.shared.settings import Settings
+    from tests.pools import wait_port
+
+    folder = home / "secrets"
+    assert {stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()} == {0o600}
+    secrets = {n: (folder / n).read_text().strip() for n in ("flower", "metrics", "redis")}
+    mode = credentials.home_mode(Settings(home=home))  # 0700; 0711 as root (Postgres runs as pgserver)
+    assert stat.S_IMODE(home.stat().st_mode) == mode
+    assert "password: `ragline secrets show flower`" in up_output
+    shown = run("secrets", "show", "flower")
+    assert shown.returncode == 0 and shown.stdout.strip() == secrets["flower"]
+    port = int(env["RAGLINE_FLOWER_PORT"])
+    wait_port("127.0.0.1", port, timeout=60)
+    assert httpx.get(f"http://127.0.0.1:{port}/", timeout=10).status_code == 401
+    assert (
+        httpx.get(f"http://127.0.0.1:{port}/", auth=("admin", "ragline-admin"), timeout=10).status_code == 401
+    )
+    assert (
+        httpx.get(f"http://127.0.0.1:{port}/", auth=("admin", secrets["flower"]), timeout=10).status_code
+        == 200
+    )
+    printed = up_output + run("status", "--json").stdout + run("config").stdout
+    printed += "".join(p.read_text(errors="replace") for p in (home / "logs").glob("*.log"))
+    assert [n for n, value in secrets.items() if value in printed] == []
+
+
 @pytest.mark.slow
 def test_up_ingest_ask_down_leaves_nothing(tmp_path):
-    home = tmp_path / "home"
+    # not under tmp_path: run as root, the embedded Postgres runs as another user that must traverse
+    # the home's parents, and every pytest session that starts closes /tmp/pytest-of-<user> to 0700
+    home = Path(tempfile.mkdtemp(prefix="rl-cli-")) / "home"
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "about.md").write_text("# О системе\n\nragline отвечает на вопросы со ссылками на документы.\n")
@@ -74,6 +112,7 @@ def test_up_ingest_ask_down_leaves_nothing(tmp_path):
         assert up.returncode == 0, up.stderr
         st = json.loads(run("status", "--json").stdout)
         assert all(st["processes"].values()), st
+        _generated_secrets_are_private_used_and_never_printed(home, env, up.stdout + up.stderr, run)
         ing = run("ingest", str(docs), "--tenant", "cli", "--acl", "public", "--wait", "--json")
         assert ing.returncode == 0, ing.stderr
         summary = json.loads(ing.stdout)
@@ -88,3 +127,4 @@ def test_up_ingest_ask_down_leaves_nothing(tmp_path):
     assert down.returncode == 0, down.stderr
     psutil.wait_procs(_ours(home), timeout=10)
     assert _ours(home) == []
+    shutil.rmtree(home.parent, ignore_errors=True)

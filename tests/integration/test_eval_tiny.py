@@ -106,7 +106,11 @@ def test_search_cli_json_shape(celery_worker, conn, tenant):
     hit = res["hits"][0]
     assert {"doc_id", "chunk_no", "heading", "score", "content"} <= set(hit)
     assert hit["doc_id"] == "q.md" and hit["heading"] == "Очереди" and res["degraded"] is False
+    # an unknown mode is a usage error caught before anything is sent
     bad = run(
         "search", "очереди", "--tenant", tenant, "--groups", "g", "--mode", "nonsense", "--json", timeout=120
     )
+    assert bad.returncode == 2 and "nonsense" in bad.stderr and not bad.stdout
+    # what only the worker's contract can refuse comes back as a structured error, exit 1
+    bad = run("search", "очереди", "--tenant", tenant, "--groups", "g", "--k", "0", "--json", timeout=120)
     assert bad.returncode == 1 and json.loads(bad.stdout)["error"] == "invalid payload"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ragline.ingest.pipeline import ingest_batch, ingest_document
+from ragline.ingest.roots import grant_roots
 from ragline.shared import db, jobs
 from ragline.shared.contracts import IngestRequest
 from tests.loopback import LoopbackServer
@@ -220,6 +221,7 @@ def test_bad_input_fails_alone_and_nothing_is_half_written(celery_worker, voyage
     odd.write_text("unknown format", encoding="utf-8")
     files = collect_files([folder, odd])
     assert len(files) == 10
+    grant_roots(tenant, [folder, odd])  # what `ragline ingest` does before it enqueues
     summary = wait_job(enqueue_files(files, tenant=tenant, acl=["staff"], batch_docs=4))
     assert summary["state"] == "completed_with_errors"
     assert (summary["documents"], summary["failed"]) == (10, 8)
@@ -283,6 +285,7 @@ def test_provider_outage_retries_the_task_then_records_embed_errors(
             embed_max_retries=0,
             ingest_task_max_retries=1,
         )  # one task retry (countdown 1 s), then the documents fail
+        grant_roots(tenant, [tmp_path])
         summary = wait_job(enqueue_files(collect_files([tmp_path]), tenant=tenant, acl=["g"]), timeout=120)
     # two documents on two ingest processes: two tasks, each a first run + one retry, 1 attempt each
     assert summary["failed"] == 2 and srv.stats.requests == 4

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from ragline.ingest.enqueue import default_source_name
+from ragline.ingest.roots import grant_roots
 from ragline.shared import db
 from tests.conftest import REPO
 from tests.integration.test_ingest import section
@@ -30,8 +31,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def _ingest(*args: str) -> dict:
     out = _cli("ingest", *args, "--wait", "--json")
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout)
+    summary = json.loads(out.stdout)
+    assert out.returncode == (1 if summary["failed"] else 0), out.stderr[-2000:]  # 1: documents failed
+    return summary
 
 
 def test_cli_json_summary_first_and_second_run(celery_worker, use_settings, tenant, tmp_path):
@@ -173,6 +175,7 @@ def test_files_stored_under_an_old_id_are_reported(celery_worker, use_settings, 
     with LoopbackServer() as srv:
         use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
         # what `ragline ingest` stored before doc ids had a source prefix
+        grant_roots(tenant, [tmp_path])
         old = IngestRequest(
             tenant=tenant, doc_id="guide.md", uri=str(f.resolve()), path="guide.md", acl=["g"], version=1
         )

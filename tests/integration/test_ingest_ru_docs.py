@@ -23,11 +23,13 @@ pytestmark = [
 
 def test_ru_docs_twice_identical_rows_and_nothing_embedded_again(celery_worker, use_settings, tenant):
     from ragline.ingest.enqueue import collect_files, enqueue_files
+    from ragline.ingest.roots import grant_roots
 
     files = [f for f in collect_files([RU_DOCS]) if f.path.name != "README.md"]
     assert len(files) == 137
     with LoopbackServer() as srv:
         use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
+        grant_roots(tenant, [RU_DOCS])  # what `ragline ingest` does before it enqueues
         first = wait_job(enqueue_files(files, tenant=tenant, acl=["staff"]), timeout=900)
         rows = chunk_rows(tenant)
         sent_first = srv.stats.texts_embedded

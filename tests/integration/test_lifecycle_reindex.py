@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ragline.ingest.roots import grant_roots
 from ragline.shared import db
 from ragline.shared.contracts import SearchRequest
 from ragline.shared.names import TASK_INGEST_EVENT, TASK_INGEST_REEMBED
@@ -238,6 +239,7 @@ def test_upsert_and_delete_events_through_workers(celery_worker, voyage, tenant,
     voyage(embed_model="voyage-events")
     f = tmp_path / "note.md"
     f.write_text("# Заметка\n\nСобытие upsert доставило этот документ.\n", encoding="utf-8")
+    grant_roots(tenant, [tmp_path])  # the operator's grant: an event's path is read only below it
     ev = {"type": "upsert", "tenant": tenant, "doc_id": "note", "uri": str(f), "version": 2, "acl": ["g"]}
     first = app.send_task(TASK_INGEST_EVENT, args=[ev]).get(timeout=30)
     assert first["outcome"] == "enqueued"
@@ -292,6 +294,7 @@ def test_url_list_source_reindex(celery_worker, voyage, loopback, tenant):
     try:
         voyage(
             embed_model="voyage-urls",
+            fetch_allow_private="true",  # the site is on 127.0.0.1: an explicit allowance
             sources=json.dumps(
                 [
                     {
@@ -325,6 +328,7 @@ def test_errors_and_retry_failed(celery_worker, voyage, tenant, tmp_path):
 
     voyage(embed_model="voyage-retry")
     missing = tmp_path / "late.md"
+    grant_roots(tenant, [tmp_path])
     from ragline.shared.names import TASK_INGEST_DOCUMENT
 
     res = app.send_task(

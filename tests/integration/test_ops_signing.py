@@ -1,5 +1,6 @@
 """Optional Celery message signing: a worker started with a key and a certificate store runs tasks signed
-by a trusted key and refuses unsigned messages and messages signed by an unknown key.
+by a trusted key and refuses unsigned messages and messages signed by an unknown key. (What each
+trusted key's role may send: tests/integration/test_producer_roles.py.)
 
 Producers run in subprocesses: ``setup_security`` changes kombu's global serializer registry, which
 must not leak into this test process (other tests send plain JSON)."""
@@ -84,12 +85,12 @@ def test_signed_worker_accepts_signed_and_refuses_unsigned_or_foreign(stack, tmp
 
     store = tmp_path / "certs"
     store.mkdir()
-    key, cert = _self_signed(store, "trusted")
+    key, cert = _self_signed(store, "ragline-chat")  # the role that may send questions
     key.rename(tmp_path / "trusted.key")
     key = tmp_path / "trusted.key"
     rogue_dir = tmp_path / "rogue"
     rogue_dir.mkdir()
-    rogue_key, rogue_cert = _self_signed(rogue_dir, "rogue")
+    rogue_key, rogue_cert = _self_signed(rogue_dir, "ragline-chat")  # a role name proves nothing unsigned
     signed = {
         "RAGLINE_SIGNING_KEY_FILE": str(key),
         "RAGLINE_SIGNING_CERT_FILE": str(cert),

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ragline.ingest.enqueue import default_source_name
+from ragline.ingest.roots import grant_roots
 from ragline.shared import jobs
 from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 
@@ -37,6 +38,7 @@ def test_ingest_folder_and_ask_with_citations(celery_worker, docs_dir, tenant):
     from ragline.ingest.enqueue import collect_files, enqueue_files
     from ragline.shared.celery_app import app
 
+    grant_roots(tenant, [docs_dir])  # what `ragline ingest` does before it enqueues
     job = enqueue_files(collect_files([docs_dir]), tenant=tenant, acl=["staff"])
     summary = _wait_job(job)
     assert summary["state"] == "succeeded", summary
@@ -67,6 +69,7 @@ def test_search_through_query_queue_is_tenant_scoped(celery_worker, docs_dir, te
     from ragline.ingest.enqueue import collect_files, enqueue_files
     from ragline.shared.celery_app import app
 
+    grant_roots(tenant, [docs_dir])
     _wait_job(enqueue_files(collect_files([docs_dir]), tenant=tenant, acl=["g"]))
     mine = app.send_task(
         TASK_QUERY_RETRIEVE, args=[{"query": "ACL filters", "tenant": tenant, "groups": ["g"]}]

@@ -55,3 +55,112 @@ def test_fuse_scores_rows_then_builds_only_the_kept_hits():
     assert c.score == round(1 / 62 + 0.5, 8) and c.prefer_bonus == 0.5
     everything = fuse(vector, lexical, s, limit=10)
     assert everything[-1].doc_id == "t" and everything[-1].score < 0
+
+
+# ------------------------------------------------------------------- cross-lingual lexical weight
+RU = [
+    "Лютер писал, что двое монахов, Иоганн Эш и Генрих Вос, были сожжены на костре в Брюсселе.",
+    "Методистская церковь учит, что спасение даётся верой, и ведёт служение в США и за рубежом.",
+]
+EN_QUESTION = "Why were Johann Esch and Heinrich Voes executed by the Catholic Church?"
+RU_QUESTION = "Почему Иоганн Эш и Генрих Вос были казнены католической церковью?"
+
+
+def test_script_of_reads_the_words_not_numbers_or_identifiers():
+    from ragline.query.language import neutral_terms, script_of
+
+    assert script_of(EN_QUESTION) == "LATIN"
+    assert script_of(RU_QUESTION) == "CYRILLIC"
+    assert script_of("Ελληνικά γράμματα") == "GREEK"
+    # a Latin title in a Russian question (it is spelled in Latin in the Russian passage too)
+    assert script_of("Кто написал Liber servitoris?") is None
+    assert script_of("как работает computed в Vue?") is None  # mixed
+    assert script_of("1564 2015") is None and script_of("") is None
+    assert script_of("Что делает author.books и defineProps() в Vue 3") == "CYRILLIC"
+    assert neutral_terms("What does defineProps return in Vue 3 for register_hook, author.books, now()?") == [
+        "defineProps",
+        "3",
+        "register_hook",
+        "author.books",
+        "now()",
+    ]
+    assert neutral_terms(EN_QUESTION) == []
+
+
+def test_cross_script_only_when_no_term_can_match_alike():
+    from ragline.query.language import cross_script
+
+    assert cross_script(EN_QUESTION, RU)
+    assert not cross_script(RU_QUESTION, RU)
+    assert cross_script(RU_QUESTION, ["The United Methodist Church teaches salvation by faith."])
+    # a number or an identifier is spelled the same in both: the lexical list can match it for real
+    assert not cross_script("What is the name of the French colony established in 1564?", RU)
+    assert not cross_script("What does defineProps return?", RU)
+    # passages in no clear script (Russian prose around as much English code) tell nothing
+    mixed = [
+        "Функция computed() возвращает ref: const total = computed(() => items.value.length) return total"
+    ]
+    assert not cross_script("How do computed properties work?", mixed)
+    assert not cross_script(EN_QUESTION, [])
+
+
+def test_lexical_weight_drops_only_for_a_cross_script_question():
+    from ragline.query.language import lexical_weight
+
+    assert lexical_weight(EN_QUESTION, RU, 0.25, 0.0) == 0.0
+    assert lexical_weight(RU_QUESTION, RU, 0.25, 0.0) == 0.25
+    assert lexical_weight(EN_QUESTION, [], 0.25, 0.0) == 0.25  # no vector list to fall back on
+    # the cross-script weight never raises the lexical one: setting it >= the weight turns the check off
+    assert lexical_weight(EN_QUESTION, RU, 0.25, 0.5) == 0.25
+    assert lexical_weight(EN_QUESTION, RU, 0.25, 0.01) == 0.01
+
+
+def _noise_lists() -> tuple[list[dict], list[dict]]:
+    """The vector list ranks the right passage first; the lexical list matched only the word
+    "Church" of the English title of the wrong one."""
+    vector = [
+        _row("Martin_Luther_p3", content=RU[0], distance=0.15),
+        _row("United_Methodist_Church_p4", content=RU[1], distance=0.151),
+    ]
+    lexical = [_row("United_Methodist_Church_p4", content=RU[1], rank=0.02)]
+    return vector, lexical
+
+
+def test_fuse_keeps_the_vector_order_for_an_english_question_over_russian_passages():
+    from ragline.query.retrieve import fuse
+    from ragline.shared.settings import Settings
+
+    s = Settings()  # the defaults: 1 : 0.0175, cross-script 0
+    vector, lexical = _noise_lists()
+    hits = fuse(vector, lexical, s, limit=2, query=EN_QUESTION)
+    assert [h.doc_id for h in hits] == ["Martin_Luther_p3", "United_Methodist_Church_p4"]
+    assert hits[1].lexical_rank == 1 and hits[1].fused_score == round(1 / 62, 8)  # still reported, weight 0
+    # the same lists for the Russian wording, or with the check off, fuse as before: the lexical
+    # match lifts the second passage over the first
+    for query, settings in ((RU_QUESTION, s), (EN_QUESTION, Settings(rrf_weight_lexical_cross_script=1.0))):
+        hits = fuse(vector, lexical, settings, limit=2, query=query)
+        assert [h.doc_id for h in hits] == ["United_Methodist_Church_p4", "Martin_Luther_p3"], query
+        assert hits[0].fused_score == round(1 / 62 + 0.0175 / 61, 8)
+
+
+def test_sweep_recomputes_hybrid_with_the_retrievers_lexical_weight():
+    from ragline.query.eval import sweep_rrf
+
+    vector, lexical = _noise_lists()
+    lists = {"vector": vector, "lexical": lexical}
+
+    def search(query: str, mode: str, k: int) -> dict:
+        return {
+            "hits": [{"doc_id": r["doc_id"], "chunk_no": 0, "content": r["content"]} for r in lists[mode]]
+        }
+
+    queries = [
+        {"query": EN_QUESTION, "relevant": {"Martin_Luther_p3": 1}},
+        {"query": RU_QUESTION, "relevant": {"Martin_Luther_p3": 1}},
+    ]
+    checked, unchecked = (
+        sweep_rrf(queries, search, [(1.0, 1.0)], cross_script_weight=w)[0] for w in (0.0, None)
+    )
+    assert checked["cross_script"] == 1 and unchecked["cross_script"] == 0
+    # checked: the English question keeps the right passage first (RR 1), the Russian one does not (1/2)
+    assert checked["mrr@10"] == 0.75 and unchecked["mrr@10"] == 0.5

@@ -23,6 +23,7 @@ from ragline.ingest.sources import (
     fetch_url,
     guess_format,
 )
+from ragline.shared.settings import reset_settings
 
 
 def _spec(**kw) -> SourceSpec:
@@ -95,7 +96,10 @@ class _Site(BaseHTTPRequestHandler):
 
 
 @pytest.fixture()
-def site():
+def site(monkeypatch):
+    # the site is on 127.0.0.1: fetching it needs an explicit allowance
+    monkeypatch.setenv("RAGLINE_FETCH_ALLOW_PRIVATE", "true")
+    reset_settings()
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Site)
     srv.daemon_threads = True
     t = threading.Thread(target=srv.serve_forever, daemon=True)
@@ -104,6 +108,7 @@ def site():
     yield f"http://127.0.0.1:{srv.server_address[1]}"
     srv.shutdown()
     srv.server_close()
+    reset_settings()
 
 
 def test_url_source_uses_etag_and_last_modified_from_head(site):

@@ -1,0 +1,88 @@
+"""Which local folders a tenant's ingest tasks may read: default-deny.
+
+A path in a task is read only below a root allowed for the task's tenant:
+
+* ``RAGLINE_INGEST_ALLOWED_ROOTS``: set by the operator for every tenant;
+* the folders of the tenant's configured sources (``RAGLINE_SOURCES``);
+* the roots granted to the tenant in ``ingest_roots`` (migration 0006) by ``ragline ingest PATH``.
+
+The grant is tied to database access on purpose: a producer (a chat backend sending events or
+ingest tasks) holds only Redis credentials, the operator's CLI holds the database, so a path in a
+payload can never grant itself. Roots are stored and compared resolved (absolute, ``..`` and
+symlinks resolved), so a symlink inside a root cannot lead a task out of it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import psycopg
+
+from ragline.ingest.sources import SourceSpec, configured_sources
+from ragline.shared import db
+from ragline.shared.settings import get_settings
+
+
+def resolve(path: str | os.PathLike) -> Path:
+    """The absolute path with ``~``, ``..`` and every symlink resolved (the file need not exist)."""
+    return Path(os.path.realpath(Path(path).expanduser()))
+
+
+def source_roots(specs: Iterable[SourceSpec], tenant: str) -> list[Path]:
+    """The local folders of ``tenant``'s configured sources (pure)."""
+    return [resolve(s.path) for s in specs if s.tenant == tenant and getattr(s, "path", None) is not None]
+
+
+def static_roots(tenant: str) -> list[Path]:
+    """Roots from the settings alone: ``ingest.allowed_roots`` and the tenant's source folders."""
+    settings = get_settings()
+    roots = [resolve(r) for r in settings.ingest.allowed_roots]
+    return roots + source_roots(configured_sources(settings.lifecycle.sources), tenant)
+
+
+def granted_roots(conn: psycopg.Connection, tenant: str) -> list[Path]:
+    rows = conn.execute("SELECT root FROM ingest_roots WHERE tenant = %s ORDER BY root", (tenant,)).fetchall()
+    return [Path(r["root"]) for r in rows]
+
+
+def containing_root(path: Path, roots: Iterable[Path]) -> Path | None:
+    """The innermost root that holds ``path`` (both resolved), or None (pure)."""
+    inside = [r for r in roots if path == r or path.is_relative_to(r)]
+    return max(inside, key=lambda r: len(r.parts)) if inside else None
+
+
+def root_for(tenant: str, path: Path) -> Path | None:
+    """The root allowed for ``tenant`` that holds the resolved ``path``, or None. The database is
+    asked only when the settings' roots do not hold it."""
+    found = containing_root(path, static_roots(tenant))
+    if found is not None:
+        return found
+    with db.connection() as conn:
+        return containing_root(path, granted_roots(conn, tenant))
+
+
+def grant_roots(tenant: str, paths: Iterable[str | os.PathLike], granted_by: str = "cli") -> list[Path]:
+    """Record ``paths`` (resolved; folders or single files) as roots ``tenant``'s tasks may read.
+
+    Called by the operator's side (``ragline ingest``), never from a task: see the module docstring.
+    Granting a root again is a no-op. Returns the resolved roots.
+    """
+    roots = sorted({resolve(p) for p in paths})
+    with db.connection() as conn:
+        conn.execute(
+            "INSERT INTO ingest_roots (tenant, root, granted_by) SELECT %s, r, %s FROM unnest(%s::text[]) AS r"
+            " ON CONFLICT (tenant, root) DO NOTHING",
+            (tenant, granted_by, [str(r) for r in roots]),
+        )
+    return roots
+
+
+def revoke_roots(tenant: str, paths: Iterable[str | os.PathLike]) -> int:
+    """Forget granted roots (given as granted, or any path resolving to them); returns how many."""
+    with db.connection() as conn:
+        return conn.execute(
+            "DELETE FROM ingest_roots WHERE tenant = %s AND root = ANY(%s)",
+            (tenant, [str(resolve(p)) for p in paths]),
+        ).rowcount

@@ -1,0 +1,322 @@
+"""Code retrieval evaluation: an issue's text against the repository as it was when the issue was
+filed; which files come back, and how high.
+
+A query set names, per query, a repository (a git bundle or a repository folder) and a ref; each
+distinct snapshot is ingested once into a tenant of its own through the real git source (the
+caller supplies the ingest function, so this module stays on the query side of the layers), and
+the embedding cache makes the next snapshot of the same repository cost only what changed. Every
+query then goes through the real retrieval task, in every mode and layer variant asked for.
+
+Metrics are file-level, as in the localisation literature (SWE-bench Lite file localisation, the
+SweRank tables): hits (chunks) map to the file they come from, first occurrence counts;
+``acc@k`` is 1 when *all* gold files are within the first k files, ``recall@10`` the share of gold
+files within 10, ``mrr`` the reciprocal rank of the first gold file.
+
+The structural signals (:mod:`ragline.query.structure`) are measured one by one on the candidates
+of one structural hybrid search per query (every candidate returned, with its ranks), re-fused and
+re-scored with the same pure functions the retrieval task applies, so an ablation costs no extra
+retrieval.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ragline.query import structure
+from ragline.shared.contracts import Hit
+from ragline.shared.settings import Settings, get_settings
+
+EVAL_GROUP = "eval"
+ACC_AT = (1, 3, 5, 10)
+RECALL_AT = 10
+#: the retrieval contract's question limit (``SearchRequest.query``); longer issue texts are cut
+MAX_QUERY_CHARS = 4000
+#: a mode is a retrieval mode, or ``hybrid+structure``: hybrid with the structural re-score
+MODES = ("lexical", "vector", "hybrid", "hybrid+structure")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A repository at a ref: ``repo`` is a bundle file or a repository folder."""
+
+    repo: Path
+    ref: str
+
+    @property
+    def name(self) -> str:
+        """The repository's short name (``requests`` for ``requests.bundle``): the git source name."""
+        stem = self.repo.name.removesuffix(".bundle").removesuffix(".git")
+        return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in stem) or "repo"
+
+
+@dataclass(frozen=True)
+class CodeQuery:
+    id: str
+    query: str
+    snapshot: Snapshot
+    relevant: tuple[str, ...]  # files inside the repository
+
+
+# ------------------------------------------------------------------------------------------ data
+def read_code_queries(path: Path) -> list[CodeQuery]:
+    """Query rows ``{"query", "repo", "ref", "relevant"}``; ``repo`` (or ``bundle``) is a path relative
+    to the query file's folder, ``relevant`` (or ``gold_files``) the files that answer it. The
+    swe-loc-dev ``instances.jsonl`` is read as it is."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            repo = row.get("bundle") or row.get("repo")
+            relevant = row.get("relevant", row.get("gold_files"))
+            if not isinstance(repo, str) or not row.get("ref") or not relevant:
+                raise ValueError(f"{path}:{n}: a code query needs 'repo' (or 'bundle'), 'ref' and 'relevant'")
+            where = Path(repo).expanduser()
+            out.append(
+                CodeQuery(
+                    id=str(row.get("instance_id") or row.get("id") or n),
+                    query=str(row["query"]),
+                    snapshot=Snapshot(where if where.is_absolute() else path.parent / where, str(row["ref"])),
+                    relevant=tuple(dict.fromkeys(str(p) for p in relevant)),
+                )
+            )
+    return out
+
+
+def is_code_query_set(path: Path) -> bool:
+    """Whether the first row of a query file names a repository (a code query set)."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                return isinstance(row, dict) and bool(row.get("repo") or row.get("bundle"))
+    return False
+
+
+def snapshot_tenant(snap: Snapshot, commit: str, config: str) -> str:
+    """One tenant per repository, commit and ingest configuration (include/exclude globs): a rerun
+    with the same configuration finds its snapshots already ingested."""
+    return f"code-{snap.name}-{commit[:12]}-{config}"
+
+
+def ingest_config_key(include: Iterable[str], exclude: Iterable[str], settings: Settings) -> str:
+    """A short hash of what decides a snapshot's chunks (globs, chunk sizes, layers, symbols)."""
+    code = settings.code
+    key = json.dumps(
+        [
+            sorted(include),
+            sorted(exclude),
+            code.max_chars,
+            code.min_chars,
+            code.source_layer,
+            code.tests_layer,
+            code.symbols_layer,
+            code.symbols,
+            settings.embed.model_name,
+        ]
+    )
+    return hashlib.sha256(key.encode()).hexdigest()[:8]
+
+
+def question(text: str) -> str:
+    return text[:MAX_QUERY_CHARS]
+
+
+# --------------------------------------------------------------------------------------- metrics
+def file_of(hit: Hit | dict, source: str) -> str:
+    """The file a hit comes from, as a path inside the repository (the doc path minus ``source/``)."""
+    path = hit["path"] if isinstance(hit, dict) else hit.path
+    return path[len(source) + 1 :] if path.startswith(source + "/") else path
+
+
+def file_ranking(hits: Iterable[Hit | dict], source: str) -> list[str]:
+    """Files in the order of their best hit."""
+    return list(dict.fromkeys(file_of(h, source) for h in hits))
+
+
+def accuracy_at(files: list[str], relevant: Iterable[str], k: int) -> float:
+    """1 when every relevant file is within the first ``k`` files."""
+    return float(set(relevant) <= set(files[:k]))
+
+
+def recall_at(files: list[str], relevant: Iterable[str], k: int) -> float:
+    rel = set(relevant)
+    return len(rel & set(files[:k])) / len(rel) if rel else 0.0
+
+
+def reciprocal_rank(files: list[str], relevant: Iterable[str]) -> float:
+    rel = set(relevant)
+    return next((1 / i for i, f in enumerate(files, start=1) if f in rel), 0.0)
+
+
+@dataclass
+class CodeReport:
+    """File-level metrics of one mode and layer variant over the queries."""
+
+    name: str
+    rows: list[dict] = field(default_factory=list)
+
+    def add(self, q: CodeQuery, files: list[str]) -> None:
+        row = {"id": q.id, **{f"acc@{k}": accuracy_at(files, q.relevant, k) for k in ACC_AT}}
+        row[f"recall@{RECALL_AT}"] = recall_at(files, q.relevant, RECALL_AT)
+        row["mrr"] = reciprocal_rank(files, q.relevant)
+        row["rank"] = next((i for i, f in enumerate(files, start=1) if f in q.relevant), None)
+        row["top"] = files[:3]
+        self.rows.append(row)
+
+    def summary(self) -> dict:
+        keys = [*(f"acc@{k}" for k in ACC_AT), f"recall@{RECALL_AT}", "mrr"]
+        out = {k: round(statistics.fmean(r[k] for r in self.rows), 3) if self.rows else 0.0 for k in keys}
+        out["n"] = len(self.rows)
+        return out
+
+
+# ------------------------------------------------------------------------------------- the run
+#: (query text, tenant, mode, layers, structure) -> the retrieval task's result
+SearchFn = Callable[[str, str, str, list[str], bool], dict]
+#: (snapshot, ingest configuration key, source name) -> the ingest's summary: ``tenant``, ``commit``,
+#: ``outcome`` and, when a job ran, its counts
+IngestFn = Callable[[Snapshot, str, str], dict]
+
+
+LAYER_VARIANTS = ("all", "code", "source")
+
+
+def layer_variants(which: str, settings: Settings) -> dict[str, list[str]]:
+    """Comma-separated variants: ``all`` (every layer: source, symbols, tests, docs), ``code`` (the
+    source and symbol layers), ``source`` (the source layer alone: what the symbol layer adds)."""
+    c = settings.code
+    known = {"all": [], "code": [c.source_layer, c.symbols_layer], "source": [c.source_layer]}
+    names = [n.strip() for n in which.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ValueError(f"layer variants are {', '.join(LAYER_VARIANTS)}; got {which!r}")
+    return {n: known[n] for n in names}
+
+
+def task_search(timeout: float = 300.0) -> SearchFn:
+    """Search through the real ``ragline.query.retrieve`` task (the caller points the app at the broker)."""
+    from ragline.shared.celery_app import app  # start-up: Celery loads only when an eval runs
+    from ragline.shared.names import TASK_QUERY_RETRIEVE
+
+    def run(query: str, tenant: str, mode: str, layers: list[str], structural: bool) -> dict:
+        payload = {
+            "query": query,
+            "tenant": tenant,
+            "groups": [EVAL_GROUP],
+            # a structural search returns every candidate, so that the ablation can re-score them all
+            "k": 200 if structural else get_settings().retrieval.top_n,
+            "mode": mode,
+            "layers": layers,
+            "rerank": False,
+            "structure": structural,
+        }
+        res = app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=timeout)
+        if res.get("ok") is False:
+            raise RuntimeError(f"retrieval failed: {res}")
+        return res
+
+    return run
+
+
+def ingest_snapshots(
+    queries: list[CodeQuery], ingest: IngestFn, config: str, say: Callable[[str], None], parallel: int = 2
+) -> dict[Snapshot, dict]:
+    """Every snapshot the queries name, ingested once: the snapshots of one repository one after the
+    other in query order (each finds the previous one's vectors in the embedding cache), up to
+    ``parallel`` repositories at a time (their batches keep the ingest pool's processes busy)."""
+    chains: dict[Path, list[Snapshot]] = {}
+    for q in queries:
+        chain = chains.setdefault(q.snapshot.repo, [])
+        if q.snapshot not in chain:
+            chain.append(q.snapshot)
+    done: dict[Snapshot, dict] = {}
+
+    def run(chain: list[Snapshot]) -> None:
+        for snap in chain:
+            t = time.perf_counter()
+            s = ingest(snap, config, snap.name)
+            done[snap] = s
+            say(
+                f"{snap.name}@{snap.ref}: {s.get('outcome', '')} {s.get('documents', 0)} documents,"
+                f" {s.get('chunks', 0)} chunks, {s.get('embedded', 0)} embedded, {s.get('failed', 0)}"
+                f" failed in {time.perf_counter() - t:.0f}s"
+            )
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        for f in [pool.submit(run, chain) for chain in chains.values()]:
+            f.result()
+    return {q.snapshot: done[q.snapshot] for q in queries}
+
+
+def run_code_eval(
+    queries: list[CodeQuery],
+    ingest: IngestFn,
+    search: SearchFn,
+    modes: list[str],
+    layers: str = "all,code",
+    config: str = "",
+    ablate: bool = True,
+    progress: Callable[[str], None] | None = None,
+    settings: Settings | None = None,
+    parallel: int = 2,
+) -> dict:
+    """Ingest every snapshot the queries name (once each, oldest query first), then run every query
+    in every mode and layer variant; also score each structural signal alone and each one left out
+    (on the hybrid candidates, recomputed with :func:`ragline.query.structure.rescore`)."""
+    settings = settings or get_settings()
+    say = progress or (lambda _msg: None)
+    summaries = ingest_snapshots(queries, ingest, config, say, parallel)
+    tenants = {snap: (s["tenant"], snap.name) for snap, s in summaries.items()}
+    ingests = [{"repo": str(snap.repo), "ref": snap.ref, **s} for snap, s in summaries.items()]
+    variants = layer_variants(layers, settings)
+    reports: dict[str, CodeReport] = {}
+    weights = structure.weights_from(settings)
+    ablations: dict[str, CodeReport] = {}
+    t = time.perf_counter()
+    for q in queries:
+        tenant, source = tenants[q.snapshot]
+        text = question(q.query)
+        for variant, layer_list in variants.items():
+            candidates = None
+            for mode in modes:
+                res = search(text, tenant, mode.split("+")[0], layer_list, mode == "hybrid+structure")
+                name = f"{mode} [{variant}]"
+                reports.setdefault(name, CodeReport(name)).add(q, file_ranking(res["hits"], source))
+                if mode == "hybrid+structure":
+                    candidates = res["hits"]
+            if ablate:
+                if candidates is None:
+                    candidates = search(text, tenant, "hybrid", layer_list, True)["hits"]
+                hits = [Hit.model_validate(h) for h in candidates]
+                for label, w in structure.ablations(weights).items():
+                    fused = structure.refuse(hits, w, weights.named, settings.retrieval.rrf_k)
+                    ranked = structure.rescore(fused, text, w, settings)
+                    name = f"{label} [{variant}]"
+                    ablations.setdefault(name, CodeReport(name)).add(q, file_ranking(ranked, source))
+    say(
+        f"{len(queries)} queries x {len(modes)} mode(s) x {len(variants)} layer variant(s) in {time.perf_counter() - t:.0f}s"
+    )
+    return {
+        "modes": {name: {**r.summary(), "per_query": r.rows} for name, r in reports.items()},
+        "structure_ablation": {name: r.summary() for name, r in ablations.items()},
+        "meta": {
+            "queries": len(queries),
+            "snapshots": ingests,
+            "embedder": settings.embed.model_name,
+            "retrieval_top_n": settings.retrieval.top_n,
+            "rrf_weight_vector": settings.retrieval.rrf_weight_vector,
+            "rrf_weight_lexical": settings.retrieval.rrf_weight_lexical,
+            "structure_weights": weights.as_dict(),
+            "max_query_chars": MAX_QUERY_CHARS,
+            "layers": {k: v for k, v in variants.items()},
+        },
+    }

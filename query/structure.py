@@ -1,0 +1,322 @@
+"""Structural ranking of code hits: the retrieval contract's signals beside text similarity; pure.
+
+The retrieval contract (``prefer_bonus``, ``test_penalty``, ``layer_rank``, ``lexical_rank``,
+``structural_rank``, ``distance``) ranks code by where it sits as well as by what it says. Its
+signals, per hit, from the question and the candidate set:
+
+* **named files** (the contract's exact-file path): the chunks of the files the question names,
+  read by the retrieval task (:func:`named_file_patterns`), join the candidates as a third RRF list
+  (:func:`with_named`), so a file a traceback names is a candidate even when neither retriever
+  found it;
+* **file named**: the question names the hit's file: a path (``requests/sessions.py``), a
+  traceback line (``File ".../site-packages/requests/sessions.py", line 335, in request``), or a
+  bare file name (``sessions.py``, half the bonus: many folders hold a ``utils.py``);
+* **definition**: the hit defines an identifier the question names (``register_hook``,
+  ``Session.request``, a function named in a traceback frame), from the ``symbols`` its chunk
+  defines; a hit that only *mentions* the identifier gets the (smaller, by default zero) mention
+  bonus, so the definition outranks its callers;
+* **related code**: a document among the candidates whose front matter says which files it
+  describes (``related_code``) lifts those files' hits;
+* **layer rank**: ``settings.code.layer_ranks`` (source, symbols, docs, tests), never SQL literals.
+
+:func:`rescore` adds the bonuses (in RRF units, settings ``RAGLINE_CODE_*_BONUS``) to each hit's
+fused score: the default hybrid's re-score. :func:`contract_order` is the contract's lexicographic
+order (``ordering: "contract"``). Which signals help, by how much, is measured on swe-loc-dev
+(README, "Code retrieval (swe-loc-dev)"); :func:`ablations` gives the variants measured.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, replace
+
+from ragline.shared.contracts import Hit
+from ragline.shared.settings import Settings
+
+#: file extensions a question's path may end with (code, config and docs of a repository)
+FILE_EXTENSIONS = frozenset(
+    """py pyi pyx js mjs cjs jsx ts mts cts tsx go java rs c h cc cpp cxx hpp hh hxx cs rb php kt kts
+    sh bash sql toml yaml yml ini cfg proto gradle scala swift lua pl r md rst txt html json xml""".split()
+)
+_PATH = re.compile(
+    r"(?<![\w.-])((?:[A-Za-z]:)?(?:[\w.+@-]+/)*[\w.+@-]*[A-Za-z0-9_]\.([A-Za-z][A-Za-z0-9]{0,4}))\b"
+)
+_IDENT = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(\()?")
+#: receivers that say nothing about where a method is defined (``self.send``: some class's ``send``)
+_RECEIVERS = ("self.", "cls.", "this.")
+_TRACE_FRAME = re.compile(r"line \d+, in ([A-Za-z_][A-Za-z0-9_]*)")
+_BACKTICKS = re.compile(r"`([^`\n]{1,120})`")
+_CAMEL = re.compile(r"[a-z0-9][A-Z]|[A-Z]{2,}[a-z]")
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+|\bwww\.\S+", re.IGNORECASE)
+#: a dotted name ending in one of these is a host or a page (``httpbin.org``), not a symbol
+_NOT_SYMBOL_ENDINGS = frozenset("com org net io me dev edu gov local html htm".split())
+
+
+@dataclass(frozen=True)
+class Named:
+    """What a question names: files (normalised, ``/``-separated) and identifiers (dotted)."""
+
+    files: tuple[str, ...] = ()
+    identifiers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Bonuses in RRF units (one rank near the top of a fused list is ~0.0003), and the RRF weight of
+    the named files' list (``named``: applied by :func:`with_named` at retrieval, by :func:`refuse`
+    when an evaluation varies it)."""
+
+    file: float = 0.0
+    definition: float = 0.0
+    mention: float = 0.0
+    related: float = 0.0
+    layer_step: float = 0.0
+    named: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def weights_from(settings: Settings) -> Weights:
+    c = settings.code
+    return Weights(
+        c.file_bonus, c.definition_bonus, c.mention_bonus, c.related_bonus, c.layer_step, c.named_weight
+    )
+
+
+def _looks_like_code(word: str, call: bool, quoted: bool) -> bool:
+    """An identifier a question names on purpose: dotted, snake_case, camelCase, called, or quoted."""
+    bare = word.strip("_")
+    if len(bare) < 2 or any(len(part) < 2 for part in word.split(".")):
+        return False  # "e.g", "i.e"
+    return quoted or call or "." in word or "_" in bare or bool(_CAMEL.search(word))
+
+
+def named(question: str) -> Named:
+    """The files and identifiers ``question`` names (pure)."""
+    text = question.replace("\\", "/")
+    files: dict[str, None] = {}
+    for m in _PATH.finditer(text):
+        if m.group(2).lower() in FILE_EXTENSIONS:
+            files.setdefault(m.group(1).lstrip("/").lower(), None)
+    idents: dict[str, None] = {}
+    quoted = {q.strip() for q in _BACKTICKS.findall(text)}
+    for m in _IDENT.finditer(_URL.sub(" ", text)):
+        word = m.group(1)
+        if "." in word and word.rsplit(".", 1)[1].lower() in _NOT_SYMBOL_ENDINGS:
+            continue
+        word = next((word[len(r) :] for r in _RECEIVERS if word.startswith(r)), word)
+        if word.lower() in files or any(f.endswith("/" + word.lower()) for f in files):
+            continue
+        if _looks_like_code(word, bool(m.group(2)), word in quoted):
+            idents.setdefault(word, None)
+    for m in _TRACE_FRAME.finditer(text):
+        if m.group(1) != "module":
+            idents.setdefault(m.group(1), None)
+    return Named(tuple(files), tuple(idents))
+
+
+def file_match(named_file: str, path: str) -> float:
+    """How well a named file matches a hit's path: 1 for two or more trailing path components in
+    common (or the whole named path), 0.5 for the file name alone, else 0."""
+    a = [p for p in named_file.lower().split("/") if p]
+    b = [p for p in path.lower().split("/") if p]
+    common = 0
+    while common < min(len(a), len(b)) and a[-1 - common] == b[-1 - common]:
+        common += 1
+    if common == 0:
+        return 0.0
+    if common >= 2 or (common == len(a) and len(a) > 1):
+        return 1.0
+    return 0.5
+
+
+def named_file_patterns(files: tuple[str, ...] | list[str], limit: int = 20) -> list[str]:
+    """``LIKE`` patterns for the stored paths of the files a question names: a named path's last two
+    components as a path suffix (a traceback's ``.../site-packages/requests/sessions.py`` is
+    ``requests/sessions.py`` in the repository), a bare file name as the last component."""
+    out: dict[str, None] = {}
+    for f in files:
+        parts = [p for p in f.split("/") if p]
+        if not parts:
+            continue
+        tail = "/".join(parts[-2:])
+        escaped = tail.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        out.setdefault("%/" + escaped, None)
+        if len(parts) > 1:
+            out.setdefault(escaped, None)
+    return list(out)[:limit]
+
+
+def with_named(hits: list[Hit], named: list[Hit], weight: float, rrf_k: int) -> list[Hit]:
+    """The candidates with the chunks of named files as a third RRF list of ``weight``: a chunk
+    already among them gains ``weight / (rrf_k + rank)``, a new one enters with that alone. Each
+    carries its ``named_rank``; the order is left to :func:`rescore`."""
+    by_key = {(h.doc_id, h.chunk_no): i for i, h in enumerate(hits)}
+    out = list(hits)
+    for rank, h in enumerate(named, start=1):
+        gain = round(weight / (rrf_k + rank), 8)
+        i = by_key.get((h.doc_id, h.chunk_no))
+        if i is None:
+            base = h.prefer_bonus - h.test_penalty
+            out.append(
+                h.model_copy(update={"score": round(base + gain, 8), "fused_score": gain, "named_rank": rank})
+            )
+            by_key[(h.doc_id, h.chunk_no)] = len(out) - 1
+        else:
+            old = out[i]
+            out[i] = old.model_copy(
+                update={
+                    "score": round(old.score + gain, 8),
+                    "fused_score": round((old.fused_score or 0.0) + gain, 8),
+                    "named_rank": rank,
+                }
+            )
+    return out
+
+
+def _defines(ident: str, symbols: list[str]) -> bool:
+    want = ident.split(".")
+    for s in symbols:
+        have = s.split(".")
+        if have[-1] != want[-1]:
+            continue
+        if len(want) == 1 or len(have) == 1 or want[-2] == have[-2]:
+            return True
+    return False
+
+
+def _mentions(ident: str, content: str) -> bool:
+    return re.search(rf"(?<![\w]){re.escape(ident.split('.')[-1])}(?![\w])", content) is not None
+
+
+def layer_rank(layer: str, ranks: dict[str, int]) -> int:
+    """A layer's rank (lower first); a layer not listed ranks after every listed one."""
+    return ranks.get(layer, max(ranks.values(), default=-1) + 1)
+
+
+@dataclass(frozen=True)
+class Signals:
+    file: float = 0.0
+    definition: float = 0.0
+    mention: float = 0.0
+    related: float = 0.0
+    layer_rank: int = 0
+
+    def bonus(self, w: Weights) -> float:
+        return (
+            w.file * self.file
+            + w.definition * self.definition
+            + w.mention * self.mention
+            + w.related * self.related
+            - w.layer_step * self.layer_rank
+        )
+
+
+def signals(hits: list[Hit], question: str, ranks: dict[str, int]) -> list[Signals]:
+    """Each hit's structural signals, given the whole candidate set (``related_code`` of documents
+    among the candidates applies to the files they name)."""
+    n = named(question)
+    related = {f for h in hits for f in (h.metadata.get("related_code") or []) if isinstance(f, str)}
+    # a dotted lower-case name may be a module (requests.models): it names the file too
+    modules = {
+        "/" + "/".join(parts[:j])
+        for parts in (i.split(".") for i in n.identifiers if "." in i)
+        for j in range(2, len(parts) + 1)
+        if all(p == p.lower() for p in parts[:j])
+    }
+    out = []
+    for h in hits:
+        symbols = [s for s in h.metadata.get("symbols") or [] if isinstance(s, str)]
+        defined = any(_defines(i, symbols) for i in n.identifiers) if symbols else False
+        mentioned = not defined and any(_mentions(i, h.content) for i in n.identifiers)
+        stem = "/" + h.path.lower().rsplit(".", 1)[0].removesuffix("/__init__")
+        out.append(
+            Signals(
+                file=max(
+                    max((file_match(f, h.path) for f in n.files), default=0.0),
+                    1.0 if any(stem.endswith(m) for m in modules) else 0.0,
+                ),
+                definition=float(defined),
+                mention=float(mentioned),
+                related=float(any(file_match(f, h.path) == 1.0 for f in related)),
+                layer_rank=layer_rank(h.layer, ranks),
+            )
+        )
+    return out
+
+
+def rescore(hits: list[Hit], question: str, w: Weights, settings: Settings) -> list[Hit]:
+    """Hits re-sorted by fused score plus their structural bonus (stable: equal scores keep their
+    order); each hit carries its ``structural_score`` and ``layer_rank``."""
+    sig = signals(hits, question, settings.code.layer_ranks)
+    scored = []
+    for pos, (h, s) in enumerate(zip(hits, sig, strict=True)):
+        bonus = round(s.bonus(w), 8)
+        scored.append((round(h.score + bonus, 8), pos, replace_hit(h, bonus, s.layer_rank)))
+    scored.sort(key=lambda t: (-t[0], t[1]))
+    return [h.model_copy(update={"score": score}) for score, _, h in scored]
+
+
+def replace_hit(h: Hit, structural: float, rank: int) -> Hit:
+    return h.model_copy(update={"structural_score": structural, "layer_rank": rank})
+
+
+def contract_order(hits: list[Hit], question: str, w: Weights, settings: Settings) -> list[Hit]:
+    """The retrieval contract's order: ``prefer_bonus`` (desc), ``test_penalty`` (asc), ``layer_rank``
+    (asc), ``lexical_rank`` (asc, hits the lexical list missed last), structural score (desc),
+    vector distance (asc, missing last). ``score`` keeps the fused score."""
+    sig = signals(hits, question, settings.code.layer_ranks)
+    no_layer_step = replace(w, layer_step=0.0)  # the layer is its own key here
+    keyed = []
+    for pos, (h, s) in enumerate(zip(hits, sig, strict=True)):
+        structural = round(s.bonus(no_layer_step), 8)
+        key = (
+            -h.prefer_bonus,
+            h.test_penalty,
+            s.layer_rank,
+            h.lexical_rank if h.lexical_rank is not None else float("inf"),
+            -structural,
+            h.vector_distance if h.vector_distance is not None else float("inf"),
+            pos,
+        )
+        keyed.append((key, replace_hit(h, structural, s.layer_rank)))
+    keyed.sort(key=lambda t: t[0])
+    return [h for _, h in keyed]
+
+
+#: the bonus sizes measured for each signal alone (RRF units)
+GRID = (0.001, 0.002, 0.004, 0.008, 0.016)
+
+
+def ablations(w: Weights, grid: tuple[float, ...] = GRID) -> dict[str, Weights]:
+    """The variants measured: no structure, the configured weights, each configured signal left out,
+    and each signal alone at every size of ``grid`` (the layer step at a tenth of it)."""
+    out = {"none": Weights(), "configured": w}
+    configured = [k for k, v in w.as_dict().items() if v]
+    if len(configured) > 1:
+        for f in configured:
+            out[f"configured but {f}"] = replace(w, **{f: 0.0})
+    for f in Weights.__dataclass_fields__:
+        for v in grid:
+            size = v / 10 if f == "layer_step" else v * 62.5 if f == "named" else v
+            out[f"only {f}={size:g}"] = Weights(**{f: size})
+    return out
+
+
+def refuse(hits: list[Hit], w: Weights, configured_named: float, rrf_k: int) -> list[Hit]:
+    """Candidates of a structural search (``k`` large enough to return them all) with their fused
+    score recomputed for the named files' weight ``w.named`` instead of ``configured_named``, sorted;
+    a chunk only the named list found is dropped at weight 0. For measuring, with :func:`rescore`."""
+    out = []
+    for pos, h in enumerate(hits):
+        old = configured_named / (rrf_k + h.named_rank) if h.named_rank else 0.0
+        new = w.named / (rrf_k + h.named_rank) if h.named_rank else 0.0
+        if h.vector_rank is None and h.lexical_rank is None and new == 0.0:
+            continue
+        fused = round((h.fused_score or 0.0) - old + new, 8)
+        out.append(
+            (round(fused + h.prefer_bonus - h.test_penalty, 8), pos, h.model_copy(update={"score": fused}))
+        )
+    out.sort(key=lambda t: (-t[0], t[1]))
+    return [h.model_copy(update={"score": score, "fused_score": h.score}) for score, _, h in out]

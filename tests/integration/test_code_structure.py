@@ -1,0 +1,342 @@
+"""Structural ranking and the symbol layer over a real git repository built in the test, through the
+real workers (the loopback embedder: vectors from character trigrams, so text that looks like the
+question is near it); and the code evaluation on a two-query set with a bundle built in the test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from ragline.shared import db
+from tests.integration.lifecycle_helpers import wait_job
+from tests.integration.test_git_source import commit, git, push
+from tests.loopback import LoopbackServer
+
+HOOKS = '''"""Hooks: callbacks are remembered per event and run in registration order.
+"""
+
+HOOKS = {}
+
+
+def register_hook(event, hook):
+    """Remember a callback for an event, in registration order."""
+    HOOKS.setdefault(event, []).append(hook)
+'''
+
+CLIENT = """from pkg.hooks import register_hook
+
+
+def setup_client(client, log_response):
+    client.register_hook('response', log_response)
+    client.register_hook('response', log_response)
+    return client
+"""
+
+TEST = """from pkg.client import setup_client
+
+
+def test_register_hook_twice(client, log_response):
+    client.register_hook('response', log_response)
+    client.register_hook('response', log_response)
+    assert setup_client(client, log_response)
+"""
+
+REGISTRY = """class Registry:
+    def run(self):
+        for item in self.items:
+            item()
+"""
+
+QUEUE = """def drain(queue):
+    # ordering guarantees of the queue: what hooks run first and what ordering guarantees hold
+    return sorted(queue)
+"""
+
+DOC = """---
+id: hooks
+related_code:
+  - pkg/registry.py
+---
+# Hooks
+
+Hook ordering guarantees: hooks run in the order they were registered.
+"""
+
+FILES = {
+    "pkg/hooks.py": HOOKS,
+    "pkg/client.py": CLIENT,
+    "tests/test_hooks.py": TEST,
+    "pkg/registry.py": REGISTRY,
+    "pkg/queue.py": QUEUE,
+    "docs/hooks.md": DOC,
+}
+
+QUESTION = "client.register_hook('response', log_response) twice loses the first hook"
+
+
+@pytest.fixture()
+def loopback():
+    with LoopbackServer(keep_bodies=1000) as srv:
+        yield srv
+
+
+@pytest.fixture()
+def repo_tenant(celery_worker, use_settings, loopback, tenant, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, FILES, 1_700_000_000)
+    use_settings(
+        embedder="voyage",
+        voyage_base_url=loopback.url + "/v1",
+        voyage_api_key="test-key",
+        embed_model=f"voyage-structure-{tenant}"[:60],
+        code_min_chars=0,  # one chunk per definition
+        sources=json.dumps(
+            [{"name": "r", "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
+        ),
+    )
+    summary = wait_job(push(tenant, "r", None, "main", 1)["job_id"])
+    assert summary["state"] == "succeeded" and summary["failed"] == 0, summary
+    return tenant
+
+
+def search(tenant: str, query: str, **kw) -> list:
+    import numpy as np
+
+    from ragline.query.retrieve import search as run
+    from ragline.shared.contracts import SearchRequest
+    from ragline.shared.providers import get_embedder
+    from ragline.shared.settings import get_settings
+
+    req = SearchRequest(query=query, tenant=tenant, groups=["dev"], **{"k": 50, **kw})
+    qvec = np.asarray(get_embedder().embed_query(query), dtype=np.float32)
+    with db.connection() as conn:
+        conn.commit()
+        return run(conn, req, qvec, get_settings()).hits
+
+
+def test_symbol_records_are_a_layer_of_their_own(repo_tenant):
+    with db.connection() as c:
+        rows = c.execute(
+            "SELECT path, layer, content, metadata FROM chunks WHERE tenant = %s AND layer = 'C1_SYMBOLS'"
+            " ORDER BY path, chunk_no",
+            (repo_tenant,),
+        ).fetchall()
+    by_symbol = {r["metadata"]["symbol"]: r for r in rows}
+    # source files only: the test file's functions and the docs have no symbol records
+    assert set(by_symbol) == {"register_hook", "setup_client", "Registry", "Registry.run", "drain"}
+    hook = by_symbol["register_hook"]
+    assert hook["path"] == "r/pkg/hooks.py"
+    assert hook["content"] == (
+        'def register_hook(event, hook):\n    """Remember a callback for an event, in registration order."""'
+    )
+    assert (hook["metadata"]["span_start"], hook["metadata"]["span_end"]) == (7, 9)
+
+
+def test_structure_moves_the_definition_above_mentions_and_tests(repo_tenant):
+    paths = lambda hits: [h.path for h in hits]  # noqa: E731
+    plain = search(repo_tenant, QUESTION, structure=False)
+    # text similarity alone: the caller and the test look most like the question
+    assert paths(plain).index("r/pkg/hooks.py") > paths(plain).index("r/tests/test_hooks.py")
+    assert paths(plain)[0] in ("r/tests/test_hooks.py", "r/pkg/client.py")
+    ranked = search(repo_tenant, QUESTION, structure=True)
+    assert ranked[0].path == "r/pkg/hooks.py" and ranked[0].structural_score > 0
+    assert "register_hook" in ranked[0].metadata["symbols"]
+    assert ranked[0].score == pytest.approx(ranked[0].fused_score + ranked[0].structural_score)
+    assert all(h.structural_score == 0 for h in ranked if h.path == "r/tests/test_hooks.py")
+
+    # the contract's order: source layer first (lexical rank within it), then symbols, docs, tests
+    contract = search(repo_tenant, QUESTION, ordering="contract")
+    ranks = [h.layer_rank for h in contract]
+    assert ranks == sorted(ranks) and contract[-1].layer == "C0_TEST_CHUNKS"
+    source = [h for h in contract if h.layer == "C0_SOURCE_CHUNKS"]
+    lexical = [h.lexical_rank for h in source if h.lexical_rank is not None]
+    assert lexical == sorted(lexical)
+
+
+def test_a_file_named_in_a_traceback_joins_the_candidates(repo_tenant, use_settings):
+    """The contract's exact-file path: with lists of two, pkg/registry.py is no hit; the traceback
+    names it, so its chunks join the candidates (nearest to the question first) and it leads."""
+    question = QUESTION + '\n  File "/srv/app/pkg/registry.py", line 3, in run'
+    use_settings(retrieval_top_n=2, code_named_files=0, code_named_weight=2)
+    assert "r/pkg/registry.py" not in [h.path for h in search(repo_tenant, question, structure=True, k=2)]
+    use_settings(code_named_files=20)
+    hits = search(repo_tenant, question, structure=True, k=2)
+    assert hits[0].path == "r/pkg/registry.py" and hits[0].named_rank is not None
+    assert hits[0].vector_rank is None  # beyond the vector list of two
+    assert hits[0].structural_score > 0  # the file bonus on top of the named list
+
+
+def test_a_documents_related_code_lifts_the_file_it_names(repo_tenant):
+    question = "What ordering guarantees do hooks have?"
+    plain = [h.path for h in search(repo_tenant, question, structure=False)]
+    ranked = [h.path for h in search(repo_tenant, question, structure=True)]
+    assert "r/docs/hooks.md" in plain  # the document that points at pkg/registry.py is a candidate
+    assert plain.index("r/pkg/registry.py") > plain.index("r/pkg/queue.py")
+    assert ranked.index("r/pkg/registry.py") < ranked.index("r/pkg/queue.py")
+
+
+def test_code_citations_carry_their_line_span(repo_tenant):
+    from ragline.shared.celery_app import app
+    from ragline.shared.names import TASK_QUERY_ASK
+
+    res = app.send_task(
+        TASK_QUERY_ASK,
+        args=[
+            {
+                "query": "Where are callbacks remembered per event?",
+                "layers": ["C0_SOURCE_CHUNKS", "C1_SYMBOLS"],
+                "tenant": repo_tenant,
+                "groups": ["dev"],
+            }
+        ],
+    ).get(timeout=60)
+    code = [c for c in res["citations"] if c["path"] == "r/pkg/hooks.py"]
+    assert code, res
+    c = code[0]
+    assert c["start_line"] >= 1 and c["end_line"] >= c["start_line"]
+    assert c["locator"] == f"r/pkg/hooks.py:{c['start_line']}-{c['end_line']}"
+
+
+def test_code_eval_on_a_tiny_bundle(celery_worker, use_settings, loopback, tmp_path):
+    """`ragline eval` on a two-query code set: a bundle of two commits, each query at its own ref,
+    each snapshot ingested once into its own tenant; a rerun finds them ingested."""
+    from ragline.cli import app as cli
+
+    use_settings(
+        embedder="voyage",
+        voyage_base_url=loopback.url + "/v1",
+        voyage_api_key="test-key",
+        embed_model="voyage-code-eval",
+        code_min_chars=0,
+    )
+    repo = tmp_path / "src"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, {"pkg/hooks.py": HOOKS, "pkg/client.py": CLIENT, "tests/test_hooks.py": TEST}, 1_700_000_000)
+    git(repo, "tag", "v1")
+    commit(repo, {"pkg/registry.py": REGISTRY, "docs/hooks.md": DOC}, 1_700_000_100)
+    git(repo, "tag", "v2")
+    data = tmp_path / "set"
+    data.mkdir()
+    subprocess.run(
+        ["git", "-C", str(repo), "bundle", "create", str(data / "tiny.bundle"), "--all"],
+        check=True,
+        capture_output=True,
+    )
+    rows = [
+        {
+            "id": "q1",
+            "query": "register_hook loses the first hook",
+            "repo": "tiny.bundle",
+            "ref": "v1",
+            "relevant": ["pkg/hooks.py"],
+        },
+        {
+            "id": "q2",
+            "query": "Registry.run skips items",
+            "repo": "tiny.bundle",
+            "ref": "v2",
+            "relevant": ["pkg/registry.py"],
+        },
+    ]
+    queries = data / "queries.jsonl"
+    queries.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "result.json"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["eval", str(queries), "--mode", "all", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    result = json.loads(out.read_text())
+    snaps = result["meta"]["snapshots"]
+    assert [(s["ref"], s["outcome"]) for s in snaps] == [("v1", "synced"), ("v2", "synced")]
+    assert len({s["tenant"] for s in snaps}) == 2 and all(s["failed"] == 0 for s in snaps)
+    assert snaps[0]["documents"] == 3
+    assert set(result["modes"]) == {
+        f"{m} [{v}]" for m in ("lexical", "vector", "hybrid", "hybrid+structure") for v in ("all", "code")
+    }
+    best = result["modes"]["hybrid+structure [all]"]
+    assert best["n"] == 2 and best["acc@1"] == 1.0 and best["mrr"] == 1.0
+    assert [r["top"][0] for r in best["per_query"]] == ["pkg/hooks.py", "pkg/registry.py"]
+    assert result["modes"]["lexical [code]"]["per_query"][0]["top"] == ["pkg/hooks.py", "pkg/client.py"]
+    ablation = result["structure_ablation"]
+    assert {"none [all]", "configured [code]", "only definition=0.004 [all]"} <= set(ablation)
+    assert ablation["none [all]"] == {
+        k: v for k, v in result["modes"]["hybrid [all]"].items() if k != "per_query"
+    }
+    # a rerun queries the snapshots ingested before
+    again = runner.invoke(cli, ["eval", str(queries), "--mode", "lexical", "--layers", "code", "--json"])
+    assert again.exit_code == 0, again.output
+    assert "ignored_duplicate" in again.output
+
+
+def test_the_scheduled_reindex_records_the_commit_it_indexed(
+    celery_worker, use_settings, loopback, tenant, tmp_path
+):
+    """A reindex of a git source records its commit like a push: the next push diffs from it (instead
+    of listing the whole tree), and its documents carry the commit and their path in the repository."""
+    from ragline.ingest.reindex import reindex, select_sources
+    from ragline.shared.celery_app import app
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    c1 = commit(repo, {"pkg/hooks.py": HOOKS, "pkg/queue.py": QUEUE}, 1_700_000_000)
+    sources = [{"name": "r", "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
+    use_settings(
+        embedder="voyage",
+        voyage_base_url=loopback.url + "/v1",
+        voyage_api_key="test-key",
+        embed_model=f"voyage-reindex-{tenant}"[:60],
+        sources=json.dumps(sources),
+    )
+    with db.connection() as conn:
+        out = reindex(conn, select_sources(sources, None), lambda n, p: app.send_task(n, args=[p]))
+    assert out["sources"]["r"]["commit"] == c1 and out["enqueued"] == 2
+    assert wait_job(out["job_id"])["state"] == "succeeded"
+    with db.connection() as conn:
+        rec = conn.execute(
+            "SELECT commit_id, job_id FROM source_commits WHERE tenant = %s", (tenant,)
+        ).fetchone()
+        meta = conn.execute(
+            "SELECT metadata FROM documents WHERE tenant = %s AND doc_id = 'r/pkg/hooks.py'", (tenant,)
+        ).fetchone()["metadata"]
+    assert (rec["commit_id"], str(rec["job_id"])) == (c1, out["job_id"])
+    assert (meta["commit"], meta["repo_path"]) == (c1, "pkg/hooks.py")
+
+    c2 = commit(repo, {"pkg/queue.py": QUEUE.replace("sorted", "list")}, 1_700_000_100)
+    second = push(tenant, "r", None, "main", 1)  # no 'before': the recorded commit is the base
+    assert (second["push"]["base"], second["push"]["commit"]) == (c1, c2)
+    assert (second["push"]["modified"], second["push"]["enqueued"]) == (1, 1)
+    assert wait_job(second["job_id"])["state"] == "succeeded"
+
+
+def test_demo_on_a_repository_answers_the_code_question_with_its_lines(
+    celery_worker, use_settings, loopback, tenant, tmp_path
+):
+    """`ragline demo REPO` (what `make run` does on ragline's own repository): the repository through
+    the git source, and the question about the code answered with a ``path:start-end`` citation."""
+    from ragline.cli import app as cli
+    from tests.conftest import REPO
+
+    use_settings(
+        embedder="voyage",
+        voyage_base_url=loopback.url + "/v1",
+        voyage_api_key="test-key",
+        embed_model=f"voyage-demo-{tenant}"[:60],
+    )
+    repo = tmp_path / "ragline"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    files = {p: (REPO / p).read_text() for p in ("docs/architecture.md", "ingest/acl_sync.py")}
+    commit(repo, {**files, "tests/test_x.py": "def test_x():\n    pass\n"}, 1_700_000_000)
+    out = CliRunner().invoke(cli, ["demo", str(repo), "--tenant", tenant])
+    assert out.exit_code == 0, out.output
+    assert "ingested 2 documents" in out.output  # tests/ is not part of the demo's globs
+    assert "Where are permissions synced without re-embedding?" in out.output
+    assert "ragline/ingest/acl_sync.py:1-" in out.output
+    again = CliRunner().invoke(cli, ["demo", str(repo), "--tenant", tenant])
+    assert again.exit_code == 0 and "2 unchanged" in again.output, again.output

@@ -1,0 +1,366 @@
+"""Git sources through real workers: a repository built in the test, ingested, changed across two
+commits and pushed; the voyage embedder points at the loopback server, which records every text it
+embeds. Also ``ragline ingest`` of the requests bundle and ``ragline search --mode lexical``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ragline.shared import db
+from ragline.shared.names import TASK_INGEST_EVENT
+from tests.conftest import DATASETS
+from tests.integration.lifecycle_helpers import wait_job
+from tests.loopback import LoopbackServer
+
+ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.org",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.org",
+    "PATH": "/usr/bin:/bin",
+}
+
+MODELS_V1 = '''"""Users."""
+
+import json
+
+
+class User:
+    """A user of the site."""
+
+    def __init__(self, first, last):
+        self.first = first
+        self.last = last
+
+    def getUserName(self):
+        """The name shown on the profile page."""
+        return f"{self.first} {self.last}"
+
+    def save(self, store):
+        store.put(self.first, json.dumps({"first": self.first, "last": self.last}))
+        store.flush()
+        return True
+
+
+def register_hook(event, hook):
+    """Remember a callback for an event."""
+    HOOKS.setdefault(event, []).append(hook)
+'''
+
+UTIL = "".join(
+    f'def helper_{i}(value):\n    """Helper number {i} of the toolbox."""\n'
+    f"    total = value * {i} + {i}\n    return total - {i} * 2 + len(str(value))\n\n\n"
+    for i in range(12)
+)
+
+FILES_V1 = {
+    "app/models.py": MODELS_V1,
+    "app/util.py": UTIL,
+    "app/old.py": "def obsolete():\n    return 'gone soon'\n",
+    "tests/test_models.py": "from app.models import User\n\n\ndef test_name():\n    assert User('a', 'b').getUserName() == 'a b'\n",
+    "docs/guide.md": "---\nid: guide\nrelated_code:\n  - app/models.py\n---\n# Guide\n\nHow users are saved.\n",
+    "vendor/dep.py": "def vendored():\n    return 1\n",
+}
+
+
+def git(repo: Path, *args: str, when: int = 1_700_000_000) -> str:
+    env = {**ENV, "GIT_AUTHOR_DATE": f"{when} +0000", "GIT_COMMITTER_DATE": f"{when} +0000"}
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True
+    ).stdout.strip()
+
+
+def commit(repo: Path, files: dict[str, str | None], when: int) -> str:
+    for name, text in files.items():
+        f = repo / name
+        if text is None:
+            f.unlink()
+        else:
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", f"at {when}", when=when)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture()
+def loopback():
+    with LoopbackServer(keep_bodies=1000) as srv:
+        yield srv
+
+
+@pytest.fixture()
+def voyage(use_settings, loopback, tenant):
+    base = {
+        "embedder": "voyage",
+        "voyage_base_url": loopback.url + "/v1",
+        "voyage_api_key": "test-key",
+        "embed_model": f"voyage-git-{tenant}"[:60],  # its own embedding cache
+        # small chunks: each definition of these small files is a chunk of its own
+        "code_max_chars": 400,
+        "code_min_chars": 100,
+    }
+
+    def apply(**more):
+        use_settings(**{**base, **more})
+
+    apply()
+    return apply
+
+
+def embedded_texts(loopback) -> list[str]:
+    return [t for body in loopback.stats.bodies if "input" in body for t in body["input"]]
+
+
+def push(tenant: str, source: str, before: str | None, after: str, version: int) -> dict:
+    from ragline.shared.celery_app import app
+
+    ev = {"type": "push", "tenant": tenant, "source": source, "after": after, "version": version}
+    if before:
+        ev["before"] = before
+    return app.send_task(TASK_INGEST_EVENT, args=[ev]).get(timeout=60)
+
+
+def documents(tenant: str) -> dict[str, dict]:
+    with db.connection() as c:
+        rows = c.execute(
+            "SELECT doc_id, status, layer, title, metadata, chunk_count FROM documents WHERE tenant = %s",
+            (tenant,),
+        ).fetchall()
+    return {r["doc_id"]: r for r in rows}
+
+
+def chunks(tenant: str, doc_id: str) -> list[dict]:
+    with db.connection() as c:
+        return c.execute(
+            "SELECT chunk_no, heading_path, context, content, layer, metadata, code_tsv IS NOT NULL AS terms"
+            " FROM chunks WHERE tenant = %s AND doc_id = %s ORDER BY chunk_no",
+            (tenant, doc_id),
+        ).fetchall()
+
+
+def test_push_ingests_exactly_what_changed(celery_worker, voyage, loopback, tenant, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    c1 = commit(repo, FILES_V1, 1_700_000_000)
+    name = "app-repo"
+    voyage(
+        sources=json.dumps(
+            [{"name": name, "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
+        )
+    )
+
+    # the first push (a new branch): every tracked file but the vendored one
+    first = push(tenant, name, "0" * 40, "main", 1)
+    assert first["outcome"] == "synced" and first["push"]["commit"] == c1
+    assert (first["push"]["base"], first["push"]["enqueued"], first["push"]["skipped"]) == (None, 5, 1)
+    summary = wait_job(first["job_id"])
+    assert summary["state"] == "succeeded", summary
+    docs = documents(tenant)
+    assert set(docs) == {f"{name}/{p}" for p in FILES_V1 if not p.startswith("vendor/")}
+    layers = {d: r["layer"] for d, r in docs.items()}
+    assert layers[f"{name}/app/models.py"] == "C0_SOURCE_CHUNKS"
+    assert layers[f"{name}/tests/test_models.py"] == "C0_TEST_CHUNKS"
+    assert layers[f"{name}/docs/guide.md"] == "docs"
+    assert docs[f"{name}/docs/guide.md"]["metadata"]["front_matter"]["related_code"] == ["app/models.py"]
+    assert docs[f"{name}/app/models.py"]["metadata"]["commit"] == c1
+    models = chunks(tenant, f"{name}/app/models.py")
+    assert all(c["terms"] for c in models)  # identifier terms written for code chunks
+    by_symbol = {s: c for c in models for s in c["metadata"]["symbols"]}
+    hook = by_symbol["register_hook"]["metadata"]
+    assert (hook["span_start"], hook["span_end"]) == (hook["start_line"], hook["end_line"])
+    lines = MODELS_V1.split("\n")
+    assert lines[hook["span_start"] - 1 : hook["span_end"]][-1].strip().startswith("HOOKS.setdefault")
+    assert by_symbol["User.getUserName"]["heading_path"].startswith("app/models.py › User")
+    # code is embedded with its symbol path, not its file path (a rename costs nothing)
+    assert all("app/models.py" not in c["context"] for c in models)
+    with db.connection() as c:
+        rec = c.execute(
+            "SELECT commit_id, job_id FROM source_commits WHERE tenant = %s AND source = %s", (tenant, name)
+        ).fetchone()
+    assert rec["commit_id"] == c1 and str(rec["job_id"]) == first["job_id"]
+    first_texts = len(embedded_texts(loopback))
+    util_chunks = len(chunks(tenant, f"{name}/app/util.py"))
+    assert first_texts == sum(r["chunk_count"] for r in docs.values()) and util_chunks >= 2
+
+    # the second commit: one method modified, util.py renamed unchanged, old.py deleted, a file added
+    loopback.reset_stats()
+    models_v2 = MODELS_V1.replace("store.flush()", "store.flush(durable=True)")
+    (repo / "lib").mkdir()
+    git(repo, "mv", "app/util.py", "lib/toolbox.py")
+    c2 = commit(
+        repo,
+        {"app/models.py": models_v2, "app/old.py": None, "app/new.py": "def fresh():\n    return 42\n"},
+        1_700_000_500,
+    )
+    second = push(tenant, name, c1, c2, 2)
+    p = second["push"]
+    assert (p["base"], p["commit"]) == (c1, c2)
+    assert (p["added"], p["modified"], p["renamed"], p["deleted"]) == (1, 1, 1, 1)
+    assert (p["enqueued"], p["pruned"]) == (3, 2)
+    summary = wait_job(second["job_id"])
+    assert summary["state"] == "succeeded", summary
+    with db.connection() as c:
+        rows = c.execute(
+            "SELECT doc_id, state, embedded FROM job_documents WHERE job_id = %s", (second["job_id"],)
+        ).fetchall()
+    embedded = {r["doc_id"]: r["embedded"] for r in rows}
+    # exactly the changed files went through the pipeline; only changed chunks reached the embedder:
+    # the modified method (its symbol record, signature and docstring, is unchanged: cached) and the
+    # new function with its symbol record
+    assert embedded == {f"{name}/app/models.py": 1, f"{name}/lib/toolbox.py": 0, f"{name}/app/new.py": 2}
+    texts = embedded_texts(loopback)
+    assert len(texts) == 3
+    assert any("store.flush(durable=True)" in t for t in texts) and any("return 42" in t for t in texts)
+    assert "fresh\n\ndef fresh():" in texts
+    docs = documents(tenant)
+    assert (
+        docs[f"{name}/app/old.py"]["status"] == "deleted"
+        and docs[f"{name}/app/util.py"]["status"] == "deleted"
+    )
+    assert not chunks(tenant, f"{name}/app/old.py") and not chunks(tenant, f"{name}/app/util.py")
+    assert len(chunks(tenant, f"{name}/lib/toolbox.py")) == util_chunks
+    assert docs[f"{name}/lib/toolbox.py"]["metadata"]["commit"] == c2
+
+    # a replayed push changes nothing; an older one (a lower version) neither
+    loopback.reset_stats()
+    assert push(tenant, name, c1, c2, 2)["outcome"] == "ignored_duplicate"
+    assert push(tenant, name, None, c1, 1)["outcome"] == "ignored_stale"
+    assert loopback.stats.requests == 0
+    assert documents(tenant)[f"{name}/app/new.py"]["status"] == "ready"
+
+
+NET = """class HTTPAdapter:
+    def send(self, request):
+        return self.pool.urlopen(request)
+
+
+def fetchRemoteConfig(url):
+    return load(url)
+
+
+def register_hook(event, hook):
+    HOOKS.setdefault(event, []).append(hook)
+
+
+def wire_everything(registry):
+    # register the hook, then register the hook again: register hook, register hook
+    hook = make_hook()
+    registry.register(hook)
+    registry.register(hook, again=True)
+    return hook
+"""
+
+
+def test_identifier_queries_find_code_lexically(celery_worker, voyage, loopback, tenant, tmp_path):
+    """Each query here defeats the Russian configuration alone: camelCase is one word to it, a dotted
+    path one token, and ``register_hook`` two stems that the caller repeats more than the definition."""
+    from ragline.query.retrieve import search
+    from ragline.shared.contracts import SearchRequest
+    from ragline.shared.settings import get_settings
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, {"app/models.py": MODELS_V1, "app/net.py": NET}, 1_700_000_000)
+    voyage(
+        code_min_chars=0,  # every definition a chunk of its own
+        sources=json.dumps(
+            [{"name": "r", "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
+        ),
+    )
+    wait_job(push(tenant, "r", None, "main", 1)["job_id"])
+
+    def top(query: str) -> dict:
+        req = SearchRequest(
+            query=query, tenant=tenant, groups=["dev"], k=3, mode="lexical", layers=["C0_SOURCE_CHUNKS"]
+        )
+        with db.connection() as conn:
+            conn.commit()
+            hits = search(conn, req, None, get_settings()).hits
+        assert hits, f"no hit for {query!r}"
+        return hits[0]
+
+    for query, symbol in [
+        ("fetch remote config", "fetchRemoteConfig"),  # camelCase split
+        ("HTTPAdapter.send", "HTTPAdapter.send"),  # a dotted path
+        ("register_hook", "register_hook"),  # whole, and a definition above its callers
+        ("getUserName", "User.getUserName"),
+    ]:
+        hit = top(query)
+        assert hit.metadata["symbols"] == [symbol], (query, hit.metadata)
+        assert hit.metadata["span_start"] <= hit.metadata["span_end"]
+
+
+def test_ragline_search_finds_register_hook_in_the_requests_bundle(
+    celery_worker, voyage, loopback, tenant, tmp_path
+):
+    bundle = DATASETS / "swe-loc-dev" / "requests.bundle"
+    if not bundle.exists():
+        pytest.skip(f"dataset not present: {bundle}")
+    from ragline.cli import app as cli
+
+    voyage(code_max_chars=1500, code_min_chars=300)  # the defaults
+    clone = tmp_path / "requests"
+    subprocess.run(["git", "clone", "-q", str(bundle), str(clone)], check=True, capture_output=True)
+    runner = CliRunner()
+    # the package only (18 files): the whole tree (55 files) takes a minute on 2 cores
+    args = ["ingest", str(clone), "--tenant", tenant, "--acl", "dev", "--source", "requests"]
+    out = runner.invoke(cli, [*args, "--include", "requests/*", "--wait", "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.stdout)
+    assert result["state"] == "succeeded" and result["failed"] == 0 and result["enqueued"] == 18, result
+    source = (clone / "requests" / "models.py").read_text().split("\n")
+    # the name as an issue writes it, and as a dotted path (one token to the Russian configuration)
+    for query, within in (("register_hook", 3), ("RequestHooksMixin.register_hook", 1)):
+        found = runner.invoke(
+            cli, ["search", query, "--mode", "lexical", "--tenant", tenant, "--groups", "dev", "--json"]
+        )
+        assert found.exit_code == 0, found.output
+        hits = json.loads(found.stdout)["hits"]
+        definition = next(
+            h for h in hits[:within] if "RequestHooksMixin.register_hook" in h["metadata"].get("symbols", [])
+        )
+        assert definition["path"] == "requests/requests/models.py"
+        start, end = definition["metadata"]["span_start"], definition["metadata"]["span_end"]
+        assert any(line.strip().startswith("def register_hook(") for line in source[start - 1 : end])
+
+
+def test_scheduled_reindex_of_a_git_source(celery_worker, voyage, loopback, tenant, tmp_path):
+    """The full reindex lists a git source by blob id: unchanged files are not enqueued, a changed one
+    is, a deleted one is pruned."""
+    from ragline.ingest.control_tasks import run_reindex
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, {"app/models.py": MODELS_V1, "app/util.py": UTIL, "app/old.py": "OLD = 1\n"}, 1_700_000_000)
+    name = f"{tenant}-src"[:60]
+    voyage(
+        sources=json.dumps(
+            [{"name": name, "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
+        )
+    )
+    first = run_reindex([name])
+    assert (first["new"], first["enqueued"]) == (3, 3)
+    assert wait_job(first["job_id"])["state"] == "succeeded"
+    docs = documents(tenant)
+    assert docs[f"{name}/app/models.py"]["layer"] == "C0_SOURCE_CHUNKS"
+    assert all(c["metadata"]["span_start"] >= 1 for c in chunks(tenant, f"{name}/app/util.py"))
+    commit(
+        repo,
+        {"app/models.py": MODELS_V1.replace("return True", "return False"), "app/old.py": None},
+        1_700_000_900,
+    )
+    loopback.reset_stats()
+    second = run_reindex([name])
+    assert (second["changed"], second["unchanged"], second["enqueued"], second["pruned"]) == (1, 1, 1, 1)
+    assert wait_job(second["job_id"])["state"] == "succeeded"
+    assert len(embedded_texts(loopback)) == 1  # the one changed definition
+    assert documents(tenant)[f"{name}/app/old.py"]["status"] == "deleted"

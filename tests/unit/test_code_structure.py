@@ -1,0 +1,288 @@
+"""Structural ranking of code hits (query/structure.py), the test globs of the SQL penalty, and the
+file-level metrics of the code evaluation (query/eval_code.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragline.query import structure
+from ragline.query.eval_code import (
+    Snapshot,
+    accuracy_at,
+    file_ranking,
+    ingest_config_key,
+    read_code_queries,
+    recall_at,
+    reciprocal_rank,
+    snapshot_tenant,
+)
+from ragline.query.filters import DEFAULT_TEST_GLOBS, compile_filters, glob_pattern, like_patterns_for_tests
+from ragline.query.retrieve import ranked_by_structure, structural
+from ragline.shared.contracts import Hit, SearchRequest
+from ragline.shared.settings import CodeSettings, Settings
+
+TRACEBACK = """Session.request fails with a unicode method
+Traceback (most recent call last):
+  File "C:\\Python27\\lib\\site-packages\\requests\\sessions.py", line 335, in request
+    resp = self.send(prep, **send_kwargs)
+Calling `register_hook()` in models.py, see HTTPAdapter.send, getUserName, requests.utils and e.g. this."""
+
+
+def hit(path, score, symbols=(), content="", layer="C0_SOURCE_CHUNKS", **kw) -> Hit:
+    meta = {"symbols": list(symbols), **kw.pop("metadata", {})}
+    return Hit(
+        doc_id=path, chunk_no=0, path=path, layer=layer, score=score, content=content, metadata=meta, **kw
+    )
+
+
+def settings(**code) -> Settings:
+    return Settings().model_copy(update={"code": CodeSettings().model_copy(update=code)})
+
+
+# --------------------------------------------------------------------------------- what is named
+def test_named_finds_paths_tracebacks_and_code_identifiers_not_prose():
+    n = structure.named(TRACEBACK)
+    assert n.files == ("python27/lib/site-packages/requests/sessions.py", "models.py")
+    assert set(n.identifiers) == {
+        "Session.request",
+        "register_hook",
+        "HTTPAdapter.send",
+        "getUserName",
+        "requests.utils",
+        "request",  # the traceback frame's function
+        "send",  # its code line: self.send(...)
+        "send_kwargs",
+    }
+    assert structure.named("Where are permissions synced without re-embedding?") == structure.Named()
+    assert structure.named("What is i.e. or e.g. in the Session docs?") == structure.Named()
+
+
+@pytest.mark.parametrize(
+    ("named", "path", "score"),
+    [
+        ("requests/sessions.py", "requests/requests/sessions.py", 1.0),
+        ("python27/lib/site-packages/requests/sessions.py", "requests/requests/sessions.py", 1.0),
+        ("sessions.py", "requests/requests/sessions.py", 0.5),
+        ("flask/sessions.py", "requests/requests/sessions.py", 0.5),
+        ("models.py", "requests/requests/sessions.py", 0.0),
+    ],
+)
+def test_file_match(named, path, score):
+    assert structure.file_match(named, path) == score
+
+
+# ------------------------------------------------------------------------------------- signals
+def test_a_definition_outranks_a_mention_and_a_named_file_is_lifted():
+    w = structure.Weights(file=0.004, definition=0.004)
+    hits = [
+        hit("r/requests/api.py", 0.0160, ["request"], "def request(method, url): return session.request()"),
+        hit("r/requests/hooks.py", 0.0158, ["dispatch_hook"], "hooks = register_hook(x)"),
+        hit("r/requests/models.py", 0.0150, ["Request.register_hook"], "def register_hook(self): ..."),
+        hit("r/tests/test_models.py", 0.0149, [], "r.register_hook('response', f)", layer="C0_TEST_CHUNKS"),
+    ]
+    q = "register_hook() does not accept a list"
+    out = structure.rescore(hits, q, w, settings())
+    assert [h.path for h in out][:2] == ["r/requests/models.py", "r/requests/api.py"]
+    assert out[0].structural_score == pytest.approx(0.004) and out[0].score == pytest.approx(0.019)
+    sig = structure.signals(hits, q, CodeSettings().layer_ranks)
+    assert [s.definition for s in sig] == [0.0, 0.0, 1.0, 0.0]
+    assert [s.mention for s in sig] == [0.0, 1.0, 0.0, 1.0]
+    # the file named by a traceback: half for a bare file name, whole for a path
+    sig = structure.signals(hits, 'File "/x/site-packages/requests/api.py", line 3 and models.py', {})
+    assert [s.file for s in sig] == [1.0, 0.0, 0.5, 0.0]
+
+
+def test_dotted_module_names_name_their_file():
+    hits = [hit("r/requests/utils.py", 0.01), hit("r/requests/models.py", 0.02)]
+    sig = structure.signals(hits, "requests.utils.get_netrc_auth breaks", {})
+    assert [s.file for s in sig] == [1.0, 0.0]
+
+
+def test_related_code_of_a_document_among_the_candidates_lifts_that_file():
+    doc = hit("repo/docs/retrieval.md", 0.013, layer="docs", metadata={"related_code": ["src/rag/query.py"]})
+    code = hit("repo/src/rag/query.py", 0.010, ["build"])
+    other = hit("repo/src/rag/other.py", 0.012, ["other"])
+    out = structure.rescore(
+        [doc, other, code], "how is the query built", structure.Weights(related=0.004), settings()
+    )
+    assert [h.path for h in out] == [
+        "repo/src/rag/query.py",
+        "repo/docs/retrieval.md",
+        "repo/src/rag/other.py",
+    ]
+
+
+def test_layer_ranks_come_from_settings():
+    ranks = {"SRC": 0, "DOCS": 5}
+    assert structure.layer_rank("DOCS", ranks) == 5
+    assert structure.layer_rank("unknown", ranks) == 6  # after every listed layer
+    hits = [hit("d/a.md", 0.0160, layer="DOCS"), hit("s/a.py", 0.0155, layer="SRC")]
+    out = structure.rescore(
+        hits, "anything", structure.Weights(layer_step=0.0002), settings(layer_ranks=ranks)
+    )
+    assert [h.path for h in out] == ["s/a.py", "d/a.md"]
+    assert [h.layer_rank for h in out] == [0, 5]
+
+
+def test_contract_order_is_lexicographic_over_the_seed_fields():
+    s = settings(layer_ranks={"C0_SOURCE_CHUNKS": 0, "docs": 1, "C0_TEST_CHUNKS": 2})
+    hits = [
+        hit("r/docs/a.md", 0.02, layer="docs", lexical_rank=1, vector_distance=0.1),
+        hit("r/tests/test_a.py", 0.02, layer="C0_TEST_CHUNKS", lexical_rank=1, test_penalty=0.005),
+        hit("r/a.py", 0.01, ["f"], lexical_rank=None, vector_distance=0.2),
+        hit("r/b.py", 0.01, ["g"], lexical_rank=3, vector_distance=0.5),
+        hit("r/c.py", 0.01, ["c"], lexical_rank=3, vector_distance=0.4),
+        hit("r/pref/x.md", 0.001, layer="docs", prefer_bonus=0.005, lexical_rank=9),
+        hit("r/d.py", 0.01, ["g2"], lexical_rank=3, vector_distance=0.9),
+    ]
+    out = structure.contract_order(hits, "where is `g2` defined", structure.Weights(definition=0.004), s)
+    assert [h.path for h in out] == [
+        "r/pref/x.md",  # prefer_bonus first, whatever its layer
+        "r/d.py",  # same layer and lexical rank as b and c: the definition of g2 wins
+        "r/c.py",  # then the smaller distance
+        "r/b.py",
+        "r/a.py",  # no lexical rank: after those with one
+        "r/docs/a.md",  # layer 1
+        "r/tests/test_a.py",  # penalised test
+    ]
+
+
+def test_ablations_cover_each_signal_alone_and_left_out():
+    w = structure.Weights(file=0.004, definition=0.002)
+    out = structure.ablations(w, grid=(0.001, 0.01))
+    assert out["none"] == structure.Weights() and out["configured"] == w
+    assert out["configured but file"] == structure.Weights(definition=0.002)
+    assert out["only file=0.01"] == structure.Weights(file=0.01)
+    assert out["only layer_step=0.001"] == structure.Weights(layer_step=0.001)
+    assert out["only named=0.625"] == structure.Weights(named=0.625)
+    assert len(out) == 2 + 2 + 6 * 2
+
+
+def test_named_files_become_path_suffix_patterns():
+    files = ("python27/lib/site-packages/requests/sessions.py", "models.py", "a_b/c%d.py")
+    assert structure.named_file_patterns(files) == [
+        "%/requests/sessions.py",
+        "requests/sessions.py",
+        "%/models.py",
+        "%/a\\_b/c\\%d.py",
+        "a\\_b/c\\%d.py",
+    ]
+
+
+def test_named_files_join_the_candidates_as_a_third_list_and_can_be_refused():
+    a = hit("r/a.py", 0.0164, vector_rank=1, fused_score=0.0164)
+    b = hit("r/b.py", 0.0161, vector_rank=2, fused_score=0.0161)
+    named_b = hit("r/b.py", 0.0, vector_rank=None)
+    named_c = hit("r/c.py", 0.0, vector_rank=None)
+    out = structure.with_named([a, b], [named_c, named_b], 0.5, 60)
+    assert [(h.path, h.named_rank) for h in out] == [("r/a.py", None), ("r/b.py", 2), ("r/c.py", 1)]
+    assert out[1].score == pytest.approx(0.0161 + 0.5 / 62) and out[2].score == pytest.approx(0.5 / 61)
+    # at weight 0 the named-only chunk drops out and the others get their plain fused score back
+    plain = structure.refuse(out, structure.Weights(named=0.0), 0.5, 60)
+    assert [(h.path, round(h.score, 6)) for h in plain] == [("r/a.py", 0.0164), ("r/b.py", 0.0161)]
+    heavier = structure.refuse(out, structure.Weights(named=2.0), 0.5, 60)
+    assert [h.path for h in heavier] == ["r/b.py", "r/c.py", "r/a.py"]
+
+
+def test_the_retrieval_hook_runs_only_when_it_can_change_something():
+    s = settings()
+    row = {"layer": "docs", "metadata": {}}
+    plain = SearchRequest(query="How are tenants isolated?", tenant="t", groups=["g"])
+    assert not structural(plain, [row], [row], s)
+    assert structural(plain.model_copy(update={"query": "what does register_hook do"}), [row], [], s)
+    assert not structural(
+        plain.model_copy(update={"query": "register_hook", "structure": False}), [row], [], s
+    )
+    related = {"layer": "docs", "metadata": {"related_code": ["a.py"]}}
+    assert structural(plain, [related], [], s)
+    # the contract's order is asked for: applied whatever the settings say
+    req = plain.model_copy(update={"ordering": "contract", "query": "g"})
+    hits = [hit("r/docs/a.md", 0.02, layer="docs", lexical_rank=1), hit("r/a.py", 0.01, lexical_rank=2)]
+    assert [h.path for h in ranked_by_structure(req, hits, s)] == ["r/a.py", "r/docs/a.md"]
+
+
+# ------------------------------------------------------------------- test globs (one definition)
+def test_the_sql_test_penalty_uses_the_code_settings_globs():
+    assert DEFAULT_TEST_GLOBS == tuple(CodeSettings().test_globs)
+    patterns = like_patterns_for_tests(["tests/*", "conftest.py", "*_test.*"])
+    assert patterns == ["tests/%", "%/tests/%", "conftest.py", "%/conftest.py", "%\\_test.%"]
+    req = SearchRequest(query="q", tenant="t", groups=["g"], prefer_non_tests=True)
+    f = compile_filters(req, 0.0, 0.005, ["*Spec.scala"])
+    assert f.params["f_tests"] == ["%Spec.scala"]
+    assert compile_filters(req, 0.0, 0.005).params["f_tests"] == like_patterns_for_tests(
+        CodeSettings().test_globs
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "is_test"),
+    [
+        ("repo/tests/test_models.py", True),
+        ("repo/test_requests.py", True),
+        ("repo/src/conftest.py", True),
+        ("repo/pkg/foo_test.go", True),
+        ("repo/requests/models.py", False),
+        ("repo/src/latest_news.py", False),
+    ],
+)
+def test_test_patterns_match_stored_paths(path, is_test):
+    import re
+
+    def like(p: str) -> str:  # LIKE pattern -> regex, with the escapes glob_pattern writes
+        out, i = "", 0
+        while i < len(p):
+            if p[i] == "\\":
+                out += re.escape(p[i + 1])
+                i += 2
+                continue
+            out += ".*" if p[i] == "%" else "." if p[i] == "_" else re.escape(p[i])
+            i += 1
+        return out
+
+    pats = like_patterns_for_tests(CodeSettings().test_globs)
+    assert any(re.fullmatch(like(p), path) for p in pats) is is_test
+    assert glob_pattern("a_b") == "a\\_b"
+
+
+# -------------------------------------------------------------------------------- eval metrics
+def test_file_level_metrics():
+    hits = [
+        {"path": "requests/requests/api.py"},
+        {"path": "requests/requests/api.py"},
+        {"path": "requests/requests/models.py"},
+        {"path": "requests/docs/api.rst"},
+    ]
+    files = file_ranking(hits, "requests")
+    assert files == ["requests/api.py", "requests/models.py", "docs/api.rst"]
+    gold = ["requests/models.py", "docs/api.rst"]
+    assert [accuracy_at(files, gold, k) for k in (1, 2, 3)] == [0.0, 0.0, 1.0]
+    assert recall_at(files, gold, 2) == 0.5
+    assert reciprocal_rank(files, gold) == 0.5
+    assert reciprocal_rank(files, ["missing.py"]) == 0.0
+
+
+def test_code_query_sets_read_both_shapes(tmp_path):
+    rows = [
+        {"instance_id": "a-1", "query": "q1", "bundle": "a.bundle", "ref": "a-1", "gold_files": ["x.py"]},
+        {
+            "id": "2",
+            "query": "q2",
+            "repo": str(tmp_path / "repo"),
+            "ref": "main",
+            "relevant": ["y.py", "y.py"],
+        },
+    ]
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    a, b = read_code_queries(path)
+    assert (a.id, a.snapshot, a.relevant) == ("a-1", Snapshot(tmp_path / "a.bundle", "a-1"), ("x.py",))
+    assert (b.snapshot.repo, b.relevant) == (tmp_path / "repo", ("y.py",))
+    assert a.snapshot.name == "a"
+    path.write_text(json.dumps({"query": "q", "relevant": ["d1"]}) + "\n")
+    with pytest.raises(ValueError, match="needs 'repo'"):
+        read_code_queries(path)
+    key = ingest_config_key(["*.py"], [], Settings())
+    assert key != ingest_config_key(["*.py", "*.md"], [], Settings())
+    assert snapshot_tenant(a.snapshot, "0123456789abcdef", key) == f"code-a-0123456789ab-{key}"

@@ -1,0 +1,203 @@
+"""The git layer against real repositories built in temporary folders: tree, blobs, diffs, clones,
+skip rules and the git source's listing."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ragline.ingest import git
+from ragline.ingest.parse import ParseError
+from ragline.ingest.sources import GitSource, SourceSpec, SourceUnavailable, git_uri, parse_git_uri
+
+ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.org",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.org",
+}
+
+
+def sh(repo: Path, *args: str, when: int = 1_700_000_000) -> str:
+    env = {
+        **ENV,
+        "GIT_AUTHOR_DATE": f"{when} +0000",
+        "GIT_COMMITTER_DATE": f"{when} +0000",
+        "PATH": "/usr/bin:/bin",
+    }
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True)
+    return out.stdout.strip()
+
+
+def write(repo: Path, files: dict[str, str | bytes | None]) -> None:
+    for name, content in files.items():
+        f = repo / name
+        if content is None:
+            f.unlink()
+            continue
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(content if isinstance(content, bytes) else content.encode())
+
+
+def commit(repo: Path, message: str, when: int) -> str:
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-q", "-m", message, when=when)
+    return sh(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "repo"
+    r.mkdir()
+    sh(r, "init", "-q", "-b", "main")
+    return r
+
+
+def test_tree_blobs_and_diff_of_two_commits(repo):
+    write(
+        repo, {"a.py": "def a():\n    return 1\n", "b.py": "def b():\n    return 2\n" * 20, "c.py": "C = 3\n"}
+    )
+    c1 = commit(repo, "one", 1_700_000_000)
+    write(repo, {"a.py": "def a():\n    return 10\n", "c.py": None, "d.py": "D = 4\n"})
+    (repo / "lib").mkdir()
+    sh(repo, "mv", "b.py", "lib/b2.py")
+    c2 = commit(repo, "two", 1_700_000_100)
+    assert git.resolve_commit(repo, "HEAD") == c2 == git.resolve_commit(repo, "main")
+    assert git.commit_time_ns(repo, c1) == 1_700_000_000 * 10**9
+    tree = {e.path: e for e in git.list_tree(repo, c2)}
+    assert set(tree) == {"a.py", "lib/b2.py", "d.py"}
+    assert tree["d.py"].size == 6
+    assert git.read_blob(repo, c1, "c.py", limit=100) == b"C = 3\n"
+    with pytest.raises(git.GitError, match="too large"):
+        git.read_blob(repo, c1, "b.py", limit=10)
+    assert git.read_blobs(repo, [tree["d.py"].blob]) == {tree["d.py"].blob: b"D = 4\n"}
+    assert set(git.diff(repo, c1, c2)) == {
+        git.Change("M", "a.py"),
+        git.Change("A", "d.py"),
+        git.Change("R", "lib/b2.py", "b.py"),  # detected as a rename: same content
+        git.Change("D", "c.py"),
+    }
+    # a new branch (all-zero "before") or no "before": every tracked file is added
+    assert {c.path for c in git.diff(repo, "0" * 40, c2)} == set(tree)
+    assert git.commit_exists(repo, c1) and not git.commit_exists(repo, "f" * 40)
+
+
+def test_refs_from_outside_are_never_options(repo):
+    for bad in ("-x", "--upload-pack=touch /tmp/x", "a..b", "a b", ""):
+        with pytest.raises(ValueError):
+            git.check_ref(bad)
+    write(repo, {"a.py": "A = 1\n"})
+    commit(repo, "one", 1_700_000_000)
+    with pytest.raises(git.GitError):
+        git.resolve_commit(repo, "no-such-branch")
+    assert (
+        git.redact_url("fatal: https://user:tok3n@host/x.git not found")
+        == "fatal: https://***@host/x.git not found"
+    )
+
+
+def test_clone_and_fetch_into_a_bare_mirror(repo, tmp_path):
+    write(repo, {"a.py": "A = 1\n"})
+    c1 = commit(repo, "one", 1_700_000_000)
+    dest = tmp_path / "home" / "git" / "t" / "src.git"
+    git.sync_clone(str(repo), dest)
+    assert git.resolve_commit(dest, "main") == c1
+    write(repo, {"b.py": "B = 2\n"})
+    c2 = commit(repo, "two", 1_700_000_100)
+    git.sync_clone(str(repo), dest)  # fetched, not cloned again
+    assert git.resolve_commit(dest, "main") == c2
+    bundle = tmp_path / "r.bundle"
+    sh(repo, "bundle", "create", str(bundle), "--all")
+    assert git.resolve_commit(git.sync_clone(str(bundle), tmp_path / "from-bundle.git"), "main") == c2
+
+
+def test_default_skip_rules_and_globs():
+    skip = git.path_skip_reason
+    for path in (
+        "vendor/lib.go",
+        "web/node_modules/x/index.js",
+        "third_party/a.c",
+        "static/app.min.js",
+        "package-lock.json",
+        "poetry.lock",
+        "api/service_pb2.py",
+        "gen/x.pb.go",
+    ):
+        assert skip(path, 10, 1000) is not None, path
+    assert skip("src/app.py", 10, 1000) is None
+    assert skip("src/app.py", 2000, 1000) == "larger than 1000 bytes"
+    assert skip("src/app.py", 10, 1000, include=["lib/*"]) == "not matched by include"
+    assert skip("lib/deep/app.py", 10, 1000, include=["lib/*"]) is None
+    assert skip("src/app.py", 10, 1000, exclude=["**/app.py"]) == "excluded (**/app.py)"
+    assert (
+        skip("app.py", 10, 1000, exclude=["**/app.py"]) == "excluded (**/app.py)"
+    )  # '**/' may match nothing
+    assert skip("vendor/lib.go", 10, 1000, skip_globs=()) is None  # skip_defaults: false
+
+
+def test_content_rules_binary_minified_generated():
+    assert git.content_skip_reason(b"\x89PNG\r\n\x1a\n\x00\x00", 1000) == "binary (NUL bytes)"
+    assert git.content_skip_reason(b"var a=1;" * 500, 1000).startswith("minified")
+    go = b"// Code generated by protoc-gen-go. DO NOT EDIT.\npackage api\n"
+    assert git.content_skip_reason(go, 1000).startswith("generated")
+    assert git.content_skip_reason(b"# @generated by tool\nx = 1\n", 1000).startswith("generated")
+    assert git.content_skip_reason(b"def f():\n    return 1\n", 1000) is None
+    # code that only talks about the markers (like ingest/git.py itself) is not generated
+    own = (Path(git.__file__)).read_bytes()
+    assert git.content_skip_reason(own, 1000) is None
+
+
+def test_git_source_lists_tracked_files_minus_skipped(repo, tmp_path):
+    write(
+        repo,
+        {
+            "pkg/app.py": "def main():\n    return 0\n",
+            "pkg/__init__.py": "",
+            "docs/guide.md": "# Guide\n\nText.\n",
+            "vendor/dep.py": "X = 1\n",
+            "web/app.min.js": "var a=1;",
+            "web/big.js": "var a = 1;" * 200,
+            "data/logo.png": b"\x89PNG\x00\x00",
+            "gen/api.go": "// Code generated by x. DO NOT EDIT.\npackage gen\n",
+            "notes.xyz": "what\n",
+        },
+    )
+    (repo / "untracked.py").write_text("U = 1\n")
+    c1 = commit(repo, "one", 1_700_000_000)
+    (repo / "untracked2.py").write_text("U = 2\n")  # never committed: not listed
+    spec = SourceSpec(name="src", kind="git", tenant="t", path=repo)
+    listing = GitSource(spec).list()
+    assert listing.commit == c1
+    paths = {i.path for i in listing.items}
+    assert paths == {"pkg/app.py", "docs/guide.md", "untracked.py"}
+    reasons = dict(listing.skipped)
+    assert reasons["vendor/dep.py"].startswith("vendored")
+    assert reasons["web/app.min.js"].startswith("vendored")
+    assert reasons["web/big.js"].startswith("minified")
+    assert reasons["gen/api.go"].startswith("generated")
+    assert reasons["pkg/__init__.py"] == "empty"
+    assert reasons["data/logo.png"] == "unsupported file type"
+    item = next(i for i in listing.items if i.path == "pkg/app.py")
+    assert item.fingerprint == sh(repo, "rev-parse", f"{c1}:pkg/app.py")  # the blob id
+    assert item.version == 1_700_000_000 * 10**9
+    assert parse_git_uri(item.uri) == (repo.resolve(), c1, "pkg/app.py")
+    # the defaults can be turned off, and include/exclude narrow the listing
+    spec2 = SourceSpec(name="src", kind="git", tenant="t", path=repo, skip_defaults=False, exclude=["docs/*"])
+    paths2 = {i.path for i in GitSource(spec2).list().items}
+    assert {"vendor/dep.py", "web/big.js", "gen/api.go"} <= paths2 and "docs/guide.md" not in paths2
+
+
+def test_git_source_spec_and_uri_validation(tmp_path):
+    with pytest.raises(ValueError, match="needs 'path'"):
+        SourceSpec(name="s", kind="git", tenant="t")
+    with pytest.raises(ValueError, match="not a valid git ref"):
+        SourceSpec(name="s", kind="git", tenant="t", url="https://example.org/r.git", ref="--all")
+    with pytest.raises(SourceUnavailable, match="not a git repository"):
+        GitSource(SourceSpec(name="s", kind="git", tenant="t", path=tmp_path)).list()
+    uri = git_uri(Path("/srv/a@b/repo"), "a" * 40, "x/y@z.py")
+    assert parse_git_uri(uri) == (Path("/srv/a@b/repo"), "a" * 40, "x/y@z.py")
+    for bad in ("git:/srv/repo:x.py", "/srv/repo@" + "a" * 40 + ":x.py", "git:/r@" + "a" * 40 + ":"):
+        with pytest.raises(ParseError):
+            parse_git_uri(bad)

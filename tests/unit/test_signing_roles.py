@@ -1,0 +1,94 @@
+"""Producer roles: which tasks each role may send, and how a signed message's role is found (the
+subject CN of the certificate that signed it). The worker-side refusal runs in
+tests/integration/test_producer_roles.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from ragline.shared import names, signing
+
+
+def _cert(folder: Path, cn: str) -> tuple[bytes, bytes]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    (folder / f"{cn}.pem").write_bytes(pem)
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return key_pem, pem
+
+
+def test_every_worker_task_is_named_and_builtins_belong_to_no_role():
+    from ragline.shared.celery_app import app
+
+    app.loader.import_default_modules()
+    for module in app.conf.include:
+        __import__(module)
+    ours = {name for name in app.tasks if name.startswith("ragline.")}
+    assert ours == set(names.ALL_TASKS)
+    builtins = {name for name in app.tasks if name.startswith("celery.")}
+    assert "celery.group" in builtins and "celery.chain" in builtins
+    for role, tasks in names.PRODUCER_ROLES.items():
+        assert tasks <= set(names.ALL_TASKS), role
+        assert not tasks & builtins, role
+    # every task runs behind the role check, Celery's built-in canvas tasks included
+    assert {app.tasks[n].Strategy for n in app.tasks} == {"ragline.shared.signing:role_strategy"}
+
+
+def test_a_chat_backend_may_ask_but_never_ingest_or_change_permissions():
+    chat, relay = names.PRODUCER_ROLES["chat"], names.PRODUCER_ROLES["relay"]
+    assert chat == {names.TASK_QUERY_RETRIEVE, names.TASK_QUERY_RERANK, names.TASK_QUERY_ASK}
+    assert not chat & {names.TASK_INGEST_DOCUMENT, names.TASK_INGEST_BATCH, names.TASK_ACL_SYNC}
+    assert relay == {names.TASK_INGEST_EVENT, names.TASK_ACL_SYNC}
+    assert names.PRODUCER_ROLES["operator"] == set(names.ALL_TASKS)
+
+
+def test_role_of_a_certificate_comes_from_its_common_name():
+    assert signing.role_of_cn("ragline-chat") == "chat"
+    assert signing.role_of_cn("ragline-worker") == "worker"
+    assert signing.role_of_cn("ragline-root") == signing.NO_ROLE
+    assert signing.role_of_cn("chat") == signing.NO_ROLE
+    assert signing.role_of_cn("trusted") == signing.NO_ROLE
+
+
+def test_signer_role_of_a_signed_body(tmp_path):
+    from celery.security.certificate import Certificate, FSCertStore
+    from celery.security.key import PrivateKey
+    from celery.security.serialization import SecureSerializer
+
+    store = tmp_path / "certs"
+    store.mkdir()
+    keys = {cn: _cert(store, cn) for cn in ("ragline-chat", "ragline-relay", "someone")}
+    roles = signing.load_roles(str(store / "*.pem"))
+    assert sorted(roles.by_signer.values()) == ["chat", signing.NO_ROLE, "relay"]
+    for cn, expected in (("ragline-chat", "chat"), ("ragline-relay", "relay"), ("someone", "none")):
+        key, pem = keys[cn]
+        serializer = SecureSerializer(
+            PrivateKey(key.decode()), Certificate(pem.decode()), FSCertStore(str(store / "*.pem")), "sha256"
+        )
+        body = serializer.serialize([[{"query": "q"}], {}, {}])
+        assert serializer.deserialize(body) == [[{"query": "q"}], {}, {}]  # verifies in the store
+        assert roles.signer_role(body) == expected
+    assert roles.allowed("chat", names.TASK_QUERY_ASK)
+    assert not roles.allowed("chat", names.TASK_INGEST_DOCUMENT)
+    assert not roles.allowed(signing.NO_ROLE, names.TASK_QUERY_ASK)
+    assert not roles.allowed("worker", "celery.group")
