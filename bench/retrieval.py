@@ -5,7 +5,7 @@ recall@10 of the ANN path against exact search.
 (its tenant filter selects almost everything) and one holds 1% (a selective filter, where a
 plain HNSW scan would return too few rows without ``hnsw.iterative_scan``). The query vector
 is passed precomputed (``SearchRequest.query_vector``) so the embedder is not measured.
-Direct and queued calls alternate query by query, so both see the same machine load. Both run
+Direct and queued calls alternate query by query (in a rotating order), so both see the same machine load. Both run
 as the query pool's read-only role, whose row-level security policies (migration 0007) filter
 every row; the same direct statement as the tables' owner (no policy) alternates with them and
 shows what the policies cost.
@@ -33,6 +33,13 @@ TITLE = "Retrieval latency: query queue vs direct SQL; recall@10 ANN vs exact"
 SMOKE = {"n_chunks": 1000, "n_queries": 4, "recall_queries": 4, "warmup": 1, "rebuild_index": False}
 ACL = ["bench"]
 K = 10
+#: the order of the three calls of each query, in turn
+ORDERS = (
+    ("rls", "owner", "queue"),
+    ("queue", "owner", "rls"),
+    ("owner", "rls", "queue"),
+    ("queue", "rls", "owner"),
+)
 
 
 def _tenants(prefix: str, n_chunks: int, small_share: float) -> dict[str, int]:
@@ -92,10 +99,11 @@ def _request(tenant: str, qvec: np.ndarray):
     )
 
 
-def _direct(tenant: str, qvec: np.ndarray, settings, rls: bool = True) -> float:
+def _direct(tenant: str, qvec: np.ndarray, settings, rls: bool = True) -> tuple[float, list[tuple[str, int]]]:
     """The retrieval task's vector statement (``ragline.query.retrieve.vector_rows``: same SQL, same
     transaction settings) in a read-only transaction on a pooled connection of this process: as the
-    query pool's role (row-level security on, like the task) or, ``rls=False``, as the tables' owner."""
+    query pool's role (row-level security on, like the task) or, ``rls=False``, as the tables' owner.
+    Milliseconds, and the first ``K`` rows' keys."""
     from ragline.query.retrieve import read_only_transaction, set_transaction_params, vector_rows
     from ragline.shared import db
 
@@ -104,8 +112,8 @@ def _direct(tenant: str, qvec: np.ndarray, settings, rls: bool = True) -> float:
     t = time.perf_counter()
     with db.query_connection() if rls else db.connection() as conn, read_only_transaction(conn):
         set_transaction_params(conn, req, settings, n)
-        vector_rows(conn, req, qvec, n, settings)
-    return (time.perf_counter() - t) * 1000
+        rows = vector_rows(conn, req, qvec, n, settings)
+    return (time.perf_counter() - t) * 1000, [(r["doc_id"], r["chunk_no"]) for r in rows[:K]]
 
 
 def _payload(tenant: str, qvec: np.ndarray, groups: list[str] = ACL) -> dict:
@@ -189,21 +197,26 @@ def _measure_pool(
             _direct(tenant, q, settings)
             _direct(tenant, q, settings, rls=False)
             _queued(tenant, q)
-        direct_ms, owner_ms, queue_ms, task_ms, recalls = [], [], [], [], []
+        direct_ms, owner_ms, queue_ms, task_ms, recalls, owner_recalls = [], [], [], [], [], []
         for i, q in enumerate(queries[warmup : warmup + max(n_queries, recall_queries)]):
-            if i % 2:  # alternate the order so neither side always runs on a warm cache
-                direct_ms.append(_direct(tenant, q, settings))
-                owner_ms.append(_direct(tenant, q, settings, rls=False))
-                ms, inside, ann = _queued(tenant, q)
-            else:
-                ms, inside, ann = _queued(tenant, q)
-                owner_ms.append(_direct(tenant, q, settings, rls=False))
-                direct_ms.append(_direct(tenant, q, settings))
+            # rotate the order so that no side always runs first (on pages the others then find in
+            # shared buffers): the queue first or last, the owner before or after the query role
+            calls: dict = {}
+            for side in ORDERS[i % len(ORDERS)]:
+                if side == "queue":
+                    calls[side] = _queued(tenant, q)
+                else:
+                    calls[side] = _direct(tenant, q, settings, rls=side == "rls")
+            ms, inside, ann = calls["queue"]
+            owner_ann = calls["owner"][1]
+            direct_ms.append(calls["rls"][0])
+            owner_ms.append(calls["owner"][0])
             queue_ms.append(ms)
             task_ms.append(inside)
             if i < recall_queries:
                 exact = _exact(exact_conn, tenant, q)
                 recalls.append(len(set(ann) & set(exact)) / max(1, min(K, len(exact))))
+                owner_recalls.append(len(set(owner_ann) & set(exact)) / max(1, min(K, len(exact))))
         direct_ms, queue_ms, task_ms = direct_ms[:n_queries], queue_ms[:n_queries], task_ms[:n_queries]
         owner_ms = owner_ms[:n_queries]
         sc = {
@@ -228,6 +241,9 @@ def _measure_pool(
                 recall_at_10=round(float(np.mean(recalls)), 4),
                 recall_min=round(float(np.min(recalls)), 4),
                 recall_queries=len(recalls),
+                # the same statement as the owner (no policy), on the same index in the same run
+                recall_at_10_owner_without_rls=round(float(np.mean(owner_recalls)), 4),
+                recall_min_owner_without_rls=round(float(np.min(owner_recalls)), 4),
             )
         out["scenarios"][label] = sc
     return out
@@ -331,8 +347,9 @@ def run(
         "Row-level security (migration 0007): the task and direct_sql run as the query pool's role, whose"
         " policies filter every row on ragline.tenant / ragline.groups; direct_sql_owner_without_rls is the"
         " same statement as the tables' owner (no policy), alternated with the others query by query, so"
-        " the difference between the two direct columns is what the policies cost. Recall is of the"
-        " queued (query role) hits.",
+        " the difference between the two direct columns is what the policies cost (rls_minus_owner_ms: per"
+        " query, paired). recall_at_10 is of the queued (query role) hits; recall_at_10_owner_without_rls of"
+        " the owner's, on the same index in the same run (an HNSW graph differs from build to build).",
         "threads_pool_comparison: the same measurement with the threads pool (the default when the model"
         " runs in the worker: one shared model, every core per query embedding); no target, no recall. The"
         " pools are measured one after the other (the second on warmer caches): compare each pool's queue"

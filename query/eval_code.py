@@ -12,10 +12,11 @@ SweRank tables): hits (chunks) map to the file they come from, first occurrence 
 ``acc@k`` is 1 when *all* gold files are within the first k files, ``recall@10`` the share of gold
 files within 10, ``mrr`` the reciprocal rank of the first gold file.
 
-The structural signals (:mod:`ragline.query.structure`) are measured one by one on the candidates
-of one structural hybrid search per query (every candidate returned, with its ranks), re-fused and
-re-scored with the same pure functions the retrieval task applies, so an ablation costs no extra
-retrieval.
+The structural signals (:mod:`ragline.query.structure`) are measured one by one on the hits of the
+structural hybrid search of each query (its ``top_n`` best candidates, with their ranks), re-fused
+and re-scored with the same pure functions the retrieval task applies, so an ablation costs no
+extra retrieval; ``none`` is therefore plain fusion over those candidates, close to but not the
+same list as the plain hybrid search.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ ACC_AT = (1, 3, 5, 10)
 RECALL_AT = 10
 #: the retrieval contract's question limit (``SearchRequest.query``); longer issue texts are cut
 MAX_QUERY_CHARS = 4000
+#: RRF weights of the lexical list measured beside the default (the vector list's weight is 1)
+LEXICAL_WEIGHTS = (0.1, 0.25, 0.5, 1.0)
 #: a mode is a retrieval mode, or ``hybrid+structure``: hybrid with the structural re-score
 MODES = ("lexical", "vector", "hybrid", "hybrid+structure")
 
@@ -212,8 +215,7 @@ def task_search(timeout: float = 300.0) -> SearchFn:
             "query": query,
             "tenant": tenant,
             "groups": [EVAL_GROUP],
-            # a structural search returns every candidate, so that the ablation can re-score them all
-            "k": 200 if structural else get_settings().retrieval.top_n,
+            "k": get_settings().retrieval.top_n,
             "mode": mode,
             "layers": layers,
             "rerank": False,
@@ -297,8 +299,15 @@ def run_code_eval(
                 if candidates is None:
                     candidates = search(text, tenant, "hybrid", layer_list, True)["hits"]
                 hits = [Hit.model_validate(h) for h in candidates]
-                for label, w in structure.ablations(weights).items():
-                    fused = structure.refuse(hits, w, weights.named, settings.retrieval.rrf_k)
+                r = settings.retrieval
+                runs = [(label, w, r.rrf_weight_lexical) for label, w in structure.ablations(weights).items()]
+                runs += [
+                    (f"{label}, lexical weight {wl:g}", w, wl)
+                    for wl in LEXICAL_WEIGHTS
+                    for label, w in (("none", structure.Weights()), ("configured", weights))
+                ]
+                for label, w, wl in runs:
+                    fused = structure.refuse(hits, w, r.rrf_k, r.rrf_weight_vector, wl)
                     ranked = structure.rescore(fused, text, w, settings)
                     name = f"{label} [{variant}]"
                     ablations.setdefault(name, CodeReport(name)).add(q, file_ranking(ranked, source))

@@ -304,19 +304,21 @@ def ablations(w: Weights, grid: tuple[float, ...] = GRID) -> dict[str, Weights]:
     return out
 
 
-def refuse(hits: list[Hit], w: Weights, configured_named: float, rrf_k: int) -> list[Hit]:
-    """Candidates of a structural search (``k`` large enough to return them all) with their fused
-    score recomputed for the named files' weight ``w.named`` instead of ``configured_named``, sorted;
-    a chunk only the named list found is dropped at weight 0. For measuring, with :func:`rescore`."""
+def refuse(hits: list[Hit], w: Weights, rrf_k: int, vector_weight: float, lexical_weight: float) -> list[Hit]:
+    """Candidates of a structural search with their fused score recomputed from their ranks (vector,
+    lexical, named files) for other RRF weights, sorted; a chunk only a zero-weight list found is
+    dropped. For measuring, with :func:`rescore`; prefer bonus and test penalty are kept."""
     out = []
     for pos, h in enumerate(hits):
-        old = configured_named / (rrf_k + h.named_rank) if h.named_rank else 0.0
-        new = w.named / (rrf_k + h.named_rank) if h.named_rank else 0.0
-        if h.vector_rank is None and h.lexical_rank is None and new == 0.0:
+        parts = [
+            (vector_weight, h.vector_rank),
+            (lexical_weight, h.lexical_rank),
+            (w.named, h.named_rank),
+        ]
+        if not any(weight and rank for weight, rank in parts):
             continue
-        fused = round((h.fused_score or 0.0) - old + new, 8)
-        out.append(
-            (round(fused + h.prefer_bonus - h.test_penalty, 8), pos, h.model_copy(update={"score": fused}))
-        )
+        fused = round(sum(weight / (rrf_k + rank) for weight, rank in parts if rank), 8)
+        score = round(fused + h.prefer_bonus - h.test_penalty, 8)
+        out.append((score, pos, h.model_copy(update={"score": score, "fused_score": fused})))
     out.sort(key=lambda t: (-t[0], t[1]))
-    return [h.model_copy(update={"score": score, "fused_score": h.score}) for score, _, h in out]
+    return [h for _, _, h in out]

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from ragline.query import service
 from ragline.query.admission import get_admission
 from ragline.query.deadline import QueryLimitError, question_deadline
-from ragline.query.retrieve import lexical_index_problem
+from ragline.query.retrieve import row_security_problem
 from ragline.shared import db, warmup
 from ragline.shared.celery_app import app
 from ragline.shared.contracts import AskRequest, ErrorResult, RerankRequest, SearchRequest
@@ -80,6 +80,6 @@ def _warm_query() -> None:
     get_reranker()
     get_admission()
     with db.query_connection() as conn:
-        problem = lexical_index_problem(conn)
+        problem = row_security_problem(conn)
     if problem:
         log.warning(problem)

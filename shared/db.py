@@ -9,7 +9,6 @@ call :func:`reset` from ``worker_process_init`` so that no socket is shared acro
 
 from __future__ import annotations
 
-import logging
 import os
 import secrets
 import threading
@@ -25,8 +24,6 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from ragline.shared.settings import Settings, get_settings
-
-log = logging.getLogger(__name__)
 
 #: the read-only group role of migration 0007, and the login role the embedded stack creates in it
 QUERY_ROLE = "ragline_query"
@@ -49,7 +46,7 @@ def _configure(conn: psycopg.Connection) -> None:
 def query_database_url(settings: Settings) -> str:
     """Where the query pool connects: ``RAGLINE_QUERY_DATABASE_URL``, else the login role the
     embedded stack created (:func:`ensure_query_login`), else the owner's URL, which row-level
-    security does not bind (logged once per pool as a warning)."""
+    security does not bind (the query pool's warm-up says so)."""
     if settings.services.query_database_url:
         return settings.services.query_database_url
     if settings.embedded_db:
@@ -79,16 +76,7 @@ def _get(name: str) -> ConnectionPool:
         held = _pools.get(name)
         if held is None or held[0] != os.getpid():
             settings = get_settings()
-            if name == "query":
-                url = query_database_url(settings)
-                if url == settings.effective_database_url():
-                    log.warning(
-                        "the query pool connects as the tables' owner: row-level security does not"
-                        " bind it; set RAGLINE_QUERY_DATABASE_URL to a member of %s",
-                        QUERY_ROLE,
-                    )
-            else:
-                url = settings.effective_database_url()
+            url = query_database_url(settings) if name == "query" else settings.effective_database_url()
             _pools[name] = (os.getpid(), _new_pool(name, url, settings))
         return _pools[name][1]
 

@@ -232,8 +232,9 @@ class CodeSettings(_Group):
     structure: bool = Field(True, validation_alias="RAGLINE_CODE_STRUCTURE")
     # a hit from a file the question names (a path, a traceback line; a bare file name counts half)
     file_bonus: float = Field(0.004, ge=0, validation_alias="RAGLINE_CODE_FILE_BONUS")
-    # a hit that defines an identifier the question names (``register_hook``, ``Session.request``)
-    definition_bonus: float = Field(0.004, ge=0, validation_alias="RAGLINE_CODE_DEFINITION_BONUS")
+    # a hit that defines an identifier the question names (``register_hook``, ``Session.request``):
+    # off by default, it lost on swe-loc-dev (issues name many identifiers, tracebacks common ones)
+    definition_bonus: float = Field(0.0, ge=0, validation_alias="RAGLINE_CODE_DEFINITION_BONUS")
     # a hit that only mentions such an identifier
     mention_bonus: float = Field(0.0, ge=0, validation_alias="RAGLINE_CODE_MENTION_BONUS")
     # a hit from a file that a retrieved document's ``related_code`` front matter points at
@@ -244,7 +245,7 @@ class CodeSettings(_Group):
     # first) join the candidates as a third RRF list of this weight, even when neither retriever
     # found them; 0 chunks turns the lookup off
     named_files: int = Field(20, ge=0, le=200, validation_alias="RAGLINE_CODE_NAMED_FILES")
-    named_weight: float = Field(0.5, ge=0, validation_alias="RAGLINE_CODE_NAMED_WEIGHT")
+    named_weight: float = Field(0.25, ge=0, validation_alias="RAGLINE_CODE_NAMED_WEIGHT")
 
 
 class ContextSettings(_Group):

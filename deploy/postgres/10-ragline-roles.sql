@@ -32,6 +32,10 @@ SELECT :'ragline_password' = '' OR :'query_password' = '' AS empty_password \gse
 
 -- pgvector is not a trusted extension: only a superuser creates it, the migrations then find it
 CREATE EXTENSION IF NOT EXISTS vector;
+-- row-level security uses a WHERE condition for an index only when its operator is leakproof:
+-- without this mark the query role's full-text search reads all of a tenant's rows (operations.md,
+-- "Row-level security"); ts_match_vq raises errors only about its query, never about the row
+ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF;
 
 SELECT 'CREATE ROLE ragline LOGIN'
  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ragline') \gexec

@@ -161,7 +161,7 @@ def markdown_table(path: Path = RESULTS) -> str:
         for r in rows:
             lines.append(
                 f"| {r['fault']} | {r['tasks_affected']} | {r['recovered']} | {r['lost']} | {r['duplicated']} "
-                f"| {r['time_to_recover_s']} | {r['failures_recorded']} |"
+                f"| {'-' if r['time_to_recover_s'] is None else r['time_to_recover_s']} | {r['failures_recorded']} |"
             )
     bad = [r for r in data.get("bad_input_documents", []) if "case" in r]
     if bad:

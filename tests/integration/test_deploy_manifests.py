@@ -886,6 +886,10 @@ def test_roles_sql_creates_non_superuser_roles_that_run_ragline(scratch_postgres
         assert su.execute(
             "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'ragline'"
         ).fetchone() == ("ragline",)
+        # the owner is no superuser, so migration 0007 cannot mark ts_match_vq: the script does
+        assert su.execute(
+            "SELECT proleakproof FROM pg_proc WHERE oid = 'pg_catalog.ts_match_vq(tsvector,tsquery)'::regprocedure"
+        ).fetchone() == (True,)
         su.execute("CREATE ROLE stranger LOGIN")
 
     # every migration applies as the owner role, without superuser rights

@@ -75,7 +75,8 @@ def test_a_retrieval_that_forgot_its_tenant_filter_does_not_leak(corpus, monkeyp
         req = SearchRequest(query=WORD, tenant=corpus, groups=["g"], k=10, mode=mode)
         with db.connection() as owner:  # as the owner the bug is real: another tenant's and hr's rows
             leaked = {h.doc_id for h in retrieve.search(owner, req, vec(WORD), settings).hits}
-        assert leaked == {"open.md", "hr.md", "both.md", "x.md"}, mode
+        # (other tests' documents may match too when the whole suite shares the database)
+        assert leaked >= {"open.md", "hr.md", "both.md", "x.md"}, mode
         with db.query_connection() as conn:  # the query pool's role: only what the caller may see
             hits = retrieve.search(conn, req, vec(WORD), settings).hits
         assert {h.doc_id for h in hits} == {"open.md", "both.md"}, mode
@@ -172,7 +173,7 @@ def test_lexical_search_keeps_its_index_under_row_level_security(corpus):
             owner.execute("SET LOCAL ROLE ragline_query_login")
             retrieve.set_transaction_params(owner, req, settings)
             plan = "\n".join(r["QUERY PLAN"] for r in owner.execute(sql, params))
-            return plan, retrieve.lexical_index_problem(owner)  # last: it ends the transaction
+            return plan, retrieve.row_security_problem(owner)  # last: it ends the transaction
         finally:
             owner.rollback()
 
@@ -182,4 +183,6 @@ def test_lexical_search_keeps_its_index_under_row_level_security(corpus):
         plan, problem = plan_as_query_role(owner, leakproof=False)  # rolled back afterwards
         assert "chunks_tsv_gin" not in plan and "LEAKPROOF" in problem, plan
     with db.query_connection() as conn:
-        assert retrieve.lexical_index_problem(conn) is None
+        assert retrieve.row_security_problem(conn) is None
+    with db.connection() as owner:  # a query pool left on DATABASE_URL is told it is not bound
+        assert "does not bind" in retrieve.row_security_problem(owner)

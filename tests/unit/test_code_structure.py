@@ -179,11 +179,18 @@ def test_named_files_join_the_candidates_as_a_third_list_and_can_be_refused():
     out = structure.with_named([a, b], [named_c, named_b], 0.5, 60)
     assert [(h.path, h.named_rank) for h in out] == [("r/a.py", None), ("r/b.py", 2), ("r/c.py", 1)]
     assert out[1].score == pytest.approx(0.0161 + 0.5 / 62) and out[2].score == pytest.approx(0.5 / 61)
-    # at weight 0 the named-only chunk drops out and the others get their plain fused score back
-    plain = structure.refuse(out, structure.Weights(named=0.0), 0.5, 60)
-    assert [(h.path, round(h.score, 6)) for h in plain] == [("r/a.py", 0.0164), ("r/b.py", 0.0161)]
-    heavier = structure.refuse(out, structure.Weights(named=2.0), 0.5, 60)
+    # re-fused from the ranks: at weight 0 the named-only chunk drops out
+    plain = structure.refuse(out, structure.Weights(named=0.0), 60, 1.0, 0.0)
+    assert [(h.path, round(h.score, 6)) for h in plain] == [
+        ("r/a.py", round(1 / 61, 6)),
+        ("r/b.py", round(1 / 62, 6)),
+    ]
+    heavier = structure.refuse(out, structure.Weights(named=2.0), 60, 1.0, 0.0)
     assert [h.path for h in heavier] == ["r/b.py", "r/c.py", "r/a.py"]
+    # a lexical list that ranks b first outweighs the vector list at equal weights
+    lex = [h.model_copy(update={"lexical_rank": {"r/b.py": 1, "r/a.py": 5}.get(h.path)}) for h in out]
+    both = structure.refuse(lex, structure.Weights(), 60, 1.0, 1.0)
+    assert [h.path for h in both] == ["r/b.py", "r/a.py"]
 
 
 def test_the_retrieval_hook_runs_only_when_it_can_change_something():

@@ -58,7 +58,9 @@ def _race(home: str, queue) -> None:
 
 
 def test_processes_racing_for_a_new_secret_agree_on_one_value(tmp_path):
-    ctx = multiprocessing.get_context("fork")
+    # spawn: a forked child of a process that already ran threads (a whole test session) can hang on
+    # a lock some other thread held at fork time
+    ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_race, args=(str(tmp_path / "home"), queue)) for _ in range(8)]
     for p in procs:

@@ -88,6 +88,8 @@ OLD_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_CODE_SYMBOLS", "false", "code.symbols", False),
     ("RAGLINE_CODE_SYMBOLS_LAYER", "map", "code.symbols_layer", "map"),
     ("RAGLINE_CODE_SYMBOL_DOC_CHARS", "120", "code.symbol_doc_chars", 120),
+    ("RAGLINE_CODE_NAMED_FILES", "5", "code.named_files", 5),
+    ("RAGLINE_CODE_NAMED_WEIGHT", "0.5", "code.named_weight", 0.5),
     ("RAGLINE_CODE_LAYER_RANKS", '{"src": 0, "map": 1}', "code.layer_ranks", {"src": 0, "map": 1}),
     ("RAGLINE_CODE_STRUCTURE", "false", "code.structure", False),
     ("RAGLINE_CODE_FILE_BONUS", "0.01", "code.file_bonus", 0.01),
