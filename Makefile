@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DOCS ?= .
+DOCS ?= docs
 PIP_FLAGS ?= --disable-pip-version-check -q
 PY_DIRS := ragline ingest query shared tests bench examples
 
