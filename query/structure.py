@@ -291,12 +291,18 @@ GRID = (0.001, 0.002, 0.004, 0.008, 0.016)
 
 def ablations(w: Weights, grid: tuple[float, ...] = GRID) -> dict[str, Weights]:
     """The variants measured: no structure, the configured weights, each configured signal left out,
-    and each signal alone at every size of ``grid`` (the layer step at a tenth of it)."""
+    each signal that is off added to them, and each signal alone at every size of ``grid`` (the layer
+    step at a tenth of it, the named files' RRF weight at 62.5 times it)."""
     out = {"none": Weights(), "configured": w}
     configured = [k for k, v in w.as_dict().items() if v]
     if len(configured) > 1:
         for f in configured:
             out[f"configured but {f}"] = replace(w, **{f: 0.0})
+    for f in Weights.__dataclass_fields__:  # each signal that is off, added to the configured ones
+        if f not in configured:
+            size = grid[len(grid) // 2]
+            size = size / 10 if f == "layer_step" else size * 62.5 if f == "named" else size
+            out[f"configured plus {f}={size:g}"] = replace(w, **{f: size})
     for f in Weights.__dataclass_fields__:
         for v in grid:
             size = v / 10 if f == "layer_step" else v * 62.5 if f == "named" else v

@@ -157,7 +157,10 @@ def test_ablations_cover_each_signal_alone_and_left_out():
     assert out["only file=0.01"] == structure.Weights(file=0.01)
     assert out["only layer_step=0.001"] == structure.Weights(layer_step=0.001)
     assert out["only named=0.625"] == structure.Weights(named=0.625)
-    assert len(out) == 2 + 2 + 6 * 2
+    assert out["configured plus mention=0.01"] == structure.Weights(
+        file=0.004, definition=0.002, mention=0.01
+    )
+    assert len(out) == 2 + 2 + 4 + 6 * 2
 
 
 def test_named_files_become_path_suffix_patterns():
