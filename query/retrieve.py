@@ -438,7 +438,7 @@ def search(
                 stage = "the lexical search"
                 lexical = lexical_rows(conn, req, n, settings)
                 timings["lexical"] = elapsed_ms(t)
-            if (vector_search or lexical_search) and structure_on(req, settings):
+            if (vector_search or lexical_search) and structure_on(req, settings) and names_a_file(req):
                 t = time.perf_counter()
                 statements.tighten(conn, "the named files")
                 stage = "the named files"
@@ -480,6 +480,10 @@ def structural(req: SearchRequest, vector: list[dict], lexical: list[dict], sett
 
 def structure_on(req: SearchRequest, settings: Settings) -> bool:
     return settings.code.structure if req.structure is None else req.structure
+
+
+def names_a_file(req: SearchRequest) -> bool:
+    return bool(structure.named(req.query).files)
 
 
 def ranked_by_structure(req: SearchRequest, hits: list[Hit], settings: Settings) -> list[Hit]:
