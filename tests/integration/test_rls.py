@@ -75,8 +75,9 @@ def test_a_retrieval_that_forgot_its_tenant_filter_does_not_leak(corpus, monkeyp
         req = SearchRequest(query=WORD, tenant=corpus, groups=["g"], k=10, mode=mode)
         with db.connection() as owner:  # as the owner the bug is real: another tenant's and hr's rows
             leaked = {h.doc_id for h in retrieve.search(owner, req, vec(WORD), settings).hits}
-        # (other tests' documents may match too when the whole suite shares the database)
-        assert leaked >= {"open.md", "hr.md", "both.md", "x.md"}, mode
+        # Rows the caller may not see come back (which ones depends on what else shares the database:
+        # the whole suite's documents compete for the top k once the scope is gone).
+        assert leaked - {"open.md", "both.md"}, mode
         with db.query_connection() as conn:  # the query pool's role: only what the caller may see
             hits = retrieve.search(conn, req, vec(WORD), settings).hits
         assert {h.doc_id for h in hits} == {"open.md", "both.md"}, mode
