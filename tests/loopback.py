@@ -17,6 +17,7 @@ import json
 import re
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -319,3 +320,18 @@ class LoopbackServer:
                 )
 
         return Handler
+
+
+@contextmanager
+def loopback_voyage(use_settings, **settings):
+    """A loopback server the Voyage embedder (and reranker) point at, ``settings`` applied on top."""
+    with LoopbackServer() as srv:
+        use_settings(
+            **{
+                "embedder": "voyage",
+                "voyage_base_url": srv.url + "/v1",
+                "voyage_api_key": "test-key",
+                **settings,
+            }
+        )
+        yield srv

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from ragline.shared.names import TASK_ACL_SYNC, TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
+from tests.certs import self_signed
 from tests.chaos import harness
-from tests.integration.test_ops_signing import _self_signed
 from tests.integration.test_producer_roles import make_keys, produce, refused_metric
 from tests.pools import start_pool, wait_log
 
@@ -76,7 +76,7 @@ def test_wrong_role_unsigned_and_forged_tasks(stack, tmp_path, tenant, conn):
     keys = make_keys(tmp_path)
     rogue = tmp_path / "rogue"
     rogue.mkdir()
-    rogue_key, rogue_cert = _self_signed(rogue, "ragline-operator")  # claims the widest role, untrusted
+    rogue_key, rogue_cert = self_signed(rogue, "ragline-operator")  # claims the widest role, untrusted
     forged = {
         "RAGLINE_SIGNING_KEY_FILE": str(rogue_key),
         "RAGLINE_SIGNING_CERT_FILE": str(rogue_cert),

@@ -15,7 +15,7 @@ from ragline.ingest.acl_sync import apply_acl_sync
 from ragline.shared.contracts import AclSyncItem, AskRequest, SearchRequest
 from ragline.shared.names import TASK_ACL_SYNC
 from tests.integration.lifecycle_helpers import acl_of, bulk_documents, put_document
-from tests.loopback import LoopbackServer, hashed_embedding
+from tests.loopback import LoopbackServer, hashed_embedding, loopback_voyage
 
 GROUPS = ["eng", "hr", "sales", "all", "Eng"]
 WORDS = ["очередь", "отчёт", "бюджет", "сервер", "отпуск", "договор", "релиз", "пароль", "индекс", "клиент"]
@@ -48,13 +48,7 @@ def corpus(stack):
 @pytest.fixture()
 def loop_embedder(use_settings):
     """The voyage embedder at the loopback server, so ask() embeds its query (vector path) quickly."""
-    with LoopbackServer() as srv:
-        use_settings(
-            embedder="voyage",
-            voyage_base_url=srv.url + "/v1",
-            voyage_api_key="test-key",
-            embed_model="hashed-trigram",
-        )
+    with loopback_voyage(use_settings, embed_model="hashed-trigram") as srv:
         yield srv
 
 
@@ -280,13 +274,7 @@ def test_sync_10k_documents_sends_nothing_to_the_embedder(
     from ragline.cli import app as cli
 
     bulk_documents(conn, tenant, 10_000, ["before"])
-    with LoopbackServer() as srv:
-        use_settings(
-            embedder="voyage",
-            voyage_base_url=srv.url + "/v1",
-            voyage_api_key="test-key",
-            acl_sync_batch_size=2000,
-        )
+    with loopback_voyage(use_settings, acl_sync_batch_size=2000) as srv:
         f = tmp_path / "acl.jsonl"
         f.write_text(
             "\n".join(

@@ -22,20 +22,14 @@ from ragline.ingest.roots import grant_roots
 from ragline.shared import jobs
 from ragline.shared.contracts import AclSyncItem, IngestEvent, IngestRequest, SearchRequest
 from tests.integration.lifecycle_helpers import acl_of, put_document, wait_job
-from tests.loopback import LoopbackServer
+from tests.loopback import loopback_voyage
 
 TEXT = "# Политика\n\nПравила отпусков для сотрудников отдела кадров.\n\n## Детали\n\nЗаявление подают заранее.\n"
 
 
 @pytest.fixture()
 def voyage(use_settings):
-    with LoopbackServer() as srv:
-        use_settings(
-            embedder="voyage",
-            voyage_base_url=srv.url + "/v1",
-            voyage_api_key="test-key",
-            embed_model="voyage-acl-clock",
-        )
+    with loopback_voyage(use_settings, embed_model="voyage-acl-clock") as srv:
         yield srv
 
 

@@ -15,15 +15,14 @@ from typer.testing import CliRunner
 from ragline.ingest.enqueue import default_source_name
 from ragline.ingest.events import handle_event
 from ragline.shared.contracts import IngestEvent, SearchRequest
-from tests.loopback import LoopbackServer
+from tests.loopback import loopback_voyage
 
 ISO_UTC = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"
 
 
 @pytest.fixture()
 def voyage(use_settings):
-    with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
+    with loopback_voyage(use_settings) as srv:
         yield srv
 
 

@@ -20,13 +20,12 @@ from ragline.ingest.enqueue import default_source_name
 from ragline.shared import db
 from tests.conftest import REPO
 from tests.integration.test_ingest import section
-from tests.loopback import LoopbackServer
+from tests.loopback import loopback_voyage
 
 
 @pytest.fixture()
 def voyage(use_settings):
-    with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
+    with loopback_voyage(use_settings) as srv:
         yield srv
 
 
@@ -165,24 +164,15 @@ def test_reindex_prints_a_summary_and_exits_1_when_a_document_failed(
     (root / "ok.md").write_text("# Хорошо\n\n" + section("Б", 4), encoding="utf-8")
     (root / "empty.md").write_bytes(b"")
     name = f"{tenant}-wiki"
-    with LoopbackServer() as srv:
-        use_settings(
-            embedder="voyage",
-            voyage_base_url=srv.url + "/v1",
-            voyage_api_key="test-key",
-            sources=json.dumps(
-                [
-                    {
-                        "name": name,
-                        "kind": "folder",
-                        "tenant": tenant,
-                        "acl": ["staff"],
-                        "path": str(root),
-                        "glob": "**/*.md",
-                    }
-                ]
-            ),
-        )
+    source = {
+        "name": name,
+        "kind": "folder",
+        "tenant": tenant,
+        "acl": ["staff"],
+        "path": str(root),
+        "glob": "**/*.md",
+    }
+    with loopback_voyage(use_settings, sources=json.dumps([source])):
         run = CliRunner().invoke(cli, ["reindex", "--source", name, "--wait"], env={"COLUMNS": "200"})
     assert run.exit_code == 1, run.output
     _no_repr(run.stdout)

@@ -12,18 +12,12 @@ from ragline.ingest.pipeline import ingest_batch, ingest_document
 from ragline.ingest.roots import grant_roots
 from ragline.shared import db, jobs
 from ragline.shared.contracts import IngestRequest
-from tests.loopback import LoopbackServer
+from tests.loopback import LoopbackServer, loopback_voyage
 
 
 @pytest.fixture()
 def voyage(use_settings):
-    with LoopbackServer() as srv:
-        use_settings(
-            embedder="voyage",
-            voyage_base_url=srv.url + "/v1",
-            voyage_api_key="test-key",
-            embed_backoff_base_s=0.01,
-        )
+    with loopback_voyage(use_settings, embed_backoff_base_s=0.01) as srv:
         yield srv
 
 

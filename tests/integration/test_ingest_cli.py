@@ -13,7 +13,7 @@ from ragline.ingest.roots import grant_roots
 from ragline.shared import db
 from tests.conftest import REPO
 from tests.integration.test_ingest import section
-from tests.loopback import LoopbackServer
+from tests.loopback import loopback_voyage
 
 KEYS = {"documents", "chunks", "embedded", "skipped_unchanged", "failed", "errors"}
 
@@ -44,8 +44,7 @@ def test_cli_json_summary_first_and_second_run(celery_worker, use_settings, tena
     (tmp_path / "other").mkdir()
     extra = tmp_path / "other" / "extra.txt"
     extra.write_text("Отдельный файл, переданный путём. В нём два предложения.", encoding="utf-8")
-    with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
+    with loopback_voyage(use_settings) as srv:
         first = _ingest(
             str(tmp_path / "docs"), str(extra), str(extra), "--tenant", tenant, "--acl", "staff, auditors"
         )
@@ -90,8 +89,7 @@ def test_same_file_names_from_two_folders_stay_two_documents(celery_worker, use_
     ):
         folder.mkdir(parents=True)
         (folder / "README.md").write_text(text, encoding="utf-8")
-    with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
+    with loopback_voyage(use_settings):
         first = _ingest(str(hr), "--tenant", tenant, "--acl", "hr")
         second = _ingest(str(it), "--tenant", tenant, "--acl", "it")
     hr_id, it_id = f"{default_source_name(hr)}/README.md", f"{default_source_name(it)}/README.md"
@@ -106,8 +104,7 @@ def test_same_file_names_from_two_folders_stay_two_documents(celery_worker, use_
     )
     assert (docs[it_id]["acl"], docs[it_id]["chunk_acls"]) == (["it"], ["{it}"])
     # the same folder again: the same ids, nothing new
-    with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
+    with loopback_voyage(use_settings):
         again = _ingest(str(hr / "README.md"), str(hr), "--tenant", tenant, "--acl", "hr")
     assert (again["documents"], again["skipped_unchanged"]) == (1, 1) and set(_documents(tenant)) == set(docs)
 
@@ -120,8 +117,7 @@ def test_a_doc_id_of_another_folder_is_refused_and_left_untouched(
         folder.mkdir()
         (folder / "README.md").write_text("# Общий\n\nОдинаковый текст в двух папках.", encoding="utf-8")
         (folder / "intro.md").write_text(f"# Введение\n\n{intro}", encoding="utf-8")
-    with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
+    with loopback_voyage(use_settings):
         _ingest(str(a), "--tenant", tenant, "--acl", "hr", "--source", "wiki")
         before = _documents(tenant)
         refused = _ingest(str(b), "--tenant", tenant, "--acl", "it", "--source", "wiki")
@@ -155,8 +151,7 @@ def test_acl_is_required_and_an_empty_one_is_warned_about(celery_worker, use_set
     assert "--acl is required" in missing.stderr
     with db.connection() as c:
         assert c.execute("SELECT count(*) AS n FROM jobs WHERE tenant = %s", (tenant,)).fetchone()["n"] == 0
-    with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
+    with loopback_voyage(use_settings):
         out = _cli("ingest", str(tmp_path), "--tenant", tenant, "--acl", "", "--wait", "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout)
@@ -172,8 +167,7 @@ def test_files_stored_under_an_old_id_are_reported(celery_worker, use_settings, 
 
     f = tmp_path / "guide.md"
     f.write_text("# Гайд\n\nКак начать работу.", encoding="utf-8")
-    with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
+    with loopback_voyage(use_settings):
         # what `ragline ingest` stored before doc ids had a source prefix
         grant_roots(tenant, [tmp_path])
         old = IngestRequest(

@@ -12,7 +12,7 @@ import pytest
 from ragline.shared import db
 from tests.conftest import DATASETS
 from tests.integration.test_ingest import chunk_rows, wait_job
-from tests.loopback import LoopbackServer
+from tests.loopback import loopback_voyage
 
 RU_DOCS = DATASETS / "ru-docs"
 pytestmark = [
@@ -27,8 +27,7 @@ def test_ru_docs_twice_identical_rows_and_nothing_embedded_again(celery_worker, 
 
     files = [f for f in collect_files([RU_DOCS]) if f.path.name != "README.md"]
     assert len(files) == 137
-    with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
+    with loopback_voyage(use_settings) as srv:
         grant_roots(tenant, [RU_DOCS])  # what `ragline ingest` does before it enqueues
         first = wait_job(enqueue_files(files, tenant=tenant, acl=["staff"]), timeout=900)
         rows = chunk_rows(tenant)

@@ -22,37 +22,10 @@ from typer.testing import CliRunner
 from ragline.ingest.roots import grant_roots
 from ragline.shared import db, jobs
 from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_INGEST_EVENT
-from tests.loopback import LoopbackServer
+from tests.loopback import loopback_voyage
+from tests.pdfs import raw_pdf
 
 # ------------------------------------------------------------------------ hostile file builders
-
-
-def raw_pdf(contents: list[bytes], filters: str = "/FlateDecode") -> bytes:
-    """A PDF with one page per content stream (already encoded with ``filters``), Helvetica as F1."""
-    n = len(contents)
-    objs = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        f"<< /Type /Pages /Kids [{' '.join(f'{4 + 2 * i} 0 R' for i in range(n))}] /Count {n} >>".encode(),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    for i, stream in enumerate(contents):
-        objs.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >>"
-            f" /Contents {5 + 2 * i} 0 R >>".encode()
-        )
-        objs.append(
-            f"<< /Length {len(stream)} /Filter {filters} >>\nstream\n".encode() + stream + b"\nendstream"
-        )
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objs, start=1):
-        offsets.append(len(out))
-        out += f"{i} 0 obj\n".encode() + body + b"\nendobj\n"
-    xref = len(out)
-    out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n".encode()
-    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
-    out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
-    return bytes(out)
 
 
 def text_page(line: str) -> bytes:
@@ -121,8 +94,7 @@ def document_xml(paragraphs: int) -> bytes:
 
 @pytest.fixture()
 def voyage(use_settings):
-    with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
+    with loopback_voyage(use_settings) as srv:
         yield srv
 
 

@@ -7,15 +7,14 @@ must not leak into this test process (other tests send plain JSON)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.certs import self_signed
 from tests.pools import start_pool, wait_log
 
 pytestmark = pytest.mark.slow
@@ -33,35 +32,6 @@ try:
 except Exception as exc:
     print(json.dumps({"id": r.id, "error": type(exc).__name__}))
 """
-
-
-def _self_signed(folder: Path, name: str) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.x509.oid import NameOID
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    key_file, cert_file = folder / f"{name}.key", folder / f"{name}.pem"
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return key_file, cert_file
 
 
 def _produce(env: dict, queue: str, tenant: str, wait: float) -> dict:
@@ -85,12 +55,12 @@ def test_signed_worker_accepts_signed_and_refuses_unsigned_or_foreign(stack, tmp
 
     store = tmp_path / "certs"
     store.mkdir()
-    key, cert = _self_signed(store, "ragline-chat")  # the role that may send questions
+    key, cert = self_signed(store, "ragline-chat")  # the role that may send questions
     key.rename(tmp_path / "trusted.key")
     key = tmp_path / "trusted.key"
     rogue_dir = tmp_path / "rogue"
     rogue_dir.mkdir()
-    rogue_key, rogue_cert = _self_signed(rogue_dir, "ragline-chat")  # a role name proves nothing unsigned
+    rogue_key, rogue_cert = self_signed(rogue_dir, "ragline-chat")  # a role name proves nothing unsigned
     signed = {
         "RAGLINE_SIGNING_KEY_FILE": str(key),
         "RAGLINE_SIGNING_CERT_FILE": str(cert),

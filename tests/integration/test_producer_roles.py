@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from ragline.shared.names import TASK_ACL_SYNC, TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
-from tests.integration.test_ops_signing import _self_signed
+from tests.certs import self_signed
 from tests.pools import start_pool, wait_log, wait_ready
 
 pytestmark = pytest.mark.slow
@@ -64,7 +64,7 @@ def make_keys(folder: Path, extra: tuple[str, ...] = ()) -> dict[str, dict[str, 
     keys.mkdir(exist_ok=True)
     out = {}
     for cn in (*(f"ragline-{r}" for r in ROLES), *extra):
-        key, cert = _self_signed(store, cn)
+        key, cert = self_signed(store, cn)
         key = key.rename(keys / key.name)
         out[cn.removeprefix("ragline-")] = {
             "RAGLINE_SIGNING_KEY_FILE": str(key),

@@ -4,58 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import zlib
 
 import pytest
 
 from ragline.ingest.chunk import chunk_blocks
 from ragline.ingest.parse import ParseError, clean_markdown, parse_bytes
 from tests.conftest import REPO
-
-
-def make_pdf(pages: list[list[tuple[float, str]]]) -> bytes:
-    """A small valid PDF: each page is a list of (font size, ASCII line) drawn top to bottom."""
-    objs: list[bytes] = []
-    kids = []
-    font_id = 3
-    page_ids = []
-    next_id = 4
-    contents = []
-    for lines in pages:
-        y = 760
-        ops = []
-        for size, text in lines:
-            esc = text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
-            ops.append(f"BT /F1 {size:g} Tf 72 {y} Td ({esc}) Tj ET")
-            y -= int(size * 2.2)
-        ops.append(f"BT /F1 9 Tf 300 30 Td ({17 + len(contents)}) Tj ET")  # page number in the bottom margin
-        stream = zlib.compress("\n".join(ops).encode("latin-1"))
-        page_ids.append(next_id)
-        contents.append((next_id, next_id + 1, stream))
-        kids.append(f"{next_id} 0 R")
-        next_id += 2
-    objs.append(b"<< /Type /Catalog /Pages 2 0 R >>")
-    objs.append(f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>".encode())
-    objs.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    for _page_id, content_id, stream in contents:
-        objs.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 {font_id} 0 R >> >>"
-            f" /Contents {content_id} 0 R >>".encode()
-        )
-        objs.append(
-            f"<< /Length {len(stream)} /Filter /FlateDecode >>\nstream\n".encode() + stream + b"\nendstream"
-        )
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objs, start=1):
-        offsets.append(len(out))
-        out += f"{i} 0 obj\n".encode() + body + b"\nendobj\n"
-    xref = len(out)
-    out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n".encode()
-    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
-    out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
-    return bytes(out)
-
+from tests.pdfs import make_pdf
 
 SAMPLE_PDF = [
     [

@@ -4,37 +4,15 @@ tests/integration/test_producer_roles.py."""
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 from ragline.shared import names, signing
+from tests.certs import self_signed
 
 
 def _cert(folder: Path, cn: str) -> tuple[bytes, bytes]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.x509.oid import NameOID
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    pem = cert.public_bytes(serialization.Encoding.PEM)
-    (folder / f"{cn}.pem").write_bytes(pem)
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return key_pem, pem
+    key_file, cert_file = self_signed(folder, cn)
+    return key_file.read_bytes(), cert_file.read_bytes()
 
 
 def test_every_worker_task_is_named_and_builtins_belong_to_no_role():
