@@ -121,7 +121,16 @@ def generated(settings: Settings, name: str, create: bool = True) -> str | None:
         return _read(path)
     if not create:
         return None
+    return _read(secret_file(settings, name))
+
+
+def secret_file(settings: Settings, name: str) -> Path:
+    """``<home>/secrets/<name>``, holding a random value generated the first time it is asked for
+    (written aside, then hard-linked into place: the first process to link wins)."""
     folder = secure_home(settings)
+    path = folder / name
+    if path.exists():
+        return path
     tmp = folder / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -135,7 +144,7 @@ def generated(settings: Settings, name: str, create: bool = True) -> str | None:
             pass
     finally:
         tmp.unlink(missing_ok=True)
-    return _read(path)
+    return path
 
 
 def _explicit(settings: Settings, name: str) -> SecretStr | None:

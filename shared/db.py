@@ -10,11 +10,9 @@ call :func:`reset` from ``worker_process_init`` so that no socket is shared acro
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -23,6 +21,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from ragline.shared.credentials import secret_file
 from ragline.shared.settings import Settings, get_settings
 
 #: the read-only group role of migration 0007, and the login role the embedded stack creates in it
@@ -125,27 +124,6 @@ def connect(autocommit: bool = True) -> psycopg.Connection:
 
 
 # -------------------------------------------------------------------------- the query login role
-def _secret_file(settings: Settings, name: str) -> Path:
-    """A generated secret ``<home>/secrets/<name>``: created once (mode 0600 in a 0700 folder,
-    written aside and linked into place, so concurrent starts agree on one value), then kept."""
-    folder = settings.home_dir / "secrets"
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = folder / name
-    if not path.exists():
-        tmp = folder / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_urlsafe(32) + "\n")
-            try:
-                os.link(tmp, path)
-            except FileExistsError:  # another process generated it first: use that one
-                pass
-        finally:
-            tmp.unlink(missing_ok=True)
-    return path
-
-
 def ensure_query_login(owner_url: str, settings: Settings) -> str:
     """Create (or update) the query pool's login role on the embedded server and return its URL.
 
@@ -156,7 +134,7 @@ def ensure_query_login(owner_url: str, settings: Settings) -> str:
     migration grants it its rights), so the login role can join it before the first migration.
     The embedded server's owner is a superuser, which the leakproof mark below needs.
     """
-    password = _secret_file(settings, "query_db_password").read_text().strip()
+    password = secret_file(settings, "query_db_password").read_text().strip()
     passfile = settings.home_dir / "secrets" / "query_db.pgpass"
     owner = conninfo_to_dict(owner_url)
     dbname = owner.get("dbname", "")
