@@ -180,3 +180,16 @@ def markdown_table(path: Path = RESULTS) -> str:
 
 if __name__ == "__main__":
     print(markdown_table())
+
+
+def task_resources(log: str) -> dict[str, dict]:
+    """The ``task_resources`` records (peak RSS, CPU time) a worker logged, by task id."""
+    out = {}
+    for line in log.splitlines():
+        if '"task_resources"' in line:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            out[rec["task_id"]] = rec
+    return out

@@ -68,18 +68,6 @@ def _serve(host: str, handler) -> ThreadingHTTPServer:
     return srv
 
 
-def _task_resources(log: str) -> dict[str, dict]:
-    out = {}
-    for line in log.splitlines():
-        if '"task_resources"' in line:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            out[rec["task_id"]] = rec
-    return out
-
-
 class _Flipper(threading.Thread):
     """Swaps ``path`` between a regular file and a symlink to ``secret`` as fast as it can, each
     swap one atomic rename: the race a tenant with write access to its folder would run."""
@@ -228,9 +216,9 @@ def test_input_attacks_on_prefork_pool(stack, tmp_path, tenant):
             ).get(timeout=300)
             alive = pool.proc.poll() is None
             deadline = time.monotonic() + 10
-            while len(_task_resources(pool.log_text())) < len(ids) and time.monotonic() < deadline:
+            while len(harness.task_resources(pool.log_text())) < len(ids) and time.monotonic() < deadline:
                 time.sleep(0.2)
-            resources = _task_resources(pool.log_text())
+            resources = harness.task_resources(pool.log_text())
             log = pool.log_text()
         finally:
             pool.stop()

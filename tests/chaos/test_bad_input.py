@@ -37,18 +37,6 @@ def _voyage_env(srv) -> dict[str, str]:
     }
 
 
-def _task_resources(log: str) -> dict[str, dict]:
-    out = {}
-    for line in log.splitlines():
-        if '"task_resources"' in line:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            out[rec["task_id"]] = rec
-    return out
-
-
 @pytest.mark.chaos
 @pytest.mark.slow
 def test_bad_documents_on_prefork_pool(stack, voyage, tmp_path, tenant):
@@ -70,9 +58,9 @@ def test_bad_documents_on_prefork_pool(stack, voyage, tmp_path, tenant):
         assert pool.proc.poll() is None, "the ingest worker died"
         results = {name: app.AsyncResult(tid).get(timeout=30) for name, tid in by_name.items()}
         deadline = time.monotonic() + 10
-        while len(_task_resources(pool.log_text())) < len(ids) and time.monotonic() < deadline:
+        while len(harness.task_resources(pool.log_text())) < len(ids) and time.monotonic() < deadline:
             time.sleep(0.2)
-        resources = _task_resources(pool.log_text())
+        resources = harness.task_resources(pool.log_text())
         log = pool.log_text()
     finally:
         pool.stop()
