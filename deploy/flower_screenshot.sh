@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduce docs/img/flower.png: a throwaway stack (own home and ports), a few ingest and query
+# Reproduce docs/img/flower-tasks.png: a throwaway stack (own home and ports), a few ingest and query
 # tasks, then headless Chromium on Flower's task list. Needs `apt-get install -y chromium`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,8 @@ export RAGLINE_HOME=$(mktemp -d /tmp/rl-flower-XXXX)
 export RAGLINE_FLOWER_PORT=${RAGLINE_FLOWER_PORT:-5599}
 export RAGLINE_METRICS_PORT=${RAGLINE_METRICS_PORT:-9590}
 export RAGLINE_FLOWER_PASSWORD=${RAGLINE_FLOWER_PASSWORD:-screenshot-only}
+# the columns Flower hides by default: what a task shows of its arguments and result
+export FLOWER_TASKS_COLUMNS=name,uuid,state,args,kwargs,result,received,runtime,worker
 export RAGLINE_INGEST_CONCURRENCY=1 RAGLINE_QUERY_CONCURRENCY=1
 trap '$BIN/ragline down >/dev/null 2>&1 || true; rm -rf "$RAGLINE_HOME"' EXIT
 $BIN/ragline up
@@ -19,7 +21,7 @@ sleep 3
 PROFILE=$(mktemp -d /tmp/rl-chrome-XXXX)
 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking \
   --disable-component-update --disable-sync --user-data-dir="$PROFILE" --window-size=1400,900 \
-  --virtual-time-budget=8000 --screenshot="$PWD/docs/img/flower.png" \
+  --virtual-time-budget=8000 --screenshot="$PWD/docs/img/flower-tasks.png" \
   "http://admin:${RAGLINE_FLOWER_PASSWORD}@127.0.0.1:${RAGLINE_FLOWER_PORT}/tasks"
 rm -rf "$PROFILE"
-echo "saved docs/img/flower.png"
+echo "saved docs/img/flower-tasks.png"

@@ -11,25 +11,31 @@ from the session) and passes the groups to ragline, which filters by them in SQL
 never filters documents itself and never puts permissions into a prompt.
 
 It uses only ``ragline.RaglineClient`` (Celery ``send_task`` by stable task names) and the
-standard library; none of the worker code is imported.
+standard library; none of the worker code is imported. ragline's typed errors become HTTP
+statuses: ``RaglineTimeout`` (no query worker answered in time) 504, ``RaglineUnavailable`` (Redis
+unreachable) 503, ``RaglineRateLimited`` (the tenant's admission refused the question) 429 with
+``Retry-After``, any other ``RaglineError`` (a refused request) 422.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ragline import RaglineClient, RaglineError
+from ragline import RaglineClient, RaglineError, RaglineRateLimited, RaglineTimeout, RaglineUnavailable
 
 
 def make_handler(client: RaglineClient, tenant: str, groups: list[str]):
     class Handler(BaseHTTPRequestHandler):
-        def _reply(self, code: int, body: dict) -> None:
+        def _reply(self, code: int, body: dict, retry_after: int | None = None) -> None:
             data = json.dumps(body, ensure_ascii=False).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
+            if retry_after is not None:
+                self.send_header("Retry-After", str(retry_after))
             self.end_headers()
             self.wfile.write(data)
 
@@ -45,11 +51,18 @@ def make_handler(client: RaglineClient, tenant: str, groups: list[str]):
                 return
             try:
                 res = client.ask(question, tenant=tenant, groups=groups, history=body.get("history") or [])
+            except RaglineTimeout:  # before RaglineError: every typed error is one
+                self._reply(504, {"error": "the query pool did not answer in time"})
+                return
+            except RaglineUnavailable:
+                self._reply(503, {"error": "ragline is unavailable, try again later"}, retry_after=5)
+                return
+            except RaglineRateLimited as exc:
+                wait = max(1, math.ceil(exc.retry_after_s or 1))
+                self._reply(429, {"error": "too many questions, try again later"}, retry_after=wait)
+                return
             except RaglineError as exc:
                 self._reply(422, {"error": exc.error, "detail": exc.detail})
-                return
-            except TimeoutError:
-                self._reply(504, {"error": "the query pool did not answer in time"})
                 return
             self._reply(
                 200,
@@ -75,8 +88,9 @@ def main() -> None:
     ap.add_argument("--tenant", default="demo")
     ap.add_argument("--groups", default="public")
     ap.add_argument("--ask", help="ask one question, print the JSON answer and exit")
+    ap.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for an answer (then 504)")
     args = ap.parse_args()
-    client = RaglineClient(args.broker)
+    client = RaglineClient(args.broker, timeout=args.timeout)
     groups = [g for g in args.groups.split(",") if g]
     if args.ask:
         print(client.ask(args.ask, tenant=args.tenant, groups=groups).model_dump_json(indent=2))

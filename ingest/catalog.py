@@ -68,6 +68,14 @@ def tenant_known(conn: psycopg.Connection, tenant: str) -> bool:
     return conn.execute("SELECT 1 FROM documents WHERE tenant = %s LIMIT 1", (tenant,)).fetchone() is not None
 
 
+#: the last job that touched one document (index ``job_documents_by_document``, migration 0011)
+LAST_JOB_SQL = (
+    "SELECT jd.job_id::text AS job_id, j.kind, j.state AS job_state, jd.state, jd.error, jd.updated_at"
+    " FROM job_documents jd JOIN jobs j ON j.id = jd.job_id"
+    " WHERE jd.tenant = %s AND jd.doc_id = %s ORDER BY jd.updated_at DESC LIMIT 1"
+)
+
+
 def get_document(conn: psycopg.Connection, tenant: str, doc_id: str) -> dict | None:
     """Everything stored about one document: its row, the chunks actually stored, its open errors
     and the last job that touched it; None when the tenant holds no such doc id."""
@@ -85,12 +93,7 @@ def get_document(conn: psycopg.Connection, tenant: str, doc_id: str) -> dict | N
         " WHERE tenant = %s AND doc_id = %s AND NOT resolved ORDER BY created_at DESC LIMIT 5",
         (tenant, doc_id),
     ).fetchall()
-    doc["last_job"] = conn.execute(
-        "SELECT jd.job_id::text AS job_id, j.kind, j.state AS job_state, jd.state, jd.error, jd.updated_at"
-        " FROM job_documents jd JOIN jobs j ON j.id = jd.job_id"
-        " WHERE jd.tenant = %s AND jd.doc_id = %s ORDER BY jd.updated_at DESC LIMIT 1",
-        (tenant, doc_id),
-    ).fetchone()
+    doc["last_job"] = conn.execute(LAST_JOB_SQL, (tenant, doc_id)).fetchone()
     return doc
 
 

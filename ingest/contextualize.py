@@ -21,6 +21,14 @@ log = logging.getLogger(__name__)
 PARALLEL = 4  # concurrent requests per document once the first one has written the prompt cache
 
 
+def context_title(title: str, placeholder: str | None = None) -> str:
+    """The title to embed beside each chunk: none when it is only the ``placeholder`` the loader
+    gave a document that brought no title (an inline document's doc id): an id such as
+    ``tydi-ru-p0206`` or ``Super_Bowl_50_p0`` is noise to the embedder, or worse, words of another
+    language the lexical side then matches (README "Retrieval quality")."""
+    return "" if placeholder is not None and title.strip() == placeholder.strip() else title
+
+
 def heading_context(title: str, chunk: Chunk) -> str:
     parts = [title] if title else []
     parts += [h for h in chunk.heading_path if h and h != title]

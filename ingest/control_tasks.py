@@ -20,10 +20,10 @@ from ragline.ingest.events import handle_event
 from ragline.ingest.reindex import TOTALS, reindex, select_sources
 from ragline.ingest.retention import purge
 from ragline.ingest.store import pending_reembed
-from ragline.shared import db, jobs
+from ragline.shared import db, jobs, replicas
 from ragline.shared.celery_app import app, send
-from ragline.shared.contracts import AclSyncRequest, AclSyncResult, IngestEvent
-from ragline.shared.metrics import ACL_SYNC_LAG_S
+from ragline.shared.contracts import AclSyncRequest, AclSyncResult, EventResult, IngestEvent
+from ragline.shared.metrics import ACL_SYNC_LAG_S, JOBS_STUCK
 from ragline.shared.names import (
     TASK_ACL_SYNC,
     TASK_INGEST_EVENT,
@@ -54,6 +54,8 @@ def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
             not_found += out.not_found
             unknown.update(out.unknown_tenants)
             lags += out.lags_s
+        # reported done only once the query pool's replicas serve the change (or are out of rotation)
+        wait = replicas.wait_for_replay(conn) if totals["documents_updated"] or totals["pending"] else None
         for lag in lags:
             ACL_SYNC_LAG_S.observe(lag)
         result = AclSyncResult(
@@ -63,6 +65,7 @@ def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
             unknown_tenants=sorted(unknown),
             lag_s_max=round(max(lags), 4) if lags else None,
             lag_s_mean=round(sum(lags) / len(lags), 4) if lags else None,
+            replicas=wait.as_dict() if wait else None,
         )
         if record:
             tenants = {it.tenant for it in req.items}
@@ -105,6 +108,11 @@ def ingest_event_task(ev: IngestEvent) -> dict:
     """Idempotent: a replayed or out-of-order event is recognised by its version and ignored."""
     with db.connection() as conn:
         result: BaseModel = handle_event(conn, ev, send)
+        if isinstance(result, EventResult) and (
+            result.outcome in ("deleted", "acl_applied") or result.acl_outcome == "applied"
+        ):  # a delete or a permission change: done once the query pool's replicas serve it
+            wait = replicas.wait_for_replay(conn, what=f"{ev.type} event")
+            result.replicas = wait.as_dict() if wait else None
     return result.model_dump()
 
 
@@ -128,6 +136,7 @@ def stuck_jobs_task(payload: dict | None = None) -> dict:
         marked = jobs.mark_stuck(conn, older)
     for j in marked:
         log.warning("job %s (%s) marked stuck: %s", j["id"], j["kind"], j["error"])
+    JOBS_STUCK.inc(len(marked))
     return {"marked": marked}
 
 

@@ -141,10 +141,12 @@ def send_in_batches(
     sizes: list[int],
     send_task: Callable[[str, dict], object],
     batch_docs: int | None = None,
+    batch_bytes: int | None = None,
 ) -> int:
     """Send ``payloads`` (ingest requests) as ``ragline.ingest.batch`` tasks of at most ``ingest.batch_docs``
-    documents and ``ingest.batch_bytes`` bytes, a lone document as ``ragline.ingest.document``; returns the
-    number of tasks. At least one batch per ingest process, so a small set still keeps every process busy."""
+    documents and ``batch_bytes`` (default ``ingest.batch_bytes``) bytes, a lone document as
+    ``ragline.ingest.document``; returns the number of tasks. At least one batch per ingest process,
+    so a small set still keeps every process busy."""
     settings = get_settings()
     per_batch = max(
         1,
@@ -152,7 +154,7 @@ def send_in_batches(
             batch_docs or settings.ingest.batch_docs, -(-len(payloads) // settings.workers.ingest_concurrency)
         ),
     )
-    groups = plan_batches(sizes, per_batch, settings.ingest.batch_bytes)
+    groups = plan_batches(sizes, per_batch, batch_bytes or settings.ingest.batch_bytes)
     for group in groups:
         if len(group) == 1:
             send_task(TASK_INGEST_DOCUMENT, payloads[group[0]])

@@ -294,7 +294,8 @@ def sync_git_source(
         ).model_dump(exclude_none=True)
         for e in todo
     ]
-    send_in_batches(payloads, [e.size for e in todo], send_task)
+    # code is many texts per byte: batches by RAGLINE_CODE_BATCH_BYTES stay inside the task time limit
+    send_in_batches(payloads, [e.size for e in todo], send_task, batch_bytes=get_settings().code.batch_bytes)
     summary.update(
         outcome="synced",
         job_id=job_id,

@@ -4,8 +4,10 @@ Everything reads committed objects (``ls-tree``, ``cat-file``, tree-to-tree ``di
 work tree, so the index is exactly what a commit holds and uncommitted edits are not indexed.
 Refs and paths are passed after ``--`` or validated (:func:`check_ref`), so a ref from an event can
 never be read as an option. Commands run with external diff and textconv drivers and fsmonitor off,
-without a terminal prompt, and a clone URL may only use the https, ssh, git and file transports;
-its credentials are scrubbed from every message (:func:`redact_url`).
+without a terminal prompt, and a clone URL may only use the https, http, ssh, git and file
+transports (:func:`clone_target`; the address checks of a source's URL are
+:mod:`ragline.ingest.clone_guard`'s); its credentials are scrubbed from every message
+(:func:`redact_url`).
 
 Which tracked files are indexed is decided here too, from the path and size alone
 (:func:`path_skip_reason`: vendored, lock, minified and generated files, include/exclude globs,
@@ -23,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
+from urllib.parse import urlsplit
 
 #: a ref or commit from outside: no leading '-' (an option), no whitespace, no '..' ranges
 _REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/@^~{}+-]{0,254}")
@@ -104,25 +107,33 @@ def check_ref(ref: str) -> str:
     return ref
 
 
-def _env() -> dict[str, str]:
+def _env(protocols: str = "https:ssh:git:file") -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         GIT_TERMINAL_PROMPT="0",
-        GIT_ALLOW_PROTOCOL="https:ssh:git:file",
+        GIT_ALLOW_PROTOCOL=protocols,
         LC_ALL="C",
         GIT_OPTIONAL_LOCKS="0",
     )
     return env
 
 
-def run(repo: Path | None, *args: str, timeout: float = 300.0, input: bytes | None = None) -> bytes:
-    """``git -C repo args`` with the safe options; its stdout, or :class:`GitError` with its stderr."""
-    cmd = ["git", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off"]
+def run(
+    repo: Path | None,
+    *args: str,
+    timeout: float = 300.0,
+    input: bytes | None = None,
+    protocols: str = "https:ssh:git:file",
+    config: Iterable[str] = (),
+) -> bytes:
+    """``git [config] -C repo args`` with the safe options; its stdout, or :class:`GitError` with its
+    stderr. ``protocols`` is what ``GIT_ALLOW_PROTOCOL`` permits."""
+    cmd = ["git", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off", *config]
     if repo is not None:
         cmd += ["-C", str(repo)]
     try:
         out = subprocess.run(
-            [*cmd, *args], capture_output=True, timeout=timeout, env=_env(), input=input, check=False
+            [*cmd, *args], capture_output=True, timeout=timeout, env=_env(protocols), input=input, check=False
         )
     except subprocess.TimeoutExpired:
         raise GitError(f"git {args[0]} timed out after {timeout:.0f} s") from None
@@ -242,13 +253,62 @@ def diff(repo: Path, before: str | None, after: str, timeout: float = 300.0) -> 
     return changes
 
 
-def sync_clone(url: str, dest: Path, timeout: float = 600.0) -> Path:
-    """A bare clone of ``url`` at ``dest``, created or fetched (branches and tags, pruned)."""
+@dataclass(frozen=True)
+class CloneTarget:
+    """Where a clone URL leads: its transport, and for a network one its host and port."""
+
+    scheme: str  # https, http, git, ssh or file
+    host: str | None = None
+    port: int | None = None
+
+
+_DEFAULT_PORTS = {"https": 443, "http": 80, "git": 9418, "ssh": 22}
+_SCHEME_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: ``[user@]host:path``, git's scp-like ssh syntax: a colon before any slash
+_SCP = re.compile(r"^(?:[^@/]+@)?(\[[^\]/]+\]|[^:/\[]+):(?!//)")
+
+
+def clone_target(url: str) -> CloneTarget:
+    """The transport, host and port a clone URL makes git connect to (pure); ``ValueError`` for a
+    transport other than https, http, git, ssh and local paths (``ext::``, ``fd::``, ...)."""
     if url.startswith("-"):
         raise ValueError(f"not a clone URL: {redact_url(url)!r}")
+    if m := _SCHEME_URL.match(url):
+        scheme = {"git+ssh": "ssh", "ssh+git": "ssh"}.get(m.group(1).lower(), m.group(1).lower())
+        if scheme == "file":
+            return CloneTarget("file")
+        if scheme not in _DEFAULT_PORTS:
+            raise ValueError(f"clone URLs use https, http, ssh, git or a local path, not {scheme!r}")
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"invalid port in clone URL {redact_url(url)!r}") from None
+        if not parts.hostname:
+            raise ValueError(f"clone URL without a host: {redact_url(url)!r}")
+        return CloneTarget(scheme, parts.hostname, port or _DEFAULT_PORTS[scheme])
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*::", url):  # a remote helper: <transport>::<address>
+        raise ValueError(f"clone URLs use https, http, ssh, git or a local path: {redact_url(url)!r}")
+    if m := _SCP.match(url):
+        return CloneTarget("ssh", m.group(1).strip("[]"), _DEFAULT_PORTS["ssh"])
+    return CloneTarget("file")
+
+
+def sync_clone(
+    url: str,
+    dest: Path,
+    timeout: float = 600.0,
+    config: Iterable[str] = (),
+    protocols: str = "https:ssh:git:file",
+) -> Path:
+    """A bare clone of ``url`` at ``dest``, created or fetched (branches and tags, pruned), with
+    ``config`` options and the transports ``protocols`` allows. A URL from a source goes through
+    :func:`ragline.ingest.clone_guard.sync_guarded`, which checks it and sets both."""
+    clone_target(url)  # a transport git must never run (ext::, fd::) or an option
     if not (dest / "HEAD").is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)
-        run(None, "clone", "--bare", "--quiet", "--", url, str(dest), timeout=timeout)
+        args = ("clone", "--bare", "--quiet", "--", url, str(dest))
+        run(None, *args, timeout=timeout, protocols=protocols, config=config)
     else:
         run(
             dest,
@@ -261,6 +321,8 @@ def sync_clone(url: str, dest: Path, timeout: float = 600.0) -> Path:
             "+refs/heads/*:refs/heads/*",
             "+refs/tags/*:refs/tags/*",
             timeout=timeout,
+            protocols=protocols,
+            config=config,
         )
     return dest
 

@@ -24,12 +24,12 @@ from psycopg.pq import TransactionStatus
 from ragline.ingest import identity, store
 from ragline.ingest.acl_sync import apply_ingest_acls
 from ragline.ingest.chunk import Chunk, chunk_blocks, code_chunks, code_context
-from ragline.ingest.contextualize import contextualize, embedding_text
+from ragline.ingest.contextualize import context_title, contextualize, embedding_text
 from ragline.ingest.embed import embed_with_cache
 from ragline.ingest.load import load
 from ragline.ingest.parse import CodeDocument, ParseError, front_matter, parse_bytes
 from ragline.ingest.parse.code import document_layer, symbol_records
-from ragline.shared import db, jobs
+from ragline.shared import db, jobs, replicas
 from ragline.shared.contracts import IngestRequest, IngestResult
 from ragline.shared.identifiers import code_tsvector
 from ragline.shared.metrics import ACL_CHANGES
@@ -122,7 +122,11 @@ def prepare(req: IngestRequest, embed_model: str) -> Prepared | IngestResult:
         contexts = (
             [code_context(c, parsed.title) for c in chunks]
             if code
-            else contextualize(parsed.title, chunks, parsed.text)
+            else contextualize(
+                context_title(parsed.title, req.doc_id if req.content is not None else None),
+                chunks,
+                parsed.text,
+            )
         )
         lap("contextualize")
     except DOCUMENT_ERRORS as exc:
@@ -311,6 +315,8 @@ def _apply_unchanged_acls(results: list[IngestResult | None], reqs: list[IngestR
         return
     with db.connection() as conn:
         outcomes = apply_ingest_acls(conn, [(r.tenant, r.doc_id, list(r.acl), r.acl_seq) for _, r in skipped])
+        if "updated" in outcomes.values():  # done once the query pool's replicas serve the new ACL
+            replicas.wait_for_replay(conn)
     for i, r in skipped:
         results[i].acl_outcome = outcomes.get((r.tenant, r.doc_id))  # type: ignore[union-attr]
 

@@ -33,7 +33,7 @@ from ragline.ingest.sources import (
     configured_sources,
     parse_git_uri,
 )
-from ragline.shared import jobs
+from ragline.shared import jobs, replicas
 from ragline.shared.contracts import IngestRequest
 
 log = logging.getLogger(__name__)
@@ -281,6 +281,9 @@ def reindex(
                 outcome, _ = delete_document(conn, spec.tenant, doc_id, None)
                 report[spec.name]["pruned"] += outcome == "deleted"
             conn.commit()
+        if any(r.get("acl_updated") or r.get("pruned") for r in report.values()):
+            # done once the query pool's replicas serve the new permissions and the deletions
+            replicas.wait_for_replay(conn, what="reindex's permission changes and deletions")
         for spec, commit, p in commits:  # enqueued and pruned: a push may now diff from here
             record_commit(conn, spec, commit, p, job_id)
             report[spec.name]["commit"] = commit

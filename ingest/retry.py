@@ -8,7 +8,8 @@ unknown is not retried: ingesting it with no groups would hide it from everybody
 
 from __future__ import annotations
 
-from ragline.ingest.sources import configured_sources
+from ragline.ingest.parse import ParseError
+from ragline.ingest.sources import configured_sources, parse_git_uri
 from ragline.shared import db, jobs
 from ragline.shared.celery_app import app
 from ragline.shared.contracts import IngestRequest
@@ -25,6 +26,29 @@ def _source_acl(metadata: dict, tenant: str) -> list[str] | None:
         if spec.name == name and spec.tenant == tenant:
             return list(spec.acl)
     return None
+
+
+def _source_layer(metadata: dict, tenant: str) -> str:
+    name = (metadata or {}).get("source")
+    for spec in configured_sources(get_settings().lifecycle.sources):
+        if spec.name == name and spec.tenant == tenant:
+            return spec.layer
+    return "docs"
+
+
+def git_identity(doc_id: str, uri: str) -> tuple[str, dict] | None:
+    """The path and source metadata a sync gave a git document that was never stored (pure): its
+    id is ``<source>/<path in the repository>`` and its URI names the repository, commit and path
+    (``ingest/events.py``). Without them the retry would store the file under its bare repository
+    path, outside its source's prefix, and unowned by the source."""
+    try:
+        repo, commit, rel = parse_git_uri(uri)
+    except ParseError:
+        return None
+    if not doc_id.endswith("/" + rel):
+        return None
+    source = doc_id[: -len(rel) - 1]
+    return doc_id, {"source": source, "source_root": str(repo), "repo_path": rel, "commit": commit}
 
 
 def plan_retries(conn, tenant: str | None, fallback_acl: list[str]) -> tuple[list[IngestRequest], list[dict]]:
@@ -47,20 +71,25 @@ def plan_retries(conn, tenant: str | None, fallback_acl: list[str]) -> tuple[lis
         # what the last ingest asked for, not the current ACL: a retry must not turn a permission
         # change (acl sync) into the ingest's own request, which a later reindex would then undo
         asked = (doc["ingest_acl"] if doc["ingest_acl"] is not None else doc["acl"]) if doc else None
+        meta = {k: v for k, v in ((doc or {}).get("metadata") or {}).items() if k in SOURCE_KEYS}
+        # never stored: no row, or only the row of its failure (``store.mark_failed``: no path)
+        stored = doc is not None and bool(doc["path"])
+        path = doc["path"] if stored else None
+        if not stored and (identity := git_identity(err["doc_id"], err["source_uri"])):
+            path, meta = identity[0], {**identity[1], **meta}
         acl = list(asked) if asked else None
-        acl = acl or _source_acl(doc["metadata"] if doc else {}, err["tenant"]) or fallback_acl
+        acl = acl or _source_acl(meta, err["tenant"]) or fallback_acl
         if not acl:
             skipped.append({**err, "reason": "ACL unknown: pass --acl"})
             continue
-        meta = {k: v for k, v in ((doc or {}).get("metadata") or {}).items() if k in SOURCE_KEYS}
         requests.append(
             IngestRequest(
                 tenant=err["tenant"],
                 doc_id=err["doc_id"],
                 uri=err["source_uri"],
                 acl=acl,
-                path=(doc["path"] if doc and doc["path"] else None),
-                layer=(doc["layer"] if doc else "docs"),
+                path=path,
+                layer=(doc["layer"] if stored else _source_layer(meta, err["tenant"])),
                 version=int(doc["version"]) if doc else 0,
                 metadata=meta,
             )

@@ -28,6 +28,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ragline.ingest import git
+from ragline.ingest.clone_guard import sync_guarded
 from ragline.ingest.fetch import FetchPolicy, FetchRefused, host_allowed, redact, request
 from ragline.ingest.parse import SUPPORTED, ParseError
 from ragline.shared.contracts import Group, Ident
@@ -230,10 +231,10 @@ class GitSource:
         """The repository, cloned or fetched first for a URL; ``SourceUnavailable`` when it cannot be had."""
         repo = self.repo_dir()
         try:
-            if self.spec.url is not None:
-                return git.sync_clone(self.spec.url, repo, self.timeout)
-        except git.GitError as exc:
-            raise SourceUnavailable(str(exc)) from None
+            if self.spec.url is not None:  # checked like any fetched URL (ingest/clone_guard.py)
+                return sync_guarded(self.spec.url, repo, self.timeout, source_policy(self.spec))
+        except (git.GitError, FetchRefused, ValueError) as exc:
+            raise SourceUnavailable(git.redact_url(str(exc))) from None
         if not git.is_repository(repo):
             raise SourceUnavailable(f"{repo} is not a git repository")
         return repo

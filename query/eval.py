@@ -22,7 +22,7 @@ from ragline.query.language import PASSAGES, lexical_weight
 from ragline.shared import db, jobs
 from ragline.shared.celery_app import app
 from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
-from ragline.shared.settings import get_settings
+from ragline.shared.settings import Settings, get_settings
 
 EVAL_GROUP = "eval"
 FAIL_AT = 20
@@ -149,6 +149,7 @@ def sweep_rrf(
     rrf_k: int = 60,
     top_n: int = 50,
     cross_script_weight: float | None = None,
+    runs: list[tuple[dict, dict]] | None = None,
 ) -> list[dict]:
     """Hybrid metrics for several (vector, lexical) RRF weight pairs without restarting workers.
 
@@ -158,23 +159,18 @@ def sweep_rrf(
     lexical weight (:func:`ragline.query.language.lexical_weight`) the retriever uses; ``None``
     for ``cross_script_weight`` leaves the lexical weight as given (no script check).
     ``cross_script`` in each row counts the questions whose lexical weight the check lowered.
+    ``runs``: the lists of :func:`candidate_lists`, when the caller already has them.
     """
-    runs = []
-    for row in queries:
-        lists, passages = {}, []
-        for mode in ("vector", "lexical"):
-            res = search(row["query"], mode, top_n)
-            if res.get("ok") is False:
-                raise RuntimeError(f"retrieval failed for {row['query']!r}: {res}")
-            lists[mode] = [(h["doc_id"], h["chunk_no"]) for h in res["hits"]]
-            if mode == "vector":
-                passages = [h["content"] for h in res["hits"][:PASSAGES]]
-        runs.append((row, lists, passages if lists["lexical"] else []))
+    fused_runs = []
+    for row, hits in runs or candidate_lists(queries, search, top_n):
+        lists = {mode: [(h["doc_id"], h["chunk_no"]) for h in hits[mode]] for mode in ("vector", "lexical")}
+        passages = [h["content"] for h in hits["vector"][:PASSAGES]]
+        fused_runs.append((row, lists, passages if lists["lexical"] else []))
     out = []
     for wv, wl in weights:
         rep = ModeReport(f"hybrid wv={wv:g} wl={wl:g}", k)
         lowered = 0
-        for row, lists, passages in runs:
+        for row, lists, passages in fused_runs:
             w = (
                 wl
                 if cross_script_weight is None
@@ -186,6 +182,72 @@ def sweep_rrf(
         out.append(
             {"rrf_weight_vector": wv, "rrf_weight_lexical": wl, **rep.summary(), "cross_script": lowered}
         )
+    return out
+
+
+def candidate_lists(queries: list[dict], search: SearchFn, top_n: int = 50) -> list[tuple[dict, dict]]:
+    """Each question with its vector-only and lexical-only hits at depth ``top_n``: exactly the
+    two lists a hybrid search fuses."""
+    out = []
+    for row in queries:
+        hits = {}
+        for mode in ("vector", "lexical"):
+            res = search(row["query"], mode, top_n)
+            if res.get("ok") is False:
+                raise RuntimeError(f"retrieval failed for {row['query']!r}: {res}")
+            hits[mode] = res["hits"]
+        out.append((row, hits))
+    return out
+
+
+#: the fusions a sweep scores beside the RRF weights: each normalisation at several lexical shares
+FUSION_GRID: list[dict] = [
+    {"fusion": "convex", "fusion_normalization": norm, "convex_weight_lexical": w}
+    for norm in ("minmax", "zscore", "dbsf")
+    for w in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+]
+
+
+def _rows(hits: list[dict]) -> list[dict]:
+    """Hits of a single-mode search as the candidate rows :func:`ragline.query.retrieve.fused_keys`
+    reads (its score fields)."""
+    return [
+        {
+            "doc_id": h["doc_id"],
+            "chunk_no": h["chunk_no"],
+            "content": h.get("content", ""),
+            "distance": h.get("vector_distance") if h.get("vector_distance") is not None else 1.0,
+            "rank": h.get("lexical_score") or 0.0,
+        }
+        for h in hits
+    ]
+
+
+def sweep_fusion(
+    queries: list[dict],
+    search: SearchFn,
+    variants: list[dict],
+    settings: Settings,
+    k: int = 10,
+    runs: list[tuple[dict, dict]] | None = None,
+) -> list[dict]:
+    """Hybrid metrics for several fusion settings (retrieval-group overrides such as
+    ``{"fusion": "convex", "fusion_normalization": "zscore", "convex_weight_lexical": 0.3}``),
+    recomputed from one run's vector and lexical lists with the retriever's own
+    :func:`ragline.query.retrieve.fused_keys`, script check included."""
+    from ragline.query.retrieve import fused_keys  # psycopg and numpy: only when sweeping
+
+    runs = runs or candidate_lists(queries, search, settings.retrieval.top_n)
+    out = []
+    for overrides in variants:
+        varied = settings.model_copy(
+            update={"retrieval": settings.retrieval.model_copy(update=overrides)}, deep=True
+        )
+        rep = ModeReport("hybrid " + " ".join(f"{a}={b}" for a, b in overrides.items()), k)
+        for row, hits in runs:
+            fused = fused_keys(_rows(hits["vector"]), _rows(hits["lexical"]), varied, row["query"])
+            rep.add(row["query"], doc_ranking(key[0] for key, _ in fused), grades(row["relevant"]))
+        out.append({**overrides, **rep.summary()})
     return out
 
 
@@ -279,11 +341,16 @@ def run_eval(
             "rrf_weight_lexical": settings.retrieval.rrf_weight_lexical,
             "rrf_weight_lexical_cross_script": settings.retrieval.rrf_weight_lexical_cross_script,
             "rrf_k": settings.retrieval.rrf_k,
+            "lexical_rank": settings.retrieval.lexical_rank,
+            "fusion": settings.retrieval.fusion,
+            "fusion_normalization": settings.retrieval.fusion_normalization,
+            "convex_weight_lexical": settings.retrieval.convex_weight_lexical,
             "retrieval_top_n": settings.retrieval.top_n,
             "ingest": {k_: summary[k_] for k_ in ("documents", "chunks", "embedded", "failed")},
             "failed_documents": [e["doc_id"] for e in summary["errors"]],
         }
         if sweep:
+            runs = candidate_lists(queries, search, settings.retrieval.top_n)
             meta["rrf_sweep"] = sweep_rrf(
                 queries,
                 search,
@@ -292,6 +359,10 @@ def run_eval(
                 settings.retrieval.rrf_k,
                 settings.retrieval.top_n,
                 settings.retrieval.rrf_weight_lexical_cross_script,
+                runs,
+            )
+            meta["fusion_sweep"] = sweep_fusion(
+                queries, search, [{"fusion": "rrf"}, *FUSION_GRID], settings, k, runs
             )
         return {"modes": result, "meta": meta}
     finally:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -182,6 +183,70 @@ class CodeReport:
         return out
 
 
+# ------------------------------------------------------------------------------ held-out split
+#: what a held-out split chooses the structural weights by, then its tie-breaks
+SELECT_BY = ("mrr", "acc@5", "acc@1")
+
+
+def repository_of(query_id: str) -> str:
+    """``psf__requests-1142`` -> ``psf__requests``: the repository an instance id names."""
+    head, sep, tail = query_id.rpartition("-")
+    return head if sep and tail.isdigit() else query_id
+
+
+def _order(query_id: str) -> tuple[str, int, str]:
+    number = query_id.rpartition("-")[2]
+    return repository_of(query_id), int(number) if number.isdigit() else 0, query_id
+
+
+def split_halves(ids: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Two halves of the queries, every repository in both: within each repository, by issue
+    number, alternately to the first and the second half (pure, deterministic)."""
+    by_repo: dict[str, list[str]] = {}
+    for i in sorted(set(ids), key=_order):
+        by_repo.setdefault(repository_of(i), []).append(i)
+    first: list[str] = []
+    second: list[str] = []
+    for group in by_repo.values():
+        for n, i in enumerate(group):
+            (first if n % 2 == 0 else second).append(i)
+    return first, second
+
+
+def _summary(rows: list[dict], ids: set[str]) -> dict:
+    report = CodeReport("", [r for r in rows if r["id"] in ids])
+    return report.summary()
+
+
+def held_out(variants: dict[str, list[dict]], ids: list[str]) -> dict:
+    """The structural weights chosen on one half of the queries and reported on the other, both
+    ways (pure). ``variants``: label -> per-query rows (:class:`CodeReport` rows) of one layer
+    variant, ``none`` and ``configured`` among them. The variant with the best :data:`SELECT_BY`
+    on the choosing half is reported on the other half beside ``none`` (plain fusion) and
+    ``configured`` (the shipped defaults, themselves chosen on all the queries); the first listed
+    variant wins a tie."""
+    first, second = split_halves(ids)
+    out: dict = {"halves": {"A": first, "B": second}, "select_by": list(SELECT_BY), "runs": []}
+    for chose_on, report_on in (("A", "B"), ("B", "A")):
+        choose, report = set(out["halves"][chose_on]), set(out["halves"][report_on])
+        scored = [(label, _summary(rows, choose)) for label, rows in variants.items()]
+        best_label, best = max(scored, key=lambda t: tuple(t[1][k] for k in SELECT_BY))
+        ties = [label for label, s in scored if all(s[k] == best[k] for k in SELECT_BY)]
+        out["runs"].append(
+            {
+                "chosen_on": chose_on,
+                "reported_on": report_on,
+                "chosen": best_label,
+                "tied_with": [t for t in ties if t != best_label],
+                "chosen_on_choosing_half": best,
+                "chosen_on_held_out_half": _summary(variants[best_label], report),
+                "configured_on_held_out_half": _summary(variants["configured"], report),
+                "none_on_held_out_half": _summary(variants["none"], report),
+            }
+        )
+    return out
+
+
 # ------------------------------------------------------------------------------------- the run
 #: (query text, tenant, mode, layers, structure) -> the retrieval task's result
 SearchFn = Callable[[str, str, str, list[str], bool], dict]
@@ -283,6 +348,7 @@ def run_code_eval(
     reports: dict[str, CodeReport] = {}
     weights = structure.weights_from(settings)
     ablations: dict[str, CodeReport] = {}
+    load_before = os.getloadavg()
     t = time.perf_counter()
     for q in queries:
         tenant, source = tenants[q.snapshot]
@@ -314,9 +380,15 @@ def run_code_eval(
     say(
         f"{len(queries)} queries x {len(modes)} mode(s) x {len(variants)} layer variant(s) in {time.perf_counter() - t:.0f}s"
     )
+    ids = [q.id for q in queries]
+    by_variant: dict[str, dict[str, list[dict]]] = {}
+    for name, r in ablations.items():
+        label, _, variant = name.rpartition(" [")
+        by_variant.setdefault(variant.rstrip("]"), {})[label] = r.rows
     return {
         "modes": {name: {**r.summary(), "per_query": r.rows} for name, r in reports.items()},
         "structure_ablation": {name: r.summary() for name, r in ablations.items()},
+        "held_out": {variant: held_out(rows, ids) for variant, rows in by_variant.items() if len(ids) >= 4},
         "meta": {
             "queries": len(queries),
             "snapshots": ingests,
@@ -324,6 +396,8 @@ def run_code_eval(
             "retrieval_top_n": settings.retrieval.top_n,
             "rrf_weight_vector": settings.retrieval.rrf_weight_vector,
             "rrf_weight_lexical": settings.retrieval.rrf_weight_lexical,
+            "lexical_rank": settings.retrieval.lexical_rank,
+            "load_average": {"before_queries": load_before, "after_queries": os.getloadavg()},
             "structure_weights": weights.as_dict(),
             "max_query_chars": MAX_QUERY_CHARS,
             "layers": {k: v for k, v in variants.items()},

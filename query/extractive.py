@@ -54,6 +54,11 @@ _MARKUP = re.compile(
 #: ``name = value`` / ``key: 'value'``
 _ASSIGNMENT = re.compile(r"^[\w.$\[\]]+\s*(?:=\s*\S|:\s*['\"\[{])")
 _BULLET = re.compile(r"^(?:[•●▪◦‣∙·\-–—*]|\d{1,2}[.)])\s+")
+#: a docstring's delimiters where a line of a code chunk opens or closes it (``"""Remember a
+#: callback."""``, ``r'''``, a closing ``"""`` alone): the prose between them is quotable, the
+#: quotes are not
+_DOCSTRING_OPEN = re.compile(r"^[rRuUbBfF]{0,2}(?:\"{3}|'{3})\s*")
+_DOCSTRING_CLOSE = re.compile(r"\s*(?:\"{3}|'{3})[,;)]*$")
 _END = (".", "!", "?", "…", ";", '."', ".»", "!»", "?»")
 
 #: "что такое X?", "what is X?" and close variants; X is the subject to define
@@ -156,7 +161,7 @@ def prose_sentences(content: str) -> list[str]:
     """
     out: list[str] = []
     for raw in content.splitlines():
-        line = raw.strip()
+        line = strip_docstring_quotes(raw.strip())
         if not line:
             continue
         cells = _table_cells(line)
@@ -167,6 +172,12 @@ def prose_sentences(content: str) -> list[str]:
             # markup inside a paragraph (an inline image) costs only the sentence that holds it
             out.extend(s.strip() for s in split_sentences(piece) if is_answer_sentence(s))
     return out
+
+
+def strip_docstring_quotes(line: str) -> str:
+    """A line without the docstring delimiters that open or close it (code chunks: a docstring
+    is the prose of a definition, and an answer quoting it must not quote its quotes)."""
+    return _DOCSTRING_CLOSE.sub("", _DOCSTRING_OPEN.sub("", line))
 
 
 def sentence_key(sentence: str) -> str:

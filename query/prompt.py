@@ -56,10 +56,12 @@ def x(text: str) -> str:
     return escape(text or "", quote=True)
 
 
-def render_documents(hits: list[Hit]) -> str:
-    """Most relevant first, numbered from 1."""
+def render_documents(hits: list[Hit], order: list[int] | None = None) -> str:
+    """Numbered from 1 in relevance order; listed most relevant first, or in ``order`` (numbers
+    1..len(hits): context assembly puts the strongest at both ends)."""
     parts = []
-    for n, h in enumerate(hits, start=1):
+    for n in order or range(1, len(hits) + 1):
+        h = hits[n - 1]
         attrs = f'index="{n}" doc_id="{x(h.doc_id)}" path="{x(h.path)}" heading="{x(h.heading)}"'
         if h.page is not None:
             attrs += f' page="{int(h.page)}"'
@@ -67,11 +69,18 @@ def render_documents(hits: list[Hit]) -> str:
     return "<documents>\n" + "\n".join(parts) + "\n</documents>"
 
 
-def build_messages(question: str, hits: list[Hit], partial: bool = False) -> tuple[str, list[dict]]:
+def build_messages(
+    question: str, hits: list[Hit], partial: bool = False, order: list[int] | None = None
+) -> tuple[str, list[dict]]:
     """(system, messages) for the answer generator."""
     note = f"\n\n<note>{x(PARTIAL_NOTE)}</note>" if partial else ""
-    user = f"{render_documents(hits)}{note}\n\n<question>{x(question)}</question>"
+    user = f"{render_documents(hits, order)}{note}\n\n<question>{x(question)}</question>"
     return SYSTEM_PROMPT, [{"role": "user", "content": user}]
+
+
+def render_squeeze(question: str, passage: str) -> str:
+    """The user message of a squeeze call (query/context.py): the passage and the question, escaped."""
+    return f"<document>\n{x(passage)}\n</document>\n\n<question>{x(question)}</question>"
 
 
 def render_history(history: list[ChatTurn], question: str) -> str:

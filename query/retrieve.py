@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 
 import numpy as np
@@ -27,7 +27,7 @@ from psycopg.pq import TransactionStatus
 from ragline.query import deadline, structure
 from ragline.query.deadline import QuestionDeadlineExceeded, RetrievalTimeout
 from ragline.query.filters import clean_paths, compile_filters, has_terms, lexical_query
-from ragline.query.fusion import rrf
+from ragline.query.fusion import convex, rrf
 from ragline.query.language import PASSAGES, lexical_weight
 from ragline.shared.contracts import Hit, SearchRequest, SearchResponse
 from ragline.shared.identifiers import code_tsquery, whole_tsquery
@@ -57,6 +57,39 @@ FROM chunks c, websearch_to_tsquery('russian', %(query)s) q
 WHERE numnode(q) > 0 AND {scope} AND c.tsv @@ q{where}
 ORDER BY rank DESC, c.doc_id, c.chunk_no
 LIMIT %(n)s
+"""
+
+# BM25 over the rows the GIN index matches (migration 0009 explains the statistics): tf is a lexeme's
+# number of positions in the chunk's tsvector (content and context), the chunk's length its number of
+# distinct lexemes; the question's lexemes come from the same configuration as its tsquery, and
+# their document frequencies are counted over the matched rows, exact for the caller's scope
+# because an OR-ed query matches every row holding any of them. Only the n best rows are read back
+# from the table.
+BM25_SQL = """
+WITH q AS MATERIALIZED (
+    SELECT websearch_to_tsquery('russian', %(query)s) AS q,
+           tsvector_to_array(to_tsvector('russian', %(query)s)) AS lexemes
+), matched AS MATERIALIZED (
+    SELECT c.id, c.tsv FROM chunks c, q
+    WHERE numnode(q.q) > 0 AND {scope} AND c.tsv @@ q.q{where}
+), tf AS MATERIALIZED (
+    SELECT m.id, t.lexeme, cardinality(t.positions) AS tf, length(m.tsv) AS dl
+    FROM matched m, q, unnest(m.tsv) t
+    WHERE t.lexeme = ANY(q.lexemes)
+), stats AS (
+    SELECT greatest(sum(docs), 1)::float8 AS n, greatest(sum(total_len), 1)::float8 / greatest(sum(docs), 1) AS avgdl
+    FROM lexical_stats WHERE tenant = %(tenant)s AND config = 'russian'
+), scored AS (
+    SELECT x.id, sum(ln(1 + (greatest(s.n, x.df) - x.df + 0.5) / (x.df + 0.5))
+                     * x.tf * (%(k1)s + 1) / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * x.dl / s.avgdl))) AS rank
+    FROM (SELECT tf.*, count(*) OVER (PARTITION BY tf.lexeme) AS df FROM tf) x, stats s
+    GROUP BY x.id
+    ORDER BY rank DESC, x.id
+    LIMIT %(n)s
+)
+SELECT {fields}{columns}, s.rank
+FROM scored s JOIN chunks c ON c.id = s.id
+ORDER BY s.rank DESC, c.doc_id, c.chunk_no
 """
 
 # a question naming identifiers also searches the code terms (``chunks.code_tsv``, migration 0008,
@@ -89,12 +122,13 @@ LIMIT %(n)s
 )
 
 # the chunks of the files a question names (``structure.named_file_patterns``: path suffixes), the
-# nearest to the question first when there is a vector; a tenant-scoped scan, run only for questions
-# that name a file
+# nearest to the question first when there is a vector; the (tenant, file_name) index of migration
+# 0010 finds the rows of the named file names, the suffix LIKE (case-insensitive, as the names are)
+# keeps those of the named paths
 NAMED_SQL = """
 SELECT {fields}{columns}{distance}
 FROM chunks c
-WHERE {scope} AND c.path LIKE ANY(%(named)s::text[]){where}
+WHERE {scope} AND c.file_name = ANY(%(names)s::text[]) AND lower(c.path) LIKE ANY(%(named)s::text[]){where}
 ORDER BY {order}
 LIMIT %(n)s
 """
@@ -139,6 +173,8 @@ def _hit(row: dict, **ranking: float | int) -> Hit:
 
 
 def _sql(template: str, columns: str, where: str, rank_fn: str = "ts_rank") -> str:
+    # the identifier terms of code (CODE_LEXICAL_SQL) are still ranked by ts_rank under bm25
+    rank_fn = "ts_rank" if rank_fn == "bm25" else rank_fn
     assert rank_fn in ("ts_rank", "ts_rank_cd")
     return template.format(fields=_FIELDS, columns=columns, scope=_SCOPE, where=where, rank_fn=rank_fn)
 
@@ -252,9 +288,14 @@ def lexical_rows(
             req.query, settings.retrieval.lexical_match, settings.retrieval.lexical_max_terms
         ),
         "rank_norm": settings.retrieval.lexical_rank_normalization,
+        "k1": settings.retrieval.bm25_k1,
+        "b": settings.retrieval.bm25_b,
         **f.params,
     }
-    template = CODE_LEXICAL_SQL if code_query else LEXICAL_SQL
+    if code_query:
+        template = CODE_LEXICAL_SQL
+    else:
+        template = BM25_SQL if settings.retrieval.lexical_rank == "bm25" else LEXICAL_SQL
     sql = _sql(template, f.columns_sql(), f.where_sql(), settings.retrieval.lexical_rank)
     return conn.execute(sql, params).fetchall()
 
@@ -283,7 +324,8 @@ def named_rows(
 ) -> list[dict]:
     """Chunks of the files the question names (the retrieval contract's exact-file path), at most
     ``RAGLINE_CODE_NAMED_FILES``; empty without touching the database when it names none."""
-    patterns = structure.named_file_patterns(structure.named(req.query).files)
+    files = structure.named(req.query).files
+    patterns = structure.named_file_patterns(files)
     if not patterns or settings.code.named_files == 0:
         return []
     f = filters_for(req, settings)
@@ -292,6 +334,7 @@ def named_rows(
         "groups": req.groups,
         "n": settings.code.named_files,
         "named": patterns,
+        "names": structure.file_names(files),
         "qvec": qvec,
         **f.params,
     }
@@ -336,10 +379,68 @@ def row_security_problem(conn: psycopg.Connection) -> str | None:
     return None
 
 
+def fusion_for(query: str, settings: Settings, rows: Iterable[dict] = ()) -> str:
+    """``fusion_code`` for code retrieval: a question naming a file or an identifier, or
+    candidates from a code layer or pointing at code (``related_code``), whose structural bonuses
+    were tuned in RRF units; else ``fusion``."""
+    r = settings.retrieval
+    if r.fusion == r.fusion_code:
+        return r.fusion
+    named = structure.named(query)
+    if named.files or named.identifiers:
+        return r.fusion_code
+    code_layers = {settings.code.source_layer, settings.code.tests_layer, settings.code.symbols_layer}
+    for row in rows:
+        if row.get("layer") in code_layers or _metadata(row.get("metadata")).get("related_code"):
+            return r.fusion_code
+    return r.fusion
+
+
+def fused_keys(
+    vector: list[dict], lexical: list[dict], settings: Settings, query: str = ""
+) -> list[tuple[tuple[str, int], float]]:
+    """The candidates' keys, best first, with their fused score in RRF units (pure).
+
+    A convex combination (:func:`ragline.query.fusion.convex`: vector similarity ``1 - distance``,
+    the lexical score, normalised per list) is divided by ``rrf_k + 1``, the best score one RRF
+    list can give: the prefer bonus, the test penalty and the structural bonuses keep their scale.
+    The script check lowers the lexical weight the same way in both fusions (a cross-script
+    question's lexical share is scaled by the ratio of the two RRF weights)."""
+    r = settings.retrieval
+    w_lex = lexical_weight(
+        query,
+        [row["content"] for row in vector[:PASSAGES]] if lexical else [],
+        r.rrf_weight_lexical,
+        r.rrf_weight_lexical_cross_script,
+    )
+    if fusion_for(query, settings, [*vector, *lexical]) == "convex":
+        share = r.convex_weight_lexical * (w_lex / r.rrf_weight_lexical if r.rrf_weight_lexical > 0 else 1.0)
+        fused = convex(
+            {
+                "vector": [
+                    ((row["doc_id"], row["chunk_no"]), 1.0 - float(row["distance"])) for row in vector
+                ],
+                "lexical": [((row["doc_id"], row["chunk_no"]), float(row["rank"])) for row in lexical],
+            },
+            weights={"vector": 1.0 - r.convex_weight_lexical, "lexical": share},
+            how=r.fusion_normalization,
+        )
+        return [(key, score / (r.rrf_k + 1)) for key, score in fused]  # type: ignore[misc]
+    return rrf(  # type: ignore[return-value]
+        {
+            "vector": [(row["doc_id"], row["chunk_no"]) for row in vector],
+            "lexical": [(row["doc_id"], row["chunk_no"]) for row in lexical],
+        },
+        k=r.rrf_k,
+        weights={"vector": r.rrf_weight_vector, "lexical": w_lex},
+    )
+
+
 def fuse(
     vector: list[dict], lexical: list[dict], settings: Settings, limit: int, query: str = ""
 ) -> list[Hit]:
-    """Weighted RRF over the two ranked lists, plus prefer bonus, minus test penalty; pure.
+    """Weighted RRF or a convex score combination (:func:`fused_keys`) over the two lists, plus
+    prefer bonus, minus test penalty; pure.
 
     The lexical weight depends on the question (``query``): one written in another script than the
     passages the vector list found (English over Russian) and holding no number or identifier gets
@@ -358,22 +459,7 @@ def fuse(
         key = (row["doc_id"], row["chunk_no"])
         rows.setdefault(key, row)
         ranks.setdefault(key, {}).update(lexical_rank=rank, lexical_score=float(row["rank"]))
-    fused = rrf(
-        {
-            "vector": [(r["doc_id"], r["chunk_no"]) for r in vector],
-            "lexical": [(r["doc_id"], r["chunk_no"]) for r in lexical],
-        },
-        k=settings.retrieval.rrf_k,
-        weights={
-            "vector": settings.retrieval.rrf_weight_vector,
-            "lexical": lexical_weight(
-                query,
-                [r["content"] for r in vector[:PASSAGES]] if lexical else [],
-                settings.retrieval.rrf_weight_lexical,
-                settings.retrieval.rrf_weight_lexical_cross_script,
-            ),
-        },
-    )
+    fused = fused_keys(vector, lexical, settings, query)
     scored = []
     for position, (key, score) in enumerate(fused):
         row = rows[key]
@@ -401,6 +487,8 @@ def search(
     timings: dict[str, float] = {}
     if not req.groups:
         return SearchResponse(hits=[], timings_ms=timings)
+    if req.mode == "lexical_code":
+        return lexical_code_search(conn, req, settings, limit)
     if conn.info.transaction_status != TransactionStatus.IDLE:
         # inside a caller's transaction this would be a savepoint: SET LOCAL would outlive the search
         # and READ ONLY would bind the caller's transaction
@@ -476,6 +564,21 @@ def structural(req: SearchRequest, vector: list[dict], lexical: list[dict], sett
         return True
     ranks = {structure.layer_rank(r["layer"], settings.code.layer_ranks) for r in rows}
     return settings.code.layer_step > 0 and len(ranks) > 1
+
+
+def lexical_code_search(
+    conn: psycopg.Connection, req: SearchRequest, settings: Settings, limit: int | None = None
+) -> SearchResponse:
+    """The retrieval contract's lexical code fallback (mode ``lexical_code``): lexical search of the
+    source layer (``RAGLINE_CODE_SOURCE_LAYER``) alone, whatever layers the request names, for a
+    caller whose embedder is down or who wants identifiers matched as written. A query without a
+    single term runs no statement at all, not even the transaction's ``BEGIN``: the fallback is
+    what a caller reaches for when everything else failed, and must cost nothing when it cannot
+    match."""
+    if not has_terms(req.query):
+        return SearchResponse(hits=[], timings_ms={})
+    source = req.model_copy(update={"mode": "lexical", "layers": [settings.code.source_layer]})
+    return search(conn, source, None, settings, limit)
 
 
 def structure_on(req: SearchRequest, settings: Settings) -> bool:

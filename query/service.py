@@ -12,16 +12,18 @@ import time
 
 import numpy as np
 
-from ragline.query import generate, transforms
+from ragline.query import generate, grounding, transforms
 from ragline.query.agentic import Budget, CoveragePlanner, LLMPlanner, LoopResult, Planner, agentic_loop
 from ragline.query.cache import LRU, scoped_key
-from ragline.query.citations import build_citations, cited_numbers, invalid_citations
-from ragline.query.deadline import DeadlineExceeded, run_with_deadline
+from ragline.query.citations import build_citations, cited_numbers, claims, invalid_citations
+from ragline.query.context import Assembly, assemble, chunk_for, squeeze
+from ragline.query.deadline import DeadlineExceeded, check, run_with_deadline
 from ragline.query.fusion import rrf
-from ragline.query.prompt import NO_ANSWER, build_messages
+from ragline.query.prompt import NO_ANSWER, build_messages, render_squeeze
 from ragline.query.rerank import RerankOutcome, fallback, rerank_hits
 from ragline.query.retrieve import search as sql_search
 from ragline.query.sanitize import sanitize_links
+from ragline.query.stream import StreamInterrupted, current_publisher, stream_generation
 from ragline.shared import db, providers
 from ragline.shared import metrics as m
 from ragline.shared.contracts import (
@@ -131,9 +133,12 @@ def rerank_stage(
     if reranker is None:
         return RerankOutcome(hits=candidates[:top_k])
     r = settings.rerank
-    return rerank_hits(
+    out = rerank_hits(
         reranker, query, candidates, top_k, threshold, r.timeout_s, r.max_candidates, r.max_chars
     )
+    if candidates:  # an empty candidate list never reaches the provider
+        m.RERANK_LATENCY_MS.labels(provider=r.provider).observe(out.ms)
+    return out
 
 
 def search(req: SearchRequest) -> SearchResponse:
@@ -215,7 +220,9 @@ def gather(
     return out, degraded, reasons, timings
 
 
-def answer_from(question: str, hits: list[Hit], partial: bool = False) -> tuple[str, list[str], dict]:
+def answer_from(
+    question: str, hits: list[Hit], partial: bool = False, order: list[int] | None = None
+) -> tuple[str, list[str], dict]:
     """(answer text, degraded reasons, info) from the configured generator, extractive on failure."""
     reasons: list[str] = []
     info: dict = {"generator": "extractive"}
@@ -225,16 +232,23 @@ def answer_from(question: str, hits: list[Hit], partial: bool = False) -> tuple[
         generator = None
         reasons.append(f"generator: {type(exc).__name__}: {exc}")
     if generator is not None:
-        system, messages = build_messages(question, hits, partial)
+        system, messages = build_messages(question, hits, partial, order)
+        timeout_s = get_settings().answer.timeout_s
+        publisher = current_publisher()  # set by the ask task for a request with ``stream``
         try:
-            # bounded by the question's deadline too: past it the extractive answer below is returned
-            g = run_with_deadline(generator.generate, get_settings().answer.timeout_s, system, messages)
+            if publisher is not None and hasattr(generator, "stream"):
+                g = stream_generation(generator, system, messages, hits, publisher, timeout_s)
+            else:
+                # bounded by the question's deadline too: past it the extractive answer below is returned
+                g = run_with_deadline(generator.generate, timeout_s, system, messages)
             info = {
                 "generator": generator.name,
                 "input_tokens": g.input_tokens,
                 "output_tokens": g.output_tokens,
             }
             return g.text, reasons, info
+        except StreamInterrupted:  # part of a chat answer was shown: not replaced by another answer
+            raise
         except Exception as exc:  # the chat model is down: the offline answer is better than none
             log.warning("generator %s failed, extractive answer: %s", generator.name, type(exc).__name__)
             reasons.append(f"generator: {type(exc).__name__}")
@@ -311,10 +325,9 @@ def respond(
     t0: float,
     partial: bool = False,
 ) -> AskResponse:
-    """Generate, validate citations, build the response (shared by the plain and the agentic path)."""
-    trace["answer_documents"] = [
-        {"n": n, "doc_id": h.doc_id, "chunk_no": h.chunk_no} for n, h in enumerate(hits, start=1)
-    ]
+    """Assemble the context, generate, validate citations, check groundedness and confidence, build
+    the response (shared by the plain and the agentic path)."""
+    a = get_settings().answer
 
     def done(**kw) -> AskResponse:
         timings["total"] = elapsed_ms(t0)
@@ -335,12 +348,21 @@ def respond(
             no_answer=True,
             reason="no document passed the relevance threshold",
         )
+    chat = _chat_call()
+    asm = _context_stage(question, hits, chat, reasons, timings, trace)
+    hits = asm.hits()  # one per passage: [N] names passage N
     t = time.perf_counter()
-    answer, g_reasons, info = answer_from(question, hits, partial)
+    try:
+        answer, g_reasons, info = answer_from(question, hits, partial, asm.order)
+    except StreamInterrupted as exc:  # the reader saw part of an answer that broke off: retracted
+        reasons.append(f"generator: {exc}")
+        return done(answer=f"Ответ прерван: {exc}.", citations=[], no_answer=True, reason=reasons[-1])
     reasons += g_reasons
     timings["generate"] = elapsed_ms(t)
     m.GENERATION_LATENCY_MS.labels(generator=info["generator"]).observe(timings["generate"])
     trace["generator"] = info
+    if chat is not None and a.self_consistency > 1 and info["generator"] != "extractive":
+        answer = _self_consistency(question, hits, partial, asm, answer, info, timings, trace)
     if is_no_answer(answer) and not cited_numbers(answer):
         return done(answer=NO_ANSWER, citations=[], no_answer=True, reason="the generator found no answer")
     # links and images only to URLs the cited documents contain (a poisoned document cannot make
@@ -356,9 +378,156 @@ def respond(
             m.INVALID_CITATIONS.inc()
             trace["rejected_citations"] = bad
         return done(answer=f"Ответ отклонён: {why}.", citations=[], no_answer=True, reason=why)
+    g = _grounding_stage(answer, asm, info["generator"], chat, reasons, timings, trace)
+    if g is not None and g.removed:
+        too_many = 1 - g.support > a.max_unsupported_share or not cited_numbers(g.answer)
+        m.UNGROUNDED_ANSWERS.labels(judge=g.judge, outcome="no_answer" if too_many else "trimmed").inc()
+        if too_many:
+            why = (
+                f"{len(g.removed)} of {len(g.claims)} sentences are not supported by the documents they cite"
+            )
+            return done(
+                answer=NO_ANSWER, citations=[], no_answer=True, reason=why, removed_sentences=g.removed
+            )
+        answer = g.answer
+    cited = [asm.passages[n - 1].as_hit(full=True) for n in cited_numbers(answer)]
+    signal = grounding.retrieval_signal(question, cited)
+    conf = grounding.confidence(signal, g.support if g else None)
+    trace["confidence"] = {
+        "retrieval": None if signal is None else round(signal, 3),
+        "support": round(g.support, 3) if g else None,
+        "confidence": conf,
+        "min": a.min_confidence,
+    }
+    removed_sentences = g.removed if g else []
+    if conf is not None and conf < a.min_confidence:
+        m.LOW_CONFIDENCE_ANSWERS.inc()
+        why = f"confidence {conf:.2f} is below the minimum {a.min_confidence:g}"
+        return done(
+            answer=NO_ANSWER,
+            citations=[],
+            no_answer=True,
+            reason=why,
+            confidence=conf,
+            removed_sentences=removed_sentences,
+        )
+    if conf is not None:
+        m.ANSWER_CONFIDENCE.observe(conf)
+    said = claims(answer)  # a merged passage's citation names the chunk holding what was said
+    cite_hits = [chunk_for(p, said.get(p.n, [])) for p in asm.passages]
     return done(
-        answer=answer, citations=build_citations(answer, hits), no_answer=False, removed_links=removed
+        answer=answer,
+        citations=build_citations(answer, cite_hits),
+        no_answer=False,
+        removed_links=removed,
+        confidence=conf,
+        removed_sentences=removed_sentences,
     )
+
+
+# ------------------------------------------------------------------- answer stages (grounded answers)
+def _chat_call():
+    """``call(system, messages) -> text`` on the configured chat generator under the question's
+    deadline, or None for the extractive generator (or one that cannot be built)."""
+    try:
+        generator = providers.get_generator()
+    except Exception:  # answer_from records why and answers extractively
+        return None
+    if generator is None:
+        return None
+    timeout = get_settings().answer.timeout_s
+
+    def call(system: str, messages: list[dict]) -> str:
+        return run_with_deadline(generator.generate, timeout, system, messages).text
+
+    return call
+
+
+def _context_stage(question, hits, chat, reasons, timings, trace) -> Assembly:
+    """Merge, budget, order (and squeeze) the passages the generator reads (query/context.py)."""
+    a = get_settings().answer
+    t = time.perf_counter()
+    # the extractive generator ranks sentences by their chunk's rank: it reads the chunks unmerged
+    # (merged, "Что такое Suspense?" of tests/integration/test_answers_ru_docs.py lost its definition)
+    merge = a.context_merge and chat is not None
+    asm = assemble(hits, a.context_budget_tokens.get(a.provider, 0), merge, a.context_reorder)
+    timings["context"] = elapsed_ms(t)
+    if chat is not None and a.context_squeeze:
+        check("squeezing the context")
+        t = time.perf_counter()
+        n, errors = squeeze(asm, question, chat, a.squeeze_min_tokens, render_squeeze)
+        reasons += errors
+        timings["squeeze"] = elapsed_ms(t)
+        m.ANSWER_STAGE_LATENCY_MS.labels(stage="squeeze").observe(timings["squeeze"])
+    m.ANSWER_STAGE_LATENCY_MS.labels(stage="context").observe(timings["context"])
+    m.CONTEXT_MERGED_CHUNKS.inc(asm.merged)
+    m.CONTEXT_DROPPED_CHUNKS.inc(len(asm.dropped))
+    trace["context"] = asm.trace()
+    trace["answer_documents"] = [
+        {"n": p.n, "doc_id": p.doc_id, "chunk_no": p.hits[0].chunk_no, "chunks": [h.chunk_no for h in p.hits]}
+        for p in asm.passages
+    ]
+    return asm
+
+
+def _self_consistency(question, hits, partial, asm, first, info, timings, trace) -> str:
+    """Sample more answers, keep the one agreeing most with the others (cited documents, claims)."""
+    a = get_settings().answer
+    check("self-consistency")
+    t = time.perf_counter()
+    samples, failed = [first], 0
+    for _ in range(a.self_consistency - 1):
+        text, errors, more = answer_from(question, hits, partial, asm.order)
+        if errors or more["generator"] == "extractive":  # a failed sample is not a vote
+            failed += 1
+            continue
+        samples.append(text)
+        info["input_tokens"] = info.get("input_tokens", 0) + more.get("input_tokens", 0)
+        info["output_tokens"] = info.get("output_tokens", 0) + more.get("output_tokens", 0)
+    n = len(asm.passages)
+    best, agree = grounding.most_consistent(
+        samples, lambda k: asm.passages[k - 1].doc_id if 1 <= k <= n else ""
+    )
+    timings["self_consistency"] = elapsed_ms(t)
+    m.ANSWER_STAGE_LATENCY_MS.labels(stage="self_consistency").observe(timings["self_consistency"])
+    trace["self_consistency"] = {
+        "samples": len(samples),
+        "failed": failed,
+        "chosen": best,
+        "agreement": agree,
+        "extra_calls": a.self_consistency - 1,
+    }
+    return samples[best]
+
+
+def _judge(mode: str, generator: str) -> str | None:
+    if mode == "off":
+        return None
+    if generator == "extractive":
+        return "structural"
+    return None if mode == "auto" else mode
+
+
+def _grounding_stage(answer, asm, generator, chat, reasons, timings, trace) -> grounding.Grounding | None:
+    """Check every sentence against the passages it cites (query/grounding.py); None when off."""
+    a = get_settings().answer
+    judge = _judge(a.grounding, generator)
+    if judge is None:
+        return None
+    texts = [p.text for p in asm.passages]
+    t = time.perf_counter()
+    try:
+        g = grounding.check(answer, texts, judge, a.grounding_min_share, chat)
+    except Exception as exc:  # the judge failed or answered garbage: the offline judge still checks
+        log.warning("groundedness judge failed, lexical check: %s", exc)
+        reasons.append(f"grounding: {type(exc).__name__}: {exc}"[:200])
+        g = grounding.check(answer, texts, "lexical", a.grounding_min_share)
+    timings["grounding"] = elapsed_ms(t)
+    m.ANSWER_STAGE_LATENCY_MS.labels(stage="grounding").observe(timings["grounding"])
+    if g.removed:
+        m.UNGROUNDED_SENTENCES.labels(judge=g.judge).inc(len(g.removed))
+    trace["grounding"] = g.trace()
+    return g
 
 
 def agentic_ask(req: AskRequest) -> AskResponse:
@@ -367,7 +536,7 @@ def agentic_ask(req: AskRequest) -> AskResponse:
     t0 = time.perf_counter()
     reasons: list[str] = []
     timings: dict[str, float] = {}
-    base = req.model_dump(exclude={"history", "agentic", "k"})
+    base = req.model_dump(exclude={"history", "agentic", "k", "stream"})
 
     def agentic_search(q: str, k: int) -> list[Hit]:
         resp = search(SearchRequest.model_validate({**base, "query": q, "k": k}))

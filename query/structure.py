@@ -148,6 +148,12 @@ def named_file_patterns(files: tuple[str, ...] | list[str], limit: int = 20) -> 
     return list(out)[:limit]
 
 
+def file_names(files: tuple[str, ...] | list[str], limit: int = 20) -> list[str]:
+    """The lower-cased file names (last components) of the named files: what the indexed
+    ``chunks.file_name`` column (migration 0010) holds for their chunks."""
+    return list(dict.fromkeys(p.rsplit("/", 1)[-1].lower() for p in files if p.strip("/")))[:limit]
+
+
 def with_named(hits: list[Hit], named: list[Hit], weight: float, rrf_k: int) -> list[Hit]:
     """The candidates with the chunks of named files as a third RRF list of ``weight``: a chunk
     already among them gains ``weight / (rrf_k + rank)``, a new one enters with that alone. Each

@@ -23,9 +23,11 @@ from ragline.query import service
 from ragline.query.admission import get_admission
 from ragline.query.deadline import QueryLimitError, question_deadline
 from ragline.query.retrieve import row_security_problem
+from ragline.query.stream import answer_publisher, publishing
 from ragline.shared import db, warmup
 from ragline.shared.celery_app import app
 from ragline.shared.contracts import AskRequest, ErrorResult, RerankRequest, SearchRequest
+from ragline.shared.metrics import QUERY_ERRORS
 from ragline.shared.names import TASK_QUERY_ASK, TASK_QUERY_RERANK, TASK_QUERY_RETRIEVE
 from ragline.shared.providers import get_reranker
 from ragline.shared.settings import get_settings
@@ -54,7 +56,11 @@ def run_question(tenant: str | None, question: Callable[[], BaseModel]) -> dict:
         with admitted, question_deadline(settings.retrieval.question_deadline_s):
             return question().model_dump()
     except QueryLimitError as exc:
+        QUERY_ERRORS.labels(error=exc.error).inc()
         return ErrorResult(error=exc.error, detail=exc.detail).model_dump()
+    except Exception:  # answered "internal error" by the base task (contain_errors)
+        QUERY_ERRORS.labels(error="internal error").inc()
+        raise
 
 
 @app.task(name=TASK_QUERY_RETRIEVE, payload_model=SearchRequest, **QUERY_TASK)
@@ -69,7 +75,20 @@ def rerank_task(req: RerankRequest) -> dict:
 
 @app.task(name=TASK_QUERY_ASK, payload_model=AskRequest, **QUERY_TASK)
 def ask_task(req: AskRequest) -> dict:
-    return run_question(req.tenant, lambda: service.ask(req))
+    task_id = ask_task.request.id
+    if not req.stream or not task_id:
+        return run_question(req.tenant, lambda: service.ask(req))
+    # streamed: the answer's deltas go out as generated, then the result itself, so a reader of
+    # the stream always gets a terminal entry, refusals and failures included
+    publisher = answer_publisher(task_id)
+    try:
+        with publishing(publisher):
+            result = run_question(req.tenant, lambda: service.ask(req))
+    except Exception:
+        publisher.end(ErrorResult(error="internal error").model_dump())
+        raise
+    publisher.end(result)
+    return result
 
 
 @warmup.register("query", "query")

@@ -9,7 +9,14 @@ The worker side lives in ``ragline.ingest`` and ``ragline.query`` on top of ``ra
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
-from ragline.shared.client import RaglineClient, RaglineError
+from ragline.shared.async_client import AsyncRaglineClient
+from ragline.shared.client import (
+    RaglineClient,
+    RaglineError,
+    RaglineRateLimited,
+    RaglineTimeout,
+    RaglineUnavailable,
+)
 from ragline.shared.contracts import (
     AclSyncItem,
     AclSyncResult,
@@ -35,6 +42,7 @@ __all__ = [
     "AclSyncResult",
     "AskRequest",
     "AskResponse",
+    "AsyncRaglineClient",
     "ChatTurn",
     "Citation",
     "EventResult",
@@ -42,6 +50,9 @@ __all__ = [
     "IngestEvent",
     "RaglineClient",
     "RaglineError",
+    "RaglineRateLimited",
+    "RaglineTimeout",
+    "RaglineUnavailable",
     "RerankResponse",
     "SearchRequest",
     "SearchResponse",

@@ -10,11 +10,24 @@ use it without the ingest or query dependencies being loaded::
     client.send_event({"type": "delete", "tenant": "acme", "doc_id": "old.md", "version": 3})
 
 Permission syncs and document events go to the ``acl`` queue (the control pool), questions to ``query``.
+An asyncio service uses :class:`ragline.AsyncRaglineClient` (``ragline.shared.async_client``):
+the same methods, awaited, without a thread per question.
 
-Replies are validated into the pydantic response models; a structured error reply from the
-worker (malformed payload, internal error) raises :class:`RaglineError`. A reply is deleted from
-Redis as soon as it is read (``AsyncResult.forget``); one nobody reads expires after
-``RAGLINE_RESULT_EXPIRES_S``.
+Replies are validated into the pydantic response models. What can go wrong is typed, the same for
+both clients, every class a :class:`RaglineError` (``error``, ``detail``):
+
+* :class:`RaglineUnavailable` (also a built-in ``ConnectionError``): the broker or the result
+  backend (Redis) does not answer; nothing was answered, the call may be retried later;
+* :class:`RaglineTimeout` (also a built-in ``TimeoutError``): no worker answered within the
+  timeout (the pool is stopped or far behind), or the worker stopped the question at its own
+  deadline (``deadline exceeded``, ``retrieval timeout``);
+* :class:`RaglineRateLimited`: the query pool's per-tenant admission refused the question;
+  ``retry_after_s`` says at most how long to wait;
+* :class:`RaglineError` itself: any other structured error reply of the worker (malformed
+  payload, internal error).
+
+A reply is deleted from Redis as soon as it is read (``AsyncResult.forget``); one nobody reads
+expires after ``RAGLINE_RESULT_EXPIRES_S``.
 
 With message signing configured (``RAGLINE_SIGNING_*``, docs/operations.md) the client signs every
 task with its key; the certificate's role decides what the workers run (a chat backend's
@@ -23,9 +36,14 @@ task with its key; the certificate's role decides what the workers run (a chat b
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import suppress
+from typing import Any, NamedTuple
 
+import redis.exceptions
+from celery.exceptions import TimeoutError as CeleryTimeout
 from kombu import Exchange, Queue
+from kombu.exceptions import OperationalError
+from pydantic import BaseModel
 
 from ragline.shared.celery_base import RaglineCelery, read_once
 from ragline.shared.contracts import (
@@ -51,14 +69,187 @@ from ragline.shared.names import (
     TASK_QUERY_RETRIEVE,
 )
 
+#: what the broker (kombu) and the result backend (redis-py) raise when Redis does not answer
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OperationalError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    ConnectionError,
+)
+
+#: how long a client's result backend retries a lost connection before :class:`RaglineUnavailable`
+#: (Celery's default, 20 retries a second apart, keeps a caller waiting 20 s past its own timeout)
+BACKEND_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
+
 
 class RaglineError(RuntimeError):
-    """The worker answered with ``{"ok": false, "error": ..., "detail": ...}``."""
+    """The worker answered with ``{"ok": false, "error": ..., "detail": ...}``; the base class of
+    every error the clients raise on their own."""
 
     def __init__(self, error: str, detail: Any = None) -> None:
         super().__init__(f"{error}: {detail}" if detail else error)
         self.error = error
         self.detail = detail
+
+
+class RaglineUnavailable(RaglineError, ConnectionError):
+    """The broker or the result backend did not answer (Redis stopped or unreachable): a chat
+    backend's 503. The cause (kombu's ``OperationalError``, redis-py's ``ConnectionError``) is
+    chained as ``__cause__``."""
+
+
+class RaglineTimeout(RaglineError, TimeoutError):
+    """No answer in time: no worker took the question within the timeout (the pool is stopped or
+    behind), or the worker stopped it at the question's deadline. A chat backend's 504."""
+
+
+class RaglineRateLimited(RaglineError):
+    """The query pool's per-tenant admission refused the question (``RAGLINE_QUERY_TENANT_*``):
+    a chat backend's 429, with ``Retry-After`` from :attr:`retry_after_s`."""
+
+    @property
+    def retry_after_s(self) -> float | None:
+        value = self.detail.get("retry_after_s") if isinstance(self.detail, dict) else None
+        return float(value) if isinstance(value, int | float) else None
+
+
+#: the worker's ``error`` values that have a class of their own
+_TYPED = {
+    "rate limited": RaglineRateLimited,
+    "deadline exceeded": RaglineTimeout,
+    "retrieval timeout": RaglineTimeout,
+}
+
+
+def raise_for_reply(res: Any) -> Any:
+    """``res`` unchanged, or the typed :class:`RaglineError` of a structured error reply."""
+    if isinstance(res, dict) and res.get("ok") is False:
+        error = str(res.get("error", "error"))
+        raise _TYPED.get(error, RaglineError)(error, res.get("detail"))
+    return res
+
+
+def unavailable(exc: BaseException) -> RaglineUnavailable | None:
+    """The :class:`RaglineUnavailable` for a lost broker or result backend, else None. Celery's
+    result consumer reports a backend it could not reconnect to as a ``RuntimeError`` caused by
+    the connection error. The detail names the exception's type only: a connection error's text
+    may carry the URL."""
+    if isinstance(exc, RuntimeError) and not isinstance(exc, RaglineError):
+        exc = exc.__cause__ if isinstance(exc.__cause__, CONNECTION_ERRORS) else exc
+    if not isinstance(exc, CONNECTION_ERRORS) or isinstance(exc, RaglineError):
+        return None
+    what = "broker" if isinstance(exc, OperationalError) else "result backend"
+    return RaglineUnavailable("unavailable", {"what": what, "cause": type(exc).__name__})
+
+
+def timed_out(task: str, queue: str, timeout: float) -> RaglineTimeout:
+    return RaglineTimeout(
+        "timeout",
+        {
+            "task": task,
+            "queue": queue,
+            "timeout_s": timeout,
+            "message": f"no {queue} worker answered in time",
+        },
+    )
+
+
+class Call(NamedTuple):
+    """One request of the public API: the task, its JSON payload, its queue and the reply's model."""
+
+    task: str
+    payload: dict
+    queue: str
+    model: type[BaseModel]
+
+
+def ask_call(
+    question: str,
+    tenant: str,
+    groups: list[str],
+    k: int,
+    mode: str,
+    history: list[ChatTurn | dict] | None,
+    filters: dict[str, Any],
+) -> Call:
+    req = AskRequest(
+        query=question,
+        tenant=tenant,
+        groups=groups,
+        k=k,
+        mode=mode,
+        history=[ChatTurn.model_validate(t) for t in history or []],
+        **filters,
+    )
+    return Call(TASK_QUERY_ASK, req.model_dump(exclude_defaults=True), "query", AskResponse)
+
+
+def search_call(
+    query: str, tenant: str, groups: list[str], k: int, mode: str, filters: dict[str, Any]
+) -> Call:
+    req = SearchRequest(query=query, tenant=tenant, groups=groups, k=k, mode=mode, **filters)
+    return Call(TASK_QUERY_RETRIEVE, req.model_dump(exclude_defaults=True), "query", SearchResponse)
+
+
+def rerank_call(query: str, hits: list[Hit], top_k: int | None, threshold: float | None) -> Call:
+    req = RerankRequest(query=query, hits=hits, top_k=top_k, threshold=threshold)
+    return Call(TASK_QUERY_RERANK, req.model_dump(exclude_none=True), "query", RerankResponse)
+
+
+def sync_acl_call(items: list[AclSyncItem | dict]) -> Call:
+    req = AclSyncRequest(items=[AclSyncItem.model_validate(i) for i in items])
+    return Call(TASK_ACL_SYNC, req.model_dump(mode="json", exclude_none=True), "acl", AclSyncResult)
+
+
+def send_event_call(event: IngestEvent | dict) -> Call:
+    ev = IngestEvent.model_validate(event)
+    return Call(TASK_INGEST_EVENT, ev.model_dump(mode="json", exclude_none=True), "acl", EventResult)
+
+
+def client_urls(broker_url: str | None, backend_url: str | None) -> tuple[str, str, Any]:
+    """``(broker, backend, settings)``: the broker defaults to REDIS_URL / the embedded Redis of
+    ``ragline up``, the result backend to the broker. Settings load here, when a client is built,
+    not on ``import ragline``."""
+    from ragline.shared.settings import get_settings
+
+    settings = get_settings()
+    if broker_url is None:
+        broker_url = settings.effective_redis_url()
+    return broker_url, backend_url or broker_url, settings
+
+
+def client_app(broker_url: str, backend_url: str | None, settings: Any) -> RaglineCelery:
+    """The producer app of both clients: the pools' queue declarations and routes, the client's
+    result backend retry policy, signing when configured. ``backend_url`` None: no result
+    backend (the asyncio client reads results itself)."""
+    # redacted argsrepr: the question never reaches task headers, events or Flower
+    app = RaglineCelery("ragline-client", broker=broker_url, backend=backend_url)
+    # the same queue declaration as the pools (shared/celery_app.py), so a message sent before
+    # any worker started is not lost
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        task_queues=[Queue(q, Exchange(q, type="direct"), routing_key=q) for q in ("query", "acl")],
+        task_routes={
+            "ragline.query.*": {"queue": "query", "routing_key": "query"},
+            "ragline.acl.*": {"queue": "acl", "routing_key": "acl"},
+            TASK_INGEST_EVENT: {"queue": "acl", "routing_key": "acl"},
+        },
+        result_backend_transport_options={"retry_policy": BACKEND_RETRY_POLICY},
+    )
+    if settings.ops.signing_key_file:
+        from ragline.shared.signing import configure_signing  # signing on: cryptography loads
+
+        configure_signing(app, settings)
+    return app
+
+
+def expires_for(queue: str, timeout: float) -> float | None:
+    """A question nobody waits for any more is not answered: a query-queue task expires when its
+    caller's wait ends (a pool back from an outage skips the backlog of abandoned questions
+    instead of answering it first). Writes (ACL sync, events) never expire."""
+    return timeout if queue == "query" else None
 
 
 class RaglineClient:
@@ -71,39 +262,34 @@ class RaglineClient:
     ) -> None:
         """``broker_url`` defaults to REDIS_URL / the embedded Redis of ``ragline up``."""
         if app is None:
-            # start-up: pydantic-settings loads when a client is built, not on `import ragline`
-            from ragline.shared.settings import get_settings
-
-            settings = get_settings()
-            if broker_url is None:
-                broker_url = settings.effective_redis_url()
-            # redacted argsrepr: the question never reaches task headers, events or Flower
-            app = RaglineCelery("ragline-client", broker=broker_url, backend=backend_url or broker_url)
-            # the same queue declaration as the pools (shared/celery_app.py), so a message sent before
-            # any worker started is not lost
-            app.conf.update(
-                task_serializer="json",
-                result_serializer="json",
-                accept_content=["json"],
-                task_queues=[Queue(q, Exchange(q, type="direct"), routing_key=q) for q in ("query", "acl")],
-                task_routes={
-                    "ragline.query.*": {"queue": "query", "routing_key": "query"},
-                    "ragline.acl.*": {"queue": "acl", "routing_key": "acl"},
-                    TASK_INGEST_EVENT: {"queue": "acl", "routing_key": "acl"},
-                },
-            )
-            if settings.ops.signing_key_file:
-                from ragline.shared.signing import configure_signing  # signing on: cryptography loads
-
-                configure_signing(app, settings)
+            broker_url, backend_url, settings = client_urls(broker_url, backend_url)
+            app = client_app(broker_url, backend_url, settings)
         self.app = app
         self.timeout = timeout
 
     def _call(self, task: str, payload: dict, timeout: float | None, queue: str = "query") -> dict:
-        res = read_once(self.app.send_task(task, args=[payload], queue=queue), timeout or self.timeout)
-        if isinstance(res, dict) and res.get("ok") is False:
-            raise RaglineError(res.get("error", "error"), res.get("detail"))
-        return res
+        """Send ``task`` and wait for its reply; the typed errors of the module's docstring."""
+        timeout = timeout or self.timeout
+        result = None
+        try:
+            result = self.app.send_task(
+                task, args=[payload], queue=queue, expires=expires_for(queue, timeout)
+            )
+            res = read_once(result, timeout)
+        except CeleryTimeout:
+            # drop the result's subscription now, while Redis answers: left to AsyncResult.__del__,
+            # it is dropped whenever the collector runs, then perhaps against a Redis that went away
+            with suppress(Exception):
+                result.forget()  # type: ignore[union-attr]
+            raise timed_out(task, queue, timeout) from None
+        except Exception as exc:
+            if (lost := unavailable(exc)) is not None:
+                raise lost from exc
+            raise
+        return raise_for_reply(res)
+
+    def _run(self, call: Call, timeout: float | None) -> Any:
+        return call.model.model_validate(self._call(call.task, call.payload, timeout, queue=call.queue))
 
     def ask(
         self,
@@ -117,18 +303,7 @@ class RaglineClient:
         timeout: float | None = None,
         **filters: Any,
     ) -> AskResponse:
-        req = AskRequest(
-            query=question,
-            tenant=tenant,
-            groups=groups,
-            k=k,
-            mode=mode,
-            history=[ChatTurn.model_validate(t) for t in history or []],
-            **filters,
-        )
-        return AskResponse.model_validate(
-            self._call(TASK_QUERY_ASK, req.model_dump(exclude_defaults=True), timeout)
-        )
+        return self._run(ask_call(question, tenant, groups, k, mode, history, filters), timeout)
 
     def search(
         self,
@@ -141,10 +316,7 @@ class RaglineClient:
         timeout: float | None = None,
         **filters: Any,
     ) -> SearchResponse:
-        req = SearchRequest(query=query, tenant=tenant, groups=groups, k=k, mode=mode, **filters)
-        return SearchResponse.model_validate(
-            self._call(TASK_QUERY_RETRIEVE, req.model_dump(exclude_defaults=True), timeout)
-        )
+        return self._run(search_call(query, tenant, groups, k, mode, filters), timeout)
 
     def rerank(
         self,
@@ -155,10 +327,7 @@ class RaglineClient:
         threshold: float | None = None,
         timeout: float | None = None,
     ) -> RerankResponse:
-        req = RerankRequest(query=query, hits=hits, top_k=top_k, threshold=threshold)
-        return RerankResponse.model_validate(
-            self._call(TASK_QUERY_RERANK, req.model_dump(exclude_none=True), timeout)
-        )
+        return self._run(rerank_call(query, hits, top_k, threshold), timeout)
 
     def sync_acl(self, items: list[AclSyncItem | dict], *, timeout: float | None = None) -> AclSyncResult:
         """Replace documents' permissions (by ``doc_id`` or ``path_prefix``) without re-embedding.
@@ -166,14 +335,8 @@ class RaglineClient:
         The server orders changes as it applies them; each item's ``version`` (or ``ts``) is compared
         only with the same ``producer``'s earlier changes, so a replay or a late older one is ignored
         (``ignored_stale``). A ``doc_id`` not ingested yet keeps the permission for its first ingest."""
-        req = AclSyncRequest(items=[AclSyncItem.model_validate(i) for i in items])
-        return AclSyncResult.model_validate(
-            self._call(TASK_ACL_SYNC, req.model_dump(mode="json", exclude_none=True), timeout, queue="acl")
-        )
+        return self._run(sync_acl_call(items), timeout)
 
     def send_event(self, event: IngestEvent | dict, *, timeout: float | None = None) -> EventResult:
         """A document changed upstream: ``upsert`` (re-ingest ``uri``), ``delete`` or ``acl``."""
-        ev = IngestEvent.model_validate(event)
-        return EventResult.model_validate(
-            self._call(TASK_INGEST_EVENT, ev.model_dump(mode="json", exclude_none=True), timeout, queue="acl")
-        )
+        return self._run(send_event_call(event), timeout)

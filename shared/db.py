@@ -5,12 +5,19 @@ Two pools, each created lazily on first use in the process that uses it: the own
 (:func:`query_connection`), which connects as a member of the read-only ``ragline_query`` role so
 that row-level security (migration 0007) binds every retrieval statement. Celery prefork children
 call :func:`reset` from ``worker_process_init`` so that no socket is shared across a fork.
+
+When ``RAGLINE_QUERY_DATABASE_URL`` names servers, the query pool is a pool per server and each
+connection goes to the next server in turn that is in rotation (``shared/replicas.py`` holds the
+rules and the read-your-writes wait of the writers).
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -19,10 +26,14 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ragline.shared import replicas
 from ragline.shared.credentials import secret_file
+from ragline.shared.metrics import QUERY_SERVER_FALLBACKS
 from ragline.shared.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
 
 #: the read-only group role of migration 0007, and the login role the embedded stack creates in it
 QUERY_ROLE = "ragline_query"
@@ -55,15 +66,17 @@ def query_database_url(settings: Settings) -> str:
     return settings.effective_database_url()
 
 
-def _new_pool(name: str, url: str, settings: Settings) -> ConnectionPool:
+def _new_pool(
+    name: str, url: str, settings: Settings, configure=_configure, timeout: float = 30
+) -> ConnectionPool:
     return ConnectionPool(
         url,
         min_size=1,
         max_size=max(4, settings.workers.query_concurrency + 2),
         kwargs={"row_factory": dict_row, "autocommit": False},
-        configure=_configure,
+        configure=configure,
         open=True,
-        timeout=30,
+        timeout=timeout,
         check=ConnectionPool.check_connection,
         reconnect_timeout=60,
         name=f"ragline-{name}",
@@ -78,6 +91,163 @@ def _get(name: str) -> ConnectionPool:
             url = query_database_url(settings) if name == "query" else settings.effective_database_url()
             _pools[name] = (os.getpid(), _new_pool(name, url, settings))
         return _pools[name][1]
+
+
+class NoQueryServer(psycopg.OperationalError):
+    """No server of ``RAGLINE_QUERY_DATABASE_URL`` can answer: all out of rotation or failing."""
+
+
+class QueryRouter:
+    """The query pool over the servers of ``RAGLINE_QUERY_DATABASE_URL``: a pool per server
+    (created on first use), round robin over those in rotation (``replicas.order``).
+
+    Per question: one ``MGET`` of the rotation marks in Redis (skipped for servers known to be the
+    primary, which never lag). A server whose pool gives no connection within
+    ``RAGLINE_REPLICA_CONNECT_TIMEOUT_S`` is tried last for ``RAGLINE_REPLICA_RETRY_S`` (in this
+    process). A marked replica is checked at most every ``RAGLINE_REPLICA_RETRY_S`` and put back once
+    it has replayed its mark. Redis not answering counts every replica as out (the primary answers
+    per ``RAGLINE_QUERY_PRIMARY_READS``): serving a revoked document is worse than a failed question.
+    """
+
+    def __init__(self, settings: Settings, servers: list[replicas.Server]) -> None:
+        self.settings = settings
+        self.servers = {s.name: s for s in servers}
+        self.names = [s.name for s in servers]
+        self.kinds: dict[str, str] = {}  # name -> "primary" / "replica", learnt on connecting
+        self.failed_until: dict[str, float] = {}
+        self.checked_at: dict[str, float] = {}
+        self.pools: dict[str, ConnectionPool] = {}
+        self.turn = itertools.count()
+        self.lock = threading.Lock()
+
+    def pool(self, name: str) -> ConnectionPool:
+        with self.lock:
+            pool = self.pools.get(name)
+            if pool is None:
+
+                def configure(conn: psycopg.Connection, name: str = name) -> None:
+                    standby = conn.execute("SELECT pg_is_in_recovery() AS r").fetchone()["r"]
+                    self.kinds[name] = "replica" if standby else "primary"
+                    _configure(conn)
+
+                pool = self.pools[name] = _new_pool(
+                    f"query-{len(self.pools)}",
+                    self.servers[name].url,
+                    self.settings,
+                    configure=configure,
+                    timeout=self.settings.services.replica_connect_timeout_s,
+                )
+            return pool
+
+    def _marks(self) -> dict[str, int] | None:
+        ask = [n for n in self.names if self.kinds.get(n) != "primary"]
+        try:
+            return replicas.marks(ask, self.settings)
+        except Exception as exc:  # noqa: BLE001 - any Redis failure: nothing is known to be current
+            log.warning(
+                "the replicas' rotation marks are unreadable (%s): reading no replica", type(exc).__name__
+            )
+            return None
+
+    def _check(self, marked: dict[str, int]) -> None:
+        """Put back the marked replicas that have replayed their mark (rate limited per server)."""
+        now = time.monotonic()
+        for name, mark in list(marked.items()):
+            if now - self.checked_at.get(name, float("-inf")) < self.settings.services.replica_retry_s:
+                continue
+            self.checked_at[name] = now
+            try:
+                with self.pool(name).connection(
+                    timeout=self.settings.services.replica_connect_timeout_s
+                ) as conn:
+                    row = conn.execute(replicas.REPLAY_SQL).fetchone()
+                if replicas.readmit(name, mark, row["replay"] if row["standby"] else None, self.settings):
+                    del marked[name]
+            except Exception as exc:  # noqa: BLE001 - still out; the next check tries again
+                log.info("replica %s is out of rotation and its check failed: %s", name, type(exc).__name__)
+
+    def _learn_kinds(self) -> None:
+        """Connect to every server whose kind is not known yet (once per process and server, unless
+        it fails), so that the primary is never taken for a replica."""
+        now = time.monotonic()
+        for name in self.names:
+            if name in self.kinds or self.failed_until.get(name, 0.0) > now:
+                continue
+            try:
+                with self.pool(name).connection(timeout=self.settings.services.replica_connect_timeout_s):
+                    pass  # the pool's configure records the kind
+            except (PoolTimeout, psycopg.OperationalError) as exc:
+                self.failed_until[name] = time.monotonic() + self.settings.services.replica_retry_s
+                log.warning("query server %s gave no connection (%s)", name, type(exc).__name__)
+
+    def candidates(self) -> list[str]:
+        if len(self.kinds) < len(self.names):
+            self._learn_kinds()
+        marked = self._marks()
+        if marked is None:
+            excluded = {n for n in self.names if self.kinds.get(n) != "primary"}
+        else:
+            if marked:
+                self._check(marked)
+            excluded = set(marked)
+        now = time.monotonic()
+        failed = {n for n, until in self.failed_until.items() if until > now}
+        return replicas.order(
+            self.names,
+            self.kinds,
+            excluded,
+            failed,
+            self.settings.services.query_primary_reads,
+            next(self.turn),
+        )
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        order = self.candidates()
+        for i, name in enumerate(order):
+            pool = self.pool(name)
+            try:
+                conn = pool.getconn(timeout=self.settings.services.replica_connect_timeout_s)
+            except (PoolTimeout, psycopg.OperationalError) as exc:
+                self.failed_until[name] = time.monotonic() + self.settings.services.replica_retry_s
+                log.warning(
+                    "query server %s gave no connection (%s): trying the next", name, type(exc).__name__
+                )
+                continue
+            if i:
+                QUERY_SERVER_FALLBACKS.labels("failed").inc()
+            if self.kinds.get(name) == "primary" and any(self.kinds.get(n) != "primary" for n in self.names):
+                if self.settings.services.query_primary_reads == "fallback":
+                    QUERY_SERVER_FALLBACKS.labels("primary").inc()
+            try:
+                with conn:
+                    yield conn
+            finally:
+                pool.putconn(conn)
+            return
+        raise NoQueryServer(
+            f"no query server can answer: {len(self.names)} configured, {len(order)} in rotation"
+            " (RAGLINE_QUERY_DATABASE_URL; replicas behind a permission change are out until they replay it)"
+        )
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+
+
+#: (pid that decided, the router or None) — None: RAGLINE_QUERY_DATABASE_URL is unset
+_router: tuple[int, QueryRouter | None] | None = None
+
+
+def query_router() -> QueryRouter | None:
+    """The query pool's router in this process, or None when ``RAGLINE_QUERY_DATABASE_URL`` is
+    unset (one pool on the primary, as before)."""
+    global _router
+    with _lock:
+        if _router is None or _router[0] != os.getpid():
+            servers = replicas.configured_servers(get_settings())
+            _router = (os.getpid(), QueryRouter(get_settings(), servers) if servers else None)
+        return _router[1]
 
 
 def get_pool() -> ConnectionPool:
@@ -100,18 +270,28 @@ def connection() -> Iterator[psycopg.Connection]:
 @contextmanager
 def query_connection() -> Iterator[psycopg.Connection]:
     """A pooled connection of the query pool's role: it can only read, and only the rows that the
-    transaction's ``ragline.tenant`` / ``ragline.groups`` admit."""
-    with get_query_pool().connection() as conn:
+    transaction's ``ragline.tenant`` / ``ragline.groups`` admit. With several servers configured,
+    from the next one in rotation (:class:`QueryRouter`)."""
+    router = query_router()
+    if router is None:
+        with get_query_pool().connection() as conn:
+            yield conn
+        return
+    with router.connection() as conn:
         yield conn
 
 
 def reset() -> None:
     """Drop the pools (after a fork, or when the settings changed)."""
+    global _router
     with _lock:
         for pid, pool in _pools.values():
             if pid == os.getpid():
                 pool.close()
         _pools.clear()
+        if _router is not None and _router[0] == os.getpid() and _router[1] is not None:
+            _router[1].close()
+        _router = None
 
 
 def connect(autocommit: bool = True) -> psycopg.Connection:

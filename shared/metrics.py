@@ -29,6 +29,42 @@ INVALID_CITATIONS = Counter(
 )
 RERANK_DEGRADED = Counter("rag_rerank_degraded", "Reranks that fell back to the fused order", ["reason"])
 QUERY_DEGRADED = Counter("rag_query_degraded", "Searches that fell back to lexical only", ["reason"])
+UNGROUNDED_SENTENCES = Counter(
+    "rag_ungrounded_sentences", "Answer sentences removed as unsupported by their cited documents", ["judge"]
+)
+UNGROUNDED_ANSWERS = Counter(
+    "rag_ungrounded_answers", "Answers with at least one unsupported sentence", ["judge", "outcome"]
+)
+LOW_CONFIDENCE_ANSWERS = Counter(
+    "rag_low_confidence_answers", "Answers withheld (no_answer) for a confidence below the minimum"
+)
+ANSWER_CONFIDENCE = Histogram(
+    "rag_answer_confidence",
+    "Confidence of returned answers",
+    buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+)
+CONTEXT_MERGED_CHUNKS = Counter("rag_context_merged_chunks", "Chunks merged into a neighbour's passage")
+CONTEXT_DROPPED_CHUNKS = Counter(
+    "rag_context_dropped_chunks", "Chunks left out of the prompt by the token budget"
+)
+ANSWER_STAGE_LATENCY_MS = Histogram(
+    "rag_answer_stage_latency_ms",
+    "Latency of the answer's stages: context, squeeze, self_consistency, grounding (ms)",
+    ["stage"],
+    buckets=_MS_BUCKETS,
+)
+RERANK_LATENCY_MS = Histogram(
+    "rag_rerank_latency_ms",
+    "Rerank latency (ms), fallbacks included: a slow provider shows here before it times out",
+    ["provider"],
+    buckets=_MS_BUCKETS,
+)
+QUERY_ERRORS = Counter(
+    "rag_query_errors",
+    "Questions answered with an error instead of a result (rate limited, deadline exceeded,"
+    " retrieval timeout, internal error)",
+    ["error"],
+)
 
 # --- ingestion -------------------------------------------------------------------------------
 DOCUMENTS_PROCESSED = Counter("rag_documents_processed", "Documents processed by the ingest pool", ["status"])
@@ -53,9 +89,39 @@ ACL_SYNC_LAG_S = Histogram(
     "Time from permission event to applied",
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300),
 )
+# no labels: the series exists at 0 from the start, so an alert on increase() sees the first one
+JOBS_STUCK = Counter(
+    "rag_jobs_stuck",
+    "Running jobs marked failed by the stuck-job check (no heartbeat for RAGLINE_JOB_STUCK_AFTER_S)",
+)
 ACL_CHANGES = Counter(
     "rag_acl_changes",
     "Permission changes by entry point (sync, event, ingest, reindex) and outcome (applied, stale,"
     " pending, not_found)",
     ["path", "outcome"],
+)
+
+# --- read replicas (shared/replicas.py) --------------------------------------------------------
+REPLICA_REPLAY_WAIT_S = Histogram(
+    "rag_replica_replay_wait_seconds",
+    "Time from a permission change's (or delete's) commit until every replica in the query pool's"
+    " rotation replayed it, or the wait gave up (RAGLINE_REPLICA_MAX_LAG_S)",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+REPLICA_EXCLUSIONS = Counter(
+    "rag_replica_exclusions",
+    "Replicas taken out of the query pool's rotation: behind a permission change after the wait"
+    " (lag) or not answering its check (unreachable)",
+    ["replica", "reason"],
+)
+REPLICA_READMISSIONS = Counter(
+    "rag_replica_readmissions",
+    "Replicas put back into rotation once they replayed what they missed",
+    ["replica"],
+)
+QUERY_SERVER_FALLBACKS = Counter(
+    "rag_query_server_fallbacks",
+    "Query connections that went to another server than the first in turn: it failed (failed),"
+    " or no replica was in rotation and the primary answered (primary)",
+    ["reason"],
 )

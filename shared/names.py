@@ -70,3 +70,12 @@ TASK_MODULES = ("ragline.ingest.tasks", "ragline.ingest.control_tasks", "ragline
 
 #: the Celery app, as ``celery -A`` takes it
 CELERY_APP = "ragline.shared.celery_app:app"
+
+#: a streamed answer (``AskRequest.stream``) is published into one Redis stream per question,
+#: named after the ask task's id, which the producer knows as soon as it sends the task
+ANSWER_STREAM_PREFIX = "ragline-answer:"
+
+
+def answer_stream_key(task_id: str) -> str:
+    """The Redis stream the query worker publishes the answer of ask task ``task_id`` into."""
+    return ANSWER_STREAM_PREFIX + task_id

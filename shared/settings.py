@@ -49,8 +49,22 @@ class ServicesSettings(_Group):
     redis_password: SecretStr | None = Field(None, validation_alias="RAGLINE_REDIS_PASSWORD")
     # the query pool's connection: a login role in the read-only group role ``ragline_query``, so
     # row-level security holds even if a query forgets its tenant filter (migration 0007). Unset:
-    # the embedded stack's generated role, or DATABASE_URL (the owner, which RLS does not bind)
+    # the embedded stack's generated role, or DATABASE_URL (the owner, which RLS does not bind).
+    # Several servers (streaming replicas, the primary): libpq URLs separated by commas, each
+    # starting with postgresql:// (docs/operations.md, "Read replicas for the query pool")
     query_database_url: str | None = Field(None, validation_alias="RAGLINE_QUERY_DATABASE_URL")
+    # a permission change or delete is reported done only once every replica in the query pool's
+    # rotation replayed it; one that has not after this long is taken out of rotation until it has
+    replica_max_lag_s: float = Field(5.0, ge=0, le=600, validation_alias="RAGLINE_REPLICA_MAX_LAG_S")
+    # the primary among RAGLINE_QUERY_DATABASE_URL's servers: "fallback" answers only when no replica
+    # is in rotation, "rotation" answers like a replica, "never" (questions fail when no replica is in)
+    query_primary_reads: Literal["fallback", "rotation", "never"] = Field(
+        "fallback", validation_alias="RAGLINE_QUERY_PRIMARY_READS"
+    )
+    # a query server that failed to give a connection within connect_timeout is skipped this long
+    # (per process), and a replica out of rotation is checked this often for having caught up
+    replica_retry_s: float = Field(2.0, gt=0, validation_alias="RAGLINE_REPLICA_RETRY_S")
+    replica_connect_timeout_s: float = Field(2.0, gt=0, validation_alias="RAGLINE_REPLICA_CONNECT_TIMEOUT_S")
 
 
 class WorkersSettings(_Group):
@@ -212,6 +226,10 @@ class CodeSettings(_Group):
     # git sources: larger files are skipped, as are files with a longer line (minified)
     max_file_bytes: int = Field(1024 * 1024, ge=1, validation_alias="RAGLINE_CODE_MAX_FILE_BYTES")
     max_line_chars: int = Field(1000, ge=0, validation_alias="RAGLINE_CODE_MAX_LINE_CHARS")
+    # source bytes per ingest task of a git sync (beside RAGLINE_INGEST_BATCH_DOCS): code yields
+    # many more texts per byte than documents (chunks and symbol records), so a batch sized for
+    # documents (RAGLINE_INGEST_BATCH_BYTES) outlasts the task time limit; a larger file goes alone
+    batch_bytes: int = Field(128 * 1024, ge=1, validation_alias="RAGLINE_CODE_BATCH_BYTES")
     # a git command (clone, fetch, diff) is stopped after this
     git_timeout_s: float = Field(600.0, gt=0, validation_alias="RAGLINE_GIT_TIMEOUT_S")
     # the symbol layer: one short record per definition of a source file (signature, docstring,
@@ -317,8 +335,25 @@ class RetrievalSettings(_Group):
     hnsw_ef_search: int = Field(100, validation_alias="RAGLINE_HNSW_EF_SEARCH")
     # lexical retriever: "any" = words OR-ed like BM25 (robust for questions); "all" = websearch AND syntax
     lexical_match: Literal["any", "all"] = Field("any", validation_alias="RAGLINE_LEXICAL_MATCH")
-    # ts_rank with length normalisation 1 ranks OR-ed questions better than ts_rank_cd on the dev sets
-    lexical_rank: Literal["ts_rank", "ts_rank_cd"] = Field("ts_rank", validation_alias="RAGLINE_LEXICAL_RANK")
+    # bm25: idf and length normalisation computed in Postgres (migration 0009); it scores every
+    # matched row, so its cost grows with the tenant (README "Retrieval quality": bench/lexical_cost.py)
+    # while in hybrid search ts_rank fused by score does as well on the dev sets
+    lexical_rank: Literal["bm25", "ts_rank", "ts_rank_cd"] = Field(
+        "ts_rank", validation_alias="RAGLINE_LEXICAL_RANK"
+    )
+    bm25_k1: float = Field(1.2, ge=0, validation_alias="RAGLINE_BM25_K1")
+    bm25_b: float = Field(0.75, ge=0, le=1, validation_alias="RAGLINE_BM25_B")
+    # how the vector and lexical lists become one: weighted RRF over ranks, or a convex combination
+    # of normalised scores (query/fusion.py); questions naming a file or identifier use
+    # fusion_code, because the structural bonuses of code retrieval were tuned in RRF units
+    # convex (zscore, lexical 0.3) was best on both dev sets (README "Retrieval quality")
+    fusion: Literal["rrf", "convex"] = Field("convex", validation_alias="RAGLINE_FUSION")
+    fusion_code: Literal["rrf", "convex"] = Field("rrf", validation_alias="RAGLINE_FUSION_CODE")
+    fusion_normalization: Literal["minmax", "zscore", "dbsf"] = Field(
+        "minmax", validation_alias="RAGLINE_FUSION_NORMALIZATION"
+    )
+    # the lexical share of a convex combination (the vector list gets the rest)
+    convex_weight_lexical: float = Field(0.3, ge=0, le=1, validation_alias="RAGLINE_CONVEX_WEIGHT_LEXICAL")
     lexical_rank_normalization: int = Field(
         1, ge=0, le=63, validation_alias="RAGLINE_LEXICAL_RANK_NORMALIZATION"
     )
@@ -386,6 +421,42 @@ class AnswerSettings(_Group):
     agentic_max_rounds: int = Field(3, validation_alias="RAGLINE_AGENTIC_MAX_ROUNDS")
     agentic_max_searches: int = Field(6, validation_alias="RAGLINE_AGENTIC_MAX_SEARCHES")
     agentic_max_evidence: int = Field(12, validation_alias="RAGLINE_AGENTIC_MAX_EVIDENCE")
+    # streamed answers (AskRequest.stream): entries one question's Redis stream holds at most (the
+    # worker merges deltas past it, so nothing is trimmed) and how long the stream outlives its
+    # last entry for a late or reconnecting reader
+    stream_maxlen: int = Field(1000, ge=10, le=100_000, validation_alias="RAGLINE_ANSWER_STREAM_MAXLEN")
+    stream_ttl_s: int = Field(300, ge=1, validation_alias="RAGLINE_ANSWER_STREAM_TTL_S")
+    # context assembly (query/context.py): neighbouring or overlapping chunks of one document become
+    # one passage; the most relevant passages go to both ends of the prompt ("lost in the middle");
+    # a token budget per generator (estimated from characters; 0 = no budget)
+    context_merge: bool = Field(True, validation_alias="RAGLINE_ANSWER_CONTEXT_MERGE")
+    context_reorder: bool = Field(True, validation_alias="RAGLINE_ANSWER_CONTEXT_REORDER")
+    context_budget_tokens: dict[str, int] = Field(
+        default_factory=lambda: {"extractive": 0, "anthropic": 16000, "openai": 8000, "ollama": 3000},
+        validation_alias="RAGLINE_ANSWER_CONTEXT_BUDGET_TOKENS",
+    )
+    # squeeze passages longer than squeeze_min_tokens with the generator before the answer call
+    # (one extra call per long passage; chat generators only)
+    context_squeeze: bool = Field(False, validation_alias="RAGLINE_ANSWER_CONTEXT_SQUEEZE")
+    squeeze_min_tokens: int = Field(400, ge=1, validation_alias="RAGLINE_ANSWER_SQUEEZE_MIN_TOKENS")
+    # groundedness check (query/grounding.py): "auto" checks the extractive answer structurally (every
+    # sentence a span of its cited passage) and a chat model's answer not at all; "lexical" (offline
+    # word support) and "generator" (a second call to the chat model) check a chat model's answer
+    grounding: Literal["off", "auto", "lexical", "generator"] = Field(
+        "auto", validation_alias="RAGLINE_ANSWER_GROUNDING"
+    )
+    # the lexical judge: share of a sentence's topic stems that must occur in its cited passages
+    grounding_min_share: float = Field(0.5, ge=0, le=1, validation_alias="RAGLINE_ANSWER_GROUNDING_MIN_SHARE")
+    # more unsupported sentences than this share: the whole answer becomes no answer
+    max_unsupported_share: float = Field(
+        0.5, ge=0, le=1, validation_alias="RAGLINE_ANSWER_MAX_UNSUPPORTED_SHARE"
+    )
+    # self-consistency: this many answers sampled from a chat generator, the most consistent kept
+    # (1 = off; each sample is one more generator call)
+    self_consistency: int = Field(1, ge=1, le=10, validation_alias="RAGLINE_ANSWER_SELF_CONSISTENCY")
+    # answers below this confidence (retrieval signal and supported share, query/grounding.py) are
+    # returned as no answer with the reason; a fully supported answer scores at least 0.5
+    min_confidence: float = Field(0.4, ge=0, le=1, validation_alias="RAGLINE_ANSWER_MIN_CONFIDENCE")
 
 
 class LifecycleSettings(_Group):

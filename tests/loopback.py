@@ -65,7 +65,39 @@ class Stats:
     spans: list[tuple[float, float]] = field(default_factory=list)
 
 
-class LoopbackServer:
+class ThreadedServer:
+    """A threaded HTTP server on 127.0.0.1 serving ``self._handler()`` (a request handler class):
+    ``with Server() as srv: srv.url``. Subclasses build their state, then call ``super().__init__()``."""
+
+    def __init__(self) -> None:
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LoopbackServer(ThreadedServer):
     """``with LoopbackServer() as srv: srv.url`` — a threaded HTTP server on 127.0.0.1."""
 
     def __init__(
@@ -84,28 +116,7 @@ class LoopbackServer:
         self.keep_bodies = keep_bodies
         self.stats = Stats()
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> LoopbackServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-    def __enter__(self) -> LoopbackServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__()
 
     def reset_stats(self) -> None:
         with self._lock:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from celery.exceptions import SoftTimeLimitExceeded
+
 from ragline.ingest.parse import code, docx, html, markdown, pdf, text
 from ragline.ingest.parse.code import CodeDocument
 from ragline.ingest.parse.common import (
@@ -106,12 +108,29 @@ def _elements(data: bytes, fmt: str) -> tuple[list, str]:
     if fmt in BINARY_FORMATS:
         if not data.strip():
             raise ParseError("empty document")
-        return _BINARY_PARSERS[fmt](data), ""
+        return _guarded(fmt, _BINARY_PARSERS[fmt], data), ""
     decoded = decode_text(data)
     parser = _TEXT_PARSERS.get(fmt)
     if parser is None:
         raise ParseError(f"unsupported format {fmt!r}")
-    return parser(decoded)
+    return _guarded(fmt, parser, decoded)
+
+
+def _guarded(fmt: str, parser, data):
+    """Run a third-party parser; whatever it raises on one input is that document's error.
+
+    unstructured, pdfminer and python-docx fail on odd inputs with their own bugs (an
+    ``AttributeError`` from unstructured's HTML partitioner on a Markdown file holding only front
+    matter and an HTML comment): left to propagate, such an error is not a document error, and the
+    task would fail every document it carries. A time limit is not the parser's failure: re-raised."""
+    try:
+        return parser(data)
+    except (ParseError, SoftTimeLimitExceeded, MemoryError, RecursionError):
+        raise
+    except Exception as exc:
+        raise ParseError(
+            f"the {fmt} parser failed on this document ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from exc
 
 
 def front_matter(data: bytes) -> dict:

@@ -217,6 +217,12 @@ def delete_docs(
                 if not typer.confirm(f"delete {plural(len(doc_ids), 'document')} ({shown})?", err=True):
                     fail("nothing deleted", EXIT_FAILED)
         res = catalog.delete_documents(conn, tenant, doc_ids)
+        if res["deleted"]:  # done once the query pool's replicas no longer serve them
+            from ragline.shared import replicas  # start-up: as above
+
+            wait = replicas.wait_for_replay(conn, what="delete")
+            if wait and wait.excluded:
+                res["replicas_excluded"] = wait.excluded
     chunks = sum(d["chunks"] for d in res["deleted"])
     if as_json:
         print_json({"tenant": tenant, **res})

@@ -79,6 +79,31 @@ def summarize(settings: Settings) -> list[dict]:
     return rows
 
 
+def render_table(rows: list[dict]) -> Table:
+    """The snapshot as a rich table whose metric names are never cut short.
+
+    Rich shrinks every wrappable column to fit the terminal (80 columns when piped) and ends cut
+    cells with an ellipsis, which turned ``rag_retrieval_latency_ms`` into ``rag_retrieval_laten…``:
+    a name an operator cannot paste into Prometheus. The name column is therefore as wide as the
+    longest name and never wraps; the labels, one per line, fold instead.
+    """
+    longest = max((len(r["metric"]) for r in rows), default=len("metric"))
+    table = Table(caption="histograms: value = observations, mean = sum / count")
+    table.add_column("pool", no_wrap=True)
+    table.add_column("metric", no_wrap=True, min_width=longest)
+    table.add_column("labels", overflow="fold")
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("mean", justify="right", no_wrap=True)
+    for r in rows:
+        labels = "\n".join(f"{k}={v}" for k, v in r["labels"].items())
+        if r["type"] == "histogram":
+            mean = "-" if r["mean"] is None else f"{r['mean']:.2f}"
+            table.add_row(r["pool"], r["metric"], labels, f"{r['count']:g}", mean)
+        else:
+            table.add_row(r["pool"], r["metric"], labels, f"{r['value']:g}", "")
+    return table
+
+
 @app.command()
 def metrics(
     as_json: bool = typer.Option(False, "--json", help="machine-readable rows"),
@@ -100,14 +125,6 @@ def metrics(
     if as_json:
         print(json.dumps(rows, ensure_ascii=False))
         return
-    table = Table("pool", "metric", "labels", "value / count", "mean")
-    for r in rows:
-        labels = ",".join(f"{k}={v}" for k, v in r["labels"].items())
-        if r["type"] == "histogram":
-            mean = "-" if r["mean"] is None else f"{r['mean']:.2f}"
-            table.add_row(r["pool"], r["metric"], labels, f"{r['count']:g}", mean)
-        else:
-            table.add_row(r["pool"], r["metric"], labels, f"{r['value']:g}", "")
-    Console().print(table)
+    Console().print(render_table(rows))
     if not rows:
         Console(stderr=True).print("no metrics yet: is the stack up (`ragline up`)?")

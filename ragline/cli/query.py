@@ -25,7 +25,9 @@ def search(
     tenant: str = typer.Option(..., "--tenant"),
     groups: str = typer.Option(..., "--groups", help="comma-separated ACL groups of the caller"),
     k: int = typer.Option(10, "--k"),
-    mode: Literal["hybrid", "vector", "lexical"] = typer.Option("hybrid", "--mode", help="retrieval mode"),
+    mode: Literal["hybrid", "vector", "lexical", "lexical_code"] = typer.Option(
+        "hybrid", "--mode", help="retrieval mode; lexical_code: lexical search of the source-code layer only"
+    ),
     path_prefix: list[str] = typer.Option(
         [], "--path-prefix", help="only paths with this prefix (repeatable)"
     ),
@@ -73,7 +75,9 @@ def ask(
     tenant: str = typer.Option(..., "--tenant"),
     groups: str = typer.Option(..., "--groups", help="comma-separated ACL groups of the caller"),
     k: int = typer.Option(5, "--k", help="documents in the prompt"),
-    mode: Literal["hybrid", "vector", "lexical"] = typer.Option("hybrid", "--mode", help="retrieval mode"),
+    mode: Literal["hybrid", "vector", "lexical", "lexical_code"] = typer.Option(
+        "hybrid", "--mode", help="retrieval mode; lexical_code: lexical search of the source-code layer only"
+    ),
     agentic: bool | None = typer.Option(None, "--agentic/--no-agentic"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -107,12 +111,25 @@ def citation_line(c: dict) -> str:
     heading = c.get("heading_path") or c.get("heading") or ""
     if not locator:
         locator = f"chunk {c['chunk_no']}"
-    parts = [f"[{c['n']}] {source}"]
-    if locator != source:
-        parts.append(locator)
+    if locator.startswith(source + ":"):  # code: the locator is the path with its lines
+        parts = [f"[{c['n']}] {locator}"]
+        heading = symbol_path(heading, source)
+    else:
+        parts = [f"[{c['n']}] {source}"]
+        if locator != source:
+            parts.append(locator)
     if heading and not locator.startswith("§"):
         parts.append(heading)
     return " · ".join(parts)
+
+
+def symbol_path(heading: str, path: str) -> str:
+    """A code chunk's heading without its module (``pkg/hooks.py › Registry › run`` under the path
+    ``r/pkg/hooks.py`` is ``Registry › run``): the path is already on the line."""
+    parts = heading.split(" › ")
+    if parts and parts[0] and (path == parts[0] or path.endswith("/" + parts[0])):
+        parts = parts[1:]
+    return " › ".join(parts)
 
 
 def print_answer(question: str, res: dict) -> None:
@@ -324,6 +341,24 @@ def _code_eval(
                 f"{r['mrr']:.3f}",
                 str(r["n"]),
             )
+        Console().print(table)
+    table = Table("held-out half: weights chosen on the other half [layers]", *cols)
+    for variant, split in result.get("held_out", {}).items():
+        for run in split["runs"]:
+            on = run["reported_on"]
+            for label, r in (
+                (f"chosen on {run['chosen_on']}: {run['chosen']}", run["chosen_on_held_out_half"]),
+                ("the defaults", run["configured_on_held_out_half"]),
+                ("none (plain fusion)", run["none_on_held_out_half"]),
+            ):
+                table.add_row(
+                    escape(f"{on}: {label} [{variant}]"),
+                    *(f"{r[f'acc@{k}']:.3f}" for k in ACC_AT),
+                    f"{r['recall@10']:.3f}",
+                    f"{r['mrr']:.3f}",
+                    str(r["n"]),
+                )
+    if result.get("held_out"):
         Console().print(table)
 
 

@@ -160,6 +160,12 @@ class AclSyncResult(BaseModel):
     unknown_tenants: list[str] = Field(default_factory=list, description="tenants without any document")
     lag_s_max: float | None = None
     lag_s_mean: float | None = None
+    replicas: dict[str, Any] | None = Field(
+        default=None,
+        description="with replicas in RAGLINE_QUERY_DATABASE_URL: the wait for them to replay the change"
+        " before it was reported done: {lsn, waited_s, caught_up, excluded} (excluded: out of the query"
+        " pool's rotation until they replay it)",
+    )
     job_id: str | None = None
 
 
@@ -236,6 +242,12 @@ class EventResult(BaseModel):
         default=None,
         description="an upsert event's 'acl', applied at once through the ACL path (no embedding), or"
         " older than this producer's last applied change",
+    )
+    replicas: dict[str, Any] | None = Field(
+        default=None,
+        description="with replicas in RAGLINE_QUERY_DATABASE_URL: the wait for them to replay the change"
+        " before it was reported done: {lsn, waited_s, caught_up, excluded} (excluded: out of the query"
+        " pool's rotation until they replay it)",
     )
     job_id: str | None = Field(default=None, description="push: the job ingesting the changed files")
     push: dict[str, Any] | None = Field(

@@ -18,8 +18,11 @@ class SearchRequest(BaseModel):
         max_length=1000, description="caller's ACL groups; empty means nothing is visible"
     )
     k: int = Field(default=10, ge=1, le=200)
-    mode: Literal["hybrid", "vector", "lexical", "exact"] = Field(
-        default="hybrid", description="'exact' returns the chunks of `doc_ids` / `paths` without ranking"
+    mode: Literal["hybrid", "vector", "lexical", "lexical_code", "exact"] = Field(
+        default="hybrid",
+        description="'exact' returns the chunks of `doc_ids` / `paths` without ranking; 'lexical_code' is"
+        " the lexical code fallback: lexical search of the source layer only, no statement at all when"
+        " the query has no terms",
     )
     #: a precomputed query embedding (benchmarks, callers that embed themselves): skips the embedder
     query_vector: list[float] | None = Field(default=None, min_length=1, max_length=4096)
@@ -130,6 +133,11 @@ class AskRequest(SearchRequest):
         description="earlier turns; used to rewrite a follow-up into a standalone question",
     )
     agentic: bool | None = Field(default=None, description="None: RAGLINE_AGENTIC")
+    stream: bool = Field(
+        default=False,
+        description="also publish the answer as it is generated: deltas, then the final response, into"
+        " the Redis stream named after the task id (names.answer_stream_key; shared/answer_stream.py)",
+    )
 
 
 class Citation(BaseModel):
@@ -173,5 +181,11 @@ class AskResponse(BaseModel):
     reason: str | None = None
     #: the agentic loop stopped on its budget, not because the evidence was enough
     partial: bool = False
+    #: how far to trust the answer, in [0, 1]: the cited chunks' match to the question and the share
+    #: of its sentences the groundedness check found supported (query/grounding.py); None when no
+    #: answer was generated. Answers below RAGLINE_ANSWER_MIN_CONFIDENCE come back as no_answer
+    confidence: float | None = Field(default=None, ge=0, le=1)
+    #: sentences taken out of ``answer`` because the documents they cite do not support them
+    removed_sentences: list[str] = Field(default_factory=list)
     timings_ms: dict[str, float] = Field(default_factory=dict)
     trace: dict[str, Any] = Field(default_factory=dict)

@@ -4,10 +4,19 @@ configured low temperature).
 
 The offline default ``extractive`` lives in ``query/generate.py`` and needs no provider.
 Neither retries past its timeout.
+
+Both chat generators also stream (:meth:`~Generator.stream`): Anthropic's Messages server-sent
+events (``message_start``, ``content_block_delta`` with ``text_delta``, ``message_delta``,
+``message_stop``, and ``error``), and the OpenAI-compatible chat completion chunks
+(``data: {"choices": [{"delta": {"content": ...}}]}`` up to ``data: [DONE]``). A stream that ends
+without its end marker was cut (a proxy or the server dropped it) and raises, like an ``error``
+event: a truncated text must never pass for a whole answer.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -31,6 +40,16 @@ class Generator(Protocol):
 
     def generate(self, system: str, messages: list[dict], max_tokens: int | None = None) -> Generation:
         """One completion for ``messages`` (``[{"role", "content"}]``) under ``system``."""
+
+
+@runtime_checkable
+class StreamingGenerator(Generator, Protocol):
+    def stream(
+        self, system: str, messages: list[dict], max_tokens: int | None = None, timeout_s: float | None = None
+    ) -> Iterator[str | Generation]:
+        """The completion as it is generated: text deltas (``str``), then one :class:`Generation`
+        (the whole text and the token counts). A provider error or a cut stream raises
+        :class:`ProviderError`; ``timeout_s`` bounds each wait for the next bytes."""
 
 
 class AnthropicGenerator:
@@ -65,6 +84,47 @@ class AnthropicGenerator:
         g = Generation(text.strip(), int(usage.input_tokens or 0), int(usage.output_tokens or 0))
         _count(self.name, g)
         return g
+
+    def stream(
+        self, system: str, messages: list[dict], max_tokens: int | None = None, timeout_s: float | None = None
+    ) -> Iterator[str | Generation]:
+        import anthropic  # loaded already by __init__
+
+        parts: list[str] = []
+        input_tokens = output_tokens = 0
+        stopped = False
+        try:
+            events = self._client.messages.create(
+                model=self.model,
+                max_tokens=max_tokens or self.max_tokens,
+                system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+                messages=messages,
+                stream=True,
+                **({"timeout": timeout_s} if timeout_s else {}),
+            )
+            with events:
+                for ev in events:
+                    if ev.type == "message_start":
+                        input_tokens = int(ev.message.usage.input_tokens or 0)
+                    elif ev.type == "content_block_delta" and ev.delta.type == "text_delta":
+                        if ev.delta.text:
+                            parts.append(ev.delta.text)
+                            yield ev.delta.text
+                    elif ev.type == "message_delta":
+                        output_tokens = int(ev.usage.output_tokens or 0)
+                    elif ev.type == "message_stop":
+                        stopped = True
+        except anthropic.APIStatusError as exc:  # an HTTP error, or an ``error`` event in the stream
+            body = exc.body if isinstance(exc.body, dict) else {}
+            kind = (body.get("error") or {}).get("type") if isinstance(body.get("error"), dict) else None
+            raise ProviderError(f"anthropic stream: {kind or type(exc).__name__}") from exc
+        except Exception as exc:  # connection errors of the SDK's own HTTP client, a malformed event
+            raise ProviderError(f"anthropic stream: {type(exc).__name__}") from exc
+        if not stopped:
+            raise ProviderError("anthropic stream: cut before message_stop")
+        g = Generation("".join(parts).strip(), input_tokens, output_tokens)
+        _count(self.name, g)
+        yield g
 
 
 class OpenAIChatGenerator:
@@ -108,6 +168,59 @@ class OpenAIChatGenerator:
         )
         _count(self.name, g)
         return g
+
+    def stream(
+        self, system: str, messages: list[dict], max_tokens: int | None = None, timeout_s: float | None = None
+    ) -> Iterator[str | Generation]:
+        body = {
+            "model": self.model,
+            "temperature": self.temperature,
+            "max_tokens": max_tokens or self.max_tokens,
+            "messages": [{"role": "system", "content": system}, *messages],
+            "stream": True,
+            # the token counts come in one last chunk (empty ``choices``) before [DONE]
+            "stream_options": {"include_usage": True},
+        }
+        parts: list[str] = []
+        usage: dict = {}
+        done = False
+        try:
+            with httpx.stream(
+                "POST", self.url, json=body, headers=self._headers, timeout=timeout_s or self.timeout
+            ) as r:
+                if r.status_code >= 400:
+                    raise ProviderError(f"{self.name} chat stream: HTTP {r.status_code}")
+                for line in r.iter_lines():
+                    if not line.startswith("data:"):
+                        continue  # blank separators, ": keep-alive" comments, "event:" names
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    chunk = json.loads(data)
+                    if not isinstance(chunk, dict):
+                        raise ValueError("chunk is not an object")
+                    if chunk.get("error"):  # vLLM, Ollama and proxies report a failure mid-stream like this
+                        err = chunk["error"]
+                        kind = err.get("type") or err.get("code") if isinstance(err, dict) else None
+                        raise ProviderError(f"{self.name} chat stream: error {kind or 'event'}")
+                    usage = chunk.get("usage") or usage
+                    for choice in chunk.get("choices") or []:
+                        text = (choice.get("delta") or {}).get("content")
+                        if isinstance(text, str) and text:
+                            parts.append(text)
+                            yield text
+        except (httpx.HTTPError, ValueError, AttributeError, TypeError) as exc:
+            raise ProviderError(f"{self.name} chat stream: {type(exc).__name__}") from exc
+        if not done:
+            raise ProviderError(f"{self.name} chat stream: cut before [DONE]")
+        g = Generation(
+            "".join(parts).strip(),
+            int(usage.get("prompt_tokens") or 0),
+            int(usage.get("completion_tokens") or 0),
+        )
+        _count(self.name, g)
+        yield g
 
 
 def _count(name: str, g: Generation) -> None:

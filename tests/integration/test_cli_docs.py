@@ -227,3 +227,14 @@ def test_a_delete_event_takes_an_iso_time_as_its_version(celery_worker, voyage, 
     deleted = handle_event(conn, IngestEvent(type="delete", tenant=tenant, doc_id=doc_id, version=now), None)
     conn.commit()
     assert deleted.outcome == "deleted" and deleted.chunks_deleted >= 1 and _chunks(conn, tenant, doc_id) == 0
+
+
+def test_a_documents_last_job_is_found_through_its_index(conn, tenant):
+    """`docs show` reads one document's jobs, not every job's rows (migration 0011)."""
+    from ragline.ingest.catalog import LAST_JOB_SQL
+
+    conn.execute("SET LOCAL enable_seqscan = off")  # an empty test table must not hide a full scan
+    plan = "\n".join(
+        r["QUERY PLAN"] for r in conn.execute("EXPLAIN " + LAST_JOB_SQL, (tenant, "a.md")).fetchall()
+    )
+    assert "job_documents_by_document" in plan, plan

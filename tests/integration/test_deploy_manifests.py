@@ -425,9 +425,10 @@ def test_k8s_secrets_are_split_per_component():
     metrics = {("ragline-metrics", "RAGLINE_METRICS_PASSWORD")}
     providers = {("ragline-providers", k) for k in PROVIDER_KEYS}
     assert refs == {
-        "ragline-ingest-worker": owner_db | redis | metrics | providers,
+        # writers know the query pool's servers: they wait for its replicas to replay what they revoke
+        "ragline-ingest-worker": owner_db | query_db | redis | metrics | providers,
         "ragline-query-worker": query_db | redis | metrics | providers,
-        "ragline-control-worker": owner_db | redis | metrics,
+        "ragline-control-worker": owner_db | query_db | redis | metrics,
         "ragline-beat": redis,
         "ragline-flower": redis | {("ragline-flower", "RAGLINE_FLOWER_PASSWORD")},
         "ragline-migrate": owner_db,

@@ -180,3 +180,20 @@ def test_files_stored_under_an_old_id_are_reported(celery_worker, use_settings, 
     assert json.loads(out.stdout)["duplicates"] == [{"doc_id": new_id, "also_stored_as": "guide.md"}]
     assert "already stored under another doc id" in out.stderr and "guide.md" in out.stderr
     assert set(_documents(tenant)) == {"guide.md", new_id}
+
+
+def test_a_parser_crash_fails_only_its_own_document(celery_worker, use_settings, tenant, tmp_path):
+    """One file that crashes the Markdown partitioner in a folder: the others are stored, the
+    summary names that file alone with its reason."""
+    from tests.unit.test_parse import FRONT_MATTER_ONLY
+
+    (tmp_path / "guide.md").write_text("# Гайд\n\n" + section("Г", 6), encoding="utf-8")
+    (tmp_path / "notes.md").write_text("# Заметки\n\n" + section("З", 6), encoding="utf-8")
+    (tmp_path / "feature-request.md").write_bytes(FRONT_MATTER_ONLY)
+    with loopback_voyage(use_settings):
+        summary = _ingest(str(tmp_path), "--tenant", tenant, "--acl", "staff")
+    assert (summary["documents"], summary["failed"]) == (3, 1), summary
+    [error] = summary["errors"]
+    assert error["doc_id"].endswith("/feature-request.md") and "parser failed" in error["error"], error
+    stored = {d for d, row in _documents(tenant).items() if row["status"] == "ready"}
+    assert {d.rsplit("/", 1)[-1] for d in stored} == {"guide.md", "notes.md"}

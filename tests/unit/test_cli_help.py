@@ -59,10 +59,10 @@ def test_mode_choices_are_listed_and_checked_before_sending():
     """An invalid mode used to reach the worker and come back as its raw validation error."""
     for cmd in (["search", "q"], ["ask", "q"]):
         help_text = CliRunner().invoke(app, [*cmd[:1], "--help"]).output
-        assert "<hybrid|vector|lexical>" in help_text
+        assert "<hybrid|vector|lexical|lexical_code>" in help_text
         res = CliRunner().invoke(app, [*cmd, "--tenant", "t", "--groups", "g", "--mode", "semantic"])
         assert res.exit_code == 2, res.output  # a usage error, before any broker is looked for
-        assert "'semantic' is not one of 'hybrid', 'vector', 'lexical'" in res.output
+        assert "'semantic' is not one of 'hybrid', 'vector', 'lexical', 'lexical_code'" in res.output
     assert "<hybrid|vector|lexical|all>" in CliRunner().invoke(app, ["eval", "--help"]).output
 
 

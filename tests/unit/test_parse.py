@@ -183,3 +183,27 @@ def test_one_line_text_document_is_content_not_nothing():
     assert [b.text for b in doc.blocks] == [line]
     md = parse_bytes("# Только заголовок\n".encode(), "md", default_title="x")
     assert [b.text for b in md.blocks] == ["Только заголовок"]
+
+
+FRONT_MATTER_ONLY = (
+    b"---\nname: Feature request\nabout: Suggest a feature\n---\n\n<!--\nDescribe the feature.\n-->\n"
+)
+
+
+def test_a_parser_crash_on_one_input_is_that_documents_parse_error():
+    """unstructured raises AttributeError on Markdown that renders to an empty HTML body."""
+    with pytest.raises(ParseError, match="the md parser failed on this document"):
+        parse_bytes(FRONT_MATTER_ONLY, "md")
+
+
+def test_a_time_limit_inside_a_parser_is_not_turned_into_a_document_error(monkeypatch):
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from ragline.ingest import parse
+
+    def slow(_text):
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setitem(parse._TEXT_PARSERS, "md", slow)
+    with pytest.raises(SoftTimeLimitExceeded):
+        parse_bytes(b"# T\n\ntext", "md")

@@ -1,0 +1,267 @@
+"""The publishing side of streamed answers (``AskRequest.stream``; wire format and reader in
+:mod:`ragline.shared.answer_stream`).
+
+* :class:`LinkSafeText` turns the generator's deltas into text that may be shown at once: the
+  same link rules as the final answer (:func:`ragline.query.sanitize.sanitize_links`), applied to
+  whole prefixes of the answer cut at whitespace outside any markdown link, image, angle-bracket
+  tag or reference definition. An incomplete tail (``[text](https://exa`` …) is held back until
+  it is complete, because a link split across two deltas would pass a check of either half.
+* :class:`AnswerPublisher` adds the entries to the question's Redis stream, bounded and expiring.
+* :func:`stream_generation` runs one streamed completion through both.
+
+The task sets the publisher for the question (:func:`publishing`); the answer stage asks for it
+(:func:`current_publisher`), so the service's signatures stay as they are and a question without
+``stream`` runs exactly as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+import redis
+
+from ragline.query import deadline
+from ragline.query.citations import cited_numbers
+from ragline.query.sanitize import sanitize_links
+from ragline.shared.answer_stream import delta_fields, terminal_fields
+from ragline.shared.contracts import Hit
+from ragline.shared.names import answer_stream_key
+from ragline.shared.providers import ProviderError
+from ragline.shared.settings import get_settings
+
+if TYPE_CHECKING:  # every pool imports the query tasks; provider modules load only where used
+    from ragline.shared.providers.generate import Generation, StreamingGenerator
+
+log = logging.getLogger(__name__)
+
+#: past this many characters held back (an unclosed "[" in prose, say), text is released at the
+#: last whitespace whatever its markup; the prefix rule below still keeps it safe
+MAX_HELD_CHARS = 1000
+
+
+class StreamInterrupted(Exception):
+    """The generator failed after part of the answer was published: the question ends with
+    ``no_answer`` (the reason says why) rather than an answer the reader did not see grow."""
+
+
+# ------------------------------------------------------------------------------------ link-safe
+def safe_cut(raw: str, start: int) -> int:
+    """The last position after ``start`` where ``raw`` may be cut: just before a whitespace run,
+    outside ``[...]``, ``](...)`` and ``<tag ...>``, and on a line that could be a reference
+    definition (``[label]: url``) only at its end. ``start`` when there is none."""
+    cut = start
+    square = angle = False
+    paren = 0
+    line_start = start == 0 or raw[start - 1] == "\n"
+    ref_line = False
+    prev = raw[start - 1] if start else ""
+    n = len(raw)
+    for i in range(start, n):
+        ch = raw[i]
+        if line_start:
+            ref_line = raw[i : i + 4].lstrip(" ").startswith("[")
+            line_start = False
+        if ch == "\n":
+            line_start = True
+            paren = 0  # a link destination never spans lines
+            if not (square or angle) and prev and not prev.isspace():
+                cut = i
+        elif angle:
+            if ch == ">":
+                angle = False
+        elif paren:
+            paren += {"(": 1, ")": -1}.get(ch, 0)
+        elif square:
+            if ch == "]":
+                square = False
+        elif ch == "[":
+            square = True
+        elif ch == "(" and prev == "]":
+            paren = 1
+        elif ch == "<" and (i + 1 == n or raw[i + 1].isalpha() or raw[i + 1] == "/"):
+            angle = True
+        elif ch.isspace() and prev and not prev.isspace() and not ref_line:
+            cut = i
+        prev = ch
+    if cut == start and n - start > MAX_HELD_CHARS:
+        # nothing closed for too long: the last whitespace, whatever the markup around it
+        for i in range(n - 1, start, -1):
+            if raw[i].isspace() and not raw[i - 1].isspace():
+                return i
+    return cut
+
+
+class LinkSafeText:
+    """Deltas in, text that may be shown out (:meth:`feed`, then :meth:`close` once at the end).
+
+    What is released is always the continuation of ``sanitize_links(prefix)`` for a prefix of
+    the answer cut by :func:`safe_cut`, checked against the documents cited so far (anywhere in
+    the text received, held tail included). A document cited later can only allow more, so the
+    stream never shows a link the final answer removes; a link allowed only by a later citation
+    is shown as removed, and the final answer, which replaces the streamed text, keeps it. When a
+    longer prefix does not continue the shorter one (markup the cut rule misjudged), nothing is
+    released until it does.
+    """
+
+    def __init__(self, hits: list[Hit]) -> None:
+        self.hits = hits
+        self.raw = ""
+        self.pos = 0  # raw[:pos] is released (as its sanitised text)
+        self.shown = ""  # everything released
+
+    def _sources(self) -> list[str]:
+        return [self.hits[n - 1].content for n in cited_numbers(self.raw) if 1 <= n <= len(self.hits)]
+
+    def _release(self, end: int) -> str:
+        sources = self._sources()
+        before = sanitize_links(self.raw[: self.pos].lstrip(), sources)[0]
+        after = sanitize_links(self.raw[:end].lstrip(), sources)[0]
+        if not after.startswith(before):
+            return ""
+        self.pos = end
+        piece = after[len(before) :]
+        self.shown += piece
+        return piece
+
+    def feed(self, delta: str) -> str:
+        self.raw += delta
+        cut = safe_cut(self.raw, self.pos)
+        return self._release(cut) if cut > self.pos else ""
+
+    def close(self) -> str:
+        end = len(self.raw.rstrip())
+        return self._release(end) if end > self.pos else ""
+
+
+# ------------------------------------------------------------------------------------ publisher
+class AnswerPublisher:
+    """Adds one question's entries to its Redis stream: ``XADD`` with ``MAXLEN`` and ``EXPIRE``.
+
+    At most ``maxlen`` entries: past ``maxlen - 2`` deltas the rest are merged into one entry
+    added before the terminal one, so Redis never trims an entry a late reader still needs. A
+    Redis error is logged once and ends the publishing (the task's result still carries the
+    answer); it never fails the question.
+    """
+
+    def __init__(self, client: redis.Redis, task_id: str, maxlen: int, ttl_s: int) -> None:
+        self.client = client
+        self.key = answer_stream_key(task_id)
+        self.maxlen = maxlen
+        self.ttl_s = ttl_s
+        self.entries = 0
+        self.published_text = False
+        self._held: list[str] = []
+        self._broken = False
+
+    def delta(self, text: str) -> None:
+        if not text:
+            return
+        self.published_text = True
+        if self.entries >= self.maxlen - 2:
+            self._held.append(text)
+            return
+        self._add(delta_fields(text))
+
+    def end(self, result: dict) -> None:
+        """The terminal entry for the task's result (after any merged deltas)."""
+        if self._held:
+            self._add(delta_fields("".join(self._held)))
+            self._held = []
+        self._add(terminal_fields(result))
+
+    def _add(self, fields: dict[str, str]) -> None:
+        if self._broken:
+            return
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.xadd(self.key, fields, maxlen=self.maxlen, approximate=False)
+            pipe.expire(self.key, self.ttl_s)
+            pipe.execute()
+            self.entries += 1
+        except redis.RedisError as exc:
+            self._broken = True
+            log.warning("answer stream: Redis refused an entry, not publishing more: %s", type(exc).__name__)
+
+
+_clients: dict[tuple[int, str], redis.Redis] = {}
+
+
+def answer_publisher(task_id: str) -> AnswerPublisher:
+    """The publisher of ask task ``task_id``, on this process's client of the broker's Redis."""
+    settings = get_settings()
+    url = settings.effective_redis_url()
+    key = (os.getpid(), url)  # never a connection inherited across a fork
+    client = _clients.get(key)
+    if client is None:
+        client = _clients[key] = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    return AnswerPublisher(client, task_id, settings.answer.stream_maxlen, settings.answer.stream_ttl_s)
+
+
+_publisher: ContextVar[AnswerPublisher | None] = ContextVar("ragline_answer_publisher", default=None)
+
+
+@contextmanager
+def publishing(publisher: AnswerPublisher) -> Iterator[AnswerPublisher]:
+    """The current question publishes its answer through ``publisher``."""
+    token = _publisher.set(publisher)
+    try:
+        yield publisher
+    finally:
+        _publisher.reset(token)
+
+
+def current_publisher() -> AnswerPublisher | None:
+    return _publisher.get()
+
+
+# ------------------------------------------------------------------------------------ generation
+def stream_generation(
+    generator: StreamingGenerator,
+    system: str,
+    messages: list[dict],
+    hits: list[Hit],
+    publisher: AnswerPublisher,
+    timeout_s: float,
+) -> Generation:
+    """One streamed completion, its link-safe deltas published as they arrive.
+
+    Bounded like the completion it replaces: ``timeout_s`` overall (checked at every delta; each
+    wait for bytes is bounded by the provider client's timeout) and the question's deadline. A
+    failure before anything was published propagates (the caller falls back to the extractive
+    answer, as without streaming); after, it is :class:`StreamInterrupted`.
+    """
+    text = LinkSafeText(hits)
+    started = time.monotonic()
+    left = deadline.remaining_s()
+    read_timeout = max(0.1, min(timeout_s, left)) if left is not None else timeout_s
+    result: Generation | None = None
+    try:
+        for part in generator.stream(system, messages, timeout_s=read_timeout):
+            if not isinstance(part, str):  # the Generation, after the last delta
+                result = part
+                continue
+            publisher.delta(text.feed(part))
+            if time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"the answer took longer than {timeout_s:g}s")
+            deadline.check("streaming the answer")
+        if result is None:
+            raise RuntimeError("the stream ended without its result")
+    except Exception as exc:
+        if not publisher.published_text:
+            raise
+        raise StreamInterrupted(
+            f"{generator.name} stopped after {len(text.raw)} characters ({_why(exc)})"
+        ) from exc
+    publisher.delta(text.close())
+    return result
+
+
+def _why(exc: BaseException) -> str:
+    """The exception's kind without its message (which may quote the provider's body)."""
+    return str(exc) if isinstance(exc, ProviderError | deadline.QueryLimitError) else type(exc).__name__

@@ -1,0 +1,146 @@
+"""BM25 in Postgres (migration 0009, ``retrieve.BM25_SQL``): the statistics follow every write, the
+score is BM25's formula, and the query role computes it under row-level security."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ragline.query import retrieve
+from ragline.shared import db
+from ragline.shared.contracts import SearchRequest
+from ragline.shared.settings import Settings
+from tests.integration.query_corpus import store_docs, vec
+
+# "кошка" is in every document, "спит" in two, "жираф" in one the caller may see: BM25's idf puts
+# the giraffe first, ts_rank (no idf) the document that repeats the common word
+DOCS = [
+    {"doc_id": "cats.md", "content": "Кошка. Кошка спит, кошка ест, кошка играет с кошкой.", "acl": ["g"]},
+    {"doc_id": "zoo.md", "content": "В зоопарке живёт жираф, а у сторожа есть кошка.", "acl": ["g"]},
+    {"doc_id": "home.md", "content": "Дома кошка спит на диване у окна весь день.", "acl": ["g"]},
+    {"doc_id": "hidden.md", "content": "Секретная кошка отдела кадров и жираф.", "acl": ["hr"]},
+]
+QUESTION = "кошка спит жираф"
+
+
+def stats(conn, tenant: str) -> dict[str, tuple[int, int]]:
+    rows = conn.execute(
+        "SELECT config, sum(docs)::int AS docs, sum(total_len)::int AS len FROM lexical_stats"
+        " WHERE tenant = %s GROUP BY config",
+        (tenant,),
+    ).fetchall()
+    return {r["config"]: (r["docs"], r["len"]) for r in rows}
+
+
+def truth(conn, tenant: str) -> dict[str, tuple[int, int]]:
+    row = conn.execute(
+        "SELECT count(*)::int AS docs, coalesce(sum(length(tsv)), 0)::int AS len,"
+        " count(code_tsv)::int AS cdocs, coalesce(sum(length(code_tsv)), 0)::int AS clen"
+        " FROM chunks WHERE tenant = %s",
+        (tenant,),
+    ).fetchone()
+    out = {"russian": (row["docs"], row["len"])}
+    if row["cdocs"]:
+        out["code"] = (row["cdocs"], row["clen"])
+    return out
+
+
+def test_statistics_follow_inserts_updates_and_deletes(conn, tenant):
+    store_docs(conn, tenant, DOCS)
+    assert stats(conn, tenant) == truth(conn, tenant) and truth(conn, tenant)["russian"][0] == 4
+    # a new version with more chunks, then fewer; a code chunk's identifier terms counted apart
+    store_docs(conn, tenant, [{"doc_id": "cats.md", "chunks": ["кошка раз", "кошка два", "три"]}])
+    assert stats(conn, tenant) == truth(conn, tenant)
+    store_docs(conn, tenant, [{"doc_id": "cats.md", "chunks": ["одна кошка"]}])
+    conn.execute(
+        "UPDATE chunks SET code_tsv = 'register_hook:1A register:2 hook:3' WHERE tenant = %s AND doc_id = 'zoo.md'",
+        (tenant,),
+    )
+    conn.commit()
+    assert stats(conn, tenant) == truth(conn, tenant) and stats(conn, tenant)["code"] == (1, 3)
+    # a permission change does not fire the trigger, and changes nothing
+    conn.execute("UPDATE chunks SET acl = '{g,x}' WHERE tenant = %s", (tenant,))
+    conn.commit()
+    assert stats(conn, tenant) == truth(conn, tenant)
+    # a rolled back write leaves no count; a document deleted (chunks by cascade) is subtracted
+    with pytest.raises(RuntimeError), conn.transaction():
+        conn.execute("DELETE FROM chunks WHERE tenant = %s", (tenant,))
+        raise RuntimeError("rollback")
+    assert stats(conn, tenant) == truth(conn, tenant)
+    conn.execute("DELETE FROM documents WHERE tenant = %s", (tenant,))
+    conn.commit()
+    assert stats(conn, tenant) == {"russian": (0, 0), "code": (0, 0)}
+
+
+def bm25_reference(conn, tenant: str, groups: list[str], query: str, k1: float, b: float) -> dict[str, float]:
+    """BM25 recomputed in Python from the stored tsvectors: N and avgdl over the tenant, df over
+    the rows the caller may see."""
+    lexemes = conn.execute("SELECT tsvector_to_array(to_tsvector('russian', %s)) AS l", (query,)).fetchone()[
+        "l"
+    ]
+    rows = conn.execute(
+        "SELECT doc_id, acl, (SELECT array_agg(ARRAY[lexeme, cardinality(positions)::text])"
+        " FROM unnest(tsv)) AS terms, length(tsv) AS dl FROM chunks WHERE tenant = %s",
+        (tenant,),
+    ).fetchall()
+    conn.rollback()  # a search needs an idle connection
+    n = len(rows)
+    avgdl = sum(r["dl"] for r in rows) / n
+    visible = [r for r in rows if set(r["acl"]) & set(groups)]
+    tfs = {r["doc_id"]: {t: int(f) for t, f in r["terms"]} for r in visible}
+    df = {t: sum(t in tf for tf in tfs.values()) for t in lexemes}
+    out = {}
+    for r in visible:
+        tf = tfs[r["doc_id"]]
+        if not set(lexemes) & tf.keys():
+            continue
+        out[r["doc_id"]] = sum(
+            math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+            * tf[t]
+            * (k1 + 1)
+            / (tf[t] + k1 * (1 - b + b * r["dl"] / avgdl))
+            for t in lexemes
+            if t in tf
+        )
+    return out
+
+
+def test_bm25_scores_and_order_as_the_query_role(conn, tenant):
+    store_docs(conn, tenant, DOCS)
+    store_docs(conn, tenant + "-other", [{"doc_id": "x.md", "content": "жираф жираф кошка", "acl": ["g"]}])
+    settings = Settings(lexical_rank="bm25", bm25_k1=1.2, bm25_b=0.75)
+    req = SearchRequest(query=QUESTION, tenant=tenant, groups=["g"], k=10, mode="lexical")
+    with db.query_connection() as qconn:  # row-level security binds this role
+        hits = retrieve.search(qconn, req, None, settings).hits
+        with qconn.transaction():
+            retrieve.set_transaction_params(qconn, req, settings)
+            seen = qconn.execute("SELECT DISTINCT tenant FROM lexical_stats").fetchall()
+    assert [r["tenant"] for r in seen] == [tenant]  # the statistics of its own tenant only
+    expected = bm25_reference(conn, tenant, ["g"], QUESTION, 1.2, 0.75)
+    assert [h.doc_id for h in hits] == sorted(expected, key=lambda d: -expected[d])
+    assert hits[0].doc_id == "zoo.md" and "hidden.md" not in {h.doc_id for h in hits}
+    for h in hits:
+        assert h.lexical_score == pytest.approx(expected[h.doc_id], rel=1e-9)
+    # ts_rank, still selectable, has no idf: the document repeating the common word wins
+    ts = retrieve.search(conn, req, None, Settings(lexical_rank="ts_rank")).hits
+    assert ts[0].doc_id == "cats.md"
+    # and b = 0 turns length normalisation off, as in the formula
+    flat = retrieve.search(conn, req, None, Settings(bm25_b=0.0)).hits
+    ref = bm25_reference(conn, tenant, ["g"], QUESTION, 1.2, 0.0)
+    assert {h.doc_id: round(h.lexical_score, 9) for h in flat} == {d: round(s, 9) for d, s in ref.items()}
+
+
+def test_hybrid_with_convex_fusion_end_to_end(conn, tenant):
+    store_docs(conn, tenant, DOCS)
+    req = SearchRequest(query=QUESTION, tenant=tenant, groups=["g"], k=3, mode="hybrid")
+
+    def run(settings: Settings, mode: str = "hybrid") -> list:
+        with db.query_connection() as qconn:
+            return retrieve.search(qconn, req.model_copy(update={"mode": mode}), vec(QUESTION), settings).hits
+
+    lexical_heavy = run(Settings(fusion="convex", convex_weight_lexical=0.8, fusion_normalization="minmax"))
+    assert lexical_heavy[0].doc_id == "zoo.md"  # BM25's first, far ahead of the rest
+    assert all(0 < h.fused_score <= 1 / 61 for h in lexical_heavy)  # in RRF units
+    vector_only = run(Settings(fusion="convex", convex_weight_lexical=0.0))
+    assert [h.doc_id for h in vector_only] == [h.doc_id for h in run(Settings(), "vector")]

@@ -1,0 +1,60 @@
+"""The named-files lookup (a question names ``pkg/sessions.py``) reads the ``(tenant, file_name)``
+index of migration 0010, not every chunk of the tenant, and matches paths whatever their case."""
+
+from __future__ import annotations
+
+import json
+
+from ragline.query.retrieve import named_rows, set_transaction_params
+from ragline.shared import db
+from ragline.shared.contracts import SearchRequest
+
+QUESTION = 'Traceback:\n  File "/venv/lib/site-packages/pkg/sessions.py", line 335, in request'
+
+
+class Explained:
+    """A connection whose statements are explained instead of run (the plan the lookup gets)."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: dict):
+        return self.conn.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+
+
+def test_the_lookup_reads_the_file_name_index(conn, tenant, use_settings):
+    from ragline.shared.settings import get_settings
+
+    use_settings(code_named_files=20)
+    paths = [f"r/pkg/mod{i}.py" for i in range(300)] + ["r/Pkg/Sessions.py", "r/other/sessions.py"]
+    with conn.transaction():
+        for n, path in enumerate(paths):
+            conn.execute(
+                "INSERT INTO documents (tenant, doc_id, path, status, acl) VALUES (%s, %s, %s, 'ready', '{dev}')",
+                (tenant, path, path),
+            )
+            conn.execute(
+                "INSERT INTO chunks (tenant, doc_id, chunk_no, path, content, content_hash, acl)"
+                " VALUES (%s, %s, 0, %s, %s, %s, '{dev}')",
+                (tenant, path, path, f"def f{n}(): pass", str(n)),
+            )
+    req = SearchRequest(query=QUESTION, tenant=tenant, groups=["dev"])
+    settings = get_settings()
+    rows = named_rows(conn, req, None, settings)
+    # the suffix is pkg/sessions.py: the other folder's sessions.py is not it; the case differs
+    assert [r["path"] for r in rows] == ["r/Pkg/Sessions.py"]
+    file_names = conn.execute(
+        "SELECT DISTINCT file_name FROM chunks WHERE tenant = %s AND path LIKE %s", (tenant, "%essions.py")
+    ).fetchall()
+    assert {r["file_name"] for r in file_names} == {"sessions.py"}
+    conn.execute("ANALYZE chunks")
+    plan = json.dumps(named_rows(Explained(conn), req, None, settings))
+    conn.rollback()
+    assert "chunks_tenant_file_name" in plan, plan
+    # the query pool's role, bound by row-level security: only leakproof conditions may use an
+    # index there, and the file name's equality is one
+    with db.query_connection() as q, q.transaction():
+        set_transaction_params(q, req, settings)
+        assert [r["path"] for r in named_rows(q, req, None, settings)] == ["r/Pkg/Sessions.py"]
+        plan = json.dumps(named_rows(Explained(q), req, None, settings))
+    assert "chunks_tenant_file_name" in plan, plan

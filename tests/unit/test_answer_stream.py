@@ -1,0 +1,94 @@
+"""Streamed answers without a stack: the link-safe release of deltas and the stream's wire format."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragline.query.sanitize import sanitize_links
+from ragline.query.stream import LinkSafeText, safe_cut
+from ragline.shared.answer_stream import ANSWER, ERROR, NO_ANSWER, decode_entry, delta_fields, terminal_fields
+from ragline.shared.contracts import AskResponse, Hit
+
+GOOD = "https://docs.example.org/retry"
+HITS = [
+    Hit(doc_id="d1", chunk_no=0, content=f"Повторы описаны на {GOOD} и в разделе ниже."),
+    Hit(doc_id="d2", chunk_no=0, content="Вторая страница без ссылок."),
+]
+ANSWERS = [
+    # a link to a URL the cited document holds, one it does not, and an image carrying a "secret"
+    f"Повторяйте запрос [1]. Подробнее: [руководство]({GOOD}) [1]. "
+    "Смотрите [здесь](https://evil.example/x?q=secret) и ![](https://evil.example/p.png?q=secret) [2].",
+    # a bare URL, an autolink, an HTML tag and a reference definition, none of them allowed
+    "Ответ [1] https://evil.example/a?secret и <https://evil.example/b?secret> "
+    '<img src="https://evil.example/c?secret"> текст [2].\n[x]: https://evil.example/d?secret\nКонец [1].',
+]
+
+
+def streamed(answer: str, pieces: list[str]) -> list[str]:
+    text = LinkSafeText(HITS)
+    out = [text.feed(p) for p in pieces]
+    return [*out, text.close()]
+
+
+def final(answer: str) -> str:
+    from ragline.query.citations import cited_numbers
+
+    cited = [HITS[n - 1].content for n in cited_numbers(answer) if 1 <= n <= len(HITS)]
+    return sanitize_links(answer.strip(), cited)[0]
+
+
+def split(answer: str, cuts: list[int]) -> list[str]:
+    bounds = sorted({0, len(answer), *(c % (len(answer) + 1) for c in cuts)})
+    return [answer[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(which=st.sampled_from(range(len(ANSWERS))), cuts=st.lists(st.integers(0, 10_000), max_size=40))
+def test_deltas_never_show_a_removed_link_and_add_up_to_the_final_answer(which, cuts):
+    """However the generator splits the answer (a link across two deltas included), no prefix of
+    what was shown ever holds a URL the final answer removes, and the pieces add up to it."""
+    answer = ANSWERS[which]
+    shown = ""
+    for piece in streamed(answer, split(answer, cuts)):
+        shown += piece
+        assert "evil.example" not in shown and "secret" not in shown
+    assert shown == final(answer)
+    if which == 0:
+        assert f"[руководство]({GOOD})" in shown  # an allowed link stays a link
+
+
+def test_an_incomplete_link_is_held_back_until_it_closes():
+    text = LinkSafeText(HITS)
+    assert text.feed("Смотрите [руководство](https://evil.exa") == "Смотрите"
+    assert text.feed("mple/x) и дальше") == " руководство и"
+    assert text.close() == " дальше"
+    # the unfinished tail of an image and of a tag is not released either
+    assert safe_cut("a ![alt](https://x", 0) == 1
+    assert safe_cut('a <img src="https://x', 0) == 1
+    # a line that may be a reference definition is released only when it ends
+    assert safe_cut("ok\n[1]: https://x", 0) == 2
+
+
+def test_text_the_generator_leaves_unclosed_is_released_past_the_hold_limit():
+    text = LinkSafeText(HITS)
+    released = text.feed("[" + "слово " * 300)
+    assert released.startswith("[слово") and len(released) > 1000
+
+
+def test_wire_format_round_trip():
+    resp = AskResponse(answer="Ответ [1].", citations=[], no_answer=False)
+    ev = decode_entry(b"1-0", {k.encode(): v.encode() for k, v in terminal_fields(resp.model_dump()).items()})
+    assert ev.type == ANSWER and ev.final and ev.response == resp and ev.text == "Ответ [1]."
+    rejected = AskResponse(answer="x", citations=[], no_answer=True, reason="invalid citations [7]")
+    ev = decode_entry("2-0", terminal_fields(rejected.model_dump()))
+    assert ev.type == NO_ANSWER and ev.response.reason == "invalid citations [7]"
+    ev = decode_entry(
+        "3-0", terminal_fields({"ok": False, "error": "rate limited", "detail": {"retry_after_s": 1}})
+    )
+    assert (ev.type, ev.error, ev.detail) == (ERROR, "rate limited", {"retry_after_s": 1})
+    ev = decode_entry("4-0", delta_fields("часть"))
+    assert (ev.type, ev.text, ev.final) == ("delta", "часть", False)
+    # an entry this reader cannot read ends the stream instead of being skipped
+    ev = decode_entry("5-0", {"type": "answer", "data": "{not json"})
+    assert ev.type == ERROR and ev.final and ev.error == "unreadable stream entry"

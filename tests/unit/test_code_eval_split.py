@@ -1,0 +1,50 @@
+"""The held-out split of the code evaluation: weights chosen on one half of the issues are
+reported on the other, so a number tuned on a query is never reported for it."""
+
+from __future__ import annotations
+
+from ragline.query.eval_code import CodeQuery, CodeReport, Snapshot, held_out, split_halves
+
+IDS = [
+    "psf__requests-863",
+    "psf__requests-1142",
+    "psf__requests-2317",
+    "pallets__flask-4045",
+    "pallets__flask-5063",
+]
+
+
+def rows(ranks: dict[str, int | None]) -> list[dict]:
+    """Per-query rows as the evaluation records them, from the gold file's rank per query."""
+    report = CodeReport("x")
+    for qid, rank in ranks.items():
+        files = [f"other{i}.py" for i in range(10)]
+        if rank is not None:
+            files.insert(rank - 1, "gold.py")
+        report.add(CodeQuery(qid, "q", Snapshot(__file__, "r"), ("gold.py",)), files)
+    return report.rows
+
+
+def test_every_repository_is_in_both_halves_in_issue_order():
+    first, second = split_halves(IDS + ["psf__requests-863"])
+    assert first == ["pallets__flask-4045", "psf__requests-863", "psf__requests-2317"]
+    assert second == ["pallets__flask-5063", "psf__requests-1142"]
+
+
+def test_weights_chosen_on_one_half_are_reported_on_the_other():
+    first, second = split_halves(IDS)
+    variants = {
+        "none": rows(dict.fromkeys(IDS, 3)),
+        "configured": rows(dict.fromkeys(IDS, 2)),
+        # the best on the first half only: first on its queries, missing on the others
+        "overfit": rows({i: 1 if i in first else None for i in IDS}),
+    }
+    out = held_out(variants, IDS)
+    a, b = out["runs"]
+    assert (a["chosen_on"], a["chosen"], b["chosen_on"], b["chosen"]) == ("A", "overfit", "B", "configured")
+    assert a["chosen_on_choosing_half"]["mrr"] == 1.0 and a["chosen_on_choosing_half"]["n"] == len(first)
+    # what choosing on A is worth on B: nothing, where the defaults give 1/2 and plain fusion 1/3
+    assert a["chosen_on_held_out_half"]["mrr"] == 0.0 and a["chosen_on_held_out_half"]["n"] == len(second)
+    assert a["configured_on_held_out_half"]["mrr"] == 0.5
+    assert a["none_on_held_out_half"]["mrr"] == 0.333
+    assert b["chosen_on_held_out_half"]["mrr"] == 0.5
