@@ -37,9 +37,9 @@ class Recorder:
         self.ids: list[str] = []
         publish = client.publish
 
-        async def recording(task, payload, queue, task_id=None):
+        async def recording(task, payload, queue, task_id=None, expires=None):
             self.ids.append(task_id)
-            return await publish(task, payload, queue, task_id)
+            return await publish(task, payload, queue, task_id, expires)
 
         client.publish = recording  # type: ignore[method-assign]
 
@@ -133,8 +133,9 @@ def test_cancelled_question_is_revoked_and_leaves_nothing(celery_worker, corpus,
             question = asyncio.create_task(
                 client.ask("Как изолированы арендаторы?", tenant=corpus, groups=["g"], mode="lexical")
             )
-            while not sent.ids:
+            while not sent.ids and not question.done():
                 await asyncio.sleep(0.001)
+            assert not question.done(), question  # sent, not answered or failed yet
             question.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await question
