@@ -59,7 +59,7 @@ def _chunk_count(text: str, settings) -> int:
     from ragline.ingest.chunk import chunk_blocks
     from ragline.ingest.parse import parse_bytes
 
-    parsed = parse_bytes(text.encode(), "text", default_title="doc")
+    parsed = parse_bytes(text.encode(), "md", default_title="doc")
     return len(
         chunk_blocks(
             parsed.blocks,
@@ -79,8 +79,10 @@ def plan_tasks(n_tasks: int, chunks_per_task: int, tag: str, settings, seed: int
     head = f"Документ {tag}-"
 
     def text(parts: list[str], t: int, d: int) -> str:
-        # every paragraph tagged, so no chunk's text is ever in the embedding cache
-        return "\n\n".join(f"{head}{t:05d}-{d:03d}-{i}. {p}" for i, p in enumerate(parts))
+        # a title of its own (embedded beside each chunk as its context) and every paragraph tagged,
+        # so no chunk, not even one cut from inside a paragraph, is ever in the embedding cache
+        body = "\n\n".join(f"{head}{t:05d}-{d:03d}-{i}. {p}" for i, p in enumerate(parts))
+        return f"# {head}{t:05d}-{d:03d}\n\n{body}"
 
     combos: list[tuple[list[str], int]] = []
     for j in range(40):
@@ -125,14 +127,12 @@ def _case(srv, tenant: str, tasks: list[list[str]], chunks_expected: int) -> dic
     for docs in tasks:
         payload = []
         for text in docs:
-            # the doc id is the chunks' context: unique per run, so even a chunk cut from inside a
-            # paragraph (no tag of its own) is new to the embedding cache
             payload.append(
                 {
                     "tenant": tenant,
                     "doc_id": f"{tenant}-{d}",
                     "content": text,
-                    "fmt": "text",
+                    "fmt": "md",
                     "acl": ["bench"],
                     "version": 1,
                 }
@@ -297,7 +297,7 @@ def run(
         "ingest_concurrency": concurrency,
         "embed_max_in_flight": max_in_flight,
         "workers": "ragline up's prefork ingest pool",
-        "documents": "text, 1-8 tydi-ru passages each, packed into batch tasks of exactly batch_size chunks",
+        "documents": "Markdown, a title and 1-8 tydi-ru passages each, packed into batch tasks of exactly batch_size chunks",
     }
     notes = [
         "Latency case: throughput from the first send to the last document stored, so pipeline start"

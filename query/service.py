@@ -393,14 +393,18 @@ def respond(
     cited = [asm.passages[n - 1].as_hit(full=True) for n in cited_numbers(answer)]
     signal = grounding.retrieval_signal(question, cited)
     conf = grounding.confidence(signal, g.support if g else None)
+    # withheld only on evidence: a groundedness result or a reranker's scores; the share of the
+    # question's words in the passages alone is reported, not trusted to refuse (a paraphrase shares few)
+    judged = g is not None or any(h.rerank_score is not None for h in cited)
     trace["confidence"] = {
         "retrieval": None if signal is None else round(signal, 3),
         "support": round(g.support, 3) if g else None,
         "confidence": conf,
         "min": a.min_confidence,
+        "judged": judged,
     }
     removed_sentences = g.removed if g else []
-    if conf is not None and conf < a.min_confidence:
+    if conf is not None and judged and conf < a.min_confidence:
         m.LOW_CONFIDENCE_ANSWERS.inc()
         why = f"confidence {conf:.2f} is below the minimum {a.min_confidence:g}"
         return done(

@@ -236,6 +236,7 @@ def stream_generation(
     failure before anything was published propagates (the caller falls back to the extractive
     answer, as without streaming); after, it is :class:`StreamInterrupted`.
     """
+    deadline.check("streaming the answer")  # past the deadline nothing is published, not even a delta
     text = LinkSafeText(hits)
     started = time.monotonic()
     left = deadline.remaining_s()

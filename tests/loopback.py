@@ -65,6 +65,18 @@ class Stats:
     spans: list[tuple[float, float]] = field(default_factory=list)
 
 
+def openai_completion(text: str, model: str, id_: str = "chatcmpl-1") -> dict:
+    """A non-streamed OpenAI-compatible chat completion answering ``text``."""
+    return {
+        "id": id_,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
 class ThreadedServer:
     """A threaded HTTP server on 127.0.0.1 serving ``self._handler()`` (a request handler class):
     ``with Server() as srv: srv.url``. Subclasses build their state, then call ``super().__init__()``."""
@@ -314,20 +326,7 @@ class LoopbackServer(ThreadedServer):
                 text = (server.answer_fn(body) if server.answer_fn else server.answer_text) or "OK [1]"
                 self._send(
                     200,
-                    {
-                        "id": "chatcmpl-1",
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": body.get("model", "m"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "finish_reason": "stop",
-                                "message": {"role": "assistant", "content": text},
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-                    },
+                    openai_completion(text, body.get("model", "m")),
                 )
 
         return Handler

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 
-from tests.loopback import ThreadedServer
+from tests.loopback import ThreadedServer, openai_completion
 
 
 @dataclass
@@ -239,20 +239,7 @@ class StreamingChatServer(ThreadedServer):
                         "usage": {"input_tokens": 100, "output_tokens": 5},
                     }
                 else:
-                    out = {
-                        "id": "chatcmpl-loopback",
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": body.get("model", "m"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "finish_reason": "stop",
-                                "message": {"role": "assistant", "content": text},
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-                    }
+                    out = openai_completion(text, body.get("model", "m"), "chatcmpl-loopback")
                 data = json.dumps(out, ensure_ascii=False).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

@@ -46,3 +46,14 @@ def store_docs(conn, tenant: str, docs: list[dict], dim: int = 384) -> None:
             store.lock_document(conn, tenant, d["doc_id"])
             store.upsert_document(conn, rec, chunks, "hashed-trigram")
     conn.commit()
+
+
+#: one document about tenant isolation: what the client tests ask about
+ISOLATION_DOCS = [
+    {
+        "doc_id": "iso.md",
+        "path": "docs/iso.md",
+        "heading": "Изоляция",
+        "content": "Арендаторы изолированы: фильтр по tenant и группам ACL стоит в SQL WHERE.",
+    }
+]

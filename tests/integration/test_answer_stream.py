@@ -196,13 +196,22 @@ def test_citations_that_fail_validation_end_the_stream_with_no_answer(celery_wor
     assert "секрет" not in last.response.answer and last.response.trace["rejected_citations"] == [7]
 
 
-def test_a_refused_question_ends_the_stream_with_its_error(celery_worker, corpus, use_settings):
+def test_a_refused_question_ends_the_stream_with_its_error(celery_worker, corpus, use_settings, monkeypatch):
+    from ragline.query import retrieve
+
+    lexical_rows = retrieve.lexical_rows
+
+    def slow(conn, *args, **kwargs):  # the deadline passes inside retrieval's SQL, however fast it is
+        conn.execute("SELECT pg_sleep(0.05)")  # cut by the statement timeout the deadline sets
+        return lexical_rows(conn, *args, **kwargs)
+
+    monkeypatch.setattr(retrieve, "lexical_rows", slow)  # the in-process worker runs this module
     with StreamingChatServer(Script(PIECES)) as srv:
         chat(use_settings, "anthropic", srv, question_deadline_s=0.001)
         res = send(corpus)
         events = read(res.id, timeout=30)
         result = res.get(timeout=30)
-    assert [e.type for e in events] == [ERROR] and events[0].error == result["error"]
+    assert [e.type for e in events] == [ERROR] and events[0].error == result["error"], (events, result)
     assert result["error"] in ("deadline exceeded", "retrieval timeout")
 
     async def via_client() -> None:  # AsyncRaglineClient.ask_stream raises what ask would

@@ -12,21 +12,12 @@ import redis
 
 from ragline.shared.async_client import AsyncRaglineClient
 from ragline.shared.client import RaglineError
-from tests.integration.query_corpus import store_docs
-
-DOCS = [
-    {
-        "doc_id": "iso.md",
-        "path": "docs/iso.md",
-        "heading": "Изоляция",
-        "content": "Арендаторы изолированы: фильтр по tenant и группам ACL стоит в SQL WHERE.",
-    }
-]
+from tests.integration.query_corpus import ISOLATION_DOCS, store_docs
 
 
 @pytest.fixture()
 def corpus(conn, tenant):
-    store_docs(conn, tenant, DOCS, dim=384)
+    store_docs(conn, tenant, ISOLATION_DOCS, dim=384)
     return tenant
 
 

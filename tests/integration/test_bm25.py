@@ -126,7 +126,7 @@ def test_bm25_scores_and_order_as_the_query_role(conn, tenant):
     ts = retrieve.search(conn, req, None, Settings(lexical_rank="ts_rank")).hits
     assert ts[0].doc_id == "cats.md"
     # and b = 0 turns length normalisation off, as in the formula
-    flat = retrieve.search(conn, req, None, Settings(bm25_b=0.0)).hits
+    flat = retrieve.search(conn, req, None, Settings(lexical_rank="bm25", bm25_b=0.0)).hits
     ref = bm25_reference(conn, tenant, ["g"], QUESTION, 1.2, 0.0)
     assert {h.doc_id: round(h.lexical_score, 9) for h in flat} == {d: round(s, 9) for d, s in ref.items()}
 
@@ -139,7 +139,11 @@ def test_hybrid_with_convex_fusion_end_to_end(conn, tenant):
         with db.query_connection() as qconn:
             return retrieve.search(qconn, req.model_copy(update={"mode": mode}), vec(QUESTION), settings).hits
 
-    lexical_heavy = run(Settings(fusion="convex", convex_weight_lexical=0.8, fusion_normalization="minmax"))
+    lexical_heavy = run(
+        Settings(
+            lexical_rank="bm25", fusion="convex", convex_weight_lexical=0.8, fusion_normalization="minmax"
+        )
+    )
     assert lexical_heavy[0].doc_id == "zoo.md"  # BM25's first, far ahead of the rest
     assert all(0 < h.fused_score <= 1 / 61 for h in lexical_heavy)  # in RRF units
     vector_only = run(Settings(fusion="convex", convex_weight_lexical=0.0))

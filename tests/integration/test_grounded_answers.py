@@ -232,6 +232,21 @@ def test_low_confidence_answer_becomes_no_answer_with_the_reason(corpus, use_set
     assert m.LOW_CONFIDENCE_ANSWERS._value.get() == before + 1
 
 
+def test_without_a_check_or_rerank_scores_a_paraphrase_is_not_withheld(corpus, use_settings):
+    """Few of the question's words in the cited passage is no evidence against the answer: with no
+    groundedness check and no reranker, the confidence is reported and the answer kept."""
+    fn = model(lambda b: f"Кэш хранит результат вычисления [{passage_of(b, 'guide')}].")
+    with LoopbackServer(answer_fn=fn) as srv:
+        use_chat(use_settings, srv, answer_grounding="off", answer_min_confidence=0.99)
+        res = service.ask(
+            AskRequest(
+                query="кэш и ещё много посторонних слов", tenant=corpus, groups=["g"], k=7, mode="lexical"
+            )
+        )
+    assert not res.no_answer and res.citations, res.reason
+    assert res.trace["confidence"]["judged"] is False and res.confidence < 0.99
+
+
 def test_extractive_answer_is_checked_structurally(corpus):
     res = ask(corpus)
     g = res.trace["grounding"]

@@ -26,18 +26,21 @@ def test_the_lookup_reads_the_file_name_index(conn, tenant, use_settings):
     from ragline.shared.settings import get_settings
 
     use_settings(code_named_files=20)
-    paths = [f"r/pkg/mod{i}.py" for i in range(300)] + ["r/Pkg/Sessions.py", "r/other/sessions.py"]
+    # enough files that reading the whole tenant costs more than the file-name index in any
+    # database, also one the whole suite shares (whose statistics the planner reads)
+    paths = [f"r/pkg/mod{i}.py" for i in range(3000)] + ["r/Pkg/Sessions.py", "r/other/sessions.py"]
     with conn.transaction():
-        for n, path in enumerate(paths):
-            conn.execute(
-                "INSERT INTO documents (tenant, doc_id, path, status, acl) VALUES (%s, %s, %s, 'ready', '{dev}')",
-                (tenant, path, path),
-            )
-            conn.execute(
-                "INSERT INTO chunks (tenant, doc_id, chunk_no, path, content, content_hash, acl)"
-                " VALUES (%s, %s, 0, %s, %s, %s, '{dev}')",
-                (tenant, path, path, f"def f{n}(): pass", str(n)),
-            )
+        conn.execute(
+            "INSERT INTO documents (tenant, doc_id, path, status, acl)"
+            " SELECT %s, p, p, 'ready', '{dev}' FROM unnest(%s::text[]) AS p",
+            (tenant, paths),
+        )
+        conn.execute(
+            "INSERT INTO chunks (tenant, doc_id, chunk_no, path, content, content_hash, acl)"
+            " SELECT %s, p, 0, p, 'def f' || n || '(): pass', n::text, '{dev}'"
+            " FROM unnest(%s::text[]) WITH ORDINALITY AS t(p, n)",
+            (tenant, paths),
+        )
     req = SearchRequest(query=QUESTION, tenant=tenant, groups=["dev"])
     settings = get_settings()
     rows = named_rows(conn, req, None, settings)

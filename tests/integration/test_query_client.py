@@ -15,22 +15,14 @@ import pytest
 
 from ragline.query.schemas import schemas
 from ragline.shared.client import RaglineClient, RaglineError
-from tests.integration.query_corpus import store_docs
+from tests.integration.query_corpus import ISOLATION_DOCS, store_docs
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = [
-    {
-        "doc_id": "iso.md",
-        "path": "docs/iso.md",
-        "heading": "Изоляция",
-        "content": "Арендаторы изолированы: фильтр по tenant и группам ACL стоит в SQL WHERE.",
-    }
-]
 
 
 @pytest.fixture()
 def corpus(conn, tenant):
-    store_docs(conn, tenant, DOCS, dim=384)
+    store_docs(conn, tenant, ISOLATION_DOCS, dim=384)
     return tenant
 
 
