@@ -56,7 +56,10 @@ def test_history_rewrite_makes_a_standalone_question(corpus, use_settings):
         )
         rewrite_body = srv.stats.bodies[0]
     assert res.trace["queries"] == ["ретраи после ошибки 429"]
-    assert res.citations and res.citations[0].doc_id == "retry", (res.reason, res.trace.get("confidence")) and not res.degraded
+    assert res.citations and res.citations[0].doc_id == "retry", (
+        res.reason,
+        res.trace.get("confidence"),
+    ) and not res.degraded
     assert "&lt;/turn&gt;" in rewrite_body["messages"][0]["content"]  # history is escaped data too
 
 
