@@ -65,6 +65,19 @@ class Stats:
     spans: list[tuple[float, float]] = field(default_factory=list)
 
 
+def send_canned(
+    handler: BaseHTTPRequestHandler, code: int, headers: dict, data: bytes, body: bool = True
+) -> None:
+    """Answer a request with a fixed status, headers and body (``body=False`` for HEAD)."""
+    handler.send_response(code)
+    for k, v in headers.items():
+        handler.send_header(k, v)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    if body:
+        handler.wfile.write(data)
+
+
 def openai_completion(text: str, model: str, id_: str = "chatcmpl-1") -> dict:
     """A non-streamed OpenAI-compatible chat completion answering ``text``."""
     return {

@@ -17,6 +17,7 @@ from ragline.ingest import fetch
 from ragline.ingest.fetch import FetchPolicy, FetchRefused, address_problem, check_url, request
 from ragline.ingest.parse import ParseError
 from ragline.ingest.sources import SourceSpec, UrlListSource, fetch_url
+from tests.loopback import send_canned
 
 GUARD_ON = FetchPolicy(timeout_s=5)
 LOOPBACK_ALLOWED = FetchPolicy(allow_private=True, timeout_s=5)
@@ -41,14 +42,7 @@ class Server:
                 if callable(route):
                     route(self)
                     return
-                code, headers, data = route
-                self.send_response(code)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if body:
-                    self.wfile.write(data)
+                send_canned(self, *route, body=body)
 
             def do_GET(self):  # noqa: N802
                 self._any(True)

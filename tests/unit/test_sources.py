@@ -24,6 +24,7 @@ from ragline.ingest.sources import (
     guess_format,
 )
 from ragline.shared.settings import reset_settings
+from tests.loopback import send_canned
 
 
 def _spec(**kw) -> SourceSpec:
@@ -78,14 +79,7 @@ class _Site(BaseHTTPRequestHandler):
         pass
 
     def _reply(self, body: bool):
-        code, headers, data = self.pages.get(self.path, (404, {}, b"missing"))
-        self.send_response(code)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if body:
-            self.wfile.write(data)
+        send_canned(self, *self.pages.get(self.path, (404, {}, b"missing")), body=body)
 
     def do_HEAD(self):  # noqa: N802
         _Site.heads.append(self.path)
