@@ -358,3 +358,26 @@ def loopback_voyage(use_settings, **settings):
             }
         )
         yield srv
+
+
+@contextmanager
+def loopback_voyage_env():
+    """:func:`loopback_voyage` for module-scoped fixtures (no ``use_settings``): the variables set in
+    the environment, the settings and providers reloaded on the way in and on the way out."""
+    import pytest
+
+    from ragline.shared import providers
+    from ragline.shared.settings import reset_settings
+
+    with LoopbackServer() as srv, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAGLINE_EMBEDDER", "voyage")
+        mp.setenv("RAGLINE_VOYAGE_BASE_URL", srv.url + "/v1")
+        mp.setenv("RAGLINE_VOYAGE_API_KEY", "k")
+        reset_settings()
+        providers.reset()
+        try:
+            yield srv
+        finally:
+            mp.undo()
+            reset_settings()
+            providers.reset()

@@ -28,7 +28,7 @@ from ragline.query.extractive import near_duplicate, sentence_key
 from ragline.shared.contracts import AskRequest
 from tests.conftest import DATASETS
 from tests.integration.test_ingest import wait_job
-from tests.loopback import LoopbackServer
+from tests.loopback import loopback_voyage_env
 
 RU_DOCS = DATASETS / "ru-docs"
 pytestmark = [
@@ -123,28 +123,16 @@ def sentences(answer: str) -> list[str]:
 def corpus(celery_worker, stack):
     from ragline.ingest.enqueue import collect_files, enqueue_files
     from ragline.ingest.roots import grant_roots
-    from ragline.shared import providers
-    from ragline.shared.settings import reset_settings
 
     tenant = "t-answers-ru-docs"
     wanted = {(RU_DOCS / f).resolve() for f in FILES}
     files = [f for f in collect_files([RU_DOCS]) if f.path.resolve() in wanted]
     assert len(files) == len(FILES)
-    with LoopbackServer() as srv, pytest.MonkeyPatch.context() as mp:
-        for key, value in {
-            "EMBEDDER": "voyage",
-            "VOYAGE_BASE_URL": srv.url + "/v1",
-            "VOYAGE_API_KEY": "k",
-        }.items():
-            mp.setenv(f"RAGLINE_{key}", value)
-        reset_settings()
-        providers.reset()
+    with loopback_voyage_env():
         grant_roots(tenant, [RU_DOCS])  # what `ragline ingest` does before it enqueues
         summary = wait_job(enqueue_files(files, tenant=tenant, acl=["staff"]), timeout=540)
         assert summary["state"] == "succeeded" and summary["failed"] == 0, summary["errors"]
         yield tenant  # questions are embedded by the same loopback server
-    reset_settings()
-    providers.reset()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.question for c in CASES])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench import grounding as bench
-from tests.loopback import LoopbackServer
+from tests.loopback import LoopbackServer, loopback_voyage_env
 
 FILES = ["vue3-docs-ru/guide/built-ins/suspense.md", "owasp-top10-2017-ru/md/0xa1-injection.md"]
 pytestmark = [
@@ -18,23 +18,10 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def corpus(celery_worker, stack):
-    from ragline.shared import providers
-    from ragline.shared.settings import reset_settings
-
     tenant = "t-grounding-bench"
-    with LoopbackServer() as emb, pytest.MonkeyPatch.context() as mp:
-        for key, value in {
-            "EMBEDDER": "voyage",
-            "VOYAGE_BASE_URL": emb.url + "/v1",
-            "VOYAGE_API_KEY": "k",
-        }.items():
-            mp.setenv(f"RAGLINE_{key}", value)
-        reset_settings()
-        providers.reset()
+    with loopback_voyage_env():
         bench.ingest(tenant, FILES, timeout=240)
         yield tenant
-    reset_settings()
-    providers.reset()
 
 
 def test_scripted_run_catches_the_injected_sentences(corpus, use_settings):
