@@ -29,6 +29,7 @@ class VoyageReranker:
         import voyageai  # provider chosen by settings: a cross-encoder setup never loads this SDK
 
         self._create = voyageai.Reranking.create
+        self._timeout_error = voyageai.error.Timeout
         if settings.providers.voyage_api_key is None:
             raise ProviderError("reranker 'voyage' needs RAGLINE_VOYAGE_API_KEY")
         self.model = settings.rerank.model
@@ -42,9 +43,14 @@ class VoyageReranker:
         }
 
     def rerank(self, query: str, documents: list[str], top_k: int) -> list[tuple[Any, Any]]:
-        resp = self._create(
-            query=query, documents=documents, model=self.model, top_k=top_k, truncation=True, **self._params
-        )
+        """Raises the built-in ``TimeoutError`` when the SDK's own request timeout fires: it is set
+        to the same budget as the caller's deadline, so either may fire first, and both are a timeout."""
+        try:
+            resp = self._create(
+                query=query, documents=documents, model=self.model, top_k=top_k, truncation=True, **self._params
+            )
+        except self._timeout_error as exc:
+            raise TimeoutError(f"voyage rerank: {exc}") from None
         data = _field(resp, "data")
         if not isinstance(data, list):
             raise ProviderError("voyage rerank: response without a data list")
