@@ -1,4 +1,4 @@
-"""f. Per-tenant fairness on the query queue: tenant B's latency alone and while tenant A floods.
+"""h. Per-tenant fairness on the query queue: tenant B's latency alone and while tenant A floods.
 
 The query pool is ``ragline up``'s as it runs with a remote embedder (solo processes,
 ``RAGLINE_QUERY_CONCURRENCY`` of them): each question embeds its text through the ``voyage``

@@ -54,6 +54,7 @@ def demo(
 
     Exits 1 when a document failed or a question got no cited answer.
     """
+    docs = _what_to_ingest(docs)
     started = False
     if start_stack:
         state = stack_state(components(get_settings()))
@@ -69,6 +70,17 @@ def demo(
             down()
     if failures:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _what_to_ingest(docs: Path) -> Path:
+    """``docs`` itself, except a copy of ragline without git history (an unpacked archive): the
+    folder walk would take in ``.venv/`` and everything else lying there, so only its ``docs/``."""
+    from ragline.ingest.git import is_repository
+
+    if docs.is_dir() and not is_repository(docs) and (docs / "ragline" / "cli" / "demo.py").is_file():
+        console.print(f"{docs.resolve()} is ragline without its git history: ingesting its docs/ only")
+        return docs / "docs"
+    return docs
 
 
 def _demo(docs: Path, tenant: str) -> int:
