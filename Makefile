@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DOCS ?= docs
+DOCS ?= .
 PIP_FLAGS ?= --disable-pip-version-check -q
 PY_DIRS := ragline ingest query shared tests bench examples
 
@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## ingest $(DOCS) and answer three questions with citations; a stack that was not running is started
+## ingest ragline's own repository (its code and docs; DOCS=folder for another one) and answer three
+## questions with citations, the code question with `path:start-end`; a stack that was not running is started
 ## and stopped at the end, one that was running (`make up`, `ragline up`) is used and left running
 run: $(STAMP)
 	$(BIN)/ragline demo $(DOCS) --start-stack

@@ -25,9 +25,11 @@ QUESTIONS = [
 #: layer filter): its answer must cite ``path:start-end``, not the docs that describe the same thing
 CODE_QUESTION = QUESTIONS[2]
 
-#: what the demo indexes of a repository: ragline's packages and docs (its tests and deployment files
-#: would only make `make run` longer: every chunk is embedded on the local CPU)
-REPOSITORY_INCLUDE = ["ingest/*", "query/*", "shared/*", "ragline/*", "docs/*", "README.md"]
+#: what the demo indexes of a repository: ragline's docs and its ingestion package, which holds the
+#: code the code question is about. Every chunk and symbol record is embedded on the local CPU, so
+#: the other packages (and tests, deployment files) would triple a first `make run`;
+#: `ragline ingest .` indexes all of it.
+REPOSITORY_INCLUDE = ["ingest/*", "docs/*.md", "README.md"]
 
 
 @app.command()
@@ -49,8 +51,8 @@ def demo(
     """Ingest ragline's repository (or a folder) and ask three questions (make run).
 
     The questions are about ragline, so the default is its repository: a git repository is ingested
-    through the git source (committed files at HEAD matching ingest/* query/* shared/* ragline/*
-    docs/* README.md), so code answers cite their lines.
+    through the git source (committed files at HEAD matching ingest/* docs/*.md README.md), so code
+    answers cite their lines.
 
     Exits 1 when a document failed or a question got no cited answer.
     """
