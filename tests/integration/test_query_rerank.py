@@ -92,6 +92,23 @@ def test_slow_or_failing_reranker_falls_back_to_fused_order(corpus, use_settings
         assert degraded_count(reason) == before + 1
 
 
+def test_the_sdk_timeout_firing_first_is_still_a_timeout(corpus, use_settings):
+    """The SDK's request timeout is the rerank budget, so under load it can fire before ragline's own
+    deadline: the degradation reason must not depend on which clock won."""
+    from ragline.query.rerank import rerank_hits
+    from ragline.shared.providers.rerank import VoyageReranker
+    from ragline.shared.settings import get_settings
+
+    hits = service.search(request(corpus, k=4, rerank=False)).hits
+    with LoopbackServer(faults=Faults(latency_s=1.5)) as srv:
+        voyage(use_settings, srv, rerank_timeout_s=0.2)
+        reranker = VoyageReranker(get_settings())
+        before = degraded_count("timeout")
+        out = rerank_hits(reranker, QUERY, hits, 3, 0.99, timeout_s=30)  # only the SDK's clock can fire
+    assert out.degraded and [h.doc_id for h in out.hits] == [h.doc_id for h in hits[:3]]
+    assert degraded_count("timeout") == before + 1
+
+
 def test_garbage_indexes_are_validated_not_trusted(corpus, use_settings):
     with LoopbackServer(faults=Faults(garbage_rerank=True)) as srv:
         voyage(use_settings, srv, rerank_timeout_s=5)
