@@ -47,7 +47,12 @@ class VoyageReranker:
         to the same budget as the caller's deadline, so either may fire first, and both are a timeout."""
         try:
             resp = self._create(
-                query=query, documents=documents, model=self.model, top_k=top_k, truncation=True, **self._params
+                query=query,
+                documents=documents,
+                model=self.model,
+                top_k=top_k,
+                truncation=True,
+                **self._params,
             )
         except self._timeout_error as exc:
             raise TimeoutError(f"voyage rerank: {exc}") from None
