@@ -10,7 +10,11 @@ first sets, for that transaction only and in one round trip (:func:`set_transact
 * ``statement_timeout``: ``RAGLINE_RETRIEVAL_STATEMENT_TIMEOUT_MS``, or the time left of the
   question when that is shorter; a cancelled statement becomes :class:`RetrievalTimeout` or
   :class:`QuestionDeadlineExceeded`, never a generic database error;
-* the HNSW search parameters, for a vector search.
+* for a vector search, the HNSW search parameters, and the tenant's number of chunks (the
+  per-tenant counters of migration 0009, which the query role reads under row-level security too):
+  a tenant of at most ``RAGLINE_EXACT_SEARCH_MAX_ROWS`` chunks is searched exactly
+  (:func:`exact_search`), a larger one through the HNSW index with iterative scans, which also
+  serve an ACL that narrows a large tenant.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from ragline.query import deadline, structure
+from ragline.query import deadline, feedback, structure
 from ragline.query.deadline import QuestionDeadlineExceeded, RetrievalTimeout
 from ragline.query.filters import clean_paths, compile_filters, has_terms, lexical_query
 from ragline.query.fusion import convex, rrf
@@ -37,16 +41,33 @@ from ragline.shared.timing import elapsed_ms
 _FIELDS = "c.doc_id, c.chunk_no, c.path, c.layer, c.heading_path, c.content, c.context, c.page, c.metadata"
 _SCOPE = "c.tenant = %(tenant)s AND c.acl && %(groups)s::text[]"
 
-# relaxed_order may return rows slightly out of order: re-sort the materialised candidates
+# relaxed_order may return rows slightly out of order: re-sort the materialised candidates;
+# {order} is the VECTOR_ORDER expression of the configured HNSW index, and the reported distance
+# is always the full-precision one, whichever index found the row
 VECTOR_SQL = """
 WITH candidates AS MATERIALIZED (
     SELECT {fields}{columns}, c.embedding <=> %(qvec)s AS distance
     FROM chunks c
     WHERE {scope} AND c.embedding IS NOT NULL{where}
-    ORDER BY c.embedding <=> %(qvec)s
+    ORDER BY {order}
     LIMIT %(n)s
 )
 SELECT * FROM candidates ORDER BY distance, doc_id, chunk_no
+"""
+
+# the exact path (:func:`exact_search`): the tenant's rows sorted by {order} = EXACT_ORDER, which no
+# index serves; only ids and distances go through the sort, the n kept rows are read after
+EXACT_VECTOR_SQL = """
+WITH best AS MATERIALIZED (
+    SELECT c.id, c.embedding <=> %(qvec)s AS distance
+    FROM chunks c
+    WHERE {scope} AND c.embedding IS NOT NULL{where}
+    ORDER BY {order}
+    LIMIT %(n)s
+)
+SELECT {fields}{columns}, b.distance
+FROM best b JOIN chunks c ON c.id = b.id
+ORDER BY b.distance, c.doc_id, c.chunk_no
 """
 
 # numnode(q) = 0 when the query holds only stop words: no rows, no NOTICE, same round trip;
@@ -57,6 +78,27 @@ FROM chunks c, websearch_to_tsquery('russian', %(query)s) q
 WHERE numnode(q) > 0 AND {scope} AND c.tsv @@ q{where}
 ORDER BY rank DESC, c.doc_id, c.chunk_no
 LIMIT %(n)s
+"""
+
+# the lexical list of pseudo-relevance feedback (query/feedback.py): the question's terms OR-ed with
+# the expansion terms, which add their own rank at prf_term_weight
+LEXICAL_PRF_SQL = """
+SELECT {fields}{columns}, {rank_fn}(c.tsv, q, %(rank_norm)s) + %(prf_weight)s * {rank_fn}(c.tsv, e, %(rank_norm)s) AS rank
+FROM chunks c, websearch_to_tsquery('russian', %(query)s) q, CAST(%(expansion)s AS tsquery) e
+WHERE {scope} AND c.tsv @@ (q || e){where}
+ORDER BY rank DESC, c.doc_id, c.chunk_no
+LIMIT %(n)s
+"""
+
+# the first pass's best hits for pseudo-relevance feedback: their vectors and their lexemes with
+# occurrence counts, and the question's own lexemes (same configuration as its tsquery)
+FEEDBACK_SQL = """
+SELECT c.doc_id, c.chunk_no, c.embedding::real[] AS embedding,
+       ARRAY(SELECT t.lexeme FROM unnest(c.tsv) t) AS lexemes,
+       ARRAY(SELECT coalesce(cardinality(t.positions), 1) FROM unnest(c.tsv) t) AS counts,
+       tsvector_to_array(to_tsvector('russian', %(query)s)) AS query_lexemes
+FROM chunks c
+WHERE {scope} AND (c.doc_id, c.chunk_no) IN (SELECT * FROM unnest(%(doc_ids)s::text[], %(chunk_nos)s::int[])){where}
 """
 
 # BM25 over the rows the GIN index matches (migration 0009 explains the statistics): tf is a lexeme's
@@ -172,11 +214,46 @@ def _hit(row: dict, **ranking: float | int) -> Hit:
     )
 
 
-def _sql(template: str, columns: str, where: str, rank_fn: str = "ts_rank") -> str:
+# the expression each HNSW index of ``ragline index rebuild`` is built on (ragline.cli.index);
+# a halfvec index needs the dimension of the column (RAGLINE_EMBED_DIM, migration 0001)
+VECTOR_ORDER = {
+    "vector": "c.embedding <=> %(qvec)s",
+    "halfvec": "c.embedding::halfvec({dim}) <=> %(qvec)s::halfvec({dim})",
+}
+# an expression over the distance, which no index can serve: the planner reads the tenant's rows
+# through the tenant index and sorts them, never walking the HNSW graph
+EXACT_ORDER = "(c.embedding <=> %(qvec)s) + 0"
+
+
+def vector_order(settings: Settings, exact: bool) -> str:
+    """The vector statement's ``ORDER BY`` for the configured index, or the exact path's (pure)."""
+    if exact:
+        return EXACT_ORDER
+    return VECTOR_ORDER[settings.retrieval.vector_index].format(dim=int(settings.embed.dim))
+
+
+def exact_search(settings: Settings, tenant_rows: int | None) -> bool:
+    """Whether a tenant of ``tenant_rows`` chunks is searched exactly rather than through HNSW (pure).
+
+    A filter that keeps a small share of the index leaves HNSW few matching neighbours per step:
+    even with iterative scans it stops at ``hnsw.max_scan_tuples`` with a partial, approximate
+    list. Sorting a small tenant's rows by distance is exact and about as fast."""
+    limit = settings.retrieval.exact_search_max_rows
+    return limit > 0 and tenant_rows is not None and tenant_rows <= limit
+
+
+def _sql(template: str, columns: str, where: str, rank_fn: str = "ts_rank", order: str | None = None) -> str:
     # the identifier terms of code (CODE_LEXICAL_SQL) are still ranked by ts_rank under bm25
     rank_fn = "ts_rank" if rank_fn == "bm25" else rank_fn
     assert rank_fn in ("ts_rank", "ts_rank_cd")
-    return template.format(fields=_FIELDS, columns=columns, scope=_SCOPE, where=where, rank_fn=rank_fn)
+    return template.format(
+        fields=_FIELDS,
+        columns=columns,
+        scope=_SCOPE,
+        where=where,
+        rank_fn=rank_fn,
+        order=order or VECTOR_ORDER["vector"],
+    )
 
 
 @contextmanager
@@ -201,6 +278,12 @@ HNSW_SQL = (
     ", set_config('hnsw.ef_search', %(ef_search)s, true),"
     " set_config('hnsw.iterative_scan', 'relaxed_order', true)"
 )
+# after the set_configs in the same select list: the query role's policy on lexical_stats reads
+# ragline.tenant, which is set by then (a sub-select in the select list runs when first read)
+TENANT_ROWS_SQL = (
+    ", (SELECT coalesce(sum(docs), 0) FROM lexical_stats"
+    " WHERE tenant = %(tenant)s AND config = 'russian') AS tenant_rows"
+)
 
 
 class StatementLimit:
@@ -210,6 +293,8 @@ class StatementLimit:
     def __init__(self, settings: Settings) -> None:
         self.limit_ms = settings.retrieval.statement_timeout_ms
         self.timeout_ms, self.by_deadline = deadline.statement_timeout_ms(self.limit_ms)
+        # the tenant's chunks, read by set_transaction_params for a vector search (exact_search)
+        self.tenant_rows: int | None = None
 
     def tighten(self, conn: psycopg.Connection, stage: str) -> None:
         """Before a further statement: stop when the question has no time left, and lower the
@@ -240,15 +325,30 @@ def set_transaction_params(
     limit: StatementLimit | None = None,
 ) -> StatementLimit:
     """The caller's scope for row-level security, the statement timeout and (with ``n``, for a
-    vector search) the HNSW parameters, local to the current transaction, in one round trip."""
+    vector search) the HNSW parameters, local to the current transaction, in one round trip; for a
+    vector search with the exact path on, that round trip also reads the tenant's number of chunks
+    into the returned limit's ``tenant_rows``."""
     limit = limit or StatementLimit(settings)
     params = {"tenant": req.tenant, "groups": req.groups, "timeout": str(limit.timeout_ms)}
     sql = SCOPE_SQL
+    count = n is not None and settings.retrieval.exact_search_max_rows > 0
     if n is not None:
-        sql += HNSW_SQL
+        sql += HNSW_SQL + (TENANT_ROWS_SQL if count else "")
         params["ef_search"] = str(int(max(settings.retrieval.hnsw_ef_search, n)))
-    conn.execute(sql, params)
+    row = conn.execute(sql, params).fetchone()
+    if count:
+        limit.tenant_rows = int(row["tenant_rows"])
     return limit
+
+
+def tenant_rows(conn: psycopg.Connection, tenant: str) -> int:
+    """The tenant's number of chunks (every chunk, with or without its embedding yet): the sum of
+    its counter slots of migration 0009, a few rows of one index whatever the tenant's size."""
+    row = conn.execute(
+        "SELECT coalesce(sum(docs), 0) AS n FROM lexical_stats WHERE tenant = %s AND config = 'russian'",
+        (tenant,),
+    ).fetchone()
+    return int(row["n"])
 
 
 def filters_for(req: SearchRequest, settings: Settings):
@@ -258,21 +358,34 @@ def filters_for(req: SearchRequest, settings: Settings):
 
 
 def vector_rows(
-    conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray, n: int, settings: Settings
+    conn: psycopg.Connection,
+    req: SearchRequest,
+    qvec: np.ndarray,
+    n: int,
+    settings: Settings,
+    exact: bool | None = None,
 ) -> list[dict]:
     """The vector statement; the transaction's parameters must be set (:func:`set_transaction_params`
-    with ``n``)."""
+    with ``n``). ``exact``: the path :func:`exact_search` chose from the count that call read;
+    None counts the tenant's chunks first (a round trip more, for callers that did not keep it)."""
+    if exact is None:
+        exact = settings.retrieval.exact_search_max_rows > 0 and exact_search(
+            settings, tenant_rows(conn, req.tenant)
+        )
     f = filters_for(req, settings)
     params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
-    return conn.execute(_sql(VECTOR_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
+    template = EXACT_VECTOR_SQL if exact else VECTOR_SQL
+    sql = _sql(template, f.columns_sql(), f.where_sql(), order=vector_order(settings, exact))
+    return conn.execute(sql, params).fetchall()
 
 
 def lexical_rows(
-    conn: psycopg.Connection | None, req: SearchRequest, n: int, settings: Settings
+    conn: psycopg.Connection | None, req: SearchRequest, n: int, settings: Settings, expansion: str = ""
 ) -> list[dict]:
     """Empty without touching the database when the query has no terms. A query with identifiers
     (``register_hook``, ``HTTPAdapter.send``) also matches code chunks by their identifier terms;
-    restricted to the source layer this is the retrieval contract's lexical code fallback."""
+    restricted to the source layer this is the retrieval contract's lexical code fallback.
+    ``expansion``: a tsquery literal of feedback terms (:func:`feedback_pass`; words, not code)."""
     if not has_terms(req.query):
         return []
     assert conn is not None
@@ -290,14 +403,83 @@ def lexical_rows(
         "rank_norm": settings.retrieval.lexical_rank_normalization,
         "k1": settings.retrieval.bm25_k1,
         "b": settings.retrieval.bm25_b,
+        "expansion": expansion,
+        "prf_weight": settings.retrieval.prf_term_weight,
         **f.params,
     }
     if code_query:
         template = CODE_LEXICAL_SQL
+    elif expansion and lexical_expands(req, settings):
+        template = LEXICAL_PRF_SQL
     else:
         template = BM25_SQL if settings.retrieval.lexical_rank == "bm25" else LEXICAL_SQL
     sql = _sql(template, f.columns_sql(), f.where_sql(), settings.retrieval.lexical_rank)
     return conn.execute(sql, params).fetchall()
+
+
+def lexical_expands(req: SearchRequest, settings: Settings) -> bool:
+    """Whether lexical feedback applies: the words' ts_rank list (a question naming identifiers
+    searches the code terms too, BM25 has its own statistics: neither is expanded)."""
+    r = settings.retrieval
+    return (
+        r.prf in ("lexical", "both")
+        and r.lexical_rank != "bm25"
+        and not code_tsquery(req.query, r.lexical_max_terms)
+    )
+
+
+def feedback_pass(
+    conn: psycopg.Connection,
+    req: SearchRequest,
+    qvec: np.ndarray | None,
+    vector: list[dict],
+    lexical: list[dict],
+    n: int,
+    settings: Settings,
+    exact: bool | None = None,
+) -> tuple[list[dict], list[dict]]:
+    """Pseudo-relevance feedback (:mod:`ragline.query.feedback`): the first pass's top
+    ``prf_docs`` fused hits steer a second vector search (Rocchio) and/or a second lexical search
+    (expansion terms); the lists it replaces are returned in their place, the others as they were.
+    Its statements run in the caller's transaction, so under the same tenant and ACL scope (and the
+    same filters) as the first pass, and the second vector search takes the first's path
+    (``exact``, :func:`exact_search`). No statement when there is nothing to steer."""
+    r = settings.retrieval
+    dense = r.prf in ("dense", "both") and qvec is not None and bool(vector)
+    lexical_on = bool(lexical) and lexical_expands(req, settings)
+    if not (dense or lexical_on):
+        return vector, lexical
+    keys = feedback.feedback_keys(fused_keys(vector, lexical, settings, req.query), r.prf_docs)
+    f = filters_for(req, settings)
+    params = {
+        "tenant": req.tenant,
+        "groups": req.groups,
+        "query": req.query,
+        "doc_ids": [k[0] for k in keys],  # type: ignore[index]
+        "chunk_nos": [k[1] for k in keys],  # type: ignore[index]
+        **f.params,
+    }
+    found = {
+        (row["doc_id"], row["chunk_no"]): row
+        for row in conn.execute(_sql(FEEDBACK_SQL, "", f.where_sql()), params).fetchall()
+    }
+    rows = [found[k] for k in keys if k in found]
+    if not rows:
+        return vector, lexical
+    if dense:
+        moved = feedback.rocchio(
+            qvec, [row["embedding"] for row in rows if row["embedding"] is not None], r.prf_alpha, r.prf_beta
+        )
+        vector = vector_rows(conn, req, moved, n, settings, exact)
+    if lexical_on:
+        terms = feedback.expansion_terms(
+            rows[0]["query_lexemes"],
+            [dict(zip(row["lexemes"], row["counts"], strict=True)) for row in rows],
+            r.prf_terms,
+        )
+        if terms:
+            lexical = lexical_rows(conn, req, n, settings, feedback.tsquery_literal(terms))
+    return vector, lexical
 
 
 def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Settings) -> list[dict]:
@@ -517,7 +699,8 @@ def search(
             if vector_search:
                 t = time.perf_counter()
                 stage = "the vector search"
-                vector = vector_rows(conn, req, qvec, n, settings)
+                exact = exact_search(settings, statements.tenant_rows)
+                vector = vector_rows(conn, req, qvec, n, settings, exact)
                 timings["vector"] = elapsed_ms(t)
             if lexical_search:
                 t = time.perf_counter()
@@ -526,6 +709,21 @@ def search(
                 stage = "the lexical search"
                 lexical = lexical_rows(conn, req, n, settings)
                 timings["lexical"] = elapsed_ms(t)
+            if settings.retrieval.prf != "off" and (vector or lexical):
+                t = time.perf_counter()
+                statements.tighten(conn, "the feedback pass")
+                stage = "the feedback pass"
+                vector, lexical = feedback_pass(
+                    conn,
+                    req,
+                    qvec if vector_search else None,
+                    vector,
+                    lexical,
+                    n,
+                    settings,
+                    exact_search(settings, statements.tenant_rows),
+                )
+                timings["feedback"] = elapsed_ms(t)
             if (vector_search or lexical_search) and structure_on(req, settings) and names_a_file(req):
                 t = time.perf_counter()
                 statements.tighten(conn, "the named files")

@@ -24,6 +24,7 @@ from ragline.query.admission import get_admission
 from ragline.query.deadline import QueryLimitError, question_deadline
 from ragline.query.retrieve import row_security_problem
 from ragline.query.stream import answer_publisher, publishing
+from ragline.query.vector_index import problem as vector_index_problem
 from ragline.shared import db, warmup
 from ragline.shared.celery_app import app
 from ragline.shared.contracts import AskRequest, ErrorResult, RerankRequest, SearchRequest
@@ -100,5 +101,10 @@ def _warm_query() -> None:
     get_admission()
     with db.query_connection() as conn:
         problem = row_security_problem(conn)
+        settings = get_settings()
+        index_problem = vector_index_problem(conn, settings.retrieval.vector_index, settings.embed.dim)
     if problem:
         log.warning(problem)
+    if index_problem:
+        # the searches still answer, reading whole tenants: loud, not fatal (a rebuild is under way)
+        log.error(index_problem)

@@ -333,6 +333,14 @@ class RetrievalSettings(_Group):
         0.0, ge=0, validation_alias="RAGLINE_RRF_WEIGHT_LEXICAL_CROSS_SCRIPT"
     )
     hnsw_ef_search: int = Field(100, validation_alias="RAGLINE_HNSW_EF_SEARCH")
+    # a tenant of at most this many chunks (lexical_stats, migration 0009) is searched exactly: its
+    # rows through the tenant index, sorted by distance, no HNSW. Filtered HNSW slows down and loses
+    # recall as the tenant's share of the index shrinks, the exact sort grows with the tenant
+    # (docs/operations.md "Vector index and query planning": where they cross, why this default). 0 = off
+    exact_search_max_rows: int = Field(10_000, ge=0, validation_alias="RAGLINE_EXACT_SEARCH_MAX_ROWS")
+    # the HNSW index's storage, which must be the database's (`ragline index rebuild --type ...`):
+    # vector (float32) or halfvec (float16, half the size; distances are still reported in float32)
+    vector_index: Literal["vector", "halfvec"] = Field("vector", validation_alias="RAGLINE_VECTOR_INDEX")
     # lexical retriever: "any" = words OR-ed like BM25 (robust for questions); "all" = websearch AND syntax
     lexical_match: Literal["any", "all"] = Field("any", validation_alias="RAGLINE_LEXICAL_MATCH")
     # bm25: idf and length normalisation computed in Postgres (migration 0009); it scores every
@@ -357,6 +365,18 @@ class RetrievalSettings(_Group):
     lexical_rank_normalization: int = Field(
         1, ge=0, le=63, validation_alias="RAGLINE_LEXICAL_RANK_NORMALIZATION"
     )
+    # pseudo-relevance feedback (query/feedback.py): a second pass steered by the first pass's top
+    # prf_docs fused hits: "dense" moves the question's vector toward theirs (Rocchio: prf_alpha ·
+    # question + prf_beta · mean of the hits), "lexical" ORs prf_terms of their shared lexemes into
+    # the lexical query at prf_term_weight of the question's own rank; off: on the dev sets dense
+    # feedback moved hybrid by less than the noise, lexical feedback lowered it (README "Retrieval
+    # quality", bench/prf.py)
+    prf: Literal["off", "dense", "lexical", "both"] = Field("off", validation_alias="RAGLINE_PRF")
+    prf_docs: int = Field(3, ge=1, le=20, validation_alias="RAGLINE_PRF_DOCS")
+    prf_alpha: float = Field(1.0, ge=0, validation_alias="RAGLINE_PRF_ALPHA")
+    prf_beta: float = Field(0.5, ge=0, validation_alias="RAGLINE_PRF_BETA")
+    prf_terms: int = Field(5, ge=0, le=50, validation_alias="RAGLINE_PRF_TERMS")
+    prf_term_weight: float = Field(0.3, ge=0, validation_alias="RAGLINE_PRF_TERM_WEIGHT")
     # added to / subtracted from the fused RRF score (one RRF step near the top is ~0.0003)
     prefer_bonus: float = Field(0.005, validation_alias="RAGLINE_PREFER_BONUS")
     test_penalty: float = Field(0.005, validation_alias="RAGLINE_TEST_PENALTY")

