@@ -22,8 +22,9 @@ BENCHMARKS = {
     "c": "retrieval",
     "d": "acl_sync",
     "e": "local_embedder",
-    "f": "fairness",
+    "f": "scale",
     "g": "async_client",
+    "h": "fairness",
 }
 
 

@@ -111,6 +111,52 @@ def test_ingest_throughput_smoke(external_worker, tmp_path):
     assert storm["steady_chunks"] == storm["chunks"]  # steady_after_s 0: every chunk counts
 
 
+@pytest.mark.slow
+def test_scale_smoke(external_worker, tmp_path):
+    from bench import scale
+    from ragline.shared import db
+
+    with db.connection() as c:
+        before = scale.hnsw_indexes(c)
+    data = _check_result(scale.run(out_dir=tmp_path, **scale.SMOKE), tmp_path, "scale")
+    raw, smoke = data["raw"], scale.SMOKE
+    settings = ("default", *(f"ef{ef}" for ef in smoke["ef_values"]))
+    expected = {
+        f"{s}|{t}|{a}|{k}"
+        for s in scale.STORAGES
+        for t in scale.SHARES
+        for a in scale.ACL_CASES
+        for k in settings
+    }
+    assert set(raw["cases"]) == expected
+    for key, case in raw["cases"].items():
+        assert 0.0 <= case["recall_at_10"] <= 1.0 and case["n"] == smoke["n_queries"], key
+        assert "chunks" in case["plan"], key  # EXPLAIN of the query module's own statement ran
+        # the curve forces HNSW; at this size every tenant is under the exact-path threshold
+        assert case["exact_path_share"] == (1.0 if key.endswith("default") else 0.0), key
+        if key.endswith("default"):
+            assert case["recall_at_10"] == 1.0, key  # exact search over the tenant's visible rows
+    for acl in scale.ACL_CASES:
+        assert raw["exact_path_small_tenant"][acl]["on"]["recall_at_10"] == 1.0
+    builds = raw["builds"]
+    assert builds["vector"]["built"] != builds["halfvec"]["built"]
+    assert 0 < builds["halfvec"]["size_mb"] < builds["vector"]["size_mb"]  # float16 graph: smaller
+    assert raw["load"]["total_chunks_in_table"] >= sum(raw["load"]["rows"].values())
+    assert 0 < raw["load"]["g10_rows"]["90%"] < raw["load"]["rows"]["90%"]
+    assert raw["load"]["tenant_rows_counted"] == raw["load"]["rows"]  # what the exact-path planner reads
+    assert raw["load"]["postgres_memory_after_copy"]["rss_sum_mb"] > 0
+    assert set(raw["queue"]) == {"90%", "0.1%"}
+    assert all(q["recall_at_10_queued"] == 1.0 for q in raw["queue"].values())  # exact path via the task
+    assert raw["steady_upsert"]["chunks"] == smoke["upsert_docs"] * 40
+    with db.connection() as c:
+        assert scale.hnsw_indexes(c) == before  # the shared test database keeps its indexes
+        left = c.execute("SELECT count(*) AS n FROM documents WHERE tenant LIKE 'bench-scale-%'").fetchone()
+        counted = c.execute(
+            "SELECT coalesce(sum(docs), 0) AS n FROM lexical_stats WHERE tenant LIKE 'bench-scale-%'"
+        ).fetchone()
+    assert left["n"] == 0 and counted["n"] == 0  # the COPY's counts were exactly what the deletes subtract
+
+
 def test_synthetic_vectors_have_structure():
     import numpy as np
 
