@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import common
-from bench.synthetic import EmbeddingSpace, structure_stats
+from bench.synthetic import EmbeddingSpace, load_chunks, structure_stats
 
 NAME = "scale"
 TITLE = "One million chunks: load, HNSW build, size, recall@10 and latency over ef_search (vector vs halfvec)"
@@ -88,28 +88,6 @@ def _sample(space: EmbeddingSpace, n: int, rng: np.random.Generator, batch: int 
     for s in range(0, n, batch):
         out[s : s + batch] = space.sample(min(batch, n - s), rng)
     return out
-
-
-def _copy_tenant(conn, tenant: str, vectors: np.ndarray, acls: list[list[str]], texts: list[str]) -> None:
-    """Binary COPY of one tenant's documents and chunks, each document's ACL on its chunks."""
-    import hashlib
-
-    hashes = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
-    with conn.cursor() as cur:
-        with cur.copy("COPY documents (tenant, doc_id, status, acl, chunk_count) FROM STDIN") as copy:
-            for d, acl in enumerate(acls):
-                copy.write_row((tenant, f"doc-{d}", "ready", acl, CHUNKS_PER_DOC))
-        with cur.copy(
-            "COPY chunks (tenant, doc_id, chunk_no, content, content_hash, embedding, acl)"
-            " FROM STDIN WITH (FORMAT BINARY)"
-        ) as copy:
-            copy.set_types(["text", "text", "int4", "text", "text", "vector", "text[]"])
-            for i in range(len(vectors)):
-                d = i // CHUNKS_PER_DOC
-                t = i % len(texts)
-                copy.write_row(
-                    (tenant, f"doc-{d}", i % CHUNKS_PER_DOC, texts[t], hashes[t], vectors[i], acls[d])
-                )
 
 
 def hnsw_indexes(conn) -> dict[str, str]:
@@ -371,7 +349,7 @@ def run(
             # COPY (this transaction only) and the counts written once after it
             conn.execute("ALTER TABLE chunks DISABLE TRIGGER chunks_lexical_stats")
             for label, (tenant, _) in tenants.items():
-                _copy_tenant(conn, tenant, data[label], acls[label], texts)
+                load_chunks(conn, tenant, data[label], [], CHUNKS_PER_DOC, texts=texts, doc_acls=acls[label])
             conn.execute("ALTER TABLE chunks ENABLE TRIGGER chunks_lexical_stats")
             raw["load"]["copy_s"] = round(time.perf_counter() - t, 2)
             t2 = time.perf_counter()

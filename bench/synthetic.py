@@ -64,34 +64,32 @@ def load_chunks(
     chunks_per_doc: int = 10,
     start: int = 0,
     texts: list[str] | None = None,
+    doc_acls: list[list[str]] | None = None,
 ) -> int:
     """COPY documents and chunks (binary) for one tenant; returns rows written. Caller commits.
     ``texts``: the chunks' contents (cycled), for benchmarks that search words; else a numbered
-    placeholder."""
+    placeholder. ``doc_acls``: each document's own groups (its chunks carry them), else ``acl``."""
     n = len(vectors)
     n_docs = (n + chunks_per_doc - 1) // chunks_per_doc
+    acls = doc_acls if doc_acls is not None else [acl] * n_docs
+    hashes = [hashlib.sha256(t.encode()).hexdigest() for t in texts] if texts else []
     with conn.cursor() as cur:
         with cur.copy("COPY documents (tenant, doc_id, status, acl, chunk_count) FROM STDIN") as copy:
             for d in range(n_docs):
-                copy.write_row((tenant, f"doc-{start + d}", "ready", acl, chunks_per_doc))
+                copy.write_row((tenant, f"doc-{start + d}", "ready", acls[d], chunks_per_doc))
         with cur.copy(
             "COPY chunks (tenant, doc_id, chunk_no, content, content_hash, embedding, acl)"
             " FROM STDIN WITH (FORMAT BINARY)"
         ) as copy:
             copy.set_types(["text", "text", "int4", "text", "text", "vector", "text[]"])
             for i in range(n):
-                text = (
-                    texts[i % len(texts)] if texts else f"синтетический фрагмент {start * chunks_per_doc + i}"
-                )
+                if texts:
+                    text, digest = texts[i % len(texts)], hashes[i % len(texts)]
+                else:
+                    text = f"синтетический фрагмент {start * chunks_per_doc + i}"
+                    digest = hashlib.sha256(text.encode()).hexdigest()
+                d = i // chunks_per_doc
                 copy.write_row(
-                    (
-                        tenant,
-                        f"doc-{start + i // chunks_per_doc}",
-                        i % chunks_per_doc,
-                        text,
-                        hashlib.sha256(text.encode()).hexdigest(),
-                        vectors[i],
-                        acl,
-                    )
+                    (tenant, f"doc-{start + d}", i % chunks_per_doc, text, digest, vectors[i], acls[d])
                 )
     return n
