@@ -90,6 +90,20 @@ def openai_completion(text: str, model: str, id_: str = "chatcmpl-1") -> dict:
     }
 
 
+def anthropic_message(text: str, model: str, id_: str, usage: dict) -> dict:
+    """A non-streamed Anthropic Messages response answering ``text``."""
+    return {
+        "id": id_,
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "text", "text": text}],
+        "model": model,
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
 class ThreadedServer:
     """A threaded HTTP server on 127.0.0.1 serving ``self._handler()`` (a request handler class):
     ``with Server() as srv: srv.url``. Subclasses build their state, then call ``super().__init__()``."""
@@ -301,24 +315,14 @@ class LoopbackServer(ThreadedServer):
                     isinstance(b, dict) and b.get("cache_control") for b in system
                 ):
                     cached = sum(_tokens(b.get("text", "")) for b in system if isinstance(b, dict))
-                self._send(
-                    200,
-                    {
-                        "id": f"msg_{int(time.time() * 1000)}",
-                        "type": "message",
-                        "role": "assistant",
-                        "content": [{"type": "text", "text": text}],
-                        "model": body.get("model", "claude"),
-                        "stop_reason": "end_turn",
-                        "stop_sequence": None,
-                        "usage": {
-                            "input_tokens": 100,
-                            "output_tokens": _tokens(text),
-                            "cache_creation_input_tokens": 0,
-                            "cache_read_input_tokens": cached,
-                        },
-                    },
-                )
+                usage = {
+                    "input_tokens": 100,
+                    "output_tokens": _tokens(text),
+                    "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": cached,
+                }
+                model = body.get("model", "claude")
+                self._send(200, anthropic_message(text, model, f"msg_{int(time.time() * 1000)}", usage))
 
             # --- Ollama / OpenAI-compatible ---------------------------------------------------
             def _ollama_embed(self, body: dict) -> None:

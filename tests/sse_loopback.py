@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 
-from tests.loopback import ThreadedServer, openai_completion
+from tests.loopback import ThreadedServer, anthropic_message, openai_completion
 
 
 @dataclass
@@ -228,16 +228,8 @@ class StreamingChatServer(ThreadedServer):
             # -- not streamed ------------------------------------------------------------------
             def _json(self, path: str, body: dict, text: str) -> None:
                 if path == "/v1/messages":
-                    out = {
-                        "id": "msg_loopback",
-                        "type": "message",
-                        "role": "assistant",
-                        "content": [{"type": "text", "text": text}],
-                        "model": body.get("model", "claude"),
-                        "stop_reason": "end_turn",
-                        "stop_sequence": None,
-                        "usage": {"input_tokens": 100, "output_tokens": 5},
-                    }
+                    usage = {"input_tokens": 100, "output_tokens": 5}
+                    out = anthropic_message(text, body.get("model", "claude"), "msg_loopback", usage)
                 else:
                     out = openai_completion(text, body.get("model", "m"), "chatcmpl-loopback")
                 data = json.dumps(out, ensure_ascii=False).encode()
