@@ -280,10 +280,10 @@ HNSW_SQL = (
 )
 # after the set_configs in the same select list: the query role's policy on lexical_stats reads
 # ragline.tenant, which is set by then (a sub-select in the select list runs when first read)
-TENANT_ROWS_SQL = (
-    ", (SELECT coalesce(sum(docs), 0) FROM lexical_stats"
-    " WHERE tenant = %(tenant)s AND config = 'russian') AS tenant_rows"
+_TENANT_ROWS = (
+    "SELECT coalesce(sum(docs), 0) FROM lexical_stats WHERE tenant = %(tenant)s AND config = 'russian'"
 )
+TENANT_ROWS_SQL = f", ({_TENANT_ROWS}) AS tenant_rows"
 
 
 class StatementLimit:
@@ -344,10 +344,7 @@ def set_transaction_params(
 def tenant_rows(conn: psycopg.Connection, tenant: str) -> int:
     """The tenant's number of chunks (every chunk, with or without its embedding yet): the sum of
     its counter slots of migration 0009, a few rows of one index whatever the tenant's size."""
-    row = conn.execute(
-        "SELECT coalesce(sum(docs), 0) AS n FROM lexical_stats WHERE tenant = %s AND config = 'russian'",
-        (tenant,),
-    ).fetchone()
+    row = conn.execute(f"SELECT ({_TENANT_ROWS}) AS n", {"tenant": tenant}).fetchone()
     return int(row["n"])
 
 
