@@ -17,6 +17,7 @@ import json
 import re
 import threading
 import time
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,6 +49,9 @@ class Faults:
     hang_s: float = 0.0  # sleep this long before answering (simulates a hang past the timeout)
     garbage_rerank: bool = False  # rerank answers with out-of-range / duplicate indexes
     shuffle_embeddings: bool = True  # return embedding items out of order (clients must use `index`)
+    #: answer embeddings from a table of pre-serialised vectors (one cheap hash per text): an embedder
+    #: that costs the pipeline nothing, for measuring everything around it
+    instant_vectors: bool = False
 
 
 @dataclass
@@ -157,6 +161,16 @@ class LoopbackServer(ThreadedServer):
         self._lock = threading.Lock()
         super().__init__()
 
+    def instant_table(self, dim: int, n: int = 4096) -> list[str]:
+        """``n`` random unit vectors of ``dim``, serialised once (``Faults.instant_vectors``)."""
+        with self._lock:
+            if getattr(self, "_instant", (None, None))[0] != dim:
+                rng = np.random.default_rng(7)
+                v = rng.standard_normal((n, dim)).astype(np.float32)
+                v /= np.linalg.norm(v, axis=1, keepdims=True)
+                self._instant = (dim, [json.dumps([round(float(x), 6) for x in row]) for row in v])
+            return self._instant[1]
+
     def reset_stats(self) -> None:
         with self._lock:
             self.stats = Stats()
@@ -252,6 +266,9 @@ class LoopbackServer(ThreadedServer):
                     self._send(400, {"detail": "input must be a non-empty list"})
                     return
                 dim = int(body.get("output_dimension") or server.dim)
+                if server.faults.instant_vectors:
+                    self._instant_embeddings(texts, dim, body.get("model", "voyage-4"))
+                    return
                 items = [
                     {"object": "embedding", "embedding": hashed_embedding(t, dim), "index": i}
                     for i, t in enumerate(texts)
@@ -269,6 +286,28 @@ class LoopbackServer(ThreadedServer):
                         "usage": {"total_tokens": sum(_tokens(t) for t in texts)},
                     },
                 )
+
+            def _instant_embeddings(self, texts: list, dim: int, model: str) -> None:
+                table = server.instant_table(dim)
+                items = ",".join(
+                    f'{{"object":"embedding","index":{i},"embedding":{table[zlib.crc32(str(t).encode()) % len(table)]}}}'
+                    for i, t in enumerate(texts)
+                )
+                with server._lock:
+                    server.stats.texts_embedded += len(texts)
+                usage = sum(_tokens(str(t)) for t in texts)
+                data = f'{{"object":"list","data":[{items}],"model":{json.dumps(model)},"usage":{{"total_tokens":{usage}}}}}'
+                wait = getattr(self, "_answer_at", 0.0) - time.time()
+                if wait > 0:
+                    time.sleep(wait)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data.encode())
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def _rerank(self, body: dict) -> None:
                 query = str(body.get("query", ""))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import typer
@@ -97,6 +98,12 @@ def ingest(
     exclude: list[str] = typer.Option(
         [], "--exclude", help="a git repository: leave out tracked files matching this glob (repeatable)"
     ),
+    bulk: bool = typer.Option(
+        False,
+        "--bulk",
+        help="a large first load: drop the HNSW index, store without it, build it once at the end"
+        " (vector search is exact meanwhile; needs --wait; docs/operations.md, Bulk loads)",
+    ),
 ) -> None:
     """Ingest files and folders, in batch tasks of the ingest pool.
 
@@ -109,21 +116,40 @@ def ingest(
     SOURCE/<its path relative to the folder given> (a file given directly: relative to its own
     folder). Without --wait the command returns once the job is queued.
     """
-    from ragline.ingest.enqueue import (  # start-up: Celery, psycopg load on use
-        SUFFIXES,
-        collect_files,
-        enqueue_files,
-        stored_under_other_ids,
-    )
-    from ragline.shared.settings import get_settings
-
     if acl is None:
         ctx.fail(  # a usage error (exit 2), like a missing argument
             "--acl is required: the comma-separated groups that may read these documents"
             " (--acl '' stores them visible to no group until `ragline acl set` gives them one)"
         )
     groups = split_csv(acl)
+    if bulk and not wait:
+        ctx.fail("--bulk needs --wait: the index is built once the load is done")
+    from ragline.cli.index import bulk_window  # start-up: psycopg loads on use
+
+    with bulk_window(f"ingest {tenant}") if bulk else nullcontext():
+        _ingest(paths, tenant, groups, source, wait, as_json, timeout, ref, include, exclude)
+
+
+def _ingest(
+    paths: list[Path],
+    tenant: str,
+    groups: list[str],
+    source: str | None,
+    wait: bool,
+    as_json: bool,
+    timeout: float,
+    ref: str,
+    include: list[str],
+    exclude: list[str],
+) -> None:
+    from ragline.ingest.enqueue import (  # start-up: Celery, psycopg load on use
+        SUFFIXES,
+        collect_files,
+        enqueue_files,
+        stored_under_other_ids,
+    )
     from ragline.ingest.git import is_repository
+    from ragline.shared.settings import get_settings
 
     if any(p.is_dir() and is_repository(p) for p in paths):
         if len(paths) > 1:

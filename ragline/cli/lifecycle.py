@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
 
@@ -340,11 +341,26 @@ def reembed(
     wait: bool = typer.Option(False, "--wait/--no-wait", help="wait until every chunk is re-embedded"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document"),
     timeout: float = typer.Option(24 * 3600.0, help="seconds to wait with --wait"),
+    bulk: bool = typer.Option(
+        False,
+        "--bulk",
+        help="drop the HNSW index, re-embed without it, build it once at the end (vector search is"
+        " exact meanwhile; needs --wait; for a fast embedder and most of the corpus)",
+    ),
 ) -> None:
     """Re-embed every chunk not on the configured model.
 
     Runs in the background on the ingest pool; chunks keep serving their old vectors until then.
     """
+    if bulk and not wait:
+        raise typer.BadParameter("--bulk needs --wait: the index is built once the re-embedding is done")
+    from ragline.cli.index import bulk_window  # start-up: psycopg loads on use
+
+    with bulk_window("reembed" + (f" {tenant}" if tenant else "")) if bulk else nullcontext():
+        _reembed(tenant, wait, as_json, timeout)
+
+
+def _reembed(tenant: str | None, wait: bool, as_json: bool, timeout: float) -> None:
     from ragline.shared.celery_app import app  # start-up: Celery loads only for commands that send
     from ragline.shared.celery_base import read_once
 
