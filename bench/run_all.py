@@ -25,6 +25,7 @@ BENCHMARKS = {
     "f": "scale",
     "g": "async_client",
     "h": "fairness",
+    "i": "bulk_load",
 }
 
 

@@ -157,6 +157,35 @@ def test_scale_smoke(external_worker, tmp_path):
     assert left["n"] == 0 and counted["n"] == 0  # the COPY's counts were exactly what the deletes subtract
 
 
+@pytest.mark.slow
+def test_bulk_load_smoke(external_worker, tmp_path):
+    from bench import bulk_load
+    from ragline.query.vector_index import INDEX_NAMES, hnsw_indexes
+    from ragline.shared import db
+
+    data = _check_result(bulk_load.run(out_dir=tmp_path, **bulk_load.SMOKE), tmp_path, "bulk_load")
+    raw, smoke = data["raw"], bulk_load.SMOKE
+    for case, n in (
+        ("live", smoke["n_chunks"]),
+        ("bulk", smoke["n_chunks"]),
+        ("steady", smoke["steady_chunks"]),
+    ):
+        assert raw[case]["documents_failed"] == 0, raw[case]["errors"]
+        assert raw[case]["chunks"] == n, case  # tasks of exactly `batch` chunks: nothing lost or doubled
+    bulk = raw["bulk"]
+    assert bulk["dropped"] == [INDEX_NAMES["vector"]] and bulk["build_s"] > 0
+    assert bulk["rows_indexed"] >= raw["live"]["rows_in_table_after"] + smoke["n_chunks"]
+    assert raw["steady"]["rows_in_table_before"] >= smoke["live_rows"]  # grown by the preload
+    with db.connection() as c:
+        assert [i["name"] for i in hnsw_indexes(c) if i["valid"]] == [INDEX_NAMES["vector"]]
+        assert (
+            c.execute("SELECT count(*) AS n FROM index_deferrals WHERE finished_at IS NULL").fetchone()["n"]
+            == 0
+        )
+        left = c.execute("SELECT count(*) AS n FROM documents WHERE tenant LIKE 'bench-bulk-%'").fetchone()
+    assert left["n"] == 0
+
+
 def test_synthetic_vectors_have_structure():
     import numpy as np
 
