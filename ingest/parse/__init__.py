@@ -31,6 +31,7 @@ from ragline.ingest.parse.common import (
     ParseError,
     blocks_from_elements,
     decode_text,
+    install_fast_classifier,
     table_text,
 )
 from ragline.ingest.parse.docx import DOCX_MAX_RATIO, DOCX_MAX_UNCOMPRESSED
@@ -81,6 +82,7 @@ def parse_bytes(data: bytes, fmt: str, default_title: str = "") -> ParsedDocumen
     if fmt in code.FORMATS:
         return code.parse_code(decode_text(data), fmt, default_title)
     install_blank_spacy()
+    install_fast_classifier()
     elements, title = _elements(data, fmt)
     doc = blocks_from_elements(elements, default_title)
     if title and doc.title == default_title:

@@ -54,6 +54,39 @@ class ParsedDocument:
 
 
 _KIND = {"Table": "table", "CodeSnippet": "code", "ListItem": "list"}
+
+
+def fast_element_type(text: str):
+    """unstructured's HTML text classifier (``derive_element_type_from_text``) without the tests
+    whose answers ragline never reads.
+
+    Its narrative-text test runs a spaCy tokenizer and sentence splitter on every paragraph of a
+    Markdown or HTML document, and was the largest cost of the ingest pipeline (most of parsing).
+    What it decides (NarrativeText, Text, Address or EmailAddress) all becomes a ``text`` block
+    (``_KIND``); only a list item and a one-character fragment (dropped) are told apart, as before.
+    """
+    from unstructured.documents.elements import ListItem, Text  # parse package stays light
+    from unstructured.partition.text_type import is_bulleted_text
+
+    if is_bulleted_text(text):
+        return ListItem
+    if len(text) < 2:
+        return None
+    return Text
+
+
+_fast_classifier = False
+
+
+def install_fast_classifier() -> None:
+    """Put :func:`fast_element_type` in unstructured's HTML parser (Markdown is parsed through it);
+    the parser looks the function up at call time."""
+    global _fast_classifier
+    if not _fast_classifier:
+        from unstructured.partition.html import parser
+
+        parser.derive_element_type_from_text = fast_element_type
+        _fast_classifier = True
 _SKIP = {"Image", "PageBreak", "Header", "Footer", "PageNumber"}
 
 
