@@ -129,7 +129,7 @@ def run(
     batch: int = 128,
     concurrency: int = 4,
     window: int = 16,
-    maintenance_work_mem: str = "2GB",
+    maintenance_work_mem: str = "4GB",
     cleanup: bool = False,
     seed: int = 31,
 ) -> dict:
