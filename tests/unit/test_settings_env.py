@@ -28,6 +28,7 @@ OLD_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_REDIS_URL", "redis://cache:6379/1", "services.redis_url", "redis://cache:6379/1"),
     ("REDIS_URL", "redis://cache2:6379/2", "services.redis_url", "redis://cache2:6379/2"),
     ("RAGLINE_HOME", "/srv/ragline-home", "services.home", Path("/srv/ragline-home")),
+    ("RAGLINE_PG_SHARED_BUFFERS", "2GB", "services.pg_shared_buffers", "2GB"),
     ("RAGLINE_REDIS_PORT", "6390", "services.redis_port", 6390),
     ("RAGLINE_REDIS_PASSWORD", "redis-secret", "services.redis_password", SecretStr("redis-secret")),
     ("RAGLINE_QUERY_DATABASE_URL", "postgresql://q@d/r", "services.query_database_url", "postgresql://q@d/r"),

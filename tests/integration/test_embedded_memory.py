@@ -1,0 +1,60 @@
+"""`RAGLINE_PG_SHARED_BUFFERS`: the embedded PostgreSQL runs with it, restarting once when it changes
+(shared memory is sized at start), and a start that finds it in place does not restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+SCRIPT = """
+import json, os
+import psycopg
+from ragline.shared import services
+from ragline.shared.settings import get_settings
+s = get_settings()
+url = services.start_postgres(s)
+with psycopg.connect(url) as c:
+    buffers = c.execute("SHOW shared_buffers").fetchone()[0]
+print(json.dumps({"pid": services.postgres_pid(s), "shared_buffers": buffers}))
+if os.environ.get("STOP"):
+    services.stop_postgres(s)
+"""
+
+
+def _start(home: Path, buffers: str | None, stop: bool = False) -> dict:
+    env = {**os.environ, "RAGLINE_HOME": str(home), "STOP": "1" if stop else ""}
+    env.pop("RAGLINE_PG_SHARED_BUFFERS", None)
+    if buffers:
+        env["RAGLINE_PG_SHARED_BUFFERS"] = buffers
+    for var in ("DATABASE_URL", "RAGLINE_DATABASE_URL"):
+        env.pop(var, None)
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_the_embedded_server_runs_with_the_configured_shared_buffers():
+    # not under pytest's tmp_path: run as root, the embedded Postgres runs as another user (see test_cli_stack)
+    home = Path(tempfile.mkdtemp(prefix="rl-mem-")) / "home"
+    try:
+        default = _start(home, None)
+        assert default["shared_buffers"] == "128MB"  # PostgreSQL's own default when unset
+        set_ = _start(home, "160MB")
+        assert set_["shared_buffers"] == "160MB" and set_["pid"] != default["pid"]  # restarted for it
+        again = _start(home, "160MB")
+        assert again == set_  # already in place: adopted, not restarted
+        assert _start(home, None, stop=True)["pid"] == set_["pid"]  # unset leaves the server as it is
+    finally:
+        shutil.rmtree(home.parent, ignore_errors=True)
