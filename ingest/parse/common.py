@@ -87,6 +87,8 @@ def install_fast_classifier() -> None:
 
         parser.derive_element_type_from_text = fast_element_type
         _fast_classifier = True
+
+
 _SKIP = {"Image", "PageBreak", "Header", "Footer", "PageNumber"}
 
 
