@@ -46,6 +46,6 @@ def test_the_cli_reads_results_once():
 
     from ragline.cli import common, lifecycle
 
-    for fn in (common.send_and_wait, lifecycle.send_acl_batches, lifecycle.reembed):
+    for fn in (common.send_and_wait, lifecycle.send_acl_batches, lifecycle._reembed):
         src = inspect.getsource(fn)
         assert "read_once(" in src and ".get(timeout" not in src, fn.__name__
