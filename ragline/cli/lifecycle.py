@@ -418,6 +418,9 @@ def lifecycle_status(settings) -> dict:
             out["running_jobs"] = jobs.running_jobs(conn)
             out["recent_jobs"] = jobs.recent_jobs(conn, 5)
             out["recent_errors"] = jobs.open_errors(conn, None, 10)
+            from ragline.cli.index import open_deferral
+
+            out["index_deferral"] = open_deferral(conn)
     except Exception as exc:
         out["jobs_error"] = f"{type(exc).__name__}: {exc}"[:200]
     return out
@@ -443,4 +446,13 @@ def lifecycle_rows(info: dict) -> list[tuple[str, str]]:
         )
     for e in info.get("recent_errors", [])[:5]:
         rows.append((f"error {e['doc_id']}"[:60], f"tenant {e['tenant']}: {e['error'][:100]}"))
+    if info.get("index_deferral"):
+        w = info["index_deferral"]
+        rows.append(
+            (
+                "HNSW index",
+                f"deferred by a bulk load ({w['reason']}, window {w['id']}, since"
+                f" {str(w['started_at'])[:19]}): vector search is exact until `ragline index build`",
+            )
+        )
     return rows

@@ -197,6 +197,8 @@ def test_a_window_opened_by_the_operator_is_joined_and_left_open(
         and "deferred by a bulk load (nightly import" in json.loads(status.stdout)["problem"]
     )
     assert json.loads(invoke("index", "defer", "--json").stdout) == {**window, "opened": False, "dropped": []}
+    shown = json.loads(invoke("status", "--json").stdout)["index_deferral"]  # what `ragline status` shows
+    assert shown["id"] == window["id"] and shown["reason"] == "nightly import"
 
     run = invoke(
         "ingest",
