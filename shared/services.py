@@ -86,22 +86,28 @@ def start_postgres(settings: Settings, restarted: bool = False) -> str:
     return url
 
 
-def configure_memory(url: str, shared_buffers: str | None) -> bool:
+def auto_shared_buffers() -> str:
+    """``RAGLINE_PG_SHARED_BUFFERS=auto``: a quarter of the machine's memory, between PostgreSQL's
+    default (128MB) and 4GB (which holds a million-chunk ``vector`` graph, 1.9 GB)."""
+    quarter_mb = psutil.virtual_memory().total // 4 // 2**20
+    return f"{max(128, min(4096, quarter_mb))}MB"
+
+
+def configure_memory(url: str, shared_buffers: str) -> bool:
     """Write ``shared_buffers`` into the server's configuration when it differs from what the
     server runs with; True when a restart is needed for it."""
-    if not shared_buffers:
-        return False
     import psycopg  # start-up: as above
     from psycopg import sql
 
+    want = auto_shared_buffers() if shared_buffers == "auto" else shared_buffers
     with psycopg.connect(url, autocommit=True) as conn:
         same = conn.execute(
             "SELECT pg_size_bytes(%s) = setting::bigint * pg_size_bytes(unit) FROM pg_settings"
             " WHERE name = 'shared_buffers'",
-            (shared_buffers,),
+            (want,),
         ).fetchone()[0]
         if not same:
-            conn.execute(sql.SQL("ALTER SYSTEM SET shared_buffers = {}").format(sql.Literal(shared_buffers)))
+            conn.execute(sql.SQL("ALTER SYSTEM SET shared_buffers = {}").format(sql.Literal(want)))
     return not same
 
 

@@ -43,11 +43,12 @@ class ServicesSettings(_Group):
     redis_url: str | None = Field(None, validation_alias=AliasChoices("RAGLINE_REDIS_URL", "REDIS_URL"))
     # embedded data, pid files and logs
     home: Path = Field(Path(".ragline"), validation_alias="RAGLINE_HOME")
-    # the embedded PostgreSQL's shared_buffers (e.g. 2GB; unset: PostgreSQL's 128MB). An HNSW index
-    # larger than it is read through the OS cache page by page on every search and insertion; set
-    # at start-up (ALTER SYSTEM, one restart when it changes). An external server is configured by its operator.
-    pg_shared_buffers: str | None = Field(
-        None, pattern=r"^[0-9]+(kB|MB|GB|TB)$", validation_alias="RAGLINE_PG_SHARED_BUFFERS"
+    # the embedded PostgreSQL's shared_buffers: a size (e.g. 2GB), or auto: a quarter of the machine's
+    # memory, at most 4GB (PostgreSQL's own default, 128MB, leaves a million-chunk HNSW index to be read
+    # through the OS cache page by page on every search and insertion). Applied at start-up with ALTER
+    # SYSTEM and one restart when it changes; an external server is configured by its operator.
+    pg_shared_buffers: str = Field(
+        "auto", pattern=r"^(auto|[0-9]+(kB|MB|GB|TB))$", validation_alias="RAGLINE_PG_SHARED_BUFFERS"
     )
     # the embedded Redis port on 127.0.0.1; 0 picks a free one
     redis_port: int = Field(0, validation_alias="RAGLINE_REDIS_PORT")

@@ -1,5 +1,6 @@
-"""`RAGLINE_PG_SHARED_BUFFERS`: the embedded PostgreSQL runs with it, restarting once when it changes
-(shared memory is sized at start), and a start that finds it in place does not restart."""
+"""`RAGLINE_PG_SHARED_BUFFERS`: the embedded PostgreSQL runs with it (by default a quarter of the
+machine's memory, at most 4GB), restarting once when it changes (shared memory is sized at start),
+and a start that finds it in place does not restart."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import REPO
@@ -23,7 +25,9 @@ from ragline.shared.settings import get_settings
 s = get_settings()
 url = services.start_postgres(s)
 with psycopg.connect(url) as c:
-    buffers = c.execute("SHOW shared_buffers").fetchone()[0]
+    buffers = c.execute(
+        "SELECT setting::bigint * pg_size_bytes(unit) FROM pg_settings WHERE name = 'shared_buffers'"
+    ).fetchone()[0]
 print(json.dumps({"pid": services.postgres_pid(s), "shared_buffers": buffers}))
 if os.environ.get("STOP"):
     services.stop_postgres(s)
@@ -50,11 +54,16 @@ def test_the_embedded_server_runs_with_the_configured_shared_buffers():
     home = Path(tempfile.mkdtemp(prefix="rl-mem-")) / "home"
     try:
         default = _start(home, None)
-        assert default["shared_buffers"] == "128MB"  # PostgreSQL's own default when unset
+        quarter = psutil.virtual_memory().total // 4
+        assert default["shared_buffers"] == max(128 * 2**20, min(4 * 2**30, quarter // 2**20 * 2**20))
+        assert (
+            default["shared_buffers"] > 128 * 2**20
+        )  # not PostgreSQL's own default (any machine with > 512MB)
         set_ = _start(home, "160MB")
-        assert set_["shared_buffers"] == "160MB" and set_["pid"] != default["pid"]  # restarted for it
+        assert set_["shared_buffers"] == 160 * 2**20 and set_["pid"] != default["pid"]  # restarted for it
         again = _start(home, "160MB")
         assert again == set_  # already in place: adopted, not restarted
-        assert _start(home, None, stop=True)["pid"] == set_["pid"]  # unset leaves the server as it is
+        back = _start(home, "auto", stop=True)
+        assert back["shared_buffers"] == default["shared_buffers"] and back["pid"] != set_["pid"]
     finally:
         shutil.rmtree(home.parent, ignore_errors=True)
