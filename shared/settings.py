@@ -45,8 +45,8 @@ class ServicesSettings(_Group):
     home: Path = Field(Path(".ragline"), validation_alias="RAGLINE_HOME")
     # the embedded PostgreSQL's shared_buffers: a size (e.g. 2GB), or auto: a quarter of the machine's
     # memory, at most 4GB (PostgreSQL's own default, 128MB, leaves a million-chunk HNSW index to be read
-    # through the OS cache page by page on every search and insertion). Applied at start-up with ALTER
-    # SYSTEM and one restart when it changes; an external server is configured by its operator.
+    # through the OS cache page by page on every search and insertion). Written with ALTER SYSTEM at
+    # start-up (a server ragline starts restarts once for it); an external server is its operator's.
     pg_shared_buffers: str = Field(
         "auto", pattern=r"^(auto|[0-9]+(kB|MB|GB|TB))$", validation_alias="RAGLINE_PG_SHARED_BUFFERS"
     )
