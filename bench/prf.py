@@ -95,6 +95,7 @@ def run(tenants: dict[str, str], repeats: int = 2) -> dict:
     from ragline.shared import db, providers
     from ragline.shared.contracts import SearchRequest
     from ragline.shared.settings import get_settings
+    from ragline.shared.text import embedding_form
 
     base = get_settings()
     depth = base.retrieval.top_n
@@ -110,7 +111,10 @@ def run(tenants: dict[str, str], repeats: int = 2) -> dict:
         if "test" in path.name:
             raise SystemExit(f"{path}: a test split is never tuned on")
         queries = read_jsonl(path)
-        vecs = [np.asarray(embedder.embed_query(row["query"]), dtype=np.float32) for row in queries]
+        vecs = [
+            np.asarray(embedder.embed_query(embedding_form(row["query"])), dtype=np.float32)
+            for row in queries
+        ]
 
         def one(row: dict, vec, mode: str, settings, tenant: str = tenant) -> tuple[list[str], float]:
             req = SearchRequest(query=row["query"], tenant=tenant, groups=[EVAL_GROUP], k=depth, mode=mode)

@@ -16,6 +16,7 @@ from ragline.ingest.parse import HEADING_SEP
 from ragline.shared.metrics import CONTEXTUALIZE_FALLBACK
 from ragline.shared.providers import ProviderError, cached
 from ragline.shared.settings import get_settings
+from ragline.shared.text import embedding_form
 
 log = logging.getLogger(__name__)
 PARALLEL = 4  # concurrent requests per document once the first one has written the prompt cache
@@ -71,4 +72,5 @@ def contextualize(title: str, chunks: list[Chunk], full_text: str | None = None)
 
 
 def embedding_text(context: str, content: str) -> str:
-    return f"{context}\n\n{content}" if context else content
+    """What the embedder sees of a chunk, in the form questions are embedded in (:func:`embedding_form`)."""
+    return embedding_form(f"{context}\n\n{content}" if context else content)

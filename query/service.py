@@ -37,6 +37,7 @@ from ragline.shared.contracts import (
 )
 from ragline.shared.logging_setup import log_query
 from ragline.shared.settings import Settings, get_settings
+from ragline.shared.text import embedding_form
 from ragline.shared.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,9 @@ def _embed_query(req: SearchRequest, reasons: list[str]) -> np.ndarray | None:
         embedder = providers.get_embedder()
         # the embedder's retry policy is made for ingestion; a question waits at most this long
         vec = np.asarray(
-            run_with_deadline(embedder.embed_query, settings.retrieval.query_embed_timeout_s, req.query),
+            run_with_deadline(
+                embedder.embed_query, settings.retrieval.query_embed_timeout_s, embedding_form(req.query)
+            ),
             dtype=np.float32,
         )
     except DeadlineExceeded:

@@ -16,6 +16,7 @@ from ragline.query.prompt import HYDE_PROMPT, MULTI_QUERY_PROMPT, REWRITE_PROMPT
 from ragline.shared import providers
 from ragline.shared.contracts import AskRequest
 from ragline.shared.settings import get_settings
+from ragline.shared.text import embedding_form
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def plan_queries(req: AskRequest, reasons: list[str]) -> QueryPlan:
                 max_tokens=300,
             )
             if g.text.strip():
-                vec = providers.get_embedder().embed_documents([g.text.strip()])[0]
+                vec = providers.get_embedder().embed_documents([embedding_form(g.text.strip())])[0]
                 plan.hyde_vec = np.asarray(vec, dtype=np.float32)
                 plan.hyde = True
         except Exception as exc:
