@@ -41,7 +41,7 @@ RECALL_AT = 10
 #: the retrieval contract's question limit (``SearchRequest.query``); longer issue texts are cut
 MAX_QUERY_CHARS = 4000
 #: RRF weights of the lexical list measured beside the default (the vector list's weight is 1)
-LEXICAL_WEIGHTS = (0.1, 0.25, 0.5, 1.0)
+LEXICAL_WEIGHTS = (0.0175, 0.05, 0.1, 0.25, 0.5, 1.0)
 #: a mode is a retrieval mode, or ``hybrid+structure``: hybrid with the structural re-score
 MODES = ("lexical", "vector", "hybrid", "hybrid+structure")
 
@@ -366,7 +366,7 @@ def run_code_eval(
                     candidates = search(text, tenant, "hybrid", layer_list, True)["hits"]
                 hits = [Hit.model_validate(h) for h in candidates]
                 r = settings.retrieval
-                runs = [(label, w, r.rrf_weight_lexical) for label, w in structure.ablations(weights).items()]
+                runs = [(label, w, r.rrf_weight_lexical_code) for label, w in structure.ablations(weights).items()]
                 runs += [
                     (f"{label}, lexical weight {wl:g}", w, wl)
                     for wl in LEXICAL_WEIGHTS
@@ -396,6 +396,7 @@ def run_code_eval(
             "retrieval_top_n": settings.retrieval.top_n,
             "rrf_weight_vector": settings.retrieval.rrf_weight_vector,
             "rrf_weight_lexical": settings.retrieval.rrf_weight_lexical,
+            "rrf_weight_lexical_code": settings.retrieval.rrf_weight_lexical_code,
             "lexical_rank": settings.retrieval.lexical_rank,
             "load_average": {"before_queries": load_before, "after_queries": os.getloadavg()},
             "structure_weights": weights.as_dict(),

@@ -558,21 +558,35 @@ def row_security_problem(conn: psycopg.Connection) -> str | None:
     return None
 
 
+def code_retrieval(query: str, settings: Settings, rows: Iterable[dict] = ()) -> bool:
+    """Whether a search is code retrieval: the question names a file or an identifier, or a
+    candidate comes from a code layer or points at code (``related_code``). Such a search fuses
+    with ``fusion_code`` and ``rrf_weight_lexical_code``: its structural bonuses were tuned in RRF
+    units, and identifiers make the lexical list a strong partner there, where on prose it is weak."""
+    named = structure.named(query)
+    if named.files or named.identifiers:
+        return True
+    code_layers = {settings.code.source_layer, settings.code.tests_layer, settings.code.symbols_layer}
+    return any(
+        row.get("layer") in code_layers or _metadata(row.get("metadata")).get("related_code") for row in rows
+    )
+
+
 def fusion_for(query: str, settings: Settings, rows: Iterable[dict] = ()) -> str:
-    """``fusion_code`` for code retrieval: a question naming a file or an identifier, or
-    candidates from a code layer or pointing at code (``related_code``), whose structural bonuses
-    were tuned in RRF units; else ``fusion``."""
+    """``fusion_code`` for code retrieval (:func:`code_retrieval`), else ``fusion``."""
     r = settings.retrieval
     if r.fusion == r.fusion_code:
         return r.fusion
-    named = structure.named(query)
-    if named.files or named.identifiers:
-        return r.fusion_code
-    code_layers = {settings.code.source_layer, settings.code.tests_layer, settings.code.symbols_layer}
-    for row in rows:
-        if row.get("layer") in code_layers or _metadata(row.get("metadata")).get("related_code"):
-            return r.fusion_code
-    return r.fusion
+    return r.fusion_code if code_retrieval(query, settings, rows) else r.fusion
+
+
+def lexical_base_weight(query: str, settings: Settings, rows: Iterable[dict] = ()) -> float:
+    """The lexical list's RRF weight before the script check: ``rrf_weight_lexical_code`` for code
+    retrieval (:func:`code_retrieval`), else ``rrf_weight_lexical``."""
+    r = settings.retrieval
+    if r.rrf_weight_lexical_code == r.rrf_weight_lexical:
+        return r.rrf_weight_lexical
+    return r.rrf_weight_lexical_code if code_retrieval(query, settings, rows) else r.rrf_weight_lexical
 
 
 def fused_keys(
@@ -586,14 +600,16 @@ def fused_keys(
     The script check lowers the lexical weight the same way in both fusions (a cross-script
     question's lexical share is scaled by the ratio of the two RRF weights)."""
     r = settings.retrieval
+    rows = [*vector, *lexical]
+    base = lexical_base_weight(query, settings, rows)
     w_lex = lexical_weight(
         query,
         [row["content"] for row in vector[:PASSAGES]] if lexical else [],
-        r.rrf_weight_lexical,
+        base,
         r.rrf_weight_lexical_cross_script,
     )
-    if fusion_for(query, settings, [*vector, *lexical]) == "convex":
-        share = r.convex_weight_lexical * (w_lex / r.rrf_weight_lexical if r.rrf_weight_lexical > 0 else 1.0)
+    if fusion_for(query, settings, rows) == "convex":
+        share = r.convex_weight_lexical * (w_lex / base if base > 0 else 1.0)
         fused = convex(
             {
                 "vector": [

@@ -339,6 +339,10 @@ class RetrievalSettings(_Group):
     rrf_weight_lexical_cross_script: float = Field(
         0.0, ge=0, validation_alias="RAGLINE_RRF_WEIGHT_LEXICAL_CROSS_SCRIPT"
     )
+    # the lexical weight for code retrieval (a question naming a file or an identifier, or code
+    # candidates: query/retrieve.py code_retrieval): identifiers match exactly, so the lexical list
+    # is a strong partner there; chosen on swe-loc-dev (README "Code retrieval")
+    rrf_weight_lexical_code: float = Field(0.1, ge=0, validation_alias="RAGLINE_RRF_WEIGHT_LEXICAL_CODE")
     hnsw_ef_search: int = Field(100, validation_alias="RAGLINE_HNSW_EF_SEARCH")
     # a tenant of at most this many chunks (lexical_stats, migration 0009) is searched exactly: its
     # rows through the tenant index, sorted by distance, no HNSW. Filtered HNSW slows down and loses

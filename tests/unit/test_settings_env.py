@@ -177,6 +177,7 @@ OLD_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_RRF_WEIGHT_VECTOR", "0.8", "retrieval.rrf_weight_vector", 0.8),
     ("RAGLINE_RRF_WEIGHT_LEXICAL", "0.5", "retrieval.rrf_weight_lexical", 0.5),
     ("RAGLINE_RRF_WEIGHT_LEXICAL_CROSS_SCRIPT", "0.01", "retrieval.rrf_weight_lexical_cross_script", 0.01),
+    ("RAGLINE_RRF_WEIGHT_LEXICAL_CODE", "0.25", "retrieval.rrf_weight_lexical_code", 0.25),
     ("RAGLINE_HNSW_EF_SEARCH", "200", "retrieval.hnsw_ef_search", 200),
     ("RAGLINE_EXACT_SEARCH_MAX_ROWS", "5000", "retrieval.exact_search_max_rows", 5000),
     ("RAGLINE_VECTOR_INDEX", "halfvec", "retrieval.vector_index", "halfvec"),
