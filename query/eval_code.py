@@ -366,7 +366,9 @@ def run_code_eval(
                     candidates = search(text, tenant, "hybrid", layer_list, True)["hits"]
                 hits = [Hit.model_validate(h) for h in candidates]
                 r = settings.retrieval
-                runs = [(label, w, r.rrf_weight_lexical_code) for label, w in structure.ablations(weights).items()]
+                runs = [
+                    (label, w, r.rrf_weight_lexical_code) for label, w in structure.ablations(weights).items()
+                ]
                 runs += [
                     (f"{label}, lexical weight {wl:g}", w, wl)
                     for wl in LEXICAL_WEIGHTS
