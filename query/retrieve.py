@@ -34,7 +34,7 @@ from ragline.query.filters import clean_paths, compile_filters, has_terms, lexic
 from ragline.query.fusion import convex, rrf
 from ragline.query.language import PASSAGES, lexical_weight
 from ragline.shared.contracts import Hit, SearchRequest, SearchResponse
-from ragline.shared.identifiers import code_tsquery, whole_tsquery
+from ragline.shared.identifiers import code_terms, code_tsquery, whole_tsquery
 from ragline.shared.settings import Settings
 from ragline.shared.timing import elapsed_ms
 
@@ -163,6 +163,55 @@ LIMIT %(n)s
     " + coalesce({rank_fn}(c.code_tsv, cw, %(rank_norm)s), 0)",
 )
 
+# BM25 for a question naming identifiers (lexical_rank = bm25): the words' BM25 over ``tsv`` (as
+# BM25_SQL) plus the identifier terms' BM25 over ``code_tsv``, each with its own statistics (the
+# 'russian' and 'code' rows of lexical_stats) and document frequencies counted over the rows either
+# branch matches. A rare whole name (``register_hook``) outweighs its common parts by its idf, so
+# no third rank for the names as written is needed. Identifier terms are counted BM25F-style with
+# the weights ts_rank gives the tsvector's labels (A 1.0, B 0.4, C 0.2, D 0.1, relative to D): a
+# term at weight A (a definition's name, the path) counts ten times an ordinary occurrence.
+CODE_BM25_SQL = """
+WITH q AS MATERIALIZED (
+    SELECT websearch_to_tsquery('russian', %(query)s) AS q,
+           tsvector_to_array(to_tsvector('russian', %(query)s)) AS lexemes,
+           CAST(%(code_query)s AS tsquery) AS cq,
+           %(code_terms)s::text[] AS code_lexemes
+), matched AS MATERIALIZED (
+    SELECT c.id, c.tsv, c.code_tsv FROM chunks c
+    WHERE c.id IN (
+        SELECT c.id FROM chunks c, q WHERE numnode(q.q) > 0 AND {scope} AND c.tsv @@ q.q{where}
+        UNION
+        SELECT c.id FROM chunks c, q WHERE {scope} AND c.code_tsv @@ q.cq{where}
+    )
+), tf AS MATERIALIZED (
+    SELECT m.id, 'russian' AS config, t.lexeme, cardinality(t.positions)::float8 AS tf, length(m.tsv) AS dl
+    FROM matched m, q, unnest(m.tsv) t
+    WHERE t.lexeme = ANY(q.lexemes)
+    UNION ALL
+    SELECT m.id, 'code', t.lexeme,
+           (SELECT sum(CASE w WHEN 'A' THEN 10 WHEN 'B' THEN 4 WHEN 'C' THEN 2 ELSE 1 END)
+            FROM unnest(t.weights) w)::float8,
+           length(m.code_tsv)
+    FROM matched m, q, unnest(m.code_tsv) t
+    WHERE t.lexeme = ANY(q.code_lexemes)
+), stats AS (
+    SELECT config, greatest(sum(docs), 1)::float8 AS n,
+           greatest(sum(total_len), 1)::float8 / greatest(sum(docs), 1) AS avgdl
+    FROM lexical_stats WHERE tenant = %(tenant)s GROUP BY config
+), scored AS (
+    SELECT x.id, sum(ln(1 + (greatest(s.n, x.df) - x.df + 0.5) / (x.df + 0.5))
+                     * x.tf * (%(k1)s + 1) / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * x.dl / s.avgdl))) AS rank
+    FROM (SELECT tf.*, count(*) OVER (PARTITION BY tf.config, tf.lexeme) AS df FROM tf) x
+    JOIN stats s ON s.config = x.config
+    GROUP BY x.id
+    ORDER BY rank DESC, x.id
+    LIMIT %(n)s
+)
+SELECT {fields}{columns}, s.rank
+FROM scored s JOIN chunks c ON c.id = s.id
+ORDER BY s.rank DESC, c.doc_id, c.chunk_no
+"""
+
 # the chunks of the files a question names (``structure.named_file_patterns``: path suffixes), the
 # nearest to the question first when there is a vector; the (tenant, file_name) index of migration
 # 0010 finds the rows of the named file names, the suffix LIKE (case-insensitive, as the names are)
@@ -243,7 +292,7 @@ def exact_search(settings: Settings, tenant_rows: int | None) -> bool:
 
 
 def _sql(template: str, columns: str, where: str, rank_fn: str = "ts_rank", order: str | None = None) -> str:
-    # the identifier terms of code (CODE_LEXICAL_SQL) are still ranked by ts_rank under bm25
+    # BM25's templates compute their own rank; the others take ts_rank or ts_rank_cd
     rank_fn = "ts_rank" if rank_fn == "bm25" else rank_fn
     assert rank_fn in ("ts_rank", "ts_rank_cd")
     return template.format(
@@ -390,6 +439,7 @@ def lexical_rows(
     code_query = code_tsquery(req.query, settings.retrieval.lexical_max_terms)
     params = {
         "code_query": code_query,
+        "code_terms": code_terms(req.query, settings.retrieval.lexical_max_terms),
         "whole_query": whole_tsquery(req.query, settings.retrieval.lexical_max_terms),
         "tenant": req.tenant,
         "groups": req.groups,
@@ -404,12 +454,13 @@ def lexical_rows(
         "prf_weight": settings.retrieval.prf_term_weight,
         **f.params,
     }
+    bm25 = settings.retrieval.lexical_rank == "bm25"
     if code_query:
-        template = CODE_LEXICAL_SQL
+        template = CODE_BM25_SQL if bm25 else CODE_LEXICAL_SQL
     elif expansion and lexical_expands(req, settings):
         template = LEXICAL_PRF_SQL
     else:
-        template = BM25_SQL if settings.retrieval.lexical_rank == "bm25" else LEXICAL_SQL
+        template = BM25_SQL if bm25 else LEXICAL_SQL
     sql = _sql(template, f.columns_sql(), f.where_sql(), settings.retrieval.lexical_rank)
     return conn.execute(sql, params).fetchall()
 

@@ -131,16 +131,22 @@ def code_tsvector(content: str, names: Iterable[str] = (), path: str = "") -> st
     )
 
 
-def code_tsquery(question: str, max_terms: int = 32) -> str:
-    """A ``tsquery`` literal OR-ing the terms of the identifiers in ``question`` (at most
-    ``max_terms``, whole identifiers first); '' when it has none (the caller runs no code search)."""
+def code_terms(question: str, max_terms: int = 32) -> list[str]:
+    """The terms of the identifiers in ``question`` (at most ``max_terms``, every identifier whole
+    before any of their parts), as :func:`code_tsvector` writes them."""
     groups = list(identifier_terms(question))
     terms: dict[str, None] = {}
-    for group in groups:  # every identifier whole before any of their parts
+    for group in groups:
         terms.setdefault(group[0], None)
     for group in groups:
         terms.update(dict.fromkeys(group))
-    return " | ".join(_quote(t) for t in list(terms)[:max_terms])
+    return list(terms)[:max_terms]
+
+
+def code_tsquery(question: str, max_terms: int = 32) -> str:
+    """A ``tsquery`` literal OR-ing :func:`code_terms`; '' when the question names no identifier
+    (the caller runs no code search)."""
+    return " | ".join(_quote(t) for t in code_terms(question, max_terms))
 
 
 def whole_tsquery(question: str, max_terms: int = 32) -> str:

@@ -176,3 +176,98 @@ def test_hybrid_with_convex_fusion_end_to_end(conn, tenant):
     assert all(0 < h.fused_score <= 1 / 61 for h in lexical_heavy)  # in RRF units
     vector_only = run(Settings(fusion="convex", convex_weight_lexical=0.0))
     assert [h.doc_id for h in vector_only] == [h.doc_id for h in run(Settings(), "vector")]
+
+
+# code chunks: one defines register_hook, one calls it once among other names, one repeats the
+# common part "hook" many times; an hr chunk defines it too. BM25 over the identifier terms puts
+# the definition first (weight A: its name; idf: the whole name is rarer than its parts)
+CODE = [
+    (
+        "hooks.py",
+        "def register_hook(self, event, hook):\n    self.hooks[event].append(hook)",
+        ["register_hook"],
+        ["g"],
+    ),
+    ("sessions.py", "self.register_hook('response', r)\nresp = self.send(request)", [], ["g"]),
+    (
+        "models.py",
+        "hook = hooks.get(hook_name)\nhook(hook)\nhooks.dispatch_hook(hook)",
+        ["dispatch_hook"],
+        ["g"],
+    ),
+    ("hr.py", "def register_hook(x): pass", ["register_hook"], ["hr"]),
+]
+CODE_QUESTION = "где определён register_hook"
+
+
+def code_bm25_reference(conn, tenant: str, groups: list[str], question: str, k1: float, b: float) -> dict:
+    """The words' BM25 over tsv plus the identifier terms' BM25F over code_tsv (label weights A 10,
+    B 4, C 2, D 1), each with its tenant's N and avgdl and df over the rows the caller may see."""
+    from ragline.shared.identifiers import code_terms
+
+    words = conn.execute("SELECT tsvector_to_array(to_tsvector('russian', %s)) AS l", (question,)).fetchone()[
+        "l"
+    ]
+    label = {"A": 10, "B": 4, "C": 2, "D": 1}
+    rows = conn.execute(
+        "SELECT doc_id, acl,"
+        " (SELECT array_agg(ARRAY[lexeme, cardinality(positions)::text]) FROM unnest(tsv)) AS words,"
+        " (SELECT array_agg(ARRAY[lexeme, array_to_string(weights, '')]) FROM unnest(code_tsv)) AS code,"
+        " length(tsv) AS dl, length(code_tsv) AS cdl FROM chunks WHERE tenant = %s",
+        (tenant,),
+    ).fetchall()
+    conn.rollback()
+    parts = {
+        "russian": (words, {r["doc_id"]: {t: float(f) for t, f in r["words"]} for r in rows}, "dl"),
+        "code": (
+            code_terms(question),
+            {r["doc_id"]: {t: float(sum(label[w] for w in ws)) for t, ws in r["code"] or []} for r in rows},
+            "cdl",
+        ),
+    }
+    visible = {r["doc_id"]: r for r in rows if set(r["acl"]) & set(groups)}
+    out: dict[str, float] = {}
+    for lexemes, tfs, length in parts.values():
+        counted = [r for r in rows if r[length]]
+        n, avgdl = len(counted), sum(r[length] for r in counted) / len(counted)
+        df = {t: sum(t in tfs[d] for d in visible) for t in lexemes}
+        for d, r in visible.items():
+            for t in lexemes:
+                if t in tfs[d]:
+                    tf = tfs[d][t]
+                    idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+                    out[d] = out.get(d, 0.0) + idf * tf * (k1 + 1) / (
+                        tf + k1 * (1 - b + b * r[length] / avgdl)
+                    )
+    return out
+
+
+def test_bm25_over_the_identifier_terms_of_code(conn, tenant):
+    from ragline.shared.identifiers import code_tsvector
+
+    store_docs(
+        conn,
+        tenant,
+        [
+            {"doc_id": p, "path": f"pkg/{p}", "content": c, "acl": a, "layer": "C0_SOURCE_CHUNKS"}
+            for p, c, _, a in CODE
+        ],
+    )
+    for path, content, names, _ in CODE:
+        conn.execute(
+            "UPDATE chunks SET code_tsv = %s::tsvector WHERE tenant = %s AND doc_id = %s",
+            (code_tsvector(content, names, f"pkg/{path}"), tenant, path),
+        )
+    conn.commit()
+    req = SearchRequest(query=CODE_QUESTION, tenant=tenant, groups=["g"], k=10, mode="lexical")
+    with db.query_connection() as qconn:
+        hits = retrieve.search(qconn, req, None, Settings(lexical_rank="bm25")).hits
+    expected = code_bm25_reference(conn, tenant, ["g"], CODE_QUESTION, 1.2, 0.75)
+    assert [h.doc_id for h in hits] == sorted(expected, key=lambda d: -expected[d])
+    assert hits[0].doc_id == "hooks.py" and "hr.py" not in {h.doc_id for h in hits}
+    for h in hits:
+        assert h.lexical_score == pytest.approx(expected[h.doc_id], rel=1e-9)
+    # ts_rank (no idf) still ranks with the identifiers as written added: the chunk that only
+    # repeats the common part is not first under either
+    ts = retrieve.search(conn, req, None, Settings(lexical_rank="ts_rank")).hits
+    assert ts[0].doc_id != "models.py" and {h.doc_id for h in ts} == {h.doc_id for h in hits}
