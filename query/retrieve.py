@@ -623,21 +623,21 @@ def code_retrieval(query: str, settings: Settings, rows: Iterable[dict] = ()) ->
     )
 
 
+def fusion_plan(query: str, settings: Settings, rows: Iterable[dict] = ()) -> tuple[str, float]:
+    """How this search fuses: ``(fusion_code, rrf_weight_lexical_code)`` for code retrieval
+    (:func:`code_retrieval`), else ``(fusion, rrf_weight_lexical)``; the lexical weight is the one
+    before the script check. Code retrieval is decided once, and not at all when both pairs agree."""
+    r = settings.retrieval
+    prose = (r.fusion, r.rrf_weight_lexical)
+    code = (r.fusion_code, r.rrf_weight_lexical_code)
+    if code == prose:
+        return prose
+    return code if code_retrieval(query, settings, rows) else prose
+
+
 def fusion_for(query: str, settings: Settings, rows: Iterable[dict] = ()) -> str:
     """``fusion_code`` for code retrieval (:func:`code_retrieval`), else ``fusion``."""
-    r = settings.retrieval
-    if r.fusion == r.fusion_code:
-        return r.fusion
-    return r.fusion_code if code_retrieval(query, settings, rows) else r.fusion
-
-
-def lexical_base_weight(query: str, settings: Settings, rows: Iterable[dict] = ()) -> float:
-    """The lexical list's RRF weight before the script check: ``rrf_weight_lexical_code`` for code
-    retrieval (:func:`code_retrieval`), else ``rrf_weight_lexical``."""
-    r = settings.retrieval
-    if r.rrf_weight_lexical_code == r.rrf_weight_lexical:
-        return r.rrf_weight_lexical
-    return r.rrf_weight_lexical_code if code_retrieval(query, settings, rows) else r.rrf_weight_lexical
+    return fusion_plan(query, settings, rows)[0]
 
 
 def fused_keys(
@@ -651,15 +651,14 @@ def fused_keys(
     The script check lowers the lexical weight the same way in both fusions (a cross-script
     question's lexical share is scaled by the ratio of the two RRF weights)."""
     r = settings.retrieval
-    rows = [*vector, *lexical]
-    base = lexical_base_weight(query, settings, rows)
+    fusion, base = fusion_plan(query, settings, [*vector, *lexical])
     w_lex = lexical_weight(
         query,
         [row["content"] for row in vector[:PASSAGES]] if lexical else [],
         base,
         r.rrf_weight_lexical_cross_script,
     )
-    if fusion_for(query, settings, rows) == "convex":
+    if fusion == "convex":
         share = r.convex_weight_lexical * (w_lex / base if base > 0 else 1.0)
         fused = convex(
             {

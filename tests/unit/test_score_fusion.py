@@ -97,7 +97,7 @@ def test_questions_naming_code_use_the_code_fusion():
 def test_code_retrieval_fuses_with_the_code_lexical_weight():
     """A question naming an identifier, or code candidates, give the lexical list
     ``rrf_weight_lexical_code``; prose keeps ``rrf_weight_lexical``."""
-    from ragline.query.retrieve import fuse, lexical_base_weight
+    from ragline.query.retrieve import fuse, fusion_plan
 
     s = Settings(fusion="convex", fusion_code="rrf", rrf_weight_lexical=0.0175, rrf_weight_lexical_code=1.0)
     vector = [_row("a", distance=0.10), _row("b", distance=0.11), _row("c", distance=0.12)]
@@ -112,9 +112,9 @@ def test_code_retrieval_fuses_with_the_code_lexical_weight():
     assert [h.doc_id for h in fuse(code_rows + vector[1:], lexical, rrf_only, 3, "как зарегистрировать хук")][
         0
     ] == "c"
-    assert lexical_base_weight("как зарегистрировать хук", s) == 0.0175
-    assert lexical_base_weight("как зарегистрировать хук", s, code_rows) == 1.0
-    assert lexical_base_weight("HTTPAdapter.send падает", s) == 1.0
+    assert fusion_plan("как зарегистрировать хук", s) == ("convex", 0.0175)
+    assert fusion_plan("как зарегистрировать хук", s, code_rows) == ("rrf", 1.0)
+    assert fusion_plan("HTTPAdapter.send падает", s) == ("rrf", 1.0)
 
 
 def test_cross_script_question_keeps_the_vector_order_under_convex_too():
