@@ -200,6 +200,24 @@ def candidate_lists(queries: list[dict], search: SearchFn, top_n: int = 50) -> l
     return out
 
 
+def best_single_list(runs: list[tuple[dict, dict]], k: int = 10) -> dict:
+    """The ceiling of choosing between the two lists: per question, with hindsight, whichever of the
+    vector and lexical lists ranks its documents better (nDCG@k; a question is missed at
+    ``FAIL_AT`` only when both lists miss it). A fusion of the two rarely does much better, so a
+    target above this needs another signal than these lists."""
+    ndcg, failed = [], 0
+    for row, hits in runs:
+        rel = grades(row["relevant"])
+        found = [doc_ranking(h["doc_id"] for h in hits[mode]) for mode in ("vector", "lexical")]
+        ndcg.append(max(ndcg_at_k(f, rel, k) for f in found))
+        failed += all(not set(f[:FAIL_AT]) & rel.keys() for f in found)
+    return {
+        f"ndcg@{k}": round(statistics.fmean(ndcg), 4) if ndcg else 0.0,
+        f"fail@{FAIL_AT}": round(failed / len(ndcg), 4) if ndcg else 0.0,
+        "n": len(ndcg),
+    }
+
+
 #: the fusions a sweep scores beside the RRF weights: each normalisation at several lexical shares
 FUSION_GRID: list[dict] = [
     {"fusion": "convex", "fusion_normalization": norm, "convex_weight_lexical": w}
@@ -364,6 +382,7 @@ def run_eval(
             meta["fusion_sweep"] = sweep_fusion(
                 queries, search, [{"fusion": "rrf"}, *FUSION_GRID], settings, k, runs
             )
+            meta["best_single_list"] = best_single_list(runs, k)
         return {"modes": result, "meta": meta}
     finally:
         if not keep:

@@ -172,3 +172,18 @@ def test_context_title_drops_the_doc_id_placeholder_only():
     assert context_title("tydi-ru-p0206", "tydi-ru-p0206") == ""
     assert context_title("Руководство по установке", "tydi-ru-p0206") == "Руководство по установке"
     assert context_title("install-guide", None) == "install-guide"  # a file's name is kept
+
+
+def test_best_single_list_takes_the_better_list_per_question():
+    from ragline.query.eval import best_single_list
+
+    def hits(*docs):
+        return [{"doc_id": d, "chunk_no": 0} for d in docs]
+
+    queries = [{"query": "q1", "relevant": ["a"]}, {"query": "q2", "relevant": ["z"]}]
+    runs = [
+        (queries[0], {"vector": hits("b", "a"), "lexical": hits("a", "b")}),  # lexical has it first
+        (queries[1], {"vector": hits("b"), "lexical": hits("c")}),  # neither list has it
+    ]
+    out = best_single_list(runs)
+    assert out == {"ndcg@10": 0.5, "fail@20": 0.5, "n": 2}
