@@ -161,6 +161,19 @@ def _metrics_process_dead(pid: int | None = None, **_: object) -> None:
 
 
 def use_broker(url: str) -> None:
-    """Point the app (broker and result backend) at ``url``, e.g. the Redis ``ragline up`` started."""
+    """Point the app (broker and result backend) at ``url``, e.g. the Redis ``ragline up`` started.
+
+    Celery builds its result backend and connection pool on first use and keeps them; a process
+    that used the app before (a test session that ran unit tests first) would go on talking to the
+    old URL, so both are dropped when the URL changes and rebuilt on next use."""
+    if app.conf.broker_url == url and app.conf.result_backend == url:
+        return
     app.conf.broker_url = url
     app.conf.result_backend = url
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None
+    if "amqp" in app.__dict__:
+        app.amqp._producer_pool = None
+    app._backend_cache = None
+    app._local.__dict__.pop("backend", None)
