@@ -101,30 +101,18 @@ FROM chunks c
 WHERE {scope} AND (c.doc_id, c.chunk_no) IN (SELECT * FROM unnest(%(doc_ids)s::text[], %(chunk_nos)s::int[])){where}
 """
 
-# BM25 over the rows the GIN index matches (migration 0009 explains the statistics): tf is a lexeme's
-# number of positions in the chunk's tsvector (content and context), the chunk's length its number of
-# distinct lexemes; the question's lexemes come from the same configuration as its tsquery, and
-# their document frequencies are counted over the matched rows, exact for the caller's scope
-# because an OR-ed query matches every row holding any of them. Only the n best rows are read back
-# from the table.
-BM25_SQL = """
-WITH q AS MATERIALIZED (
-    SELECT websearch_to_tsquery('russian', %(query)s) AS q,
-           tsvector_to_array(to_tsvector('russian', %(query)s)) AS lexemes
-), matched AS MATERIALIZED (
-    SELECT c.id, c.tsv FROM chunks c, q
-    WHERE numnode(q.q) > 0 AND {scope} AND c.tsv @@ q.q{where}
-), tf AS MATERIALIZED (
-    SELECT m.id, t.lexeme, cardinality(t.positions) AS tf, length(m.tsv) AS dl
-    FROM matched m, q, unnest(m.tsv) t
-    WHERE t.lexeme = ANY(q.lexemes)
-), stats AS (
-    SELECT greatest(sum(docs), 1)::float8 AS n, greatest(sum(total_len), 1)::float8 / greatest(sum(docs), 1) AS avgdl
-    FROM lexical_stats WHERE tenant = %(tenant)s AND config = 'russian'
+# the scoring half of both BM25 statements: each ``tf`` row (id, config, lexeme, tf, dl) scored with
+# its configuration's N and avgdl from lexical_stats and its lexeme's df among the matched rows;
+# only the n best rows are read back from the table
+_BM25_SCORED = """, stats AS (
+    SELECT config, greatest(sum(docs), 1)::float8 AS n,
+           greatest(sum(total_len), 1)::float8 / greatest(sum(docs), 1) AS avgdl
+    FROM lexical_stats WHERE tenant = %(tenant)s GROUP BY config
 ), scored AS (
     SELECT x.id, sum(ln(1 + (greatest(s.n, x.df) - x.df + 0.5) / (x.df + 0.5))
                      * x.tf * (%(k1)s + 1) / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * x.dl / s.avgdl))) AS rank
-    FROM (SELECT tf.*, count(*) OVER (PARTITION BY tf.lexeme) AS df FROM tf) x, stats s
+    FROM (SELECT tf.*, count(*) OVER (PARTITION BY tf.config, tf.lexeme) AS df FROM tf) x
+    JOIN stats s ON s.config = x.config
     GROUP BY x.id
     ORDER BY rank DESC, x.id
     LIMIT %(n)s
@@ -133,6 +121,28 @@ SELECT {fields}{columns}, s.rank
 FROM scored s JOIN chunks c ON c.id = s.id
 ORDER BY s.rank DESC, c.doc_id, c.chunk_no
 """
+
+# BM25 over the rows the GIN index matches (migration 0009 explains the statistics): tf is a lexeme's
+# number of positions in the chunk's tsvector (content and context), the chunk's length its number of
+# distinct lexemes; the question's lexemes come from the same configuration as its tsquery, and
+# their document frequencies are counted over the matched rows, exact for the caller's scope
+# because an OR-ed query matches every row holding any of them. Only the n best rows are read back
+# from the table.
+BM25_SQL = (
+    """
+WITH q AS MATERIALIZED (
+    SELECT websearch_to_tsquery('russian', %(query)s) AS q,
+           tsvector_to_array(to_tsvector('russian', %(query)s)) AS lexemes
+), matched AS MATERIALIZED (
+    SELECT c.id, c.tsv FROM chunks c, q
+    WHERE numnode(q.q) > 0 AND {scope} AND c.tsv @@ q.q{where}
+), tf AS MATERIALIZED (
+    SELECT m.id, 'russian' AS config, t.lexeme, cardinality(t.positions)::float8 AS tf, length(m.tsv) AS dl
+    FROM matched m, q, unnest(m.tsv) t
+    WHERE t.lexeme = ANY(q.lexemes)
+)"""
+    + _BM25_SCORED
+)
 
 # a question naming identifiers also searches the code terms (``chunks.code_tsv``, migration 0008,
 # NULL outside code): the rank adds the words' rank, the identifier terms' and the rank of the
@@ -170,7 +180,8 @@ LIMIT %(n)s
 # no third rank for the names as written is needed. Identifier terms are counted BM25F-style with
 # the weights ts_rank gives the tsvector's labels (A 1.0, B 0.4, C 0.2, D 0.1, relative to D): a
 # term at weight A (a definition's name, the path) counts ten times an ordinary occurrence.
-CODE_BM25_SQL = """
+CODE_BM25_SQL = (
+    """
 WITH q AS MATERIALIZED (
     SELECT websearch_to_tsquery('russian', %(query)s) AS q,
            tsvector_to_array(to_tsvector('russian', %(query)s)) AS lexemes,
@@ -194,23 +205,9 @@ WITH q AS MATERIALIZED (
            length(m.code_tsv)
     FROM matched m, q, unnest(m.code_tsv) t
     WHERE t.lexeme = ANY(q.code_lexemes)
-), stats AS (
-    SELECT config, greatest(sum(docs), 1)::float8 AS n,
-           greatest(sum(total_len), 1)::float8 / greatest(sum(docs), 1) AS avgdl
-    FROM lexical_stats WHERE tenant = %(tenant)s GROUP BY config
-), scored AS (
-    SELECT x.id, sum(ln(1 + (greatest(s.n, x.df) - x.df + 0.5) / (x.df + 0.5))
-                     * x.tf * (%(k1)s + 1) / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * x.dl / s.avgdl))) AS rank
-    FROM (SELECT tf.*, count(*) OVER (PARTITION BY tf.config, tf.lexeme) AS df FROM tf) x
-    JOIN stats s ON s.config = x.config
-    GROUP BY x.id
-    ORDER BY rank DESC, x.id
-    LIMIT %(n)s
+)"""
+    + _BM25_SCORED
 )
-SELECT {fields}{columns}, s.rank
-FROM scored s JOIN chunks c ON c.id = s.id
-ORDER BY s.rank DESC, c.doc_id, c.chunk_no
-"""
 
 # the chunks of the files a question names (``structure.named_file_patterns``: path suffixes), the
 # nearest to the question first when there is a vector; the (tenant, file_name) index of migration

@@ -134,6 +134,15 @@ def bm25_reference(conn, tenant: str, groups: list[str], query: str, k1: float, 
     return out
 
 
+def assert_reference(hits, expected: dict[str, float], first: str, hidden: str) -> None:
+    """The hits are the reference's documents in its order, with its scores; ``first`` leads and
+    ``hidden`` (another group's document) is not there."""
+    assert [h.doc_id for h in hits] == sorted(expected, key=lambda d: -expected[d])
+    assert hits[0].doc_id == first and hidden not in {h.doc_id for h in hits}
+    for h in hits:
+        assert h.lexical_score == pytest.approx(expected[h.doc_id], rel=1e-9)
+
+
 def test_bm25_scores_and_order_as_the_query_role(conn, tenant):
     store_docs(conn, tenant, DOCS)
     store_docs(conn, tenant + "-other", [{"doc_id": "x.md", "content": "жираф жираф кошка", "acl": ["g"]}])
@@ -145,11 +154,7 @@ def test_bm25_scores_and_order_as_the_query_role(conn, tenant):
             retrieve.set_transaction_params(qconn, req, settings)
             seen = qconn.execute("SELECT DISTINCT tenant FROM lexical_stats").fetchall()
     assert [r["tenant"] for r in seen] == [tenant]  # the statistics of its own tenant only
-    expected = bm25_reference(conn, tenant, ["g"], QUESTION, 1.2, 0.75)
-    assert [h.doc_id for h in hits] == sorted(expected, key=lambda d: -expected[d])
-    assert hits[0].doc_id == "zoo.md" and "hidden.md" not in {h.doc_id for h in hits}
-    for h in hits:
-        assert h.lexical_score == pytest.approx(expected[h.doc_id], rel=1e-9)
+    assert_reference(hits, bm25_reference(conn, tenant, ["g"], QUESTION, 1.2, 0.75), "zoo.md", "hidden.md")
     # ts_rank, still selectable, has no idf: the document repeating the common word wins
     ts = retrieve.search(conn, req, None, Settings(lexical_rank="ts_rank")).hits
     assert ts[0].doc_id == "cats.md"
@@ -262,11 +267,9 @@ def test_bm25_over_the_identifier_terms_of_code(conn, tenant):
     req = SearchRequest(query=CODE_QUESTION, tenant=tenant, groups=["g"], k=10, mode="lexical")
     with db.query_connection() as qconn:
         hits = retrieve.search(qconn, req, None, Settings(lexical_rank="bm25")).hits
-    expected = code_bm25_reference(conn, tenant, ["g"], CODE_QUESTION, 1.2, 0.75)
-    assert [h.doc_id for h in hits] == sorted(expected, key=lambda d: -expected[d])
-    assert hits[0].doc_id == "hooks.py" and "hr.py" not in {h.doc_id for h in hits}
-    for h in hits:
-        assert h.lexical_score == pytest.approx(expected[h.doc_id], rel=1e-9)
+    assert_reference(
+        hits, code_bm25_reference(conn, tenant, ["g"], CODE_QUESTION, 1.2, 0.75), "hooks.py", "hr.py"
+    )
     # ts_rank (no idf) still ranks with the identifiers as written added: the chunk that only
     # repeats the common part is not first under either
     ts = retrieve.search(conn, req, None, Settings(lexical_rank="ts_rank")).hits
