@@ -24,5 +24,6 @@ def embedding_form(text: str) -> str:
     dropped after NFC. A stress mark splits a word into sub-word pieces the model has rarely seen
     ("чесо́тка" is not "чесотка" to it), so a question or passage written with marks drifts away
     from its unmarked counterpart. NFC first, so letters that exist precomposed keep their mark
-    ("й", "ё", Macedonian "ѓ", a Latin "é"): Russian stressed vowels have no precomposed form. Lexical search has its own handling (``query/filters.py``)."""
+    ("й", "ё", Macedonian "ѓ", a Latin "é"): Russian stressed vowels have no precomposed form.
+    Lexical search has its own handling (``query/filters.py``)."""
     return _STRESS_MARK.sub("", unicodedata.normalize("NFC", text))
