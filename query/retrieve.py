@@ -34,7 +34,7 @@ from ragline.query.filters import clean_paths, compile_filters, has_terms, lexic
 from ragline.query.fusion import convex, rrf
 from ragline.query.language import PASSAGES, lexical_weight
 from ragline.shared.contracts import Hit, SearchRequest, SearchResponse
-from ragline.shared.identifiers import code_terms, code_tsquery, whole_tsquery
+from ragline.shared.identifiers import code_terms, code_tsquery, or_tsquery, whole_tsquery
 from ragline.shared.settings import Settings
 from ragline.shared.timing import elapsed_ms
 
@@ -433,10 +433,11 @@ def lexical_rows(
         return []
     assert conn is not None
     f = filters_for(req, settings)
-    code_query = code_tsquery(req.query, settings.retrieval.lexical_max_terms)
+    terms = code_terms(req.query, settings.retrieval.lexical_max_terms)
+    code_query = or_tsquery(terms)
     params = {
         "code_query": code_query,
-        "code_terms": code_terms(req.query, settings.retrieval.lexical_max_terms),
+        "code_terms": terms,
         "whole_query": whole_tsquery(req.query, settings.retrieval.lexical_max_terms),
         "tenant": req.tenant,
         "groups": req.groups,

@@ -143,10 +143,15 @@ def code_terms(question: str, max_terms: int = 32) -> list[str]:
     return list(terms)[:max_terms]
 
 
+def or_tsquery(terms: Iterable[str]) -> str:
+    """A ``tsquery`` literal OR-ing ``terms`` as they are (no text-search configuration); '' for none."""
+    return " | ".join(_quote(t) for t in terms)
+
+
 def code_tsquery(question: str, max_terms: int = 32) -> str:
     """A ``tsquery`` literal OR-ing :func:`code_terms`; '' when the question names no identifier
     (the caller runs no code search)."""
-    return " | ".join(_quote(t) for t in code_terms(question, max_terms))
+    return or_tsquery(code_terms(question, max_terms))
 
 
 def whole_tsquery(question: str, max_terms: int = 32) -> str:
@@ -154,4 +159,4 @@ def whole_tsquery(question: str, max_terms: int = 32) -> str:
     ``register_hook``), for a second rank: Postgres' ranks know no term rarity, so without it a short
     chunk matching the parts would outrank the one matching the whole name."""
     whole = dict.fromkeys(group[0] for group in identifier_terms(question))
-    return " | ".join(_quote(t) for t in list(whole)[:max_terms])
+    return or_tsquery(list(whole)[:max_terms])
