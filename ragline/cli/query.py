@@ -177,9 +177,11 @@ def eval_cmd(
         dir_okay=False,
         help='JSON lines {"id", "title", "text"}; not for a code query set',
     ),
-    k: int = typer.Option(10, "--k"),
+    k: int | None = typer.Option(
+        None, "--k", help="retrieval: the cut-off of the metrics (10); --answers: documents in the prompt (5)"
+    ),
     mode: Literal["hybrid", "vector", "lexical", "all"] = typer.Option(
-        "hybrid", "--mode", help="retrieval mode, or all three"
+        "hybrid", "--mode", help="retrieval mode, or all three (not with --answers)"
     ),
     rerank: bool = typer.Option(False, "--rerank", help="rerank with the configured reranker"),
     sweep: str = typer.Option(
@@ -207,6 +209,38 @@ def eval_cmd(
     parallel: int = typer.Option(
         2, "--parallel", min=1, help="code query set: repositories ingested at the same time"
     ),
+    answers: bool = typer.Option(
+        False,
+        "--answers",
+        help='answer quality: a graded set {"id", "question", "kind", "must_cite_any", "key_facts", ...}'
+        " asked through the ask task (docs/evaluation.md)",
+    ),
+    tenant: str | None = typer.Option(None, "--tenant", help="--answers: the tenant to ask (else --corpus)"),
+    groups: str = typer.Option("", "--groups", help="--answers: the caller's ACL groups (comma-separated)"),
+    responses: Path | None = typer.Option(
+        None,
+        "--responses",
+        exists=True,
+        dir_okay=False,
+        help='--answers: score these {"id", "response"} lines (run.sh, --save-answers) instead of asking',
+    ),
+    save_answers: Path | None = typer.Option(
+        None,
+        "--save-answers",
+        dir_okay=False,
+        help="--answers: append each response here as {id, response} (score.py reads it); a rerun"
+        " asks only the questions not in it",
+    ),
+    judge: Literal["auto", "offline", "generator"] = typer.Option(
+        "auto",
+        "--judge",
+        help="--answers: the generation metrics' judges; auto: the chat model too when RAGLINE_GENERATOR"
+        " is one, offline: the offline judges only",
+    ),
+    show_failures: bool = typer.Option(
+        False, "--show-failures", help="--answers: list the questions that were not right, and why"
+    ),
+    ask_timeout: float = typer.Option(180.0, "--ask-timeout", help="--answers: seconds per question"),
 ) -> None:
     """Retrieval quality: ingest CORPUS into a fresh tenant through the workers, run every query through
     the retrieval task; recall@k, MRR@k, nDCG@k (graded) and fail@20 per mode, and the misses.
@@ -215,10 +249,37 @@ def eval_cmd(
     file) and a ref per query: each snapshot is ingested once through the git source into a tenant
     of its own (kept, so a rerun only queries), and file-level Acc@1/3/5/10, recall@10 and MRR are
     reported per mode (lexical, vector, hybrid, hybrid+structure) and layer variant, with each
-    structural signal measured alone and left out (docs/code.md)."""
+    structural signal measured alone and left out (docs/code.md).
+
+    With --answers, QUERIES is a graded answer set (answers-dev's format): every question goes
+    through the ask task over --tenant/--groups (or a --corpus ingested into a fresh tenant), and
+    right / partial / wrong / no-answer, citations (doc and code lines), key facts, confident-wrong
+    answers, calibration, cost and the generation metrics are reported per kind
+    (docs/evaluation.md)."""
     from ragline.query.eval import run_eval  # start-up: Celery and psycopg load only for eval
     from ragline.query.eval_code import is_code_query_set
 
+    if answers:
+        from ragline.cli.eval_answers import answer_eval  # start-up: the scorer loads only for --answers
+
+        answer_eval(
+            queries,
+            corpus=corpus,
+            tenant=tenant,
+            groups=split_csv(groups),
+            k=k or 5,
+            mode=mode,
+            responses=responses,
+            save_answers=save_answers,
+            judge=judge,
+            out=out,
+            as_json=as_json,
+            keep=keep,
+            show_failures=show_failures,
+            timeout=ask_timeout,
+        )
+        return
+    k = k or 10
     if is_code_query_set(queries):
         _code_eval(queries, mode, include, exclude, layers, split_csv(only), out, as_json, parallel)
         return
