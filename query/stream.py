@@ -53,11 +53,13 @@ class StreamInterrupted(Exception):
 # ------------------------------------------------------------------------------------ link-safe
 def safe_cut(raw: str, start: int) -> int:
     """The last position after ``start`` where ``raw`` may be cut: just before a whitespace run,
-    outside ``[...]``, ``](...)`` and ``<tag ...>``, and on a line that could be a reference
+    outside ``[...]``, ``](...)``, ``<tag ...>`` and an open code span on its line (whether its
+    ``<`` is escaped depends on the closing backticks), and on a line that could be a reference
     definition (``[label]: url``) only at its end. ``start`` when there is none."""
     cut = start
     square = angle = False
     paren = 0
+    tick = 0  # length of the backtick run that opened a code span on this line, or 0
     line_start = start == 0 or raw[start - 1] == "\n"
     ref_line = False
     prev = raw[start - 1] if start else ""
@@ -70,6 +72,7 @@ def safe_cut(raw: str, start: int) -> int:
         if ch == "\n":
             line_start = True
             paren = 0  # a link destination never spans lines
+            tick = 0  # nor, for the sanitizer, a code span
             if not (square or angle) and prev and not prev.isspace():
                 cut = i
         elif angle:
@@ -80,13 +83,17 @@ def safe_cut(raw: str, start: int) -> int:
         elif square:
             if ch == "]":
                 square = False
+        elif ch == "`":
+            if prev != "`":  # the first of a run: its length decides what it opens or closes
+                run = len(raw[i:]) - len(raw[i:].lstrip("`"))
+                tick = run if not tick else (0 if run == tick else tick)
         elif ch == "[":
             square = True
         elif ch == "(" and prev == "]":
             paren = 1
-        elif ch == "<" and (i + 1 == n or raw[i + 1].isalpha() or raw[i + 1] == "/"):
+        elif ch == "<" and (i + 1 == n or raw[i + 1].isalpha() or raw[i + 1] in "/!?"):
             angle = True
-        elif ch.isspace() and prev and not prev.isspace() and not ref_line:
+        elif ch.isspace() and prev and not prev.isspace() and not ref_line and not tick:
             cut = i
         prev = ch
     if cut == start and n - start > MAX_HELD_CHARS:

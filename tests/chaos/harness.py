@@ -169,7 +169,7 @@ def markdown_table(path: Path = RESULTS) -> str:
         for r in bad:
             result = r["status"] + (f": {r['error'][:90]}" if r.get("error") else f", {r['chunks']} chunks")
             lines.append(f"| {r['case']} | {result.replace('|', '/')} | {r['peak_rss_mb']} |")
-    attacks = data.get("attacks_input", [])
+    attacks = data.get("attacks_input", []) + data.get("attacks_answers", [])[-1:]  # its summary
     if attacks:
         lines += ["", "| attack | result | peak RSS (MB) |", "|---|---|---|"]
         for r in attacks:

@@ -92,3 +92,20 @@ def test_wire_format_round_trip():
     # an entry this reader cannot read ends the stream instead of being skipped
     ev = decode_entry("5-0", {"type": "answer", "data": "{not json"})
     assert ev.type == ERROR and ev.final and ev.error == "unreadable stream entry"
+
+
+@settings(max_examples=100, deadline=None)
+@given(cuts=st.lists(st.integers(0, 10_000), max_size=40))
+def test_raw_html_and_code_spans_stream_as_the_final_answer_shows_them(cuts):
+    """HTML split across deltas is never shown raw, and a code span with "<" in it (escaped in a
+    prefix where it is not yet closed, kept as written once it is) does not stall the stream."""
+    answer = (
+        "Тег `<b> c` в коде [1], а <img src=x onerror=alert(1)> и <details open ontoggle=alert(1)> — "
+        "текст [1].\n\n```\nif a < b:\n    pass\n```\nКонец [1]."
+    )
+    shown = ""
+    for piece in streamed(answer, split(answer, cuts)):
+        shown += piece
+        assert "<img" not in shown and "<details" not in shown
+    assert shown == final(answer)
+    assert "`<b> c`" in shown and "if a < b:" in shown

