@@ -1,7 +1,10 @@
-"""Markdown summary of ``bench/results/*.json`` for the README "Results" section.
+"""Markdown summary of ``bench/results/*.json`` for docs/benchmarks.md.
 
-python -m bench.report            # prints the generated part of the section
-python -m bench.report --readme   # rewrites only the block between the markers in README.md
+python -m bench.report          # prints the generated part of the page
+python -m bench.report --docs   # rewrites only the block between the markers in docs/benchmarks.md
+
+The measurements live in docs/, not in the README: the README is a guide, and a generated page
+cannot drift from the results it is generated from.
 """
 
 from __future__ import annotations
@@ -114,7 +117,7 @@ def summary(results: Path = common.RESULTS) -> str:
         d = json.loads(path.read_text())
         m = d["machine"]
         out.append(f"#### {letter}. {d['title']}\n")
-        out.append(f"![{d['benchmark']}](bench/results/{d['benchmark']}.png)\n")
+        out.append(f"![{d['benchmark']}](../bench/results/{d['benchmark']}.png)\n")
         out.append("| target | measured | threshold | result |\n|---|---|---|---|")
         for t in d["targets"]:
             unit = f" {t['unit']}" if t["unit"] else ""
@@ -134,11 +137,11 @@ def summary(results: Path = common.RESULTS) -> str:
 
 
 START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
 
-def update_readme(path: Path = README) -> None:
-    """Replace the generated block of the Results section; everything else in the README stays."""
+def update_page(path: Path = PAGE) -> None:
+    """Replace the generated block of the page; everything else in it stays."""
     text = path.read_text(encoding="utf-8")
     if text.count(START) != 1 or text.count(END) != 1:
         raise SystemExit(f"{path}: the markers {START} / {END} must appear once each")
@@ -148,7 +151,7 @@ def update_readme(path: Path = README) -> None:
 
 
 if __name__ == "__main__":
-    if "--readme" in sys.argv[1:]:
-        update_readme()
+    if "--docs" in sys.argv[1:]:
+        update_page()
     else:
         sys.stdout.write(summary() + "\n")

@@ -26,7 +26,7 @@ def context_title(title: str, placeholder: str | None = None) -> str:
     """The title to embed beside each chunk: none when it is only the ``placeholder`` the loader
     gave a document that brought no title (an inline document's doc id): an id such as
     ``tydi-ru-p0206`` or ``Super_Bowl_50_p0`` is noise to the embedder, or worse, words of another
-    language the lexical side then matches (README "Retrieval quality")."""
+    language the lexical side then matches (docs/evaluation.md, "Retrieval quality")."""
     return "" if placeholder is not None and title.strip() == placeholder.strip() else title
 
 

@@ -11,7 +11,7 @@ No language model is asked; the first pass's top ``m`` fused hits are taken as r
   question's own terms and ranked below them, so a passage wording its answer differently from the
   question can still match.
 
-Whether it pays is a measurement (README "Retrieval quality"); the settings are
+Whether it pays is a measurement (docs/evaluation.md, "Retrieval quality"); the settings are
 ``RAGLINE_PRF`` and ``RAGLINE_PRF_*``. The SQL is in :mod:`ragline.query.retrieve`.
 """
 

@@ -10,7 +10,7 @@ for real: a term spelled the same in every language, a number or an identifier.
 
 Pure functions; the passages are the texts of the vector list's first hits, the nearest neighbours
 of the question in the corpus, so a tenant holding several languages is judged by the part the
-question landed in. Measurements: README, "Retrieval quality", "English questions".
+question landed in. Measurements: docs/evaluation.md, "English questions over Russian documents".
 """
 
 from __future__ import annotations

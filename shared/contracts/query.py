@@ -79,7 +79,11 @@ class Hit(BaseModel):
     score: float = Field(
         default=0.0, description="final ranking score (fused + bonus - penalty, or rerank score)"
     )
-    fused_score: float | None = Field(default=None, description="weighted RRF before bonuses")
+    fused_score: float | None = Field(
+        default=None,
+        description="the fusion policy's score before bonuses, in RRF units: weighted RRF, or a convex"
+        " combination of normalised scores scaled by 1 / (rrf_k + 1) (query/fusion.py)",
+    )
     vector_rank: int | None = None
     vector_distance: float | None = None
     lexical_rank: int | None = None

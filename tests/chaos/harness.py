@@ -149,7 +149,7 @@ def record(section: str, rows: list) -> None:
 
 
 def markdown_table(path: Path = RESULTS) -> str:
-    """The fault table of the README's Reliability section, from bench/results/chaos.json."""
+    """The fault table of docs/reliability.md, from bench/results/chaos.json."""
     data = json.loads(path.read_text())
     lines = [
         "| fault | tasks affected | recovered | lost | duplicated | time to recover (s) | failures recorded |",
