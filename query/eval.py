@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragline.query.fusion import rrf
-from ragline.query.language import PASSAGES, lexical_weight
+from ragline.query.fusion import FusionPolicy, hybrid_inputs
 from ragline.shared import db, jobs
 from ragline.shared.celery_app import app
 from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
@@ -154,30 +153,30 @@ def sweep_rrf(
     """Hybrid metrics for several (vector, lexical) RRF weight pairs without restarting workers.
 
     The vector-only and lexical-only runs at depth ``top_n`` (= ``retrieval.top_n``) return
-    exactly the two candidate lists a hybrid search fuses, so the weighted fusion of any weight
-    pair is recomputed here with the same ``ragline.query.fusion.rrf`` and the same per-question
-    lexical weight (:func:`ragline.query.language.lexical_weight`) the retriever uses; ``None``
-    for ``cross_script_weight`` leaves the lexical weight as given (no script check).
-    ``cross_script`` in each row counts the questions whose lexical weight the check lowered.
+    exactly the two candidate lists a hybrid search fuses, so each weight pair is scored by the
+    retriever's own :meth:`ragline.query.fusion.FusionPolicy.hybrid` (method ``rrf``), script check
+    included; ``None`` for ``cross_script_weight`` leaves the lexical weight as given (no script
+    check). ``cross_script`` in each row counts the questions whose lexical weight the check lowered.
     ``runs``: the lists of :func:`candidate_lists`, when the caller already has them.
     """
-    fused_runs = []
+    prepared = []
     for row, hits in runs or candidate_lists(queries, search, top_n):
-        lists = {mode: [(h["doc_id"], h["chunk_no"]) for h in hits[mode]] for mode in ("vector", "lexical")}
-        passages = [h["content"] for h in hits["vector"][:PASSAGES]]
-        fused_runs.append((row, lists, passages if lists["lexical"] else []))
+        vector, lexical = _rows(hits["vector"]), _rows(hits["lexical"])
+        prepared.append((row, *hybrid_inputs(vector, lexical)))
     out = []
     for wv, wl in weights:
+        policy = FusionPolicy(
+            method="rrf",
+            rrf_k=rrf_k,
+            vector_weight=wv,
+            lexical_weight=wl,
+            cross_script_weight=cross_script_weight,
+        )
         rep = ModeReport(f"hybrid wv={wv:g} wl={wl:g}", k)
         lowered = 0
-        for row, lists, passages in fused_runs:
-            w = (
-                wl
-                if cross_script_weight is None
-                else lexical_weight(row["query"], passages, wl, cross_script_weight)
-            )
-            lowered += w < wl
-            fused = rrf(lists, k=rrf_k, weights={"vector": wv, "lexical": w})
+        for row, vector, lexical, passages in prepared:
+            lowered += policy.lexical_weight_for(row["query"], passages if lexical else []) < wl
+            fused = policy.hybrid(row["query"], vector, lexical, passages)
             rep.add(row["query"], doc_ranking(key[0] for key, _ in fused), grades(row["relevant"]))
         out.append(
             {"rrf_weight_vector": wv, "rrf_weight_lexical": wl, **rep.summary(), "cross_script": lowered}

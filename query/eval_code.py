@@ -28,10 +28,11 @@ import statistics
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ragline.query import structure
+from ragline.query.fusion import FusionPolicy
 from ragline.shared.contracts import Hit
 from ragline.shared.settings import Settings, get_settings
 
@@ -374,8 +375,9 @@ def run_code_eval(
                     for wl in LEXICAL_WEIGHTS
                     for label, w in (("none", structure.Weights()), ("configured", weights))
                 ]
+                code_policy = FusionPolicy.from_settings(settings, code=True)
                 for label, w, wl in runs:
-                    fused = structure.refuse(hits, w, r.rrf_k, r.rrf_weight_vector, wl)
+                    fused = structure.refuse(hits, w, replace(code_policy, lexical_weight=wl))
                     ranked = structure.rescore(fused, text, w, settings)
                     name = f"{label} [{variant}]"
                     ablations.setdefault(name, CodeReport(name)).add(q, file_ranking(ranked, source))

@@ -1,18 +1,28 @@
 """Fusion of ranked lists: reciprocal rank fusion and a convex combination of normalised scores.
 
-Pure functions over ``(id, score)`` lists. RRF sees only ranks, so a weak list can only be
+:class:`FusionPolicy` is the one home of how lists become one: built from the settings, it is what
+hybrid retrieval, the named-files list of code retrieval, multi-query and the evaluation sweeps
+call, so a sweep can never measure a fusion the product no longer runs. Below it, pure functions
+over ``(id, score)`` lists. RRF sees only ranks, so a weak list can only be
 switched down, not trusted where it is sure; a convex combination of normalised scores keeps how
 far ahead a hit is in each list (a BM25 score far above the rest, a distance far below), which is
-what the dev sets reward once the lexical list is real BM25 (README "Retrieval quality").
+what the dev sets reward once the lexical list is real BM25 (docs/evaluation.md, "Retrieval quality").
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Hashable, Sequence
-from typing import Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from ragline.query.language import PASSAGES, lexical_weight
+
+if TYPE_CHECKING:
+    from ragline.shared.settings import Settings
 
 Normalization = Literal["minmax", "zscore", "dbsf"]
+Method = Literal["rrf", "convex"]
 
 
 def rrf(
@@ -87,3 +97,96 @@ def convex(
         for item in first:
             fused[item] = fused.get(item, 0.0) + w * present.get(item, floor)
     return sorted(fused.items(), key=lambda kv: (-kv[1], first[kv[0]]))
+
+
+def hybrid_inputs(
+    vector: Sequence[dict], lexical: Sequence[dict]
+) -> tuple[list[tuple[Hashable, float]], list[tuple[Hashable, float]], list[str]]:
+    """Candidate rows (``doc_id``, ``chunk_no``, ``distance`` or ``rank``, ``content``) as
+    :meth:`FusionPolicy.hybrid` reads them: vector similarity ``1 - distance``, the lexical score,
+    and the texts of the top vector hits for the script check. Retrieval and the sweeps both go
+    through here, so they fuse the same numbers."""
+    return (
+        [((row["doc_id"], row["chunk_no"]), 1.0 - float(row["distance"])) for row in vector],
+        [((row["doc_id"], row["chunk_no"]), float(row["rank"])) for row in lexical],
+        [row["content"] for row in vector[:PASSAGES]],
+    )
+
+
+@dataclass(frozen=True)
+class FusionPolicy:
+    """How the vector and lexical lists of one search become one ranking, and the RRF unit every
+    other list (named files, query variants) is added in.
+
+    ``method`` "rrf" fuses by rank (``vector_weight`` / ``lexical_weight`` over ``rrf_k + rank``);
+    "convex" combines normalised scores (``convex_lexical`` is the lexical share) and divides by
+    ``rrf_k + 1``, the best score one RRF list can give, so bonuses and penalties tuned in RRF units
+    keep their scale. ``cross_script_weight`` lowers the lexical weight of a question written in
+    another script than the passages (:func:`ragline.query.language.lexical_weight`) the same way
+    in both methods; ``None`` turns that check off."""
+
+    method: Method = "convex"
+    rrf_k: int = 60
+    vector_weight: float = 1.0
+    lexical_weight: float = 0.0175
+    cross_script_weight: float | None = 0.0
+    convex_lexical: float = 0.3
+    normalization: Normalization = "minmax"
+
+    @classmethod
+    def from_settings(cls, settings: Settings, code: bool = False) -> FusionPolicy:
+        """The policy the retrieval settings configure; ``code`` for code retrieval, whose method and
+        lexical weight are their own (``fusion_code``, ``rrf_weight_lexical_code``)."""
+        r = settings.retrieval
+        return cls(
+            method=r.fusion_code if code else r.fusion,
+            rrf_k=r.rrf_k,
+            vector_weight=r.rrf_weight_vector,
+            lexical_weight=r.rrf_weight_lexical_code if code else r.rrf_weight_lexical,
+            cross_script_weight=r.rrf_weight_lexical_cross_script,
+            convex_lexical=r.convex_weight_lexical,
+            normalization=r.fusion_normalization,
+        )
+
+    def lexical_weight_for(self, query: str, passages: Sequence[str]) -> float:
+        """The lexical list's RRF weight for this question (the script check, when it is on)."""
+        if self.cross_script_weight is None:
+            return self.lexical_weight
+        return lexical_weight(query, passages, self.lexical_weight, self.cross_script_weight)
+
+    def hybrid(
+        self,
+        query: str,
+        vector: Sequence[tuple[Hashable, float]],
+        lexical: Sequence[tuple[Hashable, float]],
+        passages: Sequence[str] = (),
+    ) -> list[tuple[Hashable, float]]:
+        """The two lists of one search fused, best first, scores in RRF units (pure).
+
+        ``vector``: ``(key, similarity)`` best first; ``lexical``: ``(key, score)`` best first;
+        ``passages``: the texts of the top vector hits, which the script check reads."""
+        w_lex = self.lexical_weight_for(query, passages if lexical else [])
+        if self.method == "convex":
+            scale = w_lex / self.lexical_weight if self.lexical_weight > 0 else 1.0
+            fused = convex(
+                {"vector": vector, "lexical": lexical},
+                weights={"vector": 1.0 - self.convex_lexical, "lexical": self.convex_lexical * scale},
+                how=self.normalization,
+            )
+            return [(key, score / (self.rrf_k + 1)) for key, score in fused]
+        return rrf(
+            {"vector": [key for key, _ in vector], "lexical": [key for key, _ in lexical]},
+            k=self.rrf_k,
+            weights={"vector": self.vector_weight, "lexical": w_lex},
+        )
+
+    def rank_term(self, weight: float, rank: int) -> float:
+        """What a list of ``weight`` adds for a hit at ``rank`` (from 1): one RRF term."""
+        return weight / (self.rrf_k + rank)
+
+    def by_rank(
+        self, rankings: dict[str, Sequence[Hashable]], weights: dict[str, float] | None = None
+    ) -> list[tuple[Hashable, float]]:
+        """Lists whose scores are not comparable (query variants, each already fused) fused by rank
+        with this policy's ``rrf_k``."""
+        return rrf(rankings, k=self.rrf_k, weights=weights)

@@ -1,4 +1,7 @@
-"""Hybrid retrieval: pgvector HNSW + Postgres full text, fused by weighted RRF; exact lookup.
+"""Hybrid retrieval: pgvector HNSW + Postgres full text, fused by the fusion policy; exact lookup.
+
+The two lists become one through :class:`ragline.query.fusion.FusionPolicy`: by default a convex
+combination of normalised scores for prose, weighted RRF for code retrieval (:func:`fusion_policy`).
 
 Tenant and ACL filters live in SQL ``WHERE`` of every statement, beside the contract filters of
 :mod:`ragline.query.filters`; all statements of one search run in one read-only transaction that
@@ -31,8 +34,7 @@ from psycopg.pq import TransactionStatus
 from ragline.query import deadline, feedback, structure
 from ragline.query.deadline import QuestionDeadlineExceeded, RetrievalTimeout
 from ragline.query.filters import clean_paths, compile_filters, has_terms, lexical_query
-from ragline.query.fusion import convex, rrf
-from ragline.query.language import PASSAGES, lexical_weight
+from ragline.query.fusion import FusionPolicy, hybrid_inputs
 from ragline.shared.contracts import Hit, SearchRequest, SearchResponse
 from ragline.shared.identifiers import code_terms, code_tsquery, or_tsquery, whole_tsquery
 from ragline.shared.settings import Settings
@@ -621,68 +623,40 @@ def code_retrieval(query: str, settings: Settings, rows: Iterable[dict] = ()) ->
     )
 
 
-def fusion_plan(query: str, settings: Settings, rows: Iterable[dict] = ()) -> tuple[str, float]:
-    """How this search fuses: ``(fusion_code, rrf_weight_lexical_code)`` for code retrieval
-    (:func:`code_retrieval`), else ``(fusion, rrf_weight_lexical)``; the lexical weight is the one
-    before the script check. Code retrieval is decided once, and not at all when both pairs agree."""
-    r = settings.retrieval
-    prose = (r.fusion, r.rrf_weight_lexical)
-    code = (r.fusion_code, r.rrf_weight_lexical_code)
+def fusion_policy(query: str, settings: Settings, rows: Iterable[dict] = ()) -> FusionPolicy:
+    """The fusion of this search: the code policy for code retrieval (:func:`code_retrieval`), else
+    the prose one. Code retrieval is decided once, and not at all when both policies agree."""
+    prose = FusionPolicy.from_settings(settings)
+    code = FusionPolicy.from_settings(settings, code=True)
     if code == prose:
         return prose
     return code if code_retrieval(query, settings, rows) else prose
 
 
+def fusion_plan(query: str, settings: Settings, rows: Iterable[dict] = ()) -> tuple[str, float]:
+    """``(method, lexical weight before the script check)`` of :func:`fusion_policy`."""
+    policy = fusion_policy(query, settings, rows)
+    return policy.method, policy.lexical_weight
+
+
 def fusion_for(query: str, settings: Settings, rows: Iterable[dict] = ()) -> str:
     """``fusion_code`` for code retrieval (:func:`code_retrieval`), else ``fusion``."""
-    return fusion_plan(query, settings, rows)[0]
+    return fusion_policy(query, settings, rows).method
 
 
 def fused_keys(
     vector: list[dict], lexical: list[dict], settings: Settings, query: str = ""
 ) -> list[tuple[tuple[str, int], float]]:
-    """The candidates' keys, best first, with their fused score in RRF units (pure).
-
-    A convex combination (:func:`ragline.query.fusion.convex`: vector similarity ``1 - distance``,
-    the lexical score, normalised per list) is divided by ``rrf_k + 1``, the best score one RRF
-    list can give: the prefer bonus, the test penalty and the structural bonuses keep their scale.
-    The script check lowers the lexical weight the same way in both fusions (a cross-script
-    question's lexical share is scaled by the ratio of the two RRF weights)."""
-    r = settings.retrieval
-    fusion, base = fusion_plan(query, settings, [*vector, *lexical])
-    w_lex = lexical_weight(
-        query,
-        [row["content"] for row in vector[:PASSAGES]] if lexical else [],
-        base,
-        r.rrf_weight_lexical_cross_script,
-    )
-    if fusion == "convex":
-        share = r.convex_weight_lexical * (w_lex / base if base > 0 else 1.0)
-        fused = convex(
-            {
-                "vector": [
-                    ((row["doc_id"], row["chunk_no"]), 1.0 - float(row["distance"])) for row in vector
-                ],
-                "lexical": [((row["doc_id"], row["chunk_no"]), float(row["rank"])) for row in lexical],
-            },
-            weights={"vector": 1.0 - r.convex_weight_lexical, "lexical": share},
-            how=r.fusion_normalization,
-        )
-        return [(key, score / (r.rrf_k + 1)) for key, score in fused]  # type: ignore[misc]
-    return rrf(  # type: ignore[return-value]
-        {
-            "vector": [(row["doc_id"], row["chunk_no"]) for row in vector],
-            "lexical": [(row["doc_id"], row["chunk_no"]) for row in lexical],
-        },
-        k=r.rrf_k,
-        weights={"vector": r.rrf_weight_vector, "lexical": w_lex},
-    )
+    """The candidates' keys, best first, with their fused score in RRF units (pure): the rows
+    (:func:`ragline.query.fusion.hybrid_inputs`) fused by this search's :func:`fusion_policy`."""
+    policy = fusion_policy(query, settings, [*vector, *lexical])
+    return policy.hybrid(query, *hybrid_inputs(vector, lexical))  # type: ignore[return-value]
 
 
 def fuse(
     vector: list[dict], lexical: list[dict], settings: Settings, limit: int, query: str = ""
 ) -> list[Hit]:
-    """Weighted RRF or a convex score combination (:func:`fused_keys`) over the two lists, plus
+    """The two lists fused by this search's policy (:func:`fused_keys`), plus
     prefer bonus, minus test penalty; pure.
 
     The lexical weight depends on the question (``query``): one written in another script than the
@@ -800,7 +774,10 @@ def search(
         hits = fuse(vector, lexical, settings, n * 2, req.query)
         if named:
             hits = structure.with_named(
-                hits, [_hit(r) for r in named], settings.code.named_weight, settings.retrieval.rrf_k
+                hits,
+                [_hit(r) for r in named],
+                settings.code.named_weight,
+                FusionPolicy.from_settings(settings, code=True),  # a question naming files is code retrieval
             )
         hits = ranked_by_structure(req, hits, settings)[:limit]
         timings["structure"] = elapsed_ms(t)

@@ -18,7 +18,7 @@ from ragline.query.cache import LRU, scoped_key
 from ragline.query.citations import build_citations, cited_numbers, claims, invalid_citations
 from ragline.query.context import Assembly, assemble, chunk_for, squeeze
 from ragline.query.deadline import DeadlineExceeded, check, run_with_deadline
-from ragline.query.fusion import rrf
+from ragline.query.fusion import FusionPolicy
 from ragline.query.prompt import NO_ANSWER, build_messages, render_squeeze
 from ragline.query.rerank import RerankOutcome, fallback, rerank_hits
 from ragline.query.retrieve import search as sql_search
@@ -188,7 +188,8 @@ def rerank(req: RerankRequest) -> RerankResponse:
 def gather(
     req: SearchRequest, queries: list[str], hyde_vec: np.ndarray | None, limit: int
 ) -> tuple[list[Hit], bool, list[str], dict[str, float]]:
-    """Fused candidates over one or more query variants (multi-query: the variants fused by RRF)."""
+    """Fused candidates over one or more query variants (multi-query: the variants, each already
+    fused, fused by rank under the fusion policy)."""
     settings = get_settings()
     lists: dict[str, list[Hit]] = {}
     degraded, reasons, timings = False, [], {}
@@ -211,9 +212,8 @@ def gather(
     for hits in lists.values():
         for h in hits:
             by_key.setdefault((h.doc_id, h.chunk_no), h)
-    fused = rrf(
-        {name: [(h.doc_id, h.chunk_no) for h in hits] for name, hits in lists.items()},
-        k=settings.retrieval.rrf_k,
+    fused = FusionPolicy.from_settings(settings).by_rank(
+        {name: [(h.doc_id, h.chunk_no) for h in hits] for name, hits in lists.items()}
     )
     out = []
     for key, score in fused[:limit]:

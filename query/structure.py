@@ -22,7 +22,7 @@ signals, per hit, from the question and the candidate set:
 :func:`rescore` adds the bonuses (in RRF units, settings ``RAGLINE_CODE_*_BONUS``) to each hit's
 fused score: the default hybrid's re-score. :func:`contract_order` is the contract's lexicographic
 order (``ordering: "contract"``). Which signals help, by how much, is measured on swe-loc-dev
-(README, "Code retrieval (swe-loc-dev)"); :func:`ablations` gives the variants measured.
+(docs/evaluation.md, "Code retrieval (swe-loc-dev)"); :func:`ablations` gives the variants measured.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, replace
 
+from ragline.query.fusion import FusionPolicy
 from ragline.shared.contracts import Hit
 from ragline.shared.settings import Settings
 
@@ -154,14 +155,14 @@ def file_names(files: tuple[str, ...] | list[str], limit: int = 20) -> list[str]
     return list(dict.fromkeys(p.rsplit("/", 1)[-1].lower() for p in files if p.strip("/")))[:limit]
 
 
-def with_named(hits: list[Hit], named: list[Hit], weight: float, rrf_k: int) -> list[Hit]:
+def with_named(hits: list[Hit], named: list[Hit], weight: float, policy: FusionPolicy) -> list[Hit]:
     """The candidates with the chunks of named files as a third RRF list of ``weight``: a chunk
-    already among them gains ``weight / (rrf_k + rank)``, a new one enters with that alone. Each
-    carries its ``named_rank``; the order is left to :func:`rescore`."""
+    already among them gains the policy's RRF term for its rank, a new one enters with that alone.
+    Each carries its ``named_rank``; the order is left to :func:`rescore`."""
     by_key = {(h.doc_id, h.chunk_no): i for i, h in enumerate(hits)}
     out = list(hits)
     for rank, h in enumerate(named, start=1):
-        gain = round(weight / (rrf_k + rank), 8)
+        gain = round(policy.rank_term(weight, rank), 8)
         i = by_key.get((h.doc_id, h.chunk_no))
         if i is None:
             base = h.prefer_bonus - h.test_penalty
@@ -316,20 +317,21 @@ def ablations(w: Weights, grid: tuple[float, ...] = GRID) -> dict[str, Weights]:
     return out
 
 
-def refuse(hits: list[Hit], w: Weights, rrf_k: int, vector_weight: float, lexical_weight: float) -> list[Hit]:
+def refuse(hits: list[Hit], w: Weights, policy: FusionPolicy) -> list[Hit]:
     """Candidates of a structural search with their fused score recomputed from their ranks (vector,
-    lexical, named files) for other RRF weights, sorted; a chunk only a zero-weight list found is
-    dropped. For measuring, with :func:`rescore`; prefer bonus and test penalty are kept."""
+    lexical, named files) with the RRF terms of ``policy`` (its ``vector_weight`` and
+    ``lexical_weight``, ``w.named`` for the named files), sorted; a chunk only a zero-weight list
+    found is dropped. For measuring, with :func:`rescore`; prefer bonus and test penalty are kept."""
     out = []
     for pos, h in enumerate(hits):
         parts = [
-            (vector_weight, h.vector_rank),
-            (lexical_weight, h.lexical_rank),
+            (policy.vector_weight, h.vector_rank),
+            (policy.lexical_weight, h.lexical_rank),
             (w.named, h.named_rank),
         ]
         if not any(weight and rank for weight, rank in parts):
             continue
-        fused = round(sum(weight / (rrf_k + rank) for weight, rank in parts if rank), 8)
+        fused = round(sum(policy.rank_term(weight, rank) for weight, rank in parts if rank), 8)
         score = round(fused + h.prefer_bonus - h.test_penalty, 8)
         out.append((score, pos, h.model_copy(update={"score": score, "fused_score": fused})))
     out.sort(key=lambda t: (-t[0], t[1]))

@@ -19,6 +19,7 @@ from ragline.query.eval_code import (
     snapshot_tenant,
 )
 from ragline.query.filters import DEFAULT_TEST_GLOBS, compile_filters, glob_pattern, like_patterns_for_tests
+from ragline.query.fusion import FusionPolicy
 from ragline.query.retrieve import ranked_by_structure, structural
 from ragline.shared.contracts import Hit, SearchRequest
 from ragline.shared.settings import CodeSettings, Settings
@@ -174,25 +175,29 @@ def test_named_files_become_path_suffix_patterns():
     ]
 
 
+def _rrf(vector_weight: float, lexical_weight: float) -> FusionPolicy:
+    return FusionPolicy("rrf", rrf_k=60, vector_weight=vector_weight, lexical_weight=lexical_weight)
+
+
 def test_named_files_join_the_candidates_as_a_third_list_and_can_be_refused():
     a = hit("r/a.py", 0.0164, vector_rank=1, fused_score=0.0164)
     b = hit("r/b.py", 0.0161, vector_rank=2, fused_score=0.0161)
     named_b = hit("r/b.py", 0.0, vector_rank=None)
     named_c = hit("r/c.py", 0.0, vector_rank=None)
-    out = structure.with_named([a, b], [named_c, named_b], 0.5, 60)
+    out = structure.with_named([a, b], [named_c, named_b], 0.5, FusionPolicy(rrf_k=60))
     assert [(h.path, h.named_rank) for h in out] == [("r/a.py", None), ("r/b.py", 2), ("r/c.py", 1)]
     assert out[1].score == pytest.approx(0.0161 + 0.5 / 62) and out[2].score == pytest.approx(0.5 / 61)
     # re-fused from the ranks: at weight 0 the named-only chunk drops out
-    plain = structure.refuse(out, structure.Weights(named=0.0), 60, 1.0, 0.0)
+    plain = structure.refuse(out, structure.Weights(named=0.0), _rrf(1.0, 0.0))
     assert [(h.path, round(h.score, 6)) for h in plain] == [
         ("r/a.py", round(1 / 61, 6)),
         ("r/b.py", round(1 / 62, 6)),
     ]
-    heavier = structure.refuse(out, structure.Weights(named=2.0), 60, 1.0, 0.0)
+    heavier = structure.refuse(out, structure.Weights(named=2.0), _rrf(1.0, 0.0))
     assert [h.path for h in heavier] == ["r/b.py", "r/c.py", "r/a.py"]
     # a lexical list that ranks b first outweighs the vector list at equal weights
     lex = [h.model_copy(update={"lexical_rank": {"r/b.py": 1, "r/a.py": 5}.get(h.path)}) for h in out]
-    both = structure.refuse(lex, structure.Weights(), 60, 1.0, 1.0)
+    both = structure.refuse(lex, structure.Weights(), _rrf(1.0, 1.0))
     assert [h.path for h in both] == ["r/b.py", "r/a.py"]
 
 
