@@ -38,13 +38,14 @@ def _shown(value) -> str:
 
 
 def reference_markdown() -> str:
-    """One row per setting, by group: its environment variable(s), where it lives, type, default;
-    generated so it cannot drift."""
-    rows = ["| variable | setting | type | default |", "|---|---|---|---|"]
+    """One row per setting, by group: its environment variable(s), where it lives, type, default and
+    meaning (the field's description); generated so it cannot drift."""
+    rows = ["| variable | setting | type | default | meaning |", "|---|---|---|---|---|"]
     for group, name, field in Settings.iter_fields():
         default = field.get_default(call_default_factory=True)
+        meaning = (field.description or "").replace("|", "\\|")
         rows.append(
-            f"| {_env_names(field)} | `{group}.{name}` | {_type(field.annotation)} | {_shown(default)} |"
+            f"| {_env_names(field)} | `{group}.{name}` | {_type(field.annotation)} | {_shown(default)} | {meaning} |"
         )
     return "\n".join([BEGIN, *rows, END])
 

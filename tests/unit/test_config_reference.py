@@ -24,3 +24,11 @@ def test_effective_settings_mask_secrets(monkeypatch):
     shown = effective(Settings())
     assert shown["providers"]["voyage_api_key"] == "***"
     assert "pa-very-secret-key" not in str(shown)
+
+
+def test_every_setting_says_what_it_means():
+    """The generated reference is the only place the meanings are written, so each field carries one."""
+    undescribed = [
+        f"{group}.{name}" for group, name, field in Settings.iter_fields() if not field.description
+    ]
+    assert undescribed == [], f"settings without Field(description=...): {undescribed}"
