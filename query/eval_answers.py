@@ -279,6 +279,8 @@ def generator_calls(resp: dict) -> int:
     trace = resp.get("trace") or {}
     reasons = [str(r) for r in resp.get("degraded_reasons") or []]
     chat = (trace.get("generator") or {}).get("generator") not in (None, "extractive")
+    # "generator: <ExceptionName>" is a chat call that failed (the extractive answer replaced it);
+    # "generator: <ExceptionName>: <why>" is a generator that could not even be built: no call
     calls = 1 if chat else sum(r.startswith("generator: ") and r.count(":") == 1 for r in reasons)
     calls += int((trace.get("self_consistency") or {}).get("extra_calls") or 0)
     g = trace.get("grounding") or {}
@@ -563,6 +565,7 @@ def summarize(rows: list[dict]) -> OrderedDict:
     ans = [r for r in rows if r["answerable"]]
     out["wrong"] = sum(r["verdict"] == "wrong" for r in rows)
     out["no_answer"] = sum(r["verdict"] == "no_answer" for r in rows)
+    out["failed"] = sum(r["verdict"] == "error" for r in rows)  # the ask failed, or no response
     out["cited_doc_pct"] = _pct(sum(bool(r["cite_doc_ok"]) for r in ans), len(ans))
     lined = [r for r in ans if r.get("needs_lines")]
     out["cited_lines_pct"] = _pct(sum(bool(r["cited_ok"]) for r in lined), len(lined))

@@ -20,7 +20,7 @@ COLUMNS = (
     ("partial", "partial", "d"),
     ("wrong", "wrong", "d"),
     ("no-ans", "no_answer", "d"),
-    ("err", "errors", "d"),
+    ("failed", "failed", "d"),
     ("conf-wrong", "confident_wrong", "d"),
     ("cited doc%", "cited_doc_pct", ".0f"),
     ("cited ok%", "cited_ok_pct", ".0f"),
@@ -88,6 +88,7 @@ def answer_eval(
     keep: bool,
     show_failures: bool,
     timeout: float,
+    only: list[str] = (),
 ) -> None:
     from ragline.query import eval as retrieval_eval  # start-up: Celery and psycopg load only for eval
     from ragline.query import eval_answers as ev
@@ -103,6 +104,10 @@ def answer_eval(
         raise typer.BadParameter(str(exc)) from None
     if not ev.is_answer_set(questions):
         raise typer.BadParameter('--answers needs questions with "id" and "question"', param_hint="QUERIES")
+    if only:
+        questions = [q for q in questions if q["id"] in only or q.get("kind") in only]
+        if not questions:
+            raise typer.BadParameter(f"no question with id or kind {', '.join(only)}", param_hint="'--only'")
     if responses is None and tenant is None and corpus is None:
         raise typer.BadParameter("--answers needs --tenant and --groups (or --corpus, or --responses)")
     if tenant is not None and not groups:

@@ -205,7 +205,11 @@ def eval_cmd(
         help="code query set: layer variants, comma-separated: all (every layer), code (source and"
         " symbols), source (the source layer alone)",
     ),
-    only: str = typer.Option("", "--only", help="code query set: these query ids only (comma-separated)"),
+    only: str = typer.Option(
+        "",
+        "--only",
+        help="code query set: these query ids only; --answers: these ids or kinds (comma-separated)",
+    ),
     parallel: int = typer.Option(
         2, "--parallel", min=1, help="code query set: repositories ingested at the same time"
     ),
@@ -277,6 +281,7 @@ def eval_cmd(
             keep=keep,
             show_failures=show_failures,
             timeout=ask_timeout,
+            only=split_csv(only),
         )
         return
     k = k or 10

@@ -219,6 +219,7 @@ def test_summaries_count_every_verdict_per_kind():
         "unanswerable": {"right": 1, "partial": 0, "wrong": 1, "no_answer": 0},
     }
     assert res["by_kind"]["howto"]["errors"] == 1 and res["by_kind"]["howto"]["missing"] == 1
+    assert res["by_kind"]["howto"]["failed"] == 2 and res["total"]["failed"] == 2
     assert res["total"]["confident_wrong"] == sum(c[4] for c in CASES)
 
 
@@ -417,6 +418,12 @@ def test_cli_scores_saved_responses_without_a_stack(tmp_path):
     for kind in ("howto", "code-where", "unanswerable", "confidence", "[0.9,1]"):
         assert kind in table.stdout
     assert "cited the expected doc at other lines" in table.stdout and "CONFIDENT" in table.stdout
+    some = subprocess.run([*cli, "--only", "code-where,u1-12", "--json"], capture_output=True, text=True)
+    assert some.returncode == 0, some.stderr
+    assert {k: s["n"] for k, s in json.loads(some.stdout)["by_kind"].items()} == {
+        "code-where": 4,
+        "unanswerable": 1,
+    }
 
 
 def test_cli_refuses_an_answer_eval_it_cannot_run(tmp_path):
