@@ -24,6 +24,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from pydantic import SecretStr
 
@@ -56,8 +57,18 @@ WELL_KNOWN = frozenset(
 )
 
 MASK = "***"
-#: ``scheme://user:password@host`` in URLs (broker / database URLs)
-_URL_PASSWORD = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^@\s/]+)(?P<post>@)", re.I)
+#: the password of ``scheme://user:password@host``: up to the *last* "@" before the host, which is
+#: how urllib and redis-py read a password with an unencoded "@" in it
+_URL_PASSWORD = re.compile(
+    r"(?P<pre>\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^\s'\"<>/?#]*)(?P<post>@[^\s@'\"<>/?#]*)", re.I
+)
+#: ``password=…`` as a libpq connection-string keyword (``password = 'a b'`` quoted with
+#: backslash escapes) or a URL query parameter (``?password=…``, which redis-py and libpq read)
+_KEY_PASSWORD = re.compile(
+    r"(?P<pre>(?:(?P<q>[?&])|(?<![\w-]))(?:password|passwd|pwd|sslpassword)\s*=\s*)"
+    r"(?P<pw>(?(q)[^&#\s]+|(?:'(?:[^'\\]|\\.)*(?:'|$)|\S+)))",
+    re.I,
+)
 
 
 class InsecureSecretError(RuntimeError):
@@ -182,19 +193,49 @@ def ensure_all(settings: Settings) -> None:
 
 
 def known_values(settings: Settings) -> list[str]:
-    """Every secret value in use, longest first, for masking output."""
-    out = set()
+    """Every secret value in use, longest first, for masking output: the stack's passwords, every
+    ``SecretStr`` setting, and the password of every URL or connection string, in the settings
+    and in ``runtime.json`` (each is secret-bearing, whatever its form)."""
+    out = set(setting_values(settings))
     for name in SECRET_SETTINGS:
         try:
             value = password(settings, name, create=False)
-        except InsecureSecretError:
+        except (InsecureSecretError, OSError):  # a secrets file this process may not read
             continue
-        if value and len(value) >= 4:
+        if value:
             out.add(value)
-    for _, _, value in settings.iter_values():
-        if isinstance(value, SecretStr) and len(value.get_secret_value()) >= 4:
+    try:
+        runtime = settings.runtime()
+    except OSError:
+        runtime = {}
+    for value in runtime.values():
+        if isinstance(value, str):
+            out.update(passwords_in(value))
+    return sorted((v for v in out if len(v) >= 4), key=len, reverse=True)
+
+
+def setting_values(settings: Settings) -> list[str]:
+    """The secrets the settings themselves hold: ``SecretStr`` values and the passwords inside
+    string settings (URLs, connection strings); reads no file."""
+    out: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, SecretStr):
             out.add(value.get_secret_value())
-    return sorted(out, key=len, reverse=True)
+        elif isinstance(value, str):
+            out.update(passwords_in(value))
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list | tuple | set | frozenset):
+            for v in value:
+                walk(v)
+        elif hasattr(value, "model_dump"):  # a nested settings model (sources)
+            walk(value.model_dump())
+
+    for _, _, value in settings.iter_values():
+        walk(value)
+    return sorted((v for v in out if len(v) >= 4), key=len, reverse=True)
 
 
 # ----------------------------------------------------------------------------------------- binding
@@ -234,13 +275,28 @@ def check_stack(settings: Settings) -> None:
 
 
 # ----------------------------------------------------------------------------------------- masking
+def passwords_in(text: str) -> list[str]:
+    """The passwords ``text`` carries in any form a client reads one from: a URL's user info, a
+    ``password=`` query parameter, a libpq ``password=`` keyword; as written and as the client
+    decodes them (percent-encoding, libpq quoting), so either spelling is masked elsewhere."""
+    found = [m["pw"] for m in _URL_PASSWORD.finditer(text)]
+    for m in _KEY_PASSWORD.finditer(text):
+        pw = m["pw"]
+        found.append(pw)
+        if pw.startswith("'"):
+            found.append(re.sub(r"\\(.)", r"\1", pw[1:].removesuffix("'")))
+    found += [unquote(p) for p in found]
+    return [p for p in dict.fromkeys(found) if p]
+
+
 def mask_text(text: str, values: list[str] | tuple[str, ...] = ()) -> str:
-    """``text`` with URL passwords (``redis://:pw@host``, ``postgresql://u:pw@host``) and the given
-    secret values replaced by ``***``."""
+    """``text`` with every password in it (:func:`passwords_in`'s forms) and the given secret
+    values replaced by ``***``: the one masking of config output, status and logs."""
     for value in values:
         if value in text:
             text = text.replace(value, MASK)
-    return _URL_PASSWORD.sub(lambda m: f"{m['pre']}{MASK}{m['post']}", text)
+    text = _URL_PASSWORD.sub(lambda m: f"{m['pre']}{MASK}{m['post']}", text)
+    return _KEY_PASSWORD.sub(lambda m: f"{m['pre']}{MASK}", text)
 
 
 def mask(value: Any, values: list[str] | tuple[str, ...] = ()) -> Any:

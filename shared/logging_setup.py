@@ -2,8 +2,11 @@
 
 One line per event, machine-readable, with the fields operations needs: tenant, latency, chunk
 counts, model. A question is logged only as a short hash (``question_hash``), never as text, and
-secrets never reach the output: keys that look like credentials are masked and the values of every
-``SecretStr`` in the settings are scrubbed from any string before rendering.
+secrets never reach the output: keys that look like credentials are masked, and every string is
+masked before rendering by :func:`ragline.shared.credentials.mask_text` (the one masking of config
+output, status and logs): the stack's passwords, ``SecretStr`` settings and the password of every
+URL or connection string, and any password written in a URL, a query parameter or a libpq
+``password=`` keyword.
 
 Standard-library loggers (Celery, kombu, ragline modules using ``logging``) go through the same
 processors, so a worker's log file is one JSON object per line.
@@ -20,15 +23,12 @@ from typing import Any, TextIO
 import structlog
 from pydantic import SecretStr
 
+from ragline.shared import credentials
 from ragline.shared.settings import get_settings
 
-REDACTED = "***"
+REDACTED = credentials.MASK
 _SECRET_KEY = re.compile(
     r"(pass(word)?|secret|token|api_?key|authorization|credential|private_?key|signing)", re.IGNORECASE
-)
-#: ``scheme://user:password@host`` in URLs (broker / database URLs)
-_URL_PASSWORD = re.compile(
-    r"(?P<pre>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^@\s/]+)(?P<post>@)", re.IGNORECASE
 )
 
 _secret_values: tuple[str, ...] = ()
@@ -41,23 +41,18 @@ def question_hash(text: str) -> str:
 
 
 def secret_values_from_settings() -> tuple[str, ...]:
-    """Every non-trivial ``SecretStr`` value in the current settings."""
+    """Every secret value this process can know of (:func:`credentials.known_values`); the ones the
+    settings hold alone when the ragline home is not readable here."""
     settings = get_settings()
-    out = []
-    for _, _, value in settings.iter_values():
-        if isinstance(value, SecretStr):
-            raw = value.get_secret_value()
-            if raw and len(raw) >= 4:
-                out.append(raw)
-    return tuple(sorted(set(out), key=len, reverse=True))
+    try:
+        return tuple(credentials.known_values(settings))
+    except OSError:
+        return tuple(credentials.setting_values(settings))
 
 
 def scrub(text: str) -> str:
-    """Remove known secret values and URL passwords from ``text``."""
-    for value in _secret_values:
-        if value in text:
-            text = text.replace(value, REDACTED)
-    return _URL_PASSWORD.sub(lambda m: f"{m['pre']}{REDACTED}{m['post']}", text)
+    """``text`` masked: known secret values and every password written in it."""
+    return credentials.mask_text(text, _secret_values)
 
 
 def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
