@@ -25,10 +25,10 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from ragline.ingest import git, store
-from ragline.ingest.acl_sync import apply_acl_sync, clock
+from ragline.ingest.acl_sync import apply_acl_sync, apply_ingest_acls, clock
 from ragline.ingest.enqueue import send_in_batches
 from ragline.ingest.sources import GitSource, SourceSpec, configured_sources, git_uri
-from ragline.shared import jobs
+from ragline.shared import jobs, replicas
 from ragline.shared.contracts import AclSyncItem, EventResult, IngestEvent, IngestRequest
 from ragline.shared.names import TASK_INGEST_DOCUMENT
 from ragline.shared.settings import get_settings
@@ -174,6 +174,15 @@ def _stored(conn: psycopg.Connection, tenant: str, source: str) -> dict[str, dic
     return {r["doc_id"]: r for r in rows}
 
 
+def apply_source_acl(conn: psycopg.Connection, spec: SourceSpec, doc_ids: list[str], path: str) -> int:
+    """The source's ``acl`` for stored documents of it that are not ingested again (unchanged, or at
+    a commit already indexed), through the ACL-only path: no embedding, and decided like the ACL of
+    every re-ingested document (:func:`~ragline.ingest.acl_sync.ingest_acl_decision`), so listing
+    again with the same ``acl`` never undoes a later ``acl sync``. Returns how many changed."""
+    outcomes = apply_ingest_acls(conn, [(spec.tenant, d, list(spec.acl), None) for d in doc_ids], path=path)
+    return sum(1 for o in outcomes.values() if o == "updated")
+
+
 def sync_git_source(
     conn: psycopg.Connection,
     spec: SourceSpec,
@@ -182,6 +191,24 @@ def sync_git_source(
     before: str | None = None,
     event_version: int | None = None,
     kind: str = "push",
+) -> dict:
+    """Bring a git source's documents to the commit ``after`` names, and their permissions to the
+    source's ``acl``; returns the summary (:func:`_sync_git_source`). Done once the query pool's
+    replicas serve the permission changes."""
+    summary = _sync_git_source(conn, spec, after, send_task, before, event_version, kind)
+    if summary.get("acl_updated"):
+        replicas.wait_for_replay(conn, what=f"source {spec.name}'s permission changes")
+    return summary
+
+
+def _sync_git_source(
+    conn: psycopg.Connection,
+    spec: SourceSpec,
+    after: str,
+    send_task,
+    before: str | None,
+    event_version: int | None,
+    kind: str,
 ) -> dict:
     """Bring a git source's documents to the commit ``after`` names; returns the summary.
 
@@ -193,6 +220,9 @@ def sync_git_source(
     get a version above every stored one of the source, so these ingests and prunes win over any
     earlier one still in flight. ``event_version`` (a push event's) must exceed the last push's, so a
     replayed or out-of-order push changes nothing; None (``ragline ingest``) always applies.
+    The source's ``acl`` reaches every stored document of the commit at once (:func:`apply_source_acl`),
+    also when the commit is the one already indexed (``ignored_duplicate``): a re-ingest with another
+    ``--acl`` is a permission change even when no file changed.
     The repository is fetched (clone URLs) and read before the source's lock is taken.
     """
     if conn.info.transaction_status != TransactionStatus.IDLE:
@@ -204,6 +234,7 @@ def sync_git_source(
     entries = {e.path: e for e in git.list_tree(repo, commit, src.timeout)}
     prefix = f"{spec.name}/"
     summary: dict = {"source": spec.name, "commit": commit, "job_id": None}
+    acl_path = "event" if kind == "push" else "ingest"  # the entry points of rag_acl_changes_total
     with conn.transaction():
         conn.execute(
             "SELECT pg_advisory_xact_lock(hashtext('ragline.git_source'), hashtext(%s))",
@@ -214,7 +245,12 @@ def sync_git_source(
             (spec.tenant, spec.name),
         ).fetchone()
         if rec and rec["commit_id"] == commit:
-            return {**summary, "outcome": "ignored_duplicate"}
+            ready = [d for d, r in _stored(conn, spec.tenant, spec.name).items() if r["status"] == "ready"]
+            return {
+                **summary,
+                "outcome": "ignored_duplicate",
+                "acl_updated": apply_source_acl(conn, spec, ready, acl_path),
+            }
         if rec and event_version is not None and event_version <= rec["event_version"]:
             return {**summary, "outcome": "ignored_stale", "recorded_commit": rec["commit_id"]}
         base = rec["commit_id"] if rec else before
@@ -245,6 +281,11 @@ def sync_git_source(
             for e in kept
             if (s := stored.get(prefix + e.path)) is None or s["status"] != "ready" or s["fp"] != e.blob
         ]
+        # changed files too: their old content must not stay readable by the old groups meanwhile
+        ready = [
+            prefix + e.path for e in kept if (stored.get(prefix + e.path) or {}).get("status") == "ready"
+        ]
+        acl_updated = apply_source_acl(conn, spec, ready, acl_path)
         version = max(
             event_version or 0,
             commit_ns,
@@ -272,13 +313,13 @@ def sync_git_source(
                 version = EXCLUDED.version, job_id = EXCLUDED.job_id, updated_at = now(),
                 event_version = greatest(source_commits.event_version, EXCLUDED.event_version)
             """,
-            (spec.tenant, spec.name, str(repo), commit, version, event_version or 0, job_id),
+            (spec.tenant, spec.name, str(repo.root), commit, version, event_version or 0, job_id),
         )
     payloads = [
         IngestRequest(
             tenant=spec.tenant,
             doc_id=prefix + e.path,
-            uri=git_uri(repo, commit, e.path),
+            uri=git_uri(repo.root, commit, e.path),
             path=prefix + e.path,
             layer=spec.layer,
             acl=list(spec.acl),
@@ -287,7 +328,7 @@ def sync_git_source(
             metadata={
                 "source": spec.name,
                 "source_fp": e.blob,
-                "source_root": str(repo),
+                "source_root": str(repo.root),
                 "repo_path": e.path,
                 "commit": commit,
             },
@@ -306,6 +347,7 @@ def sync_git_source(
         enqueued=len(todo),
         unchanged=len(kept) - len(todo),
         pruned=pruned,
+        acl_updated=acl_updated,
         version=version,
     )
     jobs.finish_if_done(conn, job_id, {k: v for k, v in summary.items() if k != "skipped_files"})

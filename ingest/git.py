@@ -9,6 +9,14 @@ transports (:func:`clone_target`; the address checks of a source's URL are
 :mod:`ragline.ingest.clone_guard`'s); its credentials are scrubbed from every message
 (:func:`redact_url`).
 
+A repository is opened at exactly one folder (:func:`open_repository`): its git dir is that folder's
+``.git`` directory, or the folder itself when it is bare, and git is told both (``--git-dir``,
+``--work-tree``), so it never discovers a repository above the folder. A ``.git`` that is a file (a
+worktree, a submodule, any ``gitdir:`` link) or a symlink, and object stores that lead outside the
+folder (``objects/info/alternates``, ``commondir``, a symlinked ``objects`` folder or pack), are
+refused: each of them lets a path name one repository while git reads another's objects. Which
+folders a tenant may open is :func:`ragline.ingest.roots.admit_repository`'s decision.
+
 Which tracked files are indexed is decided here too, from the path and size alone
 (:func:`path_skip_reason`: vendored, lock, minified and generated files, include/exclude globs,
 a size cap) and then from the bytes (:func:`content_skip_reason`: binary, minified, generated
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -79,6 +88,24 @@ class GitError(RuntimeError):
     """git failed: not a repository, an unknown ref, a clone that could not be fetched."""
 
 
+class RepositoryRefused(GitError):
+    """The folder is not a repository ragline opens: not one at all, or one whose git dir or objects
+    lie elsewhere (a ``.git`` file or symlink, alternates or a ``commondir`` outside it)."""
+
+
+@dataclass(frozen=True)
+class Repository:
+    """A repository opened by :func:`open_repository`: the folder named (``root``, resolved), its git
+    dir, and its work tree (None for a bare repository). Every command below runs on one."""
+
+    root: Path
+    git_dir: Path
+    work_tree: Path | None
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+
 @dataclass(frozen=True)
 class TreeEntry:
     path: str
@@ -107,33 +134,161 @@ def check_ref(ref: str) -> str:
     return ref
 
 
-def _env(protocols: str = "https:ssh:git:file") -> dict[str, str]:
-    env = dict(os.environ)
+#: variables that would make git read another repository, object store or index than the one named
+_REPOSITORY_ENV = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_INDEX_FILE",
+    "GIT_NAMESPACE",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+)
+#: alternates of alternates git follows at most (its own limit)
+_ALTERNATE_DEPTH = 5
+
+
+def _env(protocols: str = "https:ssh:git:file", ceiling: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _REPOSITORY_ENV}
     env.update(
         GIT_TERMINAL_PROMPT="0",
         GIT_ALLOW_PROTOCOL=protocols,
         LC_ALL="C",
         GIT_OPTIONAL_LOCKS="0",
     )
+    if ceiling is not None:  # no repository discovered above the folder git runs in
+        env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
     return env
 
 
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _check_objects(objects: Path, root: Path, depth: int = 0) -> None:
+    """``objects`` (an object store of the repository at ``root``) and everything git would read
+    through it lie inside ``root``: the folder itself, its symlinked entries and packs, and its
+    alternates (recursively). :class:`RepositoryRefused` otherwise."""
+    real = _real(objects)
+    if not _inside(real, root):
+        raise RepositoryRefused(f"{root}: its objects folder leads outside it ({real}), refused")
+    for folder in (real, real / "pack"):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink() and not _inside(_real(Path(entry.path)), root):
+                raise RepositoryRefused(f"{root}: {entry.path} is a symlink out of the repository, refused")
+    try:
+        lines = (real / "info" / "alternates").read_text("utf-8", "replace").splitlines()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise RepositoryRefused(f"{root}: cannot read its alternates ({exc.strerror}), refused") from None
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        alternate = _real(real / line)
+        if depth >= _ALTERNATE_DEPTH or not _inside(alternate, root):
+            raise RepositoryRefused(
+                f"{root}: objects/info/alternates reads objects outside the repository ({alternate}), refused"
+            )
+        _check_objects(alternate, root, depth + 1)
+
+
+def _is_bare(path: Path) -> bool:
+    try:
+        head, objects, refs = (os.lstat(path / n).st_mode for n in ("HEAD", "objects", "refs"))
+    except OSError:
+        return False
+    return stat.S_ISREG(head) and stat.S_ISDIR(objects) and stat.S_ISDIR(refs)
+
+
+def open_repository(path: Path) -> Repository:
+    """The repository at exactly ``path`` (see the module docstring); :class:`RepositoryRefused`
+    for a folder that is not one, or whose ``.git``, common dir or object stores lead elsewhere."""
+    root = _real(Path(path).expanduser())
+    dotgit = root / ".git"
+    try:
+        mode = os.lstat(dotgit).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise RepositoryRefused(f"{root}: cannot read .git ({exc.strerror})") from None
+    if mode is not None and stat.S_ISLNK(mode):
+        raise RepositoryRefused(f"{root}: .git is a symlink (to {_real(dotgit)}), refused")
+    if mode is not None and not stat.S_ISDIR(mode):
+        raise RepositoryRefused(
+            f"{root}: .git is a file (a worktree, a submodule or a gitdir link to another repository),"
+            " refused: ingest the repository it belongs to"
+        )
+    if mode is not None:
+        repo = Repository(root, dotgit, root)
+    elif _is_bare(root):
+        repo = Repository(root, root, None)
+    else:
+        raise RepositoryRefused(
+            f"{root} is not a git repository: no .git folder in it and not a bare repository"
+            " (a folder inside a repository is not one)"
+        )
+    common = repo.git_dir
+    try:
+        pointer = (repo.git_dir / "commondir").read_text("utf-8", "replace").strip()
+    except FileNotFoundError:
+        pointer = None
+    except OSError as exc:
+        raise RepositoryRefused(f"{root}: cannot read its commondir ({exc.strerror}), refused") from None
+    if pointer is not None:
+        common = _real(repo.git_dir / pointer)
+        if not _inside(common, root):
+            raise RepositoryRefused(f"{root}: its commondir leads outside it ({common}), refused")
+    _check_objects(common / "objects", root)
+    return repo
+
+
+def _opened(repo: Repository | Path) -> Repository:
+    return repo if isinstance(repo, Repository) else open_repository(repo)
+
+
 def run(
-    repo: Path | None,
+    repo: Repository | Path | None,
     *args: str,
     timeout: float = 300.0,
     input: bytes | None = None,
     protocols: str = "https:ssh:git:file",
     config: Iterable[str] = (),
+    cwd: Path | None = None,
 ) -> bytes:
-    """``git [config] -C repo args`` with the safe options; its stdout, or :class:`GitError` with its
-    stderr. ``protocols`` is what ``GIT_ALLOW_PROTOCOL`` permits."""
+    """``git [config] --git-dir=... [--work-tree=...] args`` with the safe options; its stdout, or
+    :class:`GitError` with its stderr. A path is opened with :func:`open_repository` first; without a
+    repository (a clone) git runs in ``cwd`` and discovers nothing above it. ``protocols`` is what
+    ``GIT_ALLOW_PROTOCOL`` permits."""
     cmd = ["git", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off", *config]
     if repo is not None:
-        cmd += ["-C", str(repo)]
+        opened = _opened(repo)
+        cmd.append(f"--git-dir={opened.git_dir}")
+        if opened.work_tree is not None:
+            cmd.append(f"--work-tree={opened.work_tree}")
+        cwd = opened.root
+    ceiling = cwd.parent if cwd is not None else None
     try:
         out = subprocess.run(
-            [*cmd, *args], capture_output=True, timeout=timeout, env=_env(protocols), input=input, check=False
+            [*cmd, *args],
+            capture_output=True,
+            timeout=timeout,
+            env=_env(protocols, ceiling),
+            input=input,
+            check=False,
+            cwd=cwd,
         )
     except subprocess.TimeoutExpired:
         raise GitError(f"git {args[0]} timed out after {timeout:.0f} s") from None
@@ -146,13 +301,15 @@ def run(
 
 
 def is_repository(path: Path) -> bool:
-    """A work tree with ``.git`` (a folder, or a file for worktrees and submodules) or a bare repository."""
+    """A work tree with ``.git`` (a folder, or a file for worktrees and submodules) or a bare
+    repository: what the CLI ingests as a repository (:func:`open_repository` then decides whether
+    it may be opened)."""
     if (path / ".git").exists():
         return True
     return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
 
 
-def resolve_commit(repo: Path, ref: str = "HEAD", timeout: float = 300.0) -> str:
+def resolve_commit(repo: Repository | Path, ref: str = "HEAD", timeout: float = 300.0) -> str:
     """The commit id ``ref`` names in ``repo``."""
     check_ref(ref)
     out = run(
@@ -161,7 +318,7 @@ def resolve_commit(repo: Path, ref: str = "HEAD", timeout: float = 300.0) -> str
     return out.decode().strip()
 
 
-def commit_exists(repo: Path, commit: str, timeout: float = 300.0) -> bool:
+def commit_exists(repo: Repository | Path, commit: str, timeout: float = 300.0) -> bool:
     """Whether ``repo`` holds ``commit`` (a force-push may have removed a recorded one)."""
     try:
         run(repo, "cat-file", "-e", f"{check_ref(commit)}^{{commit}}", timeout=timeout)
@@ -170,13 +327,13 @@ def commit_exists(repo: Path, commit: str, timeout: float = 300.0) -> bool:
     return True
 
 
-def commit_time_ns(repo: Path, commit: str, timeout: float = 300.0) -> int:
+def commit_time_ns(repo: Repository | Path, commit: str, timeout: float = 300.0) -> int:
     """The committer time of ``commit`` in Unix nanoseconds (the unit of every document version)."""
     out = run(repo, "show", "-s", "--format=%ct", check_ref(commit), "--", timeout=timeout)
     return int(out.decode().strip()) * 1_000_000_000
 
 
-def list_tree(repo: Path, commit: str, timeout: float = 300.0) -> list[TreeEntry]:
+def list_tree(repo: Repository | Path, commit: str, timeout: float = 300.0) -> list[TreeEntry]:
     """Every file tracked at ``commit`` with its blob id and size (symlinks and submodules left out)."""
     out = run(repo, "ls-tree", "-r", "-l", "-z", "--full-tree", check_ref(commit), timeout=timeout)
     entries = []
@@ -191,7 +348,7 @@ def list_tree(repo: Path, commit: str, timeout: float = 300.0) -> list[TreeEntry
     return entries
 
 
-def read_blob(repo: Path, commit: str, path: str, limit: int, timeout: float = 300.0) -> bytes:
+def read_blob(repo: Repository | Path, commit: str, path: str, limit: int, timeout: float = 300.0) -> bytes:
     """The bytes of ``path`` at ``commit``; :class:`GitError` when the path is not there or the blob is
     larger than ``limit`` (checked before it is read)."""
     spec = f"{check_ref(commit)}:{path}"
@@ -201,7 +358,7 @@ def read_blob(repo: Path, commit: str, path: str, limit: int, timeout: float = 3
     return run(repo, "cat-file", "blob", spec, timeout=timeout)
 
 
-def read_blobs(repo: Path, blobs: Iterable[str], timeout: float = 300.0) -> dict[str, bytes]:
+def read_blobs(repo: Repository | Path, blobs: Iterable[str], timeout: float = 300.0) -> dict[str, bytes]:
     """Several blobs by id in one ``git cat-file --batch`` (for content checks at listing time)."""
     ids = list(dict.fromkeys(blobs))
     if not ids:
@@ -221,7 +378,7 @@ def read_blobs(repo: Path, blobs: Iterable[str], timeout: float = 300.0) -> dict
     return found
 
 
-def diff(repo: Path, before: str | None, after: str, timeout: float = 300.0) -> list[Change]:
+def diff(repo: Repository | Path, before: str | None, after: str, timeout: float = 300.0) -> list[Change]:
     """What changed from ``before`` to ``after`` (``git diff --name-status -M``); every tracked file as
     added when ``before`` is None or the all-zero id of a new branch."""
     if before is None or ZERO_COMMIT.fullmatch(before):
@@ -304,14 +461,17 @@ def sync_clone(
     """A bare clone of ``url`` at ``dest``, created or fetched (branches and tags, pruned), with
     ``config`` options and the transports ``protocols`` allows. A URL from a source goes through
     :func:`ragline.ingest.clone_guard.sync_guarded`, which checks it and sets both."""
-    clone_target(url)  # a transport git must never run (ext::, fd::) or an option
+    if clone_target(url).scheme == "file":  # (ext::, fd::, an option: refused by clone_target)
+        local = Path(url.removeprefix("file://"))
+        if not local.is_file():  # a bundle holds its own objects; a folder is opened like any repository
+            open_repository(local)
     if not (dest / "HEAD").is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)
         args = ("clone", "--bare", "--quiet", "--", url, str(dest))
-        run(None, *args, timeout=timeout, protocols=protocols, config=config)
+        run(None, *args, timeout=timeout, protocols=protocols, config=config, cwd=dest.parent)
     else:
         run(
-            dest,
+            open_repository(dest),
             "fetch",
             "--quiet",
             "--prune",

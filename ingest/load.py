@@ -20,7 +20,7 @@ from pathlib import Path
 from ragline.ingest import git, roots
 from ragline.ingest.fetch import FetchPolicy, redact
 from ragline.ingest.parse import BINARY_FORMATS, SUPPORTED, ParseError
-from ragline.ingest.sources import configured_sources, fetch_url, git_source_dirs, parse_git_uri
+from ragline.ingest.sources import configured_sources, fetch_url, parse_git_uri
 from ragline.shared.contracts import IngestRequest
 from ragline.shared.settings import get_settings
 
@@ -171,18 +171,17 @@ def _load(req: IngestRequest) -> Loaded:
 
 
 def load_git(req: IngestRequest) -> Loaded:
-    """A file of a repository at a commit. The repository must be a root allowed for the tenant
-    (a configured git source, a granted root) like any local path; its title is its path in the
-    repository, the module of its code chunks."""
+    """A file of a repository at a commit. The repository is opened for the tenant by
+    :func:`ragline.ingest.roots.admit_repository` (a granted root or a configured git source itself,
+    read at exactly that folder); its title is its path in the repository, the module of its code
+    chunks."""
     repo, commit, rel = parse_git_uri(req.uri or "")
     fmt = req.fmt or SUPPORTED.get(Path(rel).suffix.lower())
     if fmt is None:
         raise ParseError(f"unsupported file type {Path(rel).suffix or '(none)'!r}")
-    real = roots.resolve(repo)
-    if real not in git_source_dirs(req.tenant) and roots.root_for(req.tenant, real) is None:
-        raise ParseError(f"repository outside the allowed ingest roots of this tenant: {repo}")
     try:
-        data = git.read_blob(real, commit, rel, size_limit(fmt), get_settings().code.git_timeout_s)
+        opened = roots.admit_repository(req.tenant, repo)
+        data = git.read_blob(opened, commit, rel, size_limit(fmt), get_settings().code.git_timeout_s)
     except git.GitError as exc:
         raise ParseError(str(exc)) from None
     return Loaded(data, fmt, rel, req.path or rel)

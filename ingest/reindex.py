@@ -4,7 +4,7 @@ The comparison is cheap: a source lists ``(doc_id, version, fingerprint)`` and t
 the fingerprint of the last ingest in ``documents.metadata->>'source_fp'``; an unchanged document
 is not even enqueued, so a reindex with nothing changed sends no text to the embedder. One reindex
 runs at a time (advisory lock); the scheduled tick and ``ragline reindex`` share this code. A source
-whose ``acl`` changed gives it to its documents through the ACL-only path (:func:`apply_source_acl`).
+whose ``acl`` changed gives it to its documents through the ACL-only path (:func:`unchanged_source_acl`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from pathlib import Path
 
 import psycopg
 
-from ragline.ingest.acl_sync import apply_ingest_acls
 from ragline.ingest.enqueue import send_in_batches
-from ragline.ingest.events import delete_document
+from ragline.ingest.events import apply_source_acl, delete_document
 from ragline.ingest.load import read_local, size_limit
 from ragline.ingest.parse import SUPPORTED, ParseError
 from ragline.ingest.roots import resolve
@@ -142,16 +141,14 @@ def tie_break(conn: psycopg.Connection, spec: SourceSpec, p: Plan, stored: dict[
     return len(touched)
 
 
-def apply_source_acl(
+def unchanged_source_acl(
     conn: psycopg.Connection, spec: SourceSpec, listing: Listing, stored: dict[str, dict]
 ) -> int:
     """The source's ``acl`` for its stored documents, changed or not (an unchanged one is never
-    enqueued), through the ACL-only path: it replaces their permissions only when it differs from
-    what their last ingest asked for, so listing again with the same ``acl`` never undoes a later
-    ``acl sync`` of one document. Returns how many documents' permissions changed."""
+    enqueued), through :func:`ragline.ingest.events.apply_source_acl`, the ACL-only path a git sync
+    takes too. Returns how many documents' permissions changed."""
     ours = [i.doc_id for i in listing.items if (stored.get(i.doc_id) or {}).get("source") == spec.name]
-    outcomes = apply_ingest_acls(conn, [(spec.tenant, d, list(spec.acl), None) for d in ours], path="reindex")
-    return sum(1 for o in outcomes.values() if o == "updated")
+    return apply_source_acl(conn, spec, ours, "reindex")
 
 
 def request_for(spec: SourceSpec, item: Listed, version: int, job_id: str | None) -> IngestRequest:
@@ -245,7 +242,7 @@ def reindex(
             stored = stored_state(conn, spec.tenant, spec.name, [i.doc_id for i in listing.items])
             p = plan(listing, stored, spec.name)
             touched = tie_break(conn, spec, p, stored)
-            acl_updated = apply_source_acl(conn, spec, listing, stored)
+            acl_updated = unchanged_source_acl(conn, spec, listing, stored)
             plans.append((spec, p))
             if spec.kind == "git" and listing.commit:
                 commits.append((spec, listing.commit, p))

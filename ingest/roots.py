@@ -10,6 +10,13 @@ The grant is tied to database access on purpose: a producer (a chat backend send
 ingest tasks) holds only Redis credentials, the operator's CLI holds the database, so a path in a
 payload can never grant itself. Roots are stored and compared resolved (absolute, ``..`` and
 symlinks resolved), so a symlink inside a root cannot lead a task out of it.
+
+A git repository is stricter (:func:`admit_repository`, the one decision every git path takes: the
+CLI's repository ingest, a configured git source listed or pushed to, a ``git:`` document address,
+a clone fetched): it must *be* one of these roots or a configured git source of the tenant, not lie
+somewhere below one, and it is opened at exactly that folder (``ingest/git.py``,
+:func:`~ragline.ingest.git.open_repository`). A folder below a root may be a tenant's own upload,
+and a ``.git`` placed there (a gitdir file, alternates) would make git read any repository.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ from pathlib import Path
 
 import psycopg
 
-from ragline.ingest.sources import SourceSpec, configured_sources
+from ragline.ingest import git
+from ragline.ingest.source_spec import SourceSpec, configured_sources, repository_dir
 from ragline.shared import db
 from ragline.shared.settings import get_settings
 
@@ -61,6 +69,32 @@ def root_for(tenant: str, path: Path) -> Path | None:
         return found
     with db.connection() as conn:
         return containing_root(path, granted_roots(conn, tenant))
+
+
+def repository_roots(tenant: str) -> list[Path]:
+    """The folders a ``tenant``'s git reads may open without asking the database: the settings' roots
+    and the repositories (folders or clones) of its configured git sources."""
+    specs = configured_sources(get_settings().lifecycle.sources)
+    return static_roots(tenant) + [repository_dir(s) for s in specs if s.kind == "git" and s.tenant == tenant]
+
+
+def admit_repository(tenant: str, path: str | os.PathLike) -> git.Repository:
+    """The repository at ``path`` opened for ``tenant``, or :class:`~ragline.ingest.git.RepositoryRefused`.
+
+    ``path`` (resolved) must be a root of the tenant itself, or the repository of one of its
+    configured git sources: a folder below a root is refused, whatever it holds. It is then opened
+    by :func:`~ragline.ingest.git.open_repository`, which refuses a ``.git`` file or symlink and
+    object stores outside the folder."""
+    real = resolve(path)
+    if real not in repository_roots(tenant):
+        with db.connection() as conn:
+            granted = granted_roots(conn, tenant)
+        if real not in granted:
+            raise git.RepositoryRefused(
+                f"repository {path} is not a root of tenant {tenant}: a git address names a granted"
+                " root (`ragline ingest REPO`) or a configured git source itself, not a folder below one"
+            )
+    return git.open_repository(real)
 
 
 def grant_roots(tenant: str, paths: Iterable[str | os.PathLike], granted_by: str = "cli") -> list[Path]:

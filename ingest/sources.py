@@ -18,20 +18,21 @@ taken as "the document vanished", so a network blip or an unmounted disk prunes 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ragline.ingest import git
+from ragline.ingest import git, roots
 from ragline.ingest.clone_guard import sync_guarded
-from ragline.ingest.fetch import FetchPolicy, FetchRefused, host_allowed, redact, request
+from ragline.ingest.fetch import FetchPolicy, FetchRefused, redact, request
 from ragline.ingest.parse import SUPPORTED, ParseError
-from ragline.shared.contracts import Group, Ident
+from ragline.ingest.source_spec import SourceSpec as SourceSpec
+from ragline.ingest.source_spec import clone_dir as clone_dir
+from ragline.ingest.source_spec import configured_sources as configured_sources
+from ragline.ingest.source_spec import repository_dir
 from ragline.shared.settings import get_settings
 
 MAX_FETCH_BYTES = 64 * 1024 * 1024
@@ -39,58 +40,6 @@ MAX_FETCH_BYTES = 64 * 1024 * 1024
 
 class SourceUnavailable(RuntimeError):
     """The source cannot be listed at all (missing folder): skip it, prune nothing."""
-
-
-class SourceSpec(BaseModel):
-    """One entry of ``RAGLINE_SOURCES``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: Ident
-    kind: Literal["folder", "urls", "git"]
-    tenant: Ident
-    acl: list[Group] = Field(default_factory=list)
-    layer: str = "docs"
-    path: Path | None = None
-    glob: str = "**/*"
-    urls: list[str] = Field(default_factory=list)
-    # hosts its URLs and their redirects may reach ("docs.example.org", "*.example.org"); empty = any public host
-    allowed_hosts: list[str] = Field(default_factory=list)
-    # git: a clone URL (instead of a local repository in 'path'), the ref indexed, globs of tracked files
-    # to index / leave out, and whether the default skip rules (vendored, lock, minified, generated) apply
-    url: str | None = Field(default=None, max_length=4096)
-    ref: str = Field(default="HEAD", max_length=255)
-    include: list[str] = Field(default_factory=list)
-    exclude: list[str] = Field(default_factory=list)
-    skip_defaults: bool = True
-
-    @model_validator(mode="after")
-    def _kind_fields(self) -> SourceSpec:
-        if self.kind == "folder" and self.path is None:
-            raise ValueError(f"source {self.name!r}: a folder source needs 'path'")
-        if self.kind == "git":
-            if (self.path is None) == (self.url is None):
-                raise ValueError(f"source {self.name!r}: a git source needs 'path' (a repository) or 'url'")
-            if self.url is not None and self.url.startswith("-"):
-                raise ValueError(f"source {self.name!r}: not a clone URL")
-            git.check_ref(self.ref)
-        if self.kind == "urls":
-            bad = [u for u in self.urls if not u.startswith(("http://", "https://"))]
-            if bad:
-                raise ValueError(f"source {self.name!r}: not an http(s) URL: {bad[0]!r}")
-            off = [
-                u for u in self.urls if self.allowed_hosts and not host_allowed(_host(u), self.allowed_hosts)
-            ]
-            if off:
-                raise ValueError(f"source {self.name!r}: URL outside allowed_hosts: {redact(off[0])!r}")
-        return self
-
-
-def _host(url: str) -> str:
-    try:
-        return httpx.URL(url).host
-    except (httpx.InvalidURL, ValueError):
-        return ""
 
 
 @dataclass(frozen=True)
@@ -204,17 +153,6 @@ def parse_git_uri(uri: str) -> tuple[Path, str, str]:
     return Path(repo), m.group(1), tail[m.end() :]
 
 
-def clone_dir(spec: SourceSpec) -> Path:
-    """Where a git source's clone URL is kept: ``<home>/git/<tenant>/<name>.git``."""
-    return get_settings().home_dir / "git" / spec.tenant / f"{spec.name}.git"
-
-
-def git_source_dirs(tenant: str) -> list[Path]:
-    """The repositories of ``tenant``'s configured git sources (their folders or clones)."""
-    specs = configured_sources(get_settings().lifecycle.sources)
-    return [GitSource(s).repo_dir() for s in specs if s.kind == "git" and s.tenant == tenant]
-
-
 class GitSource:
     """A repository at a ref: its tracked files minus the skip rules (``ingest/git.py``)."""
 
@@ -223,24 +161,22 @@ class GitSource:
         self.timeout = timeout or get_settings().code.git_timeout_s
 
     def repo_dir(self) -> Path:
-        if self.spec.path is not None:
-            return Path(self.spec.path).expanduser().resolve()
-        return clone_dir(self.spec)
+        return repository_dir(self.spec)
 
-    def sync(self) -> Path:
-        """The repository, cloned or fetched first for a URL; ``SourceUnavailable`` when it cannot be had."""
+    def sync(self) -> git.Repository:
+        """The repository, cloned or fetched first for a URL, opened through
+        :func:`ragline.ingest.roots.admit_repository` (the source's tenant may read it, and git reads
+        nothing outside it); ``SourceUnavailable`` when it cannot be had or is refused."""
         repo = self.repo_dir()
         try:
             if self.spec.url is not None:  # checked like any fetched URL (ingest/clone_guard.py)
-                return sync_guarded(self.spec.url, repo, self.timeout, source_policy(self.spec))
+                sync_guarded(self.spec.url, repo, self.timeout, source_policy(self.spec))
+            return roots.admit_repository(self.spec.tenant, repo)
         except (git.GitError, FetchRefused, ValueError) as exc:
             raise SourceUnavailable(git.redact_url(str(exc))) from None
-        if not git.is_repository(repo):
-            raise SourceUnavailable(f"{repo} is not a git repository")
-        return repo
 
     def select(
-        self, repo: Path, entries: list[git.TreeEntry]
+        self, repo: git.Repository, entries: list[git.TreeEntry]
     ) -> tuple[list[git.TreeEntry], list[tuple[str, str]]]:
         """The entries to index and the skipped ones with their reason: path rules first, then the
         bytes of the rest (read in one ``git cat-file --batch``)."""
@@ -278,7 +214,9 @@ class GitSource:
             kept, skipped = self.select(repo, git.list_tree(repo, commit, self.timeout))
         except git.GitError as exc:
             raise SourceUnavailable(str(exc)) from None
-        items = [Listed(e.path, version, e.blob, git_uri(repo, commit, e.path), e.path, e.size) for e in kept]
+        items = [
+            Listed(e.path, version, e.blob, git_uri(repo.root, commit, e.path), e.path, e.size) for e in kept
+        ]
         return Listing(items, commit=commit, skipped=skipped)
 
 
@@ -288,15 +226,6 @@ def build_source(spec: SourceSpec, http_timeout: float = 10.0) -> Source:
     if spec.kind == "git":
         return GitSource(spec)
     return UrlListSource(spec, timeout=http_timeout)
-
-
-def configured_sources(raw: Iterable[dict]) -> list[SourceSpec]:
-    specs = [SourceSpec.model_validate(r) for r in raw]
-    names = [s.name for s in specs]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise ValueError(f"duplicate source names: {sorted(dup)}")
-    return specs
 
 
 def fetch_url(url: str, policy: FetchPolicy | None = None) -> tuple[bytes, str | None]:

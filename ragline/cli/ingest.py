@@ -230,6 +230,23 @@ def _ingest(
         raise typer.Exit(code)
 
 
+def sync_line(name: str, out: dict) -> str:
+    """One line for what ``sync_git_source`` did, whatever its outcome (pure): ``synced`` (files
+    queued), ``ignored_duplicate`` (the commit is the one indexed: only permissions may change) or
+    ``ignored_stale``; the counts it does not carry are 0."""
+    head = f"source {name} at {out['commit'][:12]}"
+    acl = f", {plural(out.get('acl_updated', 0), 'document')} given the new --acl"
+    if out["outcome"] == "ignored_duplicate":
+        return f"{head}: already indexed at this commit, no file queued{acl}"
+    if out["outcome"] != "synced":
+        recorded = out.get("recorded_commit")
+        return f"{head}: {out['outcome']}" + (f" (the commit indexed is {recorded[:12]})" if recorded else "")
+    return (
+        f"job {out['job_id']}: {head}: {out.get('enqueued', 0)} files queued, {out.get('unchanged', 0)}"
+        f" unchanged, {out.get('pruned', 0)} pruned, {out.get('skipped', 0)} skipped{acl}"
+    )
+
+
 def ingest_repository(
     repo: Path,
     tenant: str,
@@ -278,22 +295,21 @@ def ingest_repository(
         if as_json:
             print_json(out)
         else:
-            echo(
-                f"job {out['job_id']}: source {name} at {out['commit'][:12]}: {out['enqueued']} files queued,"
-                f" {out.get('unchanged', 0)} unchanged, {out.get('pruned', 0)} pruned, {out.get('skipped', 0)}"
-                f" skipped ({out['outcome']})"
-            )
+            echo(sync_line(name, out))
         return
     summary = wait_with_progress(out["job_id"], out["enqueued"], timeout, quiet=as_json)
     result = {k: summary[k] for k in SUMMARY_KEYS}
-    result.update(out, state=summary["state"])
+    # the files ingested report their own ACL outcomes; the unchanged ones got theirs from the sync
+    result.update({k: v for k, v in out.items() if k != "acl_updated"}, state=summary["state"])
+    result["acl_updated"] = summary["acl_updated"] + out.get("acl_updated", 0)
     code = job_exit_code(summary["state"])
     if as_json:
         print_json(result)
     else:
         echo(state_line(out["job_id"], summary["state"]))
         echo(
-            summary_line(summary) + f"; source {name} at {out['commit'][:12]}, {out.get('pruned', 0)} pruned"
+            summary_line(summary) + f"; source {name} at {out['commit'][:12]}, {out.get('pruned', 0)} pruned,"
+            f" {plural(out.get('acl_updated', 0), 'unchanged document')} given the new --acl"
         )
         for line in summary_details(summary):
             echo(line)

@@ -3,6 +3,7 @@ skip rules and the git source's listing."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -149,7 +150,23 @@ def test_content_rules_binary_minified_generated():
     assert git.content_skip_reason(own, 1000) is None
 
 
-def test_git_source_lists_tracked_files_minus_skipped(repo, tmp_path):
+@pytest.fixture()
+def configured(monkeypatch):
+    """Configure git sources (``RAGLINE_SOURCES``): the repositories a source's tenant may open
+    without the database (``roots.admit_repository``)."""
+    from ragline.shared.settings import reset_settings
+
+    def apply(*specs: SourceSpec) -> None:
+        raw = [s.model_dump(mode="json", exclude_defaults=True) | {"kind": s.kind} for s in specs]
+        monkeypatch.setenv("RAGLINE_SOURCES", json.dumps(raw))
+        reset_settings()
+
+    yield apply
+    monkeypatch.undo()
+    reset_settings()
+
+
+def test_git_source_lists_tracked_files_minus_skipped(repo, tmp_path, configured):
     write(
         repo,
         {
@@ -168,6 +185,10 @@ def test_git_source_lists_tracked_files_minus_skipped(repo, tmp_path):
     c1 = commit(repo, "one", 1_700_000_000)
     (repo / "untracked2.py").write_text("U = 2\n")  # never committed: not listed
     spec = SourceSpec(name="src", kind="git", tenant="t", path=repo)
+    spec2 = SourceSpec(
+        name="src2", kind="git", tenant="t", path=repo, skip_defaults=False, exclude=["docs/*"]
+    )
+    configured(spec, spec2)
     listing = GitSource(spec).list()
     assert listing.commit == c1
     paths = {i.path for i in listing.items}
@@ -184,18 +205,19 @@ def test_git_source_lists_tracked_files_minus_skipped(repo, tmp_path):
     assert item.version == 1_700_000_000 * 10**9
     assert parse_git_uri(item.uri) == (repo.resolve(), c1, "pkg/app.py")
     # the defaults can be turned off, and include/exclude narrow the listing
-    spec2 = SourceSpec(name="src", kind="git", tenant="t", path=repo, skip_defaults=False, exclude=["docs/*"])
     paths2 = {i.path for i in GitSource(spec2).list().items}
     assert {"vendor/dep.py", "web/big.js", "gen/api.go"} <= paths2 and "docs/guide.md" not in paths2
 
 
-def test_git_source_spec_and_uri_validation(tmp_path):
+def test_git_source_spec_and_uri_validation(tmp_path, configured):
     with pytest.raises(ValueError, match="needs 'path'"):
         SourceSpec(name="s", kind="git", tenant="t")
     with pytest.raises(ValueError, match="not a valid git ref"):
         SourceSpec(name="s", kind="git", tenant="t", url="https://example.org/r.git", ref="--all")
+    spec = SourceSpec(name="s", kind="git", tenant="t", path=tmp_path)
+    configured(spec)
     with pytest.raises(SourceUnavailable, match="not a git repository"):
-        GitSource(SourceSpec(name="s", kind="git", tenant="t", path=tmp_path)).list()
+        GitSource(spec).list()
     uri = git_uri(Path("/srv/a@b/repo"), "a" * 40, "x/y@z.py")
     assert parse_git_uri(uri) == (Path("/srv/a@b/repo"), "a" * 40, "x/y@z.py")
     for bad in ("git:/srv/repo:x.py", "/srv/repo@" + "a" * 40 + ":x.py", "git:/r@" + "a" * 40 + ":"):
