@@ -27,7 +27,7 @@ from psycopg.pq import TransactionStatus
 from ragline.ingest import git, store
 from ragline.ingest.acl_sync import apply_acl_sync, apply_ingest_acls, clock
 from ragline.ingest.enqueue import send_in_batches
-from ragline.ingest.sources import GitSource, SourceSpec, configured_sources, git_uri
+from ragline.ingest.sources import GitSource, SourceSpec, SourceUnavailable, configured_sources, git_uri
 from ragline.shared import jobs, replicas
 from ragline.shared.contracts import AclSyncItem, EventResult, IngestEvent, IngestRequest
 from ragline.shared.names import TASK_INGEST_DOCUMENT
@@ -153,9 +153,12 @@ def handle_push(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventRe
     )
     if spec is None or spec.kind != "git" or spec.tenant != ev.tenant:
         raise ValueError(f"push: tenant {ev.tenant!r} has no git source named {ev.source!r}")
-    out = sync_git_source(
-        conn, spec, ev.after or spec.ref, send_task, before=ev.before, event_version=ev.version
-    )
+    try:
+        out = sync_git_source(
+            conn, spec, ev.after or spec.ref, send_task, before=ev.before, event_version=ev.version
+        )
+    except SourceUnavailable as exc:  # nothing read, nothing pruned: the producer is told why
+        out = {"outcome": "unavailable", "source": spec.name, "error": str(exc)}
     return EventResult(
         type="push",
         tenant=ev.tenant,
@@ -281,9 +284,12 @@ def _sync_git_source(
             for e in kept
             if (s := stored.get(prefix + e.path)) is None or s["status"] != "ready" or s["fp"] != e.blob
         ]
-        # changed files too: their old content must not stay readable by the old groups meanwhile
+        # every file of the commit still indexed, the untouched ones and the changed ones (their old
+        # content must not stay readable by the old groups until their ingest runs)
         ready = [
-            prefix + e.path for e in kept if (stored.get(prefix + e.path) or {}).get("status") == "ready"
+            prefix + p
+            for p in sorted(entries)
+            if p not in gone and (stored.get(prefix + p) or {}).get("status") == "ready"
         ]
         acl_updated = apply_source_acl(conn, spec, ready, acl_path)
         version = max(

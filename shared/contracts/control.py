@@ -230,7 +230,11 @@ class EventResult(BaseModel):
     type: str
     tenant: str
     doc_id: str | None = None
-    outcome: Literal["enqueued", "deleted", "acl_applied", "ignored_stale", "ignored_duplicate", "synced"]
+    outcome: Literal[
+        "enqueued", "deleted", "acl_applied", "ignored_stale", "ignored_duplicate", "synced", "unavailable"
+    ] = Field(
+        description="unavailable: a push whose repository cannot be read or is refused (push.error says why)"
+    )
     task_id: str | None = None
     chunks_deleted: int = 0
     stored_version: int | None = Field(
