@@ -36,6 +36,17 @@ EXTERNAL_WORKER = False
 
 
 # ------------------------------------------------------------------------------------ machine
+#: every name the settings read the two server URLs from: a private stack ignores them all
+_URL_VARIABLES = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "RAGLINE_DATABASE_URL",
+    "RAGLINE_REDIS_URL",
+    "RAGLINE_SERVICES_DATABASE_URL",
+    "RAGLINE_SERVICES_REDIS_URL",
+)
+
+
 def machine(conn=None) -> dict[str, Any]:
     """Where the numbers come from: CPU, memory, load at start, versions."""
     import psutil
@@ -97,12 +108,10 @@ def embedded_stack() -> Iterator[Any]:
     Must run before anything caches settings pointing elsewhere (``run_all`` calls it first).
     """
     home = Path(tempfile.mkdtemp(prefix="rl-bench-"))
-    saved = {
-        k: os.environ.get(k)
-        for k in ("RAGLINE_HOME", "DATABASE_URL", "REDIS_URL", "RAGLINE_DATABASE_URL", "RAGLINE_REDIS_URL")
-    }
-    os.environ["RAGLINE_HOME"] = str(home)
-    for var in ("DATABASE_URL", "REDIS_URL", "RAGLINE_DATABASE_URL", "RAGLINE_REDIS_URL"):
+    saved = {k: os.environ.get(k) for k in ("RAGLINE_SERVICES_HOME", "RAGLINE_HOME", *_URL_VARIABLES)}
+    os.environ["RAGLINE_SERVICES_HOME"] = str(home)
+    os.environ.pop("RAGLINE_HOME", None)
+    for var in _URL_VARIABLES:
         os.environ.pop(var, None)
     os.environ.setdefault("UNSTRUCTURED_DISABLE_NOTICE", "1")
     from ragline.shared import db, providers, services

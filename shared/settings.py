@@ -1,21 +1,26 @@
 """One typed settings object for every process (CLI, ingest pool, query pool, beat).
 
 The settings are grouped by the stage that uses them: ``settings.chunk.max_chars``,
-``settings.embed.rpm``, ``settings.rerank.top_k``. The environment stays flat: every field names its
-variable as its ``validation_alias`` (``RAGLINE_CHUNK_MAX_CHARS``), and values come from those
-variables or from a ``.env`` file in the working directory. ``DATABASE_URL`` / ``REDIS_URL`` are also
-read without the prefix, because that is how platforms hand them out; when both are absent ragline
-runs its embedded services.
+``settings.embed.rpm``, ``settings.rerank.top_k``. The environment stays flat, and every variable
+name is derived, never written by hand: ``RAGLINE_<GROUP>_<FIELD>`` (``RAGLINE_EMBED_PROVIDER`` for
+``embed.provider``), so a name says where its setting lives. A field's ``validation_alias`` lists
+only the names it was read from before names were derived (``RAGLINE_EMBEDDER``): they are still
+read, with a :class:`DeprecationWarning` naming the new one; the derived name wins when both are
+set. A new field needs no alias. ``DATABASE_URL`` / ``REDIS_URL`` are read without the prefix and
+without a warning, because that is how platforms hand them out; when both are absent ragline runs
+its embedded services. Values come from the environment or a ``.env`` file in the working directory.
 
-Keyword overrides take a variable's name without the prefix, like ``use_settings`` in the tests
-(``Settings(chunk_max_chars=500)``), or a group (``Settings(chunk={"max_chars": 500})``); they win
-over the environment, which wins over ``.env``.
+Keyword overrides take a variable's name without the prefix, derived or old, like ``use_settings``
+in the tests (``Settings(chunk_max_chars=500)``, ``Settings(embedder="voyage")``), or a group
+(``Settings(chunk={"max_chars": 500})``); they win over the environment, which wins over ``.env``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
+import warnings
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -26,6 +31,14 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "RAGLINE_"
+#: the names platforms hand out, read as they are and never warned about
+PLATFORM_NAMES = frozenset({"DATABASE_URL", "REDIS_URL"})
+ENV_FILE = ".env"
+
+
+def env_name(group: str, name: str) -> str:
+    """The environment variable of the setting ``group.name``: ``RAGLINE_<GROUP>_<FIELD>``."""
+    return f"{ENV_PREFIX}{group}_{name}".upper()
 
 
 class _Group(BaseModel):
@@ -1121,6 +1134,7 @@ class Settings(BaseModel):
         if unknown:
             raise ValueError(f"unknown settings: {', '.join(unknown)}")
         groups: dict[str, Any] = {group: {} for group in cls.model_fields}
+        _warn_deprecated(_names_in_environment())
         found = _Environment().model_dump(exclude_unset=True)
         for key, value in [*found.items(), *((k, v) for k, v in data.items() if k in _BY_KEY)]:
             group, name = _BY_KEY[key]
@@ -1138,9 +1152,9 @@ class Settings(BaseModel):
 
     @staticmethod
     def env_names(field: FieldInfo) -> tuple[str, ...]:
-        """The environment variables of one setting, the preferred one first."""
-        alias = field.validation_alias
-        return tuple(alias.choices) if isinstance(alias, AliasChoices) else (alias,)
+        """The environment variables of one setting: its derived name first, then the old names
+        still read (:data:`DEPRECATED_NAMES`) and the platform names."""
+        return _ENV_NAMES[id(field)]
 
     def iter_values(self) -> Iterator[tuple[str, str, Any]]:
         """Every setting as ``(group, name, value)``."""
@@ -1195,25 +1209,67 @@ class Settings(BaseModel):
         return "threads" if local_model else "solo"
 
 
-def _key(field: FieldInfo) -> str:
-    """A setting's flat key: its preferred variable without the prefix, lower case (``chunk_max_chars``)."""
-    return Settings.env_names(field)[0].removeprefix(ENV_PREFIX).lower()
+def _declared_names(field: FieldInfo) -> tuple[str, ...]:
+    alias = field.validation_alias
+    if alias is None:
+        return ()
+    return tuple(alias.choices) if isinstance(alias, AliasChoices) else (alias,)  # type: ignore[arg-type]
+
+
+def _flat_key(variable: str) -> str:
+    """A variable's keyword: without the prefix, lower case (``chunk_max_chars``)."""
+    return variable.removeprefix(ENV_PREFIX).lower()
+
+
+_ENV_NAMES: dict[int, tuple[str, ...]] = {}
+#: old variable -> its derived replacement
+DEPRECATED_NAMES: dict[str, str] = {}
+_BY_KEY: dict[str, tuple[str, str]] = {}
+_ENV_FIELDS: dict[str, Any] = {}
+for _group, _name, _field in Settings.iter_fields():
+    _new = env_name(_group, _name)
+    _names = tuple(dict.fromkeys([_new, *_declared_names(_field)]))
+    _ENV_NAMES[id(_field)] = _names
+    DEPRECATED_NAMES.update({old: _new for old in _names[1:] if old not in PLATFORM_NAMES})
+    for _variable in _names:
+        if _BY_KEY.setdefault(_flat_key(_variable), (_group, _name)) != (_group, _name):
+            raise RuntimeError(f"{_variable} names two settings")
+    _env_field = copy.copy(_field)
+    _env_field.validation_alias = AliasChoices(*_names)
+    _ENV_FIELDS[_flat_key(_new)] = (_field.annotation, _env_field)
+del _group, _name, _field, _new, _names, _variable, _env_field
 
 
 class _EnvironmentBase(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+    model_config = SettingsConfigDict(env_file=ENV_FILE, env_file_encoding="utf-8", extra="ignore")
 
 
-# the flat view the environment and .env are read through: one field per setting, named by its flat
-# key and read from its variable(s), so pydantic-settings parses values (JSON lists, booleans) as before
-_Environment = create_model(
-    "Environment",
-    __base__=_EnvironmentBase,
-    **{_key(field): (field.annotation, copy.copy(field)) for _, _, field in Settings.iter_fields()},
-)
-_BY_KEY: dict[str, tuple[str, str]] = {
-    _key(field): (group, name) for group, name, field in Settings.iter_fields()
-}
+# the flat view the environment and .env are read through: one field per setting, named by its
+# derived key and read from every name it has, the derived one first, so pydantic-settings parses
+# values (JSON lists, booleans) as before
+_Environment = create_model("Environment", __base__=_EnvironmentBase, **_ENV_FIELDS)
+
+_warned: set[str] = set()
+
+
+def _names_in_environment() -> set[str]:
+    """The variables set in the environment or ``.env``, upper case (pydantic-settings reads them
+    case-insensitively)."""
+    names = {k.upper() for k in os.environ}
+    if Path(ENV_FILE).is_file():
+        from dotenv import dotenv_values  # pydantic-settings' own .env reader
+
+        names |= {k.upper() for k in dotenv_values(ENV_FILE)}
+    return names
+
+
+def _warn_deprecated(present: set[str]) -> None:
+    """One DeprecationWarning per old name in use, per process."""
+    for old in sorted((present & DEPRECATED_NAMES.keys()) - _warned):
+        _warned.add(old)
+        new = DEPRECATED_NAMES[old]
+        shadowed = " (ignored: both are set)" if new in present else ""
+        warnings.warn(f"{old} is deprecated{shadowed}: set {new}", DeprecationWarning, stacklevel=4)
 
 
 @lru_cache(maxsize=1)

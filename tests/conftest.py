@@ -15,7 +15,15 @@ import pytest
 
 _HOME = Path(tempfile.mkdtemp(prefix="rl-test-"))
 os.environ["RAGLINE_HOME"] = str(_HOME)
-for var in ("DATABASE_URL", "REDIS_URL", "RAGLINE_DATABASE_URL", "RAGLINE_REDIS_URL"):
+for var in (
+    "RAGLINE_SERVICES_HOME",  # the derived name would win over RAGLINE_HOME
+    "DATABASE_URL",
+    "REDIS_URL",
+    "RAGLINE_DATABASE_URL",
+    "RAGLINE_REDIS_URL",
+    "RAGLINE_SERVICES_DATABASE_URL",
+    "RAGLINE_SERVICES_REDIS_URL",
+):
     os.environ.pop(var, None)
 os.environ.setdefault("UNSTRUCTURED_DISABLE_NOTICE", "1")
 

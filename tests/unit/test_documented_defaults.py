@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ragline.shared.settings import Settings
+from ragline.shared.settings import DEPRECATED_NAMES, Settings, env_name
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- documented-defaults:begin -->", "<!-- documented-defaults:end -->"
@@ -50,15 +50,16 @@ def test_readme_default_is_the_settings_default(variable, written):
     )
 
 
+def test_the_readme_names_each_setting_by_its_current_variable():
+    old = {variable: DEPRECATED_NAMES[variable] for variable in documented() if variable in DEPRECATED_NAMES}
+    assert old == {}, f"README documents old names: {old}"
+
+
 def test_the_fusion_defaults_are_documented():
     """The fusion a default search runs is the claim the README got wrong before: it must be stated."""
     rows = documented()
-    for variable in (
-        "RAGLINE_FUSION",
-        "RAGLINE_FUSION_CODE",
-        "RAGLINE_CONVEX_WEIGHT_LEXICAL",
-        "RAGLINE_RRF_K",
-    ):
+    for setting in ("fusion", "fusion_code", "convex_weight_lexical", "rrf_k"):
+        variable = env_name("retrieval", setting)
         assert variable in rows, f"README's defaults table lacks {variable}"
 
 

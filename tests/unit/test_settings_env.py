@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from pydantic import SecretStr, ValidationError
 from typer.testing import CliRunner
 
 from ragline.cli.config import app as config_app
-from ragline.shared.settings import Settings, reset_settings
+from ragline.shared import settings as settings_module
+from ragline.shared.settings import DEPRECATED_NAMES, PLATFORM_NAMES, Settings, env_name, reset_settings
 
 SOURCES = [{"name": "wiki", "kind": "folder", "tenant": "acme", "acl": ["staff"], "path": "/data/wiki"}]
 
@@ -271,7 +273,8 @@ def _plain(value: object) -> object:
 
 def test_every_old_variable_is_still_declared():
     declared = {name for *_, field in Settings.iter_fields() for name in Settings.env_names(field)}
-    assert declared == {row[0] for row in OLD_VARIABLES}
+    derived = {env_name(group, name) for group, name, _ in Settings.iter_fields()}
+    assert declared == {row[0] for row in OLD_VARIABLES} | derived
     targets = {f"{group}.{name}" for group, name, _ in Settings.iter_fields()}
     assert targets == {row[2] for row in OLD_VARIABLES}
 
@@ -344,7 +347,7 @@ def test_constraints_are_checked(monkeypatch, tmp_path):
     with pytest.raises(ValidationError):
         Settings(lifecycle={"purge_schedule_s": 0})
     monkeypatch.setenv("RAGLINE_QUERY_POOL", "gevent")
-    with pytest.raises(ValidationError, match="RAGLINE_QUERY_POOL"):
+    with pytest.raises(ValidationError, match="RAGLINE_WORKERS_QUERY_POOL"):  # the derived name
         Settings()
 
 
@@ -362,3 +365,88 @@ def test_secrets_stay_masked(monkeypatch, tmp_path):
     assert shown["flower"]["password"] == "***"
     assert shown["chunk"]["max_chars"] == 800
     assert "pa-very-secret-key" not in out and "flower-very-secret" not in out
+
+
+# ------------------------------------------------------------------------------ derived names
+#: every setting once, by its derived name, with the value and expectation of its old variable
+DERIVED_VARIABLES = list(
+    {
+        path: (DEPRECATED_NAMES.get(variable, variable), raw, path, expected)
+        for variable, raw, path, expected in OLD_VARIABLES
+        if variable not in PLATFORM_NAMES
+    }.values()
+)
+
+
+def test_every_name_is_derived_from_its_group_and_field():
+    for group, name, field in Settings.iter_fields():
+        assert Settings.env_names(field)[0] == f"RAGLINE_{group.upper()}_{name.upper()}"
+    assert {row[2] for row in DERIVED_VARIABLES} == {f"{g}.{n}" for g, n, _ in Settings.iter_fields()}
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw", "path", "expected"), DERIVED_VARIABLES, ids=[r[0] for r in DERIVED_VARIABLES]
+)
+def test_derived_variable_reaches_its_field_without_a_warning(
+    monkeypatch, tmp_path, variable, raw, path, expected
+):
+    _clean_env(monkeypatch, tmp_path)
+    monkeypatch.setattr(settings_module, "_warned", set())
+    monkeypatch.setenv(variable, raw)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = _at(Settings(), path)
+    assert type(value) is type(expected) and _plain(value) == _plain(expected)
+    assert [w for w in caught if issubclass(w.category, DeprecationWarning)] == []
+
+
+DEPRECATED_ROWS = [row for row in OLD_VARIABLES if row[0] in DEPRECATED_NAMES]
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw", "path", "expected"), DEPRECATED_ROWS, ids=[r[0] for r in DEPRECATED_ROWS]
+)
+def test_an_old_variable_is_read_and_warned_about(monkeypatch, tmp_path, variable, raw, path, expected):
+    _clean_env(monkeypatch, tmp_path)
+    monkeypatch.setattr(settings_module, "_warned", set())
+    monkeypatch.setenv(variable, raw)
+    with pytest.warns(
+        DeprecationWarning, match=f"{variable} is deprecated: set {DEPRECATED_NAMES[variable]}"
+    ):
+        value = _at(Settings(), path)
+    assert _plain(value) == _plain(expected)
+
+
+def test_the_derived_name_wins_and_an_old_name_in_dotenv_warns_too(monkeypatch, tmp_path):
+    _clean_env(monkeypatch, tmp_path)
+    monkeypatch.setattr(settings_module, "_warned", set())
+    (tmp_path / ".env").write_text("RAGLINE_RRF_K=61\n")
+    monkeypatch.setenv("RAGLINE_EMBEDDER", "voyage")
+    monkeypatch.setenv("RAGLINE_EMBED_PROVIDER", "ollama")
+    with pytest.warns(DeprecationWarning) as caught:
+        s = Settings()
+    assert s.embed.provider == "ollama" and s.retrieval.rrf_k == 61
+    messages = sorted(str(w.message) for w in caught)
+    assert messages == [
+        "RAGLINE_EMBEDDER is deprecated (ignored: both are set): set RAGLINE_EMBED_PROVIDER",
+        "RAGLINE_RRF_K is deprecated: set RAGLINE_RETRIEVAL_RRF_K",
+    ]
+
+
+def test_platform_names_are_not_warned_about(monkeypatch, tmp_path):
+    _clean_env(monkeypatch, tmp_path)
+    monkeypatch.setattr(settings_module, "_warned", set())
+    monkeypatch.setenv("DATABASE_URL", "postgresql://platform/db")
+    monkeypatch.setenv("REDIS_URL", "redis://platform:6379/0")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s = Settings()
+    assert s.services.database_url == "postgresql://platform/db"
+    assert [w for w in caught if issubclass(w.category, DeprecationWarning)] == []
+
+
+def test_keyword_overrides_take_derived_and_old_keys(monkeypatch, tmp_path):
+    _clean_env(monkeypatch, tmp_path)
+    assert Settings(embed_provider="voyage").embed.provider == "voyage"
+    assert Settings(embedder="voyage").embed.provider == "voyage"
+    assert Settings(retrieval_rrf_k=7, chunk_max_chars=500).retrieval.rrf_k == 7
