@@ -12,6 +12,16 @@ document and producer in ``documents.acl_versions`` and only drops a change that
 than that producer's last applied one (a replay, a redelivery, an out-of-order older change),
 counted as stale (``ignored_stale``, ``rag_acl_changes{outcome="stale"}``).
 
+Who the producer is, is decided here alone (:func:`producer_key`), for every path (``acl set`` and
+``acl sync``, the client's ``sync_acl``, acl and upsert events): the sender the worker verified
+(``shared/sender.py``: the role whose key signed the message, or ``unsigned``), then the payload's
+``producer`` as a name within it. A payload can therefore never reach another sender's versions:
+a relay calling itself ``operator`` with a time in 2100 keeps only its own changes stale, and the
+contract refuses such a time anyway (``RAGLINE_LIFECYCLE_MAX_CLOCK_SKEW_S``). A request with ``force``
+(``ragline acl set --force``, the operator's way past its own stale versions) applies whatever the
+versions say; only :data:`MAY_FORCE` senders may send one, and every forced change is logged and
+counted (``rag_acl_changes{outcome="forced"}``) and kept in the job's record.
+
 The ACL an ingest asks for (``ragline ingest --acl``, a source's ``acl`` in ``RAGLINE_SOURCES``, an
 upsert event's) is remembered as ``documents.ingest_acl``; it replaces the stored permissions when
 it differs from what the last ingest asked for and no permission change was applied after the
@@ -39,8 +49,28 @@ from psycopg.types.json import Jsonb
 
 from ragline.shared.contracts import AclSyncItem
 from ragline.shared.metrics import ACL_CHANGES
+from ragline.shared.sender import UNSIGNED, WORKER
 
 log = logging.getLogger(__name__)
+
+#: the senders that may force a change past their versions: the operator, the workers, and anyone
+#: on an unsigned stack (where the Redis password already lets its holder send anything)
+MAY_FORCE = frozenset({"operator", WORKER, UNSIGNED})
+#: how many stale documents a result lists with their versions
+STALE_SHOWN = 100
+
+
+class ChangeRefused(ValueError):
+    """A permission change its sender may not make (a ``force`` from a relay)."""
+
+
+def producer_key(sender: str, item: AclSyncItem, default: str = "sync") -> str:
+    """The key a change's version is kept and compared under (pure): the verified ``sender``, the
+    payload's producer name within it (``default`` without one), and ``:ts`` when the version is
+    the change's time, so explicit versions and times never meet."""
+    key = f"{sender}/{item.producer or default}"
+    return key if item.version is not None else f"{key}:ts"
+
 
 # Doc items go in rounds of one item per document (several producers changing one document in one
 # batch: one round each, in batch order, so the later change wins unless it is stale). A round first
@@ -58,7 +88,7 @@ UPDATE documents d SET acl = i.acl, acl_seq = c.seq,
 FROM items i CROSS JOIN clock c
 WHERE d.tenant = i.tenant AND d.doc_id = i.doc_id
   AND (%(pending)s OR d.status <> 'deleted')
-  AND coalesce((d.acl_versions ->> i.producer)::bigint, -1) < i.version
+  AND (%(force)s OR coalesce((d.acl_versions ->> i.producer)::bigint, -1) < i.version)
 RETURNING d.tenant, d.doc_id
 """
 
@@ -74,7 +104,7 @@ FROM items i CROSS JOIN clock c
 ORDER BY i.tenant, i.doc_id
 ON CONFLICT (tenant, doc_id) DO UPDATE SET acl = EXCLUDED.acl, acl_seq = EXCLUDED.acl_seq,
     acl_versions = d.acl_versions || EXCLUDED.acl_versions, updated_at = now()
-WHERE (SELECT bool_and(coalesce((d.acl_versions ->> e.key)::bigint, -1) < e.value::bigint)
+WHERE %(force)s OR (SELECT bool_and(coalesce((d.acl_versions ->> e.key)::bigint, -1) < e.value::bigint)
        FROM jsonb_each_text(EXCLUDED.acl_versions) AS e)
 RETURNING d.tenant, d.doc_id, d.xmax = 0 AS created
 """
@@ -95,7 +125,7 @@ WITH items AS (
 ),
 matched AS (
     SELECT i.tenant, i.path_prefix, i.producer, i.acl, i.version, i.ord, d.doc_id,
-           coalesce((d.acl_versions ->> i.producer)::bigint, -1) < i.version AS fresh
+           %(force)s OR coalesce((d.acl_versions ->> i.producer)::bigint, -1) < i.version AS fresh
     FROM items i JOIN documents d
       ON d.tenant = i.tenant AND d.status <> 'deleted'
      AND d.path LIKE replace(replace(replace(i.path_prefix, '\\', '\\\\'), '%%', '\\%%'), '_', '\\_') || '%%'
@@ -111,7 +141,7 @@ applied AS (
         acl_versions = d.acl_versions || jsonb_build_object(w.producer, w.version), updated_at = now()
     FROM winners w CROSS JOIN clock c
     WHERE d.tenant = w.tenant AND d.doc_id = w.doc_id
-      AND coalesce((d.acl_versions ->> w.producer)::bigint, -1) < w.version
+      AND (%(force)s OR coalesce((d.acl_versions ->> w.producer)::bigint, -1) < w.version)
     RETURNING d.tenant, d.doc_id, w.path_prefix
 )
 SELECT 'applied' AS kind, tenant, doc_id, path_prefix FROM applied
@@ -129,6 +159,14 @@ UPDATE chunks c SET acl = d.acl, updated_at = now()
 FROM unnest(%(tenants)s::text[], %(docs)s::text[]) AS u(tenant, doc_id)
 JOIN documents d ON d.tenant = u.tenant AND d.doc_id = u.doc_id
 WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id AND c.acl IS DISTINCT FROM d.acl
+"""
+
+# the last applied version of each stale change's producer, which the change did not exceed
+STALE_SQL = """
+SELECT i.tenant, i.doc_id, i.producer, i.version, (d.acl_versions ->> i.producer)::bigint AS last_version
+FROM jsonb_to_recordset(%(items)s::jsonb) AS i(tenant text, doc_id text, producer text, version bigint)
+JOIN documents d ON d.tenant = i.tenant AND d.doc_id = i.doc_id
+ORDER BY i.tenant, i.doc_id
 """
 
 UNKNOWN_TENANTS_SQL = """
@@ -177,6 +215,8 @@ class SyncOutcome:
     pending: int = 0
     not_found: list[dict] = field(default_factory=list)
     unknown_tenants: list[str] = field(default_factory=list)
+    stale: list[dict] = field(default_factory=list)
+    forced: int = 0
 
     @property
     def lag_max(self) -> float | None:
@@ -187,25 +227,29 @@ class SyncOutcome:
         return round(sum(self.lags_s) / len(self.lags_s), 4) if self.lags_s else None
 
 
-def split_items(items: list[AclSyncItem]) -> tuple[list[dict], list[dict]]:
+def split_items(
+    items: list[AclSyncItem], sender: str = UNSIGNED, default: str = "sync"
+) -> tuple[list[dict], list[dict]]:
     """JSON rows for the doc_id statement and the path-prefix statement (pure).
 
-    One row per target and producer: the highest version (on a tie, the later item). ``ord`` is
-    the item's position in the batch; between producers, the later item wins.
+    One row per target and producer (:func:`producer_key` of ``sender``): the highest version (on a
+    tie, the later item). ``ord`` is the item's position in the batch; between producers, the later
+    item wins.
     """
     best: dict[tuple, dict] = {}
     for ord_, it in enumerate(items):
         target = ("doc_id", it.doc_id) if it.doc_id is not None else ("path_prefix", it.path_prefix)
+        producer = producer_key(sender, it, default)
         row = {
             "tenant": it.tenant,
             target[0]: target[1],
-            "producer": it.producer_key,
+            "producer": producer,
             "acl": sorted(set(it.acl)),
             "version": it.effective_version,
             "ts": it.ts,
             "ord": ord_,
         }
-        key = (it.tenant, *target, it.producer_key)
+        key = (it.tenant, *target, producer)
         if key not in best or row["version"] >= best[key]["version"]:
             best[key] = row
     rows = sorted(best.values(), key=lambda r: r["ord"])
@@ -226,14 +270,28 @@ def _rounds(rows: list[dict]) -> list[list[dict]]:
 
 
 def apply_acl_sync(
-    conn: psycopg.Connection, items: list[AclSyncItem], pending: bool = True, path: str = "sync"
+    conn: psycopg.Connection,
+    items: list[AclSyncItem],
+    pending: bool = True,
+    path: str = "sync",
+    *,
+    sender: str = UNSIGNED,
+    force: bool = False,
+    default_producer: str = "sync",
 ) -> SyncOutcome:
     """Apply a batch in one transaction; idempotent. Returns counts and per-item lag (event time -> commit).
 
     ``pending`` False reports documents that do not exist (and tenants without any) instead of
-    keeping the permission for a later first ingest. ``path`` labels the metric.
+    keeping the permission for a later first ingest. ``path`` labels the metric. ``sender`` is who
+    sent the batch as the worker verified it, never a payload's word; ``force`` (only
+    :data:`MAY_FORCE` senders: :class:`ChangeRefused` otherwise) applies changes whatever their
+    producer's last version, which they then replace.
     """
-    by_doc, by_prefix = split_items(items)
+    if force and sender not in MAY_FORCE:
+        raise ChangeRefused(
+            f"a {sender!r} sender may not force permission changes (only {sorted(MAY_FORCE)})"
+        )
+    by_doc, by_prefix = split_items(items, sender, default_producer)
     changed: set[tuple[str, str]] = set()
     targeted: set[tuple[str, str]] = set()
     ts_of: dict[tuple[str, str], float] = {}
@@ -247,11 +305,15 @@ def apply_acl_sync(
             for n, rows in enumerate(_rounds(by_doc)):
                 applied = {
                     (r["tenant"], r["doc_id"])
-                    for r in conn.execute(SYNC_DOCS_SQL, {"items": Jsonb(rows), "pending": pending})
+                    for r in conn.execute(
+                        SYNC_DOCS_SQL, {"items": Jsonb(rows), "pending": pending, "force": force}
+                    )
                 }
                 rest = [r for r in rows if (r["tenant"], r["doc_id"]) not in applied]
                 if rest and pending:  # new documents, tombstones, stale changes: decided on the row
-                    for r in conn.execute(SYNC_PENDING_SQL, {"items": Jsonb(rest)}).fetchall():
+                    for r in conn.execute(
+                        SYNC_PENDING_SQL, {"items": Jsonb(rest), "force": force}
+                    ).fetchall():
                         applied.add((r["tenant"], r["doc_id"]))
                         created += bool(r["created"])
                 elif rest and n == 0:  # a document missing here is missing in every round
@@ -272,7 +334,7 @@ def apply_acl_sync(
                     key = (r["tenant"], r["doc_id"])
                     ts_of[key] = max(ts_of.get(key, 0.0), r["ts"])
         if by_prefix:
-            rows = conn.execute(SYNC_BY_PREFIX_SQL, {"items": Jsonb(by_prefix)}).fetchall()
+            rows = conn.execute(SYNC_BY_PREFIX_SQL, {"items": Jsonb(by_prefix), "force": force}).fetchall()
             ts_by_prefix = {(r["tenant"], r["path_prefix"]): r["ts"] for r in by_prefix}
             for r in rows:
                 if r["kind"] == "missing":
@@ -304,15 +366,33 @@ def apply_acl_sync(
             for nf in not_found:
                 if nf["tenant"] in unknown:
                     nf["reason"] = "unknown tenant (it has no documents)"
-    stale = len(targeted - changed)
+        stale_docs = sorted(targeted - changed)
+        stale_rows = _stale_versions(conn, stale_docs[:STALE_SHOWN], by_doc, by_prefix) if stale_docs else []
+    stale = len(stale_docs)
     now = time.time()
-    _count(path, applied=len(changed) - created, pending=created, stale=stale, not_found=len(not_found))
+    forced = len(changed) - created if force else 0
+    _count(
+        path,
+        applied=len(changed) - created - forced,
+        pending=created,
+        stale=stale,
+        not_found=len(not_found),
+        forced=forced,
+    )
     if stale:
         log.info(
             "acl %s: %d change(s) ignored as stale (not newer than their producer's last applied change), e.g. %s",
             path,
             stale,
-            sorted(targeted - changed)[:3],
+            stale_rows[:3],
+        )
+    if forced:
+        log.warning(
+            "acl %s: %d document(s) changed by a forced request from %r, whatever their versions, e.g. %s",
+            path,
+            forced,
+            sender,
+            ordered[:3],
         )
     return SyncOutcome(
         len(items),
@@ -323,7 +403,38 @@ def apply_acl_sync(
         created,
         not_found,
         unknown,
+        stale_rows,
+        forced,
     )
+
+
+def _stale_versions(
+    conn: psycopg.Connection, docs: list[tuple[str, str]], by_doc: list[dict], by_prefix: list[dict]
+) -> list[dict]:
+    """For each stale document: the producer, the version it sent and the last one applied from it
+    (a prefix item counts for every document under it; the later item when several target one)."""
+    asked: dict[tuple[str, str], dict] = {}
+    wanted = set(docs)
+    for r in by_doc:
+        if (r["tenant"], r["doc_id"]) in wanted:
+            asked[(r["tenant"], r["doc_id"])] = r
+    if by_prefix:
+        for t, d in wanted - set(asked):
+            path = conn.execute(
+                "SELECT path FROM documents WHERE tenant = %s AND doc_id = %s", (t, d)
+            ).fetchone()
+            under = [
+                r
+                for r in by_prefix
+                if r["tenant"] == t and path and (path["path"] or "").startswith(r["path_prefix"])
+            ]
+            if under:
+                asked[(t, d)] = under[-1]
+    items = [
+        {"tenant": t, "doc_id": d, "producer": r["producer"], "version": r["version"]}
+        for (t, d), r in sorted(asked.items())
+    ]
+    return [dict(r) for r in conn.execute(STALE_SQL, {"items": Jsonb(items)}).fetchall()] if items else []
 
 
 def _count(path: str, **outcomes: int) -> None:

@@ -15,14 +15,14 @@ import logging
 
 from pydantic import BaseModel
 
-from ragline.ingest.acl_sync import apply_acl_sync
+from ragline.ingest.acl_sync import STALE_SHOWN, ChangeRefused, apply_acl_sync
 from ragline.ingest.events import handle_event
 from ragline.ingest.reindex import TOTALS, reindex, select_sources
 from ragline.ingest.retention import purge
 from ragline.ingest.store import pending_reembed
 from ragline.shared import db, jobs, replicas
 from ragline.shared.celery_app import app, send
-from ragline.shared.contracts import AclSyncRequest, AclSyncResult, EventResult, IngestEvent
+from ragline.shared.contracts import AclSyncRequest, AclSyncResult, ErrorResult, EventResult, IngestEvent
 from ragline.shared.metrics import ACL_SYNC_LAG_S, JOBS_STUCK
 from ragline.shared.names import (
     TASK_ACL_SYNC,
@@ -32,25 +32,36 @@ from ragline.shared.names import (
     TASK_REINDEX,
     TASK_STUCK_JOBS,
 )
+from ragline.shared.sender import UNSIGNED, sender_of
 from ragline.shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
 
-def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
-    """Apply a request in batches; record the lag per applied item and one job row per request."""
+def run_acl_sync(req: AclSyncRequest, record: bool = True, sender: str = UNSIGNED) -> AclSyncResult:
+    """Apply a request in batches; record the lag per applied item and one job row per request.
+    ``sender``: who sent it, as the worker verified it (``shared/sender.py``)."""
     size = get_settings().lifecycle.acl_sync_batch_size
-    totals = {"documents_updated": 0, "chunks_updated": 0, "ignored_stale": 0, "pending": 0}
+    totals = {"documents_updated": 0, "chunks_updated": 0, "ignored_stale": 0, "pending": 0, "forced": 0}
     not_found: list[dict] = []
+    stale: list[dict] = []
     unknown: set[str] = set()
     lags: list[float] = []
     with db.connection() as conn:
         for i in range(0, len(req.items), size):
-            out = apply_acl_sync(conn, req.items[i : i + size], pending=req.missing == "pending")
+            out = apply_acl_sync(
+                conn,
+                req.items[i : i + size],
+                pending=req.missing == "pending",
+                sender=sender,
+                force=req.force,
+            )
             totals["documents_updated"] += out.documents_updated
             totals["chunks_updated"] += out.chunks_updated
             totals["ignored_stale"] += out.ignored_stale
             totals["pending"] += out.pending
+            totals["forced"] += out.forced
+            stale += out.stale[: STALE_SHOWN - len(stale)]
             not_found += out.not_found
             unknown.update(out.unknown_tenants)
             lags += out.lags_s
@@ -62,6 +73,7 @@ def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
             items=len(req.items),
             **totals,
             not_found=not_found,
+            stale=stale,
             unknown_tenants=sorted(unknown),
             lag_s_max=round(max(lags), 4) if lags else None,
             lag_s_mean=round(sum(lags) / len(lags), 4) if lags else None,
@@ -73,7 +85,7 @@ def run_acl_sync(req: AclSyncRequest, record: bool = True) -> AclSyncResult:
                 conn,
                 "acl_sync",
                 tenants.pop() if len(tenants) == 1 else None,
-                result.model_dump(exclude={"job_id"}),
+                result.model_dump(exclude={"job_id"}) | {"sender": sender, "force": req.force},
                 total=len(req.items),
             )
     return result
@@ -98,16 +110,19 @@ def run_reindex(source_names: list[str] | None = None, kind: str = "reindex", re
     return out
 
 
-@app.task(name=TASK_ACL_SYNC, payload_model=AclSyncRequest)
-def acl_sync_task(req: AclSyncRequest) -> dict:
-    return run_acl_sync(req).model_dump()
+@app.task(name=TASK_ACL_SYNC, payload_model=AclSyncRequest, bind=True)
+def acl_sync_task(self, req: AclSyncRequest) -> dict:
+    try:
+        return run_acl_sync(req, sender=sender_of(self.request)).model_dump()
+    except ChangeRefused as exc:
+        return ErrorResult(error="refused", detail=str(exc)).model_dump()
 
 
-@app.task(name=TASK_INGEST_EVENT, payload_model=IngestEvent)
-def ingest_event_task(ev: IngestEvent) -> dict:
+@app.task(name=TASK_INGEST_EVENT, payload_model=IngestEvent, bind=True)
+def ingest_event_task(self, ev: IngestEvent) -> dict:
     """Idempotent: a replayed or out-of-order event is recognised by its version and ignored."""
     with db.connection() as conn:
-        result: BaseModel = handle_event(conn, ev, send)
+        result: BaseModel = handle_event(conn, ev, send, sender=sender_of(self.request))
         if isinstance(result, EventResult) and (
             result.outcome in ("deleted", "acl_applied") or result.acl_outcome == "applied"
         ):  # a delete or a permission change: done once the query pool's replicas serve it

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from ragline.ingest.file_names import record_refused, split_named
 from ragline.ingest.parse import SUPPORTED
 from ragline.shared import db, jobs
 from ragline.shared.celery_app import app
@@ -165,9 +166,14 @@ def send_in_batches(
 
 def enqueue_files(files: list[SourceFile], tenant: str, acl: list[str], batch_docs: int | None = None) -> str:
     """One job; the documents go out through :func:`send_in_batches`, each recording its source and
-    root folder (``documents.metadata``), which the ingest pool checks before writing over a doc id."""
+    root folder (``documents.metadata``), which the ingest pool checks before writing over a doc id.
+    A file whose name cannot be a doc id is a failed document of the job (``ingest/file_names.py``)."""
+    files, refused = split_named(files, lambda f: (f.doc_id, f.doc_id))
     with db.connection() as conn:
-        job_id = jobs.create_job(conn, "ingest", tenant, [f.doc_id for f in files], {"files": len(files)})
+        job_id = jobs.create_job(
+            conn, "ingest", tenant, [f.doc_id for f in files], {"files": len(files) + len(refused)}
+        )
+        record_refused(conn, job_id, tenant, refused)
     payloads, sizes = [], []
     for path, doc_id, source, root in files:
         try:

@@ -27,10 +27,12 @@ from psycopg.pq import TransactionStatus
 from ragline.ingest import git, store
 from ragline.ingest.acl_sync import apply_acl_sync, apply_ingest_acls, clock
 from ragline.ingest.enqueue import send_in_batches
+from ragline.ingest.file_names import record_refused, split_named
 from ragline.ingest.sources import GitSource, SourceSpec, SourceUnavailable, configured_sources, git_uri
 from ragline.shared import jobs, replicas
 from ragline.shared.contracts import AclSyncItem, EventResult, IngestEvent, IngestRequest
 from ragline.shared.names import TASK_INGEST_DOCUMENT
+from ragline.shared.sender import UNSIGNED
 from ragline.shared.settings import get_settings
 
 
@@ -83,8 +85,9 @@ def upsert_decision(state: dict | None, version: int) -> str | None:
     return None
 
 
-def handle_event(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventResult:
-    """Apply one event. ``send_task(name, payload) -> task id`` enqueues the ingestion of an upsert."""
+def handle_event(conn: psycopg.Connection, ev: IngestEvent, send_task, sender: str = UNSIGNED) -> EventResult:
+    """Apply one event. ``send_task(name, payload) -> task id`` enqueues the ingestion of an upsert;
+    ``sender`` is who sent the event as the worker verified it: the producer of its ACL."""
     base = {"type": ev.type, "tenant": ev.tenant, "doc_id": ev.doc_id}
     if ev.type == "push":
         return handle_push(conn, ev, send_task)
@@ -95,11 +98,11 @@ def handle_event(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventR
             **base, outcome=outcome, chunks_deleted=n, stored_version=stored["version"] if stored else None
         )
     if ev.type == "acl":
-        out = apply_acl_sync(conn, [event_acl(ev)], path="event")
+        out = apply_acl_sync(conn, [event_acl(ev)], path="event", sender=sender, default_producer="events")
         return EventResult(**base, outcome="acl_applied" if out.documents_updated else "ignored_stale")
     acl_outcome = None
     if ev.acl is not None:  # the permissions take effect now, whatever the content turns out to be
-        out = apply_acl_sync(conn, [event_acl(ev)], path="event")
+        out = apply_acl_sync(conn, [event_acl(ev)], path="event", sender=sender, default_producer="events")
         acl_outcome = "applied" if out.documents_updated else "ignored_stale"
     state = store.current_state(conn, ev.tenant, ev.doc_id)
     reason = upsert_decision(state, ev.version)
@@ -130,7 +133,8 @@ def handle_event(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventR
 
 
 def event_acl(ev: IngestEvent) -> AclSyncItem:
-    """The permission change an event carries, from its producer (default ``events``) at its version."""
+    """The permission change an event carries, named by its producer (default ``events``, within the
+    event's sender: ``acl_sync.producer_key``) at its version."""
     # built without validation: an upsert's version may be 0, which a sync item does not accept
     return AclSyncItem.model_construct(
         tenant=ev.tenant,
@@ -139,7 +143,7 @@ def event_acl(ev: IngestEvent) -> AclSyncItem:
         acl=list(ev.acl or []),
         version=ev.version,
         ts=ev.ts,
-        producer=ev.producer or "events",
+        producer=ev.producer,
     )
 
 
@@ -278,6 +282,7 @@ def _sync_git_source(
         too_long = [e for e in kept if len(prefix + e.path) > 512]
         skipped += [(e.path, "path longer than a doc id may be") for e in too_long]
         kept = [e for e in kept if e not in too_long]
+        kept, refused = split_named(kept, lambda e: (prefix + e.path, prefix + e.path))
         gone |= touched - {e.path for e in kept}  # now skipped: pruned if it was indexed
         todo = [
             e
@@ -305,6 +310,7 @@ def _sync_git_source(
             [prefix + e.path for e in todo],
             {"source": spec.name, "commit": commit, "base": base},
         )
+        record_refused(conn, job_id, spec.tenant, refused)
         pruned = 0
         for path in sorted(gone):
             s = stored.get(prefix + path)
@@ -350,6 +356,7 @@ def _sync_git_source(
         **counts,
         skipped=len(skipped),
         skipped_files=[{"path": p, "reason": r} for p, r in skipped[:100]],
+        refused_names=len(refused),
         enqueued=len(todo),
         unchanged=len(kept) - len(todo),
         pruned=pruned,

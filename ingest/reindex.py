@@ -19,6 +19,7 @@ import psycopg
 
 from ragline.ingest.enqueue import send_in_batches
 from ragline.ingest.events import apply_source_acl, delete_document
+from ragline.ingest.file_names import record_refused, split_named
 from ragline.ingest.load import read_local, size_limit
 from ragline.ingest.parse import SUPPORTED, ParseError
 from ragline.ingest.roots import resolve
@@ -232,6 +233,7 @@ def reindex(
         report: dict[str, dict] = {}
         plans: list[tuple[SourceSpec, Plan]] = []
         commits: list[tuple[SourceSpec, str, Plan]] = []
+        refusals: list[tuple[str, list[tuple[str, str]]]] = []
         for spec in specs:
             try:
                 listing = namespaced(spec, build_source(spec, http_timeout).list())
@@ -239,6 +241,8 @@ def reindex(
                 log.warning("source %s unavailable, nothing pruned: %s", spec.name, exc)
                 report[spec.name] = {"error": str(exc), "listed": 0, "enqueued": 0, "pruned": 0}
                 continue
+            listing.items, refused = split_named(listing.items, lambda i: (i.doc_id, i.path))
+            refusals.append((spec.tenant, refused))
             stored = stored_state(conn, spec.tenant, spec.name, [i.doc_id for i in listing.items])
             p = plan(listing, stored, spec.name)
             touched = tie_break(conn, spec, p, stored)
@@ -256,13 +260,16 @@ def reindex(
                 "enqueued": len(p.enqueue),
                 "pruned": 0,
                 "acl_updated": acl_updated,
-                "errors": listing.errors[:20],
+                "refused_names": len(refused),
+                "errors": (listing.errors + [e for _, e in refused])[:20],
             }
             jobs.heartbeat(conn, job_id, progress=True)
             conn.commit()
         for spec, p in plans:
             if p.enqueue:
                 jobs.add_documents(conn, job_id, spec.tenant, [i.doc_id for i, _, _ in p.enqueue])
+        for tenant, refused in refusals:  # after the documents to ingest: the job is not done yet
+            record_refused(conn, job_id, tenant, refused)
         conn.commit()
         for spec, p in plans:  # batch tasks: the chunks of a source's documents share embedding requests
             send_in_batches(

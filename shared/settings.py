@@ -1070,6 +1070,15 @@ class LifecycleSettings(_Group):
         validation_alias="RAGLINE_ACL_SYNC_BATCH_SIZE",
         description="ACL items per batch (`ragline acl sync` sends a file in tasks of this size)",
     )
+    max_clock_skew_s: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description="how far ahead of the worker's clock the version or time of a permission change or"
+        " document event may be (seconds): one beyond is refused as an invalid payload, so no producer can"
+        " make its changes unbeatable with a date in 2100. Integer versions are held to the same bound in"
+        " nanoseconds (a counter never comes near it). Allow for the producers' clock drift, no more",
+    )
     reembed_batch_size: int = Field(
         256, ge=1, validation_alias="RAGLINE_REEMBED_BATCH_SIZE", description="chunks per re-embedding batch"
     )

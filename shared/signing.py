@@ -36,6 +36,7 @@ from pathlib import Path
 from celery import Celery
 from celery.exceptions import ImproperlyConfigured, SecurityError
 
+from ragline.shared import sender
 from ragline.shared.names import PRODUCER_ROLES, ROLE_PREFIX
 from ragline.shared.settings import Settings
 
@@ -140,17 +141,23 @@ def _count(task: str, role: str, reason: str) -> None:
 def role_strategy(task, app, consumer, **kwargs):
     """Celery's default execution strategy behind the producer-role check (a task's ``Strategy``).
 
-    Without signing this is Celery's strategy itself. With signing, every message is decoded (the
+    Without signing this is Celery's strategy itself, the sender stamped ``unsigned``. With signing, every message is decoded (the
     signature verified) before the check; unsigned or badly signed messages are counted and then
     refused by Celery as before (``ContentDisallowed`` rejects, a bad signature is acknowledged and
-    dropped), and a message whose signer's role may not send this task is refused here."""
+    dropped), a message whose signer's role may not send this task is refused here, and the others
+    run with the signer's role stamped as their sender (:mod:`ragline.shared.sender`)."""
     from celery.worker.strategy import default  # worker side: the consumer's own machinery
 
     handle = default(task, app, consumer, **kwargs)
     roles = _roles
-    if roles is None:
-        return handle
     name = task.name
+    if roles is None:
+
+        def unsigned(message, body, ack, reject, callbacks, **kw):
+            sender.stamp(message.headers, None)  # whatever the producer claimed
+            return handle(message, body, ack, reject, callbacks, **kw)
+
+        return unsigned
 
     def checked(message, body, ack, reject, callbacks, **kw):
         from kombu.exceptions import ContentDisallowed  # worker side, with Celery
@@ -171,6 +178,7 @@ def role_strategy(task, app, consumer, **kwargs):
         if not roles.allowed(role, name):
             _refuse(app, consumer, message, name, role)
             return None
+        sender.stamp(message.headers, role)  # the verified sender, for the task (shared/sender.py)
         return handle(message, body, ack, reject, callbacks, **kw)
 
     return checked

@@ -5,7 +5,9 @@ once, in Celery's own machinery:
 
 * **payload validation**: a task with ``payload_model`` receives the validated model; a payload
   that does not validate returns an :class:`ErrorResult` (the caller learns why, the worker
-  stays up, nothing is retried);
+  stays up, nothing is retried). The worker validates with its own clock and vector dimension in
+  the context (:func:`server_context`): versions too far ahead and vectors of another length are
+  refused here, whatever the producer's settings;
 * **infrastructure retries**: Postgres or Redis going away (``INFRASTRUCTURE_ERRORS``) retries
   the task with exponential backoff and full jitter (Celery's ``autoretry_for``); the tasks are
   idempotent, so a retry re-applies only what is still missing;
@@ -20,14 +22,25 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 
 from celery import Task
 from pydantic import BaseModel, ValidationError
 
 from ragline.shared.contracts import ErrorResult
+from ragline.shared.contracts.common import ServerContext
+from ragline.shared.settings import get_settings
 from ragline.shared.transient import INFRASTRUCTURE_ERRORS
 
 log = logging.getLogger(__name__)
+
+
+def server_context() -> ServerContext:
+    """What the contracts check only where the server validates: its clock and its vector dimension."""
+    settings = get_settings()
+    return ServerContext(
+        now=time.time(), max_clock_skew_s=settings.lifecycle.max_clock_skew_s, embed_dim=settings.embed.dim
+    )
 
 
 class RaglineTask(Task):
@@ -64,7 +77,7 @@ class RaglineTask(Task):
             if not rest:  # no payload at all: the function's own TypeError
                 return fn(*args, **kw)
             try:
-                req = model.model_validate(rest[0])
+                req = model.model_validate(rest[0], context=server_context())
             except ValidationError as exc:
                 return ErrorResult.invalid_payload(exc)
             return fn(*head, req, *rest[1:], **kw)

@@ -38,21 +38,27 @@ app.add_typer(acl_app, name="acl")
 OPERATOR = "operator"
 
 
-def send_acl_batches(batches: list[list[dict]], timeout: float, missing: str = "report") -> dict:
+def send_acl_batches(
+    batches: list[list[dict]], timeout: float, missing: str = "report", force: bool = False
+) -> dict:
     """Send batches to ``ragline.acl.sync`` on the acl queue all at once (the control pool's processes
     apply them in parallel) and add up the results. ``missing='report'`` (the operator's commands)
-    lists unknown documents, prefixes and tenants in ``not_found`` instead of keeping a pending row."""
+    lists unknown documents, prefixes and tenants in ``not_found`` instead of keeping a pending row;
+    ``force`` applies changes whatever their producer's last version."""
     from ragline.shared.celery_app import app  # start-up: Celery loads only for commands that send
     from ragline.shared.celery_base import read_once
 
     reload_app()
-    pending = [app.send_task(TASK_ACL_SYNC, args=[{"items": b, "missing": missing}]) for b in batches]
+    body = {"missing": missing} | ({"force": True} if force else {})
+    pending = [app.send_task(TASK_ACL_SYNC, args=[{"items": b, **body}]) for b in batches]
     total = {
         "items": 0,
         "documents_updated": 0,
         "chunks_updated": 0,
         "ignored_stale": 0,
+        "forced": 0,
         "pending": 0,
+        "stale": [],
         "not_found": [],
         "unknown_tenants": [],
         "lag_s_max": None,
@@ -63,9 +69,10 @@ def send_acl_batches(batches: list[list[dict]], timeout: float, missing: str = "
         out = read_once(res, timeout)
         if out.get("ok") is False:
             raise typer.BadParameter(f"rejected: {out.get('detail')}")
-        for k in ("items", "documents_updated", "chunks_updated", "ignored_stale", "pending"):
+        for k in ("items", "documents_updated", "chunks_updated", "ignored_stale", "forced", "pending"):
             total[k] += out.get(k, 0)
         total["not_found"] += out.get("not_found", [])
+        total["stale"] += out.get("stale", [])
         total["unknown_tenants"] = sorted(set(total["unknown_tenants"]) | set(out.get("unknown_tenants", [])))
         if out.get("lag_s_max") is not None:
             total["lag_s_max"] = max(total["lag_s_max"] or 0.0, out["lag_s_max"])
@@ -84,7 +91,14 @@ def acl_report(out: dict) -> list[str]:
             if out["ignored_stale"]
             else ""
         )
+        + (f", {out['forced']} forced" if out.get("forced") else "")
     ]
+    for st in out.get("stale", [])[:20]:
+        lines.append(
+            f"ignored: tenant {st['tenant']!r}: document {st['doc_id']!r}: version {st['version']} is not"
+            f" newer than the last change applied from {st['producer']!r} ({st['last_version']});"
+            " --force applies it anyway"
+        )
     for t in out.get("unknown_tenants", []):
         lines.append(f"not found: tenant {t!r} has no documents (misspelt?)")
     shown = [nf for nf in out.get("not_found", []) if nf["tenant"] not in out.get("unknown_tenants", [])]
@@ -99,10 +113,17 @@ def acl_report(out: dict) -> list[str]:
 
 
 def finish_acl_command(out: dict, as_json: bool) -> None:
-    """Print the result (JSON or readable lines); exit 1 when something was not found."""
+    """Print the result (JSON or readable lines); exit 1 when something was not found or a change
+    was ignored as stale: the operator asked for permissions the documents do not have."""
     print_result(out, as_json, acl_report(out))
-    if out.get("not_found"):
+    if out.get("not_found") or out.get("ignored_stale"):
         raise typer.Exit(EXIT_FAILED)
+
+
+FORCE_HELP = (
+    "apply the change even when it is not newer than the operator's last change of the document"
+    " (an older --version, or a clock set back); logged and counted as forced"
+)
 
 
 PENDING_HELP = (
@@ -125,13 +146,14 @@ def acl_set(
         " it against every other producer's changes",
     ),
     pending: bool = typer.Option(False, "--pending", help=PENDING_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     as_json: bool = typer.Option(False, "--json"),
     timeout: float = typer.Option(60.0),
 ) -> None:
     """Replace one document's groups, in place (no re-embedding).
 
     The document and its chunks get the new ACL at once. An unknown document or tenant is reported
-    as not found (exit 1).
+    as not found (exit 1); a change ignored as stale says why (exit 1), --force applies it.
     """
     now = time.time()
     try:
@@ -141,7 +163,10 @@ def acl_set(
     except ValidationError as exc:
         raise typer.BadParameter(exc.errors()[0]["msg"], param_hint="'--version'") from None
     out = send_acl_batches(
-        [[item.model_dump(exclude_none=True)]], timeout, missing="pending" if pending else "report"
+        [[item.model_dump(exclude_none=True)]],
+        timeout,
+        missing="pending" if pending else "report",
+        force=force,
     )
     finish_acl_command(out, as_json)
 
@@ -155,6 +180,7 @@ def acl_sync(
         help="JSONL: {tenant, doc_id|path_prefix, acl, version?|ts?, producer?} per line",
     ),
     pending: bool = typer.Option(False, "--pending", help=PENDING_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     as_json: bool = typer.Option(False, "--json"),
     timeout: float = typer.Option(600.0),
 ) -> None:
@@ -162,7 +188,8 @@ def acl_sync(
 
     A line's version (an integer, or an ISO 8601 time) or time orders it only against the same
     producer's changes (default producer: operator). Unknown documents, path prefixes and tenants
-    are reported as not found (exit 1); the rest is applied.
+    are reported as not found (exit 1), stale changes with the version they did not exceed (exit
+    1); the rest is applied.
     """
     from ragline.ingest.acl_sync import read_jsonl  # start-up: psycopg loads only for commands that use it
 
@@ -186,6 +213,7 @@ def acl_sync(
         [rows[i : i + size] for i in range(0, len(rows), size)],
         timeout,
         missing="pending" if pending else "report",
+        force=force,
     )
     out["seconds"] = round(time.perf_counter() - t0, 3)
     finish_acl_command(out, as_json)

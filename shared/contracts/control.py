@@ -14,9 +14,18 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    model_validator,
+)
 
-from ragline.shared.contracts.common import Group, Ident
+from ragline.shared.contracts.common import Group, Ident, SafeText, server_context
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TIME_EXAMPLE = "2026-11-30T12:00:00Z"
@@ -56,11 +65,45 @@ def ts_from(value: Any) -> Any:
     return value
 
 
+def ahead_of_clock(value: float, per_second: int, now: float, max_skew_s: float) -> str | None:
+    """Why ``value`` (a version, ``per_second`` units a second, or a time) is too far ahead of the
+    clock ``now``, or None (pure).
+
+    A version or time beyond ``now`` plus the allowed skew would outrank every later change of its
+    producer, and an upsert's or delete's every later version, for as long as the clock takes to
+    catch up (a time in 2100: for good). An integer version is held to the same bound in
+    nanoseconds, the unit of the versions taken from times; a counter never comes near it.
+    """
+    limit = (now + max_skew_s) * per_second
+    if value <= limit:
+        return None
+    return (
+        f"{value} is ahead of the server's clock by more than {max_skew_s:g} s"
+        f" (RAGLINE_LIFECYCLE_MAX_CLOCK_SKEW_S); {'a time' if per_second == 1 else 'a version'} may be at most"
+        f" {int(limit)}, as in {TIME_EXAMPLE} or an increasing counter"
+    )
+
+
+def _not_ahead(per_second: int):
+    def check(value: float, info: ValidationInfo) -> float:
+        """Checked where the server validates (the task base passes its clock in the context); a
+        producer validating its own payload has no say over the server's clock."""
+        ctx = server_context(info)
+        if ctx is not None and (
+            why := ahead_of_clock(value, per_second, ctx["now"], ctx["max_clock_skew_s"])
+        ):
+            raise ValueError(why)
+        return value
+
+    return check
+
+
 def _version(minimum: int) -> Any:
     return Annotated[
         int,
         Field(ge=minimum),
         BeforeValidator(version_from, json_schema_input_type=Annotated[int, Field(ge=minimum)] | datetime),
+        AfterValidator(_not_ahead(1_000_000_000)),
     ]
 
 
@@ -68,6 +111,7 @@ Timestamp = Annotated[
     float,
     Field(gt=0),
     BeforeValidator(ts_from, json_schema_input_type=Annotated[float, Field(gt=0)] | datetime),
+    AfterValidator(_not_ahead(1)),
 ]
 
 
@@ -77,14 +121,15 @@ class AclSyncItem(BaseModel):
     Changes are ordered by the server: each applied change takes the next value of a Postgres
     sequence, and the last one applied wins. ``version`` (or, without one, ``ts``) is the producer's
     own counter: it is compared only with that producer's earlier changes of the same document, to
-    drop replays and out-of-order older changes, never with another producer's.
+    drop replays and out-of-order older changes, never with another producer's. The producer is
+    who sent the change, as the worker verified it (``ingest/acl_sync.py``, ``producer_key``).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     tenant: Ident
     doc_id: Ident | None = None
-    path_prefix: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
+    path_prefix: Annotated[SafeText, StringConstraints(min_length=1, max_length=4096)] | None = None
     acl: list[Group] = Field(max_length=1000)
     version: _version(1) | None = Field(
         default=None,
@@ -95,8 +140,10 @@ class AclSyncItem(BaseModel):
     )
     producer: Ident | None = Field(
         default=None,
-        description="who sends the change (e.g. a connector's name); its versions are compared only with"
-        " its own earlier ones. Default 'sync'; `ragline acl set` / `acl sync` send 'operator'",
+        description="a name for this counter within the sender (e.g. a connector's): versions are compared"
+        " only with the earlier ones of the same sender (the role whose key signed the change, or"
+        " 'unsigned') and name, so no payload can reach another sender's. Default 'sync';"
+        " `ragline acl set` / `acl sync` send 'operator'",
     )
 
     @model_validator(mode="after")
@@ -110,15 +157,8 @@ class AclSyncItem(BaseModel):
     @property
     def effective_version(self) -> int:
         """The version compared with the producer's last one: ``version``, else ``ts`` in microseconds
-        (kept apart under its own key, :attr:`producer_key`, so the two never meet)."""
+        (kept apart under its own key, so the two never meet: ``ingest/acl_sync.py``)."""
         return self.version if self.version is not None else round(self.ts * 1_000_000)  # type: ignore[operator]
-
-    @property
-    def producer_key(self) -> str:
-        """Versions are compared only between changes with the same key: the producer, with ``:ts``
-        appended when the version is the event time, so explicit versions and times never meet."""
-        name = self.producer or "sync"
-        return name if self.version is not None else f"{name}:ts"
 
 
 class AclSyncRequest(BaseModel):
@@ -135,6 +175,12 @@ class AclSyncRequest(BaseModel):
 
     items: list[AclSyncItem] = Field(min_length=1, max_length=50_000)
     missing: Literal["pending", "report"] = "pending"
+    force: bool = Field(
+        default=False,
+        description="apply even changes not newer than their producer's last applied one (`ragline acl"
+        " set --force`); only the operator and worker roles (or anyone on an unsigned stack) may force,"
+        " and a forced change is logged and counted",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -151,6 +197,12 @@ class AclSyncResult(BaseModel):
     documents_updated: int
     chunks_updated: int
     ignored_stale: int = Field(description="changes older than their producer's last applied one (replays)")
+    stale: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="the first 100 documents ignored as stale: {tenant, doc_id, producer, version,"
+        " last_version}: the producer's last applied version this change did not exceed",
+    )
+    forced: int = Field(default=0, description="documents a forced request changed")
     pending: int = Field(default=0, description="permissions kept for documents not ingested yet")
     not_found: list[dict[str, str]] = Field(
         default_factory=list,
@@ -183,23 +235,24 @@ class IngestEvent(BaseModel):
     type: Literal["upsert", "delete", "acl", "push"]
     tenant: Ident
     doc_id: Ident | None = Field(default=None, description="required except for a push")
-    uri: str | None = Field(default=None, max_length=4096)
+    uri: SafeText | None = Field(default=None, max_length=4096)
     version: _version(0) = Field(
         description="the document's version: an upsert or delete older than the stored one is ignored."
         " An integer that grows with every change, or an ISO 8601 time (taken as Unix nanoseconds, the"
         " unit of the versions `ragline ingest` and folder or URL sources store)"
     )
     acl: list[Group] | None = Field(default=None, max_length=1000)
-    path: str | None = Field(default=None, max_length=4096)
-    layer: str = Field(default="docs", max_length=64)
+    path: SafeText | None = Field(default=None, max_length=4096)
+    layer: SafeText = Field(default="docs", max_length=64)
     fmt: Literal["md", "html", "text", "pdf", "docx"] | None = None
     ts: Timestamp | None = Field(
         default=None, description="when the change happened: seconds since the epoch, or ISO 8601"
     )
     producer: Ident | None = Field(
         default=None,
-        description="who sends the event; the ACL of an acl or upsert event is ordered against that"
-        " producer's earlier ones by 'version'. Default 'events'",
+        description="a name for this counter within the sender: the ACL of an acl or upsert event is"
+        " ordered by 'version' against the earlier ones of the same sender (the role whose key signed"
+        " the event, or 'unsigned') and name. Default 'events'",
     )
     source: Ident | None = Field(default=None, description="push: the name of a configured git source")
     before: GitRef | None = Field(

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ragline.shared.contracts.common import Group, Ident
+from ragline.shared.contracts.common import Group, Ident, SafeText
 
 
 class IngestRequest(BaseModel):
@@ -15,11 +15,11 @@ class IngestRequest(BaseModel):
 
     tenant: Ident
     doc_id: Ident
-    uri: str | None = Field(default=None, max_length=4096, description="file path or URL")
+    uri: SafeText | None = Field(default=None, max_length=4096, description="file path or URL")
     content: str | None = Field(default=None, max_length=60_000_000, description="inline text")
     fmt: Literal["md", "html", "text", "pdf", "docx"] | None = None
-    path: str | None = Field(default=None, max_length=4096, description="logical path used by filters")
-    layer: str = Field(default="docs", max_length=64)
+    path: SafeText | None = Field(default=None, max_length=4096, description="logical path used by filters")
+    layer: SafeText = Field(default="docs", max_length=64)
     acl: list[Group] = Field(default_factory=list, max_length=1000)
     metadata: dict[str, Any] = Field(default_factory=dict)
     version: int = Field(default=0, ge=0)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from ragline.shared.contracts.common import Group, Ident, Pattern
+from ragline.shared.contracts.common import Group, Ident, Pattern, Text, check_vector
 
 
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(default="", max_length=4000)
+    query: Text = Field(default="", max_length=4000)
     tenant: Ident
     groups: list[Group] = Field(
         max_length=1000, description="caller's ACL groups; empty means nothing is visible"
@@ -25,7 +25,9 @@ class SearchRequest(BaseModel):
         " the query has no terms",
     )
     #: a precomputed query embedding (benchmarks, callers that embed themselves): skips the embedder
-    query_vector: list[float] | None = Field(default=None, min_length=1, max_length=4096)
+    query_vector: Annotated[list[float] | None, AfterValidator(check_vector)] = Field(
+        default=None, min_length=1, max_length=4096, description="finite, of the index's dimension"
+    )
     # --- filters (retrieval contract); path patterns are LIKE-escaped ---------------------------
     layers: list[Pattern] = Field(default_factory=list, max_length=50, description="only these source layers")
     path_prefixes: list[Pattern] = Field(
@@ -112,7 +114,7 @@ class RerankRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1, max_length=4000)
+    query: Text = Field(min_length=1, max_length=4000)
     hits: list[Hit] = Field(max_length=1000)
     top_k: int | None = Field(default=None, ge=1, le=200, description="default: RAGLINE_RERANK_TOP_K")
     threshold: float | None = Field(default=None, description="default: RAGLINE_RERANK_THRESHOLD")
@@ -126,7 +128,7 @@ class ChatTurn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: Literal["user", "assistant"]
-    content: str = Field(max_length=20_000)
+    content: Text = Field(max_length=20_000)
 
 
 class AskRequest(SearchRequest):

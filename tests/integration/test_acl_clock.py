@@ -282,7 +282,7 @@ def test_producers_versions_never_meet(conn, tenant):
     seqs = conn.execute(
         "SELECT acl_seq, acl_versions FROM documents WHERE tenant = %s AND doc_id = 'd'", (tenant,)
     ).fetchone()
-    assert seqs["acl_versions"] == {"folder-watch": big.version, "crm": 7}
+    assert seqs["acl_versions"] == {"unsigned/folder-watch": big.version, "unsigned/crm": 7}
     assert seqs["acl_seq"] <= clock(conn)  # the document's change is on the server's clock
     # one batch, two producers changing one document: in batch order, the later one wins unless stale
     both = [

@@ -8,7 +8,14 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from ragline.ingest.acl_sync import ingest_acl_decision, read_jsonl, split_items
+from ragline.ingest.acl_sync import (
+    ChangeRefused,
+    apply_acl_sync,
+    ingest_acl_decision,
+    producer_key,
+    read_jsonl,
+    split_items,
+)
 from ragline.ingest.events import upsert_decision
 from ragline.shared.contracts import AclSyncItem, AclSyncRequest, IngestEvent
 
@@ -46,13 +53,14 @@ def test_split_items_dedups_groups_and_separates_prefixes():
         [
             AclSyncItem(tenant="t", doc_id="d", acl=["b", "a", "b"], version=3),
             AclSyncItem(tenant="t", path_prefix="hr/", acl=["x"], ts=2.0),
-        ]
+        ],
+        sender="relay",
     )
     assert doc == [
         {
             "tenant": "t",
             "doc_id": "d",
-            "producer": "sync",
+            "producer": "relay/sync",
             "acl": ["a", "b"],
             "version": 3,
             "ts": None,
@@ -63,7 +71,7 @@ def test_split_items_dedups_groups_and_separates_prefixes():
         {
             "tenant": "t",
             "path_prefix": "hr/",
-            "producer": "sync:ts",
+            "producer": "relay/sync:ts",
             "acl": ["x"],
             "version": 2_000_000,
             "ts": 2.0,
@@ -72,13 +80,19 @@ def test_split_items_dedups_groups_and_separates_prefixes():
     ]
 
 
-def test_versions_are_compared_per_producer_and_unit():
-    """One row per target and producer (its newest version); other producers' versions never compete."""
-    assert AclSyncItem(tenant="t", doc_id="d", acl=[], version=5).producer_key == "sync"
+def test_versions_are_compared_per_sender_producer_and_unit():
+    """One row per target and producer (its newest version); other producers' versions never compete,
+    and the producer is always within the verified sender: a payload naming another never reaches it."""
+    assert producer_key("relay", AclSyncItem(tenant="t", doc_id="d", acl=[], version=5)) == "relay/sync"
+    item = AclSyncItem(tenant="t", doc_id="d", acl=[], ts=1.0, producer="operator")
+    assert producer_key("operator", item) == "operator/operator:ts"
+    assert producer_key("relay", item) == "relay/operator:ts"  # a relay calling itself the operator
+    crm = AclSyncItem(tenant="t", doc_id="d", acl=[], version=5, producer="crm")
+    assert producer_key("unsigned", crm, default="events") == "unsigned/crm"
     assert (
-        AclSyncItem(tenant="t", doc_id="d", acl=[], ts=1.0, producer="operator").producer_key == "operator:ts"
+        producer_key("relay", AclSyncItem(tenant="t", doc_id="d", acl=[], version=5), "events")
+        == "relay/events"
     )
-    assert AclSyncItem(tenant="t", doc_id="d", acl=[], version=5, producer="crm").producer_key == "crm"
     doc, _ = split_items(
         [
             AclSyncItem(tenant="t", doc_id="d", acl=["new"], version=9, producer="crm"),
@@ -88,7 +102,10 @@ def test_versions_are_compared_per_producer_and_unit():
             AclSyncItem(tenant="t", doc_id="d", acl=["ns"], version=10**18, producer="folder"),
         ]
     )
-    assert [(r["producer"], r["acl"], r["ord"]) for r in doc] == [("crm", ["new"], 0), ("folder", ["ns"], 2)]
+    assert [(r["producer"], r["acl"], r["ord"]) for r in doc] == [
+        ("unsigned/crm", ["new"], 0),
+        ("unsigned/folder", ["ns"], 2),
+    ]
     # an inline single item may say what happens to unknown documents
     req = AclSyncRequest.model_validate(
         {"tenant": "t", "doc_id": "d", "acl": ["g"], "version": 2, "missing": "report"}
@@ -191,3 +208,47 @@ def test_acl_and_event_tasks_route_to_the_control_pool_and_beat_ticks_expire():
     for task in (TASK_REINDEX, TASK_STUCK_JOBS):
         # a tick not picked up before the next one is due is dropped, not piled up
         assert 0 < beat[task]["options"]["expires"] <= beat[task]["schedule"]
+
+
+SERVER = {"now": 1_800_000_000.0, "max_clock_skew_s": 300.0, "embed_dim": 384}
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("version", "2100-01-01T00:00:00Z"),
+        ("version", 4_102_444_800_000_000_000),
+        ("version", int((SERVER["now"] + 301) * 1e9)),
+        ("ts", "2100-01-01T00:00:00Z"),
+        ("ts", SERVER["now"] + 301),
+    ],
+)
+def test_versions_and_times_ahead_of_the_server_clock_are_refused(field, value):
+    """Where the worker validates (its clock in the context), every contract carrying a version or a
+    time refuses one beyond the allowed skew; a producer's own validation has no clock to judge by."""
+    acl = {"tenant": "t", "doc_id": "d", "acl": ["g"], field: value}
+    event = {"type": "acl", "tenant": "t", "doc_id": "d", "acl": ["g"], "version": 1, field: value}
+    for model, payload in ((AclSyncItem, acl), (IngestEvent, event), (AclSyncRequest, {"items": [acl]})):
+        with pytest.raises(ValidationError, match="ahead of the server's clock"):
+            model.model_validate(payload, context=SERVER)
+        model.model_validate(payload)  # no server context: nothing to judge the time by
+    upsert = {"type": "upsert", "tenant": "t", "doc_id": "d", "uri": "https://x/d", "version": value}
+    if field == "version":
+        with pytest.raises(ValidationError, match="ahead of the server's clock"):
+            IngestEvent.model_validate(upsert, context=SERVER)
+
+
+def test_versions_within_the_skew_and_counters_are_accepted():
+    now = SERVER["now"]
+    for version in (1, 7, 10**12, int(now * 1e9), int((now + 299) * 1e9)):
+        AclSyncItem.model_validate(
+            {"tenant": "t", "doc_id": "d", "acl": [], "version": version}, context=SERVER
+        )
+    AclSyncItem.model_validate({"tenant": "t", "doc_id": "d", "acl": [], "ts": now + 299}, context=SERVER)
+
+
+@pytest.mark.parametrize("sender", ["relay", "chat", "none"])
+def test_only_the_operator_the_workers_or_an_unsigned_stack_may_force(sender):
+    item = AclSyncItem(tenant="t", doc_id="d", acl=["g"], version=1)
+    with pytest.raises(ChangeRefused, match="may not force"):
+        apply_acl_sync(None, [item], sender=sender, force=True)  # refused before any statement

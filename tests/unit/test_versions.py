@@ -9,7 +9,9 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
+from ragline.ingest.acl_sync import producer_key
 from ragline.shared.contracts import AclSyncItem, IngestEvent
+from ragline.shared.sender import UNSIGNED
 
 
 def _delete(version) -> IngestEvent:
@@ -44,9 +46,9 @@ def test_a_version_that_is_neither_is_refused(value, message):
 
 def test_acl_versions_and_times_take_iso_too():
     item = AclSyncItem(tenant="t", doc_id="d", acl=["g"], version="2026-11-30T12:00:00Z")
-    assert item.version == 1_796_040_000_000_000_000 and item.producer_key == "sync"
+    assert item.version == 1_796_040_000_000_000_000 and producer_key(UNSIGNED, item) == "unsigned/sync"
     timed = AclSyncItem(tenant="t", doc_id="d", acl=["g"], ts="2026-11-30T12:00:00Z")
-    assert timed.ts == 1_796_040_000.0 and timed.producer_key == "sync:ts"
+    assert timed.ts == 1_796_040_000.0 and producer_key(UNSIGNED, timed) == "unsigned/sync:ts"
     with pytest.raises(ValidationError, match="needs its UTC offset"):
         AclSyncItem(tenant="t", doc_id="d", acl=["g"], ts="2026-11-30 12:00")
 
