@@ -333,8 +333,11 @@ class RaglineClient:
         """Replace documents' permissions (by ``doc_id`` or ``path_prefix``) without re-embedding.
 
         The server orders changes as it applies them; each item's ``version`` (or ``ts``) is compared
-        only with the same ``producer``'s earlier changes, so a replay or a late older one is ignored
-        (``ignored_stale``). A ``doc_id`` not ingested yet keeps the permission for its first ingest."""
+        only with the earlier changes of the same sender (the role of this client's signing key, or
+        ``unsigned``) and ``producer`` name, so a replay or a late older one is ignored
+        (``ignored_stale``, listed in ``stale``). A version more than ``RAGLINE_MAX_CLOCK_SKEW_S``
+        ahead of the server's clock is refused. A ``doc_id`` not ingested yet keeps the permission
+        for its first ingest."""
         return self._run(sync_acl_call(items), timeout)
 
     def send_event(self, event: IngestEvent | dict, *, timeout: float | None = None) -> EventResult:

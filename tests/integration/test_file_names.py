@@ -92,7 +92,7 @@ def _run(source: str, tenant: str, tmp_path: Path, voyage) -> str:
 
 
 @pytest.mark.parametrize("source", ["ragline ingest", "folder reindex", "git push", "git reindex"])
-def test_unsafe_file_names_are_refused_with_a_recorded_error(celery_worker, voyage, tenant, tmp_path, source):
+def test_unsafe_names_refused_and_recorded(celery_worker, voyage, tenant, tmp_path, source):
     job = _run(source, tenant, tmp_path, voyage)
     summary = wait_job(job, timeout=300)
     counts = (summary["documents"], summary["done"], summary["failed"])
