@@ -335,7 +335,7 @@ class RaglineClient:
         The server orders changes as it applies them; each item's ``version`` (or ``ts``) is compared
         only with the earlier changes of the same sender (the role of this client's signing key, or
         ``unsigned``) and ``producer`` name, so a replay or a late older one is ignored
-        (``ignored_stale``, listed in ``stale``). A version more than ``RAGLINE_MAX_CLOCK_SKEW_S``
+        (``ignored_stale``, listed in ``stale``). A version more than ``RAGLINE_LIFECYCLE_MAX_CLOCK_SKEW_S``
         ahead of the server's clock is refused. A ``doc_id`` not ingested yet keeps the permission
         for its first ingest."""
         return self._run(sync_acl_call(items), timeout)
