@@ -243,6 +243,7 @@ OLD_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_JOB_RETENTION_DAYS", "7", "lifecycle.job_retention_days", 7.0),
     ("RAGLINE_PURGE_SCHEDULE_S", "43200", "lifecycle.purge_schedule_s", 43200.0),
     ("RAGLINE_ACL_SYNC_BATCH_SIZE", "500", "lifecycle.acl_sync_batch_size", 500),
+    ("RAGLINE_LIFECYCLE_MAX_CLOCK_SKEW_S", "60", "lifecycle.max_clock_skew_s", 60.0),  # new: no old name
     ("RAGLINE_REEMBED_BATCH_SIZE", "128", "lifecycle.reembed_batch_size", 128),
 ]
 
