@@ -614,6 +614,7 @@ def score(
         r["question"] = q["question"]
         r["verdict"] = verdict(r)
         r["needs_lines"] = bool(q.get("answerable", True) and q.get("must_cite_lines"))
+        r["reason"] = resp.get("reason") if isinstance(resp, dict) else None  # why no answer
         if resp is not None:
             server = (resp.get("timings_ms") or {}).get("total") if isinstance(resp, dict) else None
             r["cost"] = {
@@ -657,7 +658,7 @@ def failure_reason(r: dict) -> str:
     elif not r["answerable"]:
         why.append("answered an unanswerable question")
     elif r["no_answer"]:
-        why.append("no_answer")
+        why.append(f"no_answer ({r['reason']})" if r.get("reason") else "no_answer")
     else:
         if not r["cited_ok"]:
             why.append(

@@ -20,6 +20,7 @@ Unsupported claims are removed; past ``max_unsupported_share`` the answer become
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -121,7 +122,10 @@ def split_claims(answer: str) -> list[Claim]:
 
 
 def _words(text: str) -> str:
-    return " " + " ".join(_WORD.findall(text.lower())) + " "
+    """The words of ``text`` for span matching, character references decoded: the answer reaches
+    the check with its markup escaped for display (``&lt;Teleport>``, query/sanitize.py) while the
+    passage holds ``<Teleport>``; both sides are compared as read."""
+    return " " + " ".join(_WORD.findall(html.unescape(text).lower())) + " "
 
 
 def _cited(claim: Claim, passages: Sequence[str]) -> list[str]:

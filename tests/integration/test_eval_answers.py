@@ -169,7 +169,9 @@ def test_answer_eval_offline_end_to_end(corpus, tmp_path):
         m = rows[qid]["metrics"]
         assert m["context_precision"]["labels"] is not None and m["context_recall"] is not None, qid
     # the lexical side finds the expected documents for the Russian questions and the identifier
-    assert rows["def"]["cite_doc_ok"] and rows["howto"]["cite_doc_ok"] and rows["code"]["cite_doc_ok"]
+    assert rows["def"]["cite_doc_ok"] and rows["howto"]["cite_doc_ok"] and rows["code"]["cite_doc_ok"], {
+        k: (r["verdict"], r["cited"], r["reason"]) for k, r in rows.items()
+    }
     assert rows["howto"]["metrics"]["context_precision"]["labels"] > 0
     t = res["total"]
     assert t["n"] == 5 and t["judge_calls"] == 0 and res["meta"]["judge"] == "offline"

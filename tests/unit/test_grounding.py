@@ -142,6 +142,21 @@ def test_extractive_answers_are_spans_of_their_cited_passages():
     assert res.removed == [] and res.claims
 
 
+def test_a_quote_escaped_for_display_is_still_a_span_of_its_passage():
+    """The answer's markup is escaped (query/sanitize.py) before the check; what was quoted is
+    judged, not how it is displayed."""
+    from ragline.query.sanitize import sanitize_links
+
+    passage = "Встроенный компонент <Teleport> переносит часть шаблона в узел DOM за пределами компонента."
+    answer = extractive_answer("Что такое Teleport?", [hit("v", 0, passage)])
+    shown, _ = sanitize_links(answer, [passage])
+    assert "&lt;Teleport>" in shown  # the display form the check receives
+    res = g.check(shown, [passage], "structural")
+    assert res.removed == [] and res.support == 1.0
+    # a sentence that is not in the passage is still removed, escaped or not
+    assert g.check("Компонент &lt;Teleport> удаляет DOM [1].", [passage], "structural").support == 0.0
+
+
 def test_lexical_check_needs_the_words_and_numbers_of_the_cited_passage():
     passages = ["Приложение, использующее SOAP версии ниже 1.2, может быть уязвимо для XXE-атак."]
     res = g.check(
