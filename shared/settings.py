@@ -74,6 +74,11 @@ class ServicesSettings(_Group):
         validation_alias="RAGLINE_REDIS_PORT",
         description="the embedded Redis port on 127.0.0.1; 0 picks a free one",
     )
+    redis_aof_rewrite_min_mb: int = Field(
+        8,
+        ge=1,
+        description='the embedded Redis rewrites its append-only file (keeping only live keys) once it has grown past this size and doubled since the last rewrite: until then the file still holds the text of deleted and expired task messages and results (docs/operations.md, "Files on disk"). Smaller keeps less old content on disk, at more frequent rewrites (Redis\'s own default: 64)',
+    )
     redis_password: SecretStr | None = Field(
         None,
         validation_alias="RAGLINE_REDIS_PASSWORD",

@@ -201,5 +201,10 @@ def worker(
     if show:
         print(json.dumps({"name": spec.name, "argv": spec.argv, "env": spec.env}))
         return
-    Path(spec.env["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+    from ragline.shared import credentials  # start-up: as above
+
+    # the home as it is (in a container it may be a volume this user cannot chmod), its metrics
+    # folder private
+    get_settings().home_dir.mkdir(parents=True, exist_ok=True)
+    credentials.private_dir(Path(spec.env["PROMETHEUS_MULTIPROC_DIR"]))
     os.execve(spec.argv[0], spec.argv, {**os.environ, **spec.env})

@@ -87,6 +87,30 @@ def _generated_secrets_are_private_used_and_never_printed(home: Path, env: dict,
     assert [n for n, value in secrets.items() if value in printed] == []
 
 
+def _nothing_in_the_home_is_readable_by_others(home: Path) -> None:
+    """Every folder 0700 and every file 0600 (no group or other bit), the Redis AOF, logs, pid files,
+    metrics and Postgres's data included; only the home itself may be 0711 (run as root, the
+    embedded Postgres's own user passes through it) and a socket is reached through its 0700 folder."""
+    from ragline.shared import credentials
+    from ragline.shared.settings import Settings
+
+    assert stat.S_IMODE(home.lstat().st_mode) == credentials.home_mode(Settings(home=home))
+    exposed = []
+    for root, dirs, files in os.walk(home):
+        for name in dirs + files:
+            path = Path(root) / name
+            st = path.lstat()
+            if stat.S_ISSOCK(st.st_mode):
+                continue
+            if stat.S_IMODE(st.st_mode) & 0o077:
+                exposed.append(f"{stat.S_IMODE(st.st_mode):o} {path.relative_to(home)}")
+    # the walk saw what it is about: the AOF with the task messages, the logs, pid files, metrics
+    for part in ("redis/appendonly.aof", "logs/worker-query.log", "run/worker-query.pid", "metrics/query"):
+        assert (home / part).exists(), part
+    assert b"ragline.query.ask" in (home / "redis" / "appendonly.aof").read_bytes()
+    assert exposed == [], exposed
+
+
 @pytest.mark.slow
 def test_up_ingest_ask_down_leaves_nothing(tmp_path):
     # not under tmp_path: run as root, the embedded Postgres runs as another user that must traverse
@@ -122,6 +146,7 @@ def test_up_ingest_ask_down_leaves_nothing(tmp_path):
         assert answer["citations"]
         assert answer["citations"][0]["doc_id"] == f"{default_source_name(docs)}/about.md"
         assert "[1]" in answer["answer"]
+        _nothing_in_the_home_is_readable_by_others(home)
     finally:
         down = run("down")
     assert down.returncode == 0, down.stderr
