@@ -20,43 +20,43 @@ from ragline.shared.settings import reset_settings
 #: must never be shown)
 FORMS = {
     "url": (
-        "RAGLINE_DATABASE_URL",
+        "RAGLINE_SERVICES_DATABASE_URL",
         "postgresql://rag:Hx7plainKs2@db:5432/ragline",
         "Hx7plainKs2",
         ["Hx7plainKs2"],
     ),
     "url, unencoded @": (
-        "RAGLINE_DATABASE_URL",
+        "RAGLINE_SERVICES_DATABASE_URL",
         "postgresql://rag:Hx7first@Ks2second@db:5432/ragline",
         "Hx7first@Ks2second",
         ["Hx7first", "Ks2second"],
     ),
     "url, percent-encoded": (
-        "RAGLINE_REDIS_URL",
+        "RAGLINE_SERVICES_REDIS_URL",
         f"redis://:{quote('Hx7enc@/Ks2', safe='')}@cache:6379/0",
         "Hx7enc@/Ks2",
         ["Hx7enc", "Ks2", quote("Hx7enc@/Ks2", safe="")],
     ),
     "redis ?password=": (
-        "RAGLINE_REDIS_URL",
+        "RAGLINE_SERVICES_REDIS_URL",
         "redis://cache:6379/0?password=Hx7queryKs2",
         "Hx7queryKs2",
         ["Hx7queryKs2"],
     ),
     "libpq URL &password=": (
-        "RAGLINE_DATABASE_URL",
+        "RAGLINE_SERVICES_DATABASE_URL",
         "postgresql:///ragline?host=/tmp/pg&password=Hx7pgqueryKs2&sslmode=disable",
         "Hx7pgqueryKs2",
         ["Hx7pgqueryKs2"],
     ),
     "libpq key=value": (
-        "RAGLINE_DATABASE_URL",
+        "RAGLINE_SERVICES_DATABASE_URL",
         "host=db dbname=ragline user=rag password=Hx7kv&Ks2 connect_timeout=3",
         "Hx7kv&Ks2",
         ["Hx7kv", "Ks2"],
     ),
     "libpq key = 'quoted'": (
-        "RAGLINE_QUERY_DATABASE_URL",
+        "RAGLINE_SERVICES_QUERY_DATABASE_URL",
         r"host=db user=q password = 'Hx7 quoted\'Ks2' dbname=ragline",
         "Hx7 quoted'Ks2",
         ["Hx7", "Ks2"],
@@ -66,7 +66,7 @@ FORMS = {
 
 @pytest.fixture()
 def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("RAGLINE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RAGLINE_SERVICES_HOME", str(tmp_path / "home"))
 
     def use(variable: str, value: str) -> None:
         monkeypatch.setenv(variable, value)
