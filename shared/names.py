@@ -47,6 +47,13 @@ PRODUCER_ROLES: dict[str, frozenset[str]] = {
     "worker": frozenset(ALL_TASKS),
 }
 
+#: the roles whose messages may carry Celery canvas options (``link``, ``link_error``, a chain, a
+#: chord, a group: :data:`ragline.shared.signing.CANVAS_FIELDS`). A worker sends every task those
+#: name itself, signed with its own key, after the message's own task ran, so a role that may send
+#: only some tasks must send none of them; ragline's chat and relay flows use no canvas. An unsigned
+#: message cannot prove who sent it and carries none either.
+CANVAS_ROLES: frozenset[str] = frozenset({"operator", "worker"})
+
 QUEUES = ("ingest", "query", "acl", "maintenance")
 
 #: which queues each worker pool consumes (``ragline worker POOL`` starts one)

@@ -13,9 +13,18 @@ without requeue, its caller gets a failed result saying why, the refusal is logg
 name and role and counted in ``rag_tasks_refused``, and the worker keeps consuming. A signal such as
 ``task_prerun`` runs too late (in the pool, after the task was accepted) and cannot skip the task.
 
-The signature covers the message body (the payload), not its headers, where Celery keeps the task
-name: the role is checked against the name the worker is about to run, so a signed payload re-sent
-under another task name is judged by the name it is sent under.
+The task name is not all a message asks for: Celery's canvas options (``link``, ``link_error``, a
+chain, a chord, a group, in the body's ``embed`` or in the headers) make the worker send further tasks
+itself, signed with the worker's key, once the message's own task has run. So the one admission
+decision (:func:`refusal`) also refuses every message that carries any of them (:func:`canvas_options`)
+unless its signer's role is a canvas role (``names.CANVAS_ROLES``: operator, worker). That check runs
+with signing off too: an unsigned message cannot prove a worker sent it, and no ragline flow sends a
+canvas.
+
+The signature covers the message body (the payload and the embedded canvas options), not its
+headers, where Celery keeps the task name: the role is checked against the name the worker is about
+to run, so a signed payload re-sent under another task name is judged by the name it is sent under,
+and canvas options are looked for in the headers as well as in the body.
 
 Task messages use the ``auth`` serializer (JSON inside, signed); results and events stay JSON,
 which is why ``result_accept_content`` and ``event_serializer`` are set explicitly. With signing on,
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import glob
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -36,13 +46,32 @@ from pathlib import Path
 from celery import Celery
 from celery.exceptions import ImproperlyConfigured, SecurityError
 
-from ragline.shared import sender
-from ragline.shared.names import PRODUCER_ROLES, ROLE_PREFIX
+from ragline.shared.names import ALL_TASKS, CANVAS_ROLES, PRODUCER_ROLES, ROLE_PREFIX
 from ragline.shared.settings import Settings
 
 log = logging.getLogger("ragline.signing")
 
 NO_ROLE = "none"
+
+#: the request fields through which a message makes a worker send, or complete, other tasks:
+#: ``callbacks`` (``link``) run on success, ``errbacks`` (``link_error``) on failure, ``chain`` is the
+#: rest of a chain, ``chord`` a chord's body (sent when the last member of ``group`` finishes);
+#: ``group`` / ``group_index`` / ``taskset`` (protocol 1) join the message to a group's or chord's
+#: counting, ``replaced_task_nesting`` marks a task replaced inside a canvas, and ``stamped_headers`` /
+#: ``stamps`` are carried into every task a canvas sends. A worker reads them from the body's embed
+#: and from the headers (protocol 2) or from the body itself (protocol 1 and hybrid messages).
+CANVAS_FIELDS = (
+    "callbacks",
+    "errbacks",
+    "chain",
+    "chord",
+    "group",
+    "group_index",
+    "taskset",
+    "replaced_task_nesting",
+    "stamped_headers",
+    "stamps",
+)
 
 
 @dataclass(frozen=True)
@@ -53,7 +82,8 @@ class Roles:
     by_signer: dict[str, str]
 
     def allowed(self, role: str, task: str) -> bool:
-        return task in PRODUCER_ROLES.get(role, ())
+        """Whether ``role`` may send ``task`` without canvas options (:func:`refusal`)."""
+        return refusal(role, task, ()) is None
 
     def signer_role(self, body: bytes | str) -> str:
         """The role of the certificate that signed ``body`` (an ``auth``-serialized message body)."""
@@ -62,6 +92,42 @@ class Roles:
         signer = SecureSerializer()._unpack(body)["signer"]
         signer = signer.decode() if isinstance(signer, bytes) else signer
         return self.by_signer.get(signer, NO_ROLE)
+
+
+def canvas_options(payload: object, headers: Mapping | None) -> tuple[str, ...]:
+    """The canvas options (:data:`CANVAS_FIELDS`) a decoded task message carries, wherever a worker
+    could read them: the headers, the embed of a protocol 2 body ``(args, kwargs, embed)``, the body
+    of a protocol 1 or hybrid message (a dict). Any value but an empty one counts (``None``, ``0``,
+    ``[]``, ``{}`` are what Celery sends without canvas). An embed that is not a mapping counts as
+    ``embed``: Celery would fail on it, and nothing unreadable is let through."""
+    sources: list[Mapping] = [headers or {}]
+    if isinstance(payload, Mapping):
+        sources.append(payload)
+    elif isinstance(payload, list | tuple) and len(payload) > 2:
+        embed = payload[2]
+        if isinstance(embed, Mapping):
+            sources.append(embed)
+        elif embed:
+            return ("embed",)
+    return tuple(f for f in CANVAS_FIELDS if any(src.get(f) for src in sources))
+
+
+def refusal(role: str | None, task: str, canvas: Sequence[str]) -> str | None:
+    """Why a worker refuses a message, or ``None`` to run it: the one admission decision.
+
+    ``role`` is the signer's role, ``None`` with signing off; ``task`` the name the worker would run;
+    ``canvas`` the message's :func:`canvas_options`. ``"role"``: the role may not send the task.
+    ``"canvas"``: the message carries canvas options and its sender is not a canvas role (every
+    task a canvas names would be sent by the worker with its own key), or it is unsigned and names
+    one of Celery's built-in tasks (``celery.group``, ``celery.chord_unlock``...), which send the
+    signatures in their arguments; signed, those belong to no role."""
+    if role is not None and task not in PRODUCER_ROLES.get(role, ()):
+        return "role"
+    if role is None and task not in ALL_TASKS:  # Celery's built-ins send the signatures they are given
+        return "canvas"
+    if canvas and role not in CANVAS_ROLES:
+        return "canvas"
+    return None
 
 
 #: the roles of this process's certificate store, once signing is configured
@@ -125,8 +191,8 @@ def _refused_counter():
 
     return Counter(
         "rag_tasks_refused",
-        "Task messages a worker refused before running them: unsigned, bad signature, or a producer"
-        " role that may not send the task",
+        "Task messages a worker refused before running them: unsigned, bad signature, a producer"
+        " role that may not send the task, or canvas options from a sender that may not send them",
         ["task", "role", "reason"],
     )
 
@@ -139,70 +205,74 @@ def _count(task: str, role: str, reason: str) -> None:
 
 
 def role_strategy(task, app, consumer, **kwargs):
-    """Celery's default execution strategy behind the producer-role check (a task's ``Strategy``).
+    """Celery's default execution strategy behind the admission check (a task's ``Strategy``).
 
-    Without signing this is Celery's strategy itself, the sender stamped ``unsigned``. With signing, every message is decoded (the
-    signature verified) before the check; unsigned or badly signed messages are counted and then
-    refused by Celery as before (``ContentDisallowed`` rejects, a bad signature is acknowledged and
-    dropped), a message whose signer's role may not send this task is refused here, and the others
-    run with the signer's role stamped as their sender (:mod:`ragline.shared.sender`)."""
+    Every message is decoded first (with signing on, its signature verified); unsigned or badly
+    signed messages are counted and then refused by Celery as before (``ContentDisallowed`` rejects,
+    a bad signature is acknowledged and dropped). A message :func:`refusal` refuses (its signer's
+    role may not send this task, or it carries canvas options and its sender is no canvas role) is
+    refused here, before Celery's handler sees it."""
     from celery.worker.strategy import default  # worker side: the consumer's own machinery
 
     handle = default(task, app, consumer, **kwargs)
     roles = _roles
     name = task.name
-    if roles is None:
-
-        def unsigned(message, body, ack, reject, callbacks, **kw):
-            sender.stamp(message.headers, None)  # whatever the producer claimed
-            return handle(message, body, ack, reject, callbacks, **kw)
-
-        return unsigned
 
     def checked(message, body, ack, reject, callbacks, **kw):
         from kombu.exceptions import ContentDisallowed  # worker side, with Celery
 
         try:
-            message.payload  # noqa: B018  decodes and verifies once; Celery's handler reuses the result
+            payload = message.payload  # decodes (and verifies) once; Celery's handler reuses it
         except ContentDisallowed:
             _count(name, NO_ROLE, "unsigned")
             raise
         except Exception:
-            _count(name, NO_ROLE, "signature")
+            _count(name, NO_ROLE, "signature" if roles is not None else "decode")
             raise
-        try:
-            role = roles.signer_role(message.body)
-        except Exception:  # a verified body always unpacks; refuse rather than guess
-            log.exception("could not read the signer of %s", name)
-            role = NO_ROLE
-        if not roles.allowed(role, name):
-            _refuse(app, consumer, message, name, role)
+        role = None
+        if roles is not None:
+            try:
+                role = roles.signer_role(message.body)
+            except Exception:  # a verified body always unpacks; refuse rather than guess
+                log.exception("could not read the signer of %s", name)
+                role = NO_ROLE
+        canvas = canvas_options(payload, message.headers)
+        reason = refusal(role, name, canvas)
+        if reason is not None:
+            _refuse(app, consumer, message, name, role, reason, canvas)
             return None
-        sender.stamp(message.headers, role)  # the verified sender, for the task (shared/sender.py)
         return handle(message, body, ack, reject, callbacks, **kw)
 
     return checked
 
 
-def _refuse(app, consumer, message, name: str, role: str) -> None:
-    """Reject a message its signer's role may not send: dropped, not requeued, never retried; the
-    caller's result says why (no callbacks run), the log and ``rag_tasks_refused`` record it."""
+def _refuse(
+    app, consumer, message, name: str, role: str | None, reason: str, canvas: Sequence[str] = ()
+) -> None:
+    """Reject a message :func:`refusal` refused: dropped, not requeued, never retried; the caller's
+    result says why (no callbacks or errbacks run: the refusal is the message's only outcome), the
+    log and ``rag_tasks_refused`` record it."""
     from ragline.shared.logging_setup import get_logger  # worker side: structlog
 
+    shown = role or NO_ROLE
+    if reason == "role":
+        why = f"producer role {shown!r} may not send {name}"
+    elif role is None and not canvas:
+        why = f"an unsigned message may not send Celery's canvas task {name}"
+    elif role is None:
+        why = f"an unsigned message may not carry canvas options ({', '.join(canvas)}) with {name}"
+    else:
+        why = f"producer role {shown!r} may not send canvas options ({', '.join(canvas)}) with {name}"
     task_id = (message.headers or {}).get("id")
     get_logger("ragline.signing").warning(
-        "task refused", task=name, role=role, task_id=task_id, reason="role may not send this task"
+        "task refused", task=name, role=shown, task_id=task_id, reason=why, canvas=list(canvas)
     )
-    _count(name, role, "role")
+    _count(name, shown, reason)
     try:
         message.reject_log_error(log, consumer.connection_errors, requeue=False)
     finally:
         if task_id:
             try:
-                app.backend.mark_as_failure(
-                    task_id,
-                    SecurityError(f"producer role {role!r} may not send {name}"),
-                    call_errbacks=False,
-                )
+                app.backend.mark_as_failure(task_id, SecurityError(why), call_errbacks=False)
             except Exception:  # the backend is down: the message is refused all the same
                 log.exception("could not record the refusal of %s", task_id)
