@@ -21,9 +21,9 @@ from tests.pools import start_pool, wait_log
 
 pytestmark = pytest.mark.slow
 
-#: sends each attack form with the chat key, waits for each outcome, then one plain question; the
-#: worker runs one task at a time, so by the time that question is answered every task an attack
-#: made the worker send (before it stored the attack's result) has run
+#: sends each attack form, waits for each outcome, then (unless ``closing`` is false) one plain
+#: question; the worker runs one task at a time, so by the time that question is answered every task
+#: an attack made the worker send (before it stored the attack's result) has run
 CANVAS_PRODUCER = """
 import json, sys
 from celery import chain, chord, group
@@ -31,6 +31,7 @@ from ragline.shared.celery_app import app
 spec = json.loads(sys.argv[1])
 q, question, attacks = spec["queue"], spec["question"], spec["attacks"]
 RETRIEVE = "ragline.query.retrieve"
+wait = spec.get("wait", 60)
 
 def sig(task, payload, **options):
     return app.signature(task, args=[payload], immutable=True, queue=q, **options)
@@ -39,31 +40,33 @@ def inner(a):
     return sig(a["task"], a["payload"])
 
 def send(a):
-    form = a["form"]
+    form, outer = a["form"], sig(a.get("outer", RETRIEVE), a.get("outer_payload", question))
     if form == "link":
-        return app.send_task(RETRIEVE, args=[question], queue=q, link=inner(a))
+        return outer.apply_async(link=inner(a))
     if form == "links":
-        return app.send_task(RETRIEVE, args=[question], queue=q, link=[inner(a), inner(a)])
+        return outer.apply_async(link=[inner(a), inner(a)])
     if form == "chain":
-        return chain(sig(RETRIEVE, question), inner(a)).apply_async()
+        return chain(outer, inner(a)).apply_async()
     if form == "chord":
-        return chord([sig(RETRIEVE, question)], inner(a)).apply_async().parent
+        return chord([outer], inner(a)).apply_async().parent
     if form == "group_member_link":
-        res = group(sig(RETRIEVE, question).set(link=inner(a)), sig(RETRIEVE, question)).apply_async()
-        return res.results[0]
+        return group(outer.clone().set(link=inner(a)), outer.clone()).apply_async().results[0]
     if form == "chain_in_link":
-        return app.send_task(RETRIEVE, args=[question], queue=q, link=chain(sig(RETRIEVE, question), inner(a)))
+        return outer.apply_async(link=chain(sig(RETRIEVE, question), inner(a)))
+    if form == "builtin":
+        return app.send_task("celery.group", args=[[dict(inner(a))], None, None], queue=q)
     raise ValueError(form)
 
 out = []
 for a in attacks:
     r = send(a)
     try:
-        out.append({"form": a["form"], "result": r.get(timeout=a.get("wait", 60))})
+        out.append({"form": a["form"], "result": r.get(timeout=wait)})
     except Exception as exc:
         out.append({"form": a["form"], "error": type(exc).__name__, "detail": str(exc)[:300]})
-r = app.send_task(RETRIEVE, args=[question], queue=q)
-out.append({"form": "plain", "result": r.get(timeout=120)})
+if spec.get("closing", True):
+    r = app.send_task(RETRIEVE, args=[question], queue=q)
+    out.append({"form": "plain", "result": r.get(timeout=120)})
 print(json.dumps(out))
 """
 
