@@ -14,8 +14,10 @@ once, in Celery's own machinery:
 * **contained errors** (``contain_errors``): a query task answers a waiting chat backend, so an
   unexpected failure becomes ``{"ok": false, "error": "internal error"}``, never a traceback or a
   secret in the result;
-* **producer roles**: with message signing on, the consumer refuses a task whose signer's role may
-  not send it before the task is reserved (``Strategy``, :func:`ragline.shared.signing.role_strategy`).
+* **admission**: the consumer refuses, before the task is reserved, a message whose signer's role
+  may not send it (message signing on) and any message carrying Celery canvas options (``link``,
+  chains, chords, groups) that no worker or operator signed (``Strategy``,
+  :func:`ragline.shared.signing.role_strategy`, deciding by :func:`ragline.shared.signing.refusal`).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class RaglineTask(Task):
     retry_jitter = True
     max_retries = 5
     acks_late = True
-    #: Celery's default strategy, behind the signer's role check when signing is on
+    #: Celery's default strategy, behind the admission check (signer's role, canvas options)
     Strategy = "ragline.shared.signing:role_strategy"
 
     def __init_subclass__(cls, **kwargs):
