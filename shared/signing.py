@@ -46,6 +46,7 @@ from pathlib import Path
 from celery import Celery
 from celery.exceptions import ImproperlyConfigured, SecurityError
 
+from ragline.shared import sender
 from ragline.shared.names import ALL_TASKS, CANVAS_ROLES, PRODUCER_ROLES, ROLE_PREFIX
 from ragline.shared.settings import Settings
 
@@ -211,7 +212,9 @@ def role_strategy(task, app, consumer, **kwargs):
     signed messages are counted and then refused by Celery as before (``ContentDisallowed`` rejects,
     a bad signature is acknowledged and dropped). A message :func:`refusal` refuses (its signer's
     role may not send this task, or it carries canvas options and its sender is no canvas role) is
-    refused here, before Celery's handler sees it."""
+    refused here, before Celery's handler sees it. The others run with their verified sender stamped
+    (:mod:`ragline.shared.sender`): the signer's role, or ``unsigned`` without signing, whatever
+    header the producer sent."""
     from celery.worker.strategy import default  # worker side: the consumer's own machinery
 
     handle = default(task, app, consumer, **kwargs)
@@ -241,6 +244,7 @@ def role_strategy(task, app, consumer, **kwargs):
         if reason is not None:
             _refuse(app, consumer, message, name, role, reason, canvas)
             return None
+        sender.stamp(message.headers, role)  # the verified sender, for the task (shared/sender.py)
         return handle(message, body, ack, reject, callbacks, **kw)
 
     return checked
