@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -72,6 +74,22 @@ def _judge_call(judge: str):
     return lambda system, messages: generator.generate(system, messages).text
 
 
+@contextmanager
+def _appending(path: Path | None) -> Iterator[Callable[[str, dict], None] | None]:
+    """``save(id, response)`` appending ``{"id", "response"}`` lines to ``path`` (None: no saving)."""
+    if path is None:
+        yield None
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+
+        def save(qid: str, response: dict) -> None:
+            f.write(json.dumps({"id": qid, "response": response}, ensure_ascii=False) + "\n")
+            f.flush()
+
+        yield save
+
+
 def answer_eval(
     questions_path: Path,
     *,
@@ -119,42 +137,25 @@ def answer_eval(
     if live or tenant is not None:
         reload_app()
     fresh = None
-    if live and tenant is None:  # a JSON-lines corpus, ingested into a fresh tenant like the retrieval eval
-        fresh = tenant = retrieval_eval.fresh_tenant()
-        groups = [retrieval_eval.EVAL_GROUP]
-        summary = retrieval_eval.ingest_corpus(retrieval_eval.read_jsonl(corpus), tenant)
-        say(
-            f"ingested {summary['documents']} documents, {summary['chunks']} chunks, {summary['failed']} failed"
-        )
     try:
+        if live and tenant is None:  # a JSON-lines corpus into a fresh tenant, like the retrieval eval
+            fresh = tenant = retrieval_eval.fresh_tenant()
+            groups = [retrieval_eval.EVAL_GROUP]
+            summary = retrieval_eval.ingest_corpus(retrieval_eval.read_jsonl(corpus), tenant)
+            say(
+                f"ingested {summary['documents']} documents, {summary['chunks']} chunks,"
+                f" {summary['failed']} failed"
+            )
         latency: dict[str, float] = {}
         if live:
             done = ev.read_answers(save_answers) if save_answers and save_answers.is_file() else {}
             done = {qid: r for qid, r in done.items() if not ev.is_error(r)}  # errors are asked again
             if done:
                 say(f"{len(done)} answers already in {save_answers}, asking the rest")
-            sink = None
-            if save_answers:
-                save_answers.parent.mkdir(parents=True, exist_ok=True)
-                sink = save_answers.open("a", encoding="utf-8")
-            try:
+            with _appending(save_answers) as save:
                 answers, latency = ev.ask_all(
-                    questions,
-                    ev.task_ask(tenant, groups, k, mode, timeout),
-                    done,
-                    say,
-                    (
-                        lambda qid, r: (
-                            sink.write(json.dumps({"id": qid, "response": r}, ensure_ascii=False) + "\n"),
-                            sink.flush(),
-                        )
-                    )
-                    if sink
-                    else None,
+                    questions, ev.task_ask(tenant, groups, k, mode, timeout), done, say, save
                 )
-            finally:
-                if sink:
-                    sink.close()
         else:
             answers = ev.read_answers(responses)
         lookup = ev.chunk_lookup(tenant, groups) if tenant is not None else None
