@@ -273,10 +273,15 @@ def generator_calls(resp: dict) -> int:
     """Chat-model calls one answer cost, read from its trace: the answer (a failed attempt too),
     the extra self-consistency samples, the groundedness judge, one squeeze per squeezed passage,
     the multi-query and HyDE transforms and the agentic planner's rounds. The extractive generator
-    and the offline judges cost none."""
+    and the offline judges cost none. A trace that counts its calls itself
+    (``trace.cost.generator_calls``) is taken at its word."""
     if not isinstance(resp, dict):
         return 0
     trace = resp.get("trace") or {}
+    cost = trace.get("cost")
+    counted = cost.get("generator_calls") if isinstance(cost, dict) else None
+    if isinstance(counted, int) and not isinstance(counted, bool) and counted >= 0:
+        return counted
     reasons = [str(r) for r in resp.get("degraded_reasons") or []]
     chat = (trace.get("generator") or {}).get("generator") not in (None, "extractive")
     # "generator: <ExceptionName>" is a chat call that failed (the extractive answer replaced it);

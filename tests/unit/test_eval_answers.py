@@ -266,6 +266,9 @@ def test_generator_calls_are_read_from_the_trace():
     assert ev.generator_calls(failed) == 2  # the failed answer call and the failed judge call
     agentic = {"answer": "a", "trace": {"generator": {"generator": "openai"}, "agentic": {"rounds": 3}}}
     assert ev.generator_calls(agentic) == 4
+    # a trace that counts its own calls (a router, sub-searches) is taken at its word
+    counted = {"answer": "a", "trace": {**agentic["trace"], "cost": {"generator_calls": 7}}}
+    assert ev.generator_calls(counted) == 7
 
 
 def test_cost_per_question_in_the_summary():
