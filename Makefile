@@ -8,7 +8,7 @@ DOCS ?= .
 PIP_FLAGS ?= --disable-pip-version-check -q
 PY_DIRS := ragline ingest query shared tests bench examples
 
-.PHONY: run test up down lint lint-imports bench chaos clean install
+.PHONY: run test test-unit up down lint lint-imports typecheck bench chaos clean install
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ run: $(STAMP)
 test: lint-imports
 	$(BIN)/python -m pytest
 
+## the unit tests only: no Postgres, Redis or workers started (about a minute)
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q
+
 up: $(STAMP)
 	$(BIN)/ragline up
 
@@ -44,7 +48,12 @@ lint-imports: $(STAMP)
 	@ln -s $(CURDIR)/ingest $(CURDIR)/query $(CURDIR)/shared $(IMPORT_GRAPH)/ragline/
 	cd $(IMPORT_GRAPH) && $(CURDIR)/$(BIN)/lint-imports --no-cache $(CURDIR)/pyproject.toml
 
-lint: lint-imports
+## mypy over the same linked tree (the baseline of modules with known errors: pyproject.toml [tool.mypy])
+typecheck: lint-imports
+	cd $(IMPORT_GRAPH) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml \
+		--cache-dir $(CURDIR)/$(VENV)/mypy-cache -p ragline
+
+lint: lint-imports typecheck
 	$(BIN)/ruff check $(PY_DIRS)
 	$(BIN)/ruff format --check $(PY_DIRS)
 
