@@ -33,6 +33,7 @@ from ragline.ingest.source_spec import SourceSpec as SourceSpec
 from ragline.ingest.source_spec import clone_dir as clone_dir
 from ragline.ingest.source_spec import configured_sources as configured_sources
 from ragline.ingest.source_spec import repository_dir
+from ragline.shared import formats
 from ragline.shared.settings import get_settings
 
 MAX_FETCH_BYTES = 64 * 1024 * 1024
@@ -251,16 +252,7 @@ def fetch_url(url: str, policy: FetchPolicy | None = None) -> tuple[bytes, str |
     return r.body, guess_format(url, ctype)
 
 
-_CTYPES = {
-    "text/html": "html",
-    "text/markdown": "md",
-    "text/plain": "text",
-    "application/pdf": "pdf",
-    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
-}
-
-
 def guess_format(url: str, content_type: str = "") -> str | None:
     path = httpx.URL(url).path
     suffix = Path(path).suffix.lower()
-    return SUPPORTED.get(suffix) or _CTYPES.get(content_type)
+    return SUPPORTED.get(suffix) or formats.by_content_type(content_type)

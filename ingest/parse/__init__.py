@@ -15,17 +15,18 @@ use them: importing this package stays cheap for processes that only need its ty
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from ragline.ingest.parse import code, docx, html, markdown, pdf, text
+from ragline.ingest.parse import code
 from ragline.ingest.parse.code import CodeDocument
 from ragline.ingest.parse.common import (
     BINARY_FORMATS,
+    DOCUMENT_SUFFIXES,
     HEADING_SEP,
-    SUPPORTED,
     Block,
     ParsedDocument,
     ParseError,
@@ -37,6 +38,7 @@ from ragline.ingest.parse.common import (
 from ragline.ingest.parse.docx import DOCX_MAX_RATIO, DOCX_MAX_UNCOMPRESSED
 from ragline.ingest.parse.html import clean_html
 from ragline.ingest.parse.markdown import clean_markdown
+from ragline.shared import formats
 from ragline.shared.offline_nlp import install_blank_spacy
 
 __all__ = [
@@ -59,14 +61,11 @@ __all__ = [
     "table_text",
 ]
 
-#: text formats: decoded text -> (elements, title found by the format, or "")
-_TEXT_PARSERS = {"md": markdown.elements, "html": html.elements, "text": text.elements}
-#: binary formats (:data:`BINARY_FORMATS`): raw bytes -> elements
-_BINARY_PARSERS = {"pdf": pdf.elements, "docx": docx.elements}
-# source files: their format is their language (``.py`` -> "python"), parsed by :mod:`.code`;
-# reStructuredText (the docs of many repositories) is read as plain text
-SUPPORTED.update(code.EXTENSIONS)
-SUPPORTED.setdefault(".rst", "text")
+#: every suffix ragline ingests -> its format: the document formats of ragline.shared.formats, and
+#: source files, whose format is their language (``.py`` -> "python", parsed by :mod:`.code`)
+SUPPORTED: dict[str, str] = {**DOCUMENT_SUFFIXES, **code.EXTENSIONS}
+#: each document format's parser module, as the format declares it
+_PARSERS = {f.name: importlib.import_module(f"{__name__}.{f.parser}").elements for f in formats.FORMATS}
 
 _FRONT_MATTER = re.compile(r"\A(?:\ufeff)?---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.S)
 
@@ -110,9 +109,9 @@ def _elements(data: bytes, fmt: str) -> tuple[list, str]:
     if fmt in BINARY_FORMATS:
         if not data.strip():
             raise ParseError("empty document")
-        return _guarded(fmt, _BINARY_PARSERS[fmt], data), ""
+        return _guarded(fmt, _PARSERS[fmt], data), ""
     decoded = decode_text(data)
-    parser = _TEXT_PARSERS.get(fmt)
+    parser = _PARSERS.get(fmt)
     if parser is None:
         raise ParseError(f"unsupported format {fmt!r}")
     return _guarded(fmt, parser, decoded)

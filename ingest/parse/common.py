@@ -11,19 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ragline.shared import formats
+
 HEADING_SEP = " › "
 
-SUPPORTED = {
-    ".md": "md",
-    ".markdown": "md",
-    ".txt": "text",
-    ".text": "text",
-    ".html": "html",
-    ".htm": "html",
-    ".pdf": "pdf",
-    ".docx": "docx",
-}
-BINARY_FORMATS = {"pdf", "docx"}
+#: the document formats' suffixes and which of them are binary: declared in ragline.shared.formats
+DOCUMENT_SUFFIXES = formats.by_suffix()
+BINARY_FORMATS = formats.binary_names()
 
 
 class ParseError(ValueError):

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from ragline.shared.contracts.common import Group, Ident, SafeText, server_context
+from ragline.shared.formats import FormatName
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TIME_EXAMPLE = "2026-11-30T12:00:00Z"
@@ -244,7 +245,7 @@ class IngestEvent(BaseModel):
     acl: list[Group] | None = Field(default=None, max_length=1000)
     path: SafeText | None = Field(default=None, max_length=4096)
     layer: SafeText = Field(default="docs", max_length=64)
-    fmt: Literal["md", "html", "text", "pdf", "docx"] | None = None
+    fmt: FormatName | None = None
     ts: Timestamp | None = Field(
         default=None, description="when the change happened: seconds since the epoch, or ISO 8601"
     )

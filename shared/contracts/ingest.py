@@ -8,6 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ragline.shared.contracts.common import Group, Ident, SafeText
+from ragline.shared.formats import FormatName
 
 
 class IngestRequest(BaseModel):
@@ -17,7 +18,7 @@ class IngestRequest(BaseModel):
     doc_id: Ident
     uri: SafeText | None = Field(default=None, max_length=4096, description="file path or URL")
     content: str | None = Field(default=None, max_length=60_000_000, description="inline text")
-    fmt: Literal["md", "html", "text", "pdf", "docx"] | None = None
+    fmt: FormatName | None = None
     path: SafeText | None = Field(default=None, max_length=4096, description="logical path used by filters")
     layer: SafeText = Field(default="docs", max_length=64)
     acl: list[Group] = Field(default_factory=list, max_length=1000)

@@ -154,7 +154,7 @@ SETTINGS = st.builds(
 )
 
 
-@hsettings(max_examples=300, deadline=None)
+@hsettings(max_examples=120, deadline=None)
 @given(SETTINGS, st.integers(0, 10_000), st.sampled_from(QUERIES), st.booleans())
 def test_hybrid_fusion_ranks_and_scores_as_before(s, seed, query, code):
     vector, lexical = _lists(seed, code)

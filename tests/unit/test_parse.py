@@ -204,6 +204,6 @@ def test_a_time_limit_inside_a_parser_is_not_turned_into_a_document_error(monkey
     def slow(_text):
         raise SoftTimeLimitExceeded()
 
-    monkeypatch.setitem(parse._TEXT_PARSERS, "md", slow)
+    monkeypatch.setitem(parse._PARSERS, "md", slow)
     with pytest.raises(SoftTimeLimitExceeded):
         parse_bytes(b"# T\n\ntext", "md")
