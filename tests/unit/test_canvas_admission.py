@@ -8,6 +8,7 @@ certificates and workers is tests/integration/test_canvas_escalation.py."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -53,86 +54,115 @@ def _sig(app: Celery, task: str, payload: dict, **options):
     return app.signature(task, args=[payload], immutable=True, **options)
 
 
-def _forms(outer: str) -> dict[str, callable]:
-    """Each canvas form as a function of a fresh producer app, the sender's own task ``outer`` first
-    (what the sender is allowed to send), an ingest or ACL task the worker would send afterwards."""
+#: each canvas form, a function of a fresh producer app and the sender's own task ``outer`` (what
+#: the sender may send), with an ingest or ACL task the worker would send afterwards
+FORM_FUNCS: dict[str, Callable[[Celery, str], None]] = {}
 
-    def link(app):
-        _sig(app, outer, QUESTION).apply_async(link=_sig(app, INGEST, DOC))
 
-    def link_error(app):
-        _sig(app, outer, QUESTION).apply_async(link_error=_sig(app, ACL, WIDEN))
+def _form(fn):
+    FORM_FUNCS[fn.__name__] = fn
+    return fn
 
-    def links(app):  # several callbacks at once
-        _sig(app, outer, QUESTION).apply_async(link=[_sig(app, INGEST, DOC), _sig(app, ACL, WIDEN)])
 
-    def chained(app):
-        chain(_sig(app, outer, QUESTION), _sig(app, INGEST, DOC), _sig(app, ACL, WIDEN)).apply_async()
+@_form
+def link(app, outer):
+    _sig(app, outer, QUESTION).apply_async(link=_sig(app, INGEST, DOC))
 
-    def chorded(app):
-        chord([_sig(app, outer, QUESTION), _sig(app, outer, QUESTION)], _sig(app, ACL, WIDEN)).apply_async()
 
-    def grouped(app):
-        group(_sig(app, outer, QUESTION), _sig(app, outer, QUESTION)).apply_async()
+@_form
+def link_error(app, outer):
+    _sig(app, outer, QUESTION).apply_async(link_error=_sig(app, ACL, WIDEN))
 
-    def nested_link_in_chain(app):
-        inner = chain(_sig(app, outer, QUESTION), _sig(app, INGEST, DOC))
-        _sig(app, outer, QUESTION).apply_async(link=inner)
 
-    def nested_group_member_with_link(app):
-        member = _sig(app, outer, QUESTION).set(link=_sig(app, INGEST, DOC))
-        group(member, _sig(app, outer, QUESTION)).apply_async()
+@_form
+def links(app, outer):  # several callbacks at once
+    _sig(app, outer, QUESTION).apply_async(link=[_sig(app, INGEST, DOC), _sig(app, ACL, WIDEN)])
 
-    def nested_chord_in_chain(app):
-        chain(
-            _sig(app, outer, QUESTION), chord([_sig(app, outer, QUESTION)], _sig(app, INGEST, DOC))
-        ).apply_async()
 
-    def stamped(app):
-        sig = _sig(app, outer, QUESTION)
-        sig.stamp(tag="x")
-        sig.apply_async()
+@_form
+def chained(app, outer):
+    chain(_sig(app, outer, QUESTION), _sig(app, INGEST, DOC), _sig(app, ACL, WIDEN)).apply_async()
 
-    def replaced(app):
-        _sig(app, outer, QUESTION).apply_async(replaced_task_nesting=1)
 
-    def callbacks_in_headers(app):  # the headers are not signed: options there count as much
-        _sig(app, outer, QUESTION).apply_async(headers={"callbacks": [dict(_sig(app, INGEST, DOC))]})
+@_form
+def chorded(app, outer):
+    chord([_sig(app, outer, QUESTION), _sig(app, outer, QUESTION)], _sig(app, ACL, WIDEN)).apply_async()
 
-    def chain_in_headers(app):
-        _sig(app, outer, QUESTION).apply_async(headers={"chain": [dict(_sig(app, ACL, WIDEN))]})
 
-    def protocol_1_body(app):  # a hybrid message: Celery reads the canvas from the (signed) body
-        app.sent.append(
-            (
-                {},
-                {
-                    "task": outer,
-                    "id": "p1",
-                    "args": [QUESTION],
-                    "kwargs": {},
-                    "callbacks": [dict(_sig(app, INGEST, DOC))],
-                },
-            )
+@_form
+def grouped(app, outer):
+    group(_sig(app, outer, QUESTION), _sig(app, outer, QUESTION)).apply_async()
+
+
+@_form
+def nested_link_in_chain(app, outer):
+    inner = chain(_sig(app, outer, QUESTION), _sig(app, INGEST, DOC))
+    _sig(app, outer, QUESTION).apply_async(link=inner)
+
+
+@_form
+def nested_group_member_with_link(app, outer):
+    member = _sig(app, outer, QUESTION).set(link=_sig(app, INGEST, DOC))
+    group(member, _sig(app, outer, QUESTION)).apply_async()
+
+
+@_form
+def nested_chord_in_chain(app, outer):
+    chain(
+        _sig(app, outer, QUESTION), chord([_sig(app, outer, QUESTION)], _sig(app, INGEST, DOC))
+    ).apply_async()
+
+
+@_form
+def stamped(app, outer):
+    sig = _sig(app, outer, QUESTION)
+    sig.stamp(tag="x")
+    sig.apply_async()
+
+
+@_form
+def replaced(app, outer):
+    _sig(app, outer, QUESTION).apply_async(replaced_task_nesting=1)
+
+
+@_form
+def callbacks_in_headers(app, outer):  # the headers are not signed: options there count as much
+    _sig(app, outer, QUESTION).apply_async(headers={"callbacks": [dict(_sig(app, INGEST, DOC))]})
+
+
+@_form
+def chain_in_headers(app, outer):
+    _sig(app, outer, QUESTION).apply_async(headers={"chain": [dict(_sig(app, ACL, WIDEN))]})
+
+
+@_form
+def protocol_1_body(app, outer):  # a hybrid message: Celery reads the canvas from the (signed) body
+    app.sent.append(
+        (
+            {},
+            {
+                "task": outer,
+                "id": "p1",
+                "args": [QUESTION],
+                "kwargs": {},
+                "callbacks": [dict(_sig(app, INGEST, DOC))],
+            },
         )
-
-    def protocol_1_taskset(app):
-        app.sent.append(({}, {"task": outer, "id": "p1", "args": [QUESTION], "kwargs": {}, "taskset": "g1"}))
-
-    return {f.__name__: f for f in (
-        link, link_error, links, chained, chorded, grouped, nested_link_in_chain,
-        nested_group_member_with_link, nested_chord_in_chain, stamped, replaced,
-        callbacks_in_headers, chain_in_headers, protocol_1_body, protocol_1_taskset,
-    )}  # fmt: skip
+    )
 
 
-FORMS = tuple(_forms(RETRIEVE))
+@_form
+def protocol_1_taskset(app, outer):
+    app.sent.append(({}, {"task": outer, "id": "p1", "args": [QUESTION], "kwargs": {}, "taskset": "g1"}))
+
+
+FORMS = tuple(FORM_FUNCS)
 
 
 def _messages(form: str, outer: str) -> list[tuple[str, dict, object]]:
     """(task name, headers, decoded body) of every message ``form`` puts on the wire."""
     app = _app()
-    _forms(outer)[form](app)
+    FORM_FUNCS[form](app, outer)
     return [(h.get("task") or b["task"], h, b) for h, b in app.sent]
 
 
