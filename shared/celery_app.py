@@ -25,7 +25,7 @@ from prometheus_client import multiprocess
 from ragline.shared import db, providers, redelivery
 from ragline.shared import task_stats as _task_stats  # noqa: F401  (its signal handlers log each task's resources)
 from ragline.shared.celery_base import RaglineCelery
-from ragline.shared.kombu_redis import reuse_clients
+from ragline.shared.kombu_redis import requeue_lost_deliveries, reuse_clients
 from ragline.shared.logging_setup import configure as configure_logging
 from ragline.shared.logging_setup import get_logger
 from ragline.shared.names import QUEUES, TASK_MODULES, TASK_PURGE, TASK_REINDEX, TASK_ROUTES, TASK_STUCK_JOBS
@@ -108,9 +108,11 @@ def send(name: str, payload: dict) -> str:
 
 @signals.worker_init.connect
 def _reuse_kombu_clients(**_: object) -> None:
-    """Worker processes only: one Redis client per kombu channel (``kombu_redis``); producers,
-    including a chat backend that imports the client, keep kombu unpatched."""
+    """Worker processes only: one Redis client per kombu channel, and a delivery the broker lost
+    before it was recorded requeued (``kombu_redis``); producers, including a chat backend that
+    imports the client, keep kombu unpatched."""
     reuse_clients()
+    requeue_lost_deliveries()
 
 
 @signals.worker_process_init.connect

@@ -1,6 +1,17 @@
-"""Reuse one Redis client per kombu channel instead of building one per command.
+"""Two patches of kombu's Redis transport for worker processes: one Redis client per channel, and
+no message lost when the broker goes away between handing it out and recording it as unacked.
 
-kombu 5.x's Redis transport wraps every publish, ack and unacked-bookkeeping call in
+**Lost deliveries.** kombu takes a message off its queue with ``BRPOP`` and then, in a second
+round trip, records it in the ``unacked`` hash (``QoS.append``), where ``acks_late`` and
+``shared/redelivery.py`` can bring it back. When Redis stops between the two, the message is off
+the queue and in no hash: the consumer reconnects and nothing ever runs it, although its sender
+was told it was sent. :func:`requeue_lost_deliveries` closes that window: a delivery whose
+``QoS.append`` fails on a connection error is pushed back onto its queue (kombu's own restore,
+marked redelivered) by a thread that retries until Redis answers again, and the error still
+reaches kombu, which reconnects as before. A worker that exits while Redis is still down loses
+the message it holds (logged at ERROR with the task id).
+
+**Client reuse.** kombu 5.x's Redis transport wraps every publish, ack and unacked-bookkeeping call in
 ``Channel.conn_or_acquire()``, which constructs a new ``redis.Redis`` each time. With redis-py 7
 that constructor fills a case-insensitive dict of a few hundred response callbacks, which makes it
 the largest single cost of the query pool's consumer thread (task events, acks), and every
@@ -8,20 +19,24 @@ the largest single cost of the query pool's consumer thread (task events, acks),
 (each command borrows a pooled connection), so one client per channel and pool is enough: it is
 rebuilt when kombu replaces the channel's pool (reconnect after a broker restart).
 
-It patches a private method, so it is applied only in worker processes (``worker_init``, see
-``celery_app``), never in a producer that imports the client, and only for the kombu releases it
-was written against (:data:`KOMBU_VERSIONS`); elsewhere kombu runs unpatched. The measurement that
+Both patch private methods, so they are applied only in worker processes (``worker_init``, see
+``celery_app``), never in a producer that imports the client; client reuse only for the kombu releases
+it was written against (:data:`KOMBU_VERSIONS`), elsewhere kombu runs unpatched. The measurement that
 justified it is in docs/architecture.md ("Performance notes").
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import kombu
+from kombu.exceptions import OperationalError
 from kombu.transport import redis as kombu_redis
+from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
 log = logging.getLogger(__name__)
 
@@ -70,4 +85,91 @@ def reuse_clients() -> bool:
     )
     conn_or_acquire.ragline_reuse = True
     channel_cls.conn_or_acquire = conn_or_acquire
+    return True
+
+
+#: task ids of deliveries held until Redis answers again (logged if the worker exits first)
+_held: set[str] = set()
+_held_lock = threading.Lock()
+
+
+def _task_id(payload: dict) -> str:
+    headers = payload.get("headers") if isinstance(payload, dict) else None
+    return str((headers or {}).get("id") or "?")
+
+
+def requeue(broker: kombu.Connection, payload: dict, exchange: str, routing_key: str) -> None:
+    """Push a delivered but unrecorded message back onto its queue once Redis answers: kombu's
+    own restore (``_do_restore_message``: its queue by the exchange's bindings, at the end
+    ``BRPOP`` takes next, marked redelivered), on a fresh connection to ``broker`` each attempt
+    (the consumer's channel is closed by then), retried with backoff until it succeeds. Blocks;
+    :func:`requeue_lost_deliveries` runs it on a thread."""
+    with broker.clone() as probe:
+        errors = (OperationalError, *probe.connection_errors)
+    for attempt in Retrying(
+        retry=retry_if_exception_type(errors), wait=wait_exponential(multiplier=0.2, max=2), reraise=True
+    ):
+        with attempt, broker.clone() as conn:
+            conn.ensure_connection(max_retries=1)
+            channel = conn.channel()
+            try:
+                with channel.conn_or_acquire() as client, client.pipeline() as pipe:
+                    channel._do_restore_message(payload, exchange, routing_key, pipe, leftmost=False)
+                    pipe.execute()
+            finally:
+                channel.close()
+
+
+def _requeue_in_background(broker: kombu.Connection, payload: dict, exchange: str, routing_key: str) -> None:
+    task_id = _task_id(payload)
+    with _held_lock:
+        _held.add(task_id)
+    log.warning("broker lost while recording delivery of task %s: requeued once Redis answers", task_id)
+
+    def run() -> None:
+        try:
+            requeue(broker, payload, exchange, routing_key)
+            log.warning("task %s requeued after the broker came back", task_id)
+        except Exception:
+            log.exception("could not requeue task %s", task_id)
+        finally:
+            with _held_lock:
+                _held.discard(task_id)
+
+    threading.Thread(target=run, name=f"ragline-requeue-{task_id}", daemon=True).start()
+
+
+@atexit.register
+def _report_held() -> None:
+    with _held_lock:
+        for task_id in sorted(_held):
+            log.error("worker exits with task %s not requeued (Redis did not answer): it is lost", task_id)
+
+
+def requeue_lost_deliveries() -> bool:
+    """Patch ``kombu.transport.redis.QoS.append`` once (see the module docstring); False if kombu
+    has no such method."""
+    qos_cls = getattr(kombu_redis, "QoS", None)
+    channel_cls = getattr(kombu_redis, "Channel", None)
+    if qos_cls is None or not hasattr(qos_cls, "append") or not hasattr(channel_cls, "_do_restore_message"):
+        return False
+    if getattr(qos_cls.append, "ragline_requeue", False):
+        return True
+    original = qos_cls.append
+
+    def append(self, message, delivery_tag):
+        try:
+            return original(self, message, delivery_tag)
+        except tuple(self.channel.connection_errors):
+            info = message.delivery_info
+            broker = self.channel.connection.client.clone()  # the consumer's broker, password included
+            _requeue_in_background(broker, message._raw, info["exchange"], info["routing_key"])
+            raise
+
+    append.__doc__ = (
+        "kombu's QoS.append; a delivery it cannot record is requeued (ragline.shared.kombu_redis)."
+    )
+    append.ragline_requeue = True
+    append.__wrapped__ = original
+    qos_cls.append = append
     return True

@@ -168,28 +168,37 @@ def start(consumer=None) -> None:
 def _write_owners() -> None:
     """Record delivery-tag owners off the consumer's path: a synchronous HSET per received task would
     sit on every question's round trip. Waits for the next tag, then writes every tag queued
-    meanwhile in one round trip."""
+    meanwhile in one round trip. A batch Redis refuses is kept and retried with what arrives next:
+    dropped, a tag received just before a broker restart would have no owner, and would wait
+    ``visibility_timeout`` instead of being restored once its connection generation is dead."""
     client = None
+    pending: dict[str, str] = {}
+    stopping = False
     while True:
-        item = _owners.get()
-        if item is None:
-            return
-        batch = dict([item])
+        try:
+            items = [_owners.get(timeout=0.5 if pending else None)]
+        except queue.Empty:
+            items = []
         while True:
             try:
-                nxt = _owners.get_nowait()
+                items.append(_owners.get_nowait())
             except queue.Empty:
                 break
-            if nxt is None:
-                _owners.put(None)  # stop after this batch
-                break
-            batch[nxt[0]] = nxt[1]
-        try:
-            client = client or _redis()
-            client.hset(OWNER_KEY, mapping=batch)
-        except Exception as exc:  # never fail a task over bookkeeping; visibility_timeout still applies
-            log.debug("could not record owners of %d tag(s): %s", len(batch), type(exc).__name__)
-            client = None
+        for item in items:
+            if item is None:
+                stopping = True
+            else:
+                pending[item[0]] = item[1]
+        if pending:
+            try:
+                client = client or _redis()
+                client.hset(OWNER_KEY, mapping=pending)
+                pending = {}
+            except Exception as exc:  # never fail a task over bookkeeping: kept for the next try
+                log.debug("could not record owners of %d tag(s) yet: %s", len(pending), type(exc).__name__)
+                client = None
+        if stopping:
+            return
 
 
 def stop() -> None:

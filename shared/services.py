@@ -183,6 +183,8 @@ def start_redis(settings: Settings) -> str:
         str(rdir),
         "--appendonly",
         "yes",
+        "--appendfsync",
+        settings.services.redis_appendfsync,
         # a rewrite drops deleted and expired messages and results from the file
         "--auto-aof-rewrite-percentage",
         "100",

@@ -74,6 +74,10 @@ class ServicesSettings(_Group):
         validation_alias="RAGLINE_REDIS_PORT",
         description="the embedded Redis port on 127.0.0.1; 0 picks a free one",
     )
+    redis_appendfsync: Literal["everysec", "always"] = Field(
+        "everysec",
+        description='when the embedded Redis fsyncs its append-only file. Either way every accepted write is in the file before Redis replies, so a crash of redis-server loses no task whose send returned; everysec: a machine crash or power loss loses up to about the last second of them (two when the disk stalls); always: none, at an fsync per event-loop round (docs/operations.md, "Files on disk")',
+    )
     redis_aof_rewrite_min_mb: int = Field(
         8,
         ge=1,

@@ -372,6 +372,7 @@ def test_secrets_stay_masked(monkeypatch, tmp_path):
 #: settings added since names were derived: they have the derived name only
 NEW_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_SERVICES_REDIS_AOF_REWRITE_MIN_MB", "2", "services.redis_aof_rewrite_min_mb", 2),
+    ("RAGLINE_SERVICES_REDIS_APPENDFSYNC", "always", "services.redis_appendfsync", "always"),
 ]
 #: every setting once, by its derived name, with the value and expectation of its old variable
 DERIVED_VARIABLES = (
