@@ -1,7 +1,7 @@
 """Markdown summary of ``bench/results/*.json`` for docs/benchmarks.md.
 
-python -m bench.report          # prints the generated part of the page
-python -m bench.report --docs   # rewrites only the block between the markers in docs/benchmarks.md
+python -m bench.report          # prints the generated part of docs/benchmarks.md
+python -m bench.report --docs   # rewrites the generated blocks of docs/benchmarks.md and docs/evaluation.md
 
 The measurements live in docs/, not in the README: the README is a guide, and a generated page
 cannot drift from the results it is generated from.
@@ -136,22 +136,59 @@ def summary(results: Path = common.RESULTS) -> str:
     return "\n".join(out)
 
 
+def _cell(x: object) -> str:
+    return f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+def eval_summary(results: Path = common.RESULTS) -> str:
+    """One row per mode of every ``ragline eval`` result in ``bench/results/eval-*.json``: the
+    retrieval sets (recall, MRR, nDCG, fail@20) with the fusion they ran, then the code sets."""
+    prose = [
+        "| result | mode | recall@10 | MRR@10 | nDCG@10 | fail@20 | n | fusion | lexical rank |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    code = ["| result | mode | acc@1 | acc@5 | recall@10 | MRR | n |", "|---|---|---|---|---|---|---|"]
+    for path in sorted(results.glob("eval-*.json")):
+        d = json.loads(path.read_text())
+        modes, meta = d.get("modes"), d.get("meta", {})
+        if not isinstance(modes, dict):
+            continue  # a sweep: its own note and rows
+        for mode, m in modes.items():
+            if "ndcg@10" in m:
+                fusion = meta.get("fusion", "rrf")
+                if fusion == "convex":
+                    fusion += f" ({meta.get('fusion_normalization', 'minmax')})"
+                row = [m["recall@10"], m["mrr@10"], m["ndcg@10"], m["fail@20"], m["n"], fusion]
+                prose.append(
+                    f"| `{path.name}` | {mode} | "
+                    + " | ".join(map(_cell, row))
+                    + f" | {meta.get('lexical_rank', 'ts_rank')} |"
+                )
+            elif "acc@1" in m:
+                row = [m["acc@1"], m["acc@5"], m["recall@10"], m["mrr"], m["n"]]
+                code.append(f"| `{path.name}` | {mode} | " + " | ".join(map(_cell, row)) + " |")
+    return "\n".join([*prose, "", *code])
+
+
 START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
+EVAL_START, EVAL_END = "<!-- eval:results:start -->", "<!-- eval:results:end -->"
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+EVAL_PAGE = Path(__file__).resolve().parents[1] / "docs" / "evaluation.md"
 
 
-def update_page(path: Path = PAGE) -> None:
+def update_page(path: Path = PAGE, text: str | None = None, start: str = START, end: str = END) -> None:
     """Replace the generated block of the page; everything else in it stays."""
-    text = path.read_text(encoding="utf-8")
-    if text.count(START) != 1 or text.count(END) != 1:
-        raise SystemExit(f"{path}: the markers {START} / {END} must appear once each")
-    head, rest = text.split(START)
-    _, tail = rest.split(END)
-    path.write_text(f"{head}{START}\n{summary()}\n{END}{tail}", encoding="utf-8")
+    page = path.read_text(encoding="utf-8")
+    if page.count(start) != 1 or page.count(end) != 1:
+        raise SystemExit(f"{path}: the markers {start} / {end} must appear once each")
+    head, rest = page.split(start)
+    _, tail = rest.split(end)
+    path.write_text(f"{head}{start}\n{summary() if text is None else text}\n{end}{tail}", encoding="utf-8")
 
 
 if __name__ == "__main__":
     if "--docs" in sys.argv[1:]:
         update_page()
+        update_page(EVAL_PAGE, eval_summary(), EVAL_START, EVAL_END)
     else:
         sys.stdout.write(summary() + "\n")

@@ -1,6 +1,10 @@
-"""docs/benchmarks.md's generated block is what bench/report.py makes of bench/results/*.json."""
+"""docs/benchmarks.md and docs/evaluation.md: their generated blocks are what bench/report.py makes of
+bench/results/*.json."""
 
-from bench.report import END, PAGE, START, summary
+import json
+
+from bench import common
+from bench.report import END, EVAL_END, EVAL_PAGE, EVAL_START, PAGE, START, eval_summary, summary
 
 
 def test_the_benchmarks_page_is_generated_from_the_results():
@@ -9,3 +13,17 @@ def test_the_benchmarks_page_is_generated_from_the_results():
     block = text[text.index(START) + len(START) : text.index(END)]
     assert block.strip() == summary().strip(), "run `python -m bench.report --docs`"
     assert "](../bench/results/" in block  # images resolve from docs/
+
+
+def test_the_evaluation_page_lists_every_kept_eval_result():
+    text = EVAL_PAGE.read_text(encoding="utf-8")
+    assert text.count(EVAL_START) == 1 and text.count(EVAL_END) == 1
+    block = text[text.index(EVAL_START) + len(EVAL_START) : text.index(EVAL_END)]
+    assert block.strip() == eval_summary().strip(), "run `python -m bench.report --docs`"
+    retrieval = {p.name for p in common.RESULTS.glob("eval-*.json") if _retrieval_result(p)}
+    assert retrieval and all(f"`{name}`" in block for name in retrieval)
+
+
+def _retrieval_result(path) -> bool:
+    modes = json.loads(path.read_text()).get("modes")
+    return isinstance(modes, dict) and any("ndcg@10" in m or "acc@1" in m for m in modes.values())
