@@ -223,3 +223,54 @@ def test_git_source_spec_and_uri_validation(tmp_path, configured):
     for bad in ("git:/srv/repo:x.py", "/srv/repo@" + "a" * 40 + ":x.py", "git:/r@" + "a" * 40 + ":"):
         with pytest.raises(ParseError):
             parse_git_uri(bad)
+
+
+def test_a_repository_is_opened_at_exactly_its_folder(repo, tmp_path):
+    """Every layout that makes git read another repository's objects is refused; alternates inside
+    the folder (a clone with ``--reference`` to a folder of its own) are not."""
+    write(repo, {"a.py": "A = 1\n"})
+    c1 = commit(repo, "one", 1_700_000_000)
+    opened = git.open_repository(repo)
+    assert (opened.git_dir, opened.work_tree) == (repo.resolve() / ".git", repo.resolve())
+    bare = tmp_path / "bare.git"
+    sh(tmp_path, "clone", "-q", "--bare", str(repo), str(bare))
+    assert git.open_repository(bare).work_tree is None and git.resolve_commit(bare, "main") == c1
+
+    def folder(name: str) -> Path:
+        f = tmp_path / name
+        f.mkdir()
+        return f
+
+    (folder("gitdir") / ".git").write_text(f"gitdir: {repo / '.git'}\n")
+    (folder("symlink") / ".git").symlink_to(repo / ".git")
+    sh(folder("alternates"), "init", "-q")
+    (tmp_path / "alternates" / ".git" / "objects" / "info" / "alternates").write_text(
+        f"{repo}/.git/objects\n"
+    )
+    common = folder("commondir") / ".git"
+    common.mkdir()
+    (common / "HEAD").write_text("ref: refs/heads/main\n")
+    (common / "commondir").write_text(f"{repo / '.git'}\n")
+    sh(folder("packlink"), "init", "-q")
+    (tmp_path / "packlink" / ".git" / "objects" / "pack" / "x.pack").symlink_to(repo / ".git" / "index")
+    sh(repo, "worktree", "add", "-q", "--detach", str(tmp_path / "worktree"))
+    for name, reason in [
+        ("gitdir", ".git is a file"),
+        ("symlink", ".git is a symlink"),
+        ("alternates", "alternates reads objects outside"),
+        ("commondir", "commondir leads outside"),
+        ("packlink", "symlink out of the repository"),
+        ("worktree", ".git is a file"),
+    ]:
+        with pytest.raises(git.RepositoryRefused, match=reason):
+            git.open_repository(tmp_path / name)
+        with pytest.raises(git.RepositoryRefused):  # every command opens it first
+            git.resolve_commit(tmp_path / name, c1)
+    (repo / "sub").mkdir()
+    with pytest.raises(git.RepositoryRefused, match="not a git repository"):  # no discovery upwards
+        git.resolve_commit(repo / "sub", "HEAD")
+    inner = repo / "vendored.git"
+    sh(repo, "clone", "-q", "--bare", "--shared", str(repo), str(inner))  # alternates into repo/.git
+    with pytest.raises(git.RepositoryRefused, match="alternates"):
+        git.open_repository(inner)  # the alternate is outside inner
+    assert git.open_repository(repo).root == repo.resolve()  # the outer one holds both
