@@ -161,7 +161,7 @@ def handle_push(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventRe
         out = sync_git_source(
             conn, spec, ev.after or spec.ref, send_task, before=ev.before, event_version=ev.version
         )
-    except SourceUnavailable as exc:  # nothing read, nothing pruned: the producer is told why
+    except (SourceUnavailable, git.GitError) as exc:  # nothing pruned: the producer is told why
         out = {"outcome": "unavailable", "source": spec.name, "error": str(exc)}
     return EventResult(
         type="push",

@@ -7,8 +7,9 @@ Source files are chunked along their definitions (``ingest/parse/code.py``), go 
 tests layer, and their chunks carry line spans and identifier terms for the code lexical search; a
 source file's definitions also become short symbol records in the symbol layer (rows of the same
 document, so they live and die with it).
-A document whose content did not change still gets the ACL its request asks for, through the
-ACL-only path (``acl_sync.apply_ingest_acls``, no embedding).
+A document whose content did not change, or whose new version failed to load or parse (its stored
+version keeps serving), still gets the ACL its request asks for, through the ACL-only path
+(``acl_sync.apply_ingest_acls``, no embedding).
 """
 
 from __future__ import annotations
@@ -304,20 +305,24 @@ def resolve_acl_clocks(reqs: list[IngestRequest]) -> None:
             r.acl_seq = clocks[r.job_id]
 
 
-def _apply_unchanged_acls(results: list[IngestResult | None], reqs: list[IngestRequest]) -> None:
-    """Unchanged documents: the ACL their request asks for, through the ACL-only path."""
-    skipped = [
+def _apply_kept_acls(
+    results: list[IngestResult | None], reqs: list[IngestRequest], failed: set[int] = frozenset()
+) -> None:
+    """Documents whose stored version stays (unchanged, or the new one failed to load or parse, at
+    ``failed``): the ACL their request asks for, through the ACL-only path. A failed re-ingest with
+    a narrower ACL must not leave the version that keeps serving readable by the old groups."""
+    kept = [
         (i, r)
         for i, r in enumerate(reqs)
-        if results[i] is not None and results[i].status == "skipped_unchanged"
+        if results[i] is not None and (results[i].status == "skipped_unchanged" or i in failed)
     ]
-    if not skipped:
+    if not kept:
         return
     with db.connection() as conn:
-        outcomes = apply_ingest_acls(conn, [(r.tenant, r.doc_id, list(r.acl), r.acl_seq) for _, r in skipped])
+        outcomes = apply_ingest_acls(conn, [(r.tenant, r.doc_id, list(r.acl), r.acl_seq) for _, r in kept])
         if "updated" in outcomes.values():  # done once the query pool's replicas serve the new ACL
             replicas.wait_for_replay(conn)
-    for i, r in skipped:
+    for i, r in kept:
         results[i].acl_outcome = outcomes.get((r.tenant, r.doc_id))  # type: ignore[union-attr]
 
 
@@ -325,11 +330,13 @@ def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) 
     embedder = get_embedder()
     resolve_acl_clocks(reqs)
     ready: list[tuple[int, Prepared]] = []
+    failed: set[int] = set()
     for i, req in enumerate(reqs):
         try:
             out = prepare(req, embedder.model)
         except DocumentFailed as exc:
             results[i] = record_failure(req, exc.stage, str(exc))
+            failed.add(i)
             continue
         except identity.IdentityConflict as exc:
             results[i] = identity.record_refusal(req, str(exc))
@@ -338,7 +345,7 @@ def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) 
             results[i] = out
         else:
             ready.append((i, out))
-    _apply_unchanged_acls(results, reqs)
+    _apply_kept_acls(results, reqs, failed)
     if not ready:
         return
     texts = [p.texts for _, p in ready]

@@ -253,7 +253,11 @@ def test_bad_input_fails_alone_and_nothing_is_half_written(celery_worker, voyage
 def test_failed_reingest_keeps_the_good_version(voyage, tenant):
     good = ingest_document(doc(tenant, "a.md", "# Документ\n\n" + section("А", 10), version=1))
     rows = chunk_rows(tenant)
-    bad = ingest_document(IngestRequest(tenant=tenant, doc_id="a.md", content="   ", fmt="md", version=2))
+    # the same groups: a failed re-ingest's ACL would still apply to the kept version
+    # (tests/integration/test_reingest_acl_matrix.py, "broken")
+    bad = ingest_document(
+        IngestRequest(tenant=tenant, doc_id="a.md", content="   ", fmt="md", version=2, acl=["staff"])
+    )
     assert good.status == "stored" and bad.status == "failed" and "empty document" in bad.error
     assert chunk_rows(tenant) == rows
     with db.connection() as c:

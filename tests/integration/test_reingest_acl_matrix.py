@@ -4,8 +4,10 @@ Two documents (ALPHA and BETA) are ingested with one ACL, then ingested again th
 entry point with a narrower or a wider one, with their content unchanged or ALPHA's changed. After
 the second ingest every document, and every chunk of it, carries the new ACL, and the embedder saw
 only ALPHA's new text (nothing at all when no content changed): a permission change alone goes
-through the ACL-only path. The embedding cache is emptied between the two ingests, so a document
-run through the pipeline again would show up at the loopback embedder.
+through the ACL-only path. ALPHA's new edition may also be broken (it fails to parse): its stored
+version keeps serving (a git sync skips a binary file and prunes it) and must carry the new ACL too.
+The embedding cache is emptied between the two ingests, so a document run through the pipeline
+again would show up at the loopback embedder.
 
 Entry points: ``ragline ingest FILE...``, ``ragline ingest FOLDER``, a URL-list source (a loopback
 site) at reindex, ``ragline ingest REPO``, a configured git source at reindex, a push event, and
@@ -41,7 +43,13 @@ ENV = {
 }
 
 
+#: an edition that fails to parse (a NUL byte in a text document): the stored version keeps serving
+BROKEN = 0
+
+
 def text(name: str, edition: int) -> str:
+    if edition == BROKEN:
+        return f"# {name}\n\nРегламент\x00 {name}.\n"
     return f"# {name}\n\nРегламент {name} редакция {edition}: порядок согласования заявок.\n"
 
 
@@ -132,7 +140,7 @@ class Entry:
         self.use_settings(sources=json.dumps([source]))
         return name
 
-    def ingest(self, acl: list[str]) -> None:
+    def ingest(self, acl: list[str], broken: bool = False) -> None:
         from ragline.cli import app as cli
         from ragline.ingest.control_tasks import run_reindex
         from ragline.shared.celery_app import app
@@ -147,7 +155,8 @@ class Entry:
             run = CliRunner().invoke(
                 cli, ["ingest", *paths, "--tenant", self.tenant, "--acl", ",".join(acl), "--wait"]
             )
-            assert run.exit_code == 0, run.output
+            # a document that failed makes `--wait` exit 1 (a broken file); a skipped one does not
+            assert run.exit_code in ((0, 1) if broken else (0,)), run.output
         elif self.kind in ("url", "git_reindex"):
             out = run_reindex([self.configure(acl)])
             if out["job_id"]:
@@ -185,7 +194,7 @@ def documents(tenant: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("direction", sorted(ACLS))
-@pytest.mark.parametrize("content", ("unchanged", "changed"))
+@pytest.mark.parametrize("content", ("unchanged", "changed", "broken"))
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_reingest_gives_every_document_the_new_acl_without_reembedding(
     celery_worker, voyage, use_settings, conn, tmp_path, site, entry, content, direction
@@ -202,14 +211,18 @@ def test_reingest_gives_every_document_the_new_acl_without_reembedding(
     conn.execute("DELETE FROM embedding_cache WHERE model = %s", (MODEL,))
     conn.commit()
     voyage.reset_stats()
-    if content == "changed":
-        way.write({"ALPHA": 2, "BETA": 1})
-    way.ingest(after)
+    if content != "unchanged":
+        way.write({"ALPHA": BROKEN if content == "broken" else 2, "BETA": 1})
+    way.ingest(after, broken=content == "broken")
 
-    assert documents(tenant) == docs  # the same documents, none lost or added
-    assert {d: acl_of(conn, tenant, d) for d in docs} == {d: (after, {tuple(after)}) for d in docs}
+    now = documents(tenant)
+    if content == "broken" and entry in ("git_cli", "git_reindex", "push_event"):
+        assert sorted(now.values()) == ["BETA"]  # a binary file is skipped, its document pruned
+    else:
+        assert now == docs  # the same documents, none lost or added
+    assert {d: acl_of(conn, tenant, d) for d in now} == {d: (after, {tuple(after)}) for d in now}
     embedded = [t for body in voyage.stats.bodies if "input" in body for t in body["input"]]
-    if content == "unchanged":
+    if content != "changed":
         assert voyage.stats.requests == 0, embedded  # a permission change alone embeds nothing
     else:
         assert embedded and all("ALPHA" in t and "редакция 2" in t for t in embedded), embedded
