@@ -14,9 +14,10 @@ the sentence that defines X comes first.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from ragline.query.prompt import NO_ANSWER
+from ragline.query import code_answer, texts
 from ragline.shared.contracts import Hit
 from ragline.shared.text import split_sentences
 
@@ -132,9 +133,17 @@ def _table_cells(line: str) -> list[str] | None:
     return [c.strip() for c in line.strip("|").split("|") if c.strip()]
 
 
+#: a table row's number ("2.1.1", "V14.4", "A3"): a requirement is named by it, so its prose cell
+#: is quoted with it
+_ROW_ID = re.compile(r"^(?:[A-ZА-Я]{1,3}\d{1,3}(?:\.\d{1,3}){0,3}|\d{1,3}(?:\.\d{1,3}){1,3})$")
+
+
 def clean_sentence(sentence: str) -> str:
     """A list item read as a sentence: bullet dropped, capitalised, ended with a full stop."""
     s = _BULLET.sub("", sentence.strip())
+    if _ROW_ID.match(s.split(" ", 1)[0]):  # "2.1.1 Убедитесь, ...": the number stays as written
+        head, _, rest = s.partition(" ")
+        return f"{head} {clean_sentence(rest)}" if rest else s
     if s.endswith((";", ",")):
         s = s[:-1].rstrip() + "."
     return s[:1].upper() + s[1:]
@@ -149,6 +158,9 @@ def is_answer_sentence(sentence: str) -> bool:
         and s.endswith(_END)
         and not is_code_or_markup(s)
         and s[0] not in ",;:)]}"
+        # a piece cut out of a parenthesis or a quotation is not a sentence of its own
+        and s.count("(") == s.count(")")
+        and s.count("«") == s.count("»")
     )
 
 
@@ -166,11 +178,16 @@ def prose_sentences(content: str) -> list[str]:
             continue
         cells = _table_cells(line)
         pieces = cells if cells is not None else [line]
+        row_id = cells[0] if cells and len(cells) > 1 and _ROW_ID.match(cells[0]) else ""
         for piece in pieces:
             if is_code_line(piece):
                 continue
             # markup inside a paragraph (an inline image) costs only the sentence that holds it
-            out.extend(s.strip() for s in split_sentences(piece) if is_answer_sentence(s))
+            found = [s.strip() for s in split_sentences(piece) if is_answer_sentence(s)]
+            if row_id and found:  # the row's number reads as the first sentence's subject
+                found[0] = f"{row_id} {found[0]}"
+                row_id = ""
+            out.extend(found)
     return out
 
 
@@ -200,27 +217,35 @@ def definition_weight(sentence: str, subject: str) -> float:
     return 0.0
 
 
+def sentences_of(hits: list[Hit]) -> list[tuple[int, int, str]]:
+    """(hit number, position, sentence) of every quotable sentence, each once: the better ranked
+    chunk keeps a sentence that overlapping chunks repeat."""
+    seen: set[str] = set()
+    out: list[tuple[int, int, str]] = []
+    for n, h in enumerate(hits, start=1):
+        for pos, sent in enumerate(prose_sentences(h.content)):
+            key = sentence_key(sent)
+            if key not in seen:
+                seen.add(key)
+                out.append((n, pos, sent))
+    return out
+
+
 def candidates(question: str, hits: list[Hit]) -> list[Candidate]:
     """Every quotable sentence sharing a term with the question, de-duplicated (the better
     ranked chunk keeps it), scored."""
     terms = question_terms(question)
     subject = definition_subject(question)
-    seen: set[str] = set()
     out: list[Candidate] = []
-    for n, h in enumerate(hits, start=1):
-        for pos, sent in enumerate(prose_sentences(h.content)):
-            key = sentence_key(sent)
-            if key in seen:
-                continue
-            seen.add(key)
-            overlap = len(terms & stems(sent))
-            if not overlap:
-                continue
-            weight = definition_weight(sent, subject) if subject is not None else 0.0
-            # better-ranked chunks and earlier sentences win ties; very long sentences read badly
-            score = overlap + weight - 0.05 * (n - 1) - 0.001 * pos
-            score -= 0.5 if len(sent) > 350 else 0.0
-            out.append(Candidate(n, pos, clean_sentence(sent), score, weight > 0))
+    for n, pos, sent in sentences_of(hits):
+        overlap = len(terms & stems(sent))
+        if not overlap:
+            continue
+        weight = definition_weight(sent, subject) if subject is not None else 0.0
+        # better-ranked chunks and earlier sentences win ties; very long sentences read badly
+        score = overlap + weight - 0.05 * (n - 1) - 0.001 * pos
+        score -= 0.5 if len(sent) > 350 else 0.0
+        out.append(Candidate(n, pos, clean_sentence(sent), score, weight > 0))
     return out
 
 
@@ -265,7 +290,168 @@ def render(chosen: list[Candidate]) -> str:
     return " ".join(parts)
 
 
+#: "перечисли …", "list the …", "какие X …", "which Xs …": the answer is a list, often one table or
+#: bulleted block of one document
+_LIST_QUESTION = re.compile(
+    r"^\s*(?:перечисл\w*|назови(?:те)?|list|enumerate|name\s+(?:all|the))\b|"
+    r"^\s*(?:какие|каких)\s|^\s*(?:which|what)\s+(?:\w+\s+){0,3}?\w{3,}s\s+(?:do|does|are|is|can)\b",
+    re.IGNORECASE,
+)
+#: "where …", "which function / class / method …", "где …", "в какой функции …": the answer is a place
+_PLACE_QUESTION = re.compile(
+    r"^\s*(?:where|где|в\s+как\w+\s+(?:функци|метод|класс|файл)\w*|which\s+(?:function|method|class|file))\b",
+    re.IGNORECASE,
+)
+#: items of a list answer, at most
+MAX_ITEMS = 6
+
+
+def question_kind(question: str) -> str:
+    """``definition``, ``place``, ``list`` or ``other``: what shape the answer takes."""
+    if definition_subject(question) is not None:
+        return "definition"
+    if _PLACE_QUESTION.match(question):
+        return "place"
+    if _LIST_QUESTION.match(question):
+        return "list"
+    return "other"
+
+
+@dataclass
+class Extract:
+    """An extractive answer and what it is made of: the confidence is judged from what was quoted,
+    and the groundedness check skips the framing (ragline's own words, never a claim)."""
+
+    text: str
+    kind: str  # none, sentences, definition, list, code, crosslingual
+    lang: str  # the question's language: the framing's and the refusal's
+    framing: list[str] = field(default_factory=list)
+    quoted: list[tuple[int, str]] = field(default_factory=list)  # (hit number, quoted text)
+
+    @property
+    def no_answer(self) -> bool:
+        return self.kind == "none"
+
+
+def select_list(
+    cands: list[Candidate], max_items: int = MAX_ITEMS, min_share: float = 0.34
+) -> list[Candidate]:
+    """A list answer: the items of the chunk holding the best sentence (a list is written in one
+    place), in their order, each scoring at least ``min_share`` of the best; other chunks fill in
+    when that chunk has fewer than two."""
+    if not cands:
+        return []
+    top = max(cands, key=lambda c: c.score)
+    same = [c for c in cands if c.n == top.n and c.score >= min_share * top.score]
+    same.sort(key=lambda c: c.pos)
+    chosen: list[Candidate] = []
+    for c in same:
+        if len(chosen) < max_items and not any(near_duplicate(c.text, b.text) for b in chosen):
+            chosen.append(c)
+    if len(chosen) < 2:
+        rest = [c for c in select(cands, 3) if c.n != top.n]
+        chosen += rest[: 3 - len(chosen)]
+    return chosen
+
+
+def render_list(chosen: list[Candidate]) -> str:
+    """One item a line; an item's citation after the last consecutive item of its chunk."""
+    lines: list[str] = []
+    for i, c in enumerate(chosen):
+        last_of_chunk = i + 1 == len(chosen) or chosen[i + 1].n != c.n
+        lines.append(f"- {c.text}" + (f" [{c.n}]" if last_of_chunk else ""))
+    return "\n".join(lines)
+
+
+def code_extract(question: str, hits: list[Hit], lang: str, prose: list[Candidate]) -> Extract | None:
+    """The code answer (module docstring of :mod:`ragline.query.code_answer`): the best window
+    of the first three code hits, a place first, the lines as a code block, then up to two
+    sentences that also answer (a docstring, the documentation). None without a code hit."""
+    windows = []
+    for n, h in enumerate(hits[:3], start=1):
+        w = code_answer.best_window(question, h)
+        if w is not None:
+            windows.append((w.score - 0.5 * (n - 1), n, h, w))
+    if not windows:
+        return None
+    _, n, h, w = max(windows, key=lambda t: (t[0], -t[1]))
+    best_prose = max((c.score for c in prose), default=0.0)
+    if question_kind(question) != "place" and w.score < best_prose:
+        return None  # the documents say it in words better than the code shows it
+    symbol = texts.say("code_symbol", lang, symbol=w.symbol) if w.symbol else ""
+    framing = texts.say("code_place", lang, place=code_answer.place(h, w), symbol=symbol) + f" [{n}]:"
+    lines = code_answer.quoted_lines(h, w)
+    language = str(h.metadata.get("language") or "")
+    block = f"```{language}\n" + "\n".join(lines) + "\n```"
+    said = [c for c in select(prose, 2) if c.score >= 0.5 * w.score]
+    text = f"{framing}\n{block}" + (f"\n{render(said)}" if said else "")
+    quoted = [(n, "\n".join(lines))] + [(c.n, c.text) for c in said]
+    return Extract(text, "code", lang, [framing], quoted)
+
+
+Ranker = Callable[[str, list[str]], list[float]]
+
+
+def crosslingual_extract(
+    question: str, hits: list[Hit], lang: str, rank: Ranker | None, max_sentences: int = 3
+) -> Extract | None:
+    """A question in another language than the passages shares no words with them: the sentences
+    of the first three hits ranked by ``rank`` (the embedder's similarity of each to the question),
+    the best ones quoted in their own language under framing in the question's. Without a ranker
+    the first hit's opening sentences stand for it (the vector list ranked that chunk first)."""
+    pool = [(n, pos, s) for n, pos, s in sentences_of(hits[:3])]
+    if not pool:
+        return None
+    if rank is not None:
+        sims = rank(question, [s for _, _, s in pool])
+        order = sorted(range(len(pool)), key=lambda i: -sims[i])
+        top = sims[order[0]]
+        keep = [i for i in order if sims[i] >= top - 0.02][:max_sentences]
+    else:
+        keep = [i for i, (n, _, _) in enumerate(pool) if n == pool[0][0]][:max_sentences]
+    chosen = [Candidate(pool[i][0], pool[i][1], clean_sentence(pool[i][2]), 0.0) for i in keep]
+    chosen.sort(key=lambda c: (c.n, c.pos))
+    source = texts.language_of(" ".join(h.content[:300] for h in hits[:3]))
+    framing = texts.say("quoted_in", lang, language=texts.language_name(source, lang))
+    return Extract(
+        f"{framing} {render(chosen)}", "crosslingual", lang, [framing], [(c.n, c.text) for c in chosen]
+    )
+
+
+def passages_language(hits: list[Hit]) -> str:
+    """The language the first hits are written in (their prose, code left out)."""
+    prose = [s for _, _, s in sentences_of(hits[:3])]
+    return texts.language_of(" ".join(prose) if prose else " ".join(h.content[:300] for h in hits[:3]))
+
+
+def extract(question: str, hits: list[Hit], rank: Ranker | None = None, max_sentences: int = 3) -> Extract:
+    """The offline answer to ``question`` from ``hits`` (``[N]`` = ``hits[N-1]``), shaped by the
+    question: a place and code lines for code, a list for a list question, the defining sentence
+    first for a definition, quotes under framing in the question's language when the passages are
+    in another, else the best sentences."""
+    lang = texts.language_of(question)
+    if not hits:
+        return Extract(texts.no_answer(lang), "none", lang)
+    cands = candidates(question, hits)
+    code = code_extract(question, hits, lang, cands)
+    if code is not None:
+        return code
+    if passages_language(hits) != lang:
+        cross = crosslingual_extract(question, hits, lang, rank, max_sentences)
+        if cross is not None:
+            return cross
+    kind = question_kind(question)
+    if kind == "list":
+        chosen = select_list(cands)
+        if chosen:
+            return Extract(render_list(chosen), "list", lang, [], [(c.n, c.text) for c in chosen])
+    chosen = select(cands, max_sentences)
+    if not chosen:
+        return Extract(texts.no_answer(lang), "none", lang)
+    shape = "definition" if any(c.defines for c in chosen) else "sentences"
+    return Extract(render(chosen), shape, lang, [], [(c.n, c.text) for c in chosen])
+
+
 def extractive_answer(question: str, hits: list[Hit], max_sentences: int = 3) -> str:
     """Quote the sentences of the retrieved chunks that best answer ``question``, each cited."""
-    chosen = select(candidates(question, hits), max_sentences)
-    return render(chosen) if chosen else NO_ANSWER
+    return extract(question, hits, max_sentences=max_sentences).text

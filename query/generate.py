@@ -4,7 +4,7 @@ are providers (:mod:`ragline.shared.providers.generate`)."""
 
 from __future__ import annotations
 
-from ragline.query.extractive import extractive_answer
+from ragline.query.extractive import extract, extractive_answer
 from ragline.query.prompt import NO_ANSWER
 
-__all__ = ["NO_ANSWER", "extractive_answer"]
+__all__ = ["NO_ANSWER", "extract", "extractive_answer"]

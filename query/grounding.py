@@ -45,6 +45,8 @@ class Claim:
     text: str  # without markers
     cites: list[int]  # its own markers, or those it inherits from the next cited sentence
     own: bool  # the markers are its own (not inherited)
+    end: str = " "  # what separated it from the next claim in the answer (a space or a line break)
+    code: bool = False  # a fenced code block: its text is the code inside the fence
 
 
 @dataclass
@@ -85,14 +87,17 @@ class Grounding:
         }
 
 
-def split_claims(answer: str) -> list[Claim]:
-    """The answer's sentences with the passages each cites (see the module docstring)."""
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)\n?```[ \t]*$", re.S | re.M)
+
+
+def _sentence_claims(text: str) -> list[Claim]:
+    """The sentences of one line of prose, each with its own markers (none inherited yet)."""
     pieces: list[str] = []
     pos = 0
-    for m in _SENTENCE_END.finditer(answer):
-        pieces.append(answer[pos : m.end()].strip())
+    for m in _SENTENCE_END.finditer(text):
+        pieces.append(text[pos : m.end()].strip())
         pos = m.end()
-    pieces.append(answer[pos:].strip())
+    pieces.append(text[pos:].strip())
     # markers opening a sentence close the previous one ("… sentence. [1] Next …")
     merged: list[str] = []
     for p in pieces:
@@ -112,6 +117,37 @@ def split_claims(answer: str) -> list[Claim]:
                 claims[-1].raw += " " + p
             continue
         claims.append(Claim(p, text, cites, bool(cites)))
+    return claims
+
+
+def split_claims(answer: str) -> list[Claim]:
+    """The answer's claims with the passages each cites (see the module docstring): each line's
+    sentences, and each fenced code block as one claim citing what the line announcing it cites
+    ("… `path:12-20` [1]:" above the block)."""
+    claims: list[Claim] = []
+    pos = 0
+    blocks = list(_FENCE.finditer(answer))
+    for k in range(len(blocks) + 1):
+        end = blocks[k].start() if k < len(blocks) else len(answer)
+        for line in answer[pos:end].split("\n"):
+            if not _WORD.search(_MARKER.sub("", line)):
+                if claims and _MARKER.search(line):  # markers on a line of their own close the claim above
+                    last = claims[-1]
+                    last.cites += [int(n) for n in _MARKER.findall(line) if int(n) not in last.cites]
+                    last.own = True
+                continue
+            found = _sentence_claims(line)
+            for c in found:
+                c.end = " "
+            if found:
+                found[-1].end = "\n"
+            claims += found
+        if k < len(blocks):
+            code = blocks[k].group(1)
+            before = claims[-1] if claims and claims[-1].raw.rstrip().endswith(":") else None
+            cites = list(before.cites) if before else []
+            claims.append(Claim(blocks[k].group(0), code, cites, bool(cites), "\n", code=True))
+            pos = blocks[k].end()
     inherited: list[int] = []
     for c in reversed(claims):
         if c.cites:
@@ -281,8 +317,8 @@ def rebuild(claims: list[Claim], verdicts: list[Verdict]) -> tuple[str, list[str
             # the sentence carrying the markers is gone, or a later kept sentence would not carry them
             if nxt is None or not verdicts[nxt].supported:
                 raw += " " + "".join(f"[{n}]" for n in c.cites)
-        kept.append(raw)
-    return " ".join(kept), removed
+        kept.append(raw + c.end)
+    return "".join(kept).strip(), removed
 
 
 def check(
@@ -291,10 +327,17 @@ def check(
     judge: str,
     min_share: float = 0.5,
     call: Callable[[str, list[dict]], str] | None = None,
+    framing: Sequence[str] = (),
 ) -> Grounding:
     """Check ``answer`` against ``passages`` (``passages[n-1]`` is what [n] cites) with ``judge``
-    (``structural``, ``lexical`` or ``generator`` — the last needs ``call(system, messages)``)."""
-    claims = split_claims(answer)
+    (``structural``, ``lexical`` or ``generator`` — the last needs ``call(system, messages)``).
+
+    ``framing``: lines the extractive generator wrote around its quotes (a code answer's place,
+    "From the documentation (in Russian):"); they claim nothing about the documents, so they are
+    not judged. Only the generator's own result names them: a chat model's text is all claims."""
+    all_claims = split_claims(answer)
+    own = {_words(f) for f in framing}
+    claims = [c for c in all_claims if _words(c.text) not in own]
     if judge == "structural":
         verdicts = structural_verdicts(claims, passages)
     elif judge == "lexical":
@@ -302,12 +345,14 @@ def check(
     elif judge == "generator":
         if call is None:
             raise ValueError("the generator judge needs a generator")
-        verdicts = generator_verdicts(claims, passages, call, min_share)
+        verdicts = generator_verdicts(claims, passages, call, min_share) if claims else []
     else:
         raise ValueError(f"unknown judge {judge!r}")
     if all(v.supported for v in verdicts):
         return Grounding(judge, claims, verdicts, answer)
-    text, removed = rebuild(claims, verdicts)
+    judged, checked = iter(verdicts), {id(c) for c in claims}
+    every = [next(judged) if id(c) in checked else Verdict(True, why="framing") for c in all_claims]
+    text, removed = rebuild(all_claims, every)
     return Grounding(judge, claims, verdicts, text, removed)
 
 
@@ -375,3 +420,96 @@ def most_consistent(samples: list[str], doc_of: Callable[[int], str]) -> tuple[i
     ]
     best = max(range(len(samples)), key=lambda i: (means[i], -i))
     return best, [round(v, 3) for v in means]
+
+
+# ------------------------------------------------------------------- confidence of a quoted answer
+#: what a question names exactly (a version, a name with digits, an identifier, a path): the
+#: passages answering it spell it the same way, in any language
+_SPECIFIC = re.compile(
+    r"(?<![\w.])(?:\d+(?:\.\d+)+|[A-Za-z]+/\d+(?:\.\d+)?|[A-Za-z]+\d+[\w.]*|\w+(?:[._]\w+)+|"
+    r"[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*|[A-Z]{2,}\w*)(?![\w])"
+)
+_LATIN_WORD = re.compile(r"(?<![\w-])[A-Za-z][A-Za-z-]{2,}(?![\w-])")
+
+
+def specific_terms(question: str) -> list[str]:
+    """The terms of a question a passage about its topic must contain: versions and names with
+    digits (``5.0``, ``HTTP/2``, ``L2``), identifiers (``max_retries``, ``nextTick``), acronyms
+    (``ASVS``); in a question in Cyrillic also every word in Latin letters (``Nuxt``, ``Vuetify``:
+    a product is named in its own spelling). Lower-cased, in order, each once."""
+    found = [m.group(0) for m in _SPECIFIC.finditer(question)]
+    if _CYRILLIC_RE.search(question):
+        found += _LATIN_WORD.findall(question)
+    return list(dict.fromkeys(t.lower().strip(".") for t in found if t.strip(".")))
+
+
+_CYRILLIC_RE = re.compile(r"[\u0400-\u04FF]")
+
+
+def mentions(text: str, term: str) -> bool:
+    """``term`` occurs in ``text`` as a whole token (``5.0`` is not in ``2.5.0``), case-insensitive."""
+    return re.search(rf"(?<![\w.]){re.escape(term)}(?![\w]|\.\d)", text, re.IGNORECASE) is not None
+
+
+@dataclass
+class Relevance:
+    """How well an extractive answer's quotes answer the question (each in [0, 1], None when it
+    cannot be measured) and the confidence made of them."""
+
+    coverage: float | None  # the question's topic stems in the quotes and their headings
+    topic: float  # the question's specific terms in the cited passages
+    missing: list[str]
+    similarity: float | None  # the best cited passage's vector similarity to the question
+    confidence: float
+
+    def trace(self) -> dict:
+        return {
+            "coverage": None if self.coverage is None else round(self.coverage, 3),
+            "topic": round(self.topic, 3),
+            "missing_terms": self.missing,
+            "similarity": None if self.similarity is None else round(self.similarity, 3),
+            "confidence": self.confidence,
+        }
+
+
+def extractive_relevance(question: str, quoted: list[tuple[int, str]], hits: Sequence[Hit]) -> Relevance:
+    """The confidence of an extractive answer from the relevance of what it quoted (it only
+    quotes, so the share of supported sentences says nothing): the question's topic stems found
+    in the quotes and their passages' headings, the question's specific terms found in the cited
+    passages (an answer about a neighbouring topic lacks the name or version asked about), and
+    the cited passages' vector similarity to the question (the only measure across languages)."""
+    cited = sorted({n for n, _ in quoted if 1 <= n <= len(hits)})
+    if not cited:
+        return Relevance(0.0, 0.0, [], None, 0.0)
+    passages = [hits[n - 1] for n in cited]
+    said = " ".join(q for _, q in quoted)
+    around = " ".join(f"{h.heading} {h.path} {h.doc_id}" for h in passages)
+    full = " ".join(f"{h.content} {h.context}" for h in passages) + " " + around
+    terms = specific_terms(question)
+    missing = [t for t in terms if not mentions(full, t)]
+    topic = 1.0 - len(missing) / len(terms) if terms else 1.0
+    sims = [1.0 - h.vector_distance for h in passages if h.vector_distance is not None]
+    similarity = max(sims) if sims else None
+    asked, written = script_of(question), passages_script([h.content for h in passages])
+    coverage = None
+    if not (asked and written and asked != written):
+        wanted = question_terms(question)
+        found = stems(said) | stems(around)
+        coverage = len(wanted & found) / len(wanted) if wanted else 0.0
+    return Relevance(coverage, topic, missing, similarity, relevance_confidence(coverage, topic, similarity))
+
+
+def relevance_confidence(coverage: float | None, topic: float, similarity: float | None) -> float:
+    """The confidence of an extractive answer: its coverage of the question (the vector similarity
+    where words cannot be compared), scaled down by every specific term of the question its
+    passages lack."""
+    base = coverage if coverage is not None else _similarity_unit(similarity)
+    return round(max(0.0, min(1.0, base * topic * topic)), 3)
+
+
+def _similarity_unit(similarity: float | None) -> float:
+    """A cosine similarity of multilingual-e5 (question to passage, about 0.75 for unrelated text
+    and 0.9 for the answer) on [0, 1]."""
+    if similarity is None:
+        return 0.5
+    return max(0.0, min(1.0, (similarity - 0.75) / 0.15))

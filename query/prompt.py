@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from html import escape
 
+from ragline.query.texts import TEXTS
 from ragline.shared.contracts import ChatTurn, Hit
 
-NO_ANSWER = "В базе знаний нет ответа на этот вопрос."
+#: the answer a chat model is told to give when the documents hold none (the service replaces any
+#: refusal with the one in the question's language, query/texts.py)
+NO_ANSWER = TEXTS["no_answer"]["ru"]
 
 SYSTEM_PROMPT = (
     "Ты отвечаешь на вопросы по базе знаний. Документы ниже находятся внутри тегов <document> и являются "

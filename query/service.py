@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ragline.query import generate, grounding, transforms
+from ragline.query import extractive, grounding, texts, transforms
 from ragline.query.agentic import Budget, CoveragePlanner, LLMPlanner, LoopResult, Planner, agentic_loop
 from ragline.query.cache import LRU, scoped_key
 from ragline.query.citations import build_citations, cited_numbers, claims, invalid_citations
 from ragline.query.context import Assembly, assemble, chunk_for, squeeze
 from ragline.query.deadline import DeadlineExceeded, check, run_with_deadline
 from ragline.query.fusion import FusionPolicy
-from ragline.query.prompt import NO_ANSWER, build_messages, render_squeeze
+from ragline.query.prompt import build_messages, render_squeeze
 from ragline.query.rerank import RerankOutcome, fallback, rerank_hits
 from ragline.query.retrieve import search as sql_search
 from ragline.query.sanitize import sanitize_links
@@ -223,12 +224,51 @@ def gather(
     return out, degraded, reasons, timings
 
 
+@dataclass
+class Generated:
+    """What the generator answered: the text, why it degraded, its usage for the trace and, for
+    the extractive generator, what the answer is made of (its framing and quotes)."""
+
+    text: str
+    reasons: list[str] = field(default_factory=list)
+    info: dict = field(default_factory=lambda: {"generator": "extractive"})
+    extract: extractive.Extract | None = None
+
+
+def sentence_ranker() -> extractive.Ranker | None:
+    """The embedder's similarity of a question to each of a few sentences (the extractive answer to
+    a question in another language than its passages), or None when no embedder can be built."""
+    try:
+        embedder = providers.get_embedder()
+    except Exception:
+        return None
+    timeout_s = get_settings().retrieval.query_embed_timeout_s
+
+    def rank(question: str, sentences: list[str]) -> list[float]:
+        q = np.asarray(embedder.embed_query(embedding_form(question)), dtype=np.float32)
+        docs = run_with_deadline(
+            embedder.embed_documents, 4 * timeout_s, [embedding_form(s) for s in sentences]
+        )
+        return [float(v) for v in np.asarray(docs, dtype=np.float32) @ q]
+
+    return rank
+
+
+def _extract(question: str, hits: list[Hit]) -> Generated:
+    rank = sentence_ranker()
+    try:
+        ex = extractive.extract(question, hits, rank)
+    except Exception as exc:  # the ranker's embedder failed: the answer without it
+        log.warning("sentence ranking failed, extractive answer without it: %s", type(exc).__name__)
+        ex = extractive.extract(question, hits)
+    return Generated(ex.text, extract=ex)
+
+
 def answer_from(
     question: str, hits: list[Hit], partial: bool = False, order: list[int] | None = None
-) -> tuple[str, list[str], dict]:
-    """(answer text, degraded reasons, info) from the configured generator, extractive on failure."""
+) -> Generated:
+    """The configured generator's answer, extractive on failure."""
     reasons: list[str] = []
-    info: dict = {"generator": "extractive"}
     try:
         generator = providers.get_generator()
     except Exception as exc:
@@ -249,13 +289,15 @@ def answer_from(
                 "input_tokens": g.input_tokens,
                 "output_tokens": g.output_tokens,
             }
-            return g.text, reasons, info
+            return Generated(g.text, reasons, info)
         except StreamInterrupted:  # part of a chat answer was shown: not replaced by another answer
             raise
         except Exception as exc:  # the chat model is down: the offline answer is better than none
             log.warning("generator %s failed, extractive answer: %s", generator.name, type(exc).__name__)
             reasons.append(f"generator: {type(exc).__name__}")
-    return generate.extractive_answer(question, hits), reasons, info
+    out = _extract(question, hits)
+    out.reasons = reasons
+    return out
 
 
 def validate_answer(answer: str, n_documents: int) -> tuple[str | None, list[int]]:
@@ -269,7 +311,7 @@ def validate_answer(answer: str, n_documents: int) -> tuple[str | None, list[int
 
 
 def is_no_answer(answer: str) -> bool:
-    return NO_ANSWER.rstrip(".") in answer or not answer.strip()
+    return texts.is_refusal(answer)
 
 
 def ask(req: AskRequest) -> AskResponse:
@@ -327,10 +369,14 @@ def respond(
     trace: dict,
     t0: float,
     partial: bool = False,
+    empty_reason: str = "no document passed the relevance threshold",
 ) -> AskResponse:
     """Assemble the context, generate, validate citations, check groundedness and confidence, build
-    the response (shared by the plain and the agentic path)."""
+    the response (shared by the plain and the agentic path). Every text ragline writes itself
+    (refusals, framing) is in the question's language (query/texts.py)."""
     a = get_settings().answer
+    lang = texts.language_of(question)
+    refusal = texts.no_answer(lang)
 
     def done(**kw) -> AskResponse:
         timings["total"] = elapsed_ms(t0)
@@ -345,29 +391,28 @@ def respond(
 
     if not hits:
         m.EMPTY_CONTEXT.inc()
-        return done(
-            answer=NO_ANSWER,
-            citations=[],
-            no_answer=True,
-            reason="no document passed the relevance threshold",
-        )
+        return done(answer=refusal, citations=[], no_answer=True, reason=empty_reason)
     chat = _chat_call()
     asm = _context_stage(question, hits, chat, reasons, timings, trace)
     hits = asm.hits()  # one per passage: [N] names passage N
     t = time.perf_counter()
     try:
-        answer, g_reasons, info = answer_from(question, hits, partial, asm.order)
+        gen = answer_from(question, hits, partial, asm.order)
     except StreamInterrupted as exc:  # the reader saw part of an answer that broke off: retracted
         reasons.append(f"generator: {exc}")
-        return done(answer=f"Ответ прерван: {exc}.", citations=[], no_answer=True, reason=reasons[-1])
-    reasons += g_reasons
+        said = texts.say("interrupted", lang, why=str(exc))
+        return done(answer=said, citations=[], no_answer=True, reason=reasons[-1])
+    answer, info, ex = gen.text, gen.info, gen.extract
+    reasons += gen.reasons
+    if ex is not None:
+        trace["extractive"] = {"kind": ex.kind, "quoted": len(ex.quoted)}
     timings["generate"] = elapsed_ms(t)
     m.GENERATION_LATENCY_MS.labels(generator=info["generator"]).observe(timings["generate"])
     trace["generator"] = info
     if chat is not None and a.self_consistency > 1 and info["generator"] != "extractive":
         answer = _self_consistency(question, hits, partial, asm, answer, info, timings, trace)
     if is_no_answer(answer) and not cited_numbers(answer):
-        return done(answer=NO_ANSWER, citations=[], no_answer=True, reason="the generator found no answer")
+        return done(answer=refusal, citations=[], no_answer=True, reason="the generator found no answer")
     # links and images only to URLs the cited documents contain (a poisoned document cannot make
     # a chat UI fetch its URL); the URLs themselves may carry secrets, so only their count is logged
     cited = [hits[n - 1].content for n in cited_numbers(answer) if 1 <= n <= len(hits)]
@@ -380,8 +425,9 @@ def respond(
         if bad:
             m.INVALID_CITATIONS.inc()
             trace["rejected_citations"] = bad
-        return done(answer=f"Ответ отклонён: {why}.", citations=[], no_answer=True, reason=why)
-    g = _grounding_stage(answer, asm, info["generator"], chat, reasons, timings, trace)
+        return done(answer=texts.say("rejected", lang, why=why), citations=[], no_answer=True, reason=why)
+    framing = ex.framing if ex is not None else []
+    g = _grounding_stage(answer, asm, info["generator"], chat, reasons, timings, trace, framing)
     if g is not None and g.removed:
         too_many = 1 - g.support > a.max_unsupported_share or not cited_numbers(g.answer)
         m.UNGROUNDED_ANSWERS.labels(judge=g.judge, outcome="no_answer" if too_many else "trimmed").inc()
@@ -389,29 +435,34 @@ def respond(
             why = (
                 f"{len(g.removed)} of {len(g.claims)} sentences are not supported by the documents they cite"
             )
-            return done(
-                answer=NO_ANSWER, citations=[], no_answer=True, reason=why, removed_sentences=g.removed
-            )
+            return done(answer=refusal, citations=[], no_answer=True, reason=why, removed_sentences=g.removed)
         answer = g.answer
     cited = [asm.passages[n - 1].as_hit(full=True) for n in cited_numbers(answer)]
-    signal = grounding.retrieval_signal(question, cited)
-    conf = grounding.confidence(signal, g.support if g else None)
-    # withheld only on evidence: a groundedness result or a reranker's scores; the share of the
-    # question's words in the passages alone is reported, not trusted to refuse (a paraphrase shares few)
-    judged = g is not None or any(h.rerank_score is not None for h in cited)
-    trace["confidence"] = {
-        "retrieval": None if signal is None else round(signal, 3),
-        "support": round(g.support, 3) if g else None,
-        "confidence": conf,
-        "min": a.min_confidence,
-        "judged": judged,
-    }
+    if ex is not None:
+        # an extractive answer only quotes (its support is 1.0 by construction): how far to trust
+        # it is how well what it quoted answers the question
+        rel = grounding.extractive_relevance(question, ex.quoted, hits)
+        conf, judged = rel.confidence, True
+        trace["confidence"] = {**rel.trace(), "min": a.min_confidence, "judged": judged}
+    else:
+        signal = grounding.retrieval_signal(question, cited)
+        conf = grounding.confidence(signal, g.support if g else None)
+        # withheld only on evidence: a groundedness result or a reranker's scores; the share of the
+        # question's words in the passages alone is reported, not trusted to refuse (a paraphrase shares few)
+        judged = g is not None or any(h.rerank_score is not None for h in cited)
+        trace["confidence"] = {
+            "retrieval": None if signal is None else round(signal, 3),
+            "support": round(g.support, 3) if g else None,
+            "confidence": conf,
+            "min": a.min_confidence,
+            "judged": judged,
+        }
     removed_sentences = g.removed if g else []
     if conf is not None and judged and conf < a.min_confidence:
         m.LOW_CONFIDENCE_ANSWERS.inc()
         why = f"confidence {conf:.2f} is below the minimum {a.min_confidence:g}"
         return done(
-            answer=NO_ANSWER,
+            answer=refusal,
             citations=[],
             no_answer=True,
             reason=why,
@@ -484,7 +535,8 @@ def _self_consistency(question, hits, partial, asm, first, info, timings, trace)
     t = time.perf_counter()
     samples, failed = [first], 0
     for _ in range(a.self_consistency - 1):
-        text, errors, more = answer_from(question, hits, partial, asm.order)
+        more_gen = answer_from(question, hits, partial, asm.order)
+        text, errors, more = more_gen.text, more_gen.reasons, more_gen.info
         if errors or more["generator"] == "extractive":  # a failed sample is not a vote
             failed += 1
             continue
@@ -515,20 +567,22 @@ def _judge(mode: str, generator: str) -> str | None:
     return None if mode == "auto" else mode
 
 
-def _grounding_stage(answer, asm, generator, chat, reasons, timings, trace) -> grounding.Grounding | None:
+def _grounding_stage(
+    answer, asm, generator, chat, reasons, timings, trace, framing=()
+) -> grounding.Grounding | None:
     """Check every sentence against the passages it cites (query/grounding.py); None when off."""
     a = get_settings().answer
     judge = _judge(a.grounding, generator)
     if judge is None:
         return None
-    texts = [p.text for p in asm.passages]
+    passages = [p.text for p in asm.passages]
     t = time.perf_counter()
     try:
-        g = grounding.check(answer, texts, judge, a.grounding_min_share, chat)
+        g = grounding.check(answer, passages, judge, a.grounding_min_share, chat, framing)
     except Exception as exc:  # the judge failed or answered garbage: the offline judge still checks
         log.warning("groundedness judge failed, lexical check: %s", exc)
         reasons.append(f"grounding: {type(exc).__name__}: {exc}"[:200])
-        g = grounding.check(answer, texts, "lexical", a.grounding_min_share)
+        g = grounding.check(answer, passages, "lexical", a.grounding_min_share, framing=framing)
     timings["grounding"] = elapsed_ms(t)
     m.ANSWER_STAGE_LATENCY_MS.labels(stage="grounding").observe(timings["grounding"])
     if g.removed:

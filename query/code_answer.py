@@ -1,0 +1,152 @@
+"""The offline answer to a question about code: the place (``path:start-end`` and the enclosing
+symbol), then the lines that show it. Pure functions over a code chunk and the question.
+
+A code chunk is a span of a source file (``metadata.start_line``/``end_line``, ``symbol``). Its
+prose is at most a docstring, so quoting sentences (:mod:`ragline.query.extractive`) loses what a
+"where is X decided" or "what does parameter X do" question asks for: the condition, the default,
+the call. The lines are scored by the question's terms, identifiers split into their parts
+(``max_retries`` is ``max`` and ``retries``, ``HTTPAdapter`` is ``http`` and ``adapter``), a whole
+identifier of the question counting more than its parts; the answer is the densest window of them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ragline.shared.contracts import Hit
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[\u0400-\u04FF]+", re.UNICODE)
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+_DEFINITION = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
+#: what code a question names as written: snake_case, camelCase, dotted, a call
+_NAMED = re.compile(r"\b\w+(?:[._]\w+)+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b|\b\w+\(\)")
+#: a language whose chunks are prose, not code, even when they carry line numbers
+PROSE_LANGUAGES = frozenset({"markdown", "text", "rst", "restructuredtext", "html", ""})
+#: the longest quoted window, in lines
+MAX_LINES = 14
+#: words of a question about code that name no part of it
+CODE_STOP = frozenset(
+    """
+    where what which does how the and for are with when from that this into its it is do make
+    requests request value default function method parameter argument file code defined happen
+    где как что какой какая какие каким функция метод параметр аргумент
+    """.split()
+)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The quoted lines of one code chunk: ``first``..``last`` (0-based, inclusive) of its content."""
+
+    first: int
+    last: int
+    score: float
+    start_line: int  # the file's line number of ``first``
+    symbol: str
+
+    @property
+    def end_line(self) -> int:
+        return self.start_line + self.last - self.first
+
+
+def is_code(hit: Hit) -> bool:
+    """A chunk of a source file (line span and a programming language), not prose."""
+    meta = hit.metadata or {}
+    start = meta.get("start_line")
+    return (
+        isinstance(start, int)
+        and not isinstance(start, bool)
+        and str(meta.get("language") or "").lower() not in PROSE_LANGUAGES
+    )
+
+
+def parts(token: str) -> list[str]:
+    """An identifier's lower-cased parts (snake_case and camelCase split), the whole one too."""
+    pieces = [p.lower() for chunk in token.split("_") if chunk for p in _CAMEL.findall(chunk)]
+    return [token.lower(), *pieces]
+
+
+def code_terms(question: str) -> tuple[set[str], set[str]]:
+    """(whole identifiers the question names, its term stems): stems are the first five letters of
+    each identifier part or word of three letters or more that is not a stop word."""
+    named = {n.rstrip("()").lower() for n in _NAMED.findall(question)}
+    terms: set[str] = set()
+    for token in _IDENT.findall(question):
+        for p in parts(token):
+            if len(p) >= 3 and p not in CODE_STOP:
+                terms.add(p[:5])
+    return named, terms
+
+
+def line_score(line: str, named: set[str], terms: set[str]) -> float:
+    """A line's share of the question: each distinct term stem once, a whole named identifier 2."""
+    tokens = _IDENT.findall(line)
+    found = {p[:5] for t in tokens for p in parts(t) if len(p) >= 3}
+    whole = {t.lower() for t in tokens} | {m.lower() for m in re.findall(r"\w+(?:\.\w+)+", line)}
+    return len(found & terms) + 2.0 * len(named & whole)
+
+
+def enclosing_symbol(lines: list[str], first: int, hit: Hit) -> str:
+    """The definition the window is in: the nearest ``def``/``class`` at or above its first line
+    (joined to the chunk's symbol path when it is a method of it), else the chunk's own symbol."""
+    meta = hit.metadata or {}
+    symbol = str(meta.get("symbol") or "")
+    for i in range(first, -1, -1):
+        m = _DEFINITION.match(lines[i])
+        if not m:
+            continue
+        name = m.group(1)
+        if symbol == name or symbol.endswith("." + name):
+            return symbol
+        known = [s for s in meta.get("symbols") or [] if isinstance(s, str) and s.split(".")[-1] == name]
+        if known:
+            return known[0]
+        return f"{symbol}.{name}" if symbol and not symbol.endswith(name) and lines[i][:1].isspace() else name
+    return symbol
+
+
+def best_window(question: str, hit: Hit, max_lines: int = MAX_LINES) -> Window | None:
+    """The densest run of at most ``max_lines`` lines of a code chunk for the question, trimmed to
+    its first and last scoring lines (a lone line gets the lines after it that belong to it: the
+    body of a condition), or None when no line shares a term with the question."""
+    if not is_code(hit):
+        return None
+    lines = hit.content.splitlines()
+    named, terms = code_terms(question)
+    scores = [line_score(line, named, terms) for line in lines]
+    if not lines or max(scores, default=0.0) <= 0:
+        return None
+    best, best_sum = 0, -1.0
+    for start in range(len(lines)):
+        total = sum(scores[start : start + max_lines])
+        if total > best_sum:
+            best, best_sum = start, total
+    window = [i for i in range(best, min(len(lines), best + max_lines)) if scores[i] > 0]
+    first, last = window[0], window[-1]
+    # a condition or a signature alone: its body too, while it is indented deeper
+    indent = len(lines[first]) - len(lines[first].lstrip())
+    while last + 1 < len(lines) and last - first + 1 < max(4, len(window)) and last - first + 1 < max_lines:
+        nxt = lines[last + 1]
+        if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= indent and last > first:
+            break
+        last += 1
+    while last > first and not lines[last].strip():
+        last -= 1
+    start_line = int(hit.metadata["start_line"]) + first
+    return Window(first, last, best_sum, start_line, enclosing_symbol(lines, first, hit))
+
+
+def quoted_lines(hit: Hit, window: Window) -> list[str]:
+    """The window's lines, their common indentation removed (the code block reads from column 0)."""
+    lines = hit.content.splitlines()[window.first : window.last + 1]
+    indent = min((len(x) - len(x.lstrip()) for x in lines if x.strip()), default=0)
+    return [x[indent:] for x in lines]
+
+
+def place(hit: Hit, window: Window) -> str:
+    """``path:start-end`` of the quoted lines."""
+    path = hit.path or hit.doc_id
+    if window.end_line > window.start_line:
+        return f"{path}:{window.start_line}-{window.end_line}"
+    return f"{path}:{window.start_line}"

@@ -1,0 +1,85 @@
+"""Every text an answer shows a person that ragline writes itself (refusals, the framing around
+quoted passages), in the language of the question. Pure functions.
+
+The quotes come from the documents and stay in their own language; what is ragline's own speech
+follows the question, so an English question over Russian documents gets English framing around
+Russian quotes, and an English refusal. One table holds all of it: a new text or a new language is
+added here and nowhere else. ``reason`` fields and logs stay English: they are for operators.
+
+:data:`NO_ANSWER_MARK` is what a chat model is told to answer when the documents hold nothing; the
+service recognises it in any language the model may have echoed and replaces it with the refusal
+of the question's language.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: the languages ragline speaks; a question in any other falls back to :data:`FALLBACK`
+LANGUAGES = ("ru", "en")
+FALLBACK = "en"
+
+TEXTS: dict[str, dict[str, str]] = {
+    "no_answer": {
+        "ru": "В базе знаний нет ответа на этот вопрос.",
+        "en": "The knowledge base holds no answer to this question.",
+    },
+    "rejected": {"ru": "Ответ отклонён: {why}.", "en": "The answer was rejected: {why}."},
+    "interrupted": {"ru": "Ответ прерван: {why}.", "en": "The answer broke off: {why}."},
+    # a code answer: the place first, the lines after it as a code block
+    "code_place": {"ru": "Это `{place}`{symbol}", "en": "It is `{place}`{symbol}"},
+    "code_symbol": {"ru": ", `{symbol}`", "en": ", `{symbol}`"},
+    # quotes in another language than the question's
+    "quoted_in": {"ru": "Из документации ({language}):", "en": "From the documentation ({language}):"},
+    # one side of a comparison, before its quotes
+    "aspect": {"ru": "{aspect}:", "en": "{aspect}:"},
+}
+
+#: the documents' language as the framing names it, in the question's language
+LANGUAGE_NAMES: dict[str, dict[str, str]] = {
+    "ru": {"ru": "на русском", "en": "in Russian"},
+    "en": {"ru": "на английском", "en": "in English"},
+}
+
+_CYRILLIC = re.compile(r"[\u0400-\u04FF]")
+_LATIN = re.compile(r"[A-Za-z]")
+# identifiers, paths and versions are spelled alike in every language and say nothing about it
+_NEUTRAL = re.compile(r"`[^`]*`|<[^<>]*>|\S*[\d_./()]\S*|\b[a-z]+[A-Z]\w*")
+
+
+def language_of(text: str) -> str:
+    """``ru`` or ``en``: the alphabet most of the text's words are written in (identifiers,
+    paths and numbers left out, so "Как работает computed?" is Russian)."""
+    words = _NEUTRAL.sub(" ", text or "")
+    cyrillic, latin = len(_CYRILLIC.findall(words)), len(_LATIN.findall(words))
+    if not cyrillic and not latin:
+        cyrillic, latin = len(_CYRILLIC.findall(text or "")), len(_LATIN.findall(text or ""))
+    if cyrillic == latin == 0:
+        return FALLBACK
+    return "ru" if cyrillic >= latin else "en"
+
+
+def say(key: str, lang: str, **values: str) -> str:
+    """The text ``key`` in ``lang`` (the fallback language for one ragline does not speak)."""
+    forms = TEXTS[key]
+    return forms.get(lang, forms[FALLBACK]).format(**values)
+
+
+def no_answer(lang: str) -> str:
+    return say("no_answer", lang)
+
+
+def language_name(of: str, lang: str) -> str:
+    """``of`` (a language code) named in ``lang``: "in Russian", "на английском"."""
+    names = LANGUAGE_NAMES.get(of, {})
+    return names.get(lang, names.get(FALLBACK, of))
+
+
+#: every refusal ragline writes, in every language: an answer that is one of them is no answer
+_REFUSALS = frozenset(form.rstrip(".") for form in TEXTS["no_answer"].values())
+
+
+def is_refusal(answer: str) -> bool:
+    """An empty answer, or one holding a refusal of any language (a chat model told to answer
+    :func:`no_answer` may echo it inside a sentence of its own)."""
+    return not answer.strip() or any(r in answer for r in _REFUSALS)
