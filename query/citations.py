@@ -10,6 +10,14 @@ from ragline.shared.contracts import Citation, Hit
 
 _CITE = re.compile(r"\[(\d{1,3})\]")
 _SPACE = re.compile(r"\s+")
+#: a fenced code block of an answer: what looks like ``[2]`` inside it is code (``codes[200]``), not a citation
+FENCED = re.compile(r"^```[^\n]*\n(.*?)\n?```[ \t]*$", re.S | re.M)
+
+
+def outside_code(answer: str) -> str:
+    """The answer with its fenced code blocks blanked out (same length, so offsets still hold)."""
+    return FENCED.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), answer)
+
 
 #: longest snippet, in characters (a few sentences beside a citation, not the chunk)
 SNIPPET_MAX = 400
@@ -17,7 +25,7 @@ SNIPPET_MAX = 400
 
 def cited_numbers(answer: str) -> list[int]:
     seen: list[int] = []
-    for m in _CITE.finditer(answer):
+    for m in _CITE.finditer(outside_code(answer)):
         n = int(m.group(1))
         if n not in seen:
             seen.append(n)
@@ -34,7 +42,7 @@ def claims(answer: str) -> dict[int, list[str]]:
     "… [1][2]" both numbers stand behind the same text)."""
     out: dict[int, list[str]] = {}
     prev_end, text = 0, ""
-    for m in _CITE.finditer(answer):
+    for m in _CITE.finditer(outside_code(answer)):
         segment = answer[prev_end : m.start()]
         if segment.strip(" ,;"):
             text = segment.strip()

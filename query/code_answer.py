@@ -41,7 +41,8 @@ class Window:
 
     first: int
     last: int
-    score: float
+    score: float  # the window's lines' scores summed
+    peak: float  # its best line's score (what compares with a sentence's)
     start_line: int  # the file's line number of ``first``
     symbol: str
 
@@ -134,7 +135,7 @@ def best_window(question: str, hit: Hit, max_lines: int = MAX_LINES) -> Window |
     while last > first and not lines[last].strip():
         last -= 1
     start_line = int(hit.metadata["start_line"]) + first
-    return Window(first, last, best_sum, start_line, enclosing_symbol(lines, first, hit))
+    return Window(first, last, best_sum, max(scores), start_line, enclosing_symbol(lines, first, hit))
 
 
 def quoted_lines(hit: Hit, window: Window) -> list[str]:

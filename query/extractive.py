@@ -76,6 +76,8 @@ _DEFINES = re.compile(
 )
 #: "X не является …", "X is not …": a negation right before the marker
 _NEGATED = re.compile(r"\s(?:не|not)\s*$", re.IGNORECASE)
+#: a glossary entry: "Term (ABBR) –перевод– definition", "Term — definition"
+_GLOSSARY = re.compile(r"\s[—–]\s?|\s?[—–]\s")
 _DESCRIBES = re.compile(
     r"\s(?:является|являются|называется|называются|означает|are|means)\s",
     re.IGNORECASE,
@@ -103,10 +105,57 @@ def question_terms(question: str) -> set[str]:
     return topic or {w[:5] for w in words}
 
 
+#: where the subject of "что такое X и …", "what is X in …" ends: a conjunction, a preposition, a comma
+_SUBJECT_END = re.compile(r"\s+(?:и|или|а|в|во|по|для|and|or|in|of|for|according)\s+|[,;:(]", re.IGNORECASE)
+#: in a subject, what names it exactly: a tag, an identifier, a word in Latin letters among Cyrillic
+_NAME = re.compile(r"<[\w.-]+>|\b\w+(?:[._-]\w+)+\b|\b[A-Za-z]\w+\b")
+
+
+#: "чем A отличается от B", "разница между A и B", "чем A лучше B", "difference between A and B",
+#: "A vs B", "how does A differ from B", "compare A and B": the two sides
+_COMPARE = [
+    re.compile(r"\bчем\s+(?P<a>.+?)\s+(?:отлича\w*|лучше|хуже|удобнее)\s+(?:от\s+)?(?P<b>.+)", re.I),
+    re.compile(r"\bразниц\w*\s+между\s+(?P<a>.+?)\s+и\s+(?P<b>.+)", re.I),
+    re.compile(r"\bdifference\s+between\s+(?P<a>.+?)\s+and\s+(?P<b>.+)", re.I),
+    re.compile(r"\bhow\s+(?:does|do|is|are)\s+(?P<a>.+?)\s+differ\w*\s+from\s+(?P<b>.+)", re.I),
+    re.compile(r"\bcompare\s+(?P<a>.+?)\s+(?:and|with|to)\s+(?P<b>.+)", re.I),
+    re.compile(r"^(?P<a>[^,]+?)\s+vs\.?\s+(?P<b>.+)", re.I),
+]
+#: where the second side ends: the question's next part ("… и когда что лучше использовать?")
+_SIDE_END = re.compile(
+    r"\s+(?:и|а|и\s+когда|and|or)\s+(?:когда|как|зачем|почему|what|when|how|which|why)\b|[,;?]"
+)
+
+
+def compared(question: str) -> tuple[str, str] | None:
+    """The two things a comparison question compares, or None for any other question."""
+    for pattern in _COMPARE:
+        m = pattern.search(question.strip())
+        if m:
+            a = m.group("a").strip(" «»\"'")
+            b = _SIDE_END.split(m.group("b"), maxsplit=1)[0].strip(" «»\"'.")
+            if a and b:
+                return a, b
+    return None
+
+
 def definition_subject(question: str) -> str | None:
-    """X in "что такое X?" / "what is X?", else None."""
+    """X in "что такое X?" / "what is X?" (up to a conjunction or preposition: "что такое X и
+    кто …"), else None; a comparison ("what is the difference between …") is not a definition."""
+    if compared(question) is not None:
+        return None
     m = _DEFINITION_QUESTION.match(question.strip())
-    return m.group("subject").strip(" «»\"'") if m else None
+    if not m:
+        return None
+    subject = _SUBJECT_END.split(m.group("subject"), maxsplit=1)[0]
+    return subject.strip(" «»\"'") or None
+
+
+def subject_terms(subject: str) -> set[str]:
+    """The stems that name a subject: its names when it has any ("встроенный компонент <Teleport>"
+    is named by Teleport; a Latin word counts only among Cyrillic ones), else its topic stems."""
+    names = [n for n in _NAME.findall(subject) if not n.isascii() or not subject.isascii() or "<" in n]
+    return question_terms(" ".join(names)) if names else question_terms(subject)
 
 
 def is_code_line(line: str) -> bool:
@@ -146,6 +195,8 @@ def clean_sentence(sentence: str) -> str:
         return f"{head} {clean_sentence(rest)}" if rest else s
     if s.endswith((";", ",")):
         s = s[:-1].rstrip() + "."
+    if re.match(r"\w*(?:_|[a-z][A-Z])", s):  # an identifier keeps its case ("max_retries: …")
+        return s
     return s[:1].upper() + s[1:]
 
 
@@ -206,8 +257,8 @@ def sentence_key(sentence: str) -> str:
 def definition_weight(sentence: str, subject: str) -> float:
     """How surely ``sentence`` defines ``subject`` (0 when it does not): the subject's words come
     before a defining marker ("— это", "is a"; weaker: "является") near the sentence's start."""
-    wanted = question_terms(subject)
-    for pattern, weight in ((_DEFINES, 2.0), (_DESCRIBES, 1.5)):
+    wanted = subject_terms(subject)
+    for pattern, weight in ((_DEFINES, 2.0), (_GLOSSARY, 1.8), (_DESCRIBES, 1.5)):
         m = pattern.search(f" {sentence} ")
         if not m or m.start() > 120 or _NEGATED.search(f" {sentence} "[: m.start() + 1]):
             continue
@@ -217,13 +268,39 @@ def definition_weight(sentence: str, subject: str) -> float:
     return 0.0
 
 
+#: ``:param int name:`` of a docstring: the field list's marker, the parameter's name stays
+_FIELD = re.compile(r"^:(?:param|arg|keyword|kwarg)\s+(?:[\w.\[\], ]+\s)?(\w+):\s*")
+
+
+def docstring_paragraphs(code: str) -> str:
+    """A code chunk with its docstrings' wrapped lines joined into one line a paragraph (a
+    docstring wraps a sentence over several lines; a chunk of prose has one block a line), and
+    ``:param x:`` fields read as ``x:``."""
+    out: list[str] = []
+    joinable = False  # the line before is prose that goes on
+    for raw in code.splitlines():
+        stripped = raw.strip()
+        comment = stripped.startswith("#") and not stripped.startswith("#!")
+        line = (
+            stripped.lstrip("#").strip() if comment else _FIELD.sub(r"\1: ", strip_docstring_quotes(stripped))
+        )
+        prose = bool(line) and not is_code_line(line) and not line.startswith((">>>", "..."))
+        if prose and joinable:
+            out[-1] += " " + line
+        else:
+            out.append(line if prose else raw)
+        joinable = prose and not line.endswith(_END + (":",))
+    return "\n".join(out)
+
+
 def sentences_of(hits: list[Hit]) -> list[tuple[int, int, str]]:
     """(hit number, position, sentence) of every quotable sentence, each once: the better ranked
     chunk keeps a sentence that overlapping chunks repeat."""
     seen: set[str] = set()
     out: list[tuple[int, int, str]] = []
     for n, h in enumerate(hits, start=1):
-        for pos, sent in enumerate(prose_sentences(h.content)):
+        content = docstring_paragraphs(h.content) if code_answer.is_code(h) else h.content
+        for pos, sent in enumerate(prose_sentences(content)):
             key = sentence_key(sent)
             if key not in seen:
                 seen.add(key)
@@ -231,10 +308,29 @@ def sentences_of(hits: list[Hit]) -> list[tuple[int, int, str]]:
     return out
 
 
+def corpus_terms(hits: list[Hit]) -> set[str]:
+    """The stems of the sources the hits come from (``asvs`` of ``asvs/0x11-V2-….md``, ``vue`` of
+    ``vue3/guide/…``): a question naming its corpus ("… according to ASVS") names no topic, and
+    the sentences repeating the corpus's name (a preface) do not answer it."""
+    out: set[str] = set()
+    for h in hits:
+        m = re.match(r"[^\W\d_]+", h.doc_id.split("/", 1)[0].lower())
+        if m and len(m.group(0)) >= 3:
+            out.add(m.group(0)[:5])
+    return out
+
+
+def topic_terms(question: str, hits: list[Hit]) -> set[str]:
+    """The question's topic stems without the names of the corpus it asks (all of them when that
+    leaves nothing)."""
+    terms = question_terms(question)
+    return (terms - corpus_terms(hits)) or terms
+
+
 def candidates(question: str, hits: list[Hit]) -> list[Candidate]:
     """Every quotable sentence sharing a term with the question, de-duplicated (the better
     ranked chunk keeps it), scored."""
-    terms = question_terms(question)
+    terms = topic_terms(question, hits)
     subject = definition_subject(question)
     out: list[Candidate] = []
     for n, pos, sent in sentences_of(hits):
@@ -307,7 +403,9 @@ MAX_ITEMS = 6
 
 
 def question_kind(question: str) -> str:
-    """``definition``, ``place``, ``list`` or ``other``: what shape the answer takes."""
+    """``compare``, ``definition``, ``place``, ``list`` or ``other``: what shape the answer takes."""
+    if compared(question) is not None:
+        return "compare"
     if definition_subject(question) is not None:
         return "definition"
     if _PLACE_QUESTION.match(question):
@@ -344,14 +442,53 @@ def select_list(
     top = max(cands, key=lambda c: c.score)
     same = [c for c in cands if c.n == top.n and c.score >= min_share * top.score]
     same.sort(key=lambda c: c.pos)
+    # the rows of a table are items of their own however alike they read ("… attribute Secure",
+    # "… attribute HttpOnly"); a row's second sentence is not an item
+    numbered = [c for c in same if _ROW_ID.match(c.text.split(" ", 1)[0])]
+    if len(numbered) >= 2:
+        same = numbered
     chosen: list[Candidate] = []
     for c in same:
-        if len(chosen) < max_items and not any(near_duplicate(c.text, b.text) for b in chosen):
+        if len(chosen) < max_items and (numbered or not any(near_duplicate(c.text, b.text) for b in chosen)):
             chosen.append(c)
     if len(chosen) < 2:
         rest = [c for c in select(cands, 3) if c.n != top.n]
         chosen += rest[: 3 - len(chosen)]
     return chosen
+
+
+def names(side: str, text: str) -> bool:
+    """``text`` speaks of ``side`` (one side of a comparison): it holds one of the side's names as
+    written (``v-if``, ``computed``) or one of its words' stems (``вычисляемым`` → ``вычис``)."""
+    lower = text.lower()
+    for token in re.findall(r"[\w<>.-]+", side.lower()):
+        if re.search(r"[-._<>]", token) or token.isascii():
+            if len(token) >= 2 and re.search(rf"(?<![\w-]){re.escape(token)}(?![\w-])", lower):
+                return True
+        elif len(token) >= 3 and token[:5] in stems(text):
+            return True
+    return False
+
+
+def select_compared(
+    cands: list[Candidate], sides: tuple[str, str], max_sentences: int = 3
+) -> list[Candidate]:
+    """A comparison's answer: the best sentence naming both sides (a contrast), then the best
+    naming each side, in reading order as :func:`select` orders them."""
+    a, b = sides
+    both = [c for c in cands if names(a, c.text) and names(b, c.text)]
+    only_a = [c for c in cands if names(a, c.text)]
+    only_b = [c for c in cands if names(b, c.text)]
+    picked: list[Candidate] = []
+    for group in (both, only_a, only_b, both[1:]):
+        for c in sorted(group, key=lambda c: -c.score):
+            if c in picked or any(near_duplicate(c.text, p.text) for p in picked):
+                continue
+            picked.append(c)
+            break
+        if len(picked) == max_sentences:
+            break
+    return select(picked, max_sentences, min_share=0.0) if picked else []
 
 
 def render_list(chosen: list[Candidate]) -> str:
@@ -376,14 +513,16 @@ def code_extract(question: str, hits: list[Hit], lang: str, prose: list[Candidat
         return None
     _, n, h, w = max(windows, key=lambda t: (t[0], -t[1]))
     best_prose = max((c.score for c in prose), default=0.0)
-    if question_kind(question) != "place" and w.score < best_prose:
+    if question_kind(question) != "place" and w.peak < best_prose:
         return None  # the documents say it in words better than the code shows it
     symbol = texts.say("code_symbol", lang, symbol=w.symbol) if w.symbol else ""
     framing = texts.say("code_place", lang, place=code_answer.place(h, w), symbol=symbol) + f" [{n}]:"
     lines = code_answer.quoted_lines(h, w)
     language = str(h.metadata.get("language") or "")
     block = f"```{language}\n" + "\n".join(lines) + "\n```"
-    said = [c for c in select(prose, 2) if c.score >= 0.5 * w.score]
+    # sentences scored as the lines are (identifiers in parts): a docstring's "max_retries: …"
+    named, terms = code_answer.code_terms(question)
+    said = [c for c in select(prose, 2) if code_answer.line_score(c.text, named, terms) >= 0.5 * w.peak]
     text = f"{framing}\n{block}" + (f"\n{render(said)}" if said else "")
     quoted = [(n, "\n".join(lines))] + [(c.n, c.text) for c in said]
     return Extract(text, "code", lang, [framing], quoted)
@@ -414,7 +553,7 @@ def crosslingual_extract(
     source = texts.language_of(" ".join(h.content[:300] for h in hits[:3]))
     framing = texts.say("quoted_in", lang, language=texts.language_name(source, lang))
     return Extract(
-        f"{framing} {render(chosen)}", "crosslingual", lang, [framing], [(c.n, c.text) for c in chosen]
+        f"{framing}\n{render(chosen)}", "crosslingual", lang, [framing], [(c.n, c.text) for c in chosen]
     )
 
 
@@ -441,6 +580,11 @@ def extract(question: str, hits: list[Hit], rank: Ranker | None = None, max_sent
         if cross is not None:
             return cross
     kind = question_kind(question)
+    sides = compared(question)
+    if sides is not None:
+        chosen = select_compared(cands, sides)
+        if chosen:
+            return Extract(render(chosen), "compare", lang, [], [(c.n, c.text) for c in chosen])
     if kind == "list":
         chosen = select_list(cands)
         if chosen:

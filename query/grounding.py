@@ -27,7 +27,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ragline.query.extractive import question_terms, stems
+from ragline.query.citations import FENCED
+from ragline.query.extractive import question_terms, stems, topic_terms
 from ragline.query.language import passages_script, script_of
 from ragline.query.prompt import x
 from ragline.shared.contracts import Hit
@@ -87,9 +88,6 @@ class Grounding:
         }
 
 
-_FENCE = re.compile(r"^```[^\n]*\n(.*?)\n?```[ \t]*$", re.S | re.M)
-
-
 def _sentence_claims(text: str) -> list[Claim]:
     """The sentences of one line of prose, each with its own markers (none inherited yet)."""
     pieces: list[str] = []
@@ -126,7 +124,7 @@ def split_claims(answer: str) -> list[Claim]:
     ("… `path:12-20` [1]:" above the block)."""
     claims: list[Claim] = []
     pos = 0
-    blocks = list(_FENCE.finditer(answer))
+    blocks = list(FENCED.finditer(answer))
     for k in range(len(blocks) + 1):
         end = blocks[k].start() if k < len(blocks) else len(answer)
         for line in answer[pos:end].split("\n"):
@@ -336,7 +334,7 @@ def check(
     "From the documentation (in Russian):"); they claim nothing about the documents, so they are
     not judged. Only the generator's own result names them: a chat model's text is all claims."""
     all_claims = split_claims(answer)
-    own = {_words(f) for f in framing}
+    own = {_words(_MARKER.sub("", f)) for f in framing}
     claims = [c for c in all_claims if _words(c.text) not in own]
     if judge == "structural":
         verdicts = structural_verdicts(claims, passages)
@@ -484,16 +482,28 @@ def extractive_relevance(question: str, quoted: list[tuple[int, str]], hits: Seq
     passages = [hits[n - 1] for n in cited]
     said = " ".join(q for _, q in quoted)
     around = " ".join(f"{h.heading} {h.path} {h.doc_id}" for h in passages)
-    full = " ".join(f"{h.content} {h.context}" for h in passages) + " " + around
     terms = specific_terms(question)
-    missing = [t for t in terms if not mentions(full, t)]
-    topic = 1.0 - len(missing) / len(terms) if terms else 1.0
+    # each quote counts by its length: a long code block from a file about something else is not
+    # made relevant by a short sentence that names the topic
+    weight: dict[int, int] = {}
+    for n, q in quoted:
+        if 1 <= n <= len(hits):
+            weight[n] = weight.get(n, 0) + len(q)
+    missing_in: dict[str, float] = {}
+    for n, w in weight.items():
+        h = hits[n - 1]
+        text = f"{h.content} {h.context} {h.heading} {h.path} {h.doc_id}"
+        for t in terms:
+            if not mentions(text, t):
+                missing_in[t] = missing_in.get(t, 0.0) + w / sum(weight.values())
+    missing = [t for t in terms if missing_in.get(t, 0.0) > 0.5]
+    topic = 1.0 - sum(missing_in.values()) / len(terms) if terms else 1.0
     sims = [1.0 - h.vector_distance for h in passages if h.vector_distance is not None]
     similarity = max(sims) if sims else None
     asked, written = script_of(question), passages_script([h.content for h in passages])
     coverage = None
     if not (asked and written and asked != written):
-        wanted = question_terms(question)
+        wanted = topic_terms(question, list(passages))
         found = stems(said) | stems(around)
         coverage = len(wanted & found) / len(wanted) if wanted else 0.0
     return Relevance(coverage, topic, missing, similarity, relevance_confidence(coverage, topic, similarity))

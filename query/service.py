@@ -14,7 +14,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ragline.query import extractive, grounding, texts, transforms
-from ragline.query.agentic import Budget, CoveragePlanner, LLMPlanner, LoopResult, Planner, agentic_loop
+from ragline.query.agentic import (
+    Budget,
+    CoveragePlanner,
+    LLMPlanner,
+    LoopResult,
+    Planner,
+    Route,
+    agentic_loop,
+    llm_route,
+    route,
+)
 from ragline.query.cache import LRU, scoped_key
 from ragline.query.citations import build_citations, cited_numbers, claims, invalid_citations
 from ragline.query.context import Assembly, assemble, chunk_for, squeeze
@@ -323,6 +333,10 @@ def ask(req: AskRequest) -> AskResponse:
     trace: dict = {}
     reasons: list[str] = []
     plan = transforms.plan_queries(req, reasons)
+    decision = _route(plan.queries[0], reasons)
+    if decision.route != "simple":
+        plan.queries += [q for q in decision.queries if q not in plan.queries]
+    trace["router"] = decision.trace()
     timings["transform"] = elapsed_ms(t0)
     if plan.queries != [req.query]:
         trace["queries"] = plan.queries
@@ -346,7 +360,10 @@ def ask(req: AskRequest) -> AskResponse:
         trace["reranked"] = trace_of(hits)
     else:
         hits = [h for h in candidates if h.score >= settings.answer.min_score][: req.k]
-    resp = respond(plan.queries[0], hits, reasons, timings, trace, t0)
+    empty = "no document passed the relevance threshold"
+    if not candidates:  # the caller's groups see nothing that matches (or nothing at all)
+        empty = "no document visible to the caller's groups matches the question"
+    resp = respond(plan.queries[0], hits, reasons, timings, trace, t0, empty_reason=empty)
     log_query(
         "ask",
         tenant=req.tenant,
@@ -481,6 +498,24 @@ def respond(
         confidence=conf,
         removed_sentences=removed_sentences,
     )
+
+
+def _route(question: str, reasons: list[str]) -> Route:
+    """The complexity router (query/agentic.py ``route``): rules decide whether a question needs
+    more than one search; with a chat generator configured (``answer.decompose`` auto) the chat
+    model writes the sub-queries of a question the rules found complex."""
+    mode = get_settings().answer.decompose
+    if mode == "off":
+        return Route("simple", why="decomposition off")
+    rules = route(question, extractive.compared(question))
+    if mode == "rules" or rules.route == "simple":
+        return rules
+    try:
+        generator = providers.get_generator()
+        return rules if generator is None else llm_route(generator, question, rules)
+    except Exception as exc:  # the chat model failed: the rules' sub-queries
+        reasons.append(f"router: {type(exc).__name__}")
+        return rules
 
 
 # ------------------------------------------------------------------- answer stages (grounded answers)

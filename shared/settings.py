@@ -979,6 +979,14 @@ class AnswerSettings(_Group):
         validation_alias="RAGLINE_AGENTIC_MAX_EVIDENCE",
         description="agentic loop budget: evidence chunks kept",
     )
+    decompose: Literal["off", "rules", "auto"] = Field(
+        "auto",
+        validation_alias="RAGLINE_ANSWER_DECOMPOSE",
+        description="the complexity router (query/agentic.py `route`): a comparison or a question of two"
+        " independent parts also searches each side or part, the lists fused; `auto`: rules decide, and"
+        " with a chat generator the chat model writes the sub-queries (one more call, for such questions"
+        " only); `rules`: rules only; `off`: one search for every question",
+    )
     stream_maxlen: int = Field(
         1000,
         ge=10,
