@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from ragline.query.extractive import clean_sentence, prose_sentences, stems
+from ragline.query.sanitize import code_regions
 from ragline.shared.contracts import Citation, Hit
 
 _CITE = re.compile(r"\[(\d{1,3})\]")
@@ -15,8 +16,12 @@ FENCED = re.compile(r"^```[^\n]*\n(.*?)\n?```[ \t]*$", re.S | re.M)
 
 
 def outside_code(answer: str) -> str:
-    """The answer with its fenced code blocks blanked out (same length, so offsets still hold)."""
-    return FENCED.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), answer)
+    """The answer with its code (fenced blocks, code spans: query/sanitize.py ``code_regions``)
+    blanked out, same length, so offsets still hold."""
+    out = answer
+    for start, end in code_regions(answer):
+        out = out[:start] + re.sub(r"[^\n]", " ", out[start:end]) + out[end:]
+    return out
 
 
 #: longest snippet, in characters (a few sentences beside a citation, not the chunk)
