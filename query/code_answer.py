@@ -20,7 +20,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[\u0400-\u04FF]+", re.UNICODE)
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _DEFINITION = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
 #: what code a question names as written: snake_case, camelCase, dotted, a call
-_NAMED = re.compile(r"\b\w+(?:[._]\w+)+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b|\b\w+\(\)")
+_NAMED = re.compile(r"\b\w+(?:[._]\w+)+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b|\b\w+\(\)|\b[A-Z]{2,}\b")
 #: a language whose chunks are prose, not code, even when they carry line numbers
 PROSE_LANGUAGES = frozenset({"markdown", "text", "rst", "restructuredtext", "html", ""})
 #: the longest quoted window, in lines
@@ -29,6 +29,7 @@ MAX_LINES = 14
 CODE_STOP = frozenset(
     """
     where what which does how the and for are with when from that this into its it is do make
+    should would could over than then there their them they you your can will may must not
     requests request value default function method parameter argument file code defined happen
     где как что какой какая какие каким функция метод параметр аргумент
     """.split()
@@ -151,3 +152,23 @@ def place(hit: Hit, window: Window) -> str:
     if window.end_line > window.start_line:
         return f"{path}:{window.start_line}-{window.end_line}"
     return f"{path}:{window.start_line}"
+
+
+def default_window(question: str, hit: Hit, besides: Window | None = None) -> Window | None:
+    """The line that gives a parameter the question names its default (``max_retries=DEFAULT_RETRIES``
+    in a signature, ``DEFAULT_REDIRECT_LIMIT = 30``) when ``besides`` (the quoted window) does not
+    hold it, or None: "what does parameter X do" is answered by what it does and what it is."""
+    if not is_code(hit):
+        return None
+    named, _ = code_terms(question)
+    names = [n for n in named if "_" in n or n.isidentifier()]
+    lines = hit.content.splitlines()
+    for i, line in enumerate(lines):
+        if besides is not None and besides.first <= i <= besides.last:
+            continue
+        if line.lstrip().startswith((">>>", "...", "#")):  # an example or a comment sets nothing
+            continue
+        if any(re.search(rf"(?<![\w.]){re.escape(n)}\s*=(?!=)", line, re.IGNORECASE) for n in names):
+            start = int(hit.metadata["start_line"]) + i
+            return Window(i, i, 0.0, 0.0, start, enclosing_symbol(lines, i, hit))
+    return None

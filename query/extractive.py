@@ -84,6 +84,31 @@ _DESCRIBES = re.compile(
 )
 
 
+#: what a question names exactly (a version, a name with digits, an identifier, a path): the
+#: passages answering it spell it the same way, in any language
+_SPECIFIC = re.compile(
+    r"(?<![\w.])(?:\d+(?:\.\d+)+|[A-Za-z]+/\d+(?:\.\d+)?|[A-Za-z]+\d+[\w.]*|\w+(?:[._]\w+)+|"
+    r"[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*|[A-Z]{2,}\w*)(?![\w])"
+)
+_LATIN_WORD = re.compile(r"(?<![\w-])[A-Za-z][A-Za-z-]{2,}(?![\w-])")
+
+
+def specific_terms(question: str) -> list[str]:
+    """The terms of a question a passage about its topic must contain: versions and names with
+    digits (``5.0``, ``HTTP/2``, ``L2``), identifiers (``max_retries``, ``nextTick``), acronyms
+    (``ASVS``); in a question in Cyrillic also every word in Latin letters (``Nuxt``, ``Vuetify``:
+    a product is named in its own spelling). Lower-cased, in order, each once."""
+    found = [m.group(0) for m in _SPECIFIC.finditer(question)]
+    if re.search(r"[\u0400-\u04FF]", question):
+        found += _LATIN_WORD.findall(question)
+    return list(dict.fromkeys(t.lower().strip(".") for t in found if t.strip(".")))
+
+
+def mentions(text: str, term: str) -> bool:
+    """``term`` occurs in ``text`` as a whole token (``5.0`` is not in ``2.5.0``), case-insensitive."""
+    return re.search(rf"(?<![\w.]){re.escape(term)}(?![\w]|\.\d)", text, re.IGNORECASE) is not None
+
+
 @dataclass(frozen=True)
 class Candidate:
     n: int  # the hit's number in the prompt, 1-based
@@ -400,6 +425,8 @@ _PLACE_QUESTION = re.compile(
 )
 #: items of a list answer, at most
 MAX_ITEMS = 6
+#: how many of the first hits a code answer's lines may come from
+CODE_HITS = 5
 
 
 def question_kind(question: str) -> str:
@@ -502,16 +529,25 @@ def render_list(chosen: list[Candidate]) -> str:
 
 def code_extract(question: str, hits: list[Hit], lang: str, prose: list[Candidate]) -> Extract | None:
     """The code answer (module docstring of :mod:`ragline.query.code_answer`): the best window
-    of the first three code hits, a place first, the lines as a code block, then up to two
+    of the first :data:`CODE_HITS` code hits, a place first, the lines as a code block, then up to two
     sentences that also answer (a docstring, the documentation). None without a code hit."""
+    # a question naming something exactly (``max_retries``, ``GET``) is answered from a chunk that
+    # holds it: the chunk holding most of those names wins, then the window's score
+    specific = specific_terms(question)
+    identifiers = [t for t in specific if re.search(r"[._]", t)]
     windows = []
-    for n, h in enumerate(hits[:3], start=1):
+    for n, h in enumerate(hits[:CODE_HITS], start=1):
         w = code_answer.best_window(question, h)
-        if w is not None:
-            windows.append((w.score - 0.5 * (n - 1), n, h, w))
+        if w is None:
+            continue
+        named = sum(mentions(h.content, t) for t in specific)
+        if specific and not named:
+            continue
+        exact = sum(mentions(h.content, t) for t in identifiers)
+        windows.append(((exact, named), w.score - 0.5 * (n - 1), n, h, w))
     if not windows:
         return None
-    _, n, h, w = max(windows, key=lambda t: (t[0], -t[1]))
+    _, _, n, h, w = max(windows, key=lambda t: (t[0], t[1], -t[2]))
     best_prose = max((c.score for c in prose), default=0.0)
     if question_kind(question) != "place" and w.peak < best_prose:
         return None  # the documents say it in words better than the code shows it
@@ -523,9 +559,29 @@ def code_extract(question: str, hits: list[Hit], lang: str, prose: list[Candidat
     # sentences scored as the lines are (identifiers in parts): a docstring's "max_retries: …"
     named, terms = code_answer.code_terms(question)
     said = [c for c in select(prose, 2) if code_answer.line_score(c.text, named, terms) >= 0.5 * w.peak]
-    text = f"{framing}\n{block}" + (f"\n{render(said)}" if said else "")
-    quoted = [(n, "\n".join(lines))] + [(c.n, c.text) for c in said]
-    return Extract(text, "code", lang, [framing], quoted)
+    text, framings, quoted = f"{framing}\n{block}", [framing], [(n, "\n".join(lines))]
+    # "what does parameter X do": and the line giving X its default, in this chunk or another of the file
+    default, dn, dh = None, n, h
+    if question_kind(question) != "place":
+        same_file = [(k, x) for k, x in enumerate(hits[:CODE_HITS], start=1) if x.doc_id == h.doc_id]
+        for k, x in sorted(same_file, key=lambda t: t[0] != n):
+            default = code_answer.default_window(question, x, w if x is h else None)
+            if default is not None:
+                dn, dh = k, x
+                break
+    if default is not None:
+        symbol = texts.say("code_symbol", lang, symbol=default.symbol) if default.symbol else ""
+        more = (
+            texts.say("code_place", lang, place=code_answer.place(dh, default), symbol=symbol) + f" [{dn}]:"
+        )
+        extra = code_answer.quoted_lines(dh, default)
+        text += f"\n{more}\n```{language}\n" + "\n".join(extra) + "\n```"
+        framings.append(more)
+        quoted.append((dn, "\n".join(extra)))
+    if said:
+        text += f"\n{render(said)}"
+    quoted += [(c.n, c.text) for c in said]
+    return Extract(text, "code", lang, framings, quoted)
 
 
 Ranker = Callable[[str, list[str]], list[float]]

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ragline.query.citations import FENCED
-from ragline.query.extractive import question_terms, stems, topic_terms
+from ragline.query.extractive import mentions, question_terms, specific_terms, stems, topic_terms
 from ragline.query.language import passages_script, script_of
 from ragline.query.prompt import x
 from ragline.shared.contracts import Hit
@@ -421,32 +421,8 @@ def most_consistent(samples: list[str], doc_of: Callable[[int], str]) -> tuple[i
 
 
 # ------------------------------------------------------------------- confidence of a quoted answer
-#: what a question names exactly (a version, a name with digits, an identifier, a path): the
-#: passages answering it spell it the same way, in any language
-_SPECIFIC = re.compile(
-    r"(?<![\w.])(?:\d+(?:\.\d+)+|[A-Za-z]+/\d+(?:\.\d+)?|[A-Za-z]+\d+[\w.]*|\w+(?:[._]\w+)+|"
-    r"[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*|[A-Z]{2,}\w*)(?![\w])"
-)
-_LATIN_WORD = re.compile(r"(?<![\w-])[A-Za-z][A-Za-z-]{2,}(?![\w-])")
-
-
-def specific_terms(question: str) -> list[str]:
-    """The terms of a question a passage about its topic must contain: versions and names with
-    digits (``5.0``, ``HTTP/2``, ``L2``), identifiers (``max_retries``, ``nextTick``), acronyms
-    (``ASVS``); in a question in Cyrillic also every word in Latin letters (``Nuxt``, ``Vuetify``:
-    a product is named in its own spelling). Lower-cased, in order, each once."""
-    found = [m.group(0) for m in _SPECIFIC.finditer(question)]
-    if _CYRILLIC_RE.search(question):
-        found += _LATIN_WORD.findall(question)
-    return list(dict.fromkeys(t.lower().strip(".") for t in found if t.strip(".")))
-
-
-_CYRILLIC_RE = re.compile(r"[\u0400-\u04FF]")
-
-
-def mentions(text: str, term: str) -> bool:
-    """``term`` occurs in ``text`` as a whole token (``5.0`` is not in ``2.5.0``), case-insensitive."""
-    return re.search(rf"(?<![\w.]){re.escape(term)}(?![\w]|\.\d)", text, re.IGNORECASE) is not None
+#: the share of an answer's quoted text whose passages must hold a specific term of the question
+TOPIC_SHARE = 0.25
 
 
 @dataclass
@@ -489,15 +465,19 @@ def extractive_relevance(question: str, quoted: list[tuple[int, str]], hits: Seq
     for n, q in quoted:
         if 1 <= n <= len(hits):
             weight[n] = weight.get(n, 0) + len(q)
-    missing_in: dict[str, float] = {}
+    total = sum(weight.values()) or 1
+    held: dict[str, float] = {t: 0.0 for t in terms}  # the share of the quoted text whose passage holds t
     for n, w in weight.items():
         h = hits[n - 1]
         text = f"{h.content} {h.context} {h.heading} {h.path} {h.doc_id}"
         for t in terms:
-            if not mentions(text, t):
-                missing_in[t] = missing_in.get(t, 0.0) + w / sum(weight.values())
-    missing = [t for t in terms if missing_in.get(t, 0.0) > 0.5]
-    topic = 1.0 - sum(missing_in.values()) / len(terms) if terms else 1.0
+            if mentions(text, t):
+                held[t] += w / total
+    # a comparison quotes each side from its own passage: a term held by a quarter of the quoted
+    # text is the answer's topic; less is a mention beside an answer about something else
+    present = {t: min(1.0, share / TOPIC_SHARE) for t, share in held.items()}
+    missing = [t for t in terms if present[t] < 1.0]
+    topic = sum(present.values()) / len(terms) if terms else 1.0
     sims = [1.0 - h.vector_distance for h in passages if h.vector_distance is not None]
     similarity = max(sims) if sims else None
     asked, written = script_of(question), passages_script([h.content for h in passages])

@@ -422,7 +422,7 @@ def respond(
     answer, info, ex = gen.text, gen.info, gen.extract
     reasons += gen.reasons
     if ex is not None:
-        trace["extractive"] = {"kind": ex.kind, "quoted": len(ex.quoted)}
+        trace["extractive"] = {"kind": ex.kind, "quoted": sorted({n for n, _ in ex.quoted})}
     timings["generate"] = elapsed_ms(t)
     m.GENERATION_LATENCY_MS.labels(generator=info["generator"]).observe(timings["generate"])
     trace["generator"] = info
