@@ -233,6 +233,7 @@ OLD_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_AGENTIC_MAX_ROUNDS", "5", "answer.agentic_max_rounds", 5),
     ("RAGLINE_AGENTIC_MAX_SEARCHES", "10", "answer.agentic_max_searches", 10),
     ("RAGLINE_AGENTIC_MAX_EVIDENCE", "20", "answer.agentic_max_evidence", 20),
+    ("RAGLINE_ANSWER_DECOMPOSE", "rules", "answer.decompose", "rules"),
     ("RAGLINE_QUERY_EMBED_TIMEOUT_S", "1.5", "retrieval.query_embed_timeout_s", 1.5),
     ("RAGLINE_QUERY_CACHE_SIZE", "0", "retrieval.query_cache_size", 0),
     ("RAGLINE_SOURCES", json.dumps(SOURCES), "lifecycle.sources", SOURCES),
