@@ -49,7 +49,7 @@ _CODE_LINE = re.compile(
 #: template, markup and operator syntax anywhere in a line (a bare ``<Suspense>`` in prose is a
 #: component's name, a tag with attributes is markup)
 _MARKUP = re.compile(
-    r"\{\{|\}\}|=>|</|/>|\]\(|!\[|`|[{}]|<[a-zA-Z][\w.-]*\s+[^<>]*>|"
+    r"\{\{|\}\}|=>|</|/>|\]\(|!\[|`|[{}]|<[a-zA-Z][\w.-]*\s+[^<>]*=[^<>]*>|"
     r"\b\w+\([^()]*\)\s*[;{]|\s(?:===?|!==?|&&|\|\||\+=)\s"
 )
 #: ``name = value`` / ``key: 'value'``
@@ -100,7 +100,8 @@ def specific_terms(question: str) -> list[str]:
     a product is named in its own spelling). Lower-cased, in order, each once."""
     found = [m.group(0) for m in _SPECIFIC.finditer(question)]
     if re.search(r"[\u0400-\u04FF]", question):
-        found += _LATIN_WORD.findall(question)
+        # a name (Nuxt, Vuetify, v-model), not a gloss in parentheses ("перебор (brute force)")
+        found += [w for w in _LATIN_WORD.findall(question) if w[0].isupper() or re.search(r"[-_.]", w)]
     return list(dict.fromkeys(t.lower().strip(".") for t in found if t.strip(".")))
 
 
@@ -159,6 +160,7 @@ def compared(question: str) -> tuple[str, str] | None:
         if m:
             a = m.group("a").strip(" «»\"'")
             b = _SIDE_END.split(m.group("b"), maxsplit=1)[0].strip(" «»\"'.")
+            b = re.split(r"\s+(?:в|во|in)\s+", b, maxsplit=1)[0]  # "методом во Vue": the side is "методом"
             if a and b:
                 return a, b
     return None
@@ -345,6 +347,13 @@ def corpus_terms(hits: list[Hit]) -> set[str]:
     return out
 
 
+def topic_specific_terms(question: str, hits: list[Hit]) -> list[str]:
+    """:func:`specific_terms` without the corpus's own name ("Vue", "ASVS": every passage of it
+    is about it, few repeat it)."""
+    corpus = corpus_terms(hits)
+    return [t for t in specific_terms(question) if t[:5] not in corpus]
+
+
 def topic_terms(question: str, hits: list[Hit]) -> set[str]:
     """The question's topic stems without the names of the corpus it asks (all of them when that
     leaves nothing)."""
@@ -355,8 +364,10 @@ def topic_terms(question: str, hits: list[Hit]) -> set[str]:
 def candidates(question: str, hits: list[Hit]) -> list[Candidate]:
     """Every quotable sentence sharing a term with the question, de-duplicated (the better
     ranked chunk keeps it), scored."""
-    terms = topic_terms(question, hits)
     subject = definition_subject(question)
+    terms = topic_terms(question, hits)
+    if subject is not None:  # "что такое ASVS": the corpus's name is the subject here
+        terms |= subject_terms(subject)
     out: list[Candidate] = []
     for n, pos, sent in sentences_of(hits):
         overlap = len(terms & stems(sent))

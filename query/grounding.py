@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ragline.query.citations import FENCED
-from ragline.query.extractive import mentions, question_terms, specific_terms, stems, topic_terms
+from ragline.query.extractive import mentions, question_terms, stems, topic_specific_terms, topic_terms
 from ragline.query.language import passages_script, script_of
 from ragline.query.prompt import x
 from ragline.shared.contracts import Hit
@@ -423,6 +423,12 @@ def most_consistent(samples: list[str], doc_of: Callable[[int], str]) -> tuple[i
 # ------------------------------------------------------------------- confidence of a quoted answer
 #: the share of an answer's quoted text whose passages must hold a specific term of the question
 TOPIC_SHARE = 0.25
+#: an extractive answer's confidence lies in [FLOOR, FLOOR + SPAN] (:func:`relevance_confidence`)
+CONFIDENCE_FLOOR = 0.1
+CONFIDENCE_SPAN = 0.75
+#: the coverage an answer quoting a definition of the subject asked about is given at least
+DEFINED_COVERAGE = 0.75
+_VERSION = re.compile(r"^v?\d+(?:\.\d+)+$")
 
 
 @dataclass
@@ -446,7 +452,9 @@ class Relevance:
         }
 
 
-def extractive_relevance(question: str, quoted: list[tuple[int, str]], hits: Sequence[Hit]) -> Relevance:
+def extractive_relevance(
+    question: str, quoted: list[tuple[int, str]], hits: Sequence[Hit], defined: bool = False
+) -> Relevance:
     """The confidence of an extractive answer from the relevance of what it quoted (it only
     quotes, so the share of supported sentences says nothing): the question's topic stems found
     in the quotes and their passages' headings, the question's specific terms found in the cited
@@ -458,7 +466,7 @@ def extractive_relevance(question: str, quoted: list[tuple[int, str]], hits: Seq
     passages = [hits[n - 1] for n in cited]
     said = " ".join(q for _, q in quoted)
     around = " ".join(f"{h.heading} {h.path} {h.doc_id}" for h in passages)
-    terms = specific_terms(question)
+    terms = topic_specific_terms(question, list(hits))
     # each quote counts by its length: a long code block from a file about something else is not
     # made relevant by a short sentence that names the topic
     weight: dict[int, int] = {}
@@ -476,6 +484,14 @@ def extractive_relevance(question: str, quoted: list[tuple[int, str]], hits: Seq
     # a comparison quotes each side from its own passage: a term held by a quarter of the quoted
     # text is the answer's topic; less is a mention beside an answer about something else
     present = {t: min(1.0, share / TOPIC_SHARE) for t, share in held.items()}
+    # the edition a question names ("по ASVS 4.0.3") is written in its corpus's preface, not in
+    # each chapter: a version another passage of the cited sources holds is the corpus's, and a
+    # version none of them holds ("ASVS 5.0") is another edition's
+    sources = {h.doc_id.split("/", 1)[0] for h in passages}
+    for t in terms:
+        if present[t] < 1.0 and _VERSION.match(t):
+            if any(h.doc_id.split("/", 1)[0] in sources and mentions(h.content, t) for h in hits):
+                present[t] = 1.0
     missing = [t for t in terms if present[t] < 1.0]
     topic = sum(present.values()) / len(terms) if terms else 1.0
     sims = [1.0 - h.vector_distance for h in passages if h.vector_distance is not None]
@@ -483,18 +499,33 @@ def extractive_relevance(question: str, quoted: list[tuple[int, str]], hits: Seq
     asked, written = script_of(question), passages_script([h.content for h in passages])
     coverage = None
     if not (asked and written and asked != written):
+        # the question's topic in what was quoted, and in the passages it was quoted from (a
+        # quote answers a part; the passage holding the rest is still the place to read on)
         wanted = topic_terms(question, list(passages))
-        found = stems(said) | stems(around)
-        coverage = len(wanted & found) / len(wanted) if wanted else 0.0
+        quoted_stems = stems(said) | stems(around)
+        passage_stems = quoted_stems | stems(" ".join(h.content for h in passages))
+        if wanted:
+            coverage = 0.5 * (len(wanted & quoted_stems) + len(wanted & passage_stems)) / len(wanted)
+        else:
+            coverage = 0.0
+        if defined:  # a sentence defining the subject asked about was quoted: the question's core
+            coverage = max(coverage, DEFINED_COVERAGE)
     return Relevance(coverage, topic, missing, similarity, relevance_confidence(coverage, topic, similarity))
 
 
 def relevance_confidence(coverage: float | None, topic: float, similarity: float | None) -> float:
     """The confidence of an extractive answer: its coverage of the question (the vector similarity
     where words cannot be compared), scaled down by every specific term of the question its
-    passages lack."""
+    passages lack, then mapped onto ``[FLOOR, FLOOR + SPAN]``.
+
+    Calibrated on answers-dev (docs/evaluation.md, "The offline answer"): word coverage tells a
+    quote about the question's topic from one about another (those fall below the minimum 0.4),
+    not a quote of the right chapter from one of its neighbour, so it never reaches 1.0; only a
+    quote covering nearly all of the question, or a definition of its subject with the rest of it,
+    reaches 0.7."""
     base = coverage if coverage is not None else _similarity_unit(similarity)
-    return round(max(0.0, min(1.0, base * topic * topic)), 3)
+    raw = max(0.0, min(1.0, base * topic * topic))
+    return round(CONFIDENCE_FLOOR + CONFIDENCE_SPAN * raw, 3)
 
 
 def _similarity_unit(similarity: float | None) -> float:

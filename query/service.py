@@ -458,7 +458,7 @@ def respond(
     if ex is not None:
         # an extractive answer only quotes (its support is 1.0 by construction): how far to trust
         # it is how well what it quoted answers the question
-        rel = grounding.extractive_relevance(question, ex.quoted, hits)
+        rel = grounding.extractive_relevance(question, ex.quoted, hits, ex.kind == "definition")
         conf, judged = rel.confidence, True
         trace["confidence"] = {**rel.trace(), "min": a.min_confidence, "judged": judged}
     else:
