@@ -538,12 +538,11 @@ def render_list(chosen: list[Candidate]) -> str:
     return "\n".join(lines)
 
 
-def code_extract(question: str, hits: list[Hit], lang: str, prose: list[Candidate]) -> Extract | None:
-    """The code answer (module docstring of :mod:`ragline.query.code_answer`): the best window
-    of the first :data:`CODE_HITS` code hits, a place first, the lines as a code block, then up to two
-    sentences that also answer (a docstring, the documentation). None without a code hit."""
-    # a question naming something exactly (``max_retries``, ``GET``) is answered from a chunk that
-    # holds it: the chunk holding most of those names wins, then the window's score
+def best_code_window(question: str, hits: list[Hit]) -> tuple[int, Hit, code_answer.Window] | None:
+    """(hit number, hit, window) of the code lines that answer best, among the first
+    :data:`CODE_HITS` hits. A question naming something exactly (``max_retries``, ``GET``) is
+    answered from a chunk that holds it: the chunk holding most of its identifiers, then most of
+    its names, then the best window wins."""
     specific = specific_terms(question)
     identifiers = [t for t in specific if re.search(r"[._]", t)]
     windows = []
@@ -559,6 +558,31 @@ def code_extract(question: str, hits: list[Hit], lang: str, prose: list[Candidat
     if not windows:
         return None
     _, _, n, h, w = max(windows, key=lambda t: (t[0], t[1], -t[2]))
+    return n, h, w
+
+
+def default_lines(question: str, hits: list[Hit], n: int, h: Hit, w: code_answer.Window):
+    """(window, hit number, hit) of the line giving a parameter the question names its default,
+    in the quoted chunk or another chunk of its file, or (None, n, h): "what does parameter X do"
+    is answered by what it does and what it is. Not for "where" questions."""
+    if question_kind(question) == "place":
+        return None, n, h
+    same_file = [(k, x) for k, x in enumerate(hits[:CODE_HITS], start=1) if x.doc_id == h.doc_id]
+    for k, x in sorted(same_file, key=lambda t: t[0] != n):
+        default = code_answer.default_window(question, x, w if x is h else None)
+        if default is not None:
+            return default, k, x
+    return None, n, h
+
+
+def code_extract(question: str, hits: list[Hit], lang: str, prose: list[Candidate]) -> Extract | None:
+    """The code answer (module docstring of :mod:`ragline.query.code_answer`): the best window
+    of the first :data:`CODE_HITS` code hits, a place first, the lines as a code block, then up to two
+    sentences that also answer (a docstring, the documentation). None without a code hit."""
+    best = best_code_window(question, hits)
+    if best is None:
+        return None
+    n, h, w = best
     best_prose = max((c.score for c in prose), default=0.0)
     if question_kind(question) != "place" and w.peak < best_prose:
         return None  # the documents say it in words better than the code shows it
@@ -571,15 +595,7 @@ def code_extract(question: str, hits: list[Hit], lang: str, prose: list[Candidat
     named, terms = code_answer.code_terms(question)
     said = [c for c in select(prose, 2) if code_answer.line_score(c.text, named, terms) >= 0.5 * w.peak]
     text, framings, quoted = f"{framing}\n{block}", [framing], [(n, "\n".join(lines))]
-    # "what does parameter X do": and the line giving X its default, in this chunk or another of the file
-    default, dn, dh = None, n, h
-    if question_kind(question) != "place":
-        same_file = [(k, x) for k, x in enumerate(hits[:CODE_HITS], start=1) if x.doc_id == h.doc_id]
-        for k, x in sorted(same_file, key=lambda t: t[0] != n):
-            default = code_answer.default_window(question, x, w if x is h else None)
-            if default is not None:
-                dn, dh = k, x
-                break
+    default, dn, dh = default_lines(question, hits, n, h, w)
     if default is not None:
         symbol = texts.say("code_symbol", lang, symbol=default.symbol) if default.symbol else ""
         more = (

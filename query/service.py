@@ -455,25 +455,7 @@ def respond(
             return done(answer=refusal, citations=[], no_answer=True, reason=why, removed_sentences=g.removed)
         answer = g.answer
     cited = [asm.passages[n - 1].as_hit(full=True) for n in cited_numbers(answer)]
-    if ex is not None:
-        # an extractive answer only quotes (its support is 1.0 by construction): how far to trust
-        # it is how well what it quoted answers the question
-        rel = grounding.extractive_relevance(question, ex.quoted, hits, ex.kind == "definition")
-        conf, judged = rel.confidence, True
-        trace["confidence"] = {**rel.trace(), "min": a.min_confidence, "judged": judged}
-    else:
-        signal = grounding.retrieval_signal(question, cited)
-        conf = grounding.confidence(signal, g.support if g else None)
-        # withheld only on evidence: a groundedness result or a reranker's scores; the share of the
-        # question's words in the passages alone is reported, not trusted to refuse (a paraphrase shares few)
-        judged = g is not None or any(h.rerank_score is not None for h in cited)
-        trace["confidence"] = {
-            "retrieval": None if signal is None else round(signal, 3),
-            "support": round(g.support, 3) if g else None,
-            "confidence": conf,
-            "min": a.min_confidence,
-            "judged": judged,
-        }
+    conf, judged = _confidence(question, ex, g, cited, hits, trace)
     removed_sentences = g.removed if g else []
     if conf is not None and judged and conf < a.min_confidence:
         m.LOW_CONFIDENCE_ANSWERS.inc()
@@ -516,6 +498,30 @@ def _route(question: str, reasons: list[str]) -> Route:
     except Exception as exc:  # the chat model failed: the rules' sub-queries
         reasons.append(f"router: {type(exc).__name__}")
         return rules
+
+
+def _confidence(question, ex, g, cited, hits, trace) -> tuple[float | None, bool]:
+    """(the answer's confidence, whether it may withhold the answer), recorded in the trace."""
+    a = get_settings().answer
+    if ex is not None:
+        # an extractive answer only quotes (its support is 1.0 by construction): how far to trust
+        # it is how well what it quoted answers the question
+        rel = grounding.extractive_relevance(question, ex.quoted, hits, ex.kind == "definition")
+        trace["confidence"] = {**rel.trace(), "min": a.min_confidence, "judged": True}
+        return rel.confidence, True
+    signal = grounding.retrieval_signal(question, cited)
+    conf = grounding.confidence(signal, g.support if g else None)
+    # withheld only on evidence: a groundedness result or a reranker's scores; the share of the
+    # question's words in the passages alone is reported, not trusted to refuse (a paraphrase shares few)
+    judged = g is not None or any(h.rerank_score is not None for h in cited)
+    trace["confidence"] = {
+        "retrieval": None if signal is None else round(signal, 3),
+        "support": round(g.support, 3) if g else None,
+        "confidence": conf,
+        "min": a.min_confidence,
+        "judged": judged,
+    }
+    return conf, judged
 
 
 # ------------------------------------------------------------------- answer stages (grounded answers)
