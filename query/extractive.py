@@ -102,6 +102,8 @@ def specific_terms(question: str) -> list[str]:
     if re.search(r"[\u0400-\u04FF]", question):
         # a name (Nuxt, Vuetify, v-model), not a gloss in parentheses ("перебор (brute force)")
         found += [w for w in _LATIN_WORD.findall(question) if w[0].isupper() or re.search(r"[-_.]", w)]
+    # an acronym's plural is the acronym ("URLs" is written "URL" as often)
+    found = [t[:-1] if re.fullmatch(r"[A-Z]{2,}s", t) else t for t in found]
     return list(dict.fromkeys(t.lower().strip(".") for t in found if t.strip(".")))
 
 

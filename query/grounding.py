@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ragline.query.citations import FENCED
+from ragline.query.code_answer import parts
 from ragline.query.extractive import mentions, question_terms, stems, topic_specific_terms, topic_terms
 from ragline.query.language import passages_script, script_of
 from ragline.query.prompt import x
@@ -502,8 +503,8 @@ def extractive_relevance(
         # the question's topic in what was quoted, and in the passages it was quoted from (a
         # quote answers a part; the passage holding the rest is still the place to read on)
         wanted = topic_terms(question, list(passages))
-        quoted_stems = stems(said) | stems(around)
-        passage_stems = quoted_stems | stems(" ".join(h.content for h in passages))
+        quoted_stems = code_stems(said) | stems(around)
+        passage_stems = quoted_stems | code_stems(" ".join(h.content for h in passages))
         if wanted:
             coverage = 0.5 * (len(wanted & quoted_stems) + len(wanted & passage_stems)) / len(wanted)
         else:
@@ -511,6 +512,12 @@ def extractive_relevance(
         if defined:  # a sentence defining the subject asked about was quoted: the question's core
             coverage = max(coverage, DEFINED_COVERAGE)
     return Relevance(coverage, topic, missing, similarity, relevance_confidence(coverage, topic, similarity))
+
+
+def code_stems(text: str) -> set[str]:
+    """:func:`stems` of ``text`` and of its identifiers' parts (``TooManyRedirects`` holds
+    ``redirects``, ``default_headers`` holds ``headers``): quoted code answers in names."""
+    return stems(text) | {p[:5] for token in re.findall(r"\w+", text) for p in parts(token) if len(p) >= 3}
 
 
 def relevance_confidence(coverage: float | None, topic: float, similarity: float | None) -> float:
