@@ -148,6 +148,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: Redis commands the embedded server does not offer. Every producer holds the Redis password; with
+#: ``CONFIG SET dir``/``dbfilename`` and ``SAVE`` it could write a file of its choosing as the stack's
+#: user (a ``.pth`` in the virtualenv runs code), ``MODULE LOAD`` runs a library, ``REPLICAOF`` and
+#: ``MIGRATE`` copy every queued message and result to another server, ``DEBUG`` can crash it. Celery,
+#: kombu, Flower and ragline use none of them.
+DISABLED_REDIS_COMMANDS = ("CONFIG", "MODULE", "DEBUG", "REPLICAOF", "SLAVEOF", "MIGRATE", "SYNC", "PSYNC")
+
+
 def _redis_dir(settings: Settings) -> Path:
     return settings.home_dir / "redis"
 
@@ -169,7 +177,11 @@ def start_redis(settings: Settings) -> str:
     if not password:
         raise credentials.InsecureSecretError("RAGLINE_REDIS_PASSWORD is empty: unset it or set a password")
     conf = rdir / "redis.conf"
-    credentials.write_private(conf, f'requirepass "{_redis_quote(password)}"\n')
+    credentials.write_private(
+        conf,
+        f'requirepass "{_redis_quote(password)}"\n'
+        + "".join(f'rename-command {command} ""\n' for command in DISABLED_REDIS_COMMANDS),
+    )
     cmd = [
         str(redis_server_binary()),
         str(conf),

@@ -54,6 +54,30 @@ def test_embedded_redis_requires_its_generated_password(stack):
     assert _mode(stack.home_dir / "secrets" / "redis") == 0o600
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        "CONFIG SET dir /tmp",
+        "CONFIG GET dir",
+        "MODULE LOAD /tmp/x.so",
+        "DEBUG SLEEP 0",
+        "REPLICAOF 127.0.0.1 1",
+        "SLAVEOF 127.0.0.1 1",
+        "MIGRATE 127.0.0.1 1 key 0 1000",
+    ],
+)
+def test_the_redis_password_cannot_reconfigure_the_server(stack, command):
+    """Every producer holds the Redis password: it must not let them choose where Redis writes files
+    (``CONFIG SET dir`` + ``SAVE`` writes a file anywhere the stack's user can), load a module, or copy
+    the queues to another server."""
+    import redis
+
+    client = redis.Redis.from_url(stack.effective_redis_url(), socket_timeout=5)
+    with pytest.raises(redis.ResponseError, match="unknown command"):
+        client.execute_command(*command.split())
+    assert client.ping()  # the commands Celery needs are all there
+
+
 def test_metrics_endpoint_answers_to_the_generated_password_only(stack, monkeypatch):
     from ragline.shared.metrics_server import metrics_dir, metrics_port, reset_dir
     from ragline.shared.services import free_port
