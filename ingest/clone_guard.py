@@ -24,6 +24,7 @@ import httpcore
 
 from ragline.ingest import git
 from ragline.ingest.fetch import FetchPolicy, FetchRefused, check_address, host_allowed, resolve
+from ragline.shared import credentials
 from ragline.shared.settings import get_settings
 
 #: options for every clone and fetch, whatever the transport
@@ -65,4 +66,6 @@ def sync_guarded(url: str, dest: Path, timeout: float = 600.0, policy: FetchPoli
     ``policy`` defaults to the settings' fetch policy."""
     policy = policy or FetchPolicy.from_settings(get_settings())
     options, protocols = guarded_options(url, policy)
+    # a tenant's clones hold its documents: their folder is private whichever process clones
+    credentials.private_dir(dest.parent)
     return git.sync_clone(url, dest, timeout, config=options, protocols=protocols)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import stat
 import subprocess
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -107,8 +108,11 @@ def test_a_clone_over_http_works_when_allowed(tmp_path):
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         url = f"http://localhost:{httpd.server_address[1]}/r.git"
-        dest = sync_guarded(url, tmp_path / "clone.git", 30, LOOPBACK_ALLOWED)
+        dest = sync_guarded(url, tmp_path / "git" / "acme" / "clone.git", 30, LOOPBACK_ALLOWED)
         assert git.resolve_commit(dest, "main") == git.resolve_commit(Path(served), "main")
+        # a tenant's clones are private to the stack's user, whatever the cloning process's umask
+        for folder in (tmp_path / "git", tmp_path / "git" / "acme"):
+            assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
         sync_guarded(url, dest, 30, LOOPBACK_ALLOWED)  # fetched again through the same checks
     finally:
         httpd.shutdown()
