@@ -237,3 +237,71 @@ def test_every_refusal_is_recognised_in_every_language():
     assert not texts.is_refusal("The cache holds the result [1].")
     assert texts.no_answer("ru") != texts.no_answer("en")
     assert texts.no_answer("de") == texts.no_answer(texts.FALLBACK)
+
+
+# ------------------------------------------------------------------------------------ confidence
+def relevance(question: str, hits: list[Hit]):
+    ex = extract(question, hits)
+    return ex, grounding.extractive_relevance(question, ex.quoted, hits, ex.kind == "definition")
+
+
+def test_a_quote_about_another_edition_or_product_falls_below_the_minimum():
+    """The old confidence was mean(retrieval, support 1.0) >= 0.5 for any quote; a question naming
+    an edition or a product the passages do not hold is now refused."""
+    hits = [doc_hit("asvs/0x12-V3-Session-management.md", COOKIES, "V3 Управление сессиями › V3.4 Cookie")]
+    for question in (
+        "Какие новые требования к cookie появились в ASVS 5.0?",
+        "Какие атрибуты cookie нужно задать в Nuxt 3, чтобы сессия была защищена?",
+    ):
+        ex, rel = relevance(question, hits)
+        assert ex.quoted, ex.text  # there is something to quote …
+        assert rel.confidence < 0.4, rel.trace()  # … but it is about something else
+        assert rel.missing
+    ex, rel = relevance("Перечисли атрибуты сессионных cookie по ASVS.", hits)
+    assert rel.confidence >= 0.4 and rel.missing == [], rel.trace()
+
+
+def test_the_corpus_s_own_name_and_edition_are_not_topic_terms():
+    preface = doc_hit("asvs/0x02-Preface.md", "Добро пожаловать в Стандарт верификации ASVS версии 4.0.3.")
+    cookies = doc_hit("asvs/0x12-V3-Session-management.md", COOKIES)
+    ex, rel = relevance("Какой атрибут cookie требует ASVS 4.0.3 для защиты от CSRF?", [cookies, preface])
+    assert "SameSite" in ex.text and rel.missing == [] and rel.topic == 1.0, rel.trace()
+
+
+def test_quoting_a_definition_of_the_subject_is_confident():
+    hits = [doc_hit("asvs/0x90-Appendix-A_Glossary.md", GLOSSARY)]
+    ex, rel = relevance("Что такое SSRF?", hits)
+    assert ex.kind == "definition" and rel.confidence >= 0.7, rel.trace()
+    assert 0.1 <= rel.confidence <= grounding.CONFIDENCE_FLOOR + grounding.CONFIDENCE_SPAN
+
+
+# ---------------------------------------------------------------------------------------- router
+def test_the_router_decomposes_comparisons_and_independent_parts_only():
+    from ragline.query.agentic import Route, llm_route, route
+
+    q = "Чем v-if отличается от v-show и когда что лучше использовать?"
+    assert route(q, compared(q)) == Route("decompose", ["v-if", "v-show"], "comparison")
+    two = "Какие события (hooks) поддерживает requests и как подключить свой обработчик ответа к запросу?"
+    assert route(two).route == "decompose" and len(route(two).queries) == 2
+    for simple in (
+        "Что такое SSRF?",
+        "What does the max_retries parameter of HTTPAdapter do, and what is its default value?",
+    ):
+        assert route(simple, compared(simple)).route == "simple"
+    assert route(q, compared(q)).trace()["searches"] == 3
+
+    class Chat:
+        def __init__(self, text):
+            self.text, self.calls = text, 0
+
+        def generate(self, system, messages, max_tokens=0):
+            self.calls += 1
+            return type("G", (), {"text": self.text})()
+
+    chat = Chat("1. условный рендеринг v-if\n2. директива v-show\n")
+    decided = llm_route(chat, q, route(q, compared(q)))
+    assert decided.queries == ["условный рендеринг v-if", "директива v-show"] and chat.calls == 1
+    simple = Chat("ignored")
+    assert llm_route(simple, "Что такое SSRF?", route("Что такое SSRF?")).route == "simple"
+    assert simple.calls == 0  # the rules decide whether the call is spent
+    assert llm_route(Chat(""), q, route(q, compared(q))).queries == ["v-if", "v-show"]
