@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ragline.shared.contracts.common import Group, Ident, Pattern, Text, check_vector
 
@@ -69,10 +69,24 @@ class SearchRequest(BaseModel):
 
 
 class Hit(BaseModel):
+    """One retrieved chunk. ``span_start``, ``span_end`` and ``title`` are the retrieval contract's
+    row fields (design seed 000); they repeat ``metadata``'s line span and ``heading`` at the top
+    level, filled by :meth:`_contract_fields` from whichever a hit was built with, so every path that
+    makes or reads a hit (retrieval, rerank, a client decoding a reply of an older worker) has them."""
+
     doc_id: str
     chunk_no: int
     path: str = ""
     heading: str = ""
+    title: str | None = Field(
+        default=None, description="the chunk's title: its heading path (`heading`); None when it has none"
+    )
+    span_start: int | None = Field(
+        default=None, description="first line of a code chunk (1-based, `metadata.span_start`); None for text"
+    )
+    span_end: int | None = Field(
+        default=None, description="last line of a code chunk (inclusive, `metadata.span_end`); None for text"
+    )
     content: str = ""
     context: str = ""
     page: int | None = None
@@ -100,6 +114,17 @@ class Hit(BaseModel):
         default=None, description="rank among the chunks of files the question names (structural ranking)"
     )
     rerank_score: float | None = None
+
+    @model_validator(mode="after")
+    def _contract_fields(self) -> Hit:
+        """The contract's top-level fields from where ingestion keeps them, unless given."""
+        if self.title is None and self.heading:
+            self.title = self.heading
+        for key in ("span_start", "span_end"):
+            value = self.metadata.get(key)
+            if getattr(self, key) is None and isinstance(value, int) and not isinstance(value, bool):
+                setattr(self, key, value)
+        return self
 
 
 class SearchResponse(BaseModel):
