@@ -17,7 +17,9 @@ Replies are validated into the pydantic response models. What can go wrong is ty
 both clients, every class a :class:`RaglineError` (``error``, ``detail``):
 
 * :class:`RaglineUnavailable` (also a built-in ``ConnectionError``): the broker or the result
-  backend (Redis) does not answer; nothing was answered, the call may be retried later;
+  backend (Redis) does not answer; nothing was answered, the call may be retried later. A client
+  built without a broker URL raises it from its constructor when no embedded Redis is up in the
+  ragline home it looked in (``detail``: that ``runtime_file`` and the variables to set);
 * :class:`RaglineTimeout` (also a built-in ``TimeoutError``): no worker answered within the
   timeout (the pool is stopped or far behind), or the worker stopped the question at its own
   deadline (``deadline exceeded``, ``retrieval timeout``);
@@ -210,12 +212,30 @@ def client_urls(broker_url: str | None, backend_url: str | None) -> tuple[str, s
     """``(broker, backend, settings)``: the broker defaults to REDIS_URL / the embedded Redis of
     ``ragline up``, the result backend to the broker. Settings load here, when a client is built,
     not on ``import ragline``."""
-    from ragline.shared.settings import get_settings
+    from ragline.shared.settings import StackNotUp, get_settings
 
     settings = get_settings()
     if broker_url is None:
-        broker_url = settings.effective_redis_url()
+        try:
+            broker_url = settings.effective_redis_url()
+        except StackNotUp as exc:  # nothing to connect to: the same 503 as a Redis that stopped
+            raise stack_not_up(exc) from exc
     return broker_url, backend_url or broker_url, settings
+
+
+def stack_not_up(exc: Any) -> RaglineUnavailable:
+    """The :class:`RaglineUnavailable` of a client built without a broker URL when no embedded
+    Redis is up where it looked: the runtime file it read and the variables that point elsewhere."""
+    return RaglineUnavailable(
+        "unavailable",
+        {
+            "what": "broker",
+            "cause": "not up",
+            "runtime_file": str(exc.runtime_file),
+            "variables": ["REDIS_URL", "RAGLINE_HOME"],
+            "message": str(exc),
+        },
+    )
 
 
 def client_app(broker_url: str, backend_url: str | None, settings: Any) -> RaglineCelery:

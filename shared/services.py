@@ -11,7 +11,6 @@ When ``DATABASE_URL`` / ``REDIS_URL`` are set nothing here starts.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -26,6 +25,7 @@ from urllib.parse import quote
 import psutil
 
 from ragline.shared import credentials
+from ragline.shared import runtime as runtime_file
 from ragline.shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,14 +34,9 @@ DB_NAME = "ragline"
 
 
 def _write_runtime(settings: Settings, **updates: str | None) -> None:
-    data = settings.runtime()
-    for key, value in updates.items():
-        if value is None:
-            data.pop(key, None)
-        else:
-            data[key] = value
+    """Change keys of the runtime file, keeping the others (``shared/runtime.py``: locked)."""
     credentials.secure_home(settings)
-    credentials.write_private(settings.runtime_file, json.dumps(data, indent=2))
+    runtime_file.update(settings.home_dir, credentials.write_private, **updates)
 
 
 # ---------------------------------------------------------------------------------------- postgres
@@ -256,6 +251,30 @@ def stop_redis(settings: Settings, timeout: float = 15.0) -> None:
         _wait_gone(pid, timeout)
     (_redis_dir(settings) / "redis.pid").unlink(missing_ok=True)
     _write_runtime(settings, redis_url=None)
+
+
+# ------------------------------------------------------------------------------------------- stack
+def start_embedded(settings: Settings) -> dict[str, str]:
+    """Start (or adopt) the embedded services the settings have no URL for; name -> URL.
+
+    Under the stack lock (``shared/runtime.py``): a command of another terminal that reads the
+    runtime file meanwhile waits for the URLs instead of reporting a stack that is starting as down."""
+    started: dict[str, str] = {}
+    with runtime_file.changing(settings.home_dir):
+        if settings.embedded_db:
+            started["postgres"] = start_postgres(settings)
+        if settings.embedded_redis:
+            started["redis"] = start_redis(settings)
+    return started
+
+
+def stop_embedded(settings: Settings) -> None:
+    """Stop the embedded services, under the stack lock like :func:`start_embedded`."""
+    with runtime_file.changing(settings.home_dir):
+        if settings.embedded_redis:
+            stop_redis(settings)
+        if settings.embedded_db:
+            stop_postgres(settings)
 
 
 # ----------------------------------------------------------------------------------------- helpers

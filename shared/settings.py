@@ -18,7 +18,6 @@ in the tests (``Settings(chunk_max_chars=500)``, ``Settings(embedder="voyage")``
 from __future__ import annotations
 
 import copy
-import json
 import os
 import warnings
 from collections.abc import Iterator
@@ -30,6 +29,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, crea
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ragline.shared import runtime
+
 ENV_PREFIX = "RAGLINE_"
 #: the names platforms hand out, read as they are and never warned about
 PLATFORM_NAMES = frozenset({"DATABASE_URL", "REDIS_URL"})
@@ -39,6 +40,20 @@ ENV_FILE = ".env"
 def env_name(group: str, name: str) -> str:
     """The environment variable of the setting ``group.name``: ``RAGLINE_<GROUP>_<FIELD>``."""
     return f"{ENV_PREFIX}{group}_{name}".upper()
+
+
+class StackNotUp(RuntimeError):
+    """No URL for a service and no embedded one in the ragline home looked in. The message names the
+    runtime file (a command run from another folder looks in that folder's ``.ragline``) and the
+    variables that point elsewhere."""
+
+    def __init__(self, service: str, variable: str, runtime_file: Path) -> None:
+        self.service, self.variable, self.runtime_file = service, variable, runtime_file
+        super().__init__(
+            f"no {variable} and the embedded {service} is not up in {runtime_file.parent}"
+            f" (no {runtime_file.name} there): run `ragline up`, or set {variable} to the stack's"
+            f" {service}, or RAGLINE_HOME to the home of the running stack"
+        )
 
 
 class _Group(BaseModel):
@@ -116,6 +131,13 @@ class ServicesSettings(_Group):
         gt=0,
         validation_alias="RAGLINE_REPLICA_CONNECT_TIMEOUT_S",
         description="how long a question waits for one query server's connection before trying the next",
+    )
+    stack_change_wait_s: float = Field(
+        120.0,
+        ge=0,
+        le=3600,
+        description="how long a command or client that finds no embedded Postgres / Redis URL waits for a"
+        " `ragline up` or `ragline down` of another terminal that is starting or stopping the stack",
     )
 
 
@@ -1197,10 +1219,17 @@ class Settings(BaseModel):
 
     def runtime(self) -> dict:
         """What ``ragline up`` wrote about the embedded services it started."""
-        try:
-            return json.loads(self.runtime_file.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {}
+        return runtime.read(self.runtime_file)
+
+    def _embedded_url(self, key: str, service: str, variable: str) -> str:
+        """``key`` of the runtime file; a ``ragline up`` or ``down`` that is changing the stack is
+        waited for (at most ``services.stack_change_wait_s``) before the service is reported not up."""
+        url = self.runtime().get(key)
+        if not url and runtime.wait_while_changing(self.home_dir, self.services.stack_change_wait_s):
+            url = self.runtime().get(key)
+        if not url:
+            raise StackNotUp(service, variable, self.runtime_file)
+        return url
 
     @property
     def embedded_db(self) -> bool:
@@ -1213,18 +1242,12 @@ class Settings(BaseModel):
     def effective_database_url(self) -> str:
         if self.services.database_url:
             return self.services.database_url
-        url = self.runtime().get("database_url")
-        if not url:
-            raise RuntimeError("no DATABASE_URL and the embedded Postgres is not up: run `ragline up`")
-        return url
+        return self._embedded_url("database_url", "Postgres", "DATABASE_URL")
 
     def effective_redis_url(self) -> str:
         if self.services.redis_url:
             return self.services.redis_url
-        url = self.runtime().get("redis_url")
-        if not url:
-            raise RuntimeError("no REDIS_URL and the embedded Redis is not up: run `ragline up`")
-        return url
+        return self._embedded_url("redis_url", "Redis", "REDIS_URL")
 
     @property
     def effective_query_pool(self) -> str:

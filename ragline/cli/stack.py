@@ -47,12 +47,8 @@ def up(
     except credentials.InsecureSecretError as exc:
         console.print(f"error: ragline up: {exc}", markup=False, highlight=False)
         raise typer.Exit(1) from None
-    if settings.embedded_db:
-        url = services.start_postgres(settings)
-        console.print(f"[green]postgres[/] {credentials.mask_text(url)}")
-    if settings.embedded_redis:
-        url = services.start_redis(settings)
-        console.print(f"[green]redis[/] {credentials.mask_text(url)}")
+    for name, url in services.start_embedded(settings).items():
+        console.print(f"[green]{name}[/] {credentials.mask_text(url)}")
     applied = apply_migrations()
     console.print(f"[green]migrations[/] applied {len(applied)}")
     reload_app()
@@ -97,10 +93,7 @@ def down() -> None:
     settings = get_settings()
     stopped = processes.stop_all(settings)
     console.print(f"stopped: {', '.join(stopped) or 'no processes'}")
-    if settings.embedded_redis:
-        services.stop_redis(settings)
-    if settings.embedded_db:
-        services.stop_postgres(settings)
+    services.stop_embedded(settings)
     console.print("embedded services stopped")
 
 
