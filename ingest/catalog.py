@@ -97,6 +97,15 @@ def get_document(conn: psycopg.Connection, tenant: str, doc_id: str) -> dict | N
     return doc
 
 
+def origins(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> list[dict]:
+    """Where each of the (not deleted) documents came from: its file or URL and its source metadata."""
+    return conn.execute(
+        "SELECT tenant, doc_id, source_uri, metadata FROM documents"
+        " WHERE tenant = %s AND doc_id = ANY(%s) AND status <> 'deleted'",
+        (tenant, list(doc_ids)),
+    ).fetchall()
+
+
 def doc_ids_under(conn: psycopg.Connection, tenant: str, prefix: str) -> list[str]:
     """The doc ids (not tombstones) starting with ``prefix``: what ``docs delete --prefix`` removes."""
     rows = conn.execute(

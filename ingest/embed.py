@@ -6,6 +6,7 @@ An unchanged chunk is never embedded twice: its vector comes from ``embedding_ca
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,13 +24,17 @@ class EmbedResult:
     sent: set[bytes] = field(default_factory=set)  # keys of the texts that were sent
 
     def count_sent(self, texts: list[str], claimed: set[bytes]) -> int:
-        """How many of ``texts`` were sent, each counted for the first document that claims it."""
-        n = 0
-        for k in {text_key(t) for t in texts}:
-            if k in self.sent and k not in claimed:
-                claimed.add(k)
-                n += 1
-        return n
+        return count_sent(texts, self.sent, claimed)
+
+
+def count_sent(texts: list[str], sent: set[bytes], claimed: set[bytes]) -> int:
+    """How many of ``texts`` were sent, each counted for the first document that claims it."""
+    n = 0
+    for k in {text_key(t) for t in texts}:
+        if k in sent and k not in claimed:
+            claimed.add(k)
+            n += 1
+    return n
 
 
 def text_key(text: str) -> bytes:
@@ -47,8 +52,18 @@ def batched(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+#: called with the vectors known so far and the keys being sent, after the cache lookup and after
+#: every embedding request, with the connection idle (committed): a batch's documents can be stored
+#: and reported one by one while later requests are still to come
+OnVectors = Callable[[dict[bytes, np.ndarray], set[bytes]], None]
+
+
 def embed_with_cache(
-    conn: psycopg.Connection, embedder: Embedder, texts: list[str], batch_size: int = 128
+    conn: psycopg.Connection,
+    embedder: Embedder,
+    texts: list[str],
+    batch_size: int = 128,
+    on_vectors: OnVectors | None = None,
 ) -> EmbedResult:
     keys = [text_key(t) for t in texts]
     found: dict[bytes, np.ndarray] = {}
@@ -64,6 +79,9 @@ def embed_with_cache(
             missing[k] = t
     embedded = 0
     miss_items = list(missing.items())
+    if on_vectors is not None:
+        conn.commit()
+        on_vectors(found, set(missing))
     for batch in batched(miss_items, batch_size):
         vectors = embedder.embed_documents([t for _, t in batch])  # providers record latency and texts
         if len(vectors) != len(batch):
@@ -81,5 +99,7 @@ def embed_with_cache(
         conn.commit()
         for (k, _), v in zip(batch, vectors, strict=True):
             found[k] = np.asarray(v, dtype=np.float32)
+        if on_vectors is not None:
+            on_vectors(found, set(missing))
     m.EMBED_CACHE_HITS.inc(len(texts) - embedded)
     return EmbedResult([found[k] for k in keys], embedded, len(texts) - embedded, set(missing))

@@ -2,7 +2,7 @@
 
 :func:`ingest_batch` prepares each document on its own (a bad one fails alone), embeds the chunks
 of all prepared documents together (so embedding batches fill up to 128 texts across documents),
-then stores each document in its own transaction. :func:`ingest_document` is a batch of one.
+and stores each document in its own transaction as soon as its vectors are in. :func:`ingest_document` is a batch of one.
 Source files are chunked along their definitions (``ingest/parse/code.py``), go to the source or
 tests layer, and their chunks carry line spans and identifier terms for the code lexical search; a
 source file's definitions also become short symbol records in the symbol layer (rows of the same
@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import psycopg
 from celery.exceptions import SoftTimeLimitExceeded
 from psycopg.pq import TransactionStatus
 
-from ragline.ingest import identity, store
+from ragline.ingest import exclusions, identity, store
 from ragline.ingest.acl_sync import apply_ingest_acls
 from ragline.ingest.chunk import Chunk, chunk_blocks, code_chunks, code_context
 from ragline.ingest.contextualize import context_title, contextualize, embedding_text
-from ragline.ingest.embed import embed_with_cache
+from ragline.ingest.embed import count_sent, embed_with_cache, text_key
 from ragline.ingest.load import load
 from ragline.ingest.parse import CodeDocument, ParseError, front_matter, parse_bytes
 from ragline.ingest.parse.code import document_layer, symbol_records
@@ -218,7 +220,7 @@ def _readable(exc: BaseException) -> str:
 
 
 def store_prepared(conn: psycopg.Connection, p: Prepared, vectors: list, embed_model: str) -> str:
-    """One transaction per document, under its advisory lock; ``stored`` or ``stale``."""
+    """One transaction per document, under its advisory lock; ``stored``, ``stale`` or ``excluded``."""
     if conn.info.transaction_status != TransactionStatus.IDLE:
         # inside an open transaction this would be a savepoint: documents would commit together and
         # hold each other's locks until the last one is stored
@@ -257,10 +259,19 @@ def store_prepared(conn: psycopg.Connection, p: Prepared, vectors: list, embed_m
     )
     with conn.transaction():
         store.lock_document(conn, req.tenant, req.doc_id)
+        if exclusions.excluded(conn, req.tenant, [req.doc_id]):  # excluded while it was embedded
+            return "excluded"
         identity.check(conn, req)  # again under the lock: another source may have stored it meanwhile
         outcome = store.upsert_document(conn, record, rows, embed_model)
     p.acl_outcome = record.acl_outcome
     return outcome
+
+
+def excluded_result(req: IngestRequest) -> IngestResult:
+    """A document kept out of the index (``ingest/exclusions.py``): nothing stored, nothing failed."""
+    return IngestResult(
+        tenant=req.tenant, doc_id=req.doc_id, status="excluded", error=exclusions.EXCLUDED_ERROR
+    )
 
 
 def record_failure(req: IngestRequest, stage: str, message: str) -> IngestResult:
@@ -269,8 +280,19 @@ def record_failure(req: IngestRequest, stage: str, message: str) -> IngestResult
     return IngestResult(tenant=req.tenant, doc_id=req.doc_id, status="failed", error=message)
 
 
-def ingest_batch(reqs: list[IngestRequest]) -> list[IngestResult]:
+#: ``on_result(index, result)``: a document of the batch got its final result (the job's progress)
+OnResult = Callable[[int, IngestResult], None]
+
+
+def ingest_batch(
+    reqs: list[IngestRequest], on_result: OnResult | None = None, on_alive: Callable[[], None] | None = None
+) -> list[IngestResult]:
     """Ingest several documents with shared embedding batches; one result per request, in order.
+
+    Each document's result is handed to ``on_result`` as soon as it is final (failed, unchanged,
+    stored), not when the whole batch is: a document is stored once the embedding requests that hold
+    its texts have answered, while later ones are still to come. ``on_alive`` is called after each
+    document is prepared and after each embedding request (a heartbeat while a batch embeds).
 
     A provider outage (:class:`ragline.shared.providers.ProviderError`, infrastructure errors) propagates:
     the task retries the batch, and documents already stored are skipped as unchanged. When the
@@ -278,16 +300,25 @@ def ingest_batch(reqs: list[IngestRequest]) -> list[IngestResult]:
     are recorded as failed.
     """
     results: list[IngestResult | None] = [None] * len(reqs)
+
+    def settle(i: int, result: IngestResult) -> None:
+        results[i] = result
+        if on_result is not None:
+            on_result(i, result)
+
     try:
-        _ingest_into(results, reqs)
+        _ingest_into(results, reqs, settle, on_alive or (lambda: None))
     except SoftTimeLimitExceeded:
         for i, req in enumerate(reqs):
             if results[i] is None:
-                results[i] = record_failure(
-                    req,
-                    "timeout",
-                    "timeout: task time limit exceeded before this "
-                    "document was stored (try a smaller RAGLINE_INGEST_BATCH_DOCS)",
+                settle(
+                    i,
+                    record_failure(
+                        req,
+                        "timeout",
+                        "timeout: task time limit exceeded before this "
+                        "document was stored (try a smaller RAGLINE_INGEST_BATCH_DOCS)",
+                    ),
                 )
     return results  # type: ignore[return-value]
 
@@ -326,63 +357,95 @@ def _apply_kept_acls(
         results[i].acl_outcome = outcomes.get((r.tenant, r.doc_id))  # type: ignore[union-attr]
 
 
-def _ingest_into(results: list[IngestResult | None], reqs: list[IngestRequest]) -> None:
+def _ingest_into(
+    results: list[IngestResult | None],
+    reqs: list[IngestRequest],
+    settle: OnResult,
+    alive: Callable[[], None],
+) -> None:
     embedder = get_embedder()
     resolve_acl_clocks(reqs)
+    with db.connection() as conn:
+        kept_out = exclusions.excluded_pairs(conn, [(r.tenant, r.doc_id) for r in reqs])
     ready: list[tuple[int, Prepared]] = []
     failed: set[int] = set()
     for i, req in enumerate(reqs):
+        if (req.tenant, req.doc_id) in kept_out:
+            settle(i, excluded_result(req))
+            continue
         try:
             out = prepare(req, embedder.model)
         except DocumentFailed as exc:
-            results[i] = record_failure(req, exc.stage, str(exc))
+            results[i] = record_failure(req, exc.stage, str(exc))  # settled below, with its ACL
             failed.add(i)
             continue
         except identity.IdentityConflict as exc:
-            results[i] = identity.record_refusal(req, str(exc))
+            settle(i, identity.record_refusal(req, str(exc)))
             continue
+        finally:
+            alive()
         if isinstance(out, IngestResult):
-            results[i] = out
+            results[i] = out  # unchanged: settled below, with its ACL
         else:
             ready.append((i, out))
     _apply_kept_acls(results, reqs, failed)
+    for i, result in enumerate(results):  # the kept versions' results, now with their ACL outcome
+        if result is not None and (result.status == "skipped_unchanged" or i in failed):
+            settle(i, result)
     if not ready:
         return
-    texts = [p.texts for _, p in ready]
     # one pooled connection for the cache and every document's own transaction (not one checkout each)
     with db.connection() as conn:
-        t = time.perf_counter()
-        emb = embed_with_cache(
-            conn, embedder, [t for doc in texts for t in doc], get_settings().embed.batch_size
-        )
-        embed_ms = elapsed_ms(t)
-        conn.commit()  # idle again: each document below gets a transaction of its own, not a savepoint
-        offset = 0
+        t0 = time.perf_counter()
+        texts = [p.texts for _, p in ready]
+        waiting = [(i, p, [text_key(t) for t in doc]) for (i, p), doc in zip(ready, texts, strict=True)]
         claimed: set[bytes] = set()
-        for (i, p), doc_texts in zip(ready, texts, strict=True):
-            vectors = emb.vectors[offset : offset + len(doc_texts)]
-            offset += len(doc_texts)
-            embedded = emb.count_sent(doc_texts, claimed)
-            t = time.perf_counter()
-            try:
-                outcome = store_prepared(conn, p, vectors, embedder.model)
-            except (*DOCUMENT_ERRORS, psycopg.DataError) as exc:  # e.g. a value Postgres refuses
-                results[i] = record_failure(p.req, "store", f"store: {_readable(exc)}")
-                continue
-            except identity.IdentityConflict as exc:
-                results[i] = identity.record_refusal(p.req, str(exc))
-                continue
-            results[i] = IngestResult(
-                tenant=p.req.tenant,
-                doc_id=p.req.doc_id,
-                status=outcome,
-                chunks=len(p.chunks),
-                embedded=embedded,
-                timings_ms={**p.timings, "embed": embed_ms, "store": elapsed_ms(t)},
-                acl_outcome=p.acl_outcome,
-            )
-            if p.acl_outcome:
-                ACL_CHANGES.labels("ingest", "applied" if p.acl_outcome == "updated" else "stale").inc()
+
+        def store_embedded(found: dict[bytes, np.ndarray], sent: set[bytes]) -> None:
+            """Store (and settle) every waiting document whose vectors are all known by now."""
+            embed_ms = elapsed_ms(t0)
+            for entry in [w for w in waiting if all(k in found for k in w[2])]:
+                waiting.remove(entry)
+                i, p, keys = entry
+                vectors = [found[k] for k in keys]
+                settle(i, _store_one(conn, p, vectors, embedder.model, embed_ms, sent, claimed))
+            alive()
+
+        batch_size = get_settings().embed.batch_size
+        embed_with_cache(conn, embedder, [t for doc in texts for t in doc], batch_size, store_embedded)
+
+
+def _store_one(
+    conn: psycopg.Connection,
+    p: Prepared,
+    vectors: list[np.ndarray],
+    model: str,
+    embed_ms: float,
+    sent: set[bytes],
+    claimed: set[bytes],
+) -> IngestResult:
+    """One prepared document with its vectors, in its own transaction; its result."""
+    embedded = count_sent(p.texts, sent, claimed)
+    t = time.perf_counter()
+    try:
+        outcome = store_prepared(conn, p, vectors, model)
+    except (*DOCUMENT_ERRORS, psycopg.DataError) as exc:  # e.g. a value Postgres refuses
+        return record_failure(p.req, "store", f"store: {_readable(exc)}")
+    except identity.IdentityConflict as exc:
+        return identity.record_refusal(p.req, str(exc))
+    if outcome == "excluded":
+        return excluded_result(p.req)
+    if p.acl_outcome:
+        ACL_CHANGES.labels("ingest", "applied" if p.acl_outcome == "updated" else "stale").inc()
+    return IngestResult(
+        tenant=p.req.tenant,
+        doc_id=p.req.doc_id,
+        status=outcome,
+        chunks=len(p.chunks),
+        embedded=embedded,
+        timings_ms={**p.timings, "embed": embed_ms, "store": elapsed_ms(t)},
+        acl_outcome=p.acl_outcome,
+    )
 
 
 def ingest_document(req: IngestRequest) -> IngestResult:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 
+from ragline.ingest import exclusions
 from ragline.ingest.enqueue import send_in_batches
 from ragline.ingest.events import apply_source_acl, delete_document
 from ragline.ingest.file_names import record_refused, split_named
@@ -33,6 +34,7 @@ from ragline.ingest.sources import (
     configured_sources,
     parse_git_uri,
 )
+from ragline.ingest.vanished import settle_vanished
 from ragline.shared import jobs, replicas
 from ragline.shared.contracts import IngestRequest
 
@@ -49,6 +51,7 @@ TOTALS = (
     "unavailable",
     "enqueued",
     "acl_updated",
+    "excluded",
 )
 
 
@@ -244,8 +247,12 @@ def reindex(
             listing.items, refused = split_named(listing.items, lambda i: (i.doc_id, i.path))
             refusals.append((spec.tenant, refused))
             stored = stored_state(conn, spec.tenant, spec.name, [i.doc_id for i in listing.items])
+            if spec.kind == "folder":  # errors of files that are gone (a prune covers stored ones)
+                settle_vanished(conn, spec.tenant, spec.name, {i.doc_id for i in listing.items})
             p = plan(listing, stored, spec.name)
             touched = tie_break(conn, spec, p, stored)
+            kept_out = exclusions.excluded(conn, spec.tenant, [i.doc_id for i, _, _ in p.enqueue])
+            p.enqueue = [e for e in p.enqueue if e[0].doc_id not in kept_out]  # the ingest would refuse them
             acl_updated = unchanged_source_acl(conn, spec, listing, stored)
             plans.append((spec, p))
             if spec.kind == "git" and listing.commit:
@@ -257,6 +264,7 @@ def reindex(
                 "unchanged": p.unchanged,
                 "touched": touched,
                 "unavailable": len(listing.unavailable),
+                "excluded": len(kept_out),
                 "enqueued": len(p.enqueue),
                 "pruned": 0,
                 "acl_updated": acl_updated,

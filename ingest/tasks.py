@@ -35,6 +35,7 @@ _JOB_STATE = {
     "skipped_unchanged": "skipped",
     "failed": "failed",
     "cancelled": "skipped",
+    "excluded": "skipped",
 }
 #: infrastructure and provider outages: the task is retried (and redelivered if the worker dies)
 TRANSIENT = (*INFRASTRUCTURE_ERRORS, ProviderError)
@@ -71,49 +72,77 @@ def _run(task: IngestTask, reqs: list[IngestRequest]) -> list[IngestResult]:
                 else next(live)
                 for r in reqs
             ]
+    settled: dict[int, IngestResult] = {}  # reported as they become final: the job's progress
+
+    def finish(i: int, result: IngestResult) -> None:
+        settled[i] = result
+        _record(reqs[i], result)
+
     try:
         lost = redelivery.worker_lost_count(task.request.id, task.request.retries)
         if lost >= get_settings().workers.ingest_max_worker_lost:
             raise PoisonTask(f"the worker process died {lost} times running this task (poison document?)")
-        results = ingest_batch(reqs)
+        results = ingest_batch(reqs, on_result=finish, on_alive=lambda: _heartbeat(job_ids))
     except TRANSIENT as exc:
         if task.request.retries < task.max_retries:
             raise  # retried by the base task, with backoff
         stage = "embed" if isinstance(exc, ProviderError) else "internal"
         message = f"{stage}: {type(exc).__name__}: {str(exc)[:500]}"
-        results = [record_failure(r, stage, message) for r in reqs]
+        results = _fail_unfinished(reqs, settled, stage, message)
     except (Exception, SoftTimeLimitExceeded) as exc:  # a bug or a hostile document: record, keep going
         log.exception("ingest of %d document(s) failed", len(reqs))
         message = f"internal: {type(exc).__name__}: {str(exc)[:500]}"
-        results = [record_failure(r, "internal", message) for r in reqs]
-    for req, result in zip(reqs, results, strict=True):
-        DOCUMENTS_PROCESSED.labels(result.status).inc()
-        if result.status == "stored":
-            CHUNKS_PROCESSED.inc(result.chunks)
-        log_ingest(
-            tenant=req.tenant,
-            doc_id=req.doc_id,
-            status=result.status,
-            chunks=result.chunks,
-            model=get_settings().embed.model_name,
-            latency_ms=sum(result.timings_ms.values()),
-            error=result.error,
-        )
-        if req.job_id:
-            with db.connection() as conn:
-                jobs.record_document(
-                    conn,
-                    req.job_id,
-                    req.tenant,
-                    req.doc_id,
-                    _JOB_STATE[result.status],
-                    result.chunks,
-                    result.embedded,
-                    result.error,
-                    acl_outcome=result.acl_outcome,
-                )
+        results = _fail_unfinished(reqs, settled, "internal", message)
+    for i, result in enumerate(results):
+        if i not in settled:
+            finish(i, result)
     _warn_visible_to_no_group(reqs, results)
     return results
+
+
+def _fail_unfinished(
+    reqs: list[IngestRequest], settled: dict[int, IngestResult], stage: str, message: str
+) -> list[IngestResult]:
+    """After the batch failed as a whole: the documents without a result yet are recorded as failed;
+    the ones already reported (stored, unchanged, failed alone) keep theirs."""
+    return [settled.get(i) or record_failure(r, stage, message) for i, r in enumerate(reqs)]
+
+
+def _heartbeat(job_ids: set[str]) -> None:
+    """The jobs of a batch that is still working (preparing documents, waiting for the embedder)."""
+    if job_ids:
+        with db.connection() as conn:
+            for job_id in job_ids:
+                jobs.heartbeat(conn, job_id)
+
+
+def _record(req: IngestRequest, result: IngestResult) -> None:
+    """One document's final result: metrics, the ingest log line, the job's progress."""
+    DOCUMENTS_PROCESSED.labels(result.status).inc()
+    if result.status == "stored":
+        CHUNKS_PROCESSED.inc(result.chunks)
+    log_ingest(
+        tenant=req.tenant,
+        doc_id=req.doc_id,
+        status=result.status,
+        chunks=result.chunks,
+        model=get_settings().embed.model_name,
+        latency_ms=sum(result.timings_ms.values()),
+        error=result.error,
+    )
+    if req.job_id:
+        with db.connection() as conn:
+            jobs.record_document(
+                conn,
+                req.job_id,
+                req.tenant,
+                req.doc_id,
+                _JOB_STATE[result.status],
+                result.chunks,
+                result.embedded,
+                result.error,
+                acl_outcome=result.acl_outcome,
+            )
 
 
 def _warn_visible_to_no_group(reqs: list[IngestRequest], results: list[IngestResult]) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from ragline.cli.common import EXIT_FAILED, console, echo, reload_app, send_and_wait, wait_with_progress
+from ragline.cli.ingest import settle_vanished_files
 from ragline.cli.query import print_answer
 from ragline.cli.stack import components, down, stack_state, up
 from ragline.shared.names import TASK_QUERY_ASK
@@ -99,6 +100,7 @@ def _demo(docs: Path, tenant: str) -> int:
         s = _ingest_repository(docs, tenant)
     else:
         files = collect_files([docs])
+        settle_vanished_files([docs], files, tenant, None)
         job_id = enqueue_files(files, tenant=tenant, acl=["public"])
         s = wait_with_progress(job_id, len(files), 3600)
     echo(

@@ -63,8 +63,9 @@ def list_docs(
 ) -> None:
     """List a tenant's documents in doc id order, a page at a time.
 
-    Shows each document's status, chunk count, groups (ACL) and last change. Exits 1 when the tenant
-    has no documents or nothing starts with --prefix.
+    Shows each document's status, chunk count, groups (ACL) and last change. An empty listing (nothing
+    starts with --prefix, no document has --status) is an answer and exits 0; exits 1 only when the
+    tenant has no documents at all (a misspelt tenant).
     """
     from ragline.ingest import catalog  # start-up: psycopg loads only for commands that use it
 
@@ -108,9 +109,9 @@ def list_docs(
         )
     if not known:
         fail(f"not found: tenant {tenant!r} has no documents (misspelt?)")
-    if total == 0:
-        fail(
-            f"not found: no document of tenant {tenant!r}"
+    if total == 0 and not as_json:  # an empty page is an answer: no failed document is good news
+        echo(
+            f"no document of tenant {tenant}"
             + (f" starts with {prefix!r}" if prefix else "")
             + (f" with status {','.join(statuses)}" if statuses else "")
         )
@@ -188,16 +189,26 @@ def delete_docs(
         None, "--prefix", help="delete every document whose id starts with this (asks first, or --yes)"
     ),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before deleting by --prefix"),
+    exclude: bool = typer.Option(
+        False,
+        "--exclude",
+        help="also keep the doc ids out of the index: no later ingest, reindex, push or event stores them"
+        " again until `ragline docs include` (e.g. a file that leaked a secret and is still in its folder)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document"),
 ) -> None:
     """Delete documents: their chunks go at once, no search returns them any more.
 
     The same path as a delete event: a tombstone stays, so an older version arriving late (a
-    redelivered event) is not stored again; ingesting the file again brings the document back. A
-    document still in a configured source (RAGLINE_SOURCES) comes back with the next reindex.
-    Exits 1 when a doc id is not found (the others are deleted).
+    redelivered event) is not stored again. A delete is not an exclusion: a document whose file is
+    still in its folder comes back with the next `ragline ingest` of that folder, and one still in
+    a configured source (RAGLINE_SOURCES) with the next reindex; the command warns about each. With
+    --exclude the doc ids stay out until `ragline docs include` (docs/operations.md).
+    Exits 1 when a doc id is not found (the others are deleted; with --exclude, excluded too).
     """
-    from ragline.ingest import catalog  # start-up: psycopg loads only for commands that use it
+    from ragline.ingest import catalog, exclusions  # start-up: psycopg loads only for commands that use it
+    from ragline.ingest.sources import configured_sources
+    from ragline.shared.settings import get_settings
 
     doc_ids = list(doc_ids or [])
     if bool(doc_ids) == bool(prefix):
@@ -216,7 +227,21 @@ def delete_docs(
                 shown = ", ".join(doc_ids[:5]) + (", ..." if len(doc_ids) > 5 else "")
                 if not typer.confirm(f"delete {plural(len(doc_ids), 'document')} ({shown})?", err=True):
                     fail("nothing deleted", EXIT_FAILED)
+        sources = configured_sources(get_settings().lifecycle.sources)
+        returns = {
+            doc["doc_id"]: why
+            for doc in catalog.origins(conn, tenant, doc_ids)
+            if (why := exclusions.would_return(doc, sources))
+        }
+        if exclude:  # first: an ingest running meanwhile stores nothing between the delete and this
+            exclusions.exclude(conn, tenant, doc_ids, "docs delete --exclude")
         res = catalog.delete_documents(conn, tenant, doc_ids)
+        res["excluded"] = sorted(doc_ids) if exclude else []
+        res["comes_back"] = (
+            []
+            if exclude
+            else [{"doc_id": d, "why": w} for d, w in returns.items() if d not in res["not_found"]]
+        )
         if res["deleted"]:  # done once the query pool's replicas no longer serve them
             from ragline.shared import replicas  # start-up: as above
 
@@ -236,8 +261,60 @@ def delete_docs(
             echo(
                 f"not deleted: {d}: a newer version was stored meanwhile (run the command again to delete it)"
             )
+        if res["excluded"]:
+            echo(
+                f"excluded {plural(len(res['excluded']), 'doc id')}: no ingest stores them until `ragline docs include`"
+            )
+    for c in res["comes_back"]:
+        typer.echo(
+            f"warning: {c['doc_id']} comes back: {c['why']}; `ragline docs delete --exclude` keeps it out",
+            err=True,
+        )
     if res["not_found"] or res["changed"]:
         raise typer.Exit(EXIT_FAILED)
+
+
+@docs_app.command("include")
+def include_docs(
+    doc_ids: list[str] = typer.Argument(..., help="doc ids excluded by `docs delete --exclude`"),
+    tenant: str = typer.Option(..., "--tenant"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document"),
+) -> None:
+    """Lift exclusions: the next ingest of the documents' files (or reindex of their source) stores them.
+
+    Exits 1 when a doc id was not excluded (the others are lifted).
+    """
+    from ragline.ingest import exclusions  # start-up: psycopg loads only for commands that use it
+
+    with connect() as conn:
+        lifted = exclusions.include(conn, tenant, doc_ids)
+    missing = [d for d in dict.fromkeys(doc_ids) if d not in lifted]
+    if as_json:
+        print_json({"tenant": tenant, "included": lifted, "not_excluded": missing})
+    else:
+        echo(f"included {plural(len(lifted), 'doc id')} of tenant {tenant} again")
+        for d in missing:
+            echo(f"not excluded: {d}")
+    if missing:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@docs_app.command("excluded")
+def excluded_docs(
+    tenant: str = typer.Option(..., "--tenant"),
+    as_json: bool = typer.Option(False, "--json", help="print the list as one JSON document"),
+) -> None:
+    """List the doc ids kept out of the index (`docs delete --exclude`); an empty list exits 0."""
+    from ragline.ingest import exclusions  # start-up: psycopg loads only for commands that use it
+
+    with connect() as conn:
+        rows = exclusions.list_exclusions(conn, tenant)
+    if as_json:
+        print_json({"tenant": tenant, "excluded": rows})
+        return
+    for line in columns(("doc_id", "since (UTC)"), [(r["doc_id"], iso(r["created_at"])) for r in rows]):
+        echo(line)
+    echo(f"{plural(len(rows), 'doc id')} excluded")
 
 
 @app.command("job")

@@ -161,6 +161,7 @@ def _ingest(
     except ValueError as exc:  # an invalid --source name, or two files under one doc id
         raise typer.BadParameter(str(exc), param_hint="'--source'") from None
     skipped = skipped_files(paths, SUFFIXES)
+    settle_vanished_files(paths, files, tenant, source)
     if not files:  # no job: one without documents would never finish
         if as_json:
             print_json({"job_id": None, "documents": 0, "skipped": skipped})
@@ -245,6 +246,20 @@ def sync_line(name: str, out: dict) -> str:
         f"job {out['job_id']}: {head}: {out.get('enqueued', 0)} files queued, {out.get('unchanged', 0)}"
         f" unchanged, {out.get('pruned', 0)} pruned, {out.get('skipped', 0)} skipped{acl}"
     )
+
+
+def settle_vanished_files(paths: list[Path], files: list, tenant: str, source: str | None) -> None:
+    """The folders given were listed again: the open errors of their files that are gone are settled
+    (``ingest/vanished.py``), also when nothing is left to ingest in them."""
+    from ragline.ingest.enqueue import default_source_name  # start-up: Celery, psycopg load on use
+    from ragline.ingest.vanished import settle_folders
+
+    folders = [p.expanduser().resolve() for p in paths if p.is_dir()]
+    if not folders:
+        return
+    reload_app()
+    names = {source or default_source_name(f) for f in folders}
+    settle_folders(tenant, {n: {f.doc_id for f in files if f.source == n} for n in names})
 
 
 def ingest_repository(

@@ -63,7 +63,9 @@ class IngestBatchRequest(BaseModel):
 class IngestResult(BaseModel):
     tenant: str
     doc_id: str
-    status: Literal["stored", "skipped_unchanged", "stale", "failed", "cancelled"]
+    status: Literal["stored", "skipped_unchanged", "stale", "failed", "cancelled", "excluded"] = Field(
+        description="'excluded': the doc id is kept out of the index (`ragline docs delete --exclude`)"
+    )
     chunks: int = 0
     embedded: int = 0
     acl_outcome: Literal["updated", "ignored_stale"] | None = Field(

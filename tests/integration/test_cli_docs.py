@@ -89,8 +89,14 @@ def test_list_pages_and_filters_a_tenants_documents(celery_worker, voyage, tenan
 
     typo = _cli("docs", "list", "--tenant", tenant + "-typo")
     assert typo.exit_code == 1 and f"not found: tenant '{tenant}-typo' has no documents" in typo.output
+    # an empty listing of a known tenant is an answer (exit 0), in every form a filter takes
     nothing = _cli("docs", "list", "--tenant", tenant, "--prefix", "nope/")
-    assert nothing.exit_code == 1 and "starts with 'nope/'" in nothing.output
+    assert nothing.exit_code == 0 and "starts with 'nope/'" in nothing.output, nothing.output
+    no_failed = _cli("docs", "list", "--tenant", tenant, "--status", "failed")
+    assert no_failed.exit_code == 0 and "with status failed" in no_failed.output, no_failed.output
+    no_failed_json = _cli("docs", "list", "--tenant", tenant, "--status", "failed", "--json")
+    assert no_failed_json.exit_code == 0, no_failed_json.output
+    assert (_json(no_failed_json)["total"], _json(no_failed_json)["documents"]) == (0, [])
     bad = _cli("docs", "list", "--tenant", tenant, "--status", "gone")
     assert bad.exit_code == 2
 
