@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -69,17 +70,31 @@ def update(home: Path, write: Callable[[Path, str], None], **updates: str | None
     return data
 
 
+#: the homes whose stack lock this thread holds: ``ragline up`` never waits for itself
+_local = threading.local()
+
+
+def _held() -> set[Path]:
+    if not hasattr(_local, "homes"):
+        _local.homes = set()
+    return _local.homes
+
+
 @contextmanager
 def changing(home: Path) -> Iterator[None]:
     """Held by ``ragline up`` / ``ragline down`` while they start or stop the embedded services."""
     with _flock(home / STACK_LOCK):
-        yield
+        _held().add(home)
+        try:
+            yield
+        finally:
+            _held().discard(home)
 
 
 def wait_while_changing(home: Path, timeout: float) -> bool:
     """Wait (at most ``timeout`` seconds) while another process starts or stops the stack; whether
     one was. Without a home there is nothing to wait for."""
-    if not (home / STACK_LOCK).exists():
+    if home in _held() or not (home / STACK_LOCK).exists():
         return False
     deadline = time.monotonic() + timeout
     waited = False
