@@ -147,7 +147,12 @@ def test_without_a_stack_commands_say_so_and_exit_4(tmp_path):
     for args in (["docs", "list", "--tenant", "t"], ["job", "abc"], ["errors"]):
         run = _cli(*args, env=env, timeout=120)
         assert run.returncode == 4, (args, run.stderr)
-        assert "error: no DATABASE_URL and the embedded Postgres is not up: run `ragline up`" in run.stderr
+        said = " ".join(run.stderr.split())
+        assert (
+            f"error: no DATABASE_URL and the embedded Postgres is not up in {tmp_path / 'nothing-here'}"
+            in said
+        )
+        assert "run `ragline up`" in said and "RAGLINE_HOME" in said  # where it looked, and what to set
         assert "Traceback" not in run.stderr
     (tmp_path / "a.md").write_text("# A\n\nтекст", encoding="utf-8")
     run = _cli("ingest", str(tmp_path / "a.md"), "--tenant", "t", "--acl", "g", env=env, timeout=120)
