@@ -87,11 +87,11 @@ def test_a_half_written_file_of_an_older_writer_reads_as_empty(tmp_path):
 
 def test_the_process_starting_the_stack_never_waits_for_itself(tmp_path):
     """`ragline up` reading the runtime file while it holds the stack lock gets its answer at once
-    (a wait here would last the whole RAGLINE_STACK_CHANGE_WAIT_S, past the test's timeout)."""
+    (a wait here would last the whole RAGLINE_SERVICES_STACK_CHANGE_WAIT_S, past the test's timeout)."""
     from ragline.shared import runtime
     from ragline.shared.settings import StackNotUp
 
-    settings = Settings(home=str(tmp_path), stack_change_wait_s=3600)
+    settings = Settings(home=str(tmp_path), services_stack_change_wait_s=3600)
     with runtime.changing(settings.home_dir):
         services._write_runtime(settings, database_url="postgresql://postgres@/ragline?host=/x")
         assert settings.effective_database_url() == "postgresql://postgres@/ragline?host=/x"
