@@ -214,6 +214,18 @@ def record_commit(conn: psycopg.Connection, spec: SourceSpec, commit: str, p: Pl
         )
 
 
+def keep_out(conn: psycopg.Connection, spec: SourceSpec, listing: Listing, p: Plan) -> int:
+    """What a listing settles beside its plan: the excluded documents leave the plan (the ingest
+    would refuse them, ``ingest/exclusions.py``), and a folder's errors of files that are gone are
+    resolved (``ingest/vanished.py``; a prune covers the stored documents). Returns how many were
+    excluded."""
+    if spec.kind == "folder":
+        settle_vanished(conn, spec.tenant, spec.name, {i.doc_id for i in listing.items})
+    kept_out = exclusions.excluded(conn, spec.tenant, [i.doc_id for i, _, _ in p.enqueue])
+    p.enqueue = [e for e in p.enqueue if e[0].doc_id not in kept_out]
+    return len(kept_out)
+
+
 def reindex(
     conn: psycopg.Connection,
     specs: list[SourceSpec],
@@ -247,12 +259,9 @@ def reindex(
             listing.items, refused = split_named(listing.items, lambda i: (i.doc_id, i.path))
             refusals.append((spec.tenant, refused))
             stored = stored_state(conn, spec.tenant, spec.name, [i.doc_id for i in listing.items])
-            if spec.kind == "folder":  # errors of files that are gone (a prune covers stored ones)
-                settle_vanished(conn, spec.tenant, spec.name, {i.doc_id for i in listing.items})
             p = plan(listing, stored, spec.name)
             touched = tie_break(conn, spec, p, stored)
-            kept_out = exclusions.excluded(conn, spec.tenant, [i.doc_id for i, _, _ in p.enqueue])
-            p.enqueue = [e for e in p.enqueue if e[0].doc_id not in kept_out]  # the ingest would refuse them
+            kept_out = keep_out(conn, spec, listing, p)
             acl_updated = unchanged_source_acl(conn, spec, listing, stored)
             plans.append((spec, p))
             if spec.kind == "git" and listing.commit:
@@ -264,7 +273,7 @@ def reindex(
                 "unchanged": p.unchanged,
                 "touched": touched,
                 "unavailable": len(listing.unavailable),
-                "excluded": len(kept_out),
+                "excluded": kept_out,
                 "enqueued": len(p.enqueue),
                 "pruned": 0,
                 "acl_updated": acl_updated,

@@ -27,6 +27,7 @@ from ragline.cli.common import (
     summary_details,
     summary_line,
 )
+from ragline.shared.settings import get_settings
 
 app = typer.Typer()
 docs_app = typer.Typer(no_args_is_help=True, help="List, show and delete a tenant's documents.")
@@ -206,9 +207,7 @@ def delete_docs(
     --exclude the doc ids stay out until `ragline docs include` (docs/operations.md).
     Exits 1 when a doc id is not found (the others are deleted; with --exclude, excluded too).
     """
-    from ragline.ingest import catalog, exclusions  # start-up: psycopg loads only for commands that use it
-    from ragline.ingest.sources import configured_sources
-    from ragline.shared.settings import get_settings
+    from ragline.ingest import catalog  # start-up: psycopg loads only for commands that use it
 
     doc_ids = list(doc_ids or [])
     if bool(doc_ids) == bool(prefix):
@@ -227,27 +226,42 @@ def delete_docs(
                 shown = ", ".join(doc_ids[:5]) + (", ..." if len(doc_ids) > 5 else "")
                 if not typer.confirm(f"delete {plural(len(doc_ids), 'document')} ({shown})?", err=True):
                     fail("nothing deleted", EXIT_FAILED)
-        sources = configured_sources(get_settings().lifecycle.sources)
-        returns = {
-            doc["doc_id"]: why
-            for doc in catalog.origins(conn, tenant, doc_ids)
-            if (why := exclusions.would_return(doc, sources))
-        }
-        if exclude:  # first: an ingest running meanwhile stores nothing between the delete and this
-            exclusions.exclude(conn, tenant, doc_ids, "docs delete --exclude")
-        res = catalog.delete_documents(conn, tenant, doc_ids)
-        res["excluded"] = sorted(doc_ids) if exclude else []
-        res["comes_back"] = (
-            []
-            if exclude
-            else [{"doc_id": d, "why": w} for d, w in returns.items() if d not in res["not_found"]]
-        )
+        res = _delete_and_exclude(conn, tenant, doc_ids, exclude)
         if res["deleted"]:  # done once the query pool's replicas no longer serve them
             from ragline.shared import replicas  # start-up: as above
 
             wait = replicas.wait_for_replay(conn, what="delete")
             if wait and wait.excluded:
                 res["replicas_excluded"] = wait.excluded
+    _print_deleted(tenant, res, as_json)
+    if res["not_found"] or res["changed"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _delete_and_exclude(conn, tenant: str, doc_ids: list[str], exclude: bool) -> dict:
+    """Delete the documents (``catalog.delete_documents``); with ``exclude`` keep their doc ids out
+    first (an ingest running meanwhile then stores nothing between the delete and the exclusion),
+    else say which of them come back and from where (``comes_back``)."""
+    from ragline.ingest import catalog, exclusions  # start-up: psycopg loads only for commands that use it
+    from ragline.ingest.sources import configured_sources
+
+    sources = configured_sources(get_settings().lifecycle.sources)
+    returns = {
+        doc["doc_id"]: why
+        for doc in catalog.origins(conn, tenant, doc_ids)
+        if (why := exclusions.would_return(doc, sources))
+    }
+    if exclude:
+        exclusions.exclude(conn, tenant, doc_ids, "docs delete --exclude")
+    res = catalog.delete_documents(conn, tenant, doc_ids)
+    res["excluded"] = sorted(doc_ids) if exclude else []
+    res["comes_back"] = (
+        [] if exclude else [{"doc_id": d, "why": w} for d, w in returns.items() if d not in res["not_found"]]
+    )
+    return res
+
+
+def _print_deleted(tenant: str, res: dict, as_json: bool) -> None:
     chunks = sum(d["chunks"] for d in res["deleted"])
     if as_json:
         print_json({"tenant": tenant, **res})
@@ -263,15 +277,14 @@ def delete_docs(
             )
         if res["excluded"]:
             echo(
-                f"excluded {plural(len(res['excluded']), 'doc id')}: no ingest stores them until `ragline docs include`"
+                f"excluded {plural(len(res['excluded']), 'doc id')}: no ingest stores them until"
+                " `ragline docs include`"
             )
     for c in res["comes_back"]:
         typer.echo(
             f"warning: {c['doc_id']} comes back: {c['why']}; `ragline docs delete --exclude` keeps it out",
             err=True,
         )
-    if res["not_found"] or res["changed"]:
-        raise typer.Exit(EXIT_FAILED)
 
 
 @docs_app.command("include")

@@ -115,3 +115,42 @@ def test_search_and_ask_from_javascript(celery_worker, stack, backend, corpus):
 def test_a_malformed_request_is_a_structured_error(celery_worker, stack, backend, corpus):
     bad = _node(backend, stack, "search", "x", "--tenant", corpus, "--groups", "g", "--k", "0")
     assert bad["status"] == 400 and bad["reply"]["ok"] is False and bad["reply"]["error"] == "invalid payload"
+
+
+def test_the_http_backend_answers_and_maps_errors_to_statuses(celery_worker, stack, backend, corpus):
+    import time
+    import urllib.error
+    import urllib.request
+
+    from ragline.shared.services import free_port
+
+    port = free_port()
+    env = {**os.environ, "REDIS_URL": stack.effective_redis_url(), "PORT": str(port)}
+    proc = subprocess.Popen(["node", "chat_backend.js"], cwd=backend, env=env, stderr=subprocess.PIPE)
+
+    def post(path: str, body: dict) -> tuple[int, dict]:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode())
+        try:
+            with urllib.request.urlopen(req, timeout=120) as res:
+                return res.status, json.loads(res.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    try:
+        for _ in range(600):  # until it listens
+            try:
+                post("/search", {"question": "x", "tenant": corpus, "groups": []})
+                break
+            except urllib.error.URLError:
+                assert proc.poll() is None, proc.stderr.read().decode()
+                time.sleep(0.1)
+        status, reply = post(
+            "/search",
+            {"question": "изоляция арендаторов", "tenant": corpus, "groups": ["g"], "mode": "lexical"},
+        )
+        assert status == 200 and [h["doc_id"] for h in reply["hits"]] == ["iso.md"]
+        status, reply = post("/search", {"question": "x", "tenant": corpus, "groups": ["g"], "k": 0})
+        assert status == 400 and reply["error"] == "invalid payload"
+    finally:
+        proc.terminate()
+        proc.wait(30)
