@@ -12,6 +12,7 @@ of a plain ``docs delete``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -19,7 +20,7 @@ import psycopg
 EXCLUDED_ERROR = "excluded: kept out by `ragline docs delete --exclude` (`ragline docs include` lifts it)"
 
 
-def excluded_pairs(conn: psycopg.Connection, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+def excluded_pairs(conn: psycopg.Connection[Any], pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
     """The ``(tenant, doc_id)`` pairs of ``pairs`` that are kept out of the index."""
     if not pairs:
         return set()
@@ -31,12 +32,12 @@ def excluded_pairs(conn: psycopg.Connection, pairs: list[tuple[str, str]]) -> se
     return {(r["tenant"], r["doc_id"]) for r in rows}
 
 
-def excluded(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> set[str]:
+def excluded(conn: psycopg.Connection[Any], tenant: str, doc_ids: list[str]) -> set[str]:
     """The doc ids of ``doc_ids`` the tenant keeps out of the index."""
     return {d for _, d in excluded_pairs(conn, [(tenant, d) for d in doc_ids])}
 
 
-def exclude(conn: psycopg.Connection, tenant: str, doc_ids: list[str], reason: str = "") -> None:
+def exclude(conn: psycopg.Connection[Any], tenant: str, doc_ids: list[str], reason: str = "") -> None:
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO document_exclusions (tenant, doc_id, reason) VALUES (%s, %s, %s)"
@@ -45,7 +46,7 @@ def exclude(conn: psycopg.Connection, tenant: str, doc_ids: list[str], reason: s
         )
 
 
-def include(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> list[str]:
+def include(conn: psycopg.Connection[Any], tenant: str, doc_ids: list[str]) -> list[str]:
     """Lift the exclusions of ``doc_ids``; the ones that were excluded."""
     rows = conn.execute(
         "DELETE FROM document_exclusions WHERE tenant = %s AND doc_id = ANY(%s) RETURNING doc_id",
@@ -54,7 +55,7 @@ def include(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> list[s
     return sorted(r["doc_id"] for r in rows)
 
 
-def list_exclusions(conn: psycopg.Connection, tenant: str) -> list[dict]:
+def list_exclusions(conn: psycopg.Connection[Any], tenant: str) -> list[Any]:
     return conn.execute(
         "SELECT doc_id, reason, created_at FROM document_exclusions WHERE tenant = %s ORDER BY doc_id",
         (tenant,),

@@ -10,6 +10,7 @@ and the reindex of a folder source.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -34,7 +35,7 @@ def file_gone(uri: str | None) -> bool:
     return not Path(uri).exists()
 
 
-def settle_vanished(conn: psycopg.Connection, tenant: str, source: str, listed: set[str]) -> list[str]:
+def settle_vanished(conn: psycopg.Connection[Any], tenant: str, source: str, listed: set[str]) -> list[str]:
     """Resolve the open errors of ``source``'s documents that were not ``listed`` and whose file is
     gone. A document that never stored a good version becomes a tombstone (the delete path, so no
     ``failed`` row stays for a file that is not there); one that did keeps serving that version
