@@ -193,15 +193,16 @@ def documents(tenant: str) -> dict[str, str]:
     return {r["doc_id"]: "ALPHA" if r["doc_id"].endswith("alpha.md") else "BETA" for r in rows}
 
 
-@pytest.mark.parametrize("direction", sorted(ACLS))
-@pytest.mark.parametrize("content", ("unchanged", "changed", "broken"))
-@pytest.mark.parametrize("entry", ENTRIES)
-def test_reingest_gives_every_document_the_new_acl_without_reembedding(
-    celery_worker, voyage, use_settings, conn, tmp_path, site, entry, content, direction
-):
+CONTENTS = ("unchanged", "changed", "broken")
+
+
+def reingest_cell(
+    conn, voyage, use_settings, base: Path, site: str, entry: str, content: str, direction: str
+) -> dict:
+    """One cell of the matrix, asserted; returns what it measured (the chaos suite records it)."""
     tenant = f"m-{entry}-{content}-{direction}"  # the tenant fixture's name is cut at 60 characters
     before, after = ACLS[direction]
-    way = Entry(entry, tenant, tmp_path, site, use_settings)
+    way = Entry(entry, tenant, base, site, use_settings)
     way.write({"ALPHA": 1, "BETA": 1})
     way.ingest(before)
     docs = documents(tenant)
@@ -220,10 +221,28 @@ def test_reingest_gives_every_document_the_new_acl_without_reembedding(
         assert sorted(now.values()) == ["BETA"]  # a binary file is skipped, its document pruned
     else:
         assert now == docs  # the same documents, none lost or added
-    assert {d: acl_of(conn, tenant, d) for d in now} == {d: (after, {tuple(after)}) for d in now}
+    acls = {d: acl_of(conn, tenant, d) for d in now}
+    assert acls == {d: (after, {tuple(after)}) for d in now}
     embedded = [t for body in voyage.stats.bodies if "input" in body for t in body["input"]]
     if content != "changed":
         assert voyage.stats.requests == 0, embedded  # a permission change alone embeds nothing
     else:
         assert embedded and all("ALPHA" in t and "редакция 2" in t for t in embedded), embedded
     conn.commit()
+    return {
+        "entry": entry,
+        "content": content,
+        "direction": direction,
+        "documents": len(now),
+        "on_new_acl": sum(1 for a in acls.values() if a == (after, {tuple(after)})),
+        "texts_embedded": len(embedded),
+    }
+
+
+@pytest.mark.parametrize("direction", sorted(ACLS))
+@pytest.mark.parametrize("content", CONTENTS)
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_reingest_gives_every_document_the_new_acl_without_reembedding(
+    celery_worker, voyage, use_settings, conn, tmp_path, site, entry, content, direction
+):
+    reingest_cell(conn, voyage, use_settings, tmp_path, site, entry, content, direction)
