@@ -169,7 +169,11 @@ def markdown_table(path: Path = RESULTS) -> str:
         for r in bad:
             result = r["status"] + (f": {r['error'][:90]}" if r.get("error") else f", {r['chunks']} chunks")
             lines.append(f"| {r['case']} | {result.replace('|', '/')} | {r['peak_rss_mb']} |")
-    attacks = data.get("attacks_input", []) + data.get("attacks_answers", [])[-1:]  # its summary
+    attacks = (
+        data.get("attacks_input", [])
+        + data.get("attacks_answers", [])[-1:]  # its summary
+        + data.get("attacks_local_files", [])
+    )
     if attacks:
         lines += ["", "| attack | result | peak RSS (MB) |", "|---|---|---|"]
         for r in attacks:
