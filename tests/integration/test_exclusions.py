@@ -157,3 +157,34 @@ def test_a_plain_delete_warns_when_the_document_comes_back(celery_worker, voyage
     assert "--exclude" in run.stderr and str(root / "secret.md") in " ".join(run.stderr.split())
     _by_cli(root, root / "secret.md", tenant, doc_id, 0)  # what the warning says: it is back
     assert _state(tenant, doc_id)[0] == "ready"
+
+
+def test_an_exclusion_recorded_while_the_document_embeds_still_holds(
+    celery_worker, use_settings, tenant, tmp_path, monkeypatch
+):
+    """The batch asked before it embedded; the store asks again under the document's lock."""
+    from ragline.shared import jobs, providers
+    from tests.integration.test_ingest_progress import GatedEmbedder, _until
+
+    use_settings(embed_batch_size=1)
+    gated = GatedEmbedder()
+    monkeypatch.setitem(providers._cache, "embedder", gated)
+    root = tmp_path / "kb"
+    root.mkdir()
+    (root / "secret.md").write_text(TEXT, encoding="utf-8")
+    doc_id = f"{default_source_name(root)}/secret.md"
+    try:
+        run = _cli("ingest", str(root), "--tenant", tenant, "--acl", "g", "--json")
+        assert run.exit_code == 0, run.output
+        job_id = _json(run)["job_id"]
+        _until(lambda: gated.waiting, "the batch to wait for the embedder")  # past the batch's own check
+        gone = _cli("docs", "delete", doc_id, "--tenant", tenant, "--exclude", "--json")
+        assert gone.exit_code == 1 and _json(gone)["excluded"] == [doc_id]  # not stored yet: not found
+        gated.release(1000)
+        with db.connection() as conn:
+            _until(lambda: jobs.job_state(conn, job_id) == "succeeded", "the job to finish")
+            summary = jobs.job_summary(conn, job_id)
+    finally:
+        gated.release(1000)
+    assert (summary["done"], summary["skipped_unchanged"]) == (0, 1)
+    assert _state(tenant, doc_id) in ((None, 0), ("deleted", 0))

@@ -30,12 +30,14 @@ class GatedEmbedder:
         self._gate = threading.Semaphore(0)
         self._lock = threading.Lock()
         self.answered = 0
+        self.waiting = False  # a request has come in
 
     def release(self, n: int = 1) -> None:
         for _ in range(n):
             self._gate.release()
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.waiting = True
         if not self._gate.acquire(timeout=PATIENCE_S):
             raise TimeoutError("the test never released this request")
         with self._lock:
