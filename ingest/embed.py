@@ -58,6 +58,25 @@ def batched(items: list, size: int) -> list[list]:
 OnVectors = Callable[[dict[bytes, np.ndarray], set[bytes]], None]
 
 
+def cached(conn: psycopg.Connection, model: str, keys: list[bytes]) -> dict[bytes, np.ndarray]:
+    """The cache's vectors of ``model`` for those of ``keys`` it holds (no embedding)."""
+    if not keys:
+        return {}
+    rows = conn.execute(
+        "SELECT text_sha256, embedding FROM embedding_cache WHERE model = %s AND text_sha256 = ANY(%s)",
+        (model, list(set(keys))),
+    ).fetchall()
+    return {bytes(r["text_sha256"]): as_array(r["embedding"]) for r in rows}
+
+
+def cached_vectors(conn: psycopg.Connection, model: str, texts: list[str]) -> list[np.ndarray | None]:
+    """Per text, its cached vector or None: what a row stored before it is embedded can carry
+    already (an unchanged chunk of a changed file keeps its vector)."""
+    keys = [text_key(t) for t in texts]
+    found = cached(conn, model, keys)
+    return [found.get(k) for k in keys]
+
+
 def embed_with_cache(
     conn: psycopg.Connection,
     embedder: Embedder,
@@ -66,13 +85,7 @@ def embed_with_cache(
     on_vectors: OnVectors | None = None,
 ) -> EmbedResult:
     keys = [text_key(t) for t in texts]
-    found: dict[bytes, np.ndarray] = {}
-    if keys:
-        rows = conn.execute(
-            "SELECT text_sha256, embedding FROM embedding_cache WHERE model = %s AND text_sha256 = ANY(%s)",
-            (embedder.model, list(set(keys))),
-        ).fetchall()
-        found = {bytes(r["text_sha256"]): as_array(r["embedding"]) for r in rows}
+    found = cached(conn, embedder.model, keys)
     missing: dict[bytes, str] = {}
     for k, t in zip(keys, texts, strict=True):
         if k not in found and k not in missing:

@@ -10,6 +10,9 @@ document, so they live and die with it).
 A document whose content did not change, or whose new version failed to load or parse (its stored
 version keeps serving), still gets the ACL its request asks for, through the ACL-only path
 (``acl_sync.apply_ingest_acls``, no embedding).
+Documents that :func:`defers_vectors` picks (source code by default) are stored at once with the
+vectors the embedding cache already holds and NULL for the rest: searchable lexically and
+structurally in minutes, not after hours of CPU embedding; ``ingest/reembed.py`` fills the rest.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ragline.ingest import exclusions, identity, store
 from ragline.ingest.acl_sync import apply_ingest_acls
 from ragline.ingest.chunk import Chunk, chunk_blocks, code_chunks, code_context
 from ragline.ingest.contextualize import context_title, contextualize, embedding_text
-from ragline.ingest.embed import count_sent, embed_with_cache, text_key
+from ragline.ingest.embed import cached_vectors, count_sent, embed_with_cache, text_key
 from ragline.ingest.load import load
 from ragline.ingest.parse import CodeDocument, ParseError, front_matter, parse_bytes
 from ragline.ingest.parse.code import document_layer, symbol_records
@@ -66,6 +69,7 @@ class Prepared:
     rel_path: str = ""  # the path inside its source (a repository's file path), for code terms
     #: per chunk, a layer other than the document's (the symbol records), else None
     chunk_layers: list[str | None] = field(default_factory=list)
+    code: bool = False  # parsed as source code (CodeDocument)
 
     @property
     def texts(self) -> list[str]:
@@ -168,7 +172,13 @@ def prepare(req: IngestRequest, embed_model: str) -> Prepared | IngestResult:
         metadata=meta,
         rel_path=rel,
         chunk_layers=chunk_layers,
+        code=code,
     )
+
+
+def defers_vectors(policy: str, code: bool) -> bool:
+    """Whether a document is stored before its rows are embedded (``RAGLINE_INGEST_DEFER_VECTORS``)."""
+    return policy == "all" or (policy == "code" and code)
 
 
 def related_code(front_matter: object, limit: int = 50) -> list[str]:
@@ -394,9 +404,17 @@ def _ingest_into(
             settle(i, result)
     if not ready:
         return
+    policy = get_settings().ingest.defer_vectors
+    later = [(i, p) for i, p in ready if defers_vectors(policy, p.code)]
+    ready = [(i, p) for i, p in ready if not defers_vectors(policy, p.code)]
     # one pooled connection for the cache and every document's own transaction (not one checkout each)
     with db.connection() as conn:
         t0 = time.perf_counter()
+        if later:  # stored first, with the vectors the cache holds: searchable before any embedding
+            _store_before_vectors(conn, later, embedder.model, t0, settle)
+            alive()
+        if not ready:
+            return
         texts = [p.texts for _, p in ready]
         waiting = [(i, p, [text_key(t) for t in doc]) for (i, p), doc in zip(ready, texts, strict=True)]
         claimed: set[bytes] = set()
@@ -415,16 +433,33 @@ def _ingest_into(
         embed_with_cache(conn, embedder, [t for doc in texts for t in doc], batch_size, store_embedded)
 
 
+def _store_before_vectors(
+    conn: psycopg.Connection,
+    docs: list[tuple[int, Prepared]],
+    model: str,
+    t0: float,
+    settle: Callable[[int, IngestResult], None],
+) -> None:
+    """Documents stored with the vectors the embedding cache holds and NULL for the rest, which the
+    fill task (``ingest/reembed.py``) embeds afterwards."""
+    from_cache = iter(cached_vectors(conn, model, [t for _, p in docs for t in p.texts]))
+    conn.commit()  # idle again: each document gets a transaction of its own, not a savepoint
+    for i, p in docs:
+        vectors = [next(from_cache) for _ in p.chunks]
+        settle(i, _store_one(conn, p, vectors, model, elapsed_ms(t0), set(), set()))
+
+
 def _store_one(
     conn: psycopg.Connection,
     p: Prepared,
-    vectors: list[np.ndarray],
+    vectors: list[np.ndarray | None],
     model: str,
     embed_ms: float,
     sent: set[bytes],
     claimed: set[bytes],
 ) -> IngestResult:
-    """One prepared document with its vectors, in its own transaction; its result."""
+    """One prepared document with its vectors (None: stored before its vector), in its own
+    transaction; its result."""
     embedded = count_sent(p.texts, sent, claimed)
     t = time.perf_counter()
     try:
@@ -443,6 +478,7 @@ def _store_one(
         status=outcome,
         chunks=len(p.chunks),
         embedded=embedded,
+        awaiting_vectors=sum(v is None for v in vectors) if outcome == "stored" else 0,
         timings_ms={**p.timings, "embed": embed_ms, "store": elapsed_ms(t)},
         acl_outcome=p.acl_outcome,
     )

@@ -1,4 +1,4 @@
-"""Background re-embedding after a model change (same vector dimension).
+"""Background re-embedding after a model change (same vector dimension), and the vector fill.
 
 Chunks whose ``embed_model`` differs from the configured model are re-embedded batch by batch
 and updated in place; every chunk keeps its old vector until its new one is written, so search
@@ -6,6 +6,9 @@ keeps serving throughout (lexical retrieval is unaffected; vector scores across 
 not comparable while the switch runs). Texts go through the embedding cache, so each distinct
 text is sent to the embedder once. A change of dimension needs a new column first: see
 "Re-embedding runbook" in docs/operations.md.
+
+The fill (:func:`run_fill`) is the same machinery for rows stored before their vectors
+(``RAGLINE_INGEST_DEFER_VECTORS``): the ingest task sends it once it has stored such rows.
 
 This runs on the ingest pool, which owns the embedder; the control pool only counts what is
 pending (:func:`ragline.ingest.store.pending_reembed`) and never imports this module.
@@ -20,18 +23,30 @@ import psycopg
 
 from ragline.ingest.contextualize import embedding_text
 from ragline.ingest.embed import embed_with_cache
-from ragline.shared import db, jobs
+from ragline.shared import db, jobs, pending_vectors
 from ragline.shared.providers import get_embedder
 from ragline.shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
 LOCK_KEY = "ragline.reembed"
+FILL_LOCK_KEY = "ragline.fill_vectors"
 
+#: a model change re-embeds every row not on the configured model; the fill only the rows stored
+#: before their vectors (:data:`ragline.shared.pending_vectors.PREDICATE`), which a model change
+#: covers too
+REEMBED_ROWS = "c.embed_model IS DISTINCT FROM %(model)s"
+FILL_ROWS = pending_vectors.PREDICATE
+
+# rows without any vector first (the vector search cannot see them; rows of an older model still
+# serve), then by layer (source chunks, then symbol records, then tests and docs), shorter first
 BATCH_SQL = """
-SELECT id, tenant, doc_id, content, context, content_hash FROM chunks
-WHERE embed_model IS DISTINCT FROM %(model)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-ORDER BY id LIMIT %(n)s
+SELECT c.id, c.tenant, c.doc_id, c.content, c.context, c.content_hash FROM chunks c
+WHERE {rows} AND (%(tenant)s::text IS NULL OR c.tenant = %(tenant)s)
+ORDER BY c.embedding IS NOT NULL,
+         CASE c.layer WHEN %(source)s THEN 0 WHEN %(symbols)s THEN 1 ELSE 2 END,
+         length(c.content), c.id
+LIMIT %(n)s
 """
 
 # the content_hash guard: a chunk rewritten by a concurrent ingest is left to that ingest
@@ -48,6 +63,90 @@ WHERE d.tenant = t.tenant AND d.doc_id = t.doc_id AND d.embed_model IS DISTINCT 
   AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id
                   AND c.embed_model IS DISTINCT FROM %(model)s)
 """
+
+
+def next_rows(
+    conn: psycopg.Connection, rows: str, model: str, n: int, tenant: str | None = None
+) -> list[dict]:
+    """The next ``n`` rows matching ``rows`` (:data:`REEMBED_ROWS` or :data:`FILL_ROWS`), by priority."""
+    code = get_settings().code
+    params = {
+        "model": model,
+        "tenant": tenant,
+        "n": n,
+        "source": code.source_layer,
+        "symbols": code.symbols_layer,
+    }
+    return conn.execute(BATCH_SQL.format(rows=rows), params).fetchall()
+
+
+def embed_rows(conn: psycopg.Connection, embedder, rows: list[dict]) -> tuple[int, int]:
+    """Embed ``rows`` through the cache and write their vectors in one transaction; (rows written,
+    texts sent to the embedder)."""
+    emb = embed_with_cache(
+        conn,
+        embedder,
+        [embedding_text(r["context"], r["content"]) for r in rows],
+        get_settings().embed.batch_size,
+    )
+    with conn.transaction():
+        cur = conn.execute(
+            UPDATE_SQL,
+            {
+                "model": embedder.model,
+                "ids": [r["id"] for r in rows],
+                "hashes": [r["content_hash"] for r in rows],
+                "vecs": [np.asarray(v, dtype=np.float32) for v in emb.vectors],
+            },
+        )
+        conn.execute(
+            DOCS_SQL,
+            {
+                "model": embedder.model,
+                "tenants": [r["tenant"] for r in rows],
+                "docs": [r["doc_id"] for r in rows],
+            },
+        )
+    return cur.rowcount, emb.embedded
+
+
+def run_fill(max_batches: int | None = None, batch_rows: int | None = None) -> dict:
+    """Embed rows stored before their vectors, by priority: at most ``max_batches`` batches, then the
+    worker goes back to queued ingest batches. One runner at a time; a runner that finds the lock
+    taken leaves the rows to its holder, which looks again after releasing it (``more``), so no row
+    stored meanwhile is left without a fill."""
+    settings = get_settings()
+    max_batches = max_batches or settings.ingest.fill_batches_per_task
+    batch_rows = batch_rows or settings.ingest.fill_batch_rows
+    embedder = get_embedder()
+    with db.connection() as conn:
+        got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (FILL_LOCK_KEY,)).fetchone()[
+            "ok"
+        ]
+        conn.commit()
+        if not got:
+            return {"state": "skipped", "reason": "another fill is running", "more": False}
+        written = sent = 0
+        try:
+            for _ in range(max_batches):
+                rows = next_rows(conn, FILL_ROWS, embedder.model, batch_rows)
+                conn.commit()
+                if not rows:
+                    break
+                n, e = embed_rows(conn, embedder, rows)
+                written += n
+                sent += e
+        finally:
+            conn.rollback()
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (FILL_LOCK_KEY,))
+            conn.commit()
+        # after the unlock: a row stored while the lock was held, whose own fill was skipped, is seen here
+        more = conn.execute(f"SELECT EXISTS (SELECT 1 FROM chunks c WHERE {FILL_ROWS}) AS more").fetchone()[
+            "more"
+        ]
+        conn.commit()
+    log.info("vector fill: %d rows written, %d texts embedded, more: %s", written, sent, more)
+    return {"state": "succeeded", "rows": written, "embedded": sent, "more": bool(more)}
 
 
 def column_dim(conn: psycopg.Connection) -> int | None:
@@ -88,35 +187,12 @@ def run_reembed(job_id: str | None = None, batch_size: int | None = None, tenant
                     state = jobs.job_state(conn, job_id) or "cancelled"
                     break
                 conn.commit()
-                rows = conn.execute(BATCH_SQL, {"model": model, "tenant": tenant, "n": size}).fetchall()
+                rows = next_rows(conn, REEMBED_ROWS, model, size, tenant)
                 if not rows:
                     break
-                emb = embed_with_cache(
-                    conn,
-                    embedder,
-                    [embedding_text(r["context"], r["content"]) for r in rows],
-                    settings.embed.batch_size,
-                )
-                with conn.transaction():
-                    cur = conn.execute(
-                        UPDATE_SQL,
-                        {
-                            "model": model,
-                            "ids": [r["id"] for r in rows],
-                            "hashes": [r["content_hash"] for r in rows],
-                            "vecs": [np.asarray(v, dtype=np.float32) for v in emb.vectors],
-                        },
-                    )
-                    conn.execute(
-                        DOCS_SQL,
-                        {
-                            "model": model,
-                            "tenants": [r["tenant"] for r in rows],
-                            "docs": [r["doc_id"] for r in rows],
-                        },
-                    )
-                chunks += cur.rowcount
-                sent += emb.embedded
+                n, e = embed_rows(conn, embedder, rows)
+                chunks += n
+                sent += e
                 jobs.heartbeat(conn, job_id, progress=True)
                 conn.commit()
             result = {"model": model, "chunks": chunks, "embedded": sent}

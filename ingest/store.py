@@ -163,7 +163,7 @@ def upsert_document(
                         c.content_hash,
                         c.page,
                         c.embedding,
-                        embed_model,
+                        embed_model if c.embedding is not None else None,  # a row stored before its vector
                         acl,
                         Jsonb(c.metadata),
                         c.code_tsv,

@@ -1,7 +1,9 @@
 """Thin Celery tasks of the ingest pool around the ingestion pipeline.
 
 ``ragline.ingest.document`` takes one document; ``ragline.ingest.batch`` takes several so that
-their chunks share embedding batches; ``ragline.ingest.reembed`` re-embeds after a model change.
+their chunks share embedding batches; ``ragline.ingest.reembed`` re-embeds after a model change;
+``ragline.ingest.fill_vectors`` embeds the rows a batch stored before their vectors, a few batches
+at a time, sending itself again while rows remain (queued ingest batches run in between).
 All are idempotent (unchanged documents are skipped, vectors come from the embedding cache), so
 ``acks_late`` redelivery after a worker dies and the base task's retries are safe.
 """
@@ -9,19 +11,25 @@ All are idempotent (unchanged documents are skipped, vectors come from the embed
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from celery.exceptions import SoftTimeLimitExceeded
 
 from ragline.ingest.chunk import chunk_blocks
 from ragline.ingest.parse import parse_bytes
 from ragline.ingest.pipeline import ingest_batch, record_failure
-from ragline.ingest.reembed import run_reembed
+from ragline.ingest.reembed import run_fill, run_reembed
 from ragline.shared import db, jobs, redelivery, warmup
 from ragline.shared.celery_app import app
 from ragline.shared.contracts import IngestBatchRequest, IngestRequest, IngestResult
 from ragline.shared.logging_setup import log_ingest
 from ragline.shared.metrics import CHUNKS_PROCESSED, DOCUMENTS_PROCESSED
-from ragline.shared.names import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT, TASK_INGEST_REEMBED
+from ragline.shared.names import (
+    TASK_INGEST_BATCH,
+    TASK_INGEST_DOCUMENT,
+    TASK_INGEST_FILL_VECTORS,
+    TASK_INGEST_REEMBED,
+)
 from ragline.shared.providers import ProviderError
 from ragline.shared.settings import get_settings
 from ragline.shared.task_base import RaglineTask
@@ -74,9 +82,12 @@ def _run(task: IngestTask, reqs: list[IngestRequest]) -> list[IngestResult]:
             ]
     settled: dict[int, IngestResult] = {}  # reported as they become final: the job's progress
 
+    fill = _fill_once()
+
     def finish(i: int, result: IngestResult) -> None:
         settled[i] = result
         _record(reqs[i], result)
+        fill(result)
 
     try:
         lost = redelivery.worker_lost_count(task.request.id, task.request.retries)
@@ -145,6 +156,20 @@ def _record(req: IngestRequest, result: IngestResult) -> None:
             )
 
 
+def _fill_once() -> Callable[[IngestResult], None]:
+    """Sends the fill task once, for the first result that stored rows without vectors: as soon as
+    they wait, and even when the rest of the batch then fails and is retried (its retry finds these
+    documents unchanged and would send nothing)."""
+    sent: list[bool] = []
+
+    def fill(result: IngestResult) -> None:
+        if result.awaiting_vectors and not sent:
+            sent.append(True)
+            app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}])
+
+    return fill
+
+
 def _warn_visible_to_no_group(reqs: list[IngestRequest], results: list[IngestResult]) -> None:
     """Log documents just stored with an empty ACL, whatever sent them (events and direct payloads
     included): no query returns them. A permission sync may have given them groups: the stored ACL decides."""
@@ -181,6 +206,15 @@ def reembed_task(payload: dict | None = None) -> dict:
     """Re-embed chunks whose embed_model differs from the configured model (one runner at a time)."""
     payload = payload or {}
     return run_reembed(job_id=payload.get("job_id"), tenant=payload.get("tenant"))
+
+
+@app.task(name=TASK_INGEST_FILL_VECTORS, base=IngestTask)
+def fill_vectors_task(payload: dict | None = None) -> dict:
+    """Embed rows stored before their vectors (a few batches), then send itself again while any remain."""
+    out = run_fill()
+    if out["more"]:  # the rest after the ingest batches queued meanwhile
+        app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}])
+    return out
 
 
 _WARMUP_SAMPLES = {  # one tiny document per parser that imports something heavy

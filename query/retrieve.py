@@ -35,6 +35,7 @@ from ragline.query import deadline, feedback, structure
 from ragline.query.deadline import QuestionDeadlineExceeded, RetrievalTimeout
 from ragline.query.filters import clean_paths, compile_filters, has_terms, lexical_query
 from ragline.query.fusion import FusionPolicy, hybrid_inputs
+from ragline.shared import pending_vectors
 from ragline.shared.contracts import Hit, SearchRequest, SearchResponse
 from ragline.shared.identifiers import code_terms, code_tsquery, or_tsquery, whole_tsquery
 from ragline.shared.settings import Settings
@@ -71,6 +72,12 @@ SELECT {fields}{columns}, b.distance
 FROM best b JOIN chunks c ON c.id = b.id
 ORDER BY b.distance, c.doc_id, c.chunk_no
 """
+
+# rows of the caller's scope stored before their vectors (shared/pending_vectors.py): the vector
+# statements skip them, so a vector or hybrid search reports how many it could not see
+UNEMBEDDED_SQL = (
+    "SELECT count(*) AS n FROM chunks c WHERE {scope} AND " + pending_vectors.PREDICATE + "{where}"
+)
 
 # numnode(q) = 0 when the query holds only stop words: no rows, no NOTICE, same round trip;
 # {rank_fn} is ts_rank or ts_rank_cd (a settings Literal, never user text)
@@ -424,6 +431,13 @@ def vector_rows(
     return conn.execute(sql, params).fetchall()
 
 
+def unembedded_rows(conn: psycopg.Connection, req: SearchRequest, settings: Settings) -> int:
+    """Rows the vector statement could not see for this request (same scope and filters)."""
+    f = filters_for(req, settings)
+    params = {"tenant": req.tenant, "groups": req.groups, **f.params}
+    return int(conn.execute(_sql(UNEMBEDDED_SQL, "", f.where_sql()), params).fetchone()["n"])
+
+
 def lexical_rows(
     conn: psycopg.Connection | None, req: SearchRequest, n: int, settings: Settings, expansion: str = ""
 ) -> list[dict]:
@@ -716,6 +730,7 @@ def search(
     vector: list[dict] = []
     lexical: list[dict] = []
     named: list[dict] = []
+    unembedded = 0
     stage = "the retrieval settings"
     statements = StatementLimit(settings)
     try:
@@ -736,6 +751,7 @@ def search(
                 stage = "the vector search"
                 exact = exact_search(settings, statements.tenant_rows)
                 vector = vector_rows(conn, req, qvec, n, settings, exact)
+                unembedded = unembedded_rows(conn, req, settings)
                 timings["vector"] = elapsed_ms(t)
             if lexical_search:
                 t = time.perf_counter()
@@ -781,8 +797,11 @@ def search(
             )
         hits = ranked_by_structure(req, hits, settings)[:limit]
         timings["structure"] = elapsed_ms(t)
-        return SearchResponse(hits=hits, timings_ms=timings)
-    return SearchResponse(hits=fuse(vector, lexical, settings, limit, req.query), timings_ms=timings)
+    else:
+        hits = fuse(vector, lexical, settings, limit, req.query)
+    return SearchResponse(
+        hits=hits, timings_ms=timings, unembedded_rows=unembedded, vectors_complete=not unembedded
+    )
 
 
 def structural(req: SearchRequest, vector: list[dict], lexical: list[dict], settings: Settings) -> bool:

@@ -198,12 +198,12 @@ def rerank(req: RerankRequest) -> RerankResponse:
 # --------------------------------------------------------------------------------------- answers
 def gather(
     req: SearchRequest, queries: list[str], hyde_vec: np.ndarray | None, limit: int
-) -> tuple[list[Hit], bool, list[str], dict[str, float]]:
+) -> tuple[list[Hit], bool, list[str], dict[str, float], int]:
     """Fused candidates over one or more query variants (multi-query: the variants, each already
-    fused, fused by rank under the fusion policy)."""
+    fused, fused by rank under the fusion policy), and the rows in scope still without vectors."""
     settings = get_settings()
     lists: dict[str, list[Hit]] = {}
-    degraded, reasons, timings = False, [], {}
+    degraded, reasons, timings, unembedded = False, [], {}, 0
     for i, q in enumerate(queries):
         sub = req.model_copy(
             update={
@@ -214,11 +214,12 @@ def gather(
         resp = retrieve(sub, limit=limit)
         lists[str(i)] = resp.hits
         degraded |= resp.degraded
+        unembedded = max(unembedded, resp.unembedded_rows)
         reasons += [r for r in resp.degraded_reasons if r not in reasons]
         for k, v in resp.timings_ms.items():
             timings[f"retrieve.{k}"] = round(timings.get(f"retrieve.{k}", 0.0) + v, 2)
     if len(lists) == 1:
-        return lists["0"], degraded, reasons, timings
+        return lists["0"], degraded, reasons, timings, unembedded
     by_key = {}
     for hits in lists.values():
         for h in hits:
@@ -231,7 +232,7 @@ def gather(
         h = by_key[key].model_copy()
         h.fused_score = h.score = round(score, 8)
         out.append(h)
-    return out, degraded, reasons, timings
+    return out, degraded, reasons, timings, unembedded
 
 
 @dataclass
@@ -344,7 +345,7 @@ def ask(req: AskRequest) -> AskResponse:
         trace["hyde"] = True
     rerank = _use_rerank(req, settings)
     t = time.perf_counter()
-    candidates, degraded, r_reasons, r_timings = gather(
+    candidates, degraded, r_reasons, r_timings, unembedded = gather(
         req, plan.queries, plan.hyde_vec, max(req.k, settings.rerank.candidates) if rerank else req.k
     )
     reasons += r_reasons
@@ -364,6 +365,7 @@ def ask(req: AskRequest) -> AskResponse:
     if not candidates:  # the caller's groups see nothing that matches (or nothing at all)
         empty = "no document visible to the caller's groups matches the question"
     resp = respond(plan.queries[0], hits, reasons, timings, trace, t0, empty_reason=empty)
+    resp.unembedded_rows, resp.vectors_complete = unembedded, not unembedded
     log_query(
         "ask",
         tenant=req.tenant,

@@ -10,6 +10,7 @@ from __future__ import annotations
 TASK_INGEST_DOCUMENT = "ragline.ingest.document"
 TASK_INGEST_BATCH = "ragline.ingest.batch"
 TASK_INGEST_REEMBED = "ragline.ingest.reembed"
+TASK_INGEST_FILL_VECTORS = "ragline.ingest.fill_vectors"
 TASK_INGEST_EVENT = "ragline.ingest.event"
 TASK_QUERY_RETRIEVE = "ragline.query.retrieve"
 TASK_QUERY_RERANK = "ragline.query.rerank"
@@ -25,6 +26,7 @@ ALL_TASKS = (
     TASK_INGEST_DOCUMENT,
     TASK_INGEST_BATCH,
     TASK_INGEST_REEMBED,
+    TASK_INGEST_FILL_VECTORS,
     TASK_INGEST_EVENT,
     TASK_QUERY_RETRIEVE,
     TASK_QUERY_RERANK,

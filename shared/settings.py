@@ -405,6 +405,25 @@ class IngestSettings(_Group):
         validation_alias="RAGLINE_INGEST_TASK_MAX_RETRIES",
         description="task retries on provider/infrastructure outages, then the documents fail",
     )
+    defer_vectors: Literal["code", "all", "none"] = Field(
+        "code",
+        description="which documents are stored searchable before they are embedded: code (source files,"
+        " searchable lexically and structurally as soon as they are parsed), all, or none (every row is"
+        " embedded before it is stored); deferred rows get their vectors from the fill task on the"
+        " ingest pool, source chunks first, and search responses count the rows still without one",
+    )
+    fill_batch_rows: int = Field(
+        128,
+        ge=1,
+        le=1024,
+        description="rows the vector fill task embeds and writes per batch",
+    )
+    fill_batches_per_task: int = Field(
+        4,
+        ge=1,
+        description="batches one fill task runs before it yields the worker to queued ingest batches"
+        " (it sends itself again while rows remain)",
+    )
 
 
 class ChunkSettings(_Group):

@@ -26,6 +26,9 @@ for var in (
 ):
     os.environ.pop(var, None)
 os.environ.setdefault("UNSTRUCTURED_DISABLE_NOTICE", "1")
+# tests that rank by vector right after an ingest job need the vectors stored with the rows; the
+# deferred path (the default, RAGLINE_INGEST_DEFER_VECTORS=code) is what test_deferred_vectors.py tests
+os.environ.setdefault("RAGLINE_INGEST_DEFER_VECTORS", "none")
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = REPO.parent / "shared" / "datasets"

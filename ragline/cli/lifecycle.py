@@ -431,7 +431,7 @@ def lifecycle_status(settings) -> dict:
     import psycopg  # start-up: psycopg loads only for commands that use it
     from psycopg.rows import dict_row  # start-up: psycopg loads only for commands that use it
 
-    from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
+    from ragline.shared import jobs, pending_vectors  # start-up: psycopg loads on use
     from ragline.shared.metrics_server import queue_depths  # start-up: prometheus_client loads on use
 
     out: dict = {}
@@ -446,6 +446,7 @@ def lifecycle_status(settings) -> dict:
             out["running_jobs"] = jobs.running_jobs(conn)
             out["recent_jobs"] = jobs.recent_jobs(conn, 5)
             out["recent_errors"] = jobs.open_errors(conn, None, 10)
+            out["awaiting_vectors"] = pending_vectors.by_tenant(conn)
             from ragline.cli.index import open_deferral
 
             out["index_deferral"] = open_deferral(conn)
@@ -474,6 +475,10 @@ def lifecycle_rows(info: dict) -> list[tuple[str, str]]:
         )
     for e in info.get("recent_errors", [])[:5]:
         rows.append((f"error {e['doc_id']}"[:60], f"tenant {e['tenant']}: {e['error'][:100]}"))
+    for tenant, n in info.get("awaiting_vectors", {}).items():
+        rows.append(
+            (f"vectors {tenant}"[:60], f"{n} rows awaiting vectors (searchable lexically until filled)")
+        )
     if info.get("index_deferral"):
         w = info["index_deferral"]
         rows.append(

@@ -68,6 +68,11 @@ class IngestResult(BaseModel):
     )
     chunks: int = 0
     embedded: int = 0
+    awaiting_vectors: int = Field(
+        default=0,
+        description="rows stored without a vector yet (RAGLINE_INGEST_DEFER_VECTORS): searchable"
+        " lexically now, embedded by the fill task afterwards",
+    )
     acl_outcome: Literal["updated", "ignored_stale"] | None = Field(
         default=None,
         description="'updated': the requested ACL replaced the stored one (an unchanged document through"

@@ -131,6 +131,17 @@ class SearchResponse(BaseModel):
     hits: list[Hit]
     degraded: bool = False
     degraded_reasons: list[str] = Field(default_factory=list)
+    unembedded_rows: int = Field(
+        default=0,
+        ge=0,
+        description="rows in the caller's scope stored before their vectors (RAGLINE_INGEST_DEFER_VECTORS):"
+        " the vector search cannot see them yet, the lexical search finds them; counted when the"
+        " search ran a vector search",
+    )
+    vectors_complete: bool = Field(
+        default=True,
+        description="false while unembedded_rows > 0: hybrid search is lexical-only for those rows",
+    )
     timings_ms: dict[str, float] = Field(default_factory=dict)
 
 
@@ -208,6 +219,10 @@ class AskResponse(BaseModel):
     no_answer: bool = False
     degraded: bool = False
     degraded_reasons: list[str] = Field(default_factory=list)
+    unembedded_rows: int = Field(
+        default=0, ge=0, description="as in the search response: rows the retrieval found only lexically"
+    )
+    vectors_complete: bool = Field(default=True, description="as in the search response")
     #: why there is no answer (nothing passed the threshold, citations rejected, generator failed)
     reason: str | None = None
     #: the agentic loop stopped on its budget, not because the evidence was enough

@@ -374,6 +374,9 @@ def test_secrets_stay_masked(monkeypatch, tmp_path):
 NEW_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_SERVICES_REDIS_AOF_REWRITE_MIN_MB", "2", "services.redis_aof_rewrite_min_mb", 2),
     ("RAGLINE_SERVICES_REDIS_APPENDFSYNC", "always", "services.redis_appendfsync", "always"),
+    ("RAGLINE_INGEST_DEFER_VECTORS", "all", "ingest.defer_vectors", "all"),
+    ("RAGLINE_INGEST_FILL_BATCH_ROWS", "64", "ingest.fill_batch_rows", 64),
+    ("RAGLINE_INGEST_FILL_BATCHES_PER_TASK", "2", "ingest.fill_batches_per_task", 2),
 ]
 #: every setting once, by its derived name, with the value and expectation of its old variable
 DERIVED_VARIABLES = (

@@ -1,0 +1,170 @@
+"""Code searchable before it is embedded (``RAGLINE_INGEST_DEFER_VECTORS``), through the real
+workers: a git push stores the source files with NULL vectors, the query pool's search finds them
+lexically and says how many rows of the caller's scope it could not see by vector, ``ragline
+status`` counts them per tenant, and the fill task embeds them afterwards. The fill is held back by
+taking its lock, so "during the fill" is a state the test holds, not a race it hopes to win."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragline.shared import db
+from tests.integration.lifecycle_helpers import wait_job
+from tests.integration.test_code_structure import FILES
+from tests.integration.test_git_source import commit, git, push
+from tests.loopback import LoopbackServer
+
+QUERY = "register_hook remember a callback for an event"
+
+
+@pytest.fixture()
+def loopback():
+    with LoopbackServer(keep_bodies=1000) as srv:
+        yield srv
+
+
+class FillLock:
+    """The fill task's lock, held by the test: every fill task sent meanwhile skips."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+
+    def hold(self) -> None:
+        from ragline.ingest.reembed import FILL_LOCK_KEY
+
+        self.conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (FILL_LOCK_KEY,))
+        self.conn.commit()
+
+    def release(self) -> None:
+        from ragline.ingest.reembed import FILL_LOCK_KEY
+
+        self.conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (FILL_LOCK_KEY,))
+        self.conn.commit()
+
+
+@pytest.fixture()
+def fill_lock(stack):
+    with db.connection() as c:
+        lock = FillLock(c)
+        lock.hold()
+        yield lock
+        c.execute("SELECT pg_advisory_unlock_all()")
+        c.commit()
+
+
+@pytest.fixture()
+def repo(celery_worker, use_settings, loopback, tenant, tmp_path):
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    commit(path, FILES, 1_700_000_000)
+    use_settings(
+        ingest_defer_vectors="code",
+        embedder="voyage",
+        voyage_base_url=loopback.url + "/v1",
+        voyage_api_key="test-key",
+        embed_model=f"voyage-deferred-{tenant}"[:60],
+        code_min_chars=0,
+        sources=json.dumps(
+            [{"name": "r", "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(path)}]
+        ),
+    )
+    return path
+
+
+def search(tenant: str, groups: list[str], mode: str = "hybrid") -> dict:
+    """Through the query pool (its read-only role under row-level security)."""
+    from ragline.shared.celery_app import app
+    from ragline.shared.names import TASK_QUERY_RETRIEVE
+
+    payload = {"query": QUERY, "tenant": tenant, "groups": groups, "mode": mode, "k": 20}
+    return app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=120)
+
+
+def vectors_by_path(tenant: str) -> dict[str, list[bool]]:
+    with db.connection() as c:
+        rows = c.execute(
+            "SELECT path, embedding IS NOT NULL AS has FROM chunks WHERE tenant = %s ORDER BY path, chunk_no",
+            (tenant,),
+        ).fetchall()
+    out: dict[str, list[bool]] = {}
+    for r in rows:
+        out.setdefault(r["path"], []).append(r["has"])
+    return out
+
+
+def fill(tenant: str) -> None:
+    from ragline.cli.query import wait_for_vectors
+    from ragline.shared.celery_app import app
+    from ragline.shared.names import TASK_INGEST_FILL_VECTORS
+
+    out = app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}]).get(timeout=300)
+    assert out["state"] == "succeeded", out
+    import time
+
+    wait_for_vectors(tenant, time.monotonic() + 300)  # a fill sends itself again while rows remain
+
+
+def test_code_is_searchable_before_its_vectors_and_says_so(repo, tenant, fill_lock, loopback):
+    from ragline.cli.lifecycle import lifecycle_status
+    from ragline.shared.settings import get_settings
+
+    summary = wait_job(push(tenant, "r", None, "main", 1)["job_id"])
+    assert summary["state"] == "succeeded" and summary["failed"] == 0, summary
+    stored = vectors_by_path(tenant)
+    # source and test files wait for their vectors; the Markdown document was embedded as before
+    assert not any(stored["r/pkg/hooks.py"]) and not any(stored["r/tests/test_hooks.py"])
+    assert all(stored["r/docs/hooks.md"])
+    pending = sum(not v for vs in stored.values() for v in vs)
+    assert pending > 0
+
+    during = search(tenant, ["dev"])
+    hooks = [h for h in during["hits"] if h["path"] == "r/pkg/hooks.py"]
+    assert hooks, during["hits"]
+    assert all(h["lexical_rank"] is not None and h["vector_rank"] is None for h in hooks)
+    assert during["unembedded_rows"] == pending and during["vectors_complete"] is False
+    # counted in the caller's scope: another group sees none of these rows, pending or not
+    other = search(tenant, ["other"])
+    assert other["hits"] == [] and other["unembedded_rows"] == 0
+    assert lifecycle_status(get_settings())["awaiting_vectors"][tenant] == pending
+
+    fill_lock.release()
+    fill(tenant)
+    assert all(v for vs in vectors_by_path(tenant).values() for v in vs)
+    after = search(tenant, ["dev"])
+    assert after["unembedded_rows"] == 0 and after["vectors_complete"] is True
+    assert any(h["path"] == "r/pkg/hooks.py" and h["vector_rank"] is not None for h in after["hits"])
+    assert tenant not in lifecycle_status(get_settings())["awaiting_vectors"]
+
+    # a push of unchanged content stores nothing and sends nothing to the embedder
+    sent = loopback.stats.texts_embedded
+    git(repo, "commit", "-q", "--allow-empty", "-m", "nothing", when=1_700_000_100)
+    again = wait_job(push(tenant, "r", None, "main", 2)["job_id"])
+    assert again["state"] == "succeeded" and again["embedded"] == 0, again
+    assert all(v for vs in vectors_by_path(tenant).values() for v in vs)
+    assert loopback.stats.texts_embedded == sent
+
+
+def test_a_changed_file_keeps_the_vectors_the_cache_holds(repo, tenant, fill_lock):
+    """A changed file is stored with NULL only for its new rows: its unchanged chunks take their
+    vectors from the embedding cache at store time, so the fill embeds only what changed."""
+    wait_job(push(tenant, "r", None, "main", 1)["job_id"])
+    fill_lock.release()
+    fill(tenant)
+    fill_lock.hold()
+    changed = FILES["pkg/queue.py"] + "\n\ndef flush(queue):\n    return list(queue)\n"
+    commit(repo, {"pkg/queue.py": changed}, 1_700_000_200)
+    summary = wait_job(push(tenant, "r", None, "main", 2)["job_id"])
+    assert summary["state"] == "succeeded" and summary["failed"] == 0, summary
+    with db.connection() as c:
+        rows = c.execute(
+            "SELECT content, embedding IS NOT NULL AS has FROM chunks"
+            " WHERE tenant = %s AND path = 'r/pkg/queue.py'",
+            (tenant,),
+        ).fetchall()
+    drain = [r["has"] for r in rows if "def drain" in r["content"] and "def flush" not in r["content"]]
+    flush = [r["has"] for r in rows if "def flush" in r["content"]]
+    assert drain and all(drain), rows
+    assert flush and not any(flush), rows
