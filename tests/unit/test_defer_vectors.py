@@ -1,0 +1,30 @@
+"""Which documents are stored before their vectors: the policy × document kind matrix, and the
+fill's batch statement (rows without any vector first, then source, symbols, the rest)."""
+
+import pytest
+
+from ragline.ingest.pipeline import defers_vectors
+from ragline.ingest.reembed import BATCH_SQL, FILL_ROWS, REEMBED_ROWS
+from ragline.shared import pending_vectors
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "deferred"),
+    [
+        ("code", True, True),
+        ("code", False, False),
+        ("all", True, True),
+        ("all", False, True),
+        ("none", True, False),
+        ("none", False, False),
+    ],
+)
+def test_the_policy_decides_per_document_kind(policy, code, deferred):
+    assert defers_vectors(policy, code) is deferred
+
+
+def test_the_fill_and_the_reembedding_share_one_batch_statement():
+    fill, reembed = BATCH_SQL.format(rows=FILL_ROWS), BATCH_SQL.format(rows=REEMBED_ROWS)
+    assert pending_vectors.PREDICATE in fill and pending_vectors.PREDICATE not in reembed
+    order = fill[fill.index("ORDER BY") :]
+    assert order.index("c.embedding IS NOT NULL") < order.index("%(source)s") < order.index("%(symbols)s")
