@@ -20,13 +20,14 @@ from ragline.ingest.events import handle_event
 from ragline.ingest.reindex import TOTALS, reindex, select_sources
 from ragline.ingest.retention import purge
 from ragline.ingest.store import pending_reembed
-from ragline.shared import db, jobs, replicas
+from ragline.shared import db, jobs, pending_vectors, replicas
 from ragline.shared.celery_app import app, send
 from ragline.shared.contracts import AclSyncRequest, AclSyncResult, ErrorResult, EventResult, IngestEvent
 from ragline.shared.metrics import ACL_SYNC_LAG_S, JOBS_STUCK
 from ragline.shared.names import (
     TASK_ACL_SYNC,
     TASK_INGEST_EVENT,
+    TASK_INGEST_FILL_VECTORS,
     TASK_INGEST_REEMBED,
     TASK_PURGE,
     TASK_REINDEX,
@@ -103,9 +104,14 @@ def run_reindex(source_names: list[str] | None = None, kind: str = "reindex", re
             else {"job_id": None, "state": "succeeded", "sources": {}, **dict.fromkeys(TOTALS, 0)}
         )
         stale = pending_reembed(conn, settings.embed.model_name) if reembed else 0
+        # rows whose fill was lost (a worker died, the embedder was down): the fill picks them up
+        awaiting = sum(pending_vectors.by_tenant(conn).values()) if reembed else 0
     if stale:
         out["reembed_task"] = send(TASK_INGEST_REEMBED, {})
         out["reembed_pending"] = stale
+    if awaiting:
+        out["fill_task"] = send(TASK_INGEST_FILL_VECTORS, {})
+        out["awaiting_vectors"] = awaiting
     log.info("reindex: %s", {k: v for k, v in out.items() if k != "sources"})
     return out
 

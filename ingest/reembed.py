@@ -32,14 +32,14 @@ log = logging.getLogger(__name__)
 LOCK_KEY = "ragline.reembed"
 FILL_LOCK_KEY = "ragline.fill_vectors"
 
-#: a model change re-embeds every row not on the configured model; the fill only the rows stored
-#: before their vectors (:data:`ragline.shared.pending_vectors.PREDICATE`), which a model change
-#: covers too
-REEMBED_ROWS = "c.embed_model IS DISTINCT FROM %(model)s"
+#: a model change re-embeds the rows whose vector comes from another model; the fill embeds the rows
+#: stored before their vectors (:data:`ragline.shared.pending_vectors.PREDICATE`). The two sets are
+#: disjoint, so a re-embedding and a fill running at once never embed the same row twice
+REEMBED_ROWS = "c.embed_model IS DISTINCT FROM %(model)s AND c.embedding IS NOT NULL"
 FILL_ROWS = pending_vectors.PREDICATE
 
-# rows without any vector first (the vector search cannot see them; rows of an older model still
-# serve), then by layer (source chunks, then symbol records, then tests and docs), shorter first
+# by layer (source chunks, then symbol records, then tests and docs), shorter first; rows without
+# any vector before rows of an older model, should one statement ever serve both
 BATCH_SQL = """
 SELECT c.id, c.tenant, c.doc_id, c.content, c.context, c.content_hash FROM chunks c
 WHERE {rows} AND (%(tenant)s::text IS NULL OR c.tenant = %(tenant)s)

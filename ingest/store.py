@@ -231,10 +231,12 @@ def mark_failed(
 
 PENDING_REEMBED_SQL = """
 SELECT count(*) AS n FROM chunks
-WHERE embed_model IS DISTINCT FROM %(model)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+WHERE embed_model IS DISTINCT FROM %(model)s AND embedding IS NOT NULL
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 """
 
 
 def pending_reembed(conn: psycopg.Connection, model: str, tenant: str | None = None) -> int:
-    """Chunks (of ``tenant``, or all) whose vectors come from another model than ``model``."""
+    """Chunks (of ``tenant``, or all) whose vectors come from another model than ``model`` (rows
+    without a vector yet are the fill's, :mod:`ragline.shared.pending_vectors`)."""
     return int(conn.execute(PENDING_REEMBED_SQL, {"model": model, "tenant": tenant}).fetchone()["n"])

@@ -26,5 +26,6 @@ def test_the_policy_decides_per_document_kind(policy, code, deferred):
 def test_the_fill_and_the_reembedding_share_one_batch_statement():
     fill, reembed = BATCH_SQL.format(rows=FILL_ROWS), BATCH_SQL.format(rows=REEMBED_ROWS)
     assert pending_vectors.PREDICATE in fill and pending_vectors.PREDICATE not in reembed
+    assert "c.embedding IS NOT NULL" in REEMBED_ROWS  # disjoint: a row is the fill's or the re-embedding's
     order = fill[fill.index("ORDER BY") :]
     assert order.index("c.embedding IS NOT NULL") < order.index("%(source)s") < order.index("%(symbols)s")
