@@ -375,9 +375,11 @@ def _code_eval(
     modes = list(MODES) if mode == "all" else [mode]
     reload_app()
     settings = get_settings()
+    # lexical modes alone are measured as soon as a snapshot is stored, before its vectors are filled
+    vectors = any(m.split("+")[0] in ("vector", "hybrid") for m in modes)
     result = run_code_eval(
         rows,
-        snapshot_ingest(include, exclude),
+        snapshot_ingest(include, exclude, wait_vectors=vectors),
         task_search(),
         modes,
         layers,
