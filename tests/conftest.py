@@ -79,8 +79,13 @@ def conn(stack):
 
 @pytest.fixture()
 def tenant(request) -> str:
-    """A tenant name unique to the test, so tests do not see each other's documents."""
-    return "t-" + request.node.name.replace("[", "-").replace("]", "")[:60]
+    """A tenant name unique to the test, so tests do not see each other's documents: the test's name
+    (readable in the database and the logs) cut to 50 characters, then a hash of its full node id, so
+    two long parametrized names with a common start, or equal names in two files, never share one."""
+    import hashlib
+
+    name = request.node.name.replace("[", "-").replace("]", "")[:50]
+    return f"t-{name}-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8]}"
 
 
 @pytest.fixture()
