@@ -124,7 +124,7 @@ def test_show_a_document_and_its_job_after_a_permission_change(celery_worker, vo
         _cli("acl", "set", doc_id, "--tenant", tenant, "--acl", "hr,board", "--version", when).exit_code == 0
     )
     assert _json(_cli("docs", "show", doc_id, "--tenant", tenant, "--json"))["acl_versions"] == {
-        "operator": 1_796_040_000_000_000_000
+        "unsigned/operator": 1_796_040_000_000_000_000  # kept under the verified sender, then the name
     }
     naive = _cli("acl", "set", doc_id, "--tenant", tenant, "--acl", "x", "--version", "2026-11-30T15:00:00")
     assert naive.exit_code == 2 and "UTC offset" in naive.output
