@@ -108,3 +108,25 @@ def use_settings(stack, monkeypatch):
     monkeypatch.undo()
     reset_settings()
     providers.reset()
+
+
+@pytest.fixture()
+def loopback():
+    """A loopback HTTP server speaking the providers' formats (tests/loopback.py)."""
+    from tests.loopback import LoopbackServer
+
+    with LoopbackServer() as srv:
+        yield srv
+
+
+@pytest.fixture()
+def voyage(use_settings, loopback):
+    """Settings for the test: the voyage embedder at the loopback server; returns an apply(**more)
+    helper that sets more settings on top."""
+    base = {"embedder": "voyage", "voyage_base_url": loopback.url + "/v1", "voyage_api_key": "test-key"}
+
+    def apply(**more):
+        use_settings(**base, **more)
+
+    apply()
+    return apply

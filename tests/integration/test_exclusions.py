@@ -16,26 +16,8 @@ from ragline.ingest.roots import grant_roots
 from ragline.shared import db
 from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_INGEST_EVENT
 from tests.integration.lifecycle_helpers import wait_job
-from tests.loopback import LoopbackServer
 
 TEXT = "# Секрет\n\nВ этом файле утёк пароль от стенда: hunter2.\n"
-
-
-@pytest.fixture()
-def loopback():
-    with LoopbackServer() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def voyage(use_settings, loopback):
-    base = {"embedder": "voyage", "voyage_base_url": loopback.url + "/v1", "voyage_api_key": "test-key"}
-
-    def apply(**more):
-        use_settings(**base, **more)
-
-    apply()
-    return apply
 
 
 def _cli(*args: str):

@@ -10,7 +10,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from ragline.ingest.roots import grant_roots
@@ -18,31 +17,12 @@ from ragline.shared import db
 from ragline.shared.contracts import SearchRequest
 from ragline.shared.names import TASK_INGEST_EVENT, TASK_INGEST_REEMBED
 from tests.integration.lifecycle_helpers import wait_job
-from tests.loopback import LoopbackServer
 
 DOCS = {
     "alpha.md": "# Альфа\n\nПервый документ об очередях ingest и query.\n\n## Детали\n\nПул запросов отдельно.\n",
     "beta.md": "# Бета\n\nВторой документ о правах доступа и группах.\n",
     "sub/gamma.md": "# Гамма\n\nТретий документ о переиндексации по расписанию.\n",
 }
-
-
-@pytest.fixture()
-def loopback():
-    with LoopbackServer() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def voyage(use_settings, loopback):
-    """Settings for the test: voyage embedder at the loopback server; returns an apply(**more) helper."""
-    base = {"embedder": "voyage", "voyage_base_url": loopback.url + "/v1", "voyage_api_key": "test-key"}
-
-    def apply(**more):
-        use_settings(**base, **more)
-
-    apply()
-    return apply
 
 
 def _folder(tmp_path: Path) -> Path:

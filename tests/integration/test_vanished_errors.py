@@ -12,24 +12,6 @@ from typer.testing import CliRunner
 
 from ragline.ingest.enqueue import default_source_name
 from tests.integration.lifecycle_helpers import wait_job
-from tests.loopback import LoopbackServer
-
-
-@pytest.fixture()
-def loopback():
-    with LoopbackServer() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def voyage(use_settings, loopback):
-    base = {"embedder": "voyage", "voyage_base_url": loopback.url + "/v1", "voyage_api_key": "test-key"}
-
-    def apply(**more):
-        use_settings(**base, **more)
-
-    apply()
-    return apply
 
 
 def _cli(*args: str):
