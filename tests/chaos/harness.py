@@ -156,7 +156,7 @@ def markdown_table(path: Path = RESULTS) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for section, rows in data.items():
-        if section.startswith(("_", "bad_input", "attacks")):
+        if section.startswith(("_", "bad_input", "attacks", "acl_reingest")):
             continue
         for r in rows:
             lines.append(
@@ -173,17 +173,38 @@ def markdown_table(path: Path = RESULTS) -> str:
         data.get("attacks_input", [])
         + data.get("attacks_answers", [])[-1:]  # its summary
         + data.get("attacks_local_files", [])
+        + data.get("attacks_git", [])
     )
     if attacks:
         lines += ["", "| attack | result | peak RSS (MB) |", "|---|---|---|"]
         for r in attacks:
             result = r["status"] + (f": {r['error'][:100]}" if r.get("error") else "")
             lines.append(f"| {r['attack']} | {result.replace('|', '/')} | {r.get('peak_rss_mb') or ''} |")
+    matrix = data.get("acl_reingest_matrix", [])
+    if matrix:
+        right = sum(r["on_new_acl"] == r["documents"] for r in matrix)
+        lines += [
+            "",
+            f"Re-ingest with another ACL, every entry point x content x direction: {right} of "
+            f"{len(matrix)} cells leave every document on the new ACL; texts re-embedded for "
+            f"ACL-only changes: {sum(r['texts_embedded'] for r in matrix if r['content'] == 'unchanged')}.",
+        ]
     return "\n".join(lines)
 
 
+def write_docs(page: Path = RESULTS.parents[2] / "docs" / "reliability.md") -> None:
+    """Rewrite the generated block of docs/reliability.md (between its chaos-table markers)."""
+    text = page.read_text()
+    head, rest = text.split("<!-- chaos-table", 1)
+    marker, _, tail = rest.partition("-->\n")
+    _, end, after = tail.partition("<!-- /chaos-table -->")
+    page.write_text(f"{head}<!-- chaos-table{marker}-->\n{markdown_table()}\n{end}{after}")
+
+
 if __name__ == "__main__":
-    print(markdown_table())
+    import sys
+
+    write_docs() if "--docs" in sys.argv else print(markdown_table())
 
 
 def task_resources(log: str) -> dict[str, dict]:
