@@ -257,18 +257,37 @@ def prose_sentences(content: str) -> list[str]:
         if not line:
             continue
         cells = _table_cells(line)
-        pieces = cells if cells is not None else [line]
-        row_id = cells[0] if cells and len(cells) > 1 and _ROW_ID.match(cells[0]) else ""
-        for piece in pieces:
+        if cells and len(cells) > 1 and _ROW_ID.match(cells[0]):
+            row = numbered_row(cells)
+            if row:
+                out.append(row)
+            continue
+        for piece in cells if cells is not None else [line]:
             if is_code_line(piece):
                 continue
             # markup inside a paragraph (an inline image) costs only the sentence that holds it
-            found = [s.strip() for s in split_sentences(piece) if is_answer_sentence(s)]
-            if row_id and found:  # the row's number reads as the first sentence's subject
-                found[0] = f"{row_id} {found[0]}"
-                row_id = ""
-            out.extend(found)
+            out.extend(s.strip() for s in split_sentences(piece) if is_answer_sentence(s))
     return out
+
+
+def numbered_row(cells: list[str]) -> str:
+    """A numbered table row (a requirement) read as one statement: its number, its sentences, then
+    the short cells that say something in words ("12 часов или 30 минут бездействия" of a per-level
+    column); check marks and bare numbers (CWE, NIST references) left out. Empty when the row
+    holds no sentence. A row is quoted whole: its second sentence ("Такие механизмы включают …
+    CAPTCHA") is as much the requirement as its first."""
+    said = [s.strip() for c in cells[1:] for s in split_sentences(c) if is_answer_sentence(s)]
+    if not said:
+        return ""
+    values = [
+        c
+        for c in cells[1:]
+        if not any(is_answer_sentence(s) for s in split_sentences(c))
+        and _LETTER_WORD.search(c)
+        and not is_code_or_markup(c)
+    ]
+    row = f"{cells[0]} {' '.join(said)}"
+    return f"{row} {'; '.join(values)}." if values else row
 
 
 def strip_docstring_quotes(line: str) -> str:

@@ -426,7 +426,7 @@ def most_consistent(samples: list[str], doc_of: Callable[[int], str]) -> tuple[i
 TOPIC_SHARE = 0.25
 #: an extractive answer's confidence lies in [FLOOR, FLOOR + SPAN] (:func:`relevance_confidence`)
 CONFIDENCE_FLOOR = 0.1
-CONFIDENCE_SPAN = 0.75
+CONFIDENCE_SPAN = 0.7
 #: the coverage an answer quoting a definition of the subject asked about is given at least
 DEFINED_COVERAGE = 0.75
 _VERSION = re.compile(r"^v?\d+(?:\.\d+)+$")
