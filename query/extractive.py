@@ -311,6 +311,10 @@ def definition_weight(sentence: str, subject: str) -> float:
         if not m or m.start() > 120 or _NEGATED.search(f" {sentence} "[: m.start() + 1]):
             continue
         head = stems(sentence[: m.start()])
+        # a bare "это" defines only right after its subject ("Однако, когда мы изменяем X, <Y> это
+        # корректно обрабатывает" does not define Y)
+        if m.group(0).strip().lower() == "это" and len(_WORD.findall(sentence[: m.start()])) > 5:
+            continue
         if wanted and len(wanted & head) >= max(1, (len(wanted) + 1) // 2):
             return weight
     return 0.0

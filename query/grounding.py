@@ -36,7 +36,7 @@ from ragline.shared.contracts import Hit
 
 _MARKER = re.compile(r"\[(\d{1,3})\]")
 _LEADING_MARKERS = re.compile(r"^(?:\s*\[\d{1,3}\])+")
-_SENTENCE_END = re.compile(r"(?<=[.!?…])(?:\s*\[\d{1,3}\])*\s+(?=[\[«\"<(A-ZА-ЯЁ0-9])")
+_SENTENCE_END = re.compile(r"(?<=[.!?…])(?:\s*\[\d{1,3}\])*\s+(?=[\[«\"<(A-ZА-ЯЁ0-9]|&lt;)")
 _WORD = re.compile(r"\w+", re.UNICODE)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
 

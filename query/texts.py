@@ -41,6 +41,8 @@ LANGUAGE_NAMES: dict[str, dict[str, str]] = {
     "en": {"ru": "на английском", "en": "in English"},
 }
 
+#: the share of a text's letters in Cyrillic from which it is Russian
+RUSSIAN_SHARE = 0.3
 _CYRILLIC = re.compile(r"[\u0400-\u04FF]")
 _LATIN = re.compile(r"[A-Za-z]")
 # identifiers, paths and versions are spelled alike in every language and say nothing about it
@@ -56,7 +58,9 @@ def language_of(text: str) -> str:
         cyrillic, latin = len(_CYRILLIC.findall(text or "")), len(_LATIN.findall(text or ""))
     if cyrillic == latin == 0:
         return FALLBACK
-    return "ru" if cyrillic >= latin else "en"
+    # a Russian question names English things ("Что такое Composition API?"): its own words are a
+    # smaller share of its letters than an English question's Russian loanwords ever are
+    return "ru" if cyrillic >= RUSSIAN_SHARE * (cyrillic + latin) else "en"
 
 
 def say(key: str, lang: str, **values: str) -> str:
