@@ -2,7 +2,7 @@
 in 200 threads, against the real query pool, same run.
 
 The query pool is ``ragline up``'s as it runs with a remote embedder (solo processes,
-``RAGLINE_QUERY_CONCURRENCY`` of them, the ``voyage`` embedder pointed at the loopback server); the
+``RAGLINE_WORKERS_QUERY_CONCURRENCY`` of them, the ``voyage`` embedder pointed at the loopback server); the
 questions are lexical (Postgres full text over synthetic chunks), so no embedder call happens and
 this benchmark's process does nothing but be the client. Every round sends ``concurrency``
 questions at once through each client, the order of the two alternating between rounds:

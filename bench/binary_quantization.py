@@ -2,7 +2,7 @@
 (one bit per dimension: positive or not) followed by re-ranking the best ``N`` by the full vectors,
 against exact cosine search, on real multilingual-e5-small embeddings.
 
-    RAGLINE_HOME=/tmp/rl-eval python -m bench.binary_quantization TENANT=QUESTIONS.jsonl [...]
+    RAGLINE_SERVICES_HOME=/tmp/rl-eval python -m bench.binary_quantization TENANT=QUESTIONS.jsonl [...]
 
 Each argument names an eval tenant that ``ragline eval ... --keep`` left (its chunks' stored
 vectors are the corpus) and the query set whose questions are embedded here with the configured

@@ -35,16 +35,15 @@ QUIET_LOGGERS = ("celery.app.trace", "celery.worker.strategy", "ragline.query", 
 EXTERNAL_WORKER = False
 
 
+def _variables(*settings: str) -> tuple[str, ...]:
+    """Every environment name of the settings ``group.field``: derived, old and platform ones."""
+    from ragline.shared.settings import Settings
+
+    fields = {f"{group}.{name}": field for group, name, field in Settings.iter_fields()}
+    return tuple(name for setting in settings for name in Settings.env_names(fields[setting]))
+
+
 # ------------------------------------------------------------------------------------ machine
-#: every name the settings read the two server URLs from: a private stack ignores them all
-_URL_VARIABLES = (
-    "DATABASE_URL",
-    "REDIS_URL",
-    "RAGLINE_DATABASE_URL",
-    "RAGLINE_REDIS_URL",
-    "RAGLINE_SERVICES_DATABASE_URL",
-    "RAGLINE_SERVICES_REDIS_URL",
-)
 
 
 def machine(conn=None) -> dict[str, Any]:
@@ -108,11 +107,12 @@ def embedded_stack() -> Iterator[Any]:
     Must run before anything caches settings pointing elsewhere (``run_all`` calls it first).
     """
     home = Path(tempfile.mkdtemp(prefix="rl-bench-"))
-    saved = {k: os.environ.get(k) for k in ("RAGLINE_SERVICES_HOME", "RAGLINE_HOME", *_URL_VARIABLES)}
-    os.environ["RAGLINE_SERVICES_HOME"] = str(home)
-    os.environ.pop("RAGLINE_HOME", None)
-    for var in _URL_VARIABLES:
+    # whatever name the caller set them by: the home is this one, the services are embedded
+    cleared = _variables("services.home", "services.database_url", "services.redis_url")
+    saved = {k: os.environ.get(k) for k in cleared}
+    for var in cleared:
         os.environ.pop(var, None)
+    os.environ["RAGLINE_SERVICES_HOME"] = str(home)
     os.environ.setdefault("UNSTRUCTURED_DISABLE_NOTICE", "1")
     from ragline.shared import db, providers, services
     from ragline.shared.settings import get_settings, reset_settings
@@ -189,13 +189,15 @@ def prefork_pools(ready: dict[str, tuple[str, dict]], timeout: float = 120.0) ->
 
 @contextmanager
 def settings_env(**overrides: object) -> Iterator[None]:
-    """``RAGLINE_*`` overrides for the duration (same process: the in-process worker sees them)."""
+    """Settings overrides by keyword (``rrf_k``, ``retrieval_rrf_k``) for the duration, set as their
+    derived variables (same process: the in-process worker sees them)."""
     from ragline.shared import providers
-    from ragline.shared.settings import reset_settings
+    from ragline.shared.settings import reset_settings, variable
 
-    saved = {k: os.environ.get(f"RAGLINE_{k.upper()}") for k in overrides}
+    names = {k: variable(k) for k in overrides}
+    saved = {k: os.environ.get(names[k]) for k in overrides}
     for k, v in overrides.items():
-        os.environ[f"RAGLINE_{k.upper()}"] = str(v)
+        os.environ[names[k]] = str(v)
     reset_settings()
     providers.reset()
     try:
@@ -203,9 +205,9 @@ def settings_env(**overrides: object) -> Iterator[None]:
     finally:
         for k, v in saved.items():
             if v is None:
-                os.environ.pop(f"RAGLINE_{k.upper()}", None)
+                os.environ.pop(names[k], None)
             else:
-                os.environ[f"RAGLINE_{k.upper()}"] = v
+                os.environ[names[k]] = v
         reset_settings()
         providers.reset()
 

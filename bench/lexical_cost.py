@@ -1,5 +1,5 @@
 """What the lexical statement costs on one large tenant, by ranking function: ``ts_rank`` (the
-default) against BM25 (``RAGLINE_LEXICAL_RANK=bm25``, migration 0009).
+default) against BM25 (``RAGLINE_RETRIEVAL_LEXICAL_RANK=bm25``, migration 0009).
 
     python -m bench.lexical_cost [N_CHUNKS]    # writes bench/results/lexical_cost.json
 

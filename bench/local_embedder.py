@@ -93,7 +93,9 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 192, docs_per_round: int |
 
     settings = get_settings()
     if settings.embed.provider != "local-e5":
-        raise RuntimeError(f"this benchmark needs RAGLINE_EMBEDDER=local-e5, not {settings.embed.provider}")
+        raise RuntimeError(
+            f"this benchmark needs RAGLINE_EMBED_PROVIDER=local-e5, not {settings.embed.provider}"
+        )
     run_id = int(time.time())
     with db.connection() as c:
         desc = common.machine(c)

@@ -1,6 +1,6 @@
 """Pseudo-relevance feedback on the dev sets: quality of each setting and its latency cost.
 
-    RAGLINE_HOME=/tmp/rl-eval python -m bench.prf tydi=TENANT xquad=TENANT [--out PATH]
+    RAGLINE_SERVICES_HOME=/tmp/rl-eval python -m bench.prf tydi=TENANT xquad=TENANT [--out PATH]
 
 (default output: bench/results/eval-prf-sweep.json)
 
@@ -11,7 +11,7 @@ the query pool's role, depth ``retrieval.top_n`` as ``ragline eval`` asks) and i
 metrics of :mod:`ragline.query.eval`. The latency phase times that search call per question for PRF
 off and each PRF kind, interleaved question by question so a busy machine slows them alike;
 the paired differences are the per-question cost. Dev splits only: a file named ``test`` is refused.
-Not part of ``make bench``: it is the measurement behind the ``RAGLINE_PRF`` default.
+Not part of ``make bench``: it is the measurement behind the ``RAGLINE_RETRIEVAL_PRF`` default.
 """
 
 from __future__ import annotations

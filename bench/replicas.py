@@ -124,9 +124,9 @@ def use_servers(urls: list[str] | None) -> None:
     from ragline.shared.settings import reset_settings
 
     if urls:
-        os.environ["RAGLINE_QUERY_DATABASE_URL"] = ",".join(urls)
+        os.environ["RAGLINE_SERVICES_QUERY_DATABASE_URL"] = ",".join(urls)
     else:
-        os.environ.pop("RAGLINE_QUERY_DATABASE_URL", None)
+        os.environ.pop("RAGLINE_SERVICES_QUERY_DATABASE_URL", None)
     reset_settings()
     db.reset()
 

@@ -11,7 +11,7 @@ every row; the same direct statement as the tables' owner (no policy) alternates
 shows what the policies cost.
 
 The queued side is ``ragline up``'s query pool as it runs with a remote embedder (solo processes,
-``RAGLINE_QUERY_POOL=auto``): the targets. The threads pool, the default when the model runs in
+``RAGLINE_WORKERS_QUERY_POOL=auto``): the targets. The threads pool, the default when the model runs in
 the worker, is measured in the same run for comparison (shared/settings.py explains the choice).
 """
 
@@ -334,7 +334,7 @@ def run(
         "hnsw_ef_search": settings.retrieval.hnsw_ef_search,
         "iterative_scan": "relaxed_order",
         "worker": f"ragline up's query pool, queue 'query', concurrency {settings.workers.query_concurrency}: solo"
-        " processes (RAGLINE_QUERY_POOL=auto with a remote embedder; targets) and threads (auto with"
+        " processes (RAGLINE_WORKERS_QUERY_POOL=auto with a remote embedder; targets) and threads (auto with"
         " an in-process model; comparison, same run)",
         "space": {"dim": space.dim, "clusters": space.clusters, "rank": space.rank},
     }

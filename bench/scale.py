@@ -598,7 +598,7 @@ def run(
         "default_storage": default_storage,
         "default_exact_search_max_rows": settings.retrieval.exact_search_max_rows,
         "queue_queries": queue_queries,
-        "queue_worker": "ragline up's query pool: one solo process (RAGLINE_QUERY_POOL=solo, RAGLINE_QUERY_CONCURRENCY=1)",
+        "queue_worker": "ragline up's query pool: one solo process (RAGLINE_WORKERS_QUERY_POOL=solo, RAGLINE_WORKERS_QUERY_CONCURRENCY=1)",
         "upsert_chunks": upsert_docs * 40,
         "maintenance_work_mem": maintenance_work_mem,
         "max_parallel_maintenance_workers": parallel_workers,

@@ -15,14 +15,14 @@ case "$role" in
     # one worker process per container (scale with replicas); `ragline worker` builds the worker
     # command line, concurrency and OpenMP threads exactly as under `ragline up`
     pool="${2:-ingest}"
-    : "${RAGLINE_METRICS_PASSWORD:?set RAGLINE_METRICS_PASSWORD}"
-    export PROMETHEUS_MULTIPROC_DIR="$RAGLINE_HOME/metrics/$pool"
+    : "${RAGLINE_OPS_METRICS_PASSWORD:?set RAGLINE_OPS_METRICS_PASSWORD}"
+    export PROMETHEUS_MULTIPROC_DIR="$RAGLINE_SERVICES_HOME/metrics/$pool"
     rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
     python -m ragline.shared.metrics_server "$pool" &
     exec ragline worker "$pool"
     ;;
   beat)
-    exec celery -A "$APP" beat --loglevel "${RAGLINE_LOG_LEVEL:-INFO}" -s "$RAGLINE_HOME/celerybeat-schedule"
+    exec celery -A "$APP" beat --loglevel "${RAGLINE_OPS_LOG_LEVEL:-INFO}" -s "$RAGLINE_SERVICES_HOME/celerybeat-schedule"
     ;;
   flower)
     : "${RAGLINE_FLOWER_PASSWORD:?set RAGLINE_FLOWER_PASSWORD}"

@@ -4,14 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
-export RAGLINE_HOME=$(mktemp -d /tmp/rl-flower-XXXX)
+export RAGLINE_SERVICES_HOME=$(mktemp -d /tmp/rl-flower-XXXX)
 export RAGLINE_FLOWER_PORT=${RAGLINE_FLOWER_PORT:-5599}
-export RAGLINE_METRICS_PORT=${RAGLINE_METRICS_PORT:-9590}
+export RAGLINE_OPS_METRICS_PORT=${RAGLINE_OPS_METRICS_PORT:-9590}
 export RAGLINE_FLOWER_PASSWORD=${RAGLINE_FLOWER_PASSWORD:-screenshot-only}
 # the columns Flower hides by default: what a task shows of its arguments and result
 export FLOWER_TASKS_COLUMNS=name,uuid,state,args,kwargs,result,received,runtime,worker
-export RAGLINE_INGEST_CONCURRENCY=1 RAGLINE_QUERY_CONCURRENCY=1
-trap '$BIN/ragline down >/dev/null 2>&1 || true; rm -rf "$RAGLINE_HOME"' EXIT
+export RAGLINE_WORKERS_INGEST_CONCURRENCY=1 RAGLINE_WORKERS_QUERY_CONCURRENCY=1
+trap '$BIN/ragline down >/dev/null 2>&1 || true; rm -rf "$RAGLINE_SERVICES_HOME"' EXIT
 $BIN/ragline up
 $BIN/ragline ingest docs --tenant demo --acl staff --wait
 for q in "Как масштабировать пул запросов?" "What is the degraded mode?" "Где лежат метрики?"; do

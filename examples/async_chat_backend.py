@@ -10,7 +10,7 @@ ingests docs/ and serves on http://127.0.0.1:8081::
     curl -N localhost:8081/ask -d '{"question": "Как ragline изолирует арендаторов?"}'
 
 The reply is ``text/event-stream``: a ``question`` event with the ``task_id``, ``delta`` events
-(``{"text"}``) while a chat generator writes (``RAGLINE_GENERATOR=anthropic`` or ``openai``; the
+(``{"text"}``) while a chat generator writes (``RAGLINE_ANSWER_PROVIDER=anthropic`` or ``openai``; the
 offline ``extractive`` one sends its answer whole), then one ``answer`` or ``no_answer`` event
 (``{"answer", "sources", "no_answer", "reason", "degraded"}``) whose ``answer`` replaces the text the
 deltas showed: on ``no_answer`` (citations that failed validation, a generator that broke off) the

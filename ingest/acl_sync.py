@@ -22,7 +22,7 @@ contract refuses such a time anyway (``RAGLINE_LIFECYCLE_MAX_CLOCK_SKEW_S``). A 
 versions say; only :data:`MAY_FORCE` senders may send one, and every forced change is logged and
 counted (``rag_acl_changes{outcome="forced"}``) and kept in the job's record.
 
-The ACL an ingest asks for (``ragline ingest --acl``, a source's ``acl`` in ``RAGLINE_SOURCES``, an
+The ACL an ingest asks for (``ragline ingest --acl``, a source's ``acl`` in ``RAGLINE_LIFECYCLE_SOURCES``, an
 upsert event's) is remembered as ``documents.ingest_acl``; it replaces the stored permissions when
 it differs from what the last ingest asked for and no permission change was applied after the
 request was accepted (:func:`ingest_acl_decision`). So a narrower ``--acl`` on an unchanged

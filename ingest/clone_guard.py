@@ -4,7 +4,7 @@ A git source's ``url`` makes the control pool's git connect to a host: the same 
 request forgery as a fetched document (the cloud metadata address, an intranet service, the
 Redis beside the worker) unless the URL goes through the same checks. They run before git does:
 the host must be allowed (a source's ``allowed_hosts``) and every address it resolves to public,
-or allowed by ``RAGLINE_FETCH_ALLOW_PRIVATE`` / ``RAGLINE_FETCH_ALLOWED_NETWORKS``; otherwise
+or allowed by ``RAGLINE_INGEST_FETCH_ALLOW_PRIVATE`` / ``RAGLINE_INGEST_FETCH_ALLOWED_NETWORKS``; otherwise
 :class:`~ragline.ingest.fetch.FetchRefused`, and git never starts. git then may use only the URL's
 own transport (``GIT_ALLOW_PROTOCOL``: no redirect into ``file://`` or another scheme), follows no
 HTTP redirect (``http.followRedirects=false``: its target was never checked), never runs ``ext::``

@@ -64,7 +64,7 @@ def list_exclusions(conn: psycopg.Connection[Any], tenant: str) -> list[Any]:
 
 def would_return(doc: dict, sources: list) -> str | None:
     """Where a document about to be deleted would come back from (pure), or None: its configured
-    source (``RAGLINE_SOURCES``) by name, else its file when it is still on disk. ``doc`` holds
+    source (``RAGLINE_LIFECYCLE_SOURCES``) by name, else its file when it is still on disk. ``doc`` holds
     ``source_uri`` and ``metadata``; ``sources`` are the configured :class:`SourceSpec`s."""
     name = (doc.get("metadata") or {}).get("source")
     for spec in sources:

@@ -6,7 +6,7 @@ A URL to ingest comes from a source list or from a producer's event, so it is un
 * every address a host name resolves to must be public: loopback, private, unique-local,
   link-local (cloud metadata at 169.254.169.254), shared (100.64/10), multicast, reserved and
   unspecified addresses are refused, IPv4 addresses embedded in IPv6 (``::ffff:127.0.0.1``, 6to4,
-  Teredo, NAT64) included. ``RAGLINE_FETCH_ALLOW_PRIVATE`` or ``RAGLINE_FETCH_ALLOWED_NETWORKS``
+  Teredo, NAT64) included. ``RAGLINE_INGEST_FETCH_ALLOW_PRIVATE`` or ``RAGLINE_INGEST_FETCH_ALLOWED_NETWORKS``
   lift this for all or some networks (an intranet wiki, tests against 127.0.0.1);
 * the check runs inside the connection itself (an httpcore network backend): the resolved and
   checked address is the one connected to, so a DNS answer that changes between a check and the
@@ -62,7 +62,7 @@ class FetchPolicy:
         try:
             networks = tuple(ipaddress.ip_network(n, strict=False) for n in s.fetch_allowed_networks)
         except ValueError as exc:
-            raise ValueError(f"RAGLINE_FETCH_ALLOWED_NETWORKS: {exc}") from None
+            raise ValueError(f"RAGLINE_INGEST_FETCH_ALLOWED_NETWORKS: {exc}") from None
         values = {
             "allow_private": s.fetch_allow_private,
             "allowed_networks": networks,
@@ -239,7 +239,7 @@ def _join(base: httpx.URL, location: str) -> httpx.URL:
 def _left(deadline: float, policy: FetchPolicy) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise ParseError(f"fetch took longer than {policy.timeout_s:g} s (RAGLINE_FETCH_TIMEOUT_S)")
+        raise ParseError(f"fetch took longer than {policy.timeout_s:g} s (RAGLINE_INGEST_FETCH_TIMEOUT_S)")
     return left
 
 

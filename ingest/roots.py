@@ -3,7 +3,7 @@
 A path in a task is read only below a root allowed for the task's tenant:
 
 * ``RAGLINE_INGEST_ALLOWED_ROOTS``: set by the operator for every tenant;
-* the folders of the tenant's configured sources (``RAGLINE_SOURCES``);
+* the folders of the tenant's configured sources (``RAGLINE_LIFECYCLE_SOURCES``);
 * the roots granted to the tenant in ``ingest_roots`` (migration 0006) by ``ragline ingest PATH``.
 
 The grant is tied to database access on purpose: a producer (a chat backend sending events or

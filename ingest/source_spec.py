@@ -1,4 +1,4 @@
-"""What ``RAGLINE_SOURCES`` holds: one :class:`SourceSpec` per source, validated (pure but for the
+"""What ``RAGLINE_LIFECYCLE_SOURCES`` holds: one :class:`SourceSpec` per source, validated (pure but for the
 settings' home). Kept apart from :mod:`.sources` so :mod:`.roots` can name a tenant's source folders
 and repositories without the listing code, which itself asks :mod:`.roots` what it may open."""
 
@@ -18,7 +18,7 @@ from ragline.shared.settings import get_settings
 
 
 class SourceSpec(BaseModel):
-    """One entry of ``RAGLINE_SOURCES``."""
+    """One entry of ``RAGLINE_LIFECYCLE_SOURCES``."""
 
     model_config = ConfigDict(extra="forbid")
 

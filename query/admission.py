@@ -5,10 +5,10 @@ pool answers would otherwise fill it and every other tenant's question would wai
 backlog. Each query task therefore asks first, before any other work, whether its tenant is
 within its share, in Redis so that every query worker of the cluster counts the same questions:
 
-* a rate with a burst (``RAGLINE_QUERY_TENANT_RATE`` questions per second, ``..._BURST``): the
+* a rate with a burst (``RAGLINE_RETRIEVAL_TENANT_RATE`` questions per second, ``..._BURST``): the
   ``limits`` package's moving window, of whole seconds, admitting at most ``burst`` questions in
   any window of ``burst / rate`` seconds (:func:`rate_window`);
-* questions in flight (``RAGLINE_QUERY_TENANT_MAX_IN_FLIGHT``): leases that expire, so a killed
+* questions in flight (``RAGLINE_RETRIEVAL_TENANT_MAX_IN_FLIGHT``): leases that expire, so a killed
   worker cannot hold a tenant's slot forever.
 
 A question over either is answered at once with ``{"ok": false, "error": "rate limited"}`` and

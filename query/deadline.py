@@ -58,7 +58,7 @@ class QueryLimitError(Exception):
 
 
 class QuestionDeadlineExceeded(QueryLimitError):
-    """The whole question's time is spent (``RAGLINE_QUESTION_DEADLINE_S``)."""
+    """The whole question's time is spent (``RAGLINE_RETRIEVAL_QUESTION_DEADLINE_S``)."""
 
     error = "deadline exceeded"
 

@@ -15,7 +15,7 @@ first sets, for that transaction only and in one round trip (:func:`set_transact
   :class:`QuestionDeadlineExceeded`, never a generic database error;
 * for a vector search, the HNSW search parameters, and the tenant's number of chunks (the
   per-tenant counters of migration 0009, which the query role reads under row-level security too):
-  a tenant of at most ``RAGLINE_EXACT_SEARCH_MAX_ROWS`` chunks is searched exactly
+  a tenant of at most ``RAGLINE_RETRIEVAL_EXACT_SEARCH_MAX_ROWS`` chunks is searched exactly
   (:func:`exact_search`), a larger one through the HNSW index with iterative scans, which also
   serve an ACL that narrows a large tenant.
 """
@@ -612,7 +612,7 @@ def row_security_problem(conn: psycopg.Connection) -> str | None:
     if row["unbound"]:
         return (
             f"the query pool connects as {row['who']}, which row-level security does not bind:"
-            " set RAGLINE_QUERY_DATABASE_URL to a member of ragline_query (docs/operations.md)"
+            " set RAGLINE_SERVICES_QUERY_DATABASE_URL to a member of ragline_query (docs/operations.md)"
         )
     if not row["leakproof"]:
         return (

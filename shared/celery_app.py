@@ -93,7 +93,7 @@ def make_celery() -> Celery:
         },
     )
     app.conf.include = list(TASK_MODULES)
-    configure_signing(app, settings)  # no-op unless RAGLINE_SIGNING_KEY_FILE is set
+    configure_signing(app, settings)  # no-op unless RAGLINE_OPS_SIGNING_KEY_FILE is set
     return app
 
 

@@ -29,9 +29,9 @@ both clients, every class a :class:`RaglineError` (``error``, ``detail``):
   payload, internal error).
 
 A reply is deleted from Redis as soon as it is read (``AsyncResult.forget``); one nobody reads
-expires after ``RAGLINE_RESULT_EXPIRES_S``.
+expires after ``RAGLINE_OPS_RESULT_EXPIRES_S``.
 
-With message signing configured (``RAGLINE_SIGNING_*``, docs/operations.md) the client signs every
+With message signing configured (``RAGLINE_OPS_SIGNING_*``, docs/operations.md) the client signs every
 task with its key; the certificate's role decides what the workers run (a chat backend's
 ``ragline-chat`` certificate: questions only).
 """
@@ -106,7 +106,7 @@ class RaglineTimeout(RaglineError, TimeoutError):
 
 
 class RaglineRateLimited(RaglineError):
-    """The query pool's per-tenant admission refused the question (``RAGLINE_QUERY_TENANT_*``):
+    """The query pool's per-tenant admission refused the question (``RAGLINE_RETRIEVAL_TENANT_*``):
     a chat backend's 429, with ``Retry-After`` from :attr:`retry_after_s`."""
 
     @property
@@ -232,7 +232,7 @@ def stack_not_up(exc: Any) -> RaglineUnavailable:
             "what": "broker",
             "cause": "not up",
             "runtime_file": str(exc.runtime_file),
-            "variables": ["REDIS_URL", "RAGLINE_HOME"],
+            "variables": ["REDIS_URL", "RAGLINE_SERVICES_HOME"],
             "message": str(exc),
         },
     )

@@ -34,9 +34,9 @@ from ragline.shared.settings import Settings
 
 #: every generated secret, and the setting whose value replaces it
 SECRET_SETTINGS = {
-    "redis": ("services", "redis_password", "RAGLINE_REDIS_PASSWORD"),
+    "redis": ("services", "redis_password", "RAGLINE_SERVICES_REDIS_PASSWORD"),
     "flower": ("flower", "password", "RAGLINE_FLOWER_PASSWORD"),
-    "metrics": ("ops", "metrics_password", "RAGLINE_METRICS_PASSWORD"),
+    "metrics": ("ops", "metrics_password", "RAGLINE_OPS_METRICS_PASSWORD"),
 }
 
 #: passwords anyone can guess: earlier ragline defaults and the usual suspects

@@ -6,7 +6,7 @@ Two pools, each created lazily on first use in the process that uses it: the own
 that row-level security (migration 0007) binds every retrieval statement. Celery prefork children
 call :func:`reset` from ``worker_process_init`` so that no socket is shared across a fork.
 
-When ``RAGLINE_QUERY_DATABASE_URL`` names servers, the query pool is a pool per server and each
+When ``RAGLINE_SERVICES_QUERY_DATABASE_URL`` names servers, the query pool is a pool per server and each
 connection goes to the next server in turn that is in rotation (``shared/replicas.py`` holds the
 rules and the read-your-writes wait of the writers).
 """
@@ -54,7 +54,7 @@ def _configure(conn: psycopg.Connection) -> None:
 
 
 def query_database_url(settings: Settings) -> str:
-    """Where the query pool connects: ``RAGLINE_QUERY_DATABASE_URL``, else the login role the
+    """Where the query pool connects: ``RAGLINE_SERVICES_QUERY_DATABASE_URL``, else the login role the
     embedded stack created (:func:`ensure_query_login`), else the owner's URL, which row-level
     security does not bind (the query pool's warm-up says so)."""
     if settings.services.query_database_url:
@@ -94,19 +94,19 @@ def _get(name: str) -> ConnectionPool:
 
 
 class NoQueryServer(psycopg.OperationalError):
-    """No server of ``RAGLINE_QUERY_DATABASE_URL`` can answer: all out of rotation or failing."""
+    """No server of ``RAGLINE_SERVICES_QUERY_DATABASE_URL`` can answer: all out of rotation or failing."""
 
 
 class QueryRouter:
-    """The query pool over the servers of ``RAGLINE_QUERY_DATABASE_URL``: a pool per server
+    """The query pool over the servers of ``RAGLINE_SERVICES_QUERY_DATABASE_URL``: a pool per server
     (created on first use), round robin over those in rotation (``replicas.order``).
 
     Per question: one ``MGET`` of the rotation marks in Redis (skipped for servers known to be the
     primary, which never lag). A server whose pool gives no connection within
-    ``RAGLINE_REPLICA_CONNECT_TIMEOUT_S`` is tried last for ``RAGLINE_REPLICA_RETRY_S`` (in this
-    process). A marked replica is checked at most every ``RAGLINE_REPLICA_RETRY_S`` and put back once
+    ``RAGLINE_SERVICES_REPLICA_CONNECT_TIMEOUT_S`` is tried last for ``RAGLINE_SERVICES_REPLICA_RETRY_S`` (in this
+    process). A marked replica is checked at most every ``RAGLINE_SERVICES_REPLICA_RETRY_S`` and put back once
     it has replayed its mark. Redis not answering counts every replica as out (the primary answers
-    per ``RAGLINE_QUERY_PRIMARY_READS``): serving a revoked document is worse than a failed question.
+    per ``RAGLINE_SERVICES_QUERY_PRIMARY_READS``): serving a revoked document is worse than a failed question.
     """
 
     def __init__(self, settings: Settings, servers: list[replicas.Server]) -> None:
@@ -227,7 +227,7 @@ class QueryRouter:
             return
         raise NoQueryServer(
             f"no query server can answer: {len(self.names)} configured, {len(order)} in rotation"
-            " (RAGLINE_QUERY_DATABASE_URL; replicas behind a permission change are out until they replay it)"
+            " (RAGLINE_SERVICES_QUERY_DATABASE_URL; replicas behind a permission change are out until they replay it)"
         )
 
     def close(self) -> None:
@@ -235,12 +235,12 @@ class QueryRouter:
             pool.close()
 
 
-#: (pid that decided, the router or None) — None: RAGLINE_QUERY_DATABASE_URL is unset
+#: (pid that decided, the router or None) — None: RAGLINE_SERVICES_QUERY_DATABASE_URL is unset
 _router: tuple[int, QueryRouter | None] | None = None
 
 
 def query_router() -> QueryRouter | None:
-    """The query pool's router in this process, or None when ``RAGLINE_QUERY_DATABASE_URL`` is
+    """The query pool's router in this process, or None when ``RAGLINE_SERVICES_QUERY_DATABASE_URL`` is
     unset (one pool on the primary, as before)."""
     global _router
     with _lock:

@@ -24,7 +24,7 @@ import structlog
 from pydantic import SecretStr
 
 from ragline.shared import credentials
-from ragline.shared.settings import get_settings
+from ragline.shared.settings import deprecated_names_set, deprecation_message, get_settings
 
 REDACTED = credentials.MASK
 _SECRET_KEY = re.compile(
@@ -32,6 +32,8 @@ _SECRET_KEY = re.compile(
 )
 
 _secret_values: tuple[str, ...] = ()
+#: deprecated variables already logged by this process
+_deprecations_logged: set[str] = set()
 
 
 def question_hash(text: str) -> str:
@@ -138,6 +140,19 @@ def configure(
     # pool's consumer thread, for every question: WARNING too.
     for name in ("celery.app.trace", "celery.worker.strategy"):
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    log_deprecated_names()
+
+
+def log_deprecated_names() -> None:
+    """One warning line per deprecated variable set, once per process. Every long-running process
+    (worker, beat, metrics server) configures logging at start-up, so this is where an operator sees
+    it: Python hides the DeprecationWarning by default. The name only, never the value."""
+    for old, new, shadowed in deprecated_names_set():
+        if old not in _deprecations_logged:
+            _deprecations_logged.add(old)
+            get_logger("ragline.settings").warning(
+                deprecation_message(old, new, shadowed), variable=old, replacement=new, ignored=shadowed
+            )
 
 
 def get_logger(name: str | None = None) -> structlog.stdlib.BoundLogger:

@@ -92,7 +92,7 @@ ACL_SYNC_LAG_S = Histogram(
 # no labels: the series exists at 0 from the start, so an alert on increase() sees the first one
 JOBS_STUCK = Counter(
     "rag_jobs_stuck",
-    "Running jobs marked failed by the stuck-job check (no heartbeat for RAGLINE_JOB_STUCK_AFTER_S)",
+    "Running jobs marked failed by the stuck-job check (no heartbeat for RAGLINE_LIFECYCLE_JOB_STUCK_AFTER_S)",
 )
 ACL_CHANGES = Counter(
     "rag_acl_changes",
@@ -105,7 +105,7 @@ ACL_CHANGES = Counter(
 REPLICA_REPLAY_WAIT_S = Histogram(
     "rag_replica_replay_wait_seconds",
     "Time from a permission change's (or delete's) commit until every replica in the query pool's"
-    " rotation replayed it, or the wait gave up (RAGLINE_REPLICA_MAX_LAG_S)",
+    " rotation replayed it, or the wait gave up (RAGLINE_SERVICES_REPLICA_MAX_LAG_S)",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 REPLICA_EXCLUSIONS = Counter(

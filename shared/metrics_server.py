@@ -3,7 +3,7 @@
 Prefork children each write their samples to files in the pool's ``PROMETHEUS_MULTIPROC_DIR``
 (``<home>/metrics/<pool>``, set by ``ragline up``); this small process aggregates them and serves
 ``/metrics`` on 127.0.0.1 at ``metrics_port + pool index``, behind HTTP basic auth (the password is
-``RAGLINE_METRICS_PASSWORD`` or the one generated into the home, ``shared/credentials.py``; on an
+``RAGLINE_OPS_METRICS_PASSWORD`` or the one generated into the home, ``shared/credentials.py``; on an
 address beyond loopback an empty or well-known one is refused). It runs beside the pool
 (``metrics-<pool>`` in ``shared/processes.py``), so it outlives a SIGKILLed worker.
 

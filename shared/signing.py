@@ -2,7 +2,7 @@
 
 Every task message is signed with the producer's private key and workers accept only messages whose
 signature verifies against a trusted certificate in the store. Off unless
-``RAGLINE_SIGNING_KEY_FILE`` is set (see docs/operations.md, "Secrets and producer roles").
+``RAGLINE_OPS_SIGNING_KEY_FILE`` is set (see docs/operations.md, "Secrets and producer roles").
 
 A valid signature is not enough: each certificate names a producer role in its subject CN
 (``ragline-chat``, ``ragline-relay``, ``ragline-operator``, ``ragline-worker``) and a role may send only
@@ -164,8 +164,8 @@ def configure_signing(app: Celery, settings: Settings) -> bool:
         return False
     if not (settings.ops.signing_cert_file and settings.ops.signing_cert_store):
         raise ImproperlyConfigured(
-            "message signing needs RAGLINE_SIGNING_KEY_FILE, RAGLINE_SIGNING_CERT_FILE"
-            " and RAGLINE_SIGNING_CERT_STORE"
+            "message signing needs RAGLINE_OPS_SIGNING_KEY_FILE, RAGLINE_OPS_SIGNING_CERT_FILE"
+            " and RAGLINE_OPS_SIGNING_CERT_STORE"
         )
     store = settings.ops.signing_cert_store
     store_glob = str(store / "*.pem") if store.is_dir() else str(store)

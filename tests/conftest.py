@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 _HOME = Path(tempfile.mkdtemp(prefix="rl-test-"))
-os.environ["RAGLINE_HOME"] = str(_HOME)
+os.environ["RAGLINE_SERVICES_HOME"] = str(_HOME)
 for var in (
-    "RAGLINE_SERVICES_HOME",  # the derived name would win over RAGLINE_HOME
+    "RAGLINE_HOME",  # the deprecated name of the home, shadowed by the derived one anyway
     "DATABASE_URL",
     "REDIS_URL",
     "RAGLINE_DATABASE_URL",

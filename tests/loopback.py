@@ -413,9 +413,9 @@ def loopback_voyage_env():
     from ragline.shared.settings import reset_settings
 
     with LoopbackServer() as srv, pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RAGLINE_EMBEDDER", "voyage")
-        mp.setenv("RAGLINE_VOYAGE_BASE_URL", srv.url + "/v1")
-        mp.setenv("RAGLINE_VOYAGE_API_KEY", "k")
+        mp.setenv("RAGLINE_EMBED_PROVIDER", "voyage")
+        mp.setenv("RAGLINE_PROVIDERS_VOYAGE_BASE_URL", srv.url + "/v1")
+        mp.setenv("RAGLINE_PROVIDERS_VOYAGE_API_KEY", "k")
         reset_settings()
         providers.reset()
         try:

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Create (or update) ragline's Secrets, one per component, from environment variables:
-#   RAGLINE_DATABASE_URL=postgresql://ragline:...@db:5432/ragline \
-#   RAGLINE_QUERY_DATABASE_URL=postgresql://ragline_query_login:...@db:5432/ragline \
-#   REDIS_PASSWORD=... RAGLINE_METRICS_PASSWORD=... RAGLINE_FLOWER_PASSWORD=... \
-#   [RAGLINE_VOYAGE_API_KEY=...] [RAGLINE_ANTHROPIC_API_KEY=...] [RAGLINE_OPENAI_API_KEY=...] \
+#   RAGLINE_SERVICES_DATABASE_URL=postgresql://ragline:...@db:5432/ragline \
+#   RAGLINE_SERVICES_QUERY_DATABASE_URL=postgresql://ragline_query_login:...@db:5432/ragline \
+#   REDIS_PASSWORD=... RAGLINE_OPS_METRICS_PASSWORD=... RAGLINE_FLOWER_PASSWORD=... \
+#   [RAGLINE_PROVIDERS_VOYAGE_API_KEY=...] [RAGLINE_PROVIDERS_ANTHROPIC_API_KEY=...] [RAGLINE_PROVIDERS_OPENAI_API_KEY=...] \
 #   deploy/k8s/create-secrets.sh
 # The roles behind the two database URLs: deploy/postgres/10-ragline-roles.sql. Values reach kubectl
 # as files in a private temporary folder, never on a command line.
 set -euo pipefail
 NS=${NAMESPACE:-ragline}
 REDIS_HOST=${REDIS_HOST:-redis.ragline.svc.cluster.local}
-: "${RAGLINE_DATABASE_URL:?set RAGLINE_DATABASE_URL (owner role ragline)}"
-: "${RAGLINE_QUERY_DATABASE_URL:?set RAGLINE_QUERY_DATABASE_URL (ragline_query_login)}"
+: "${RAGLINE_SERVICES_DATABASE_URL:?set RAGLINE_SERVICES_DATABASE_URL (owner role ragline)}"
+: "${RAGLINE_SERVICES_QUERY_DATABASE_URL:?set RAGLINE_SERVICES_QUERY_DATABASE_URL (ragline_query_login)}"
 : "${REDIS_PASSWORD:?set REDIS_PASSWORD}"
-: "${RAGLINE_METRICS_PASSWORD:?set RAGLINE_METRICS_PASSWORD}"
+: "${RAGLINE_OPS_METRICS_PASSWORD:?set RAGLINE_OPS_METRICS_PASSWORD}"
 : "${RAGLINE_FLOWER_PASSWORD:?set RAGLINE_FLOWER_PASSWORD}"
 
 umask 077
@@ -34,12 +34,12 @@ secret() {
     | kubectl apply -f -
 }
 
-secret ragline-db-owner "DATABASE_URL=$RAGLINE_DATABASE_URL"
-secret ragline-db-query "RAGLINE_QUERY_DATABASE_URL=$RAGLINE_QUERY_DATABASE_URL"
+secret ragline-db-owner "DATABASE_URL=$RAGLINE_SERVICES_DATABASE_URL"
+secret ragline-db-query "RAGLINE_SERVICES_QUERY_DATABASE_URL=$RAGLINE_SERVICES_QUERY_DATABASE_URL"
 secret ragline-redis "REDIS_URL=redis://:$REDIS_PASSWORD@$REDIS_HOST:6379/0" "REDIS_PASSWORD=$REDIS_PASSWORD"
-secret ragline-metrics "RAGLINE_METRICS_PASSWORD=$RAGLINE_METRICS_PASSWORD"
+secret ragline-metrics "RAGLINE_OPS_METRICS_PASSWORD=$RAGLINE_OPS_METRICS_PASSWORD"
 secret ragline-flower "RAGLINE_FLOWER_PASSWORD=$RAGLINE_FLOWER_PASSWORD"
 secret ragline-providers \
-  "RAGLINE_VOYAGE_API_KEY=${RAGLINE_VOYAGE_API_KEY:-}" \
-  "RAGLINE_ANTHROPIC_API_KEY=${RAGLINE_ANTHROPIC_API_KEY:-}" \
-  "RAGLINE_OPENAI_API_KEY=${RAGLINE_OPENAI_API_KEY:-}"
+  "RAGLINE_PROVIDERS_VOYAGE_API_KEY=${RAGLINE_PROVIDERS_VOYAGE_API_KEY:-}" \
+  "RAGLINE_PROVIDERS_ANTHROPIC_API_KEY=${RAGLINE_PROVIDERS_ANTHROPIC_API_KEY:-}" \
+  "RAGLINE_PROVIDERS_OPENAI_API_KEY=${RAGLINE_PROVIDERS_OPENAI_API_KEY:-}"

@@ -6,7 +6,7 @@
 --   ragline_query        NOLOGIN group role of the query pool: SELECT and the row-level security
 --                        policies come from migration 0007 (created here too, so that the login role
 --                        below can join it before the first migration runs).
---   ragline_query_login  LOGIN, member of ragline_query: RAGLINE_QUERY_DATABASE_URL of the query pool.
+--   ragline_query_login  LOGIN, member of ragline_query: RAGLINE_SERVICES_QUERY_DATABASE_URL of the query pool.
 --
 -- Run once per database as a superuser, with the two passwords in the environment. The postgres image
 -- runs it at the first start from /docker-entrypoint-initdb.d (deploy/docker-compose.yml); against any

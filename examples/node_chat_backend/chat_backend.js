@@ -9,7 +9,7 @@
 // Errors map as the Python clients' do: a structured error reply of the worker (`{"ok": false,
 // "error": ...}`) to 429 (rate limited, with Retry-After), 504 (deadline / retrieval timeout, or no
 // worker answered in time), 400 (invalid payload) or 500; no REDIS_URL to 503.
-// On a stack with message signing (RAGLINE_SIGNING_*) this backend cannot be a producer: celery-node
+// On a stack with message signing (RAGLINE_OPS_SIGNING_*) this backend cannot be a producer: celery-node
 // sends unsigned JSON, which the workers refuse.
 
 "use strict";

@@ -3,7 +3,7 @@
 python-docx inflates whole parts in memory and parses every XML part into an lxml tree (several
 times the XML's size), so a hostile file is refused from its declared sizes before anything is
 inflated: too many members, too many bytes in all, XML parts (found by their content type, not
-their name) over ``RAGLINE_DOCX_MAX_XML_BYTES``, or a member that inflates like a bomb. zipfile
+their name) over ``RAGLINE_INGEST_DOCX_MAX_XML_BYTES``, or a member that inflates like a bomb. zipfile
 never inflates past a member's declared size, so the declared sizes are a real bound.
 """
 
@@ -70,7 +70,7 @@ def _check_zip_bomb(data: bytes, max_xml_bytes: int) -> None:
     if xml > max_xml_bytes:
         raise ParseError(
             f"DOCX refused: XML parts inflate to {xml} bytes (limit {max_xml_bytes},"
-            " RAGLINE_DOCX_MAX_XML_BYTES; zip bomb?)"
+            " RAGLINE_INGEST_DOCX_MAX_XML_BYTES; zip bomb?)"
         )
     for i in infos:
         if i.file_size > 1024 * 1024 and i.file_size > DOCX_MAX_RATIO * max(1, i.compress_size):

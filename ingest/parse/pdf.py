@@ -361,7 +361,7 @@ class _Budget:
         self.decoded += n
         if self.decoded > self.limits.max_decoded_bytes:
             self.refuse(
-                f"its streams inflate past {self.limits.max_decoded_bytes} bytes (RAGLINE_PDF_MAX_DECODED_BYTES)"
+                f"its streams inflate past {self.limits.max_decoded_bytes} bytes (RAGLINE_INGEST_PDF_MAX_DECODED_BYTES)"
             )
 
 
@@ -382,7 +382,7 @@ def limited_pages(data: bytes, limits: PdfLimits) -> Iterator:
     if budget.refused:
         raise PdfLimitExceeded(budget.refused)
     if len(pages) > limits.max_pages:
-        raise PdfLimitExceeded(f"more than {limits.max_pages} pages (RAGLINE_PDF_MAX_PAGES)")
+        raise PdfLimitExceeded(f"more than {limits.max_pages} pages (RAGLINE_INGEST_PDF_MAX_PAGES)")
     resources = PDFResourceManager(caching=True)
     device = _counting_device_class()(resources, LAParams(), budget)
     interpreter = PDFPageInterpreter(resources, device)
@@ -414,7 +414,7 @@ def inflate(data: bytes, cap: int, budget: _Budget) -> bytes:
 
 
 def _too_big(cap: int) -> str:
-    return f"a stream inflates past {cap} bytes (RAGLINE_PDF_MAX_STREAM_BYTES)"
+    return f"a stream inflates past {cap} bytes (RAGLINE_INGEST_PDF_MAX_STREAM_BYTES)"
 
 
 def _decode_stream(stream, budget: _Budget) -> bytes:

@@ -203,7 +203,7 @@ def delete_docs(
     The same path as a delete event: a tombstone stays, so an older version arriving late (a
     redelivered event) is not stored again. A delete is not an exclusion: a document whose file is
     still in its folder comes back with the next `ragline ingest` of that folder, and one still in
-    a configured source (RAGLINE_SOURCES) with the next reindex; the command warns about each. With
+    a configured source (RAGLINE_LIFECYCLE_SOURCES) with the next reindex; the command warns about each. With
     --exclude the doc ids stay out until `ragline docs include` (docs/operations.md).
     Exits 1 when a doc id is not found (the others are deleted; with --exclude, excluded too).
     """

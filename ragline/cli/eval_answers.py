@@ -68,7 +68,7 @@ def _judge_call(judge: str):
     if generator is None:
         if judge == "generator":
             raise typer.BadParameter(
-                "--judge generator needs a chat generator (RAGLINE_GENERATOR)", param_hint="'--judge'"
+                "--judge generator needs a chat generator (RAGLINE_ANSWER_PROVIDER)", param_hint="'--judge'"
             )
         return None
     return lambda system, messages: generator.generate(system, messages).text

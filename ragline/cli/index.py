@@ -239,7 +239,7 @@ def build(
 
 @index_app.command("status")
 def status(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
-    """Show the HNSW indexes of the chunks and whether RAGLINE_VECTOR_INDEX has its index (exit 1
+    """Show the HNSW indexes of the chunks and whether RAGLINE_RETRIEVAL_VECTOR_INDEX has its index (exit 1
     when it has not: the vector search would read whole tenants)."""
     settings = get_settings()
     with connect() as conn:
@@ -248,7 +248,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="machine-readable 
         (i["name"], i["kind"] or i["opclass"], "yes" if i["valid"] else "no", f"{i['bytes'] / 2**20:.1f} MiB")
         for i in info["indexes"]
     ]
-    lines = [f"RAGLINE_VECTOR_INDEX={info['setting']} (dimension {info['dim']})"]
+    lines = [f"RAGLINE_RETRIEVAL_VECTOR_INDEX={info['setting']} (dimension {info['dim']})"]
     lines += columns(("index", "kind", "valid", "size"), rows) if rows else ["no HNSW index on chunks"]
     print_result(info, as_json, lines + ([f"problem: {info['problem']}"] if info["problem"] else []))
     if info["problem"]:
@@ -267,7 +267,7 @@ def rebuild(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """Build the HNSW index of one kind concurrently and drop the one it replaces; queries keep
-    being answered throughout. Then set RAGLINE_VECTOR_INDEX to the same kind and restart the
+    being answered throughout. Then set RAGLINE_RETRIEVAL_VECTOR_INDEX to the same kind and restart the
     query pool."""
     settings = get_settings()
     with connect() as conn:
@@ -278,19 +278,23 @@ def rebuild(
     lines = [f"built {res['built']} ({kind}) in {res['build_s']:g} s"]
     lines += [f"dropped {name}" for name in res["dropped"]]
     if settings.retrieval.vector_index != kind:
-        lines.append(f"now set RAGLINE_VECTOR_INDEX={kind} and restart the query pool")
+        lines.append(f"now set RAGLINE_RETRIEVAL_VECTOR_INDEX={kind} and restart the query pool")
     print_result(res, as_json, lines)
 
 
 @index_app.command("drop")
 def drop(
     kind: KindOption = typer.Option(..., "--type", help="the kind whose index to drop: vector or halfvec"),
-    force: bool = typer.Option(False, "--force", help="drop it even if RAGLINE_VECTOR_INDEX uses it"),
+    force: bool = typer.Option(
+        False, "--force", help="drop it even if RAGLINE_RETRIEVAL_VECTOR_INDEX uses it"
+    ),
 ) -> None:
     """Drop one kind's HNSW index concurrently (after a `rebuild --keep-old` and the switch)."""
     settings = get_settings()
     if kind == settings.retrieval.vector_index and not force:
-        fail(f"RAGLINE_VECTOR_INDEX={kind} uses this index; switch the setting first, or pass --force")
+        fail(
+            f"RAGLINE_RETRIEVAL_VECTOR_INDEX={kind} uses this index; switch the setting first, or pass --force"
+        )
     with connect() as conn:
         names = drop_index(conn, kind, settings.embed.dim)
     for name in names:

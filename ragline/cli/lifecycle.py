@@ -230,7 +230,7 @@ def reindex(
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document"),
     timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
 ) -> None:
-    """Reindex the configured sources (RAGLINE_SOURCES) now.
+    """Reindex the configured sources (RAGLINE_LIFECYCLE_SOURCES) now.
 
     New and changed documents are enqueued, vanished ones deleted: what beat runs on schedule.
     """

@@ -238,7 +238,7 @@ def eval_cmd(
     judge: Literal["auto", "offline", "generator"] = typer.Option(
         "auto",
         "--judge",
-        help="--answers: the generation metrics' judges; auto: the chat model too when RAGLINE_GENERATOR"
+        help="--answers: the generation metrics' judges; auto: the chat model too when RAGLINE_ANSWER_PROVIDER"
         " is one, offline: the offline judges only",
     ),
     show_failures: bool = typer.Option(

@@ -215,7 +215,7 @@ class AclSyncResult(BaseModel):
     lag_s_mean: float | None = None
     replicas: dict[str, Any] | None = Field(
         default=None,
-        description="with replicas in RAGLINE_QUERY_DATABASE_URL: the wait for them to replay the change"
+        description="with replicas in RAGLINE_SERVICES_QUERY_DATABASE_URL: the wait for them to replay the change"
         " before it was reported done: {lsn, waited_s, caught_up, excluded} (excluded: out of the query"
         " pool's rotation until they replay it)",
     )
@@ -303,7 +303,7 @@ class EventResult(BaseModel):
     )
     replicas: dict[str, Any] | None = Field(
         default=None,
-        description="with replicas in RAGLINE_QUERY_DATABASE_URL: the wait for them to replay the change"
+        description="with replicas in RAGLINE_SERVICES_QUERY_DATABASE_URL: the wait for them to replay the change"
         " before it was reported done: {lsn, waited_s, caught_up, excluded} (excluded: out of the query"
         " pool's rotation until they replay it)",
     )

@@ -174,7 +174,7 @@ class AskRequest(SearchRequest):
         max_length=50,
         description="earlier turns; used to rewrite a follow-up into a standalone question",
     )
-    agentic: bool | None = Field(default=None, description="None: RAGLINE_AGENTIC")
+    agentic: bool | None = Field(default=None, description="None: RAGLINE_ANSWER_AGENTIC")
     stream: bool = Field(
         default=False,
         description="also publish the answer as it is generated: deltas, then the final response, into"

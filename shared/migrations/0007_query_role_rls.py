@@ -2,7 +2,7 @@
 
 ``ragline_query`` is a group role without login, granted ``SELECT`` on ``chunks`` and ``documents``
 and nothing else; the query pool connects as a login role that is a member of it
-(``RAGLINE_QUERY_DATABASE_URL``; the embedded stack creates ``ragline_query_login``). Its policies
+(``RAGLINE_SERVICES_QUERY_DATABASE_URL``; the embedded stack creates ``ragline_query_login``). Its policies
 admit a row only when its tenant is ``ragline.tenant`` and its ACL shares a group with
 ``ragline.groups``, settings that every retrieval transaction sets for itself
 (``ragline.query.retrieve.set_transaction_params``). Unset or empty settings admit nothing, so a

@@ -34,7 +34,7 @@ def escape(text: str) -> str:
 class AnthropicContextualizer:
     def __init__(self, settings: Settings) -> None:
         if settings.providers.anthropic_api_key is None:
-            raise ProviderError("contextualizer 'anthropic' needs RAGLINE_ANTHROPIC_API_KEY")
+            raise ProviderError("contextualizer 'anthropic' needs RAGLINE_PROVIDERS_ANTHROPIC_API_KEY")
         self.model = settings.context.model
         self.max_tokens = settings.context.max_tokens
         self.max_doc_chars = settings.context.max_doc_chars

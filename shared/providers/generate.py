@@ -59,7 +59,7 @@ class AnthropicGenerator:
         import anthropic  # provider chosen by settings: the other generators never load this SDK
 
         if settings.providers.anthropic_api_key is None:
-            raise ProviderError("generator 'anthropic' needs RAGLINE_ANTHROPIC_API_KEY")
+            raise ProviderError("generator 'anthropic' needs RAGLINE_PROVIDERS_ANTHROPIC_API_KEY")
         self._client = anthropic.Anthropic(
             api_key=settings.providers.anthropic_api_key.get_secret_value(),
             base_url=settings.providers.anthropic_base_url,

@@ -31,7 +31,7 @@ class VoyageReranker:
         self._create = voyageai.Reranking.create
         self._timeout_error = voyageai.error.Timeout
         if settings.providers.voyage_api_key is None:
-            raise ProviderError("reranker 'voyage' needs RAGLINE_VOYAGE_API_KEY")
+            raise ProviderError("reranker 'voyage' needs RAGLINE_PROVIDERS_VOYAGE_API_KEY")
         self.model = settings.rerank.model
         base_url = settings.providers.voyage_base_url
         if base_url and not base_url.rstrip("/").endswith("/v1"):

@@ -20,7 +20,7 @@ class VoyageEmbedder(BatchingEmbedder):
 
     def __init__(self, settings: Settings) -> None:
         if settings.providers.voyage_api_key is None:
-            raise ProviderError("embedder 'voyage' needs RAGLINE_VOYAGE_API_KEY")
+            raise ProviderError("embedder 'voyage' needs RAGLINE_PROVIDERS_VOYAGE_API_KEY")
         self._voyageai = voyageai
         base_url = settings.providers.voyage_base_url
         if base_url and not base_url.rstrip("/").endswith("/v1"):

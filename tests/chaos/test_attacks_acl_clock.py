@@ -86,7 +86,7 @@ def _staff_finds(tenant: str) -> set[str]:
 def test_a_relay_cannot_make_a_revocation_stale(stack, tmp_path, tenant, conn):
     keys = make_keys(tmp_path)
     worker = start_pool(
-        stack, "control", concurrency=2, env={**keys["worker"], "RAGLINE_WORKER_WARMUP": "false"}
+        stack, "control", concurrency=2, env={**keys["worker"], "RAGLINE_WORKERS_WARMUP": "false"}
     )
     rows = []
     try:

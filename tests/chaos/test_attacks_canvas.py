@@ -73,7 +73,7 @@ def test_canvas_escalation_by_every_sender(stack, tmp_path, tenant, conn):
 
     # ---- a signed worker: chat, relay and operator keys
     reset_dir(metrics_dir(stack, "query"))
-    worker = start_pool(stack, "query", env={**keys["worker"], "RAGLINE_WORKER_WARMUP": "false"})
+    worker = start_pool(stack, "query", env={**keys["worker"], "RAGLINE_WORKERS_WARMUP": "false"})
     try:
         wait_log(worker, " ready.")
         q = worker.queue
@@ -158,7 +158,7 @@ def test_canvas_escalation_by_every_sender(stack, tmp_path, tenant, conn):
 
     # ---- an unsigned stack: the Redis password alone
     reset_dir(metrics_dir(stack, "query"))
-    plain = start_pool(stack, "query", env={"RAGLINE_WORKER_WARMUP": "false"})
+    plain = start_pool(stack, "query", env={"RAGLINE_WORKERS_WARMUP": "false"})
     try:
         wait_log(plain, " ready.")
         unsigned_sends = [

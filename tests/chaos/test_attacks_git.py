@@ -38,9 +38,9 @@ def test_git_addresses_outside_the_tenants_repositories(stack, conn, tmp_path):
 
     with LoopbackServer() as voyage:
         env = {
-            "RAGLINE_EMBEDDER": "voyage",
-            "RAGLINE_VOYAGE_BASE_URL": voyage.url,
-            "RAGLINE_VOYAGE_API_KEY": "pa-git-attacks",
+            "RAGLINE_EMBED_PROVIDER": "voyage",
+            "RAGLINE_PROVIDERS_VOYAGE_BASE_URL": voyage.url,
+            "RAGLINE_PROVIDERS_VOYAGE_API_KEY": "pa-git-attacks",
             "RAGLINE_EMBED_MODEL": "voyage-git-attacks",
         }
         pool = start_pool(stack, "ingest", concurrency=1, env=env)

@@ -170,11 +170,11 @@ def test_input_attacks_on_prefork_pool(stack, tmp_path, tenant):
     }
     with LoopbackServer() as voyage:
         env = {
-            "RAGLINE_EMBEDDER": "voyage",
-            "RAGLINE_VOYAGE_BASE_URL": voyage.url,
-            "RAGLINE_VOYAGE_API_KEY": "pa-attacks-key",
+            "RAGLINE_EMBED_PROVIDER": "voyage",
+            "RAGLINE_PROVIDERS_VOYAGE_BASE_URL": voyage.url,
+            "RAGLINE_PROVIDERS_VOYAGE_API_KEY": "pa-attacks-key",
             # the redirecting server stands for an allowed intranet host; 127.0.0.1 stays internal
-            "RAGLINE_FETCH_ALLOWED_NETWORKS": '["127.0.0.2/32"]',
+            "RAGLINE_INGEST_FETCH_ALLOWED_NETWORKS": '["127.0.0.2/32"]',
         }
         pool = start_pool(stack, "ingest", concurrency=1, env=env, extra_args=["--max-tasks-per-child", "1"])
         try:

@@ -78,13 +78,13 @@ def test_wrong_role_unsigned_and_forged_tasks(stack, tmp_path, tenant, conn):
     rogue.mkdir()
     rogue_key, rogue_cert = self_signed(rogue, "ragline-operator")  # claims the widest role, untrusted
     forged = {
-        "RAGLINE_SIGNING_KEY_FILE": str(rogue_key),
-        "RAGLINE_SIGNING_CERT_FILE": str(rogue_cert),
-        "RAGLINE_SIGNING_CERT_STORE": str(rogue),
+        "RAGLINE_OPS_SIGNING_KEY_FILE": str(rogue_key),
+        "RAGLINE_OPS_SIGNING_CERT_FILE": str(rogue_cert),
+        "RAGLINE_OPS_SIGNING_CERT_STORE": str(rogue),
     }
     reset_dir(metrics_dir(stack, "query"))
     worker = start_pool(
-        stack, "query", concurrency=2, env={**keys["worker"], "RAGLINE_WORKER_WARMUP": "false"}
+        stack, "query", concurrency=2, env={**keys["worker"], "RAGLINE_WORKERS_WARMUP": "false"}
     )
     rows = []
     try:
@@ -209,9 +209,9 @@ def test_default_passwords_beyond_loopback_and_redis_without_password(stack):
         env = {
             **child_env(stack),
             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(stack, "ingest")),
-            "RAGLINE_METRICS_HOST": "0.0.0.0",
-            "RAGLINE_METRICS_PORT": str(port),
-            "RAGLINE_METRICS_PASSWORD": password,
+            "RAGLINE_OPS_METRICS_HOST": "0.0.0.0",
+            "RAGLINE_OPS_METRICS_PORT": str(port),
+            "RAGLINE_OPS_METRICS_PASSWORD": password,
         }
         out = subprocess.run(
             [sys.executable, "-m", "ragline.shared.metrics_server", "ingest"],
@@ -225,7 +225,7 @@ def test_default_passwords_beyond_loopback_and_redis_without_password(stack):
     flower_port = free_port()
     env = {
         **os.environ,
-        "RAGLINE_HOME": str(home),
+        "RAGLINE_SERVICES_HOME": str(home),
         "RAGLINE_FLOWER_HOST": "0.0.0.0",
         "RAGLINE_FLOWER_PORT": str(flower_port),
         "RAGLINE_FLOWER_PASSWORD": "ragline-admin",

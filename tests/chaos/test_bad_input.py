@@ -31,9 +31,9 @@ def voyage():
 
 def _voyage_env(srv) -> dict[str, str]:
     return {
-        "RAGLINE_EMBEDDER": "voyage",
-        "RAGLINE_VOYAGE_BASE_URL": srv.url,
-        "RAGLINE_VOYAGE_API_KEY": API_KEY,
+        "RAGLINE_EMBED_PROVIDER": "voyage",
+        "RAGLINE_PROVIDERS_VOYAGE_BASE_URL": srv.url,
+        "RAGLINE_PROVIDERS_VOYAGE_API_KEY": API_KEY,
     }
 
 

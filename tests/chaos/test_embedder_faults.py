@@ -30,8 +30,8 @@ def test_429_storm_500s_and_hang(stack, tmp_path, tenant):
 
     reset_dir(metrics_dir(stack, "ingest"))
     env_common = {
-        "RAGLINE_EMBEDDER": "voyage",
-        "RAGLINE_VOYAGE_API_KEY": "pa-test",
+        "RAGLINE_EMBED_PROVIDER": "voyage",
+        "RAGLINE_PROVIDERS_VOYAGE_API_KEY": "pa-test",
         "RAGLINE_EMBED_BATCH_SIZE": "4",
         "RAGLINE_EMBED_TIMEOUT_S": "1",
         "RAGLINE_EMBED_MAX_RETRIES": "6",
@@ -42,7 +42,7 @@ def test_429_storm_500s_and_hang(stack, tmp_path, tenant):
     rows = []
     with LoopbackServer(faults=Faults(every_nth_429=2, retry_after_s=0.2)) as srv:
         pool = start_pool(
-            stack, "ingest", concurrency=2, env={**env_common, "RAGLINE_VOYAGE_BASE_URL": srv.url}
+            stack, "ingest", concurrency=2, env={**env_common, "RAGLINE_PROVIDERS_VOYAGE_BASE_URL": srv.url}
         )
         try:
             wait_ready(app, pool)

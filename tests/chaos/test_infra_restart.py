@@ -19,12 +19,12 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 def _env(srv) -> dict[str, str]:
     return {
-        "RAGLINE_EMBEDDER": "voyage",
-        "RAGLINE_VOYAGE_BASE_URL": srv.url,
-        "RAGLINE_VOYAGE_API_KEY": "pa-test",
+        "RAGLINE_EMBED_PROVIDER": "voyage",
+        "RAGLINE_PROVIDERS_VOYAGE_BASE_URL": srv.url,
+        "RAGLINE_PROVIDERS_VOYAGE_API_KEY": "pa-test",
         "RAGLINE_EMBED_BATCH_SIZE": "4",
-        "RAGLINE_UNACKED_RESTORE_INTERVAL_S": "1",
-        "RAGLINE_WORKER_ALIVE_TTL_S": "6",
+        "RAGLINE_WORKERS_UNACKED_RESTORE_INTERVAL_S": "1",
+        "RAGLINE_WORKERS_ALIVE_TTL_S": "6",
     }
 
 

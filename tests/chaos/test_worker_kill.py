@@ -24,13 +24,13 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 def e5_settings(stack, monkeypatch):
     from ragline.shared.settings import get_settings, reset_settings
 
-    monkeypatch.setenv("RAGLINE_EMBEDDER", "local-e5")
+    monkeypatch.setenv("RAGLINE_EMBED_PROVIDER", "local-e5")
     monkeypatch.setenv(
         "RAGLINE_EMBED_BATCH_SIZE", "8"
     )  # several batches per document: a kill lands mid-batch
-    monkeypatch.setenv("RAGLINE_WORKER_ALIVE_TTL_S", "6")
-    monkeypatch.setenv("RAGLINE_UNACKED_RESTORE_INTERVAL_S", "1")
-    monkeypatch.setenv("RAGLINE_INGEST_MAX_WORKER_LOST", "2")
+    monkeypatch.setenv("RAGLINE_WORKERS_ALIVE_TTL_S", "6")
+    monkeypatch.setenv("RAGLINE_WORKERS_UNACKED_RESTORE_INTERVAL_S", "1")
+    monkeypatch.setenv("RAGLINE_WORKERS_INGEST_MAX_WORKER_LOST", "2")
     reset_settings()
     yield get_settings()
     monkeypatch.undo()

@@ -79,7 +79,7 @@ def corpus(celery_worker, stack, tmp_path_factory):
         from ragline.shared.settings import reset_settings
 
         mp.setenv(
-            "RAGLINE_SOURCES",
+            "RAGLINE_LIFECYCLE_SOURCES",
             json.dumps(
                 [{"name": "requests", "kind": "git", "tenant": tenant, "acl": GROUPS, "path": str(repo)}]
             ),

@@ -106,7 +106,7 @@ def run_attack(stack, tmp_path, tenant, conn, forms: tuple[str, ...] = FORMS) ->
 
     keys = make_keys(tmp_path)
     reset_dir(metrics_dir(stack, "query"))
-    worker = start_pool(stack, "query", env={**keys["worker"], "RAGLINE_WORKER_WARMUP": "false"})
+    worker = start_pool(stack, "query", env={**keys["worker"], "RAGLINE_WORKERS_WARMUP": "false"})
     try:
         wait_log(worker, " ready.")
         q = worker.queue

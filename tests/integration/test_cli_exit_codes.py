@@ -143,7 +143,7 @@ def test_wait_timeout_exits_3_and_the_job_goes_on(celery_worker, voyage, tenant,
 
 
 def test_without_a_stack_commands_say_so_and_exit_4(tmp_path):
-    env = {"RAGLINE_HOME": str(tmp_path / "nothing-here")}
+    env = {"RAGLINE_SERVICES_HOME": str(tmp_path / "nothing-here")}
     for args in (["docs", "list", "--tenant", "t"], ["job", "abc"], ["errors"]):
         run = _cli(*args, env=env, timeout=120)
         assert run.returncode == 4, (args, run.stderr)
@@ -152,7 +152,9 @@ def test_without_a_stack_commands_say_so_and_exit_4(tmp_path):
             f"error: no DATABASE_URL and the embedded Postgres is not up in {tmp_path / 'nothing-here'}"
             in said
         )
-        assert "run `ragline up`" in said and "RAGLINE_HOME" in said  # where it looked, and what to set
+        assert (
+            "run `ragline up`" in said and "RAGLINE_SERVICES_HOME" in said
+        )  # where it looked, and what to set
         assert "Traceback" not in run.stderr
     (tmp_path / "a.md").write_text("# A\n\nтекст", encoding="utf-8")
     run = _cli("ingest", str(tmp_path / "a.md"), "--tenant", "t", "--acl", "g", env=env, timeout=120)

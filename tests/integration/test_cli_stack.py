@@ -50,7 +50,7 @@ def _ours(home: Path) -> list[psutil.Process]:
             env = p.info["environ"] or {}
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if str(home) in cmd or env.get("RAGLINE_HOME") == str(home):
+        if str(home) in cmd or env.get("RAGLINE_SERVICES_HOME") == str(home):
             out.append(p)
     return out
 
@@ -121,11 +121,11 @@ def test_up_ingest_ask_down_leaves_nothing(tmp_path):
     (docs / "about.md").write_text("# О системе\n\nragline отвечает на вопросы со ссылками на документы.\n")
     env = {
         **os.environ,
-        "RAGLINE_HOME": str(home),
+        "RAGLINE_SERVICES_HOME": str(home),
         "RAGLINE_FLOWER_PORT": str(free_port()),
-        "RAGLINE_METRICS_PORT": str(_free_port_run(3)),
-        "RAGLINE_INGEST_CONCURRENCY": "1",
-        "RAGLINE_QUERY_CONCURRENCY": "1",
+        "RAGLINE_OPS_METRICS_PORT": str(_free_port_run(3)),
+        "RAGLINE_WORKERS_INGEST_CONCURRENCY": "1",
+        "RAGLINE_WORKERS_QUERY_CONCURRENCY": "1",
     }
 
     def run(*a, **kw):

@@ -31,7 +31,11 @@ K8S_VERSION = "1.33.0"
 PROJECT_VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 APP_UID = 10001
 RAGLINE_SERVICES = ("migrate", "ingest-worker", "query-worker", "control-worker", "beat", "flower")
-PROVIDER_KEYS = ("RAGLINE_VOYAGE_API_KEY", "RAGLINE_ANTHROPIC_API_KEY", "RAGLINE_OPENAI_API_KEY")
+PROVIDER_KEYS = (
+    "RAGLINE_PROVIDERS_VOYAGE_API_KEY",
+    "RAGLINE_PROVIDERS_ANTHROPIC_API_KEY",
+    "RAGLINE_PROVIDERS_OPENAI_API_KEY",
+)
 
 
 @pytest.fixture()
@@ -201,7 +205,7 @@ def test_compose_gives_each_component_only_its_secrets(compose_config, compose_v
         "RAGLINE_DB_PASSWORD": {"postgres", "migrate", "ingest-worker", "control-worker"},
         "RAGLINE_QUERY_DB_PASSWORD": {"postgres", "query-worker"},
         "REDIS_PASSWORD": {"redis", "beat", "flower", *workers},
-        "RAGLINE_METRICS_PASSWORD": {"prometheus", *workers},
+        "RAGLINE_OPS_METRICS_PASSWORD": {"prometheus", *workers},
         "RAGLINE_FLOWER_PASSWORD": {"flower"},
         **{key: {"ingest-worker", "query-worker"} for key in PROVIDER_KEYS},
     }
@@ -210,7 +214,7 @@ def test_compose_gives_each_component_only_its_secrets(compose_config, compose_v
     users = {
         (name, var): _url_user(svc["environment"][var])
         for name, svc in services.items()
-        for var in ("DATABASE_URL", "RAGLINE_QUERY_DATABASE_URL")
+        for var in ("DATABASE_URL", "RAGLINE_SERVICES_QUERY_DATABASE_URL")
         if var in svc.get("environment", {})
     }
     assert users == {
@@ -218,7 +222,7 @@ def test_compose_gives_each_component_only_its_secrets(compose_config, compose_v
         ("ingest-worker", "DATABASE_URL"): "ragline",
         ("control-worker", "DATABASE_URL"): "ragline",
         ("query-worker", "DATABASE_URL"): "ragline_query_login",
-        ("query-worker", "RAGLINE_QUERY_DATABASE_URL"): "ragline_query_login",
+        ("query-worker", "RAGLINE_SERVICES_QUERY_DATABASE_URL"): "ragline_query_login",
     }
     assert services["postgres"]["environment"]["POSTGRES_USER"] == "postgres"
     init = [v for v in services["postgres"]["volumes"] if "docker-entrypoint-initdb.d" in str(v)]
@@ -285,7 +289,9 @@ def test_dockerfile_runs_as_a_fixed_non_root_user():
     users = re.findall(r"^USER\s+(\S+)", text, re.M)
     assert users and users[-1] == f"{APP_UID}:{APP_UID}"
     assert f"--uid {APP_UID}" in text and f"--gid {APP_UID}" in text
-    assert re.search(r"HOME=/var/lib/ragline\b", text) and re.search(r"RAGLINE_HOME=/var/lib/ragline\b", text)
+    assert re.search(r"HOME=/var/lib/ragline\b", text) and re.search(
+        r"RAGLINE_SERVICES_HOME=/var/lib/ragline\b", text
+    )
 
 
 def test_dockerfile_passes_hadolint():
@@ -309,7 +315,7 @@ def test_entrypoint_refuses_to_serve_without_its_password(tmp_path):
         )
         (fake / tool).chmod(0o755)
     log = tmp_path / "log"
-    base = {"PATH": f"{fake}:/usr/bin:/bin", "RAGLINE_HOME": str(tmp_path / "home"), "LOG": str(log)}
+    base = {"PATH": f"{fake}:/usr/bin:/bin", "RAGLINE_SERVICES_HOME": str(tmp_path / "home"), "LOG": str(log)}
 
     def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -319,7 +325,7 @@ def test_entrypoint_refuses_to_serve_without_its_password(tmp_path):
     out = run(base, "flower")
     assert out.returncode != 0 and "RAGLINE_FLOWER_PASSWORD" in out.stderr
     out = run(base, "worker", "query")
-    assert out.returncode != 0 and "RAGLINE_METRICS_PASSWORD" in out.stderr
+    assert out.returncode != 0 and "RAGLINE_OPS_METRICS_PASSWORD" in out.stderr
     assert not log.exists(), "nothing was started"
 
     pw = secrets.token_hex(8)
@@ -420,9 +426,9 @@ def test_k8s_secrets_are_split_per_component():
             assert not any("secretRef" in e for e in c.get("envFrom", [])), (name, c["name"])
             refs[name] = refs.get(name, set()) | _secret_refs(c)
     owner_db = {("ragline-db-owner", "DATABASE_URL")}
-    query_db = {("ragline-db-query", "RAGLINE_QUERY_DATABASE_URL")}
+    query_db = {("ragline-db-query", "RAGLINE_SERVICES_QUERY_DATABASE_URL")}
     redis = {("ragline-redis", "REDIS_URL")}
-    metrics = {("ragline-metrics", "RAGLINE_METRICS_PASSWORD")}
+    metrics = {("ragline-metrics", "RAGLINE_OPS_METRICS_PASSWORD")}
     providers = {("ragline-providers", k) for k in PROVIDER_KEYS}
     assert refs == {
         # writers know the query pool's servers: they wait for its replicas to replay what they revoke
@@ -436,7 +442,7 @@ def test_k8s_secrets_are_split_per_component():
     # the query pod's DATABASE_URL is the read-only login too: it never sees the owner's URL
     query = _pod_spec(_workloads()["ragline-query-worker"])["containers"][0]
     by_var = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in query["env"] if "valueFrom" in e}
-    assert by_var["DATABASE_URL"] == by_var["RAGLINE_QUERY_DATABASE_URL"] == "ragline-db-query"
+    assert by_var["DATABASE_URL"] == by_var["RAGLINE_SERVICES_QUERY_DATABASE_URL"] == "ragline-db-query"
     # KEDA authenticates to Redis with the Redis secret alone
     auth = next(d for _, d in _manifests() if d["kind"] == "TriggerAuthentication")
     assert [(r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]] == [
@@ -467,12 +473,12 @@ def test_create_secrets_script_creates_what_the_manifests_reference(tmp_path):
     (fake / "kubectl").chmod(0o755)
     log = tmp_path / "kubectl.log"
     values = {
-        "RAGLINE_DATABASE_URL": f"postgresql://ragline:{secrets.token_hex(8)}@db:5432/ragline",
-        "RAGLINE_QUERY_DATABASE_URL": f"postgresql://ragline_query_login:{secrets.token_hex(8)}@db:5432/ragline",
+        "RAGLINE_SERVICES_DATABASE_URL": f"postgresql://ragline:{secrets.token_hex(8)}@db:5432/ragline",
+        "RAGLINE_SERVICES_QUERY_DATABASE_URL": f"postgresql://ragline_query_login:{secrets.token_hex(8)}@db:5432/ragline",
         "REDIS_PASSWORD": secrets.token_hex(8),
-        "RAGLINE_METRICS_PASSWORD": secrets.token_hex(8),
+        "RAGLINE_OPS_METRICS_PASSWORD": secrets.token_hex(8),
         "RAGLINE_FLOWER_PASSWORD": secrets.token_hex(8),
-        "RAGLINE_VOYAGE_API_KEY": secrets.token_hex(8),
+        "RAGLINE_PROVIDERS_VOYAGE_API_KEY": secrets.token_hex(8),
     }
     env = {"PATH": f"{fake}:/usr/bin:/bin", "KUBECTL_LOG": str(log), "TMPDIR": str(tmp_path)}
     script = str(DEPLOY / "k8s" / "create-secrets.sh")
@@ -494,10 +500,14 @@ def test_create_secrets_script_creates_what_the_manifests_reference(tmp_path):
         for e in entries
         if "applied" in e
     }
-    assert created["ragline-db-owner"] == {"DATABASE_URL": values["RAGLINE_DATABASE_URL"]}
-    assert created["ragline-db-query"] == {"RAGLINE_QUERY_DATABASE_URL": values["RAGLINE_QUERY_DATABASE_URL"]}
+    assert created["ragline-db-owner"] == {"DATABASE_URL": values["RAGLINE_SERVICES_DATABASE_URL"]}
+    assert created["ragline-db-query"] == {
+        "RAGLINE_SERVICES_QUERY_DATABASE_URL": values["RAGLINE_SERVICES_QUERY_DATABASE_URL"]
+    }
     assert created["ragline-redis"]["REDIS_URL"].startswith(f"redis://:{values['REDIS_PASSWORD']}@")
-    assert created["ragline-providers"] == {"RAGLINE_VOYAGE_API_KEY": values["RAGLINE_VOYAGE_API_KEY"]}
+    assert created["ragline-providers"] == {
+        "RAGLINE_PROVIDERS_VOYAGE_API_KEY": values["RAGLINE_PROVIDERS_VOYAGE_API_KEY"]
+    }
     referenced = set()
     optional = set()
     for doc in _workloads().values():
@@ -745,7 +755,7 @@ def test_prometheus_scrapes_every_pool_with_auth():
     ports = {j["dns_sd_configs"][0]["port"] for j in jobs.values()}
     assert ports == {9540, 9541, 9542}
     assert all(j["basic_auth"]["username"] == "metrics" for j in jobs.values())
-    # the password file is the one compose writes to a tmpfs from RAGLINE_METRICS_PASSWORD
+    # the password file is the one compose writes to a tmpfs from RAGLINE_OPS_METRICS_PASSWORD
     compose = yaml.safe_load(_compose_file_text())["services"]["prometheus"]
     for job in jobs.values():
         path = job["basic_auth"]["password_file"]
@@ -789,7 +799,9 @@ def test_every_launcher_starts_workers_through_ragline_worker(monkeypatch):
     # nothing in deploy/ silently replaces the settings that shape a worker process
     config = next(d for _, d in _manifests() if d["kind"] == "ConfigMap")["data"]
     overridden = [
-        k for k in config if k.endswith("_CONCURRENCY") or k in ("OMP_NUM_THREADS", "RAGLINE_QUERY_POOL")
+        k
+        for k in config
+        if k.endswith("_CONCURRENCY") or k in ("OMP_NUM_THREADS", "RAGLINE_WORKERS_QUERY_POOL")
     ]
     assert overridden == []
     assert "OMP_NUM_THREADS" not in (DEPLOY / "Dockerfile").read_text()

@@ -1,4 +1,4 @@
-"""`RAGLINE_PG_SHARED_BUFFERS`: the embedded PostgreSQL runs with it (by default a quarter of the
+"""`RAGLINE_SERVICES_PG_SHARED_BUFFERS`: the embedded PostgreSQL runs with it (by default a quarter of the
 machine's memory, at most 4GB): a server `start_postgres` starts is restarted once when it lacks it
 (shared memory is sized at start); a running server it adopts is never restarted under its workers."""
 
@@ -35,11 +35,11 @@ if os.environ.get("STOP"):
 
 
 def _start(home: Path, buffers: str | None, stop: bool = False) -> dict:
-    env = {**os.environ, "RAGLINE_HOME": str(home), "STOP": "1" if stop else ""}
-    env.pop("RAGLINE_PG_SHARED_BUFFERS", None)
+    env = {**os.environ, "RAGLINE_SERVICES_HOME": str(home), "STOP": "1" if stop else ""}
+    env.pop("RAGLINE_SERVICES_PG_SHARED_BUFFERS", None)
     if buffers:
-        env["RAGLINE_PG_SHARED_BUFFERS"] = buffers
-    for var in ("DATABASE_URL", "RAGLINE_DATABASE_URL"):
+        env["RAGLINE_SERVICES_PG_SHARED_BUFFERS"] = buffers
+    for var in ("DATABASE_URL", "RAGLINE_SERVICES_DATABASE_URL"):
         env.pop(var, None)
     run = subprocess.run(
         [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=180

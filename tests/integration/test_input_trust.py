@@ -348,13 +348,13 @@ def test_hostile_documents_fail_alone_with_readable_errors(
     prefix = default_source_name(folder)
     errors = {k.removeprefix(f"{prefix}/"): v for k, v in _errors(tenant).items()}
     assert errors == {
-        "pages.pdf": "parse: PDF refused: more than 3 pages (RAGLINE_PDF_MAX_PAGES)",
-        "bomb.pdf": "parse: PDF refused: a stream inflates past 1048576 bytes (RAGLINE_PDF_MAX_STREAM_BYTES)",
+        "pages.pdf": "parse: PDF refused: more than 3 pages (RAGLINE_INGEST_PDF_MAX_PAGES)",
+        "bomb.pdf": "parse: PDF refused: a stream inflates past 1048576 bytes (RAGLINE_INGEST_PDF_MAX_STREAM_BYTES)",
         "xml.docx": errors["xml.docx"],
     }
     assert (
         errors["xml.docx"].startswith("parse: DOCX refused: XML parts inflate to")
-        and "RAGLINE_DOCX_MAX_XML_BYTES" in errors["xml.docx"]
+        and "RAGLINE_INGEST_DOCX_MAX_XML_BYTES" in errors["xml.docx"]
     )
     with db.connection() as c:
         ready = c.execute(

@@ -26,11 +26,11 @@ def test_make_run_stops_only_the_stack_it_started(tmp_path):
     shutil.copy(REPO / "docs" / "architecture.md", docs)  # answers the demo's three questions
     env = {
         **os.environ,
-        "RAGLINE_HOME": str(home),
+        "RAGLINE_SERVICES_HOME": str(home),
         "RAGLINE_FLOWER_PORT": str(free_port()),
-        "RAGLINE_METRICS_PORT": str(_free_port_run(3)),
-        "RAGLINE_INGEST_CONCURRENCY": "1",
-        "RAGLINE_QUERY_CONCURRENCY": "1",
+        "RAGLINE_OPS_METRICS_PORT": str(_free_port_run(3)),
+        "RAGLINE_WORKERS_INGEST_CONCURRENCY": "1",
+        "RAGLINE_WORKERS_QUERY_CONCURRENCY": "1",
     }
     env.pop("XDG_RUNTIME_DIR", None)  # as in containers and ssh sessions: no warning about it
     env.pop("MAKEFLAGS", None)

@@ -20,9 +20,9 @@ def ops_settings(stack, monkeypatch):
     from ragline.shared.services import free_port
     from ragline.shared.settings import get_settings, reset_settings
 
-    monkeypatch.setenv("RAGLINE_METRICS_PORT", str(free_port()))
+    monkeypatch.setenv("RAGLINE_OPS_METRICS_PORT", str(free_port()))
     monkeypatch.setenv("RAGLINE_FLOWER_PORT", str(free_port()))
-    monkeypatch.setenv("RAGLINE_METRICS_PASSWORD", "m-pass-ops")
+    monkeypatch.setenv("RAGLINE_OPS_METRICS_PASSWORD", "m-pass-ops")
     monkeypatch.setenv("RAGLINE_FLOWER_PASSWORD", "f-pass-ops")
     reset_settings()
     yield get_settings()

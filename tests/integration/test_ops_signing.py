@@ -62,14 +62,14 @@ def test_signed_worker_accepts_signed_and_refuses_unsigned_or_foreign(stack, tmp
     rogue_dir.mkdir()
     rogue_key, rogue_cert = self_signed(rogue_dir, "ragline-chat")  # a role name proves nothing unsigned
     signed = {
-        "RAGLINE_SIGNING_KEY_FILE": str(key),
-        "RAGLINE_SIGNING_CERT_FILE": str(cert),
-        "RAGLINE_SIGNING_CERT_STORE": str(store),
+        "RAGLINE_OPS_SIGNING_KEY_FILE": str(key),
+        "RAGLINE_OPS_SIGNING_CERT_FILE": str(cert),
+        "RAGLINE_OPS_SIGNING_CERT_STORE": str(store),
     }
     rogue = {
-        "RAGLINE_SIGNING_KEY_FILE": str(rogue_key),
-        "RAGLINE_SIGNING_CERT_FILE": str(rogue_cert),
-        "RAGLINE_SIGNING_CERT_STORE": str(rogue_dir),
+        "RAGLINE_OPS_SIGNING_KEY_FILE": str(rogue_key),
+        "RAGLINE_OPS_SIGNING_CERT_FILE": str(rogue_cert),
+        "RAGLINE_OPS_SIGNING_CERT_STORE": str(rogue_dir),
     }
 
     worker = start_pool(stack, "query", concurrency=1, env=signed)

@@ -6,7 +6,7 @@ chat backend's key asks questions but its ingest, ACL and Celery canvas tasks ar
 failed result, a log line and a metric, and the worker keeps serving. Unsigned messages and
 certificates without a role are refused too.
 
-Results stay in Redis ``RAGLINE_RESULT_EXPIRES_S`` at most, and the client deletes one as soon as it
+Results stay in Redis ``RAGLINE_OPS_RESULT_EXPIRES_S`` at most, and the client deletes one as soon as it
 has read it.
 
 Producers run in subprocesses: ``setup_security`` changes kombu's global serializer registry, which
@@ -67,9 +67,9 @@ def make_keys(folder: Path, extra: tuple[str, ...] = ()) -> dict[str, dict[str, 
         key, cert = self_signed(store, cn)
         key = key.rename(keys / key.name)
         out[cn.removeprefix("ragline-")] = {
-            "RAGLINE_SIGNING_KEY_FILE": str(key),
-            "RAGLINE_SIGNING_CERT_FILE": str(cert),
-            "RAGLINE_SIGNING_CERT_STORE": str(store),
+            "RAGLINE_OPS_SIGNING_KEY_FILE": str(key),
+            "RAGLINE_OPS_SIGNING_CERT_FILE": str(cert),
+            "RAGLINE_OPS_SIGNING_CERT_STORE": str(store),
         }
     return out
 
@@ -81,7 +81,11 @@ def produce(env: dict, sends: list[dict], timeout: float = 180, script: str = PR
     from ragline.shared.settings import get_settings
 
     full = {**child_env(get_settings()), **env}
-    for name in ("RAGLINE_SIGNING_KEY_FILE", "RAGLINE_SIGNING_CERT_FILE", "RAGLINE_SIGNING_CERT_STORE"):
+    for name in (
+        "RAGLINE_OPS_SIGNING_KEY_FILE",
+        "RAGLINE_OPS_SIGNING_CERT_FILE",
+        "RAGLINE_OPS_SIGNING_CERT_STORE",
+    ):
         if name not in env:
             full.pop(name, None)
     out = subprocess.run(
@@ -132,7 +136,7 @@ def test_each_role_sends_only_its_tasks_and_the_worker_stays_up(stack, tmp_path,
 
     keys = make_keys(tmp_path, extra=("someone",))
     reset_dir(metrics_dir(stack, "query"))
-    worker = start_pool(stack, "query", env={**keys["worker"], "RAGLINE_WORKER_WARMUP": "false"})
+    worker = start_pool(stack, "query", env={**keys["worker"], "RAGLINE_WORKERS_WARMUP": "false"})
     try:
         wait_log(worker, " ready.")  # pings are unsigned JSON: a signed worker refuses them
         q = worker.queue
@@ -224,7 +228,7 @@ def test_results_expire_by_the_setting_and_the_client_forgets_what_it_read(stack
     from ragline.shared.client import RaglineClient, RaglineError
 
     worker = start_pool(
-        stack, "query", env={"RAGLINE_RESULT_EXPIRES_S": "45", "RAGLINE_WORKER_WARMUP": "false"}
+        stack, "query", env={"RAGLINE_OPS_RESULT_EXPIRES_S": "45", "RAGLINE_WORKERS_WARMUP": "false"}
     )
     r = redis.Redis.from_url(stack.effective_redis_url())
     try:

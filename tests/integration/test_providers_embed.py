@@ -134,9 +134,9 @@ print(json.dumps({"errors": errors}))
 def _run_processes(srv, cap: int, n_texts: int, procs: int = 3) -> list[dict]:
     env = {
         **os.environ,
-        "RAGLINE_EMBEDDER": "voyage",
-        "RAGLINE_VOYAGE_BASE_URL": srv.url + "/v1",
-        "RAGLINE_VOYAGE_API_KEY": "test-key",
+        "RAGLINE_EMBED_PROVIDER": "voyage",
+        "RAGLINE_PROVIDERS_VOYAGE_BASE_URL": srv.url + "/v1",
+        "RAGLINE_PROVIDERS_VOYAGE_API_KEY": "test-key",
         "RAGLINE_EMBED_BATCH_SIZE": "4",
         "RAGLINE_EMBED_MAX_IN_FLIGHT": str(cap),
     }

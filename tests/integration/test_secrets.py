@@ -83,8 +83,8 @@ def test_metrics_endpoint_answers_to_the_generated_password_only(stack, monkeypa
     from ragline.shared.services import free_port
     from ragline.shared.settings import get_settings, reset_settings
 
-    monkeypatch.setenv("RAGLINE_METRICS_PORT", str(free_port()))
-    monkeypatch.delenv("RAGLINE_METRICS_PASSWORD", raising=False)
+    monkeypatch.setenv("RAGLINE_OPS_METRICS_PORT", str(free_port()))
+    monkeypatch.delenv("RAGLINE_OPS_METRICS_PASSWORD", raising=False)
     reset_settings()
     s = get_settings()
     reset_dir(metrics_dir(s, "control"))
@@ -160,9 +160,9 @@ def test_metrics_server_refuses_a_weak_password_beyond_loopback(stack, password)
     env = {
         **child_env(stack),
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(stack, "query")),
-        "RAGLINE_METRICS_HOST": "0.0.0.0",
-        "RAGLINE_METRICS_PORT": str(port - 1),  # the query pool's endpoint is base + 1
-        "RAGLINE_METRICS_PASSWORD": password,
+        "RAGLINE_OPS_METRICS_HOST": "0.0.0.0",
+        "RAGLINE_OPS_METRICS_PORT": str(port - 1),  # the query pool's endpoint is base + 1
+        "RAGLINE_OPS_METRICS_PASSWORD": password,
     }
     out = subprocess.run(
         [sys.executable, "-m", "ragline.shared.metrics_server", "query"],

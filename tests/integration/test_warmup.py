@@ -106,9 +106,9 @@ def test_solo_query_processes_warm_and_answer_with_a_remote_embedder(stack, use_
         )
         assert stored.status == "stored"
         env = {
-            "RAGLINE_EMBEDDER": "voyage",
-            "RAGLINE_VOYAGE_BASE_URL": srv.url + "/v1",
-            "RAGLINE_VOYAGE_API_KEY": "test-key",
+            "RAGLINE_EMBED_PROVIDER": "voyage",
+            "RAGLINE_PROVIDERS_VOYAGE_BASE_URL": srv.url + "/v1",
+            "RAGLINE_PROVIDERS_VOYAGE_API_KEY": "test-key",
         }
         first = start_pool(settings, "query", env=env)
         second = start_pool(settings, "query", env=env, queue=first.queue, spec_name="worker-query-2")

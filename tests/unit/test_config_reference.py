@@ -20,7 +20,7 @@ def test_reference_table_in_docs_is_current():
 
 
 def test_effective_settings_mask_secrets(monkeypatch):
-    monkeypatch.setenv("RAGLINE_VOYAGE_API_KEY", "pa-very-secret-key")
+    monkeypatch.setenv("RAGLINE_PROVIDERS_VOYAGE_API_KEY", "pa-very-secret-key")
     shown = effective(Settings())
     assert shown["providers"]["voyage_api_key"] == "***"
     assert "pa-very-secret-key" not in str(shown)

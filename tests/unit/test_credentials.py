@@ -156,7 +156,7 @@ def test_secrets_check_exits_1_for_a_weak_password_beyond_loopback(tmp_path, mon
     from ragline.cli import app as cli
     from ragline.shared.settings import reset_settings
 
-    monkeypatch.setenv("RAGLINE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RAGLINE_SERVICES_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RAGLINE_FLOWER_HOST", "0.0.0.0")
     for password, code in (("ragline-admin", 1), ("", 1), ("Zq8-long-random-value-x", 0)):
         monkeypatch.setenv("RAGLINE_FLOWER_PASSWORD", password)

@@ -152,13 +152,13 @@ def test_content_rules_binary_minified_generated():
 
 @pytest.fixture()
 def configured(monkeypatch):
-    """Configure git sources (``RAGLINE_SOURCES``): the repositories a source's tenant may open
+    """Configure git sources (``RAGLINE_LIFECYCLE_SOURCES``): the repositories a source's tenant may open
     without the database (``roots.admit_repository``)."""
     from ragline.shared.settings import reset_settings
 
     def apply(*specs: SourceSpec) -> None:
         raw = [s.model_dump(mode="json", exclude_defaults=True) | {"kind": s.kind} for s in specs]
-        monkeypatch.setenv("RAGLINE_SOURCES", json.dumps(raw))
+        monkeypatch.setenv("RAGLINE_LIFECYCLE_SOURCES", json.dumps(raw))
         reset_settings()
 
     yield apply

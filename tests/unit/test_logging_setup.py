@@ -15,7 +15,7 @@ from ragline.shared import logging_setup
 def captured(monkeypatch):
     from ragline.shared.settings import reset_settings
 
-    monkeypatch.setenv("RAGLINE_VOYAGE_API_KEY", "pa-SECRET-voyage-0123456789")
+    monkeypatch.setenv("RAGLINE_PROVIDERS_VOYAGE_API_KEY", "pa-SECRET-voyage-0123456789")
     monkeypatch.setenv("RAGLINE_FLOWER_PASSWORD", "flower-pw-42")
     reset_settings()
     buf = io.StringIO()

@@ -77,7 +77,7 @@ def test_a_stack_that_is_not_starting_is_reported_at_once_with_where_it_looked(t
     with pytest.raises(StackNotUp) as err:
         settings.effective_redis_url()
     assert err.value.runtime_file == (tmp_path / "home").resolve() / "runtime.json"
-    assert str((tmp_path / "home").resolve()) in str(err.value) and "RAGLINE_HOME" in str(err.value)
+    assert str((tmp_path / "home").resolve()) in str(err.value) and "RAGLINE_SERVICES_HOME" in str(err.value)
 
 
 def test_a_half_written_file_of_an_older_writer_reads_as_empty(tmp_path):

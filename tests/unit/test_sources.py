@@ -92,7 +92,7 @@ class _Site(BaseHTTPRequestHandler):
 @pytest.fixture()
 def site(monkeypatch):
     # the site is on 127.0.0.1: fetching it needs an explicit allowance
-    monkeypatch.setenv("RAGLINE_FETCH_ALLOW_PRIVATE", "true")
+    monkeypatch.setenv("RAGLINE_INGEST_FETCH_ALLOW_PRIVATE", "true")
     reset_settings()
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Site)
     srv.daemon_threads = True

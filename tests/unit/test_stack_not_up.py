@@ -2,7 +2,7 @@
 
 Every case runs in a fresh interpreter with a private, empty ragline home: the producer clients and
 the CLI resolve the broker the same way (``client_urls`` / ``reload_app`` -> ``effective_redis_url``),
-so the matrix is entry point (sync client, asyncio client, a command) x variable (none, RAGLINE_HOME
+so the matrix is entry point (sync client, asyncio client, a command) x variable (none, RAGLINE_SERVICES_HOME
 pointing at an empty home)."""
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ except Exception as exc:
 
 def _env(home: Path | None, cwd: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith(("REDIS_URL", "DATABASE_URL"))}
-    env.pop("RAGLINE_HOME", None)
+    env.pop("RAGLINE_SERVICES_HOME", None)
     if home is not None:
-        env["RAGLINE_HOME"] = str(home)
+        env["RAGLINE_SERVICES_HOME"] = str(home)
     env["RAGLINE_SERVICES_STACK_CHANGE_WAIT_S"] = "0"
     return env
 
 
 @pytest.mark.parametrize("cls", ["RaglineClient", "AsyncRaglineClient"])
-@pytest.mark.parametrize("private_home", [True, False], ids=["RAGLINE_HOME", "default-home"])
+@pytest.mark.parametrize("private_home", [True, False], ids=["RAGLINE_SERVICES_HOME", "default-home"])
 def test_a_client_without_a_stack_raises_unavailable_naming_where_it_looked(tmp_path, cls, private_home):
     home = tmp_path / "home" if private_home else None
     looked = (home or tmp_path / ".ragline").resolve() / "runtime.json"
@@ -57,8 +57,8 @@ def test_a_client_without_a_stack_raises_unavailable_naming_where_it_looked(tmp_
     assert got["connection"] is True  # a chat backend's `except ConnectionError` catches it too
     detail = got["detail"]
     assert detail["runtime_file"] == str(looked) and detail["what"] == "broker"
-    assert "REDIS_URL" in detail["variables"] and "RAGLINE_HOME" in detail["variables"]
-    assert str(looked.parent) in detail["message"] and "RAGLINE_HOME" in detail["message"]
+    assert "REDIS_URL" in detail["variables"] and "RAGLINE_SERVICES_HOME" in detail["variables"]
+    assert str(looked.parent) in detail["message"] and "RAGLINE_SERVICES_HOME" in detail["message"]
 
 
 def test_a_command_without_a_stack_exits_4_naming_where_it_looked(tmp_path):
@@ -84,4 +84,4 @@ def test_a_command_without_a_stack_exits_4_naming_where_it_looked(tmp_path):
     )
     assert out.returncode == 4, out.stdout + out.stderr
     text = " ".join(out.stderr.split())
-    assert str(home.resolve()) in text and "REDIS_URL" in text and "RAGLINE_HOME" in text
+    assert str(home.resolve()) in text and "REDIS_URL" in text and "RAGLINE_SERVICES_HOME" in text
