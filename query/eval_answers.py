@@ -42,6 +42,7 @@ from ragline.query import grounding
 from ragline.query.extractive import question_terms, stems
 from ragline.query.language import script_of
 from ragline.query.prompt import x
+from ragline.query.texts import framing_lines
 
 KINDS = (
     "definition",
@@ -412,7 +413,8 @@ def faithfulness(answer: str, passages: Sequence[Passage], judge: str, call=None
     the passage numbered n; None when the answer has no sentence to judge."""
     by_n = {p.n: p.text for p in passages}
     texts = [by_n.get(i, "") for i in range(1, max(by_n, default=0) + 1)]
-    g = grounding.check(answer, texts, judge, 0.5, call)
+    # the extractive answer's framing (its code answer's place) is ragline's speech, not a claim
+    g = grounding.check(answer, texts, judge, 0.5, call, framing_lines(answer))
     return round(g.support, 3) if g.claims else None
 
 

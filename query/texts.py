@@ -31,8 +31,6 @@ TEXTS: dict[str, dict[str, str]] = {
     "code_symbol": {"ru": ", `{symbol}`", "en": ", `{symbol}`"},
     # quotes in another language than the question's
     "quoted_in": {"ru": "Из документации ({language}):", "en": "From the documentation ({language}):"},
-    # one side of a comparison, before its quotes
-    "aspect": {"ru": "{aspect}:", "en": "{aspect}:"},
 }
 
 #: the documents' language as the framing names it, in the question's language
@@ -87,3 +85,22 @@ def is_refusal(answer: str) -> bool:
     """An empty answer, or one holding a refusal of any language (a chat model told to answer
     :func:`no_answer` may echo it inside a sentence of its own)."""
     return not answer.strip() or any(r in answer for r in _REFUSALS)
+
+
+#: the framing texts, as patterns of the lines they render (a placeholder matches any text, a
+#: citation marker and the colon announcing a quote may follow)
+_FRAMING_KEYS = ("code_place", "quoted_in")
+
+
+def _framing_pattern(form: str) -> re.Pattern[str]:
+    body = re.sub(r"\\\{\w+\\\}", ".*?", re.escape(form))
+    return re.compile(rf"^{body}(?:\s*\[\d{{1,3}}\])*:?$")
+
+
+_FRAMING = [_framing_pattern(form) for key in _FRAMING_KEYS for form in TEXTS[key].values()]
+
+
+def framing_lines(answer: str) -> list[str]:
+    """The lines of an answer that are ragline's framing around quotes (a code answer's place,
+    "From the documentation (in Russian):"): a judge of the answer's claims skips them."""
+    return [line for line in answer.splitlines() if any(p.match(line.strip()) for p in _FRAMING)]

@@ -134,6 +134,9 @@ def test_a_where_question_over_code_gets_the_place_and_the_lines():
     assert [line.strip() for line in code] == [line.strip() for line in original]
     g = grounded(ex, hits)
     assert any(c.code for c in g.claims) and all(c.cites == [1] for c in g.claims)
+    # a judge holding only the response (the answer eval) finds the same framing in the text
+    assert texts.framing_lines(ex.text) == ex.framing
+    assert texts.framing_lines("It is raining today. [1]\nCookies: [1]") == []
 
 
 def test_a_parameter_question_quotes_the_signature_and_the_docstring_field():
