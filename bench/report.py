@@ -140,16 +140,49 @@ def _cell(x: object) -> str:
     return f"{x:.3f}" if isinstance(x, float) else str(x)
 
 
+def _answer_row(name: str, d: dict) -> str:
+    """One ``ragline eval --answers`` result: the verdicts, the confident-wrong answers, the
+    citations, the key facts and the generation metrics over all its questions."""
+    t, meta = d["total"], d.get("meta", {})
+
+    def of(a: int, b: int) -> str:
+        return f"{a}/{b}"
+
+    row = [
+        of(t["right"], t["n"]),
+        of(t["answerable_right"], t["answerable"]),
+        of(t["unanswerable_right"], t["unanswerable"]),
+        of(t["no_answer_on_answerable"], t["answerable"]),
+        t["confident_wrong"],
+        None if t["cited_ok_pct"] is None else f"{t['cited_ok_pct']:.0f}",
+        t["mean_facts"],
+        t.get("faithfulness"),
+        t.get("context_precision"),
+        t.get("context_recall"),
+        meta.get("generator", "?"),
+    ]
+    return f"| `{name}` | " + " | ".join("-" if x is None else _cell(x) for x in row) + " |"
+
+
 def eval_summary(results: Path = common.RESULTS) -> str:
     """One row per mode of every ``ragline eval`` result in ``bench/results/eval-*.json``: the
-    retrieval sets (recall, MRR, nDCG, fail@20) with the fusion they ran, then the code sets."""
+    retrieval sets (recall, MRR, nDCG, fail@20) with the fusion they ran, then the code sets, then
+    one row per answer eval (``--answers``)."""
     prose = [
         "| result | mode | recall@10 | MRR@10 | nDCG@10 | fail@20 | n | fusion | lexical rank |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     code = ["| result | mode | acc@1 | acc@5 | recall@10 | MRR | n |", "|---|---|---|---|---|---|---|"]
+    answers = [
+        "| answer eval | right | answerable right | unanswerable refused | no answer (answerable)"
+        " | confident wrong | cited ok % | facts | faithfulness | context precision | context recall | generator |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for path in sorted(results.glob("eval-*.json")):
         d = json.loads(path.read_text())
+        if isinstance(d.get("by_kind"), dict) and isinstance(d.get("total"), dict):
+            answers.append(_answer_row(path.name, d))
+            continue
         modes, meta = d.get("modes"), d.get("meta", {})
         if not isinstance(modes, dict):
             continue  # a sweep: its own note and rows
@@ -167,7 +200,7 @@ def eval_summary(results: Path = common.RESULTS) -> str:
             elif "acc@1" in m:
                 row = [m["acc@1"], m["acc@5"], m["recall@10"], m["mrr"], m["n"]]
                 code.append(f"| `{path.name}` | {mode} | " + " | ".join(map(_cell, row)) + " |")
-    return "\n".join([*prose, "", *code])
+    return "\n".join([*prose, "", *code, *(["", *answers] if len(answers) > 2 else [])])
 
 
 START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"

@@ -22,6 +22,39 @@ def test_the_evaluation_page_lists_every_kept_eval_result():
     assert block.strip() == eval_summary().strip(), "run `python -m bench.report --docs`"
     retrieval = {p.name for p in common.RESULTS.glob("eval-*.json") if _retrieval_result(p)}
     assert retrieval and all(f"`{name}`" in block for name in retrieval)
+    answers = {p.name for p in common.RESULTS.glob("eval-*.json") if _answer_result(p)}
+    assert all(f"`{name}`" in block for name in answers)
+
+
+def test_an_answer_eval_result_is_a_row_of_its_own(tmp_path):
+    total = {
+        "n": 40,
+        "right": 10,
+        "answerable": 36,
+        "answerable_right": 9,
+        "unanswerable": 4,
+        "unanswerable_right": 1,
+        "no_answer_on_answerable": 3,
+        "confident_wrong": 25,
+        "cited_ok_pct": 80.0,
+        "mean_facts": 0.3,
+        "faithfulness": 1.0,
+        "context_precision": 0.7,
+        "context_recall": None,
+    }
+    result = {"total": total, "by_kind": {}, "meta": {"generator": "extractive"}}
+    (tmp_path / "eval-answers-x.json").write_text(json.dumps(result))
+    block = eval_summary(tmp_path)
+    row = next(line for line in block.splitlines() if "eval-answers-x.json" in line)
+    assert (
+        row
+        == "| `eval-answers-x.json` | 10/40 | 9/36 | 1/4 | 3/36 | 25 | 80 | 0.300 | 1.000 | 0.700 | - | extractive |"
+    )
+
+
+def _answer_result(path) -> bool:
+    d = json.loads(path.read_text())
+    return isinstance(d.get("by_kind"), dict) and isinstance(d.get("total"), dict)
 
 
 def _retrieval_result(path) -> bool:
