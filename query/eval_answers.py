@@ -273,7 +273,7 @@ def verdict(row: dict) -> str:
 def generator_calls(resp: dict) -> int:
     """Chat-model calls one answer cost, read from its trace: the answer (a failed attempt too),
     the extra self-consistency samples, the groundedness judge, one squeeze per squeezed passage,
-    the multi-query and HyDE transforms and the agentic planner's rounds. The extractive generator
+    the router's sub-queries, the multi-query and HyDE transforms and the agentic planner's rounds. The extractive generator
     and the offline judges cost none. A trace that counts its calls itself
     (``trace.cost.generator_calls``) is taken at its word."""
     if not isinstance(resp, dict):
@@ -292,7 +292,15 @@ def generator_calls(resp: dict) -> int:
     g = trace.get("grounding") or {}
     calls += int(g.get("judge") == "generator" or any(r.startswith("grounding:") for r in reasons))
     calls += sum("squeezed_tokens" in p for p in (trace.get("context") or {}).get("passages") or [])
-    calls += int(len(trace.get("queries") or []) > 1) + int(bool(trace.get("hyde")))
+    # the router's sub-queries come from rules offline; with a chat model it is asked to write them
+    # for a question the rules found complex (a failed call leaves a "router:" reason)
+    router = trace.get("router") or {}
+    decomposed = router.get("route") == "decompose"
+    calls += int(chat and decomposed) + sum(r.startswith("router:") for r in reasons)
+    # the multi-query transform (a chat model's paraphrases): queries beyond the question and the router's
+    sub = set(router.get("queries") or []) if decomposed else set()
+    calls += int(chat and any(q not in sub for q in (trace.get("queries") or [])[1:]))
+    calls += int(bool(trace.get("hyde")))
     if chat and trace.get("agentic"):
         calls += int(trace["agentic"].get("rounds") or 0)
     return calls

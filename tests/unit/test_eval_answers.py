@@ -266,6 +266,20 @@ def test_generator_calls_are_read_from_the_trace():
     assert ev.generator_calls(failed) == 2  # the failed answer call and the failed judge call
     agentic = {"answer": "a", "trace": {"generator": {"generator": "openai"}, "agentic": {"rounds": 3}}}
     assert ev.generator_calls(agentic) == 4
+    # the router's rules decompose a comparison offline: no call; with a chat model, one for the sub-queries
+    offline = {
+        "answer": "a",
+        "trace": {
+            "generator": {"generator": "extractive"},
+            "router": {"route": "decompose", "queries": ["v-if", "v-show"]},
+            "queries": ["Чем v-if отличается от v-show?", "v-if", "v-show"],
+        },
+    }
+    assert ev.generator_calls(offline) == 0
+    routed = {"answer": "a", "trace": {**offline["trace"], "generator": {"generator": "anthropic"}}}
+    assert ev.generator_calls(routed) == 2  # the sub-queries and the answer
+    paraphrased = {"answer": "a", "trace": {**routed["trace"], "queries": [*routed["trace"]["queries"], "p"]}}
+    assert ev.generator_calls(paraphrased) == 3  # and the multi-query transform
     # a trace that counts its own calls (a router, sub-searches) is taken at its word
     counted = {"answer": "a", "trace": {**agentic["trace"], "cost": {"generator_calls": 7}}}
     assert ev.generator_calls(counted) == 7
