@@ -46,6 +46,13 @@ def _headline(name: str, raw: dict) -> str:
                 f" {v['query_queue']['p50_ms']:g}/{v['query_queue']['p95_ms']:g} ms, recall@10 {v['recall_at_10']:g}"
                 for k, v in raw["scenarios"].items()
             ]
+            bare = [
+                f"{k} queue − direct p95 {v['queue_overhead']['overhead_p95_ms']:g} ms against a bare Celery"
+                f" round trip p95 of {v['queue_overhead']['bare_celery_p95_ms']:g} ms"
+                for k, v in raw["scenarios"].items()
+                if "queue_overhead" in v
+            ]
+            parts += bare
             rt = raw.get("queue_round_trip_without_sql")
             if rt:
                 parts.append(f"Celery round trip without SQL {rt['p50_ms']:g}/{rt['p95_ms']:g} ms")
@@ -65,6 +72,17 @@ def _headline(name: str, raw: dict) -> str:
             if "hnsw_build_s" in load:
                 parts.append(f"HNSW build {load['hnsw_build_s']:g} s, COPY {load['copy_s']:g} s")
             return "; ".join(parts)
+        if name == "peer":
+            rg, li, r = raw["ragline"], raw["llamaindex"], raw["ratios_ragline_over_llamaindex"]
+            return (
+                f"ingestion: ragline {rg['ingest']['chunks_per_s']:g} chunks/s ({rg['ingest']['chunks']} chunks),"
+                f" LlamaIndex {li['ingest']['chunks_per_s']:g} chunks/s ({li['ingest']['chunks']} chunks);"
+                f" source chars/s ragline/LlamaIndex {r['ingest_source_chars_per_s']:g}; hybrid query p50/p95:"
+                f" ragline in process {rg['query_in_process']['p50_ms']:g}/{rg['query_in_process']['p95_ms']:g} ms,"
+                f" through the queue {rg['query_queue']['p50_ms']:g}/{rg['query_queue']['p95_ms']:g} ms,"
+                f" LlamaIndex {li['query']['p50_ms']:g}/{li['query']['p95_ms']:g} ms (measured once, small"
+                " sizes, on a loaded shared machine)"
+            )
         if name == "acl_sync":
             return (
                 f"{raw['documents']:,} documents / {raw['chunks']:,} chunks: re-ingest {raw['reingest_s']:g} s"

@@ -33,12 +33,12 @@ TITLE = "Retrieval latency: query queue vs direct SQL; recall@10 ANN vs exact"
 SMOKE = {"n_chunks": 1000, "n_queries": 4, "recall_queries": 4, "warmup": 1, "rebuild_index": False}
 ACL = ["bench"]
 K = 10
-#: the order of the three calls of each query, in turn
+#: the order of the four calls of each query, in turn: each side once in each position
 ORDERS = (
-    ("rls", "owner", "queue"),
-    ("queue", "owner", "rls"),
-    ("owner", "rls", "queue"),
-    ("queue", "rls", "owner"),
+    ("rls", "owner", "queue", "bare"),
+    ("queue", "bare", "owner", "rls"),
+    ("owner", "rls", "bare", "queue"),
+    ("bare", "queue", "rls", "owner"),
 )
 
 
@@ -184,6 +184,7 @@ def _measure_pool(
 ) -> dict:
     """Round trip without SQL, then per tenant: direct and queued latencies alternating query by query,
     and recall@10 of the queued (ANN) hits against exact search for the first ``recall_queries``."""
+    from bench import noop_worker
     from ragline.shared import db
 
     out: dict = {"scenarios": {}}
@@ -197,7 +198,8 @@ def _measure_pool(
             _direct(tenant, q, settings)
             _direct(tenant, q, settings, rls=False)
             _queued(tenant, q)
-        direct_ms, owner_ms, queue_ms, task_ms, recalls, owner_recalls = [], [], [], [], [], []
+            noop_worker.round_trip_ms()
+        direct_ms, owner_ms, queue_ms, task_ms, recalls, owner_recalls, bare_ms = [], [], [], [], [], [], []
         for i, q in enumerate(queries[warmup : warmup + max(n_queries, recall_queries)]):
             # rotate the order so that no side always runs first (on pages the others then find in
             # shared buffers): the queue first or last, the owner before or after the query role
@@ -205,10 +207,13 @@ def _measure_pool(
             for side in ORDERS[i % len(ORDERS)]:
                 if side == "queue":
                     calls[side] = _queued(tenant, q)
+                elif side == "bare":
+                    calls[side] = noop_worker.round_trip_ms()
                 else:
                     calls[side] = _direct(tenant, q, settings, rls=side == "rls")
             ms, inside, ann = calls["queue"]
             owner_ann = calls["owner"][1]
+            bare_ms.append(calls["bare"])
             direct_ms.append(calls["rls"][0])
             owner_ms.append(calls["owner"][0])
             queue_ms.append(ms)
@@ -218,7 +223,7 @@ def _measure_pool(
                 recalls.append(len(set(ann) & set(exact)) / max(1, min(K, len(exact))))
                 owner_recalls.append(len(set(owner_ann) & set(exact)) / max(1, min(K, len(exact))))
         direct_ms, queue_ms, task_ms = direct_ms[:n_queries], queue_ms[:n_queries], task_ms[:n_queries]
-        owner_ms = owner_ms[:n_queries]
+        owner_ms, bare_ms = owner_ms[:n_queries], bare_ms[:n_queries]
         sc = {
             "tenant": tenant,
             "rows": tenants[tenant],
@@ -231,6 +236,7 @@ def _measure_pool(
             },
             "query_queue": common.latency_summary(queue_ms),
             "inside_task_service_total": common.latency_summary(task_ms),
+            "bare_celery_round_trip": common.latency_summary(bare_ms),
             "plan": plan,
             "direct_ms_samples": [round(x, 3) for x in direct_ms],
             "owner_ms_samples": [round(x, 3) for x in owner_ms],
@@ -263,6 +269,7 @@ def run(
 ) -> dict:
     from pgvector.psycopg import register_vector
 
+    from bench import noop_worker
     from ragline.shared import db
     from ragline.shared.settings import get_settings
 
@@ -293,6 +300,7 @@ def run(
             with (
                 common.settings_env(query_pool=kind),
                 common.prefork_pools({"query": (TASK_QUERY_RETRIEVE, _payload("none", queries[0], []))}),
+                noop_worker.bare_worker(),
             ):
                 out = _measure_pool(
                     tenants,
@@ -306,16 +314,14 @@ def run(
             if kind == "solo":
                 raw.update(out)
                 for label, sc in out["scenarios"].items():
-                    d, qq = sc["direct_sql"], sc["query_queue"]
-                    targets.append(
-                        common.Target(
-                            f"{label}: p95 queue <= 1.5 x p95 direct + 5 ms",
-                            qq["p95_ms"],
-                            "<=",
-                            1.5 * d["p95_ms"] + 5,
-                            "ms",
-                        )
+                    record, target = common.queue_overhead(
+                        label,
+                        sc["query_queue"]["p95_ms"],
+                        sc["direct_sql"]["p95_ms"],
+                        sc["bare_celery_round_trip"]["p95_ms"],
                     )
+                    sc["queue_overhead"] = record
+                    targets.append(target)
                     targets.append(
                         common.Target(f"{label}: recall@10 ANN vs exact", sc["recall_at_10"], ">=", 0.95)
                     )
@@ -343,6 +349,10 @@ def run(
         " L2-normalised; queries drawn from the same distribution, passed as query_vector (no embedder).",
         "Exact search: separate connection, prepare_threshold=None, enable_indexscan=off.",
         "queue_round_trip_without_sql: the same task with groups=[] (returns before SQL): Celery + Redis cost.",
+        "bare_celery_round_trip: a no-op task (bench/noop_worker.py: ragline's Celery app, one task no ragline"
+        " worker registers) on its own worker process of the query pool's kind, alternated with the other"
+        " three calls query by query. The queue target is ragline's own overhead: queue p95 - direct p95"
+        f" <= {common.QUEUE_OVERHEAD_FACTOR:g} x the bare round trip's p95 (queue_overhead per scenario).",
         "inside_task_service_total: ragline.query.service.search's own total as reported by the task.",
         "Row-level security (migration 0007): the task and direct_sql run as the query pool's role, whose"
         " policies filter every row on ragline.tenant / ragline.groups; direct_sql_owner_without_rls is the"
@@ -365,6 +375,7 @@ def run(
                 "direct SQL": s["direct_sql"][f"{p}_ms"],
                 "inside the task": s["inside_task_service_total"][f"{p}_ms"],
                 "query queue round trip": s["query_queue"][f"{p}_ms"],
+                "bare Celery round trip (no-op)": s["bare_celery_round_trip"][f"{p}_ms"],
             }
     for p in ("p50", "p95"):
         groups[f"task, no SQL\n{p}"] = {
