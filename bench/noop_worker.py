@@ -59,19 +59,9 @@ def worker_argv(settings, pool: str = "query") -> tuple[list[str], dict[str, str
 
 @contextmanager
 def bare_worker(timeout: float = 120.0) -> Iterator[None]:
-    """The no-op worker while the block runs: a process like the query pool's (its current kind)
-    or, under the smoke tests (a session worker in this process), an in-process threads worker."""
-    from bench import common
-
-    if common.EXTERNAL_WORKER:
-        from celery.contrib.testing.worker import start_worker
-
-        with start_worker(
-            app, pool="threads", concurrency=1, perform_ping_check=False, queues=[QUEUE], loglevel="WARNING"
-        ):
-            round_trip_ms()
-            yield
-        return
+    """The no-op worker while the block runs: a process of its own running the query pool's current
+    command line (kind, concurrency, environment), under the smoke tests too (a second in-process
+    worker beside the session's would share Celery's worker state with it)."""
     from ragline.shared.processes import child_env
     from ragline.shared.settings import get_settings
 
