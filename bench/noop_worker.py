@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from celery import Task
 
@@ -69,6 +70,9 @@ def bare_worker(timeout: float = 120.0) -> Iterator[None]:
     argv, env = worker_argv(settings)
     log = settings.home_dir / "logs" / "bench-noop.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    # its own metrics files, beside (not among) the query pool's
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(settings.home_dir / "run" / "bench-noop-metrics")
+    Path(env["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             argv,
@@ -79,7 +83,11 @@ def bare_worker(timeout: float = 120.0) -> Iterator[None]:
             start_new_session=True,
         )
     try:
-        app.send_task(TASK, args=[{}], queue=QUEUE).get(timeout=timeout)  # up once it answers
+        try:
+            app.send_task(TASK, args=[{}], queue=QUEUE).get(timeout=timeout)  # up once it answers
+        except Exception as exc:
+            text = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            raise RuntimeError(f"the no-op worker did not answer (exit code {proc.poll()}):\n{text}") from exc
         yield
     finally:
         proc.terminate()
