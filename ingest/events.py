@@ -190,6 +190,26 @@ def apply_source_acl(conn: psycopg.Connection, spec: SourceSpec, doc_ids: list[s
     return sum(1 for o in outcomes.values() if o == "updated")
 
 
+def _selected(src: GitSource, repo, entries, prefix: str) -> tuple[list, list, list]:
+    """The files of a commit that are ingested (the source's rules, doc-id length, safe names): kept,
+    skipped with a reason, refused names."""
+    kept, skipped = src.select(repo, list(entries))
+    too_long = [e for e in kept if len(prefix + e.path) > 512]
+    skipped += [(e.path, "path longer than a doc id may be") for e in too_long]
+    kept = [e for e in kept if e not in too_long]
+    kept, refused = split_named(kept, lambda e: (prefix + e.path, prefix + e.path))
+    return kept, skipped, refused
+
+
+def _not_stored(kept: list, stored: dict, prefix: str) -> list:
+    """The files not stored ready at their blob: what an ingest of the commit still has to do."""
+    return [
+        e
+        for e in kept
+        if (s := stored.get(prefix + e.path)) is None or s["status"] != "ready" or s["fp"] != e.blob
+    ]
+
+
 def sync_git_source(
     conn: psycopg.Connection,
     spec: SourceSpec,
@@ -248,19 +268,26 @@ def _sync_git_source(
             (f"{spec.tenant}/{spec.name}",),
         )
         rec = conn.execute(
-            "SELECT commit_id, version, event_version FROM source_commits WHERE tenant = %s AND source = %s",
+            "SELECT commit_id, version, event_version, job_id FROM source_commits WHERE tenant = %s AND source = %s",
             (spec.tenant, spec.name),
         ).fetchone()
+        resume = False
         if rec and rec["commit_id"] == commit:
-            ready = [d for d, r in _stored(conn, spec.tenant, spec.name).items() if r["status"] == "ready"]
-            return {
-                **summary,
-                "outcome": "ignored_duplicate",
-                "acl_updated": apply_source_acl(conn, spec, ready, acl_path),
-            }
-        if rec and event_version is not None and event_version <= rec["event_version"]:
+            stored = _stored(conn, spec.tenant, spec.name)
+            missing = _not_stored(_selected(src, repo, entries.values(), prefix)[0], stored, prefix)
+            if not missing or jobs.job_state(conn, rec["job_id"]) in jobs.ACTIVE_STATES:
+                ready = [d for d, r in stored.items() if r["status"] == "ready"]
+                return {
+                    **summary,
+                    "outcome": "ignored_duplicate",
+                    "acl_updated": apply_source_acl(conn, spec, ready, acl_path),
+                }
+            # the commit's job ended (cancelled, failed, a worker lost) before every file was stored:
+            # list the commit again and ingest what is missing, whatever the push's version
+            resume = True
+        if not resume and rec and event_version is not None and event_version <= rec["event_version"]:
             return {**summary, "outcome": "ignored_stale", "recorded_commit": rec["commit_id"]}
-        base = rec["commit_id"] if rec else before
+        base = None if resume else rec["commit_id"] if rec else before
         if base is not None and (git.ZERO_COMMIT.fullmatch(base) or not git.commit_exists(repo, base)):
             base = None
         stored = _stored(conn, spec.tenant, spec.name)
@@ -278,17 +305,11 @@ def _sync_git_source(
             for c in changes:
                 key = {"A": "added", "C": "added", "D": "deleted", "R": "renamed"}.get(c.status, "modified")
                 counts[key] += 1
-        kept, skipped = src.select(repo, [entries[p] for p in sorted(touched) if p in entries])
-        too_long = [e for e in kept if len(prefix + e.path) > 512]
-        skipped += [(e.path, "path longer than a doc id may be") for e in too_long]
-        kept = [e for e in kept if e not in too_long]
-        kept, refused = split_named(kept, lambda e: (prefix + e.path, prefix + e.path))
+        kept, skipped, refused = _selected(
+            src, repo, [entries[p] for p in sorted(touched) if p in entries], prefix
+        )
         gone |= touched - {e.path for e in kept}  # now skipped: pruned if it was indexed
-        todo = [
-            e
-            for e in kept
-            if (s := stored.get(prefix + e.path)) is None or s["status"] != "ready" or s["fp"] != e.blob
-        ]
+        todo = _not_stored(kept, stored, prefix)
         # every file of the commit still indexed, the untouched ones and the changed ones (their old
         # content must not stay readable by the old groups until their ingest runs)
         ready = [

@@ -364,3 +364,55 @@ def test_scheduled_reindex_of_a_git_source(celery_worker, voyage, loopback, tena
     assert wait_job(second["job_id"])["state"] == "succeeded"
     assert len(embedded_texts(loopback)) == 1  # the one changed definition
     assert documents(tenant)[f"{name}/app/old.py"]["status"] == "deleted"
+
+
+def _sync(entry: str, tenant: str, name: str, repo: Path, head: str, version: int) -> dict:
+    """One sync of ``repo`` at ``head`` through ``ragline ingest REPO`` or a push event: its summary."""
+    if entry == "push":
+        result = push(tenant, name, None, head, version)
+        return {**result["push"], "outcome": result["outcome"]}
+    from ragline.cli import app as cli
+
+    args = ["ingest", str(repo), "--tenant", tenant, "--acl", "dev", "--source", name, "--json"]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("entry", ["cli", "push"])
+def test_a_commit_whose_job_ended_early_is_completed_by_the_next_sync(
+    celery_worker, voyage, loopback, tenant, tmp_path, entry
+):
+    """A sync of the commit already recorded is a no-op only when every file of it is stored: after a
+    cancelled (or failed) job, the next sync of the same commit, by ``ragline ingest`` or by a replayed
+    push, ingests exactly the files that are missing. (A scheduled reindex lists a git source by blob
+    id and never skipped them.)"""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    head = commit(repo, {"app/models.py": MODELS_V1, "app/util.py": UTIL}, 1_700_000_000)
+    name = f"{tenant}-src"[:60]
+    voyage(
+        sources=json.dumps(
+            [{"name": name, "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
+        )
+    )
+    first = _sync(entry, tenant, name, repo, head, 10)
+    assert wait_job(first["job_id"])["state"] == "succeeded"
+    # what a job cancelled before its last batch leaves: the commit recorded, one file never stored
+    with db.connection() as c:
+        c.execute("DELETE FROM documents WHERE tenant = %s AND doc_id = %s", (tenant, f"{name}/app/util.py"))
+        c.execute("UPDATE jobs SET state = 'cancelled' WHERE id = %s", (first["job_id"],))
+    loopback.reset_stats()
+    again = _sync(entry, tenant, name, repo, head, 10)  # a replayed push: the same version
+    assert again.get("outcome") != "ignored_duplicate" and again["job_id"], again
+    assert wait_job(again["job_id"])["state"] == "succeeded"
+    docs = documents(tenant)
+    assert docs[f"{name}/app/util.py"]["status"] == "ready"
+    assert docs[f"{name}/app/models.py"]["status"] == "ready"
+    with db.connection() as c:
+        redone = c.execute(
+            "SELECT doc_id FROM job_documents WHERE job_id = %s", (again["job_id"],)
+        ).fetchall()
+    assert [r["doc_id"] for r in redone] == [f"{name}/app/util.py"]  # only the missing file
+    assert _sync(entry, tenant, name, repo, head, 11).get("outcome") == "ignored_duplicate"
