@@ -502,8 +502,8 @@ def snapshot_ingest(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"ingest job {job_id} still running after {timeout:.0f}s")
             time.sleep(1.0)
-        if out.get("job_id"):  # stored by this run: the lexical search answers from here on
-            summary["searchable_s"] = round(time.monotonic() - t0, 1)
+        # stored by this run: the lexical search answers from here on (None: stored before)
+        summary["searchable_s"] = round(time.monotonic() - t0, 1) if out.get("job_id") else None
         if wait_vectors:  # the vector modes are measured on vectors: until the fill has embedded it
             wait_for_vectors(tenant, deadline)
             summary["embedded_s"] = round(time.monotonic() - t0, 1)
