@@ -29,7 +29,10 @@ STOP_WORDS = frozenset(
     """
     что такое такой такая такие кто как какой какая какие каким чем чём зачем почему где когда
     это эти этот эта для или можно нужно надо есть был была были быть мне нам вам его её
-    what are was the how why when which who does can with and
+    what are was the how why when where which who whom whose does can with and
+    without into from that this there their them they have has had been should would could about
+    over under between after before each every other some such than then also only both more most
+    при без над под все всё так уже ещё тот той том тех чтобы если также
     """.split()
 )
 

@@ -427,6 +427,8 @@ TOPIC_SHARE = 0.25
 #: an extractive answer's confidence lies in [FLOOR, FLOOR + SPAN] (:func:`relevance_confidence`)
 CONFIDENCE_FLOOR = 0.1
 CONFIDENCE_SPAN = 0.7
+#: how much the cited passages' vector similarity to the question counts beside word coverage
+SIMILARITY_WEIGHT = 0.8
 #: the coverage an answer quoting a definition of the subject asked about is given at least
 DEFINED_COVERAGE = 0.75
 _VERSION = re.compile(r"^v?\d+(?:\.\d+)+$")
@@ -530,7 +532,10 @@ def relevance_confidence(coverage: float | None, topic: float, similarity: float
     not a quote of the right chapter from one of its neighbour, so it never reaches 1.0; only a
     quote covering nearly all of the question, or a definition of its subject with the rest of it,
     reaches 0.7."""
-    base = coverage if coverage is not None else _similarity_unit(similarity)
+    # a paraphrase shares few words with the question but is near it in the embedding; the
+    # similarity alone never makes an answer confident (its weight keeps it below 0.7)
+    near = SIMILARITY_WEIGHT * _similarity_unit(similarity) if similarity is not None else 0.0
+    base = max(coverage, near) if coverage is not None else _similarity_unit(similarity)
     raw = max(0.0, min(1.0, base * topic * topic))
     return round(CONFIDENCE_FLOOR + CONFIDENCE_SPAN * raw, 3)
 

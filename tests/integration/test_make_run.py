@@ -23,7 +23,8 @@ RAGLINE = [sys.executable, "-m", "ragline.cli"]
 def test_make_run_stops_only_the_stack_it_started(tmp_path):
     home, docs = tmp_path / "home", tmp_path / "docs"
     docs.mkdir()
-    shutil.copy(REPO / "docs" / "architecture.md", docs)  # answers the demo's three questions
+    shutil.copy(REPO / "docs" / "architecture.md", docs)  # answers the demo's questions about ragline
+    shutil.copy(REPO / "ingest" / "acl_sync.py", docs)  # and its code question: where permissions sync
     env = {
         **os.environ,
         "RAGLINE_SERVICES_HOME": str(home),
@@ -47,7 +48,7 @@ def test_make_run_stops_only_the_stack_it_started(tmp_path):
     assert status()["stack"] == "stopped"
     own = subprocess.run(make, env=env, capture_output=True, text=True, timeout=900)
     assert own.returncode == 0, own.stdout[-3000:] + own.stderr[-3000:]
-    assert "[1]" in own.stdout and "ingested 1 documents" in own.stdout
+    assert "[1]" in own.stdout and "ingested 2 documents" in own.stdout
     assert "RuntimeDirWarning" not in own.stderr and "XDG_RUNTIME_DIR" not in own.stderr
     psutil.wait_procs(_ours(home), timeout=10)
     assert _ours(home) == [] and status()["stack"] == "stopped"
@@ -61,7 +62,7 @@ def test_make_run_stops_only_the_stack_it_started(tmp_path):
         used = subprocess.run(make, env=env, capture_output=True, text=True, timeout=900)
         assert used.returncode == 0, used.stdout[-3000:] + used.stderr[-3000:]
         assert "using the running stack; it stays up" in used.stderr
-        assert "1 unchanged" in used.stdout  # the same stack's database: nothing to embed again
+        assert "2 unchanged" in used.stdout  # the same stack's database: nothing to embed again
         after = status()
         assert after["stack"] == "running"
         assert (after["processes"], after["postgres"]["pid"], after["redis"]["pid"]) == (
