@@ -159,27 +159,12 @@ def redis_pid(settings: Settings) -> int | None:
     return read_pid(_redis_dir(settings) / "redis.pid")
 
 
-def start_redis(settings: Settings) -> str:
-    """Start redis-server on 127.0.0.1 behind the stack's Redis password (AOF on, so queued tasks
-    survive a restart); its URL, password included."""
-    credentials.secure_home(settings)
-    rdir = credentials.private_dir(_redis_dir(settings))  # the AOF holds every task and result
-    runtime = settings.runtime()
-    if redis_pid(settings) and runtime.get("redis_url"):
-        return runtime["redis_url"]
-    port = settings.services.redis_port or int(runtime.get("redis_port") or 0) or free_port()
-    password = credentials.password(settings, "redis")
-    if not password:
-        raise credentials.InsecureSecretError(
-            "RAGLINE_SERVICES_REDIS_PASSWORD is empty: unset it or set a password"
-        )
-    conf = rdir / "redis.conf"
-    credentials.write_private(
-        conf,
-        f'requirepass "{_redis_quote(password)}"\n'
-        + "".join(f'rename-command {command} ""\n' for command in DISABLED_REDIS_COMMANDS),
-    )
-    cmd = [
+def redis_command(settings: Settings, conf: Path, port: int) -> list[str]:
+    """The embedded redis-server's command line: loopback only, behind ``conf`` (its password and
+    disabled commands), AOF persistence with the configured fsync policy, no RDB snapshots. (The
+    server's own CONFIG command is disabled, so this is where its settings can be read.)"""
+    rdir = _redis_dir(settings)
+    return [
         str(redis_server_binary()),
         str(conf),
         "--bind",
@@ -206,6 +191,29 @@ def start_redis(settings: Settings) -> str:
         "--logfile",
         str(rdir / "redis.log"),
     ]
+
+
+def start_redis(settings: Settings) -> str:
+    """Start redis-server on 127.0.0.1 behind the stack's Redis password (AOF on, so queued tasks
+    survive a restart); its URL, password included."""
+    credentials.secure_home(settings)
+    rdir = credentials.private_dir(_redis_dir(settings))  # the AOF holds every task and result
+    runtime = settings.runtime()
+    if redis_pid(settings) and runtime.get("redis_url"):
+        return runtime["redis_url"]
+    port = settings.services.redis_port or int(runtime.get("redis_port") or 0) or free_port()
+    password = credentials.password(settings, "redis")
+    if not password:
+        raise credentials.InsecureSecretError(
+            "RAGLINE_SERVICES_REDIS_PASSWORD is empty: unset it or set a password"
+        )
+    conf = rdir / "redis.conf"
+    credentials.write_private(
+        conf,
+        f'requirepass "{_redis_quote(password)}"\n'
+        + "".join(f'rename-command {command} ""\n' for command in DISABLED_REDIS_COMMANDS),
+    )
+    cmd = redis_command(settings, conf, port)
     proc = subprocess.Popen(
         cmd,
         stdin=subprocess.DEVNULL,

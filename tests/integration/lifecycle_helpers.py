@@ -3,6 +3,8 @@ loopback-style hashed vectors, so no model is loaded."""
 
 from __future__ import annotations
 
+from http.server import BaseHTTPRequestHandler
+
 import numpy as np
 
 from ragline.ingest import store
@@ -72,3 +74,34 @@ def wait_job(job_id: str, timeout: float = 120) -> dict:
     summary = jobs.wait_for_job(job_id, timeout, poll_s=0.2)
     assert summary["state"] not in jobs.ACTIVE_STATES, f"job {job_id} still running: {summary}"
     return summary
+
+
+class MarkdownSite(BaseHTTPRequestHandler):
+    """A loopback web site of Markdown pages with ETags, for URL sources: ``pages`` maps a path to
+    ``(etag, body)``; a path not in it is a 404. Subclass it per test module (``pages`` is the
+    class's own)."""
+
+    pages: dict[str, tuple[str, bytes]] = {}
+
+    def log_message(self, *a):
+        pass
+
+    def _reply(self, body: bool):
+        if self.path not in self.pages:
+            self.send_response(404)
+            self.end_headers()
+            return
+        etag, data = self.pages[self.path]
+        self.send_response(200)
+        self.send_header("ETag", etag)
+        self.send_header("Content-Type", "text/markdown; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
+    def do_HEAD(self):  # noqa: N802
+        self._reply(False)
+
+    def do_GET(self):  # noqa: N802
+        self._reply(True)

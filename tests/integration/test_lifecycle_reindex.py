@@ -7,7 +7,7 @@ import json
 import os
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -16,7 +16,7 @@ from ragline.ingest.roots import grant_roots
 from ragline.shared import db
 from ragline.shared.contracts import SearchRequest
 from ragline.shared.names import TASK_INGEST_EVENT, TASK_INGEST_REEMBED
-from tests.integration.lifecycle_helpers import wait_job
+from tests.integration.lifecycle_helpers import MarkdownSite, wait_job
 
 DOCS = {
     "alpha.md": "# Альфа\n\nПервый документ об очередях ingest и query.\n\n## Детали\n\nПул запросов отдельно.\n",
@@ -234,31 +234,8 @@ def test_upsert_and_delete_events_through_workers(celery_worker, voyage, tenant,
     )
 
 
-class _Site(BaseHTTPRequestHandler):
+class _Site(MarkdownSite):
     pages: dict[str, tuple[str, bytes]] = {}
-
-    def log_message(self, *a):
-        pass
-
-    def _reply(self, body: bool):
-        if self.path not in self.pages:
-            self.send_response(404)
-            self.end_headers()
-            return
-        etag, data = self.pages[self.path]
-        self.send_response(200)
-        self.send_header("ETag", etag)
-        self.send_header("Content-Type", "text/markdown; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if body:
-            self.wfile.write(data)
-
-    def do_HEAD(self):  # noqa: N802
-        self._reply(False)
-
-    def do_GET(self):  # noqa: N802
-        self._reply(True)
 
 
 def test_url_list_source_reindex(celery_worker, voyage, loopback, tenant):

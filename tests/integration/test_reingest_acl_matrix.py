@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 from ragline.ingest.roots import grant_roots
 from ragline.shared import db
 from ragline.shared.names import TASK_INGEST_EVENT
-from tests.integration.lifecycle_helpers import acl_of, wait_job
+from tests.integration.lifecycle_helpers import MarkdownSite, acl_of, wait_job
 from tests.loopback import loopback_voyage
 
 MODEL = "voyage-acl-matrix"
@@ -53,27 +53,8 @@ def text(name: str, edition: int) -> str:
     return f"# {name}\n\nРегламент {name} редакция {edition}: порядок согласования заявок.\n"
 
 
-class _Site(BaseHTTPRequestHandler):
+class _Site(MarkdownSite):
     pages: dict[str, tuple[str, bytes]] = {}
-
-    def log_message(self, *a):
-        pass
-
-    def _reply(self, body: bool):
-        etag, data = self.pages[self.path]
-        self.send_response(200)
-        self.send_header("ETag", etag)
-        self.send_header("Content-Type", "text/markdown; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if body:
-            self.wfile.write(data)
-
-    def do_HEAD(self):  # noqa: N802
-        self._reply(False)
-
-    def do_GET(self):  # noqa: N802
-        self._reply(True)
 
 
 @pytest.fixture()
