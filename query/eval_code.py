@@ -8,7 +8,10 @@ the embedding cache makes the next snapshot of the same repository cost only wha
 query then goes through the real retrieval task, in every mode and layer variant asked for.
 
 Metrics are file-level, as in the localisation literature (SWE-bench Lite file localisation, the
-SweRank tables): hits (chunks) map to the file they come from, first occurrence counts;
+SweRank tables): hits (chunks) map to the file they come from, in the order of
+:func:`ragline.query.file_rank.ranked_paths` (the first occurrence while ``RAGLINE_CODE_FILE_RANK``
+is off; the file rankings of :func:`ragline.query.file_rank.variants` are measured beside it on every
+mode's hits, with the held-out split, at no extra retrieval);
 ``acc@k`` is 1 when *all* gold files are within the first k files, ``recall@10`` the share of gold
 files within 10, ``mrr`` the reciprocal rank of the first gold file.
 
@@ -31,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ragline.query import structure
+from ragline.query import file_rank, structure
 from ragline.query.fusion import FusionPolicy
 from ragline.shared.contracts import Hit
 from ragline.shared.settings import Settings, get_settings
@@ -325,6 +328,11 @@ def ingest_snapshots(
     return {q.snapshot: done[q.snapshot] for q in queries}
 
 
+def _file_rank_on(settings: Settings) -> Settings:
+    """The settings with the file ranking on: its configured weights are measured even while it is off."""
+    return settings.model_copy(update={"code": settings.code.model_copy(update={"file_rank": True})})
+
+
 def run_code_eval(
     queries: list[CodeQuery],
     ingest: IngestFn,
@@ -348,6 +356,9 @@ def run_code_eval(
     variants = layer_variants(layers, settings)
     reports: dict[str, CodeReport] = {}
     weights = structure.weights_from(settings)
+    file_weights = file_rank.file_weights_from(settings)
+    file_variants = file_rank.variants(file_rank.file_weights_from(_file_rank_on(settings)))
+    file_ranks: dict[str, dict[str, CodeReport]] = {}
     ablations: dict[str, CodeReport] = {}
     load_before = os.getloadavg()
     t = time.perf_counter()
@@ -359,7 +370,11 @@ def run_code_eval(
             for mode in modes:
                 res = search(text, tenant, mode.split("+")[0], layer_list, mode == "hybrid+structure")
                 name = f"{mode} [{variant}]"
-                reports.setdefault(name, CodeReport(name)).add(q, file_ranking(res["hits"], source))
+                files = file_rank.ranked_paths(res["hits"], text, file_weights, source)
+                reports.setdefault(name, CodeReport(name)).add(q, files)
+                for label, fw in file_variants.items():
+                    files = file_rank.ranked_paths(res["hits"], text, fw, source)
+                    file_ranks.setdefault(name, {}).setdefault(label, CodeReport(label)).add(q, files)
                 if mode == "hybrid+structure":
                     candidates = res["hits"]
             if ablate:
@@ -392,6 +407,15 @@ def run_code_eval(
     return {
         "modes": {name: {**r.summary(), "per_query": r.rows} for name, r in reports.items()},
         "structure_ablation": {name: r.summary() for name, r in ablations.items()},
+        "file_rank": {
+            name: {label: r.summary() for label, r in by_label.items()}
+            for name, by_label in file_ranks.items()
+        },
+        "file_rank_held_out": {
+            name: held_out({label: r.rows for label, r in by_label.items()}, ids)
+            for name, by_label in file_ranks.items()
+            if len(ids) >= 4
+        },
         "held_out": {variant: held_out(rows, ids) for variant, rows in by_variant.items() if len(ids) >= 4},
         "meta": {
             "queries": len(queries),
@@ -404,6 +428,8 @@ def run_code_eval(
             "lexical_rank": settings.retrieval.lexical_rank,
             "load_average": {"before_queries": load_before, "after_queries": os.getloadavg()},
             "structure_weights": weights.as_dict(),
+            "file_rank": settings.code.file_rank,
+            "file_rank_weights": file_rank.file_weights_from(_file_rank_on(settings)).as_dict(),
             "max_query_chars": MAX_QUERY_CHARS,
             "layers": {k: v for k, v in variants.items()},
         },

@@ -600,6 +600,40 @@ class CodeSettings(_Group):
         validation_alias="RAGLINE_CODE_NAMED_WEIGHT",
         description="the RRF weight of the named files' chunks, the third list of code retrieval (0 = off)",
     )
+    file_rank: bool = Field(
+        True,
+        description="rank a code question's files by their aggregated evidence (query/file_rank.py) instead"
+        " of their first hit (the code eval's file list); a signal's weight is non-zero only when it beat"
+        ' the first-hit order on both held-out halves (docs/evaluation.md, "Code retrieval at scale")',
+    )
+    file_rank_decay: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="weight of a file's i-th best chunk relative to its best (decay**i): several matching"
+        " chunks count, each less (0: the best chunk alone)",
+    )
+    file_rank_depth: int = Field(3, ge=1, description="chunks per file that count (with `file_rank_decay`)")
+    file_rank_path_bonus: float = Field(
+        0.0,
+        ge=0,
+        description="a file the issue names by path or dotted module name (units of the best hit's score)",
+    )
+    file_rank_frame_bonus: float = Field(
+        0.5,
+        ge=0,
+        description="a file of the issue's traceback, the deepest frame in full, each outer one half the next",
+    )
+    file_rank_import_bonus: float = Field(
+        0.0,
+        ge=0,
+        description="a module the issue's quoted code imports",
+    )
+    file_rank_definition_bonus: float = Field(
+        0.0,
+        ge=0,
+        description="a file whose chunks define identifiers the issue names (1 - 0.5**count of them)",
+    )
 
 
 class ContextSettings(_Group):

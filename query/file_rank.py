@@ -1,0 +1,227 @@
+"""Files ranked from chunk hits and the issue text: the answer to a localisation question is a file.
+
+A file's first hit alone (the order the chunks came in) throws away most of the evidence a long
+issue gives: a file with several matching chunks is likelier than one with a single lucky match,
+and an issue names things (a traceback's frames, the modules its quoted code imports, dotted names
+such as ``astropy.io.fits.card``, identifiers a chunk of the file defines) that point at a file
+more directly than any text similarity. :func:`rank_files` aggregates, per file:
+
+* **chunks**: the file's chunk scores, normalised by the best hit's, summed with diminishing
+  weights (``decay`` to the power of the chunk's place in its file, the first ``depth`` chunks);
+* **path**: the file's path matches a file the issue names, or its module a dotted name it
+  mentions (``astropy.io.fits.card`` is ``astropy/io/fits/card.py``);
+* **frame**: a traceback frame (``File ".../astropy/io/fits/card.py", line 12, in value``) is in
+  the file, the deepest frame weighing most (the error is raised there; the outer frames are
+  the user's and the callers' code);
+* **import**: the issue's quoted code imports the file's module (``from astropy.modeling.separable
+  import separability_matrix``);
+* **definition**: chunks of the file define identifiers the issue names (their ``symbols``), each
+  distinct identifier adding with diminishing weight.
+
+Bonuses are in units of the best hit's score, so one set of weights applies to every retrieval
+mode (RRF units, BM25 or a cosine similarity). Files no hit comes from are not invented: only the
+candidates are re-ordered. Pure; the weights live in ``settings.code`` (``RAGLINE_CODE_FILE_RANK_*``)
+and their measurement in docs/evaluation.md, "Code retrieval at scale".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from ragline.query import structure
+from ragline.shared.contracts import Hit
+from ragline.shared.settings import Settings
+
+_FRAME = re.compile(r"""File\s+["']([^"'\n]+?\.py)["'],\s+line\s+\d+""")
+_IMPORT = re.compile(
+    r"^[ \t>]*(?:from\s+([A-Za-z_][\w.]*)\s+import\s+\(?\s*([\w ,*]+)|import\s+([A-Za-z_][\w., ]*))",
+    re.MULTILINE,
+)
+_DOTTED = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)")
+
+
+@dataclass(frozen=True)
+class FileWeights:
+    """How a file's evidence adds up (bonuses in units of the best hit's score)."""
+
+    decay: float = 0.0
+    depth: int = 1
+    path: float = 0.0
+    frame: float = 0.0
+    imports: float = 0.0
+    definition: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    @property
+    def is_first_hit(self) -> bool:
+        """Whether these weights give the first-hit order (one chunk per file, no bonus)."""
+        return (self.depth <= 1 or self.decay == 0) and not (
+            self.path or self.frame or self.imports or self.definition
+        )
+
+
+def file_weights_from(settings: Settings) -> FileWeights:
+    c = settings.code
+    if not c.file_rank:
+        return FileWeights()
+    return FileWeights(
+        c.file_rank_decay,
+        c.file_rank_depth,
+        c.file_rank_path_bonus,
+        c.file_rank_frame_bonus,
+        c.file_rank_import_bonus,
+        c.file_rank_definition_bonus,
+    )
+
+
+@dataclass(frozen=True)
+class IssueEvidence:
+    """What an issue text says about files: named paths, traceback frames (outermost first),
+    imported modules and dotted names (both as ``/``-separated module paths), identifiers."""
+
+    files: tuple[str, ...] = ()
+    frames: tuple[str, ...] = ()
+    imports: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    identifiers: tuple[str, ...] = ()
+
+
+def _module_path(dotted: str) -> str | None:
+    parts = dotted.split(".")
+    if len(parts) < 2 or any(p != p.lower() or not p for p in parts):
+        return None  # ``Table.read`` is a method, not a module
+    return "/".join(parts)
+
+
+def _imports(text: str) -> list[str]:
+    """The module paths the text's import lines name: ``from a.b import c`` names ``a/b/c`` (``c``
+    may be a module) and ``a/b``; ``import a.b as x`` names ``a/b``."""
+    out: dict[str, None] = {}
+    for m in _IMPORT.finditer(text):
+        if m.group(1):
+            names = [f"{m.group(1)}.{x.strip().split(' ')[0]}" for x in m.group(2).split(",") if x.strip()]
+            names.append(m.group(1))
+        else:
+            names = [x.strip().split(" ")[0] for x in m.group(3).split(",")]
+        for name in names:
+            if not name.endswith("*") and (p := _module_path(name)) is not None:
+                out.setdefault(p, None)
+    return list(out)
+
+
+def _modules(text: str) -> list[str]:
+    """The module prefixes of the dotted names outside import lines (``astropy.units.Quantity.to``
+    names ``astropy/units``); a host (``example.org``) or a file name (``card.py``) is none."""
+    out: dict[str, None] = {}
+    prose = _IMPORT.sub(" ", structure._URL.sub(" ", text))  # an import is its own signal
+    for m in _DOTTED.finditer(prose):
+        lower = []
+        for p in m.group(1).split("."):
+            if p != p.lower():
+                break
+            lower.append(p)
+        if len(lower) >= 2 and lower[-1] not in structure._NOT_SYMBOL_ENDINGS and lower[-1] != "py":
+            out.setdefault("/".join(lower), None)
+    return list(out)
+
+
+def evidence(question: str) -> IssueEvidence:
+    """The file evidence an issue text holds (pure)."""
+    text = question.replace("\\", "/")
+    n = structure.named(text)
+    frames = [m.group(1).lstrip("/").lower() for m in _FRAME.finditer(text)]
+    return IssueEvidence(
+        n.files, tuple(dict.fromkeys(frames)), tuple(_imports(text)), tuple(_modules(text)), n.identifiers
+    )
+
+
+def _stem(path: str) -> str:
+    return path.lower().rsplit(".", 1)[0].removesuffix("/__init__")
+
+
+def module_match(module: str, path: str) -> bool:
+    """Whether ``path`` is the module ``module`` (``astropy/io/fits`` names
+    ``astropy/io/fits/__init__.py``; a module path matches as a suffix of two or more components)."""
+    stem = "/" + _stem(path)
+    return stem.endswith("/" + module)
+
+
+@dataclass(frozen=True)
+class FileScore:
+    """A file's score and what it is made of (for the response and for measuring)."""
+
+    path: str
+    score: float
+    chunks: float
+    path_match: float
+    frame: float
+    imports: float
+    definition: float
+    best: int  # the position of the file's first hit
+
+
+def rank_files(
+    hits: Iterable[Hit | dict], question: str, w: FileWeights, source: str = ""
+) -> list[FileScore]:
+    """The files of ``hits``, best first (pure). ``source`` is the git source's name, the prefix of
+    the stored paths (``astropy/`` of ``astropy/astropy/io/fits/card.py``), left out of the paths
+    returned and matched. With :class:`FileWeights` defaults the order is the first-hit order."""
+    rows = [h if isinstance(h, Hit) else Hit.model_validate(h) for h in hits]
+    if not rows:
+        return []
+    top = max((h.score for h in rows), default=0.0)
+    scale = top if top > 0 else 1.0
+    ev = evidence(question)
+    by_file: dict[str, list[tuple[int, Hit]]] = {}
+    for pos, h in enumerate(rows):
+        path = h.path[len(source) + 1 :] if source and h.path.startswith(source + "/") else h.path
+        by_file.setdefault(path, []).append((pos, h))
+    depth = max(1, w.depth)
+    out = []
+    for path, items in by_file.items():
+        scores = sorted((max(h.score, 0.0) / scale for _, h in items), reverse=True)[:depth]
+        chunks = sum(s * w.decay**i for i, s in enumerate(scores))
+        named = max((structure.file_match(f, path) for f in ev.files if f not in ev.frames), default=0.0)
+        named = max(named, 1.0 if any(module_match(m, path) for m in ev.modules) else 0.0)
+        frame = 0.0
+        for depth_no, f in enumerate(reversed(ev.frames)):  # the deepest frame first
+            if structure.file_match(f, path) == 1.0:
+                frame = max(frame, 0.5**depth_no)
+        imported = 1.0 if any(module_match(m, path) for m in ev.imports) else 0.0
+        symbols = [s for _, h in items for s in h.metadata.get("symbols") or [] if isinstance(s, str)]
+        defined = sum(1 for i in ev.identifiers if structure._defines(i, symbols)) if symbols else 0
+        definition = 1.0 - 0.5**defined
+        score = chunks + w.path * named + w.frame * frame + w.imports * imported + w.definition * definition
+        out.append(FileScore(path, round(score, 8), chunks, named, frame, imported, definition, items[0][0]))
+    out.sort(key=(lambda f: f.best) if w.is_first_hit else (lambda f: (-f.score, f.best)))
+    return out
+
+
+def ranked_paths(hits: Iterable[Hit | dict], question: str, w: FileWeights, source: str = "") -> list[str]:
+    """The file paths of :func:`rank_files`, best first."""
+    return [f.path for f in rank_files(hits, question, w, source)]
+
+
+#: the bonus sizes measured for each signal alone (units of the best hit's score)
+GRID = (0.25, 0.5, 1.0)
+#: the chunk weights measured alone (``decay``; the first ``depth`` chunks of a file count)
+DECAYS = (0.25, 0.5, 0.75)
+
+
+def variants(configured: FileWeights, depth: int = 3) -> dict[str, FileWeights]:
+    """The file rankings an evaluation measures: ``none`` (the first-hit order), ``configured``, each
+    chunk decay alone, each bonus alone at every size of :data:`GRID`, and every signal together at
+    the middle sizes."""
+    out = {"none": FileWeights(), "configured": configured}
+    for d in DECAYS:
+        out[f"only decay={d:g}"] = FileWeights(decay=d, depth=depth)
+    for f in ("path", "frame", "imports", "definition"):
+        for v in GRID:
+            out[f"only {f}={v:g}"] = FileWeights(**{f: v})
+    mid = GRID[len(GRID) // 2]
+    out["all"] = FileWeights(DECAYS[0], depth, mid, mid, mid / 2, mid / 2)
+    return out

@@ -1,0 +1,192 @@
+"""File-level ranking of code hits (query/file_rank.py): what an issue says about files, and how a
+file's evidence adds up."""
+
+from __future__ import annotations
+
+from ragline.query import file_rank
+from ragline.query.eval_code import file_ranking
+from ragline.query.file_rank import FileWeights, evidence, module_match, rank_files, ranked_paths
+from ragline.shared.contracts import Hit
+from ragline.shared.settings import CodeSettings, Settings
+
+ISSUE = """Card.value is wrong for long strings
+
+```python
+from astropy.io import fits
+from astropy.modeling.separable import separability_matrix, _cstack
+import astropy.units as u
+```
+
+See astropy.io.fits.card.Card and `Table.read`:
+
+Traceback (most recent call last):
+  File "/home/me/script.py", line 3, in <module>
+    fits.Card.fromstring(s)
+  File "/usr/lib/python3/site-packages/astropy/io/fits/header.py", line 10, in fromstring
+    return Card(s)
+  File "/usr/lib/python3/site-packages/astropy/io/fits/card.py", line 20, in _parse_value
+    raise ValueError
+"""
+
+ALL = FileWeights(decay=0.5, depth=3, path=0.5, frame=0.5, imports=0.5, definition=0.5)
+
+
+def hit(path, score, symbols=(), chunk_no=0) -> Hit:
+    return Hit(doc_id=path, chunk_no=chunk_no, path=path, score=score, metadata={"symbols": list(symbols)})
+
+
+def test_evidence_reads_frames_imports_dotted_modules_and_identifiers():
+    ev = evidence(ISSUE)
+    assert ev.frames == (
+        "home/me/script.py",
+        "usr/lib/python3/site-packages/astropy/io/fits/header.py",
+        "usr/lib/python3/site-packages/astropy/io/fits/card.py",
+    )
+    assert set(ev.imports) == {
+        "astropy/io/fits",
+        "astropy/io",
+        "astropy/modeling/separable/separability_matrix",
+        "astropy/modeling/separable/_cstack",
+        "astropy/modeling/separable",
+        "astropy/units",
+    }
+    assert "astropy/io/fits/card" in ev.modules  # the module prefix of astropy.io.fits.card.Card
+    assert not any("Table" in m or m.endswith("/py") for m in ev.modules)
+    assert "Table.read" in ev.identifiers
+
+
+def test_module_match_is_a_path_suffix_and_a_package_is_its_init():
+    assert module_match("astropy/io/fits/card", "astropy/io/fits/card.py")
+    assert module_match("astropy/io/fits", "astropy/io/fits/__init__.py")
+    assert module_match("io/fits", "astropy/io/fits/__init__.py")
+    assert not module_match("astropy/io/fits", "astropy/io/fits/card.py")
+    assert not module_match("fits/card", "astropy/io/fits/scard.py")
+
+
+def test_default_weights_keep_the_first_hit_order_of_the_eval():
+    hits = [hit("r/a.py", 0.9), hit("r/b.py", 0.8), hit("r/a.py", 0.7, chunk_no=1), hit("r/c.py", 0.1)]
+    assert (
+        ranked_paths(hits, ISSUE, FileWeights(), "r") == file_ranking(hits, "r") == ["a.py", "b.py", "c.py"]
+    )
+
+
+def test_several_matching_chunks_outrank_one_slightly_better_chunk():
+    hits = [hit("r/one.py", 1.0), *(hit("r/many.py", 0.9, chunk_no=i) for i in range(3))]
+    assert ranked_paths(hits, "no names here", FileWeights(), "r")[0] == "one.py"
+    ranked = rank_files(hits, "no names here", FileWeights(decay=0.5, depth=3), "r")
+    assert [f.path for f in ranked] == ["many.py", "one.py"]
+    assert abs(ranked[0].chunks - 0.9 * (1 + 0.5 + 0.25)) < 1e-9
+    # depth caps how many chunks count: with one, the better single chunk wins again
+    assert ranked_paths(hits, "", FileWeights(decay=0.5, depth=1), "r")[0] == "one.py"
+
+
+def test_deepest_traceback_frame_wins_and_outer_frames_count_less():
+    hits = [
+        hit("astropy/astropy/io/fits/hdu/base.py", 1.0),
+        hit("astropy/astropy/io/fits/header.py", 0.6),
+        hit("astropy/astropy/io/fits/card.py", 0.5),
+    ]
+    ranked = rank_files(hits, ISSUE, FileWeights(frame=1.0), "astropy")
+    assert [f.path for f in ranked] == [
+        "astropy/io/fits/card.py",
+        "astropy/io/fits/header.py",
+        "astropy/io/fits/hdu/base.py",
+    ]
+    assert ranked[0].frame == 1.0 and ranked[1].frame == 0.5 and ranked[2].frame == 0.0
+
+
+def test_each_signal_lifts_its_file_and_only_with_its_weight():
+    hits = [
+        hit("r/astropy/table/table.py", 1.0),
+        hit("r/astropy/modeling/separable.py", 0.5),  # imported by the quoted code
+        hit("r/astropy/io/fits/card.py", 0.5),  # a dotted name and a frame
+        hit(
+            "r/astropy/table/meta.py", 0.5, symbols=["Table.read", "Card.value"]
+        ),  # defines named identifiers
+    ]
+    top = {
+        "imports": "astropy/modeling/separable.py",
+        "path": "astropy/io/fits/card.py",
+        "frame": "astropy/io/fits/card.py",
+        "definition": "astropy/table/meta.py",
+    }
+    for signal, want in top.items():
+        assert ranked_paths(hits, ISSUE, FileWeights(**{signal: 1.0}), "r")[0] == want, signal
+        assert ranked_paths(hits, ISSUE, FileWeights(**{signal: 0.0}), "r")[0] == "astropy/table/table.py", (
+            signal
+        )
+
+
+def test_bonuses_are_relative_to_the_best_hit_so_any_score_scale_ranks_the_same():
+    def hits(scale):
+        return [hit("r/x.py", 1.0 * scale), hit("r/astropy/modeling/separable.py", 0.8 * scale)]
+
+    orders = {
+        tuple(ranked_paths(hits(s), ISSUE, FileWeights(imports=0.25), "r")) for s in (0.0003, 1.0, 17.0)
+    }
+    assert orders == {("astropy/modeling/separable.py", "x.py")}
+
+
+def test_dict_hits_and_an_empty_list():
+    assert rank_files([], ISSUE, ALL) == []
+    assert ranked_paths([{"doc_id": "d", "chunk_no": 0, "path": "r/a.py", "score": 1.0}], "", ALL, "r") == [
+        "a.py"
+    ]
+
+
+def code_settings(**code) -> Settings:
+    return Settings().model_copy(update={"code": CodeSettings().model_copy(update=code)})
+
+
+def test_settings_switch_the_file_rank_on_and_off():
+    assert file_rank.file_weights_from(code_settings(file_rank=False)).is_first_hit
+    on = code_settings(file_rank=True, file_rank_decay=0.5, file_rank_path_bonus=0.25)
+    w = file_rank.file_weights_from(on)
+    assert not w.is_first_hit and (w.decay, w.depth, w.path) == (0.5, on.code.file_rank_depth, 0.25)
+    # the shipped default: on, the traceback frames alone (the signal that beat the first-hit order)
+    shipped = file_rank.file_weights_from(Settings())
+    assert shipped.frame > 0 and (shipped.decay, shipped.path, shipped.imports, shipped.definition) == (
+        0,
+        0,
+        0,
+        0,
+    )
+
+
+def test_the_variants_measured_hold_the_first_hit_order_and_the_configured_weights():
+    configured = FileWeights(frame=0.5)
+    v = file_rank.variants(configured)
+    assert v["none"].is_first_hit and v["configured"] == configured
+    assert {"only frame=0.5", "only decay=0.25", "only path=1", "all"} <= set(v)
+
+
+def test_the_code_eval_ranks_files_by_their_evidence_and_measures_the_variants(tmp_path):
+    """The eval's file list goes through the file ranking: the traceback's deepest frame ranks first
+    although another file's chunk matched better (the first-hit order put it second)."""
+    from ragline.query.eval_code import CodeQuery, Snapshot, run_code_eval
+
+    snap = Snapshot(tmp_path / "astropy.bundle", "abc")
+    queries = [
+        CodeQuery(f"astropy__astropy-{n}", ISSUE, snap, ("astropy/io/fits/card.py",)) for n in range(1, 5)
+    ]
+    hits = [
+        hit("astropy/astropy/io/fits/hdu/base.py", 0.9).model_dump(),
+        hit("astropy/astropy/io/fits/card.py", 0.8).model_dump(),
+    ]
+
+    def search(query, tenant, mode, layers, structural):
+        return {"hits": hits}
+
+    result = run_code_eval(
+        queries,
+        lambda s, c, n: {"tenant": "t", "commit": "c" * 40},
+        search,
+        ["lexical"],
+        "code",
+        ablate=False,
+    )
+    assert result["modes"]["lexical [code]"]["acc@1"] == 1.0
+    variants = result["file_rank"]["lexical [code]"]
+    assert variants["none"]["acc@1"] == 0.0 and variants["only frame=0.5"]["acc@1"] == 1.0
+    assert result["meta"]["file_rank"] is True
+    assert {r["chosen_on"] for r in result["file_rank_held_out"]["lexical [code]"]["runs"]} == {"A", "B"}
