@@ -111,7 +111,8 @@ def run_cases(tenant: str, cases: list[Case], chat_url: str, inject_every: int =
         t = time.perf_counter()
         res = service.ask(AskRequest(query=case.q, tenant=tenant, groups=["staff"], k=k))
         wall = (time.perf_counter() - t) * 1000
-        removed = {_strip(s) for s in res.removed_sentences}
+        # removed sentences are in the answer's display form (the sanitizer escapes "<"): compare as text
+        removed = {_strip(html.unescape(s)) for s in res.removed_sentences}
         answered = (res.trace.get("generator") or {}).get("generator") == "openai" and (
             res.reason != "the generator found no answer"
         )
