@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from ragline.query import structure
 from ragline.shared.contracts import Hit
@@ -221,7 +222,8 @@ def variants(configured: FileWeights, depth: int = 3) -> dict[str, FileWeights]:
         out[f"only decay={d:g}"] = FileWeights(decay=d, depth=depth)
     for f in ("path", "frame", "imports", "definition"):
         for v in GRID:
-            out[f"only {f}={v:g}"] = FileWeights(**{f: v})
+            one: dict[str, Any] = {f: v}  # a bonus field by name (all floats)
+            out[f"only {f}={v:g}"] = FileWeights(**one)
     mid = GRID[len(GRID) // 2]
     out["all"] = FileWeights(DECAYS[0], depth, mid, mid, mid / 2, mid / 2)
     return out

@@ -10,12 +10,13 @@ both counts to the pending rows alone.
 from __future__ import annotations
 
 import psycopg
+from psycopg.rows import DictRow
 
 #: a chunk row that has no vector yet (``c`` is the chunks alias of every statement using it)
 PREDICATE = "c.embedding IS NULL"
 
 
-def by_tenant(conn: psycopg.Connection) -> dict[str, int]:
+def by_tenant(conn: psycopg.Connection[DictRow]) -> dict[str, int]:
     """Rows awaiting their vectors, per tenant (tenants with none are left out)."""
     rows = conn.execute(
         f"SELECT c.tenant, count(*) AS n FROM chunks c WHERE {PREDICATE} GROUP BY c.tenant ORDER BY c.tenant"
