@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from contextlib import nullcontext
 
+from celery import signals
 from pydantic import BaseModel
 
 from ragline.query import service
@@ -46,6 +47,21 @@ QUERY_TASK = {
     "autoretry_for": (),
     "contain_errors": True,
 }
+
+
+#: the tasks whose caller waits for the reply: nobody reads the reply of one revoked or expired
+QUESTION_TASKS = frozenset({TASK_QUERY_RETRIEVE, TASK_QUERY_RERANK, TASK_QUERY_ASK})
+
+
+@signals.task_revoked.connect
+def _forget_abandoned_question(sender=None, request=None, **_: object) -> None:
+    """A question skipped because its caller revoked it (the user went away) or because it expired
+    (its caller's wait had ended before a worker got to it) leaves no result behind. Celery stores a
+    REVOKED state for it, published first, so a caller still subscribed learns of it; nobody reads
+    the stored copy, which would otherwise stay in Redis until the result expiry, one per abandoned
+    question of a backlog."""
+    if sender is not None and getattr(sender, "name", None) in QUESTION_TASKS and request is not None:
+        sender.backend.forget(request.id)
 
 
 def run_question(tenant: str | None, question: Callable[[], BaseModel]) -> dict:

@@ -198,3 +198,32 @@ def test_example_chat_backend_maps_errors_to_statuses(broker):
         assert code == 503 and retry_after == "5"
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize("task", ["ragline.query.retrieve", "ragline.query.rerank", "ragline.query.ask"])
+@pytest.mark.parametrize("abandoned", ["expired", "revoked"])
+def test_an_abandoned_question_leaves_no_result(celery_worker, stack, conn, tenant, task, abandoned):
+    """A question nobody waits for any more (its caller revoked it, or its wait ended before a worker
+    got to it) is skipped and leaves nothing in Redis; a live question after it is answered."""
+    from celery.worker import state as worker_state
+
+    store_docs(conn, tenant, [{"doc_id": "a.md", "content": "Ретраи настраиваются в конфиге."}], dim=384)
+    url = stack.effective_redis_url()
+    client = RaglineClient(url, timeout=60)
+    task_id = f"abandoned-{abandoned}-{task}-{time.time_ns()}"
+    payload = {"query": "ретраи", "tenant": tenant, "groups": ["g"], "mode": "lexical"}
+    expires = None
+    if abandoned == "revoked":
+        client.app.control.revoke(task_id)
+        deadline = time.monotonic() + 30  # the broadcast reaches the in-process worker's control thread
+        while task_id not in worker_state.revoked and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert task_id in worker_state.revoked
+    else:
+        expires = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)
+    client.app.send_task(task, args=[payload], queue="query", task_id=task_id, expires=expires)
+    # the worker's consumer reads the queue in order and skips a revoked or expired message as it
+    # receives it: once a question sent after it is answered, the skipped one has been handled
+    live = client.search("ретраи", tenant=tenant, groups=["g"], mode="lexical")
+    assert [h.doc_id for h in live.hits] == ["a.md"]
+    assert not redis.Redis.from_url(url).exists(f"celery-task-meta-{task_id}")
