@@ -32,7 +32,8 @@ import pytest
 from ragline.query import service, texts
 from ragline.shared.contracts import AskRequest
 from tests.conftest import DATASETS
-from tests.integration.test_git_source import commit, git, push
+from tests.gitrepo import commit, git
+from tests.integration.test_git_source import push
 from tests.integration.test_ingest import wait_job
 from tests.loopback import loopback_voyage_env
 

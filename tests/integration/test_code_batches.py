@@ -8,7 +8,7 @@ import json
 
 from ragline.shared import db
 from ragline.shared.names import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT
-from tests.integration.test_git_source import commit, git
+from tests.gitrepo import commit, git
 
 
 def module(n: int) -> str:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from ragline.shared import db
+from tests.gitrepo import commit, git
 from tests.integration.lifecycle_helpers import wait_job
 from tests.integration.test_code_structure import loopback  # noqa: F401  (fixture)
-from tests.integration.test_git_source import commit, git
 
 
 def test_a_never_stored_git_document_keeps_its_source_prefix(

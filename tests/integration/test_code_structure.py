@@ -12,8 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from ragline.shared import db
+from tests.gitrepo import commit, git
 from tests.integration.lifecycle_helpers import wait_job
-from tests.integration.test_git_source import commit, git, push
+from tests.integration.test_git_source import push
 from tests.loopback import LoopbackServer
 
 HOOKS = '''"""Hooks: callbacks are remembered per event and run in registration order.

@@ -11,9 +11,10 @@ import json
 import pytest
 
 from ragline.shared import db
+from tests.gitrepo import commit, git
 from tests.integration.lifecycle_helpers import wait_job
 from tests.integration.test_code_structure import FILES
-from tests.integration.test_git_source import commit, git, push
+from tests.integration.test_git_source import push
 from tests.loopback import LoopbackServer
 
 QUERY = "register_hook remember a callback for an event"

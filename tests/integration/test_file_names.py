@@ -16,8 +16,8 @@ import pytest
 
 from ragline.shared import db
 from ragline.shared.names import TASK_INGEST_EVENT
+from tests.gitrepo import commit, git
 from tests.integration.lifecycle_helpers import wait_job
-from tests.integration.test_git_source import commit, git
 from tests.loopback import LoopbackServer
 
 GOOD = "ok.md"

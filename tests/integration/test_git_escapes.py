@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,27 +22,13 @@ from typer.testing import CliRunner
 from ragline.ingest.roots import grant_roots
 from ragline.shared import db
 from ragline.shared.names import TASK_INGEST_EVENT
+from tests.gitrepo import git as sh
 from tests.integration.lifecycle_helpers import wait_job
 from tests.loopback import loopback_voyage
 
 SECRET = "GLOBEX-BOARD-ONLY-4711"
-ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.org",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.org",
-    "GIT_AUTHOR_DATE": "1700000000 +0000",
-    "GIT_COMMITTER_DATE": "1700000000 +0000",
-    "PATH": "/usr/bin:/bin",
-}
 FORMS = ("parent_work_tree", "gitdir_file", "symlinked_git", "worktree_file", "alternates", "commondir")
 ENTRIES = ("upsert_event", "cli_ingest", "reindex_source", "push_event", "fetch_clone")
-
-
-def sh(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, env=ENV, check=True
-    ).stdout.strip()
 
 
 def globex_repository(base: Path) -> tuple[Path, str]:

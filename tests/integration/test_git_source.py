@@ -14,16 +14,9 @@ from typer.testing import CliRunner
 from ragline.shared import db
 from ragline.shared.names import TASK_INGEST_EVENT
 from tests.conftest import DATASETS
+from tests.gitrepo import commit, git
 from tests.integration.lifecycle_helpers import wait_job
 from tests.loopback import LoopbackServer
-
-ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.org",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.org",
-    "PATH": "/usr/bin:/bin",
-}
 
 MODELS_V1 = '''"""Users."""
 
@@ -66,26 +59,6 @@ FILES_V1 = {
     "docs/guide.md": "---\nid: guide\nrelated_code:\n  - app/models.py\n---\n# Guide\n\nHow users are saved.\n",
     "vendor/dep.py": "def vendored():\n    return 1\n",
 }
-
-
-def git(repo: Path, *args: str, when: int = 1_700_000_000) -> str:
-    env = {**ENV, "GIT_AUTHOR_DATE": f"{when} +0000", "GIT_COMMITTER_DATE": f"{when} +0000"}
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True
-    ).stdout.strip()
-
-
-def commit(repo: Path, files: dict[str, str | None], when: int) -> str:
-    for name, text in files.items():
-        f = repo / name
-        if text is None:
-            f.unlink()
-        else:
-            f.parent.mkdir(parents=True, exist_ok=True)
-            f.write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", f"at {when}", when=when)
-    return git(repo, "rev-parse", "HEAD")
 
 
 @pytest.fixture()

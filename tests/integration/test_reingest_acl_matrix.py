@@ -17,7 +17,6 @@ upsert events with ``git:`` addresses.
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -28,19 +27,13 @@ from typer.testing import CliRunner
 from ragline.ingest.roots import grant_roots
 from ragline.shared import db
 from ragline.shared.names import TASK_INGEST_EVENT
+from tests.gitrepo import WHEN, git
 from tests.integration.lifecycle_helpers import MarkdownSite, acl_of, wait_job
 from tests.loopback import loopback_voyage
 
 MODEL = "voyage-acl-matrix"
 ENTRIES = ("file", "folder", "url", "git_cli", "git_reindex", "push_event", "upsert_event")
 ACLS = {"narrow": (["exec", "staff"], ["exec"]), "widen": (["exec"], ["exec", "staff"])}
-ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.org",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.org",
-    "PATH": "/usr/bin:/bin",
-}
 
 
 #: an edition that fails to parse (a NUL byte in a text document): the stored version keeps serving
@@ -93,11 +86,7 @@ class Entry:
             self.git("init", "-q", "-b", "main")
 
     def git(self, *args: str) -> str:
-        when = f"{1_700_000_000 + self.round} +0000"
-        env = {**ENV, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
-        return subprocess.run(
-            ["git", "-C", str(self.folder), *args], capture_output=True, text=True, env=env, check=True
-        ).stdout.strip()
+        return git(self.folder, *args, when=WHEN + self.round)
 
     def write(self, editions: dict[str, int]) -> None:
         self.round += 1

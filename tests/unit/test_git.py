@@ -4,7 +4,6 @@ skip rules and the git source's listing."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,40 +11,8 @@ import pytest
 from ragline.ingest import git
 from ragline.ingest.parse import ParseError
 from ragline.ingest.sources import GitSource, SourceSpec, SourceUnavailable, git_uri, parse_git_uri
-
-ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.org",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.org",
-}
-
-
-def sh(repo: Path, *args: str, when: int = 1_700_000_000) -> str:
-    env = {
-        **ENV,
-        "GIT_AUTHOR_DATE": f"{when} +0000",
-        "GIT_COMMITTER_DATE": f"{when} +0000",
-        "PATH": "/usr/bin:/bin",
-    }
-    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True)
-    return out.stdout.strip()
-
-
-def write(repo: Path, files: dict[str, str | bytes | None]) -> None:
-    for name, content in files.items():
-        f = repo / name
-        if content is None:
-            f.unlink()
-            continue
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_bytes(content if isinstance(content, bytes) else content.encode())
-
-
-def commit(repo: Path, message: str, when: int) -> str:
-    sh(repo, "add", "-A")
-    sh(repo, "commit", "-q", "-m", message, when=when)
-    return sh(repo, "rev-parse", "HEAD")
+from tests.gitrepo import commit, write
+from tests.gitrepo import git as sh
 
 
 @pytest.fixture()
@@ -60,11 +27,11 @@ def test_tree_blobs_and_diff_of_two_commits(repo):
     write(
         repo, {"a.py": "def a():\n    return 1\n", "b.py": "def b():\n    return 2\n" * 20, "c.py": "C = 3\n"}
     )
-    c1 = commit(repo, "one", 1_700_000_000)
+    c1 = commit(repo, when=1_700_000_000, message="one")
     write(repo, {"a.py": "def a():\n    return 10\n", "c.py": None, "d.py": "D = 4\n"})
     (repo / "lib").mkdir()
     sh(repo, "mv", "b.py", "lib/b2.py")
-    c2 = commit(repo, "two", 1_700_000_100)
+    c2 = commit(repo, when=1_700_000_100, message="two")
     assert git.resolve_commit(repo, "HEAD") == c2 == git.resolve_commit(repo, "main")
     assert git.commit_time_ns(repo, c1) == 1_700_000_000 * 10**9
     tree = {e.path: e for e in git.list_tree(repo, c2)}
@@ -90,7 +57,7 @@ def test_refs_from_outside_are_never_options(repo):
         with pytest.raises(ValueError):
             git.check_ref(bad)
     write(repo, {"a.py": "A = 1\n"})
-    commit(repo, "one", 1_700_000_000)
+    commit(repo, when=1_700_000_000, message="one")
     with pytest.raises(git.GitError):
         git.resolve_commit(repo, "no-such-branch")
     assert (
@@ -101,12 +68,12 @@ def test_refs_from_outside_are_never_options(repo):
 
 def test_clone_and_fetch_into_a_bare_mirror(repo, tmp_path):
     write(repo, {"a.py": "A = 1\n"})
-    c1 = commit(repo, "one", 1_700_000_000)
+    c1 = commit(repo, when=1_700_000_000, message="one")
     dest = tmp_path / "home" / "git" / "t" / "src.git"
     git.sync_clone(str(repo), dest)
     assert git.resolve_commit(dest, "main") == c1
     write(repo, {"b.py": "B = 2\n"})
-    c2 = commit(repo, "two", 1_700_000_100)
+    c2 = commit(repo, when=1_700_000_100, message="two")
     git.sync_clone(str(repo), dest)  # fetched, not cloned again
     assert git.resolve_commit(dest, "main") == c2
     bundle = tmp_path / "r.bundle"
@@ -182,7 +149,7 @@ def test_git_source_lists_tracked_files_minus_skipped(repo, tmp_path, configured
         },
     )
     (repo / "untracked.py").write_text("U = 1\n")
-    c1 = commit(repo, "one", 1_700_000_000)
+    c1 = commit(repo, when=1_700_000_000, message="one")
     (repo / "untracked2.py").write_text("U = 2\n")  # never committed: not listed
     spec = SourceSpec(name="src", kind="git", tenant="t", path=repo)
     spec2 = SourceSpec(
@@ -229,7 +196,7 @@ def test_a_repository_is_opened_at_exactly_its_folder(repo, tmp_path):
     """Every layout that makes git read another repository's objects is refused; alternates inside
     the folder (a clone with ``--reference`` to a folder of its own) are not."""
     write(repo, {"a.py": "A = 1\n"})
-    c1 = commit(repo, "one", 1_700_000_000)
+    c1 = commit(repo, when=1_700_000_000, message="one")
     opened = git.open_repository(repo)
     assert (opened.git_dir, opened.work_tree) == (repo.resolve() / ".git", repo.resolve())
     bare = tmp_path / "bare.git"

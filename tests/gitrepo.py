@@ -1,0 +1,49 @@
+"""Git repositories built by tests: every commit reproducible (fixed author, dates from the
+caller), git run without the user's configuration or a global PATH."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.org",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.org",
+    "PATH": "/usr/bin:/bin",
+}
+#: the time of a commit whose test does not care when it was made
+WHEN = 1_700_000_000
+
+
+def git(repo: Path, *args: str, when: int = WHEN) -> str:
+    """``git -C repo args...`` with author and committer time ``when``; its stripped output."""
+    env = {**ENV, "GIT_AUTHOR_DATE": f"{when} +0000", "GIT_COMMITTER_DATE": f"{when} +0000"}
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True
+    ).stdout.strip()
+
+
+def write(repo: Path, files: dict[str, str | bytes | None]) -> None:
+    """Files written (text or bytes, parents created) or, for ``None``, deleted."""
+    for name, content in files.items():
+        f = repo / name
+        if content is None:
+            f.unlink()
+            continue
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(content if isinstance(content, bytes) else content.encode())
+
+
+def commit(
+    repo: Path,
+    files: dict[str, str | bytes | None] | None = None,
+    when: int = WHEN,
+    message: str | None = None,
+) -> str:
+    """``files`` written, everything committed at ``when``; the new commit's hash."""
+    write(repo, files or {})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message or f"at {when}", when=when)
+    return git(repo, "rev-parse", "HEAD")
