@@ -46,8 +46,17 @@ RECALL_AT = 10
 MAX_QUERY_CHARS = 4000
 #: RRF weights of the lexical list measured beside the default (the vector list's weight is 1)
 LEXICAL_WEIGHTS = (0.0175, 0.05, 0.1, 0.25, 0.5, 1.0)
-#: a mode is a retrieval mode, or ``hybrid+structure``: hybrid with the structural re-score
-MODES = ("lexical", "vector", "hybrid", "hybrid+structure")
+#: a mode is a retrieval mode, or one with the structural re-score (``+structure``); lexical with
+#: structure is what a code search answers while the repository's vectors are being filled
+MODES = ("lexical", "lexical+structure", "vector", "hybrid", "hybrid+structure")
+
+
+def modes_for(mode: str) -> list[str]:
+    """The modes a code evaluation's ``--mode`` runs: every one for ``all``; a mode that can take
+    the structural re-score (lexical, hybrid) with and without it."""
+    if mode == "all":
+        return list(MODES)
+    return [m for m in MODES if m.split("+")[0] == mode]
 
 
 @dataclass(frozen=True)
@@ -366,20 +375,24 @@ def run_code_eval(
         tenant, source = tenants[q.snapshot]
         text = question(q.query)
         for variant, layer_list in variants.items():
-            candidates = None
+            candidates, share = None, 1.0
             for mode in modes:
-                res = search(text, tenant, mode.split("+")[0], layer_list, mode == "hybrid+structure")
+                res = search(text, tenant, mode.split("+")[0], layer_list, mode.endswith("+structure"))
                 name = f"{mode} [{variant}]"
-                files = file_rank.ranked_paths(res["hits"], text, file_weights, source)
+                # the response's own file order (query/file_rank.py), as a caller gets it
+                files = [file_of(f, source) for f in res.get("files") or []] or file_rank.ranked_paths(
+                    res["hits"], text, file_weights, source
+                )
                 reports.setdefault(name, CodeReport(name)).add(q, files)
                 for label, fw in file_variants.items():
                     files = file_rank.ranked_paths(res["hits"], text, fw, source)
                     file_ranks.setdefault(name, {}).setdefault(label, CodeReport(label)).add(q, files)
                 if mode == "hybrid+structure":
-                    candidates = res["hits"]
+                    candidates, share = res["hits"], res.get("vector_share", 1.0)
             if ablate:
                 if candidates is None:
-                    candidates = search(text, tenant, "hybrid", layer_list, True)["hits"]
+                    res = search(text, tenant, "hybrid", layer_list, True)
+                    candidates, share = res["hits"], res.get("vector_share", 1.0)
                 hits = [Hit.model_validate(h) for h in candidates]
                 r = settings.retrieval
                 runs = [
@@ -390,7 +403,8 @@ def run_code_eval(
                     for wl in LEXICAL_WEIGHTS
                     for label, w in (("none", structure.Weights()), ("configured", weights))
                 ]
-                code_policy = FusionPolicy.from_settings(settings, code=True)
+                # the share of the scope the candidates' vector list saw, as the search weighed it
+                code_policy = FusionPolicy.from_settings(settings, code=True).covering(share)
                 for label, w, wl in runs:
                     fused = structure.refuse(hits, w, replace(code_policy, lexical_weight=wl))
                     ranked = structure.rescore(fused, text, w, settings)

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ragline.query import structure
-from ragline.shared.contracts import Hit
+from ragline.shared.contracts import FileHit, Hit
 from ragline.shared.settings import Settings
 
 _FRAME = re.compile(r"""File\s+["']([^"'\n]+?\.py)["'],\s+line\s+\d+""")
@@ -205,6 +205,30 @@ def rank_files(
 def ranked_paths(hits: Iterable[Hit | dict], question: str, w: FileWeights, source: str = "") -> list[str]:
     """The file paths of :func:`rank_files`, best first."""
     return [f.path for f in rank_files(hits, question, w, source)]
+
+
+def response_files(hits: list[Hit], question: str, settings: Settings) -> list[FileHit]:
+    """The files a search response lists beside its hits (pure): :func:`rank_files` with the
+    configured weights, when the file ranking is on and some hit is code (a prose search's
+    "files" would be its documents again). The code evaluation scores this list, so what it
+    measures is what a caller gets."""
+    c = settings.code
+    code_layers = {c.source_layer, c.symbols_layer, c.tests_layer}
+    if not c.file_rank or not any(h.layer in code_layers for h in hits):
+        return []
+    return [
+        FileHit(
+            path=f.path,
+            score=f.score,
+            chunks=round(f.chunks, 8),
+            path_match=f.path_match,
+            frame=f.frame,
+            imports=f.imports,
+            definition=round(f.definition, 8),
+            first_hit=f.best,
+        )
+        for f in rank_files(hits, question, file_weights_from(settings))
+    ]
 
 
 #: the bonus sizes measured for each signal alone (units of the best hit's score)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from ragline.query.language import PASSAGES, lexical_weight
@@ -123,7 +123,15 @@ class FusionPolicy:
     ``rrf_k + 1``, the best score one RRF list can give, so bonuses and penalties tuned in RRF units
     keep their scale. ``cross_script_weight`` lowers the lexical weight of a question written in
     another script than the passages (:func:`ragline.query.language.lexical_weight`) the same way
-    in both methods; ``None`` turns that check off."""
+    in both methods; ``None`` turns that check off.
+
+    ``vector_share`` is the share of the searched scope that has vectors (1 once every row is
+    embedded; :meth:`covering`). While code is stored before its vectors, the vector list ranks only
+    the rows embedded so far (the fill's first rows: the shortest source chunks), so its rank 1 is
+    the best of a small sample, not of the scope: at full weight that sample would outrank every
+    row the lexical list found better, and a hybrid search over a 2 % embedded repository would be
+    a search of those 2 %. Its weight (RRF and convex alike) is scaled by the share, so hybrid moves
+    from lexical to full hybrid as the fill progresses."""
 
     method: Method = "convex"
     rrf_k: int = 60
@@ -132,6 +140,7 @@ class FusionPolicy:
     cross_script_weight: float | None = 0.0
     convex_lexical: float = 0.3
     normalization: Normalization = "minmax"
+    vector_share: float = 1.0
 
     @classmethod
     def from_settings(cls, settings: Settings, code: bool = False) -> FusionPolicy:
@@ -147,6 +156,16 @@ class FusionPolicy:
             convex_lexical=r.convex_weight_lexical,
             normalization=r.fusion_normalization,
         )
+
+    def covering(self, share: float) -> FusionPolicy:
+        """This policy for a scope of which ``share`` (0..1) has vectors (``vector_share``)."""
+        share = min(1.0, max(0.0, share))
+        return self if share == self.vector_share else replace(self, vector_share=share)
+
+    @property
+    def vector_rrf_weight(self) -> float:
+        """The vector list's RRF weight, scaled by the share of the scope it could see."""
+        return self.vector_weight * self.vector_share
 
     def lexical_weight_for(self, query: str, passages: Sequence[str]) -> float:
         """The lexical list's RRF weight for this question (the script check, when it is on)."""
@@ -170,14 +189,17 @@ class FusionPolicy:
             scale = w_lex / self.lexical_weight if self.lexical_weight > 0 else 1.0
             fused = convex(
                 {"vector": vector, "lexical": lexical},
-                weights={"vector": 1.0 - self.convex_lexical, "lexical": self.convex_lexical * scale},
+                weights={
+                    "vector": (1.0 - self.convex_lexical) * self.vector_share,
+                    "lexical": self.convex_lexical * scale,
+                },
                 how=self.normalization,
             )
             return [(key, score / (self.rrf_k + 1)) for key, score in fused]
         return rrf(
             {"vector": [key for key, _ in vector], "lexical": [key for key, _ in lexical]},
             k=self.rrf_k,
-            weights={"vector": self.vector_weight, "lexical": w_lex},
+            weights={"vector": self.vector_rrf_weight, "lexical": w_lex},
         )
 
     def rank_term(self, weight: float, rank: int) -> float:

@@ -78,6 +78,8 @@ ORDER BY b.distance, c.doc_id, c.chunk_no
 UNEMBEDDED_SQL = (
     "SELECT count(*) AS n FROM chunks c WHERE {scope} AND " + pending_vectors.PREDICATE + "{where}"
 )
+# the scope's rows, read only while some await their vectors (the share the vector list could see)
+SCOPE_ROWS_SQL = "SELECT count(*) AS n FROM chunks c WHERE {scope}{where}"
 
 # numnode(q) = 0 when the query holds only stop words: no rows, no NOTICE, same round trip;
 # {rank_fn} is ts_rank or ts_rank_cd (a settings Literal, never user text)
@@ -431,11 +433,17 @@ def vector_rows(
     return conn.execute(sql, params).fetchall()
 
 
-def unembedded_rows(conn: psycopg.Connection, req: SearchRequest, settings: Settings) -> int:
-    """Rows the vector statement could not see for this request (same scope and filters)."""
+def vector_coverage(conn: psycopg.Connection, req: SearchRequest, settings: Settings) -> tuple[int, float]:
+    """``(rows the vector statement could not see, share of the scope it could)`` for this request
+    (same scope and filters); the scope is counted only when some rows await their vectors, so a
+    fully embedded tenant pays one index-only count of nothing."""
     f = filters_for(req, settings)
     params = {"tenant": req.tenant, "groups": req.groups, **f.params}
-    return int(conn.execute(_sql(UNEMBEDDED_SQL, "", f.where_sql()), params).fetchone()["n"])
+    pending = int(conn.execute(_sql(UNEMBEDDED_SQL, "", f.where_sql()), params).fetchone()["n"])
+    if not pending:
+        return 0, 1.0
+    total = int(conn.execute(_sql(SCOPE_ROWS_SQL, "", f.where_sql()), params).fetchone()["n"])
+    return pending, 1.0 - pending / total if total > pending else 0.0
 
 
 def lexical_rows(
@@ -659,16 +667,22 @@ def fusion_for(query: str, settings: Settings, rows: Iterable[dict] = ()) -> str
 
 
 def fused_keys(
-    vector: list[dict], lexical: list[dict], settings: Settings, query: str = ""
+    vector: list[dict], lexical: list[dict], settings: Settings, query: str = "", vector_share: float = 1.0
 ) -> list[tuple[tuple[str, int], float]]:
     """The candidates' keys, best first, with their fused score in RRF units (pure): the rows
-    (:func:`ragline.query.fusion.hybrid_inputs`) fused by this search's :func:`fusion_policy`."""
-    policy = fusion_policy(query, settings, [*vector, *lexical])
+    (:func:`ragline.query.fusion.hybrid_inputs`) fused by this search's :func:`fusion_policy`, whose
+    vector list saw ``vector_share`` of the scope (:meth:`FusionPolicy.covering`)."""
+    policy = fusion_policy(query, settings, [*vector, *lexical]).covering(vector_share)
     return policy.hybrid(query, *hybrid_inputs(vector, lexical))  # type: ignore[return-value]
 
 
 def fuse(
-    vector: list[dict], lexical: list[dict], settings: Settings, limit: int, query: str = ""
+    vector: list[dict],
+    lexical: list[dict],
+    settings: Settings,
+    limit: int,
+    query: str = "",
+    vector_share: float = 1.0,
 ) -> list[Hit]:
     """The two lists fused by this search's policy (:func:`fused_keys`), plus
     prefer bonus, minus test penalty; pure.
@@ -690,7 +704,7 @@ def fuse(
         key = (row["doc_id"], row["chunk_no"])
         rows.setdefault(key, row)
         ranks.setdefault(key, {}).update(lexical_rank=rank, lexical_score=float(row["rank"]))
-    fused = fused_keys(vector, lexical, settings, query)
+    fused = fused_keys(vector, lexical, settings, query, vector_share)
     scored = []
     for position, (key, score) in enumerate(fused):
         row = rows[key]
@@ -730,7 +744,7 @@ def search(
     vector: list[dict] = []
     lexical: list[dict] = []
     named: list[dict] = []
-    unembedded = 0
+    unembedded, share = 0, 1.0
     stage = "the retrieval settings"
     statements = StatementLimit(settings)
     try:
@@ -751,7 +765,7 @@ def search(
                 stage = "the vector search"
                 exact = exact_search(settings, statements.tenant_rows)
                 vector = vector_rows(conn, req, qvec, n, settings, exact)
-                unembedded = unembedded_rows(conn, req, settings)
+                unembedded, share = vector_coverage(conn, req, settings)
                 timings["vector"] = elapsed_ms(t)
             if lexical_search:
                 t = time.perf_counter()
@@ -787,7 +801,7 @@ def search(
         raise statements.error(stage) from None
     if req.ordering == "contract" or named or structural(req, vector, lexical, settings):
         t = time.perf_counter()
-        hits = fuse(vector, lexical, settings, n * 2, req.query)
+        hits = fuse(vector, lexical, settings, n * 2, req.query, share)
         if named:
             hits = structure.with_named(
                 hits,
@@ -798,9 +812,13 @@ def search(
         hits = ranked_by_structure(req, hits, settings)[:limit]
         timings["structure"] = elapsed_ms(t)
     else:
-        hits = fuse(vector, lexical, settings, limit, req.query)
+        hits = fuse(vector, lexical, settings, limit, req.query, share)
     return SearchResponse(
-        hits=hits, timings_ms=timings, unembedded_rows=unembedded, vectors_complete=not unembedded
+        hits=hits,
+        timings_ms=timings,
+        unembedded_rows=unembedded,
+        vectors_complete=not unembedded,
+        vector_share=round(share, 6),
     )
 
 

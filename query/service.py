@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ragline.query import extractive, grounding, texts, transforms
+from ragline.query import extractive, file_rank, grounding, texts, transforms
 from ragline.query.agentic import (
     Budget,
     CoveragePlanner,
@@ -169,6 +169,7 @@ def search(req: SearchRequest) -> SearchResponse:
         resp.degraded_reasons += out.reasons
         resp.timings_ms["rerank"] = elapsed_ms(t)
         resp.timings_ms["total"] = elapsed_ms(t0)
+    resp.files = file_rank.response_files(resp.hits, req.query, settings)
     m.RETRIEVED_CHUNKS.observe(len(resp.hits))
     log_query(
         "search",

@@ -319,13 +319,13 @@ def ablations(w: Weights, grid: tuple[float, ...] = GRID) -> dict[str, Weights]:
 
 def refuse(hits: list[Hit], w: Weights, policy: FusionPolicy) -> list[Hit]:
     """Candidates of a structural search with their fused score recomputed from their ranks (vector,
-    lexical, named files) with the RRF terms of ``policy`` (its ``vector_weight`` and
+    lexical, named files) with the RRF terms of ``policy`` (its ``vector_rrf_weight`` and
     ``lexical_weight``, ``w.named`` for the named files), sorted; a chunk only a zero-weight list
     found is dropped. For measuring, with :func:`rescore`; prefer bonus and test penalty are kept."""
     out = []
     for pos, h in enumerate(hits):
         parts = [
-            (policy.vector_weight, h.vector_rank),
+            (policy.vector_rrf_weight, h.vector_rank),
             (policy.lexical_weight, h.lexical_rank),
             (w.named, h.named_rank),
         ]

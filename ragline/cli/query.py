@@ -252,8 +252,8 @@ def eval_cmd(
     A code query set names a repository (a git bundle or a repository folder, relative to the query
     file) and a ref per query: each snapshot is ingested once through the git source into a tenant
     of its own (kept, so a rerun only queries), and file-level Acc@1/3/5/10, recall@10 and MRR are
-    reported per mode (lexical, vector, hybrid, hybrid+structure) and layer variant, with each
-    structural signal measured alone and left out (docs/code.md).
+    reported per mode (lexical and hybrid, each with and without the structural re-score, vector)
+    and layer variant, with each structural signal measured alone and left out (docs/code.md).
 
     With --answers, QUERIES is a graded answer set (answers-dev's format): every question goes
     through the ask task over --tenant/--groups (or a --corpus ingested into a fresh tenant), and
@@ -354,9 +354,9 @@ def _code_eval(
 ) -> None:
     from ragline.query.eval_code import (  # start-up: Celery and psycopg load only for eval
         ACC_AT,
-        MODES,
         ingest_config_key,
         layer_variants,
+        modes_for,
         read_code_queries,
         run_code_eval,
         task_search,
@@ -372,7 +372,7 @@ def _code_eval(
         rows = [q for q in rows if q.id in set(only)]
         if not rows:
             raise typer.BadParameter(f"no query with id {', '.join(only)}", param_hint="'--only'")
-    modes = list(MODES) if mode == "all" else [mode]
+    modes = modes_for(mode)
     reload_app()
     settings = get_settings()
     # lexical modes alone are measured as soon as a snapshot is stored, before its vectors are filled

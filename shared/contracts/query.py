@@ -127,8 +127,28 @@ class Hit(BaseModel):
         return self
 
 
+class FileHit(BaseModel):
+    """A file of a code search's hits with the evidence that ranks it (query/file_rank.py): the
+    answer to "which file" is a file, and a file with several matching chunks, named by the
+    question's traceback or imports, outranks one lucky chunk."""
+
+    path: str
+    score: float = Field(description="the file's score, in units of the best hit's score")
+    chunks: float = Field(default=0.0, description="its hits' scores, normalised and summed with decay")
+    path_match: float = Field(default=0.0, description="the question names its path or dotted module")
+    frame: float = Field(default=0.0, description="a traceback frame is in it, the deepest weighing 1")
+    imports: float = Field(default=0.0, description="the question's quoted code imports its module")
+    definition: float = Field(default=0.0, description="its chunks define identifiers the question names")
+    first_hit: int = Field(default=0, ge=0, description="the position of its first hit among `hits`")
+
+
 class SearchResponse(BaseModel):
     hits: list[Hit]
+    files: list[FileHit] = Field(
+        default_factory=list,
+        description="a code search's files, best first (RAGLINE_CODE_FILE_RANK, query/file_rank.py);"
+        " empty when no hit is code or the file ranking is off",
+    )
     degraded: bool = False
     degraded_reasons: list[str] = Field(default_factory=list)
     unembedded_rows: int = Field(
@@ -141,6 +161,14 @@ class SearchResponse(BaseModel):
     vectors_complete: bool = Field(
         default=True,
         description="false while unembedded_rows > 0: hybrid search is lexical-only for those rows",
+    )
+    vector_share: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="the share of the caller's scope the vector search could see (1 - unembedded rows /"
+        " rows); the vector list's fusion weight is scaled by it, so a partly embedded scope ranks"
+        " mostly by the lexical list",
     )
     timings_ms: dict[str, float] = Field(default_factory=dict)
 

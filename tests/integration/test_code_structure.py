@@ -261,7 +261,9 @@ def test_code_eval_on_a_tiny_bundle(celery_worker, use_settings, loopback, tmp_p
     assert len({s["tenant"] for s in snaps}) == 2 and all(s["failed"] == 0 for s in snaps)
     assert snaps[0]["documents"] == 3
     assert set(result["modes"]) == {
-        f"{m} [{v}]" for m in ("lexical", "vector", "hybrid", "hybrid+structure") for v in ("all", "code")
+        f"{m} [{v}]"
+        for m in ("lexical", "lexical+structure", "vector", "hybrid", "hybrid+structure")
+        for v in ("all", "code")
     }
     best = result["modes"]["hybrid+structure [all]"]
     assert best["n"] == 2 and best["acc@10"] == 1.0  # every snapshot's gold file is found
@@ -269,6 +271,7 @@ def test_code_eval_on_a_tiny_bundle(celery_worker, use_settings, loopback, tmp_p
     assert best["mrr"] == pytest.approx(round(sum(1 / r for r in ranks) / 2, 3))
     assert best["acc@1"] == sum(r == 1 for r in ranks) / 2
     assert result["modes"]["lexical [code]"]["per_query"][0]["top"] == ["pkg/hooks.py", "pkg/client.py"]
+    assert result["modes"]["lexical+structure [code]"]["per_query"][0]["top"][0] == "pkg/hooks.py"
     ablation = result["structure_ablation"]
     assert {"none [all]", "configured [code]", "only definition=0.004 [all]"} <= set(ablation)
     assert ablation["none [all]"] == {

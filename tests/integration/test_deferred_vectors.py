@@ -126,6 +126,13 @@ def test_code_is_searchable_before_its_vectors_and_says_so(repo, tenant, fill_lo
     assert hooks, during["hits"]
     assert all(h["lexical_rank"] is not None and h["vector_rank"] is None for h in hooks)
     assert during["unembedded_rows"] == pending and during["vectors_complete"] is False
+    # the vector list saw only the embedded share (the Markdown document): it weighs that much, so
+    # the lexical list's best stays first (at full weight the document's chunks would lead)
+    total = sum(len(vs) for vs in stored.values())
+    assert during["vector_share"] == pytest.approx(1 - pending / total, abs=1e-6)
+    lexical = search(tenant, ["dev"], mode="lexical")
+    assert during["hits"][0]["path"] == lexical["hits"][0]["path"] != "r/docs/hooks.md"
+    assert during["files"][0]["path"] == during["hits"][0]["path"]
     # counted in the caller's scope: another group sees none of these rows, pending or not
     other = search(tenant, ["other"])
     assert other["hits"] == [] and other["unembedded_rows"] == 0
@@ -136,6 +143,7 @@ def test_code_is_searchable_before_its_vectors_and_says_so(repo, tenant, fill_lo
     assert all(v for vs in vectors_by_path(tenant).values() for v in vs)
     after = search(tenant, ["dev"])
     assert after["unembedded_rows"] == 0 and after["vectors_complete"] is True
+    assert after["vector_share"] == 1.0
     assert any(h["path"] == "r/pkg/hooks.py" and h["vector_rank"] is not None for h in after["hits"])
     assert tenant not in lifecycle_status(get_settings())["awaiting_vectors"]
 

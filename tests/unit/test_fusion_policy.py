@@ -328,3 +328,51 @@ def test_the_policy_is_built_from_the_settings():
     )
     assert FusionPolicy.from_settings(s) == FusionPolicy("convex", 42, 0.9, 0.02, 0.001, 0.4, "dbsf")
     assert FusionPolicy.from_settings(s, code=True) == FusionPolicy("rrf", 42, 0.9, 0.2, 0.001, 0.4, "dbsf")
+
+
+# ------------------------------------------------------------- a scope only partly embedded yet
+def _partly_embedded() -> tuple[list[dict], list[dict]]:
+    """A scope whose vector list saw only a few rows (stored before their vectors): ``lex*`` rows
+    only the lexical list found (they have no vector yet), ``vec*`` rows only the vector list."""
+    vector = [_row(f"code-vec{i}", 0, distance=0.2 + i / 100) for i in range(5)]
+    lexical = [_row(f"code-lex{i}", 0, rank=10.0 - i) for i in range(5)]
+    return vector, lexical
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "convex"])
+def test_a_vector_list_over_a_sliver_of_the_scope_does_not_outrank_the_lexical_list(fusion):
+    s = Settings(fusion=fusion, fusion_code=fusion)
+    vector, lexical = _partly_embedded()
+    query = "where is register_hook defined?"
+    sliver = [h.doc_id for h in retrieve.fuse(vector, lexical, s, 10, query, vector_share=0.02)]
+    # (convex: the lexical list's last row is its minimum, 0 after min-max, whatever the share)
+    assert sliver[:4] == [f"code-lex{i}" for i in range(4)], sliver
+    # fully embedded the lists fuse as before (the reference above), whatever the share did
+    full = [key[0] for key, _ in retrieve.fused_keys(vector, lexical, s, query, vector_share=1.0)]
+    assert full == [key[0] for key, _ in _reference_fused_keys(vector, lexical, s, query)]
+    assert full[0].startswith("code-vec")
+
+
+@pytest.mark.parametrize("share", [0.0, 0.02, 0.5, 1.0])
+def test_the_vector_weight_scales_with_the_share_in_every_method(share):
+    policy = FusionPolicy.from_settings(Settings(), code=True).covering(share)
+    assert policy.vector_rrf_weight == pytest.approx(Settings().retrieval.rrf_weight_vector * share)
+    vec, lex = [("v", 0.9)], [("l", 5.0)]
+    rrf_scores = dict(policy.hybrid("register_hook", vec, lex))
+    assert rrf_scores["v"] == pytest.approx(policy.vector_weight * share / (policy.rrf_k + 1))
+    convex_policy = FusionPolicy(method="convex").covering(share)
+    convex_scores = dict(convex_policy.hybrid("q", vec, lex))
+    assert convex_scores["v"] == pytest.approx(
+        (1 - convex_policy.convex_lexical) * share / (convex_policy.rrf_k + 1)
+    )
+    assert (
+        FusionPolicy().covering(7.0).vector_share == 1.0 and FusionPolicy().covering(-1).vector_share == 0.0
+    )
+
+
+def test_the_code_ablation_weighs_the_vector_list_by_the_share_it_saw():
+    hits = [_hit("v", vector_rank=1), _hit("l", lexical_rank=1)]
+    policy = FusionPolicy(method="rrf", vector_weight=1.0, lexical_weight=0.1)
+    assert [h.doc_id for h in structure.refuse(hits, structure.Weights(), policy)] == ["v", "l"]
+    partly = structure.refuse(hits, structure.Weights(), policy.covering(0.02))
+    assert [h.doc_id for h in partly] == ["l", "v"]
