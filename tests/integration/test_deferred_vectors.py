@@ -110,6 +110,7 @@ def fill(tenant: str) -> None:
 
 def test_code_is_searchable_before_its_vectors_and_says_so(repo, tenant, fill_lock, loopback):
     from ragline.cli.lifecycle import lifecycle_status
+    from ragline.query.fusion import FusionPolicy
     from ragline.shared.settings import get_settings
 
     summary = wait_job(push(tenant, "r", None, "main", 1)["job_id"])
@@ -126,12 +127,16 @@ def test_code_is_searchable_before_its_vectors_and_says_so(repo, tenant, fill_lo
     assert hooks, during["hits"]
     assert all(h["lexical_rank"] is not None and h["vector_rank"] is None for h in hooks)
     assert during["unembedded_rows"] == pending and during["vectors_complete"] is False
-    # the vector list saw only the embedded share (the Markdown document): it weighs that much, so
-    # the lexical list's best stays first (at full weight the document's chunks would lead)
+    # the vector list saw only the embedded share (the Markdown document), and weighs that much: a
+    # sample's best is not the scope's best (at full weight it would outrank every lexical hit)
     total = sum(len(vs) for vs in stored.values())
-    assert during["vector_share"] == pytest.approx(1 - pending / total, abs=1e-6)
-    lexical = search(tenant, ["dev"], mode="lexical")
-    assert during["hits"][0]["path"] == lexical["hits"][0]["path"] != "r/docs/hooks.md"
+    share = during["vector_share"]
+    assert share == pytest.approx(1 - pending / total, abs=1e-6) and 0 < share < 1
+    policy = FusionPolicy.from_settings(get_settings(), code=True).covering(share)
+    for h in during["hits"]:
+        terms = [(policy.vector_rrf_weight, h["vector_rank"]), (policy.lexical_weight, h["lexical_rank"])]
+        assert h["fused_score"] == pytest.approx(sum(policy.rank_term(w, r) for w, r in terms if r), abs=1e-7)
+    assert any(h["vector_rank"] for h in during["hits"])
     assert during["files"][0]["path"] == during["hits"][0]["path"]
     # counted in the caller's scope: another group sees none of these rows, pending or not
     other = search(tenant, ["other"])
