@@ -176,16 +176,18 @@ WHERE NOT EXISTS (SELECT 1 FROM documents d WHERE d.tenant = t)
 
 # the clock of a change: the one its request was accepted at, or now; a value the sequence has
 # not reached yet (a forged payload) counts as now, so it cannot outrank every later change.
-# CLOCK_EXPR is the same with three positional parameters (the asked value each time).
-CLOCK_SQL = """
-SELECT CASE WHEN %(asked)s::bigint IS NOT NULL AND %(asked)s::bigint <= last_value THEN %(asked)s::bigint
-            ELSE nextval('acl_change_seq') END AS seq
-FROM acl_change_seq
-"""
-CLOCK_EXPR = (
-    "(SELECT CASE WHEN %s::bigint IS NOT NULL AND %s::bigint <= last_value THEN %s::bigint"
-    " ELSE nextval('acl_change_seq') END FROM acl_change_seq)"
-)
+
+
+def clock_expr(asked: str) -> str:
+    """The clock of a change accepted at the SQL expression ``asked`` (a bigint or NULL), as a
+    scalar subquery: the one rule every statement that stamps a permission change embeds."""
+    return (
+        f"(SELECT CASE WHEN {asked} IS NOT NULL AND {asked} <= last_value THEN {asked}"
+        " ELSE nextval('acl_change_seq') END FROM acl_change_seq)"
+    )
+
+
+CLOCK_SQL = f"SELECT {clock_expr('%(asked)s::bigint')} AS seq"
 
 # ready documents whose ingest asks for another ACL than the last ingest did (set comparison), locked
 INGEST_LOCK_SQL = """

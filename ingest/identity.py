@@ -50,14 +50,23 @@ def conflict(
 
 def check(conn: psycopg.Connection, req: IngestRequest) -> None:
     """Raise :class:`IdentityConflict` when ``req`` may not write its doc id."""
-    source = req.metadata.get("source")
-    if source is None:
+    if req.metadata.get("source") is None:
         return
     owner = conn.execute(
         "SELECT status, content_hash, source_uri, metadata->>'source' AS source,"
         " metadata->>'source_root' AS source_root FROM documents WHERE tenant = %s AND doc_id = %s",
         (req.tenant, req.doc_id),
     ).fetchone()
+    check_owner(owner, req)
+
+
+def check_owner(owner: dict | None, req: IngestRequest) -> None:
+    """Raise :class:`IdentityConflict` when ``req`` may not write over ``owner``, the stored row
+    (status, content_hash, source_uri, source, source_root; None: nothing stored) its caller read,
+    under the document's lock when it is about to write."""
+    source = req.metadata.get("source")
+    if source is None:
+        return
     root = req.metadata.get("source_root")
     moved = bool(
         owner and owner["source_root"] and owner["source_root"] != root and not _is_dir(owner["source_root"])

@@ -2,7 +2,8 @@
 
 :func:`ingest_batch` prepares each document on its own (a bad one fails alone), embeds the chunks
 of all prepared documents together (so embedding batches fill up to 128 texts across documents),
-and stores each document in its own transaction as soon as its vectors are in. :func:`ingest_document` is a batch of one.
+and stores the documents whose vectors are in together, one transaction and a fixed number of
+statements for all of them, each document's outcome decided as if it were stored alone. :func:`ingest_document` is a batch of one.
 Source files are chunked along their definitions (``ingest/parse/code.py``), go to the source or
 tests layer, and their chunks carry line spans and identifier terms for the code lexical search; a
 source file's definitions also become short symbol records in the symbol layer (rows of the same
@@ -76,8 +77,9 @@ class Prepared:
         return [embedding_text(c, ch.content) for c, ch in zip(self.contexts, self.chunks, strict=True)]
 
 
-def prepare(req: IngestRequest, embed_model: str) -> Prepared | IngestResult:
+def prepare(req: IngestRequest, embed_model: str, state: dict | None) -> Prepared | IngestResult:
     """Load, parse, chunk and contextualize one document; an unchanged document is skipped here.
+    ``state`` is its stored row (``store.current_states``, read for the whole batch at once) or None.
 
     Raises :class:`DocumentFailed` with the stage and a readable message for a bad document.
     """
@@ -95,9 +97,7 @@ def prepare(req: IngestRequest, embed_model: str) -> Prepared | IngestResult:
     try:
         loaded = load(req)
         content_hash = hashlib.sha256(loaded.data).hexdigest()
-        with db.connection() as conn:
-            state = store.current_state(conn, req.tenant, req.doc_id)
-            identity.check(conn, req)  # before the unchanged shortcut: another source's copy is not ours
+        identity.check_owner(state, req)  # before the unchanged shortcut: another source's copy is not ours
         if store.is_unchanged(state, content_hash, embed_model) and state["version"] <= req.version:
             return IngestResult(tenant=req.tenant, doc_id=req.doc_id, status="skipped_unchanged")
         lap("load")
@@ -229,14 +229,46 @@ def _readable(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def store_prepared(conn: psycopg.Connection, p: Prepared, vectors: list, embed_model: str) -> str:
-    """One transaction per document, under its advisory lock; ``stored``, ``stale`` or ``excluded``."""
+#: a document's outcome in :func:`store_prepared`: ``stored``, ``stale``, ``excluded`` or the refusal
+StoreOutcome = str | identity.IdentityConflict
+
+
+def store_prepared(
+    conn: psycopg.Connection, docs: list[tuple[Prepared, list]], embed_model: str
+) -> list[StoreOutcome]:
+    """Several prepared documents with their vectors in one transaction, under their advisory locks;
+    per document its outcome, decided as if it were stored alone (a doc id at most once)."""
     if conn.info.transaction_status != TransactionStatus.IDLE:
-        # inside an open transaction this would be a savepoint: documents would commit together and
-        # hold each other's locks until the last one is stored
-        raise RuntimeError("store_prepared needs an idle connection: each document is its own transaction")
-    req = p.req
-    rows = [
+        # inside an open transaction this would be a savepoint: the documents would commit with the
+        # caller's work and hold their locks until it ends
+        raise RuntimeError("store_prepared needs an idle connection: the documents are their own transaction")
+    records = [(p, _record(p), _rows(p, vectors)) for p, vectors in docs]
+    keys = [(p.req.tenant, p.req.doc_id) for p, _ in docs]
+    outcomes: list[StoreOutcome] = ["excluded"] * len(docs)
+    with conn.transaction():
+        store.lock_documents(conn, keys)
+        kept_out = exclusions.excluded_pairs(conn, keys)  # excluded while they were embedded
+        states = store.locked_states(conn, [k for k in keys if k not in kept_out])
+        items, where = [], []
+        for j, (key, (p, record, rows)) in enumerate(zip(keys, records, strict=True)):
+            if key in kept_out:
+                continue
+            try:  # again under the lock: another source may have stored it meanwhile
+                identity.check_owner(states[key], p.req)
+            except identity.IdentityConflict as exc:
+                outcomes[j] = exc
+                continue
+            items.append((record, rows))
+            where.append(j)
+        for j, outcome in zip(where, store.upsert_documents(conn, items, embed_model, states), strict=True):
+            outcomes[j] = outcome
+    for p, record, _ in records:
+        p.acl_outcome = record.acl_outcome
+    return outcomes
+
+
+def _rows(p: Prepared, vectors: list) -> list[store.StoredChunk]:
+    return [
         store.StoredChunk(
             ch.chunk_no,
             ch.content,
@@ -254,7 +286,11 @@ def store_prepared(conn: psycopg.Connection, p: Prepared, vectors: list, embed_m
             p.chunks, p.contexts, vectors, p.chunk_layers or [None] * len(p.chunks), strict=True
         )
     ]
-    record = store.DocumentRecord(
+
+
+def _record(p: Prepared) -> store.DocumentRecord:
+    req = p.req
+    return store.DocumentRecord(
         tenant=req.tenant,
         doc_id=req.doc_id,
         source_uri=req.uri,
@@ -267,14 +303,6 @@ def store_prepared(conn: psycopg.Connection, p: Prepared, vectors: list, embed_m
         metadata={**req.metadata, "format": p.fmt, **p.metadata},
         acl_seq=req.acl_seq,
     )
-    with conn.transaction():
-        store.lock_document(conn, req.tenant, req.doc_id)
-        if exclusions.excluded(conn, req.tenant, [req.doc_id]):  # excluded while it was embedded
-            return "excluded"
-        identity.check(conn, req)  # again under the lock: another source may have stored it meanwhile
-        outcome = store.upsert_document(conn, record, rows, embed_model)
-    p.acl_outcome = record.acl_outcome
-    return outcome
 
 
 def excluded_result(req: IngestRequest) -> IngestResult:
@@ -375,8 +403,10 @@ def _ingest_into(
 ) -> None:
     embedder = get_embedder()
     resolve_acl_clocks(reqs)
+    keys = [(r.tenant, r.doc_id) for r in reqs]
     with db.connection() as conn:
-        kept_out = exclusions.excluded_pairs(conn, [(r.tenant, r.doc_id) for r in reqs])
+        kept_out = exclusions.excluded_pairs(conn, keys)
+        states = store.current_states(conn, keys)
     ready: list[tuple[int, Prepared]] = []
     failed: set[int] = set()
     for i, req in enumerate(reqs):
@@ -384,7 +414,7 @@ def _ingest_into(
             settle(i, excluded_result(req))
             continue
         try:
-            out = prepare(req, embedder.model)
+            out = prepare(req, embedder.model, states.get((req.tenant, req.doc_id)))
         except DocumentFailed as exc:
             results[i] = record_failure(req, exc.stage, str(exc))  # settled below, with its ACL
             failed.add(i)
@@ -422,11 +452,12 @@ def _ingest_into(
         def store_embedded(found: dict[bytes, np.ndarray], sent: set[bytes]) -> None:
             """Store (and settle) every waiting document whose vectors are all known by now."""
             embed_ms = elapsed_ms(t0)
-            for entry in [w for w in waiting if all(k in found for k in w[2])]:
+            complete = [w for w in waiting if all(k in found for k in w[2])]
+            for entry in complete:
                 waiting.remove(entry)
-                i, p, keys = entry
-                vectors = [found[k] for k in keys]
-                settle(i, _store_one(conn, p, vectors, embedder.model, embed_ms, sent, claimed))
+            group = [(i, p, [found[k] for k in keys]) for i, p, keys in complete]
+            for i, result in _store_group(conn, group, embedder.model, embed_ms, sent, claimed):
+                settle(i, result)
             alive()
 
         batch_size = get_settings().embed.batch_size
@@ -443,31 +474,82 @@ def _store_before_vectors(
     """Documents stored with the vectors the embedding cache holds and NULL for the rest, which the
     fill task (``ingest/reembed.py``) embeds afterwards."""
     from_cache = iter(cached_vectors(conn, model, [t for _, p in docs for t in p.texts]))
-    conn.commit()  # idle again: each document gets a transaction of its own, not a savepoint
-    for i, p in docs:
-        vectors = [next(from_cache) for _ in p.chunks]
-        settle(i, _store_one(conn, p, vectors, model, elapsed_ms(t0), set(), set()))
+    conn.commit()  # idle again: the documents get a transaction of their own, not a savepoint
+    group = [(i, p, [next(from_cache) for _ in p.chunks]) for i, p in docs]
+    for i, result in _store_group(conn, group, model, elapsed_ms(t0), set(), set()):
+        settle(i, result)
 
 
-def _store_one(
+def rounds(keys: list[store.Key]) -> list[list[int]]:
+    """The positions of ``keys`` in rounds where each key appears once: the n-th request of a
+    document goes in round n, so two versions of one document in a batch are stored one after the
+    other, in the order they came, as they would be alone (pure)."""
+    seen: dict[store.Key, int] = {}
+    out: list[list[int]] = []
+    for j, key in enumerate(keys):
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        if n == len(out):
+            out.append([])
+        out[n].append(j)
+    return out
+
+
+def _store_group(
     conn: psycopg.Connection,
-    p: Prepared,
-    vectors: list[np.ndarray | None],
+    group: list[tuple[int, Prepared, list[np.ndarray | None]]],
     model: str,
     embed_ms: float,
     sent: set[bytes],
     claimed: set[bytes],
-) -> IngestResult:
-    """One prepared document with its vectors (None: stored before its vector), in its own
-    transaction; its result."""
-    embedded = count_sent(p.texts, sent, claimed)
-    t = time.perf_counter()
+) -> list[tuple[int, IngestResult]]:
+    """Prepared documents with their vectors (None: stored before its vector), a transaction per
+    round (:func:`rounds`); their results, in order. A round that Postgres refuses (a value it will
+    not store) is stored again one document at a time, so only the bad document fails."""
+    embedded = [count_sent(p.texts, sent, claimed) for _, p, _ in group]
+    results: list[tuple[int, IngestResult]] = []
+    for positions in rounds([(p.req.tenant, p.req.doc_id) for _, p, _ in group]):
+        members = [group[j] for j in positions]
+        t = time.perf_counter()
+        try:
+            outcomes: list[StoreOutcome | DocumentFailed] = store_prepared(
+                conn, [(p, vectors) for _, p, vectors in members], model
+            )
+        except (*DOCUMENT_ERRORS, psycopg.DataError) as exc:  # e.g. a value Postgres refuses
+            if len(members) > 1:
+                outcomes = [_store_alone(conn, p, vectors, model) for _, p, vectors in members]
+            else:
+                outcomes = [DocumentFailed("store", _readable(exc))]
+        store_ms = elapsed_ms(t)
+        rows = sum(len(p.chunks) for _, p, _ in members) or 1
+        for j, (i, p, vectors), outcome in zip(positions, members, outcomes, strict=True):
+            # the round's time, shared by its documents in proportion to their rows
+            timings = {**p.timings, "embed": embed_ms, "store": store_ms * len(p.chunks) / rows}
+            results.append((i, _result(p, vectors, outcome, embedded[j], timings)))
+    return results
+
+
+def _store_alone(
+    conn: psycopg.Connection, p: Prepared, vectors: list, model: str
+) -> StoreOutcome | DocumentFailed:
     try:
-        outcome = store_prepared(conn, p, vectors, model)
-    except (*DOCUMENT_ERRORS, psycopg.DataError) as exc:  # e.g. a value Postgres refuses
-        return record_failure(p.req, "store", f"store: {_readable(exc)}")
-    except identity.IdentityConflict as exc:
-        return identity.record_refusal(p.req, str(exc))
+        return store_prepared(conn, [(p, vectors)], model)[0]
+    except (*DOCUMENT_ERRORS, psycopg.DataError) as exc:
+        return DocumentFailed("store", _readable(exc))
+
+
+def _result(
+    p: Prepared,
+    vectors: list[np.ndarray | None],
+    outcome: StoreOutcome | DocumentFailed,
+    embedded: int,
+    timings: dict[str, float],
+) -> IngestResult:
+    """A stored (or refused, excluded, stale, failed) document's result."""
+    if isinstance(outcome, DocumentFailed):
+        return record_failure(p.req, outcome.stage, str(outcome))
+    if isinstance(outcome, identity.IdentityConflict):
+        return identity.record_refusal(p.req, str(outcome))
     if outcome == "excluded":
         return excluded_result(p.req)
     if p.acl_outcome:
@@ -479,7 +561,7 @@ def _store_one(
         chunks=len(p.chunks),
         embedded=embedded,
         awaiting_vectors=sum(v is None for v in vectors) if outcome == "stored" else 0,
-        timings_ms={**p.timings, "embed": embed_ms, "store": elapsed_ms(t)},
+        timings_ms=timings,
         acl_outcome=p.acl_outcome,
     )
 
