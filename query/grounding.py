@@ -24,7 +24,7 @@ import html
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ragline.query.citations import FENCED
@@ -456,20 +456,27 @@ class Relevance:
 
 
 def extractive_relevance(
-    question: str, quoted: list[tuple[int, str]], hits: Sequence[Hit], defined: bool = False
+    question: str,
+    quoted: list[tuple[int, str]],
+    hits: Sequence[Hit],
+    defined: bool = False,
+    collection: Iterable[str] = (),
 ) -> Relevance:
     """The confidence of an extractive answer from the relevance of what it quoted (it only
     quotes, so the share of supported sentences says nothing): the question's topic stems found
     in the quotes and their passages' headings, the question's specific terms found in the cited
     passages (an answer about a neighbouring topic lacks the name or version asked about), and
-    the cited passages' vector similarity to the question (the only measure across languages)."""
+    the cited passages' vector similarity to the question (the only measure across languages).
+    ``collection``: the names of the collection asked about (and its edition) that retrieval
+    searched within (``SearchResponse.corpus_names``): every passage it found is about them."""
     cited = sorted({n for n, _ in quoted if 1 <= n <= len(hits)})
     if not cited:
         return Relevance(0.0, 0.0, [], None, 0.0)
     passages = [hits[n - 1] for n in cited]
     said = " ".join(q for _, q in quoted)
     around = " ".join(f"{h.heading} {h.path} {h.doc_id}" for h in passages)
-    terms = topic_specific_terms(question, list(hits))
+    known = {c.lower() for c in collection}
+    terms = [t for t in topic_specific_terms(question, list(hits)) if t.lower() not in known]
     # each quote counts by its length: a long code block from a file about something else is not
     # made relevant by a short sentence that names the topic
     weight: dict[int, int] = {}

@@ -31,7 +31,7 @@ import numpy as np
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from ragline.query import deadline, feedback, structure
+from ragline.query import deadline, feedback, structure, terms
 from ragline.query.deadline import QuestionDeadlineExceeded, RetrievalTimeout
 from ragline.query.filters import clean_paths, compile_filters, has_terms, lexical_query
 from ragline.query.fusion import FusionPolicy, hybrid_inputs
@@ -220,6 +220,33 @@ WITH q AS MATERIALIZED (
     + _BM25_SCORED
 )
 
+# the statistics of :mod:`ragline.query.terms` for a question's name-like words, in the caller's
+# scope: per word and source (a stored path's first segment), the documents holding its lexeme,
+# from at most %(cap)s of its chunks (a word in more chunks is counted on those: its shares are
+# lower bounds, so a capped count can only keep a word, never drop one); and per source its
+# documents. Only run for a question holding such a word.
+TERM_STATS_SQL = """
+WITH w AS (
+    SELECT t.word, (tsvector_to_array(to_tsvector('russian', t.word)))[1] AS lexeme
+    FROM unnest(%(words)s::text[]) AS t(word)
+)
+SELECT w.word, split_part(x.path, '/', 1) AS source, count(DISTINCT x.doc_id) AS docs
+FROM w CROSS JOIN LATERAL (
+    SELECT c.doc_id, c.path FROM chunks c
+    WHERE w.lexeme IS NOT NULL AND {scope} AND c.tsv @@ quote_literal(w.lexeme)::tsquery
+    LIMIT %(cap)s
+) x
+GROUP BY 1, 2
+"""
+SOURCE_SIZES_SQL = """
+SELECT split_part(d.path, '/', 1) AS source, count(*) AS docs
+FROM documents d
+WHERE d.tenant = %(tenant)s AND d.acl && %(groups)s::text[] AND d.status = 'ready'
+GROUP BY 1
+"""
+#: chunks per word :data:`TERM_STATS_SQL` reads at most
+TERM_STATS_MAX_ROWS = 20000
+
 # the chunks of the files a question names (``structure.named_file_patterns``: path suffixes), the
 # nearest to the question first when there is a vector; the (tenant, file_name) index of migration
 # 0010 finds the rows of the named file names, the suffix LIKE (case-insensitive, as the names are)
@@ -403,6 +430,25 @@ def tenant_rows(conn: psycopg.Connection, tenant: str) -> int:
     its counter slots of migration 0009, a few rows of one index whatever the tenant's size."""
     row = conn.execute(f"SELECT ({_TENANT_ROWS}) AS n", {"tenant": tenant}).fetchone()
     return int(row["n"])
+
+
+def corpus_plan(conn: psycopg.Connection, req: SearchRequest, settings: Settings) -> terms.TermPlan:
+    """Which names of a collection to leave out of the question (:mod:`ragline.query.terms`), from
+    the statistics of the caller's scope; no statement when the question has no name-like word or
+    the setting is off. Runs its own read-only transaction (the connection must be idle)."""
+    words = terms.candidates(req.query) if settings.retrieval.corpus_terms and req.groups else []
+    if not words:
+        return terms.TermPlan(req.query, embed_text=req.query, lexical_text=req.query)
+    params = {"tenant": req.tenant, "groups": req.groups, "words": words, "cap": TERM_STATS_MAX_ROWS}
+    with read_only_transaction(conn):
+        set_transaction_params(conn, req, settings, limit=StatementLimit(settings))
+        rows = conn.execute(TERM_STATS_SQL.replace("{scope}", _SCOPE), params).fetchall()
+        sizes = {r["source"]: int(r["docs"]) for r in conn.execute(SOURCE_SIZES_SQL, params).fetchall()}
+    docs: dict[str, dict[str, int]] = {w: {} for w in words}
+    for r in rows:
+        docs[r["word"]][r["source"]] = int(r["docs"])
+    policy = terms.CorpusTerms(sizes=sizes)
+    return policy.plan(req.query, [terms.TermStat(w, docs[w]) for w in words])
 
 
 def filters_for(req: SearchRequest, settings: Settings):

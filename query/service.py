@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import psycopg
 
 from ragline.query import extractive, file_rank, grounding, texts, transforms
 from ragline.query.agentic import (
@@ -32,6 +33,7 @@ from ragline.query.deadline import DeadlineExceeded, check, run_with_deadline
 from ragline.query.fusion import FusionPolicy
 from ragline.query.prompt import build_messages, render_squeeze
 from ragline.query.rerank import RerankOutcome, fallback, rerank_hits
+from ragline.query.retrieve import corpus_plan
 from ragline.query.retrieve import search as sql_search
 from ragline.query.sanitize import sanitize_links
 from ragline.query.stream import StreamInterrupted, current_publisher, stream_generation
@@ -102,6 +104,26 @@ def _embed_query(req: SearchRequest, reasons: list[str]) -> np.ndarray | None:
 
 
 # ------------------------------------------------------------------------------------ retrieval
+def _without_corpus_names(req: SearchRequest, reasons: list[str]) -> tuple[SearchRequest, list[str]]:
+    """The request both lists search with: the question without the names of the collection it
+    asks about, within that collection's documents (:mod:`ragline.query.terms`). A failed
+    statistics statement leaves the question as it is."""
+    if req.mode in ("exact", "lexical_code") or not req.groups:
+        return req, []
+    try:
+        with db.query_connection() as conn:
+            plan = corpus_plan(conn, req, get_settings())
+    except psycopg.errors.QueryCanceled:
+        reasons.append("corpus terms: statement timeout")
+        return req, []
+    if not plan.changed:
+        return req, []
+    update: dict[str, object] = {"query": plan.lexical_text}
+    if not req.path_prefixes:  # the question says which collection answers: only its documents
+        update["path_prefixes"] = [f"{s}/" for s in plan.sources]
+    return req.model_copy(update=update), list(plan.names)
+
+
 def retrieve(req: SearchRequest, limit: int | None = None) -> SearchResponse:
     """Fused candidates (no rerank): ``limit`` of them, default ``req.k``."""
     settings = get_settings()
@@ -109,6 +131,7 @@ def retrieve(req: SearchRequest, limit: int | None = None) -> SearchResponse:
     reasons: list[str] = []
     mode = req.mode
     qvec = None
+    req, names = _without_corpus_names(req, reasons)
     if req.query_vector is not None:
         qvec = np.asarray(req.query_vector, dtype=np.float32)
     elif mode in ("hybrid", "vector") and req.groups:
@@ -121,6 +144,7 @@ def retrieve(req: SearchRequest, limit: int | None = None) -> SearchResponse:
         resp = sql_search(conn, req.model_copy(update={"mode": mode}), qvec, settings, limit=limit)
     resp.degraded = bool(reasons)
     resp.degraded_reasons = reasons
+    resp.corpus_names = names
     resp.timings_ms = {"embed_query": elapsed_ms(t0, t_embed), **resp.timings_ms, "total": elapsed_ms(t0)}
     m.RETRIEVAL_LATENCY_MS.labels(mode=mode).observe(resp.timings_ms["total"])
     for reason in reasons:
@@ -199,12 +223,14 @@ def rerank(req: RerankRequest) -> RerankResponse:
 # --------------------------------------------------------------------------------------- answers
 def gather(
     req: SearchRequest, queries: list[str], hyde_vec: np.ndarray | None, limit: int
-) -> tuple[list[Hit], bool, list[str], dict[str, float], int]:
+) -> tuple[list[Hit], bool, list[str], dict[str, float], int, list[str]]:
     """Fused candidates over one or more query variants (multi-query: the variants, each already
-    fused, fused by rank under the fusion policy), and the rows in scope still without vectors."""
+    fused, fused by rank under the fusion policy), the rows in scope still without vectors, and
+    the collection names the searches left out (``SearchResponse.corpus_names``)."""
     settings = get_settings()
     lists: dict[str, list[Hit]] = {}
     degraded, reasons, timings, unembedded = False, [], {}, 0
+    names: list[str] = []
     for i, q in enumerate(queries):
         sub = req.model_copy(
             update={
@@ -216,11 +242,12 @@ def gather(
         lists[str(i)] = resp.hits
         degraded |= resp.degraded
         unembedded = max(unembedded, resp.unembedded_rows)
+        names += [n for n in resp.corpus_names if n not in names]
         reasons += [r for r in resp.degraded_reasons if r not in reasons]
         for k, v in resp.timings_ms.items():
             timings[f"retrieve.{k}"] = round(timings.get(f"retrieve.{k}", 0.0) + v, 2)
     if len(lists) == 1:
-        return lists["0"], degraded, reasons, timings, unembedded
+        return lists["0"], degraded, reasons, timings, unembedded, names
     by_key = {}
     for hits in lists.values():
         for h in hits:
@@ -233,7 +260,7 @@ def gather(
         h = by_key[key].model_copy()
         h.fused_score = h.score = round(score, 8)
         out.append(h)
-    return out, degraded, reasons, timings, unembedded
+    return out, degraded, reasons, timings, unembedded, names
 
 
 @dataclass
@@ -346,9 +373,11 @@ def ask(req: AskRequest) -> AskResponse:
         trace["hyde"] = True
     rerank = _use_rerank(req, settings)
     t = time.perf_counter()
-    candidates, degraded, r_reasons, r_timings, unembedded = gather(
+    candidates, degraded, r_reasons, r_timings, unembedded, names = gather(
         req, plan.queries, plan.hyde_vec, max(req.k, settings.rerank.candidates) if rerank else req.k
     )
+    if names:
+        trace["corpus_names"] = names
     reasons += r_reasons
     timings.update(r_timings)
     timings["retrieve"] = elapsed_ms(t)
@@ -509,7 +538,9 @@ def _confidence(question, ex, g, cited, hits, trace) -> tuple[float | None, bool
     if ex is not None:
         # an extractive answer only quotes (its support is 1.0 by construction): how far to trust
         # it is how well what it quoted answers the question
-        rel = grounding.extractive_relevance(question, ex.quoted, hits, ex.kind == "definition")
+        rel = grounding.extractive_relevance(
+            question, ex.quoted, hits, ex.kind == "definition", trace.get("corpus_names", ())
+        )
         trace["confidence"] = {**rel.trace(), "min": a.min_confidence, "judged": True}
         return rel.confidence, True
     signal = grounding.retrieval_signal(question, cited)

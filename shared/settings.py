@@ -925,6 +925,10 @@ class RetrievalSettings(_Group):
         validation_alias="RAGLINE_RETRIEVAL_STATEMENT_TIMEOUT_MS",
         description="query-path limits: every retrieval statement is cancelled after this (0 = no limit); the lexical list uses at most this many distinct terms of the question",
     )
+    corpus_terms: bool = Field(
+        True,
+        description="a question naming the collection it asks about (\"… according to ASVS 4.0.3?\") is searched without the name, in the vector and the lexical list alike, and the named source's documents are preferred (query/terms.py: a word written as a name that occurs in most documents of one source and hardly elsewhere, from the caller's scope at query time); otherwise the name pulls both lists to the preface and the table of contents",
+    )
     lexical_max_terms: int = Field(
         32,
         ge=1,

@@ -170,6 +170,11 @@ class SearchResponse(BaseModel):
         " rows); the vector list's fusion weight is scaled by it, so a partly embedded scope ranks"
         " mostly by the lexical list",
     )
+    corpus_names: list[str] = Field(
+        default_factory=list,
+        description="the names of the collection the question asks about (and its edition) that both"
+        " lists searched without, within that collection's documents (RAGLINE_RETRIEVAL_CORPUS_TERMS)",
+    )
     timings_ms: dict[str, float] = Field(default_factory=dict)
 
 

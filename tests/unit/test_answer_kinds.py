@@ -271,6 +271,22 @@ def test_the_corpus_s_own_name_and_edition_are_not_topic_terms():
     assert "SameSite" in ex.text and rel.missing == [] and rel.topic == 1.0, rel.trace()
 
 
+def test_the_edition_retrieval_searched_within_is_not_asked_of_the_chapter():
+    """Retrieval that left the collection's name and edition out (``SearchResponse.corpus_names``)
+    brings the chapter without the preface that spells the edition: the edition is the collection's,
+    not a topic the chapter must hold. An edition retrieval kept in the question still is."""
+    cookies = doc_hit("asvs/0x12-V3-Session-management.md", COOKIES)
+    question = "Какой атрибут cookie требует ASVS 4.0.3 для защиты от CSRF?"
+    ex = extract(question, [cookies])
+    before = grounding.extractive_relevance(question, ex.quoted, [cookies])
+    after = grounding.extractive_relevance(question, ex.quoted, [cookies], collection=["ASVS", "4.0.3"])
+    assert before.missing == ["4.0.3"] and before.confidence < 0.4, before.trace()
+    assert after.missing == [] and after.confidence >= 0.4, after.trace()
+    other = "Какой атрибут cookie требует ASVS 5.0 для защиты от CSRF?"
+    ex = extract(other, [cookies])
+    assert grounding.extractive_relevance(other, ex.quoted, [cookies], collection=["ASVS"]).confidence < 0.4
+
+
 def test_quoting_a_definition_of_the_subject_is_confident():
     hits = [doc_hit("asvs/0x90-Appendix-A_Glossary.md", GLOSSARY)]
     ex, rel = relevance("Что такое SSRF?", hits)

@@ -385,6 +385,7 @@ NEW_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_INGEST_FILL_BATCH_ROWS", "64", "ingest.fill_batch_rows", 64),
     ("RAGLINE_INGEST_FILL_BATCHES_PER_TASK", "2", "ingest.fill_batches_per_task", 2),
     ("RAGLINE_SERVICES_STACK_CHANGE_WAIT_S", "5", "services.stack_change_wait_s", 5.0),
+    ("RAGLINE_RETRIEVAL_CORPUS_TERMS", "false", "retrieval.corpus_terms", False),
 ]
 #: every setting once, by its derived name, with the value and expectation of its old variable
 DERIVED_VARIABLES = (
