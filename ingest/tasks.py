@@ -210,8 +210,14 @@ def reembed_task(payload: dict | None = None) -> dict:
 
 @app.task(name=TASK_INGEST_FILL_VECTORS, base=IngestTask)
 def fill_vectors_task(payload: dict | None = None) -> dict:
-    """Embed rows stored before their vectors (a few batches), then send itself again while any remain."""
-    out = run_fill()
+    """Embed rows stored before their vectors (a few batches), then send itself again while any remain;
+    a fill stopped by the soft time limit (one batch slower than the whole budget) sends its successor
+    too, so the rows it did not write are not left until the hourly reindex."""
+    try:
+        out = run_fill()
+    except SoftTimeLimitExceeded:
+        app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}])
+        raise
     if out["more"]:  # the rest after the ingest batches queued meanwhile
         app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}])
     return out

@@ -40,7 +40,6 @@ _IMPORT = re.compile(
     r"^[ \t>]*(?:from\s+([A-Za-z_][\w.]*)\s+import\s+\(?\s*([\w ,*]+)|import\s+([A-Za-z_][\w., ]*))",
     re.MULTILINE,
 )
-_DOTTED = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)")
 
 
 @dataclass(frozen=True)
@@ -81,14 +80,25 @@ def file_weights_from(settings: Settings) -> FileWeights:
 
 @dataclass(frozen=True)
 class IssueEvidence:
-    """What an issue text says about files: named paths, traceback frames (outermost first),
-    imported modules and dotted names (both as ``/``-separated module paths), identifiers."""
+    """What an issue text says about files: what it names (:func:`ragline.query.structure.named`:
+    paths, identifiers, dotted modules), its traceback frames (outermost first) and the modules its
+    import lines name (``/``-separated module paths)."""
 
-    files: tuple[str, ...] = ()
+    named: structure.Named = structure.Named()
     frames: tuple[str, ...] = ()
     imports: tuple[str, ...] = ()
-    modules: tuple[str, ...] = ()
-    identifiers: tuple[str, ...] = ()
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return self.named.files
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return self.named.modules
+
+    @property
+    def identifiers(self) -> tuple[str, ...]:
+        return self.named.identifiers
 
 
 def _module_path(dotted: str) -> str | None:
@@ -114,41 +124,12 @@ def _imports(text: str) -> list[str]:
     return list(out)
 
 
-def _modules(text: str) -> list[str]:
-    """The module prefixes of the dotted names outside import lines (``astropy.units.Quantity.to``
-    names ``astropy/units``); a host (``example.org``) or a file name (``card.py``) is none."""
-    out: dict[str, None] = {}
-    prose = _IMPORT.sub(" ", structure._URL.sub(" ", text))  # an import is its own signal
-    for m in _DOTTED.finditer(prose):
-        lower = []
-        for p in m.group(1).split("."):
-            if p != p.lower():
-                break
-            lower.append(p)
-        if len(lower) >= 2 and lower[-1] not in structure._NOT_SYMBOL_ENDINGS and lower[-1] != "py":
-            out.setdefault("/".join(lower), None)
-    return list(out)
-
-
 def evidence(question: str) -> IssueEvidence:
     """The file evidence an issue text holds (pure)."""
     text = question.replace("\\", "/")
     n = structure.named(text)
     frames = [m.group(1).lstrip("/").lower() for m in _FRAME.finditer(text)]
-    return IssueEvidence(
-        n.files, tuple(dict.fromkeys(frames)), tuple(_imports(text)), tuple(_modules(text)), n.identifiers
-    )
-
-
-def _stem(path: str) -> str:
-    return path.lower().rsplit(".", 1)[0].removesuffix("/__init__")
-
-
-def module_match(module: str, path: str) -> bool:
-    """Whether ``path`` is the module ``module`` (``astropy/io/fits`` names
-    ``astropy/io/fits/__init__.py``; a module path matches as a suffix of two or more components)."""
-    stem = "/" + _stem(path)
-    return stem.endswith("/" + module)
+    return IssueEvidence(n, tuple(dict.fromkeys(frames)), tuple(_imports(text)))
 
 
 @dataclass(frozen=True)
@@ -186,16 +167,14 @@ def rank_files(
     for path, items in by_file.items():
         scores = sorted((max(h.score, 0.0) / scale for _, h in items), reverse=True)[:depth]
         chunks = sum(s * w.decay**i for i, s in enumerate(scores))
-        named = max((structure.file_match(f, path) for f in ev.files if f not in ev.frames), default=0.0)
-        named = max(named, 1.0 if any(module_match(m, path) for m in ev.modules) else 0.0)
+        named = structure.path_named(ev.named, path, skip=ev.frames)
         frame = 0.0
         for depth_no, f in enumerate(reversed(ev.frames)):  # the deepest frame first
             if structure.file_match(f, path) == 1.0:
                 frame = max(frame, 0.5**depth_no)
-        imported = 1.0 if any(module_match(m, path) for m in ev.imports) else 0.0
+        imported = 1.0 if any(structure.module_match(m, path) for m in ev.imports) else 0.0
         symbols = [s for _, h in items for s in h.metadata.get("symbols") or [] if isinstance(s, str)]
-        defined = sum(1 for i in ev.identifiers if structure._defines(i, symbols)) if symbols else 0
-        definition = 1.0 - 0.5**defined
+        definition = 1.0 - 0.5 ** structure.definitions(ev.named, symbols)
         score = chunks + w.path * named + w.frame * frame + w.imports * imported + w.definition * definition
         out.append(FileScore(path, round(score, 8), chunks, named, frame, imported, definition, items[0][0]))
     out.sort(key=(lambda f: f.best) if w.is_first_hit else (lambda f: (-f.score, f.best)))

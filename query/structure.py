@@ -55,10 +55,12 @@ _NOT_SYMBOL_ENDINGS = frozenset("com org net io me dev edu gov local html htm".s
 
 @dataclass(frozen=True)
 class Named:
-    """What a question names: files (normalised, ``/``-separated) and identifiers (dotted)."""
+    """What a question names: files (normalised, ``/``-separated), identifiers (dotted) and the
+    modules its dotted names spell (``astropy.io.fits.card.Card`` names ``astropy/io/fits/card``)."""
 
     files: tuple[str, ...] = ()
     identifiers: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,12 +103,15 @@ def named(question: str) -> Named:
         if m.group(2).lower() in FILE_EXTENSIONS:
             files.setdefault(m.group(1).lstrip("/").lower(), None)
     idents: dict[str, None] = {}
+    modules: dict[str, None] = {}
     quoted = {q.strip() for q in _BACKTICKS.findall(text)}
     for m in _IDENT.finditer(_URL.sub(" ", text)):
         word = m.group(1)
         if "." in word and word.rsplit(".", 1)[1].lower() in _NOT_SYMBOL_ENDINGS:
             continue
         word = next((word[len(r) :] for r in _RECEIVERS if word.startswith(r)), word)
+        for module in _modules_of(word):  # ``ascii.rst`` is a module as well as a file name
+            modules.setdefault(module, None)
         if word.lower() in files or any(f.endswith("/" + word.lower()) for f in files):
             continue
         if _looks_like_code(word, bool(m.group(2)), word in quoted):
@@ -114,7 +119,45 @@ def named(question: str) -> Named:
     for m in _TRACE_FRAME.finditer(text):
         if m.group(1) != "module":
             idents.setdefault(m.group(1), None)
-    return Named(tuple(files), tuple(idents))
+    return Named(tuple(files), tuple(idents), tuple(modules))
+
+
+def _modules_of(identifier: str) -> list[str]:
+    """The modules a dotted name may spell, as paths: each run of its leading lower-case parts, two
+    or more (``requests.utils.get_netrc_auth`` is ``requests/utils`` or the function's own
+    ``requests/utils/get_netrc_auth``; ``astropy.units.Quantity.to`` is ``astropy/units``;
+    ``Table.read`` and ``card.py`` are none)."""
+    lower = []
+    for part in identifier.split("."):
+        if part != part.lower() or len(part) < 2:
+            break
+        lower.append(part)
+    if lower and (lower[-1] in _NOT_SYMBOL_ENDINGS or lower[-1] == "py"):
+        lower.pop()
+    return ["/".join(lower[:j]) for j in range(2, len(lower) + 1)]
+
+
+def module_match(module: str, path: str) -> bool:
+    """Whether ``path`` is the module ``module`` (``astropy/io/fits`` names
+    ``astropy/io/fits/__init__.py``; a module path matches as a suffix of two or more components)."""
+    stem = "/" + path.lower().rsplit(".", 1)[0].removesuffix("/__init__")
+    return stem.endswith("/" + module)
+
+
+def path_named(n: Named, path: str, skip: tuple[str, ...] = ()) -> float:
+    """How plainly the question names the file at ``path``: 1 for its path (two or more trailing
+    components) or its dotted module, 0.5 for its bare file name, else 0; the named files in
+    ``skip`` do not count (a traceback's frames, which the file ranking weighs by depth instead).
+    The one reading of "the question names this file", per hit (:func:`signals`) and per file
+    (:func:`ragline.query.file_rank.rank_files`)."""
+    named = max((file_match(f, path) for f in n.files if f not in skip), default=0.0)
+    return max(named, 1.0 if any(module_match(m, path) for m in n.modules) else 0.0)
+
+
+def definitions(n: Named, symbols: list[str]) -> int:
+    """How many of the identifiers the question names ``symbols`` define (a chunk's, or all of a
+    file's chunks'): the one reading of "defines what the question names", per hit and per file."""
+    return sum(1 for i in n.identifiers if _defines(i, symbols)) if symbols else 0
 
 
 def file_match(named_file: str, path: str) -> float:
@@ -225,25 +268,14 @@ def signals(hits: list[Hit], question: str, ranks: dict[str, int]) -> list[Signa
     among the candidates applies to the files they name)."""
     n = named(question)
     related = {f for h in hits for f in (h.metadata.get("related_code") or []) if isinstance(f, str)}
-    # a dotted lower-case name may be a module (requests.models): it names the file too
-    modules = {
-        "/" + "/".join(parts[:j])
-        for parts in (i.split(".") for i in n.identifiers if "." in i)
-        for j in range(2, len(parts) + 1)
-        if all(p == p.lower() for p in parts[:j])
-    }
     out = []
     for h in hits:
         symbols = [s for s in h.metadata.get("symbols") or [] if isinstance(s, str)]
-        defined = any(_defines(i, symbols) for i in n.identifiers) if symbols else False
+        defined = definitions(n, symbols) > 0
         mentioned = not defined and any(_mentions(i, h.content) for i in n.identifiers)
-        stem = "/" + h.path.lower().rsplit(".", 1)[0].removesuffix("/__init__")
         out.append(
             Signals(
-                file=max(
-                    max((file_match(f, h.path) for f in n.files), default=0.0),
-                    1.0 if any(stem.endswith(m) for m in modules) else 0.0,
-                ),
+                file=path_named(n, h.path),
                 definition=float(defined),
                 mention=float(mentioned),
                 related=float(any(file_match(f, h.path) == 1.0 for f in related)),

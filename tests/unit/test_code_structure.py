@@ -101,6 +101,39 @@ def test_dotted_module_names_name_their_file():
     assert [s.file for s in sig] == [1.0, 0.0]
 
 
+@pytest.mark.parametrize(
+    ("question", "modules"),
+    [
+        ("requests.utils.get_netrc_auth breaks", ("requests/utils", "requests/utils/get_netrc_auth")),
+        ("See astropy.units.Quantity.to", ("astropy/units",)),
+        # a format name is a module as well as a file name; one-letter aliases and hosts are none
+        ('tbl.write(format="ascii.rst") with u.nm from docs.astropy.org', ("ascii/rst",)),
+        ("Table.read of card.py", ()),
+    ],
+)
+def test_dotted_names_spell_their_modules(question, modules):
+    named = structure.named(question)
+    assert [m for m in named.modules if not m.startswith("tbl/")] == list(modules)
+
+
+def test_a_dotted_module_names_its_file_in_the_one_reading_of_named_files():
+    named = structure.named('write(format="ascii.rst") drops a row')
+    assert structure.path_named(named, "astropy/io/ascii/rst.py") == 1.0
+    assert structure.path_named(named, "astropy/io/ascii/core.py") == 0.0
+    # the frames a file ranking weighs by depth are skipped, a module still names its file
+    assert (
+        structure.path_named(structure.named("see astropy/io/fits/card.py"), "astropy/io/fits/card.py") == 1.0
+    )
+    assert (
+        structure.path_named(
+            structure.named("see astropy/io/fits/card.py"),
+            "astropy/io/fits/card.py",
+            skip=("astropy/io/fits/card.py",),
+        )
+        == 0.0
+    )
+
+
 def test_related_code_of_a_document_among_the_candidates_lifts_that_file():
     doc = hit("repo/docs/retrieval.md", 0.013, layer="docs", metadata={"related_code": ["src/rag/query.py"]})
     code = hit("repo/src/rag/query.py", 0.010, ["build"])

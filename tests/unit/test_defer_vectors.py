@@ -29,3 +29,30 @@ def test_the_fill_and_the_reembedding_share_one_batch_statement():
     assert "c.embedding IS NOT NULL" in REEMBED_ROWS  # disjoint: a row is the fill's or the re-embedding's
     order = fill[fill.index("ORDER BY") :]
     assert order.index("c.embedding IS NOT NULL") < order.index("%(source)s") < order.index("%(symbols)s")
+
+
+@pytest.mark.parametrize(
+    ("seconds_per_batch", "budget", "left", "batches"),
+    [
+        (1.0, 100.0, 10, 4),  # a quick machine: the batch count ends the task
+        (160.0, 300.0, 10, 2),  # a loaded one: the second batch crosses the budget, no third starts
+        (700.0, 300.0, 10, 1),  # one batch slower than the budget still runs (at least one)
+        (1.0, 100.0, 2, 2),  # nothing left: the rows end it
+        (1.0, 0.0, 10, 1),
+    ],
+)
+def test_a_fill_starts_no_batch_after_its_time_budget(seconds_per_batch, budget, left, batches):
+    from ragline.ingest.reembed import fill_batches
+
+    now = [0.0]
+    ran = []
+
+    def batch():
+        if len(ran) == left:
+            return None
+        ran.append(1)
+        now[0] += seconds_per_batch
+        return 128, 120
+
+    written, sent = fill_batches(batch, 4, budget, 0.0, clock=lambda: now[0])
+    assert len(ran) == batches and (written, sent) == (128 * batches, 120 * batches)
