@@ -13,11 +13,11 @@ first sets, for that transaction only and in one round trip (:func:`set_transact
 * ``statement_timeout``: ``RAGLINE_RETRIEVAL_STATEMENT_TIMEOUT_MS``, or the time left of the
   question when that is shorter; a cancelled statement becomes :class:`RetrievalTimeout` or
   :class:`QuestionDeadlineExceeded`, never a generic database error;
-* for a vector search, the HNSW search parameters, and the tenant's number of chunks (the
-  per-tenant counters of migration 0009, which the query role reads under row-level security too):
-  a tenant of at most ``RAGLINE_RETRIEVAL_EXACT_SEARCH_MAX_ROWS`` chunks is searched exactly
-  (:func:`exact_search`), a larger one through the HNSW index with iterative scans, which also
-  serve an ACL that narrows a large tenant.
+* for a vector search, the HNSW search parameters and two counts the query role reads under
+  row-level security too: the tenant's chunks (migration 0009) and the chunks the caller's groups
+  admit (migration 0017). :func:`vector_path` picks from them how the vector list is found: an
+  exact sort of the tenant's rows, an exact sort of the rows of the documents the caller sees, or
+  the HNSW index with iterative scans.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import json
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
+from typing import Literal
 
 import numpy as np
 import psycopg
@@ -58,13 +59,31 @@ WITH candidates AS MATERIALIZED (
 SELECT * FROM candidates ORDER BY distance, doc_id, chunk_no
 """
 
-# the exact path (:func:`exact_search`): the tenant's rows sorted by {order} = EXACT_ORDER, which no
+# the exact path over the tenant (:func:`vector_path` "tenant"): the tenant's rows sorted by {order} = EXACT_ORDER, which no
 # index serves; only ids and distances go through the sort, the n kept rows are read after
 EXACT_VECTOR_SQL = """
 WITH best AS MATERIALIZED (
     SELECT c.id, c.embedding <=> %(qvec)s AS distance
     FROM chunks c
     WHERE {scope} AND c.embedding IS NOT NULL{where}
+    ORDER BY {order}
+    LIMIT %(n)s
+)
+SELECT {fields}{columns}, b.distance
+FROM best b JOIN chunks c ON c.id = b.id
+ORDER BY b.distance, c.doc_id, c.chunk_no
+"""
+
+# the exact path over the caller's documents (:func:`vector_path` "visible"): the documents the
+# caller's groups admit come from the GIN index on ``documents.acl`` (migration 0018), their chunks
+# from the (tenant, doc_id, chunk_no) index; a document's chunks carry its ACL (ingest and ACL sync
+# write both in one transaction), and the chunks' own scope condition stays
+VISIBLE_VECTOR_SQL = """
+WITH best AS MATERIALIZED (
+    SELECT c.id, c.embedding <=> %(qvec)s AS distance
+    FROM chunks c
+    WHERE {scope} AND c.embedding IS NOT NULL{where}
+      AND c.doc_id IN (SELECT d.doc_id FROM documents d WHERE d.tenant = %(tenant)s AND d.acl && %(groups)s::text[])
     ORDER BY {order}
     LIMIT %(n)s
 )
@@ -309,6 +328,11 @@ VECTOR_ORDER = {
 EXACT_ORDER = "(c.embedding <=> %(qvec)s) + 0"
 
 
+VectorPath = Literal["tenant", "visible", "hnsw"]
+#: each path's statement; "tenant" and "visible" sort by EXACT_ORDER, "hnsw" by the index's order
+VECTOR_TEMPLATES: dict[str, str] = {"tenant": EXACT_VECTOR_SQL, "visible": VISIBLE_VECTOR_SQL}
+
+
 def vector_order(settings: Settings, exact: bool) -> str:
     """The vector statement's ``ORDER BY`` for the configured index, or the exact path's (pure)."""
     if exact:
@@ -316,14 +340,30 @@ def vector_order(settings: Settings, exact: bool) -> str:
     return VECTOR_ORDER[settings.retrieval.vector_index].format(dim=int(settings.embed.dim))
 
 
-def exact_search(settings: Settings, tenant_rows: int | None) -> bool:
-    """Whether a tenant of ``tenant_rows`` chunks is searched exactly rather than through HNSW (pure).
+def vector_path(settings: Settings, tenant_rows: int | None, visible_rows: int | None) -> VectorPath:
+    """How a vector search finds its candidates, from the tenant's chunks and the chunks the
+    caller's groups admit (pure; the one place every search path takes this decision).
 
-    A filter that keeps a small share of the index leaves HNSW few matching neighbours per step:
-    even with iterative scans it stops at ``hnsw.max_scan_tuples`` with a partial, approximate
-    list. Sorting a small tenant's rows by distance is exact and about as fast."""
+    * ``tenant``: the tenant holds at most ``exact_search_max_rows`` chunks; its rows, read through
+      the tenant index, sorted by distance (exact).
+    * ``visible``: the tenant is larger but the caller sees at most that many; the rows of the
+      documents its groups admit, found through the ACL index of ``documents``, sorted (exact).
+    * ``hnsw``: the caller sees more; the HNSW index with iterative scans (approximate).
+
+    Filtered HNSW slows down and loses recall as the share of the index the filter keeps shrinks:
+    even with iterative scans it stops at ``hnsw.max_scan_tuples`` with a partial list, and the
+    planner, which estimates a tenant's share but not the caller's, walks a large tenant's rows
+    instead. An exact sort costs about the same per row whichever index found the rows, so its
+    cost follows the rows it sorts; the tenant index comes first because it reads no other table.
+    ``visible_rows`` sums the caller's groups' counts: an upper bound when they overlap."""
     limit = settings.retrieval.exact_search_max_rows
-    return limit > 0 and tenant_rows is not None and tenant_rows <= limit
+    if limit <= 0:
+        return "hnsw"
+    if tenant_rows is not None and tenant_rows <= limit:
+        return "tenant"
+    if visible_rows is not None and visible_rows <= limit:
+        return "visible"
+    return "hnsw"
 
 
 def _sql(template: str, columns: str, where: str, rank_fn: str = "ts_rank", order: str | None = None) -> str:
@@ -367,7 +407,13 @@ HNSW_SQL = (
 _TENANT_ROWS = (
     "SELECT coalesce(sum(docs), 0) FROM lexical_stats WHERE tenant = %(tenant)s AND config = 'russian'"
 )
-TENANT_ROWS_SQL = f", ({_TENANT_ROWS}) AS tenant_rows"
+# the chunks of the documents holding any of the caller's groups (migration 0017), summed over its
+# groups; the query role's policy admits only its tenant's counters of the groups it holds
+_VISIBLE_ROWS = (
+    "SELECT coalesce(sum(chunks), 0) FROM acl_group_rows"
+    " WHERE tenant = %(tenant)s AND grp = ANY(%(groups)s::text[])"
+)
+TENANT_ROWS_SQL = f", ({_TENANT_ROWS}) AS tenant_rows, ({_VISIBLE_ROWS}) AS visible_rows"
 
 
 class StatementLimit:
@@ -377,8 +423,13 @@ class StatementLimit:
     def __init__(self, settings: Settings) -> None:
         self.limit_ms = settings.retrieval.statement_timeout_ms
         self.timeout_ms, self.by_deadline = deadline.statement_timeout_ms(self.limit_ms)
-        # the tenant's chunks, read by set_transaction_params for a vector search (exact_search)
+        # the tenant's chunks and the caller's, read by set_transaction_params for a vector search
         self.tenant_rows: int | None = None
+        self.visible_rows: int | None = None
+
+    def vector_path(self, settings: Settings) -> VectorPath:
+        """The vector search's path (:func:`vector_path`) from the counts this transaction read."""
+        return vector_path(settings, self.tenant_rows, self.visible_rows)
 
     def tighten(self, conn: psycopg.Connection, stage: str) -> None:
         """Before a further statement: stop when the question has no time left, and lower the
@@ -410,8 +461,8 @@ def set_transaction_params(
 ) -> StatementLimit:
     """The caller's scope for row-level security, the statement timeout and (with ``n``, for a
     vector search) the HNSW parameters, local to the current transaction, in one round trip; for a
-    vector search with the exact path on, that round trip also reads the tenant's number of chunks
-    into the returned limit's ``tenant_rows``."""
+    vector search with the exact paths on, that round trip also reads the tenant's number of chunks
+    and the caller's into the returned limit's ``tenant_rows`` and ``visible_rows``."""
     limit = limit or StatementLimit(settings)
     params = {"tenant": req.tenant, "groups": req.groups, "timeout": str(limit.timeout_ms)}
     sql = SCOPE_SQL
@@ -422,6 +473,7 @@ def set_transaction_params(
     row = conn.execute(sql, params).fetchone()
     if count:
         limit.tenant_rows = int(row["tenant_rows"])
+        limit.visible_rows = int(row["visible_rows"])
     return limit
 
 
@@ -451,6 +503,13 @@ def corpus_plan(conn: psycopg.Connection, req: SearchRequest, settings: Settings
     return policy.plan(req.query, [terms.TermStat(w, docs[w]) for w in words])
 
 
+def scope_rows(conn: psycopg.Connection, req: SearchRequest) -> tuple[int, int]:
+    """The tenant's chunks and those the caller's groups admit (:func:`vector_path`'s inputs)."""
+    params = {"tenant": req.tenant, "groups": req.groups}
+    row = conn.execute(f"SELECT ({_TENANT_ROWS}) AS t, ({_VISIBLE_ROWS}) AS v", params).fetchone()
+    return int(row["t"]), int(row["v"])
+
+
 def filters_for(req: SearchRequest, settings: Settings):
     """The request's filters with the configured bonus, penalty and test globs."""
     r = settings.retrieval
@@ -463,19 +522,19 @@ def vector_rows(
     qvec: np.ndarray,
     n: int,
     settings: Settings,
-    exact: bool | None = None,
+    path: VectorPath | None = None,
 ) -> list[dict]:
     """The vector statement; the transaction's parameters must be set (:func:`set_transaction_params`
-    with ``n``). ``exact``: the path :func:`exact_search` chose from the count that call read;
-    None counts the tenant's chunks first (a round trip more, for callers that did not keep it)."""
-    if exact is None:
-        exact = settings.retrieval.exact_search_max_rows > 0 and exact_search(
-            settings, tenant_rows(conn, req.tenant)
-        )
+    with ``n``). ``path``: the one :func:`vector_path` chose from the counts that call read; None
+    reads the counts first (a round trip more, for callers that did not keep them)."""
+    if path is None:
+        path = "hnsw"
+        if settings.retrieval.exact_search_max_rows > 0:
+            path = vector_path(settings, *scope_rows(conn, req))
     f = filters_for(req, settings)
     params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
-    template = EXACT_VECTOR_SQL if exact else VECTOR_SQL
-    sql = _sql(template, f.columns_sql(), f.where_sql(), order=vector_order(settings, exact))
+    template = VECTOR_TEMPLATES.get(path, VECTOR_SQL)
+    sql = _sql(template, f.columns_sql(), f.where_sql(), order=vector_order(settings, path != "hnsw"))
     return conn.execute(sql, params).fetchall()
 
 
@@ -552,14 +611,14 @@ def feedback_pass(
     lexical: list[dict],
     n: int,
     settings: Settings,
-    exact: bool | None = None,
+    path: VectorPath | None = None,
 ) -> tuple[list[dict], list[dict]]:
     """Pseudo-relevance feedback (:mod:`ragline.query.feedback`): the first pass's top
     ``prf_docs`` fused hits steer a second vector search (Rocchio) and/or a second lexical search
     (expansion terms); the lists it replaces are returned in their place, the others as they were.
     Its statements run in the caller's transaction, so under the same tenant and ACL scope (and the
     same filters) as the first pass, and the second vector search takes the first's path
-    (``exact``, :func:`exact_search`). No statement when there is nothing to steer."""
+    (``path``, :func:`vector_path`). No statement when there is nothing to steer."""
     r = settings.retrieval
     dense = r.prf in ("dense", "both") and qvec is not None and bool(vector)
     lexical_on = bool(lexical) and lexical_expands(req, settings)
@@ -586,7 +645,7 @@ def feedback_pass(
         moved = feedback.rocchio(
             qvec, [row["embedding"] for row in rows if row["embedding"] is not None], r.prf_alpha, r.prf_beta
         )
-        vector = vector_rows(conn, req, moved, n, settings, exact)
+        vector = vector_rows(conn, req, moved, n, settings, path)
     if lexical_on:
         terms = feedback.expansion_terms(
             rows[0]["query_lexemes"],
@@ -809,8 +868,7 @@ def search(
             if vector_search:
                 t = time.perf_counter()
                 stage = "the vector search"
-                exact = exact_search(settings, statements.tenant_rows)
-                vector = vector_rows(conn, req, qvec, n, settings, exact)
+                vector = vector_rows(conn, req, qvec, n, settings, statements.vector_path(settings))
                 unembedded, share = vector_coverage(conn, req, settings)
                 timings["vector"] = elapsed_ms(t)
             if lexical_search:
@@ -832,7 +890,7 @@ def search(
                     lexical,
                     n,
                     settings,
-                    exact_search(settings, statements.tenant_rows),
+                    statements.vector_path(settings),
                 )
                 timings["feedback"] = elapsed_ms(t)
             if (vector_search or lexical_search) and structure_on(req, settings) and names_a_file(req):

@@ -127,6 +127,7 @@ def test_scale_smoke(external_worker, tmp_path):
         for t in scale.SHARES
         for a in scale.ACL_CASES
         for k in settings
+        if k == "default" or a in scale.CURVE_ACL
     }
     assert set(raw["cases"]) == expected
     for key, case in raw["cases"].items():
@@ -134,6 +135,7 @@ def test_scale_smoke(external_worker, tmp_path):
         assert "chunks" in case["plan"], key  # EXPLAIN of the query module's own statement ran
         # the curve forces HNSW; at this size every tenant is under the exact-path threshold
         assert case["exact_path_share"] == (1.0 if key.endswith("default") else 0.0), key
+        assert set(case["paths"]) == ({"tenant"} if key.endswith("default") else {"hnsw"}), key
         if key.endswith("default"):
             assert case["recall_at_10"] == 1.0, key  # exact search over the tenant's visible rows
     for acl in scale.ACL_CASES:
@@ -142,8 +144,10 @@ def test_scale_smoke(external_worker, tmp_path):
     assert builds["vector"]["built"] != builds["halfvec"]["built"]
     assert 0 < builds["halfvec"]["size_mb"] < builds["vector"]["size_mb"]  # float16 graph: smaller
     assert raw["load"]["total_chunks_in_table"] >= sum(raw["load"]["rows"].values())
-    assert 0 < raw["load"]["g10_rows"]["90%"] < raw["load"]["rows"]["90%"]
+    visible = raw["load"]["visible_rows"]
+    assert 0 < visible["90%|g100"] < visible["90%|g10"] < visible["90%|all"] == raw["load"]["rows"]["90%"]
     assert raw["load"]["tenant_rows_counted"] == raw["load"]["rows"]  # what the exact-path planner reads
+    assert raw["load"]["visible_rows_counted"] == visible  # the caller-scoped counters of the COPY
     assert raw["load"]["postgres_memory_after_copy"]["rss_sum_mb"] > 0
     assert set(raw["queue"]) == {"90%", "0.1%"}
     assert all(q["recall_at_10_queued"] == 1.0 for q in raw["queue"].values())  # exact path via the task
@@ -154,7 +158,11 @@ def test_scale_smoke(external_worker, tmp_path):
         counted = c.execute(
             "SELECT coalesce(sum(docs), 0) AS n FROM lexical_stats WHERE tenant LIKE 'bench-scale-%'"
         ).fetchone()
-    assert left["n"] == 0 and counted["n"] == 0  # the COPY's counts were exactly what the deletes subtract
+        by_group = c.execute(
+            "SELECT coalesce(sum(chunks), 0) AS n FROM acl_group_rows WHERE tenant LIKE 'bench-scale-%'"
+        ).fetchone()
+    # the COPY's counts were exactly what the deletes subtract
+    assert left["n"] == 0 and counted["n"] == 0 and by_group["n"] == 0
 
 
 @pytest.mark.slow

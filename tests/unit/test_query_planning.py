@@ -1,12 +1,19 @@
-"""The vector search's path and index (pure parts): when a tenant is searched exactly, which
-expression orders the rows, which HNSW indexes serve which setting, what a rebuild replaces."""
+"""The vector search's path and index (pure parts): which path a tenant and a caller's share of it
+take (exact over the tenant, exact over the caller's documents, HNSW), which expression orders the rows, which HNSW indexes serve which setting, what a rebuild replaces."""
 
 from __future__ import annotations
 
 import pytest
 
 from ragline.cli.index import replaced_by
-from ragline.query.retrieve import EXACT_ORDER, VECTOR_ORDER, exact_search, vector_order
+from ragline.query.retrieve import (
+    EXACT_ORDER,
+    VECTOR_ORDER,
+    VECTOR_SQL,
+    VECTOR_TEMPLATES,
+    vector_order,
+    vector_path,
+)
 from ragline.query.vector_index import INDEX_NAMES, definition, kind_of, problem_with
 from ragline.shared.settings import Settings
 
@@ -31,11 +38,34 @@ def settings(**retrieval) -> Settings:
 
 
 @pytest.mark.parametrize(
-    ("limit", "rows", "exact"),
-    [(1000, 0, True), (1000, 1000, True), (1000, 1001, False), (0, 1, False), (1000, None, False)],
+    ("limit", "tenant", "visible", "path"),
+    [
+        # a tenant at or under the limit: its rows, whatever the caller sees of them
+        (1000, 0, 0, "tenant"),
+        (1000, 1000, 1000, "tenant"),
+        (1000, 1000, 10, "tenant"),
+        # a larger tenant: exact over the caller's documents while it sees at most the limit
+        (1000, 1001, 1000, "visible"),
+        (1000, 900_000, 9_000 // 9, "visible"),
+        (1000, 900_000, 0, "visible"),  # no group matches: the documents index finds nothing, fast
+        (1000, 1001, 1001, "hnsw"),
+        (1000, 900_000, 90_000, "hnsw"),
+        # the exact paths off, or counts not read
+        (0, 1, 1, "hnsw"),
+        (0, 900_000, 10, "hnsw"),
+        (1000, None, None, "hnsw"),
+        (1000, None, 10, "visible"),
+        (1000, 10, None, "tenant"),
+    ],
 )
-def test_exact_search_up_to_the_limit(limit, rows, exact):
-    assert exact_search(settings(exact_search_max_rows=limit), rows) is exact
+def test_the_path_follows_the_tenant_then_the_callers_rows(limit, tenant, visible, path):
+    assert vector_path(settings(exact_search_max_rows=limit), tenant, visible) == path
+
+
+def test_each_path_has_its_statement_and_only_hnsw_uses_the_index_order():
+    assert VECTOR_TEMPLATES.get("hnsw", VECTOR_SQL) is VECTOR_SQL
+    assert "documents d" in VECTOR_TEMPLATES["visible"] and "documents" not in VECTOR_TEMPLATES["tenant"]
+    assert all("{scope}" in t for t in VECTOR_TEMPLATES.values())  # the chunks' own scope stays
 
 
 def test_the_order_no_index_serves_and_the_configured_index_serves():
