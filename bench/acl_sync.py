@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench import common
@@ -51,7 +53,27 @@ def _ingest(tenant: str, texts: list[str], per_task: int) -> float:
     return done - t
 
 
-def _acl_state(tenant: str) -> dict:
+@contextmanager
+def caller_counts_off(off: bool) -> Iterator[None]:
+    """With ``off``, the documents' caller-scoped upkeep (migrations 0017, 0018) removed for the
+    duration: the counters' update trigger disabled, the ACL index dropped; put back after."""
+    from ragline.shared import db
+
+    if not off:
+        yield
+        return
+    with db.connection() as conn:
+        conn.execute("ALTER TABLE documents DISABLE TRIGGER documents_acl_rows_updated")
+        conn.execute("DROP INDEX documents_acl_gin")
+    try:
+        yield
+    finally:
+        with db.connection() as conn:
+            conn.execute("ALTER TABLE documents ENABLE TRIGGER documents_acl_rows_updated")
+            conn.execute("CREATE INDEX documents_acl_gin ON documents USING gin (acl)")
+
+
+def _acl_state(tenant: str, acl: list[str] = NEW_ACL) -> dict:
     from ragline.shared import db
 
     with db.connection() as conn:
@@ -59,7 +81,7 @@ def _acl_state(tenant: str) -> dict:
             "SELECT (SELECT count(*) FROM documents WHERE tenant = %(t)s AND acl = %(acl)s) AS documents,"
             " (SELECT count(*) FROM chunks WHERE tenant = %(t)s AND acl = %(acl)s) AS chunks,"
             " (SELECT count(*) FROM chunks WHERE tenant = %(t)s) AS chunks_total",
-            {"t": tenant, "acl": NEW_ACL},
+            {"t": tenant, "acl": acl},
         ).fetchone()
 
 
@@ -98,23 +120,31 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
             chunks = _acl_state(tenant)["chunks_total"]
 
             srv.reset_stats()
-            sync_runs = []
+            sync_runs: list[float] = []
+            bare_runs: list[float] = []
             batch = settings.lifecycle.acl_sync_batch_size
-            # three syncs (to another ACL and back, newer versions each time); the median is the result
-            for version, acl in enumerate((NEW_ACL, OLD_ACL, NEW_ACL), start=1):
+            # six syncs (to another ACL and back, newer versions each time), alternately with and
+            # without what the caller-scoped vector path costs a permission change (the counters'
+            # trigger, 0017, and the ACL index of documents, 0018); the medians are the results
+            for version, acl in enumerate((NEW_ACL, OLD_ACL) * 3, start=1):
+                bare = version % 2 == 0
                 items = [
                     {"tenant": tenant, "doc_id": f"doc-{i}", "acl": acl, "version": version}
                     for i in range(n_docs)
                 ]
-                common.checkpoint()
-                t = time.perf_counter()
-                res = send_acl_batches([items[i : i + batch] for i in range(0, n_docs, batch)], timeout=3600)
-                sync_runs.append(time.perf_counter() - t)
+                with caller_counts_off(bare):
+                    common.checkpoint()
+                    t = time.perf_counter()
+                    res = send_acl_batches(
+                        [items[i : i + batch] for i in range(0, n_docs, batch)], timeout=3600
+                    )
+                    (bare_runs if bare else sync_runs).append(time.perf_counter() - t)
                 if res.get("documents_updated") != n_docs:
                     raise RuntimeError(f"ACL sync {version} did not apply everywhere: {res}")
             sync_s = statistics.median(sync_runs)
+            bare_s = statistics.median(bare_runs)
             sync_requests = srv.stats.requests
-            state = _acl_state(tenant)
+            state = _acl_state(tenant, acl)
             if (
                 state["documents"] != n_docs or state["chunks"] != chunks
             ):  # each sync's count is checked above
@@ -140,6 +170,9 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
         "acl_sync_runs_s": [round(x, 4) for x in sync_runs],
         "acl_sync_docs_per_s": round(n_docs / sync_s, 1),
         "acl_sync_embed_requests": sync_requests,
+        "acl_sync_without_caller_counts_s": round(bare_s, 4),
+        "acl_sync_without_caller_counts_runs_s": [round(x, 4) for x in bare_runs],
+        "caller_counts_cost": round(sync_s / bare_s - 1, 3),
         "acl_sync_result": res,
         "speed_ratio": round(ratio, 2),
         "reingest_cached_s": round(warm_s, 3),
@@ -165,6 +198,9 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
         "ACL sync = what `ragline acl sync FILE` does with N items: ragline.acl.sync tasks of"
         " acl_sync_batch_size items sent at once to the acl queue, timed until the last result; three"
         " syncs (new ACL, old ACL, new ACL, each with a newer version), the median is compared.",
+        "acl_sync_without_caller_counts_*: the syncs between them (versions 2, 4, 6) with the"
+        " acl_group_rows trigger of documents disabled and documents_acl_gin dropped (what the vector"
+        " search's caller-scoped path costs a permission change: caller_counts_cost = with / without - 1).",
         "Each timed phase starts after a CHECKPOINT, so none pays for the previous phase's dirty pages.",
         "reingest_cached_*: the same texts again into a second tenant, vectors from the embedding cache.",
     ]
@@ -178,6 +214,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
                 "re-ingest (embedding)": ingest_s,
                 "re-ingest (embedding cache)": warm_s,
                 "ACL sync": sync_s,
+                "ACL sync, no caller counts": bare_s,
             }
         },
         "seconds (log scale)",

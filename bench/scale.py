@@ -271,6 +271,11 @@ def _path_note(case: dict) -> str:
     return " + ".join(f"{p} {n / total:.2g}" for p, n in sorted(paths.items()))
 
 
+def _round(case: dict) -> dict:
+    """One round's summary of a case."""
+    return {k: case[k] for k in ("p50_ms", "p95_ms", "recall_at_10", "paths")}
+
+
 def _measure_case(
     tenant: str, groups: list[str], queries: np.ndarray, truth: list[list[int]], warmup: int, settings
 ) -> dict:
@@ -313,6 +318,7 @@ def run(
     parallel_workers: int = 1,
     cleanup: bool = False,
     seed: int = 23,
+    rounds: int = 3,
 ) -> dict:
     from ragline.cli.index import drop_index, rebuild_index
     from ragline.query.retrieve import tenant_rows
@@ -462,6 +468,26 @@ def run(
                         "plan": direct(tenant, groups, queries[0], s, explain=True)[3],
                         **_measure_case(tenant, groups, queries, truth[(label, acl)], warmup, s),
                     }
+            # further rounds of the default cases, every case once per round, for the spread
+            for _ in range(rounds - 1):
+                for label, (tenant, _) in tenants.items():
+                    for acl, groups in ACL_CASES.items():
+                        case = raw["cases"][f"{storage}|{label}|{acl}|default"]
+                        again = _measure_case(
+                            tenant,
+                            groups,
+                            queries,
+                            truth[(label, acl)],
+                            warmup,
+                            settings_for(settings, storage=storage),
+                        )
+                        case.setdefault("rounds", [_round(case)]).append(_round(again))
+            for key, case in raw["cases"].items():
+                if key.startswith(f"{storage}|") and key.endswith("|default"):
+                    p95 = [r["p95_ms"] for r in case.setdefault("rounds", [_round(case)])]
+                    case["p95_ms_median_of_rounds"] = round(float(np.median(p95)), 3)
+                    case["p95_ms_range_of_rounds"] = [min(p95), max(p95)]
+                    case["recall_min_of_rounds"] = min(r["recall_at_10"] for r in case["rounds"])
             raw["builds"][storage]["postgres_memory_after_queries"] = postgres_memory(conn)
             _save_partial(raw)
 
@@ -575,16 +601,21 @@ def run(
             c = raw["cases"][f"{default_storage}|{label}|{acl}|default"]
             targets.append(
                 common.Target(
-                    f"{label} tenant, groups {acl}: recall@10 at defaults", c["recall_at_10"], ">=", 0.95
+                    f"{label} tenant, groups {acl}: recall@10 at defaults (lowest of {len(c['rounds'])} rounds)",
+                    c["recall_min_of_rounds"],
+                    ">=",
+                    0.95,
                 )
             )
     for label in tenants:
         for acl in ACL_CASES:
             c = raw["cases"][f"{default_storage}|{label}|{acl}|default"]
+            lo, hi = c["p95_ms_range_of_rounds"]
             targets.append(
                 common.Target(
-                    f"{label} tenant, groups {acl}: direct p95 at defaults ({_path_note(c)})",
-                    c["p95_ms"],
+                    f"{label} tenant, groups {acl}: direct p95 at defaults, median of {len(c['rounds'])} rounds"
+                    f" ({lo:.3g}–{hi:.3g}; {_path_note(c)})",
+                    c["p95_ms_median_of_rounds"],
                     "<=",
                     CASE_P95_MS,
                     "ms",
@@ -639,6 +670,7 @@ def run(
         "default_storage": default_storage,
         "default_exact_search_max_rows": settings.retrieval.exact_search_max_rows,
         "queue_queries": queue_queries,
+        "rounds": rounds,
         "queue_worker": "ragline up's query pool: one solo process (RAGLINE_WORKERS_QUERY_POOL=solo, RAGLINE_WORKERS_QUERY_CONCURRENCY=1)",
         "upsert_chunks": upsert_docs * 40,
         "maintenance_work_mem": maintenance_work_mem,

@@ -116,8 +116,9 @@ def plan(conn, tenant: str, q: np.ndarray, settings) -> tuple[int, str]:
     req = request(tenant, q)
     with conn.transaction():
         limit = retrieve.set_transaction_params(conn, req, settings, K)
-        exact = retrieve.exact_search(settings, limit.tenant_rows)
-        text = json.dumps(retrieve.vector_rows(Explained(conn), req, q, K, settings, exact))
+        text = json.dumps(
+            retrieve.vector_rows(Explained(conn), req, q, K, settings, limit.vector_path(settings))
+        )
     return limit.tenant_rows, text
 
 
