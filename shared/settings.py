@@ -788,7 +788,7 @@ class RetrievalSettings(_Group):
         10_000,
         ge=0,
         validation_alias="RAGLINE_EXACT_SEARCH_MAX_ROWS",
-        description='a tenant of at most this many chunks (lexical_stats, migration 0009) is searched exactly: its rows through the tenant index, sorted by distance, no HNSW. Filtered HNSW slows down and loses recall as the tenant\'s share of the index shrinks, the exact sort grows with the tenant (docs/operations.md "Vector index and query planning": where they cross, why this default). 0 = off',
+        description='a tenant of at most this many chunks (lexical_stats, migration 0009) is searched exactly, its rows through the tenant index sorted by distance; in a larger tenant, a caller whose groups admit at most this many chunks (acl_group_rows, migration 0017) is searched exactly over the rows of its documents; anyone else through HNSW (query/retrieve.py vector_path). Filtered HNSW slows down and loses recall as the share of the index the caller sees shrinks, the exact sort grows with the rows it reads (docs/operations.md "Vector index and query planning": the rule, where they cross, why this default). 0 = off',
     )
     vector_index: Literal["vector", "halfvec"] = Field(
         "vector",
