@@ -33,8 +33,8 @@ OLD_ACL, NEW_ACL = ["staff"], ["auditors", "staff"]
 
 def send_documents(tenant: str, texts: list[str], per_task: int, acl: list[str] = OLD_ACL) -> None:
     """Enqueue like ``ragline ingest`` does: ``ragline.ingest.batch`` tasks of ``per_task`` documents."""
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_INGEST_BATCH
+    from ragline.shared.sdk.names import TASK_INGEST_BATCH
+    from ragline.shared.worker.celery_app import app
 
     docs = [
         {"tenant": tenant, "doc_id": f"doc-{i}", "content": text, "fmt": "text", "acl": acl, "version": 1}
@@ -57,7 +57,7 @@ def _ingest(tenant: str, texts: list[str], per_task: int) -> float:
 def caller_counts_off(off: bool) -> Iterator[None]:
     """With ``off``, the documents' caller-scoped upkeep (migrations 0017, 0018) removed for the
     duration: the counters' update trigger disabled, the ACL index dropped; put back after."""
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     if not off:
         yield
@@ -74,7 +74,7 @@ def caller_counts_off(off: bool) -> Iterator[None]:
 
 
 def _acl_state(tenant: str, acl: list[str] = NEW_ACL) -> dict:
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     with db.connection() as conn:
         return conn.execute(
@@ -87,8 +87,8 @@ def _acl_state(tenant: str, acl: list[str] = NEW_ACL) -> dict:
 
 def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
     from ragline.cli.lifecycle import send_acl_batches
-    from ragline.shared import db
-    from ragline.shared.names import TASK_ACL_SYNC, TASK_INGEST_DOCUMENT
+    from ragline.shared.sdk.names import TASK_ACL_SYNC, TASK_INGEST_DOCUMENT
+    from ragline.shared.worker import db
     from tests.loopback import LoopbackServer
 
     run_id = int(time.time())
@@ -102,7 +102,7 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
             embedder="voyage", voyage_base_url=srv.url, voyage_api_key="bench-key", embed_rpm=0, embed_tpm=0
         ),
     ):
-        from ragline.shared.settings import get_settings
+        from ragline.shared.config.settings import get_settings
 
         settings = get_settings()
         ready = {

@@ -163,10 +163,10 @@ def run(
     seed: int = 7,
 ) -> dict:
     from bench.synthetic import EmbeddingSpace, load_chunks
-    from ragline.shared import db
-    from ragline.shared.async_client import AsyncRaglineClient
-    from ragline.shared.client import RaglineClient
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.sdk.async_client import AsyncRaglineClient
+    from ragline.shared.sdk.client import RaglineClient
+    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.worker import db
     from tests.loopback import LoopbackServer
 
     tenant = f"bench-async-{int(time.time())}"
@@ -184,7 +184,7 @@ def run(
     with LoopbackServer() as srv:
         embedder = {"embedder": "voyage", "voyage_base_url": srv.url, "voyage_api_key": "bench-key"}
         with common.settings_env(**embedder), common.prefork_pools(ready):
-            from ragline.shared.settings import get_settings
+            from ragline.shared.config.settings import get_settings
 
             settings = get_settings()
             url = settings.effective_redis_url()

@@ -45,8 +45,8 @@ def recall_at_k(corpus: np.ndarray, queries: np.ndarray, bits_c: np.ndarray, bit
 
 
 def measure(tenant: str, questions: Path, limit: int = 300) -> dict:
-    from ragline.shared import db
-    from ragline.shared.providers import get_embedder
+    from ragline.shared.worker import db
+    from ragline.shared.worker.providers import get_embedder
 
     with db.connection() as conn:
         rows = conn.execute(

@@ -50,9 +50,9 @@ REFERENCE = 255.0
 def _stream(tenant: str, tasks, window: int) -> tuple[int, int]:
     """Send ``tasks`` (lists of Markdown texts) as batch tasks, at most ``window`` ahead of the
     documents stored; returns (documents, tasks) sent."""
-    from ragline.shared import db
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_INGEST_BATCH
+    from ragline.shared.sdk.names import TASK_INGEST_BATCH
+    from ragline.shared.worker import db
+    from ragline.shared.worker.celery_app import app
 
     sent_docs, sent_tasks, done = 0, 0, 0
     per_task = 1
@@ -95,7 +95,7 @@ def _tasks(n_chunks: int, batch: int, tag: str, settings):
 
 def pipeline_load(tenant: str, n_chunks: int, batch: int, window: int, settings) -> dict:
     """One load through the pipeline: chunks/s from the first send to the last document stored."""
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     t0 = time.monotonic()
     n_docs, n_tasks = _stream(tenant, _tasks(n_chunks, batch, tenant, settings), window)
@@ -115,7 +115,7 @@ def pipeline_load(tenant: str, n_chunks: int, batch: int, window: int, settings)
 
 
 def _table_rows() -> int:
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     with db.connection() as conn:
         return conn.execute("SELECT count(*) AS n FROM chunks").fetchone()["n"]
@@ -137,9 +137,9 @@ def run(
     from psycopg.rows import dict_row
 
     from ragline.cli.index import build_deferred, defer_index
-    from ragline.shared import db
-    from ragline.shared.names import TASK_INGEST_DOCUMENT
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT
+    from ragline.shared.worker import db
     from tests.loopback import Faults, LoopbackServer
 
     n_chunks = n_chunks or int(os.environ.get("RAGLINE_BENCH_BULK_N", "1000000"))

@@ -37,7 +37,7 @@ EXTERNAL_WORKER = False
 
 def _variables(*settings: str) -> tuple[str, ...]:
     """Every environment name of the settings ``group.field``: derived, old and platform ones."""
-    from ragline.shared.settings import Settings
+    from ragline.shared.config.settings import Settings
 
     fields = {f"{group}.{name}": field for group, name, field in Settings.iter_fields()}
     return tuple(name for setting in settings for name in Settings.env_names(fields[setting]))
@@ -114,8 +114,9 @@ def embedded_stack() -> Iterator[Any]:
         os.environ.pop(var, None)
     os.environ["RAGLINE_SERVICES_HOME"] = str(home)
     os.environ.setdefault("UNSTRUCTURED_DISABLE_NOTICE", "1")
-    from ragline.shared import db, providers, services
-    from ragline.shared.settings import get_settings, reset_settings
+    from ragline.shared.config.settings import get_settings, reset_settings
+    from ragline.shared.stack import services
+    from ragline.shared.worker import db, providers
 
     reset_settings()
     providers.reset()
@@ -142,8 +143,8 @@ def worker(queues: tuple[str, ...], concurrency: int = 2) -> Iterator[None]:
         return
     from celery.contrib.testing.worker import start_worker
 
-    from ragline.shared.celery_app import app
-    from ragline.shared.kombu_redis import reuse_clients
+    from ragline.shared.worker.celery_app import app
+    from ragline.shared.worker.kombu_redis import reuse_clients
 
     for name in QUIET_LOGGERS:  # per-task INFO lines would go to the benchmark's terminal
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -172,9 +173,9 @@ def prefork_pools(ready: dict[str, tuple[str, dict]], timeout: float = 120.0) ->
     if EXTERNAL_WORKER:
         yield
         return
-    from ragline.shared import processes
-    from ragline.shared.celery_app import app
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.stack import processes
+    from ragline.shared.worker.celery_app import app
 
     settings = get_settings()
     names = {name for pool in ready for name in processes.pool_process_names(settings, pool)}
@@ -191,8 +192,8 @@ def prefork_pools(ready: dict[str, tuple[str, dict]], timeout: float = 120.0) ->
 def settings_env(**overrides: object) -> Iterator[None]:
     """Settings overrides by keyword (``rrf_k``, ``retrieval_rrf_k``) for the duration, set as their
     derived variables (same process: the in-process worker sees them)."""
-    from ragline.shared import providers
-    from ragline.shared.settings import reset_settings, variable
+    from ragline.shared.config.settings import reset_settings, variable
+    from ragline.shared.worker import providers
 
     names = {k: variable(k) for k in overrides}
     saved = {k: os.environ.get(names[k]) for k in overrides}
@@ -214,7 +215,7 @@ def settings_env(**overrides: object) -> Iterator[None]:
 
 def checkpoint() -> None:
     """Flush dirty pages, so a timed phase does not pay for the writes of the one before."""
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     with db.connection() as conn:
         conn.execute("CHECKPOINT")
@@ -226,7 +227,7 @@ def wait_documents_ready(tenant: str, n: int, timeout: float, poll_s: float = 0.
     Returns the monotonic time they were done and the error of each failed document (a
     benchmark reports them instead of hiding them).
     """
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     deadline = time.monotonic() + timeout
     while True:

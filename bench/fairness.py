@@ -38,7 +38,7 @@ K = 5
 
 def _load(tenants: list[str], n_chunks: int, seed: int) -> None:
     from bench.synthetic import EmbeddingSpace, load_chunks
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     rng = np.random.default_rng(seed)
     space = EmbeddingSpace()
@@ -73,8 +73,8 @@ class Questions:
 
 
 def _ask(payload: dict) -> tuple[float, dict]:
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.worker.celery_app import app
 
     t = time.perf_counter()
     res = app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=600)
@@ -106,8 +106,8 @@ def flood(tenant: str, prefix: str, rate: float, duration_s: float, collect_s: f
     store every answer as usual; they are read afterwards."""
     from celery import Celery
 
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.worker.celery_app import app
 
     client = Celery("bench-flood", broker=app.conf.broker_url)
     client.conf.update(
@@ -154,7 +154,7 @@ def flood(tenant: str, prefix: str, rate: float, duration_s: float, collect_s: f
 
 
 def _purge_query_queue() -> int:
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     with app.connection_for_write() as conn:
         return int(conn.default_channel.queue_purge("query") or 0)
@@ -200,8 +200,8 @@ def _summary(rounds: list[dict], key: str) -> dict:
 def _drain(tenant: str, questions: Questions, n: int) -> dict:
     """``n`` questions of ``tenant`` sent at once: how many the pool got through per second, and
     what they were answered with."""
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.worker.celery_app import app
 
     t = time.perf_counter()
     pending = [app.send_task(TASK_QUERY_RETRIEVE, args=[questions.next(tenant)]) for _ in range(n)]
@@ -247,8 +247,8 @@ def run(
     """``flood_factor``: A floods at this multiple of what the pool answers, measured first in the
     same run (``calibration_questions`` sent at once); the tenant rate is a quarter of it, and B asks
     at ``b_share`` of the tenant rate (a tenant within its budget)."""
-    from ragline.shared import db
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.worker import db
     from tests.loopback import Faults, LoopbackServer
 
     run_id = int(time.time())
@@ -272,7 +272,7 @@ def run(
         }
         for label in ("off", "on"):
             with common.settings_env(**embedder, **fairness[label]), common.prefork_pools(ready):
-                from ragline.shared.settings import get_settings
+                from ragline.shared.config.settings import get_settings
 
                 settings = get_settings()
                 for _ in range(2):  # warm: connections, the embedder client, HNSW pages

@@ -104,7 +104,7 @@ def run_cases(tenant: str, cases: list[Case], chat_url: str, inject_every: int =
     ``chat_url``, lexical judge) and count what the check removed. Settings come from the
     environment; the caller points the generator at the scripted server."""
     from ragline.query import service
-    from ragline.shared.contracts import AskRequest
+    from ragline.shared.sdk.contracts import AskRequest
 
     rows = []
     for i, case in enumerate(cases):
@@ -169,8 +169,8 @@ def extractive_check(tenant: str, cases: list[Case], k: int = 5) -> dict:
     import os
 
     from ragline.query import service
-    from ragline.shared.contracts import AskRequest
-    from ragline.shared.settings import reset_settings
+    from ragline.shared.config.settings import reset_settings
+    from ragline.shared.sdk.contracts import AskRequest
 
     def answers() -> list[tuple[str, int]]:
         out = []
@@ -228,7 +228,7 @@ def ingest(tenant: str, files: list[str] = FILES, timeout: float = 600) -> None:
 
 def main(inject_every: int = 2) -> dict:
     from bench.common import embedded_stack, machine, settings_env, worker, write_json
-    from ragline.shared.names import QUEUES
+    from ragline.shared.sdk.names import QUEUES
     from tests.loopback import LoopbackServer
 
     cases = load_cases()

@@ -45,7 +45,7 @@ SMOKE = {
 
 def _chunk_times(tenant: str) -> list[float]:
     """Epoch seconds at which each chunk was stored (the store transaction's ``now()``)."""
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     with db.connection() as conn:
         rows = conn.execute(
@@ -117,8 +117,8 @@ def _timeline(spans: list[tuple[float, float]], start: float, end: float, slots:
 
 
 def _case(srv, tenant: str, tasks: list[list[str]], chunks_expected: int) -> dict:
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_INGEST_BATCH
+    from ragline.shared.sdk.names import TASK_INGEST_BATCH
+    from ragline.shared.worker.celery_app import app
 
     n_docs = sum(map(len, tasks))
     srv.reset_stats()
@@ -179,9 +179,9 @@ def run(
     concurrency: int = 6,
     max_in_flight: int = 4,
 ) -> dict:
-    from ragline.shared import db
-    from ragline.shared.names import TASK_INGEST_DOCUMENT
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT
+    from ragline.shared.worker import db
     from tests.loopback import Faults, LoopbackServer
 
     run_id = int(time.time())

@@ -34,9 +34,9 @@ def run(n_chunks: int = 100_000, n_questions: int = 20, repeats: int = 2) -> dic
         read_only_transaction,
         set_transaction_params,
     )
-    from ragline.shared import db
-    from ragline.shared.contracts import SearchRequest
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.contracts import SearchRequest
+    from ragline.shared.worker import db
 
     tenant = "lexical-cost"
     texts = common.passages(min(n_chunks, 5000))

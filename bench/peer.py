@@ -123,9 +123,9 @@ def _throughput(chunks: int, chars: int, seconds: float) -> dict:
 
 # ------------------------------------------------------------------------------------ ragline
 def _ragline_ingest(tenant: str, docs: list[tuple[str, str]], batch_docs: int) -> dict:
-    from ragline.shared import db
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_INGEST_BATCH
+    from ragline.shared.sdk.names import TASK_INGEST_BATCH
+    from ragline.shared.worker import db
+    from ragline.shared.worker.celery_app import app
 
     t0 = time.monotonic()
     for first in range(0, len(docs), batch_docs):
@@ -143,14 +143,14 @@ def _ragline_ingest(tenant: str, docs: list[tuple[str, str]], batch_docs: int) -
 
 
 def _search_request(tenant: str, q: str):
-    from ragline.shared.contracts import SearchRequest
+    from ragline.shared.sdk.contracts import SearchRequest
 
     return SearchRequest(query=q, tenant=tenant, groups=ACL, k=K, mode="hybrid", rerank=False)
 
 
 def _ragline_queue(tenant: str, q: str) -> tuple[float, list[str]]:
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.worker.celery_app import app
 
     payload = _search_request(tenant, q).model_dump(exclude_defaults=True)
     payload.update(mode="hybrid", groups=ACL)
@@ -277,7 +277,7 @@ def _llama_query(store, embed_model, q: str) -> tuple[float, list[str]]:
 
 
 def _drop_llama_tables(prefix: str) -> None:
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     with db.connection() as conn:
         for r in conn.execute(
@@ -300,7 +300,7 @@ def _compare(
 ) -> dict[str, list[float]]:
     """Ingestion rounds (alternating which system goes first), then the questions on the last round's
     data with the three sides in a rotating order; per-round results into ``raw``, latencies returned."""
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     s = get_settings()
     dim = s.embed.dim
@@ -352,9 +352,9 @@ def run(
     if missing:
         return {"benchmark": NAME, "title": TITLE, "skipped": missing, "targets": [], "passed": None}
 
-    from ragline.shared import db
-    from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
+    from ragline.shared.worker import db
     from tests.loopback import Faults, LoopbackServer
 
     settings = get_settings()

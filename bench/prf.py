@@ -92,10 +92,10 @@ def run(tenants: dict[str, str], repeats: int = 2) -> dict:
 
     from ragline.query.eval import EVAL_GROUP, ModeReport, doc_ranking, grades, read_jsonl
     from ragline.query.retrieve import search
-    from ragline.shared import db, providers
-    from ragline.shared.contracts import SearchRequest
-    from ragline.shared.settings import get_settings
-    from ragline.shared.text import embedding_form
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.contracts import SearchRequest
+    from ragline.shared.worker import db, providers
+    from ragline.shared.worker.text import embedding_form
 
     base = get_settings()
     depth = base.retrieval.top_n

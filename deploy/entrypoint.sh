@@ -8,7 +8,7 @@
 # In a container the endpoints listen beyond 127.0.0.1: a role that serves one refuses to start without
 # its password in the environment, and `ragline secrets check` refuses a well-known or weak one.
 set -eu
-APP=ragline.shared.celery_app:app
+APP=ragline.shared.worker.celery_app:app
 role="${1:-worker}"
 case "$role" in
   worker)
@@ -18,7 +18,7 @@ case "$role" in
     : "${RAGLINE_OPS_METRICS_PASSWORD:?set RAGLINE_OPS_METRICS_PASSWORD}"
     export PROMETHEUS_MULTIPROC_DIR="$RAGLINE_SERVICES_HOME/metrics/$pool"
     rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
-    python -m ragline.shared.metrics_server "$pool" &
+    python -m ragline.shared.worker.metrics_server "$pool" &
     exec ragline worker "$pool"
     ;;
   beat)

@@ -38,9 +38,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from ragline.shared.answer_stream import FIRST, AnswerEvent, read_answer
-from ragline.shared.async_client import AsyncRaglineClient
-from ragline.shared.client import RaglineError, RaglineRateLimited, RaglineTimeout, RaglineUnavailable
+from ragline.shared.sdk.answer_stream import FIRST, AnswerEvent, read_answer
+from ragline.shared.sdk.async_client import AsyncRaglineClient
+from ragline.shared.sdk.client import RaglineError, RaglineRateLimited, RaglineTimeout, RaglineUnavailable
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 

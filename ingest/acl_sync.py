@@ -14,7 +14,7 @@ counted as stale (``ignored_stale``, ``rag_acl_changes{outcome="stale"}``).
 
 Who the producer is, is decided here alone (:func:`producer_key`), for every path (``acl set`` and
 ``acl sync``, the client's ``sync_acl``, acl and upsert events): the sender the worker verified
-(``shared/sender.py``: the role whose key signed the message, or ``unsigned``), then the payload's
+(``shared/sdk/sender.py``: the role whose key signed the message, or ``unsigned``), then the payload's
 ``producer`` as a name within it. A payload can therefore never reach another sender's versions:
 a relay calling itself ``operator`` with a time in 2100 keeps only its own changes stale, and the
 contract refuses such a time anyway (``RAGLINE_LIFECYCLE_MAX_CLOCK_SKEW_S``). A request with ``force``
@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ragline.shared.contracts import AclSyncItem
-from ragline.shared.metrics import ACL_CHANGES
-from ragline.shared.sender import UNSIGNED, WORKER
+from ragline.shared.sdk.contracts import AclSyncItem
+from ragline.shared.sdk.sender import UNSIGNED, WORKER
+from ragline.shared.worker.metrics import ACL_CHANGES
 
 log = logging.getLogger(__name__)
 

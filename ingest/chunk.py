@@ -15,7 +15,7 @@ from itertools import groupby
 
 from ragline.ingest.parse import HEADING_SEP, Block, CodeDocument
 from ragline.ingest.parse.code import chunk_code
-from ragline.shared.text import split_sentences
+from ragline.shared.worker.text import split_sentences
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ import httpcore
 
 from ragline.ingest import git
 from ragline.ingest.fetch import FetchPolicy, FetchRefused, check_address, host_allowed, resolve
-from ragline.shared import credentials
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.worker import credentials
 
 #: options for every clone and fetch, whatever the transport
 BASE_OPTIONS = ("-c", "protocol.ext.allow=never", "-c", "http.followRedirects=false")

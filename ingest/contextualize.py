@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ragline.ingest.chunk import Chunk
 from ragline.ingest.parse import HEADING_SEP
-from ragline.shared.metrics import CONTEXTUALIZE_FALLBACK
-from ragline.shared.providers import ProviderError, cached
-from ragline.shared.settings import get_settings
-from ragline.shared.text import embedding_form
+from ragline.shared.config.settings import get_settings
+from ragline.shared.worker.metrics import CONTEXTUALIZE_FALLBACK
+from ragline.shared.worker.providers import ProviderError, cached
+from ragline.shared.worker.text import embedding_form
 
 log = logging.getLogger(__name__)
 PARALLEL = 4  # concurrent requests per document once the first one has written the prompt cache
@@ -47,7 +47,9 @@ def contextualize(title: str, chunks: list[Chunk], full_text: str | None = None)
         return base
     try:
         # every worker process imports this module, and the control pool must load no provider module
-        from ragline.shared.providers.anthropic_context import AnthropicContextualizer  # provider by settings
+        from ragline.shared.worker.providers.anthropic_context import (
+            AnthropicContextualizer,  # provider by settings
+        )
 
         ctx = cached("contextualizer", AnthropicContextualizer)
     except ProviderError as exc:

@@ -20,11 +20,9 @@ from ragline.ingest.events import handle_event
 from ragline.ingest.reindex import TOTALS, reindex, select_sources
 from ragline.ingest.retention import purge
 from ragline.ingest.store import pending_reembed
-from ragline.shared import db, jobs, pending_vectors, replicas
-from ragline.shared.celery_app import app, send
-from ragline.shared.contracts import AclSyncRequest, AclSyncResult, ErrorResult, EventResult, IngestEvent
-from ragline.shared.metrics import ACL_SYNC_LAG_S, JOBS_STUCK
-from ragline.shared.names import (
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import AclSyncRequest, AclSyncResult, ErrorResult, EventResult, IngestEvent
+from ragline.shared.sdk.names import (
     TASK_ACL_SYNC,
     TASK_INGEST_EVENT,
     TASK_INGEST_FILL_VECTORS,
@@ -33,15 +31,17 @@ from ragline.shared.names import (
     TASK_REINDEX,
     TASK_STUCK_JOBS,
 )
-from ragline.shared.sender import UNSIGNED, sender_of
-from ragline.shared.settings import get_settings
+from ragline.shared.sdk.sender import UNSIGNED, sender_of
+from ragline.shared.worker import db, jobs, pending_vectors, replicas
+from ragline.shared.worker.celery_app import app, send
+from ragline.shared.worker.metrics import ACL_SYNC_LAG_S, JOBS_STUCK
 
 log = logging.getLogger(__name__)
 
 
 def run_acl_sync(req: AclSyncRequest, record: bool = True, sender: str = UNSIGNED) -> AclSyncResult:
     """Apply a request in batches; record the lag per applied item and one job row per request.
-    ``sender``: who sent it, as the worker verified it (``shared/sender.py``)."""
+    ``sender``: who sent it, as the worker verified it (``shared/sdk/sender.py``)."""
     size = get_settings().lifecycle.acl_sync_batch_size
     totals = {"documents_updated": 0, "chunks_updated": 0, "ignored_stale": 0, "pending": 0, "forced": 0}
     not_found: list[dict] = []

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import psycopg
 
-from ragline.shared import metrics as m
-from ragline.shared.providers import Embedder
+from ragline.shared.worker import metrics as m
+from ragline.shared.worker.providers import Embedder
 
 
 @dataclass

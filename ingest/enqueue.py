@@ -16,10 +16,10 @@ from typing import NamedTuple
 
 from ragline.ingest.file_names import record_refused, split_named
 from ragline.ingest.parse import SUPPORTED
-from ragline.shared import db, jobs
-from ragline.shared.celery_app import app
-from ragline.shared.names import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.names import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT
+from ragline.shared.worker import db, jobs
+from ragline.shared.worker.celery_app import app
 
 SUFFIXES = set(SUPPORTED)
 

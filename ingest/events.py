@@ -29,11 +29,11 @@ from ragline.ingest.acl_sync import apply_acl_sync, apply_ingest_acls, clock
 from ragline.ingest.enqueue import send_in_batches
 from ragline.ingest.file_names import record_refused, split_named
 from ragline.ingest.sources import GitSource, SourceSpec, SourceUnavailable, configured_sources, git_uri
-from ragline.shared import jobs, replicas
-from ragline.shared.contracts import AclSyncItem, EventResult, IngestEvent, IngestRequest
-from ragline.shared.names import TASK_INGEST_DOCUMENT
-from ragline.shared.sender import UNSIGNED
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import AclSyncItem, EventResult, IngestEvent, IngestRequest
+from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT
+from ragline.shared.sdk.sender import UNSIGNED
+from ragline.shared.worker import jobs, replicas
 
 
 def delete_document(

@@ -3,7 +3,7 @@
 A document's id and path come from its file's name (``<source>/<relative path>``). A name with a
 newline splits log lines and citations in two; a bidi override (U+202E) or isolate shows
 ``cod.exe`` as ``exe.doc``; a zero-width character makes two ids look the same. The rule is the
-contracts' own (:func:`ragline.shared.contracts.common.identifier_problem`, which also refuses such
+contracts' own (:func:`ragline.shared.sdk.contracts.common.identifier_problem`, which also refuses such
 ids in every task payload); this module applies it to listed files, for every source that lists
 them: ``ragline ingest`` folders and files, configured folder, URL and git sources at reindex,
 ``ragline ingest REPO`` and push events. It runs before any request is built, so one bad name never
@@ -19,8 +19,8 @@ from typing import TypeVar
 
 import psycopg
 
-from ragline.shared import jobs
-from ragline.shared.contracts.common import escaped, identifier_problem
+from ragline.shared.sdk.contracts.common import escaped, identifier_problem
+from ragline.shared.worker import jobs
 
 STAGE = "name"
 

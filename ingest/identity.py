@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psycopg
 
-from ragline.shared import db
-from ragline.shared.contracts import IngestRequest, IngestResult
+from ragline.shared.sdk.contracts import IngestRequest, IngestResult
+from ragline.shared.worker import db
 
 STAGE = "identity"
 

@@ -21,8 +21,8 @@ from ragline.ingest import git, roots
 from ragline.ingest.fetch import FetchPolicy, redact
 from ragline.ingest.parse import BINARY_FORMATS, SUPPORTED, ParseError
 from ragline.ingest.sources import configured_sources, fetch_url, parse_git_uri
-from ragline.shared.contracts import IngestRequest
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import IngestRequest
 
 MAX_BYTES = 64 * 1024 * 1024  # hard ceiling whatever the settings say
 _READ_CHUNK = 1024 * 1024

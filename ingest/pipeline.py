@@ -36,13 +36,13 @@ from ragline.ingest.embed import cached_vectors, count_sent, embed_with_cache, t
 from ragline.ingest.load import load
 from ragline.ingest.parse import CodeDocument, ParseError, front_matter, parse_bytes
 from ragline.ingest.parse.code import document_layer, symbol_records
-from ragline.shared import db, jobs, replicas
-from ragline.shared.contracts import IngestRequest, IngestResult
-from ragline.shared.identifiers import code_tsvector
-from ragline.shared.metrics import ACL_CHANGES
-from ragline.shared.providers import get_embedder
-from ragline.shared.settings import get_settings
-from ragline.shared.timing import elapsed_ms
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import IngestRequest, IngestResult
+from ragline.shared.worker import db, jobs, replicas
+from ragline.shared.worker.identifiers import code_tsvector
+from ragline.shared.worker.metrics import ACL_CHANGES
+from ragline.shared.worker.providers import get_embedder
+from ragline.shared.worker.timing import elapsed_ms
 
 #: errors that mean "this document is bad", not "the system is down"
 DOCUMENT_ERRORS = (ParseError, OSError, ValueError, UnicodeError, RecursionError, MemoryError)
@@ -332,7 +332,7 @@ def ingest_batch(
     its texts have answered, while later ones are still to come. ``on_alive`` is called after each
     document is prepared and after each embedding request (a heartbeat while a batch embeds).
 
-    A provider outage (:class:`ragline.shared.providers.ProviderError`, infrastructure errors) propagates:
+    A provider outage (:class:`ragline.shared.worker.providers.ProviderError`, infrastructure errors) propagates:
     the task retries the batch, and documents already stored are skipped as unchanged. When the
     task's soft time limit strikes, documents already stored keep their result and only the rest
     are recorded as failed.

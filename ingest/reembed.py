@@ -25,9 +25,9 @@ import psycopg
 
 from ragline.ingest.contextualize import embedding_text
 from ragline.ingest.embed import embed_with_cache
-from ragline.shared import db, jobs, pending_vectors
-from ragline.shared.providers import get_embedder
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.worker import db, jobs, pending_vectors
+from ragline.shared.worker.providers import get_embedder
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ LOCK_KEY = "ragline.reembed"
 FILL_LOCK_KEY = "ragline.fill_vectors"
 
 #: a model change re-embeds the rows whose vector comes from another model; the fill embeds the rows
-#: stored before their vectors (:data:`ragline.shared.pending_vectors.PREDICATE`). The two sets are
+#: stored before their vectors (:data:`ragline.shared.worker.pending_vectors.PREDICATE`). The two sets are
 #: disjoint, so a re-embedding and a fill running at once never embed the same row twice
 REEMBED_ROWS = "c.embed_model IS DISTINCT FROM %(model)s AND c.embedding IS NOT NULL"
 FILL_ROWS = pending_vectors.PREDICATE

@@ -35,8 +35,8 @@ from ragline.ingest.sources import (
     parse_git_uri,
 )
 from ragline.ingest.vanished import settle_vanished
-from ragline.shared import jobs, replicas
-from ragline.shared.contracts import IngestRequest
+from ragline.shared.sdk.contracts import IngestRequest
+from ragline.shared.worker import jobs, replicas
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from ragline.ingest.parse import ParseError
 from ragline.ingest.sources import configured_sources, parse_git_uri
-from ragline.shared import db, jobs
-from ragline.shared.celery_app import app
-from ragline.shared.contracts import IngestRequest
-from ragline.shared.names import TASK_INGEST_DOCUMENT
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import IngestRequest
+from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT
+from ragline.shared.worker import db, jobs
+from ragline.shared.worker.celery_app import app
 
 #: what a retry keeps of the stored document's metadata: its source (doc id ownership) and fingerprint
 SOURCE_KEYS = ("source", "source_root", "source_fp")

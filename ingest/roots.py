@@ -29,8 +29,8 @@ import psycopg
 
 from ragline.ingest import git
 from ragline.ingest.source_spec import SourceSpec, configured_sources, repository_dir
-from ragline.shared import db
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.worker import db
 
 
 def resolve(path: str | os.PathLike) -> Path:

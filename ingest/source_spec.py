@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ragline.ingest import git
 from ragline.ingest.fetch import host_allowed, redact
-from ragline.shared.contracts import Group, Ident
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import Group, Ident
 
 
 class SourceSpec(BaseModel):

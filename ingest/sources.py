@@ -33,8 +33,8 @@ from ragline.ingest.source_spec import SourceSpec as SourceSpec
 from ragline.ingest.source_spec import clone_dir as clone_dir
 from ragline.ingest.source_spec import configured_sources as configured_sources
 from ragline.ingest.source_spec import repository_dir
-from ragline.shared import formats
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk import formats
 
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 

@@ -348,5 +348,5 @@ WHERE embed_model IS DISTINCT FROM %(model)s AND embedding IS NOT NULL
 
 def pending_reembed(conn: psycopg.Connection, model: str, tenant: str | None = None) -> int:
     """Chunks (of ``tenant``, or all) whose vectors come from another model than ``model`` (rows
-    without a vector yet are the fill's, :mod:`ragline.shared.pending_vectors`)."""
+    without a vector yet are the fill's, :mod:`ragline.shared.worker.pending_vectors`)."""
     return int(conn.execute(PENDING_REEMBED_SQL, {"model": model, "tenant": tenant}).fetchone()["n"])

@@ -19,21 +19,21 @@ from ragline.ingest.chunk import chunk_blocks
 from ragline.ingest.parse import parse_bytes
 from ragline.ingest.pipeline import ingest_batch, record_failure
 from ragline.ingest.reembed import run_fill, run_reembed
-from ragline.shared import db, jobs, redelivery, warmup
-from ragline.shared.celery_app import app
-from ragline.shared.contracts import IngestBatchRequest, IngestRequest, IngestResult
-from ragline.shared.logging_setup import log_ingest
-from ragline.shared.metrics import CHUNKS_PROCESSED, DOCUMENTS_PROCESSED
-from ragline.shared.names import (
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import IngestBatchRequest, IngestRequest, IngestResult
+from ragline.shared.sdk.names import (
     TASK_INGEST_BATCH,
     TASK_INGEST_DOCUMENT,
     TASK_INGEST_FILL_VECTORS,
     TASK_INGEST_REEMBED,
 )
-from ragline.shared.providers import ProviderError
-from ragline.shared.settings import get_settings
-from ragline.shared.task_base import RaglineTask
-from ragline.shared.transient import INFRASTRUCTURE_ERRORS
+from ragline.shared.worker import db, jobs, redelivery, warmup
+from ragline.shared.worker.celery_app import app
+from ragline.shared.worker.logging_setup import log_ingest
+from ragline.shared.worker.metrics import CHUNKS_PROCESSED, DOCUMENTS_PROCESSED
+from ragline.shared.worker.providers import ProviderError
+from ragline.shared.worker.task_base import RaglineTask
+from ragline.shared.worker.transient import INFRASTRUCTURE_ERRORS
 
 log = logging.getLogger(__name__)
 

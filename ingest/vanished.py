@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from ragline.ingest.events import delete_document
-from ragline.shared import db, jobs
+from ragline.shared.worker import db, jobs
 
 #: open errors of a source's documents that were not listed again: the URI each error recorded
 #: and the document's status ('ready': a good version is stored and keeps serving)

@@ -29,8 +29,8 @@ from contextlib import contextmanager
 import redis
 
 from ragline.query.deadline import QueryLimitError
-from ragline.shared import providers
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.worker import providers
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class TenantAdmission:
         from limits.storage import RedisStorage
         from limits.strategies import MovingWindowRateLimiter
 
-        from ragline.shared.providers.ratelimit import InFlightLimiter, redis_client
+        from ragline.shared.worker.providers.ratelimit import InFlightLimiter, redis_client
 
         self.in_flight_limiter = InFlightLimiter
         url = settings.effective_redis_url()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ragline.query.prompt import PLAN_PROMPT, render_documents, x
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 log = logging.getLogger(__name__)
 

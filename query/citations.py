@@ -7,7 +7,7 @@ import re
 
 from ragline.query.extractive import clean_sentence, prose_sentences, stems
 from ragline.query.sanitize import code_regions
-from ragline.shared.contracts import Citation, Hit
+from ragline.shared.sdk.contracts import Citation, Hit
 
 _CITE = re.compile(r"\[(\d{1,3})\]")
 _SPACE = re.compile(r"\s+")

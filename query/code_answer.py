@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[\u0400-\u04FF]+", re.UNICODE)
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from ragline.query.deadline import QuestionDeadlineExceeded
 from ragline.query.extractive import stems
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CYRILLIC = re.compile(r"[\u0400-\u04FF]")

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragline.query.fusion import FusionPolicy, hybrid_inputs
-from ragline.shared import db, jobs
-from ragline.shared.celery_app import app
-from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
-from ragline.shared.settings import Settings, get_settings
+from ragline.shared.config.settings import Settings, get_settings
+from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
+from ragline.shared.worker import db, jobs
+from ragline.shared.worker.celery_app import app
 
 EVAL_GROUP = "eval"
 FAIL_AT = 20

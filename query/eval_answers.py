@@ -722,8 +722,8 @@ def task_ask(
 ) -> AskFn:
     """Ask through the real ``ragline.query.ask`` task, as ``ragline ask --json`` does; a failure
     to get a reply is the response ``{"error": ...}`` (scored as an error, never as no-answer)."""
-    from ragline.shared.celery_app import app  # start-up: Celery loads only when asking
-    from ragline.shared.names import TASK_QUERY_ASK
+    from ragline.shared.sdk.names import TASK_QUERY_ASK
+    from ragline.shared.worker.celery_app import app  # start-up: Celery loads only when asking
 
     def ask(question: str) -> dict:
         payload = {"query": question, "tenant": tenant, "groups": groups, "k": k, "mode": mode}
@@ -749,7 +749,7 @@ def chunk_lookup(tenant: str, groups: list[str]) -> Callable[[list[tuple[str, in
     """The chunks a response's passages name, read in SQL under the caller's tenant and groups (the
     query role, row-level security bound as the retriever binds it): the eval sees no more than
     the caller could."""
-    from ragline.shared import db  # start-up: psycopg loads only for a live evaluation
+    from ragline.shared.worker import db  # start-up: psycopg loads only for a live evaluation
 
     def lookup(keys: list[tuple[str, int]]) -> dict[tuple[str, int], dict]:
         if not keys:

@@ -36,8 +36,8 @@ from pathlib import Path
 
 from ragline.query import file_rank, structure
 from ragline.query.fusion import FusionPolicy
-from ragline.shared.contracts import Hit
-from ragline.shared.settings import Settings, get_settings
+from ragline.shared.config.settings import Settings, get_settings
+from ragline.shared.sdk.contracts import Hit
 
 EVAL_GROUP = "eval"
 ACC_AT = (1, 3, 5, 10)
@@ -285,8 +285,8 @@ def layer_variants(which: str, settings: Settings) -> dict[str, list[str]]:
 
 def task_search(timeout: float = 300.0) -> SearchFn:
     """Search through the real ``ragline.query.retrieve`` task (the caller points the app at the broker)."""
-    from ragline.shared.celery_app import app  # start-up: Celery loads only when an eval runs
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.worker.celery_app import app  # start-up: Celery loads only when an eval runs
 
     def run(query: str, tenant: str, mode: str, layers: list[str], structural: bool) -> dict:
         payload = {

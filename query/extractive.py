@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ragline.query import code_answer, texts
-from ragline.shared.contracts import Hit
-from ragline.shared.text import split_sentences
+from ragline.shared.sdk.contracts import Hit
+from ragline.shared.worker.text import split_sentences
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _LETTER_WORD = re.compile(r"[^\W\d_]{2,}", re.UNICODE)

@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ragline.query import structure
-from ragline.shared.contracts import FileHit, Hit
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.sdk.contracts import FileHit, Hit
 
 _FRAME = re.compile(r"""File\s+["']([^"'\n]+?\.py)["'],\s+line\s+\d+""")
 _IMPORT = re.compile(

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ragline.shared.contracts import SearchRequest
-from ragline.shared.settings import CodeSettings
+from ragline.shared.config.settings import CodeSettings
+from ragline.shared.sdk.contracts import SearchRequest
 
 #: the globs that mark a path as a test: the code settings' (``RAGLINE_CODE_TEST_GLOBS``, which also
 #: put a repository's test files in the tests layer), so the two can never disagree

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from ragline.query.language import PASSAGES, lexical_weight
 
 if TYPE_CHECKING:
-    from ragline.shared.settings import Settings
+    from ragline.shared.config.settings import Settings
 
 Normalization = Literal["minmax", "zscore", "dbsf"]
 Method = Literal["rrf", "convex"]

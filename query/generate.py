@@ -1,6 +1,6 @@
 """Answer generators. ``extractive`` (the offline default) quotes the sentences of the retrieved
 chunks that best answer the question: :mod:`ragline.query.extractive`; the chat-model generators
-are providers (:mod:`ragline.shared.providers.generate`)."""
+are providers (:mod:`ragline.shared.worker.providers.generate`)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from ragline.query.code_answer import parts
 from ragline.query.extractive import mentions, question_terms, stems, topic_specific_terms, topic_terms
 from ragline.query.language import passages_script, script_of
 from ragline.query.prompt import x
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 _MARKER = re.compile(r"\[(\d{1,3})\]")
 _LEADING_MARKERS = re.compile(r"^(?:\s*\[\d{1,3}\])+")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from ragline.query.texts import TEXTS
-from ragline.shared.contracts import ChatTurn, Hit
+from ragline.shared.sdk.contracts import ChatTurn, Hit
 
 #: the answer a chat model is told to give when the documents hold none (the service replaces any
 #: refusal with the one in the question's language, query/texts.py)

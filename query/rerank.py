@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragline.query.deadline import DeadlineExceeded, QuestionDeadlineExceeded, run_with_deadline
-from ragline.shared import metrics as m
-from ragline.shared.contracts import Hit
-from ragline.shared.providers import Reranker
-from ragline.shared.timing import elapsed_ms
+from ragline.shared.sdk.contracts import Hit
+from ragline.shared.worker import metrics as m
+from ragline.shared.worker.providers import Reranker
+from ragline.shared.worker.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 

@@ -36,11 +36,11 @@ from ragline.query import deadline, feedback, structure, terms
 from ragline.query.deadline import QuestionDeadlineExceeded, RetrievalTimeout
 from ragline.query.filters import clean_paths, compile_filters, has_terms, lexical_query
 from ragline.query.fusion import FusionPolicy, hybrid_inputs
-from ragline.shared import pending_vectors
-from ragline.shared.contracts import Hit, SearchRequest, SearchResponse
-from ragline.shared.identifiers import code_terms, code_tsquery, or_tsquery, whole_tsquery
-from ragline.shared.settings import Settings
-from ragline.shared.timing import elapsed_ms
+from ragline.shared.config.settings import Settings
+from ragline.shared.sdk.contracts import Hit, SearchRequest, SearchResponse
+from ragline.shared.worker import pending_vectors
+from ragline.shared.worker.identifiers import code_terms, code_tsquery, or_tsquery, whole_tsquery
+from ragline.shared.worker.timing import elapsed_ms
 
 _FIELDS = "c.doc_id, c.chunk_no, c.path, c.layer, c.heading_path, c.content, c.context, c.page, c.metadata"
 _SCOPE = "c.tenant = %(tenant)s AND c.acl && %(groups)s::text[]"
@@ -92,7 +92,7 @@ FROM best b JOIN chunks c ON c.id = b.id
 ORDER BY b.distance, c.doc_id, c.chunk_no
 """
 
-# rows of the caller's scope stored before their vectors (shared/pending_vectors.py): the vector
+# rows of the caller's scope stored before their vectors (shared/worker/pending_vectors.py): the vector
 # statements skip them, so a vector or hybrid search reports how many it could not see
 UNEMBEDDED_SQL = (
     "SELECT count(*) AS n FROM chunks c WHERE {scope} AND " + pending_vectors.PREDICATE + "{where}"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ragline.shared import contracts as c
-from ragline.shared import names
+from ragline.shared.sdk import contracts as c
+from ragline.shared.sdk import names
 
 #: file stem -> model; the task each one belongs to is in docs/schemas/README.md
 MODELS = {

@@ -37,9 +37,8 @@ from ragline.query.retrieve import corpus_plan
 from ragline.query.retrieve import search as sql_search
 from ragline.query.sanitize import sanitize_links
 from ragline.query.stream import StreamInterrupted, current_publisher, stream_generation
-from ragline.shared import db, providers
-from ragline.shared import metrics as m
-from ragline.shared.contracts import (
+from ragline.shared.config.settings import Settings, get_settings
+from ragline.shared.sdk.contracts import (
     AskRequest,
     AskResponse,
     Hit,
@@ -48,10 +47,11 @@ from ragline.shared.contracts import (
     SearchRequest,
     SearchResponse,
 )
-from ragline.shared.logging_setup import log_query
-from ragline.shared.settings import Settings, get_settings
-from ragline.shared.text import embedding_form
-from ragline.shared.timing import elapsed_ms
+from ragline.shared.worker import db, providers
+from ragline.shared.worker import metrics as m
+from ragline.shared.worker.logging_setup import log_query
+from ragline.shared.worker.text import embedding_form
+from ragline.shared.worker.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The publishing side of streamed answers (``AskRequest.stream``; wire format and reader in
-:mod:`ragline.shared.answer_stream`).
+:mod:`ragline.shared.sdk.answer_stream`).
 
 * :class:`LinkSafeText` turns the generator's deltas into text that may be shown at once: the
   same link rules as the final answer (:func:`ragline.query.sanitize.sanitize_links`), applied to
@@ -29,14 +29,14 @@ import redis
 from ragline.query import deadline
 from ragline.query.citations import cited_numbers
 from ragline.query.sanitize import sanitize_links
-from ragline.shared.answer_stream import delta_fields, terminal_fields
-from ragline.shared.contracts import Hit
-from ragline.shared.names import answer_stream_key
-from ragline.shared.providers import ProviderError
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.answer_stream import delta_fields, terminal_fields
+from ragline.shared.sdk.contracts import Hit
+from ragline.shared.sdk.names import answer_stream_key
+from ragline.shared.worker.providers import ProviderError
 
 if TYPE_CHECKING:  # every pool imports the query tasks; provider modules load only where used
-    from ragline.shared.providers.generate import Generation, StreamingGenerator
+    from ragline.shared.worker.providers.generate import Generation, StreamingGenerator
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ import re
 from dataclasses import asdict, dataclass, replace
 
 from ragline.query.fusion import FusionPolicy
-from ragline.shared.contracts import Hit
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.sdk.contracts import Hit
 
 #: file extensions a question's path may end with (code, config and docs of a repository)
 FILE_EXTENSIONS = frozenset(

@@ -26,13 +26,13 @@ from ragline.query.deadline import QueryLimitError, question_deadline
 from ragline.query.retrieve import row_security_problem
 from ragline.query.stream import answer_publisher, publishing
 from ragline.query.vector_index import problem as vector_index_problem
-from ragline.shared import db, warmup
-from ragline.shared.celery_app import app
-from ragline.shared.contracts import AskRequest, ErrorResult, RerankRequest, SearchRequest
-from ragline.shared.metrics import QUERY_ERRORS
-from ragline.shared.names import TASK_QUERY_ASK, TASK_QUERY_RERANK, TASK_QUERY_RETRIEVE
-from ragline.shared.providers import get_reranker
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import AskRequest, ErrorResult, RerankRequest, SearchRequest
+from ragline.shared.sdk.names import TASK_QUERY_ASK, TASK_QUERY_RERANK, TASK_QUERY_RETRIEVE
+from ragline.shared.worker import db, warmup
+from ragline.shared.worker.celery_app import app
+from ragline.shared.worker.metrics import QUERY_ERRORS
+from ragline.shared.worker.providers import get_reranker
 
 log = logging.getLogger(__name__)
 

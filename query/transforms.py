@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ragline.query.prompt import HYDE_PROMPT, MULTI_QUERY_PROMPT, REWRITE_PROMPT, render_history, x
-from ragline.shared import providers
-from ragline.shared.contracts import AskRequest
-from ragline.shared.settings import get_settings
-from ragline.shared.text import embedding_form
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import AskRequest
+from ragline.shared.worker import providers
+from ragline.shared.worker.text import embedding_form
 
 log = logging.getLogger(__name__)
 

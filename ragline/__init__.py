@@ -9,15 +9,15 @@ The worker side lives in ``ragline.ingest`` and ``ragline.query`` on top of ``ra
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
-from ragline.shared.async_client import AsyncRaglineClient
-from ragline.shared.client import (
+from ragline.shared.sdk.async_client import AsyncRaglineClient
+from ragline.shared.sdk.client import (
     RaglineClient,
     RaglineError,
     RaglineRateLimited,
     RaglineTimeout,
     RaglineUnavailable,
 )
-from ragline.shared.contracts import (
+from ragline.shared.sdk.contracts import (
     AclSyncItem,
     AclSyncResult,
     AskRequest,

@@ -37,8 +37,8 @@ DATASETS = REPO.parent / "shared" / "datasets"
 @pytest.fixture(scope="session")
 def stack():
     """Embedded Postgres + Redis, migrated; yields the settings. Stopped at the end of the session."""
-    from ragline.shared.services import embedded_stack
-    from ragline.shared.settings import get_settings, reset_settings
+    from ragline.shared.config.settings import get_settings, reset_settings
+    from ragline.shared.stack.services import embedded_stack
 
     reset_settings()
     with embedded_stack(get_settings()) as settings:
@@ -51,8 +51,8 @@ def celery_worker(stack):
     """One in-process Celery worker (threads pool) consuming every queue, like all pools together."""
     from celery.contrib.testing.worker import start_worker
 
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import QUEUES
+    from ragline.shared.sdk.names import QUEUES
+    from ragline.shared.worker.celery_app import app
 
     app.loader.import_default_modules()
     for name in app.conf.include:
@@ -71,7 +71,7 @@ def celery_worker(stack):
 
 @pytest.fixture()
 def conn(stack):
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     with db.connection() as c:
         yield c
@@ -95,8 +95,8 @@ def use_settings(stack, monkeypatch):
     Sets ``RAGLINE_*`` variables and drops cached settings and provider instances, so the
     in-process worker sees the same values. Everything is restored after the test.
     """
-    from ragline.shared import providers
-    from ragline.shared.settings import reset_settings
+    from ragline.shared.config.settings import reset_settings
+    from ragline.shared.worker import providers
 
     def apply(**overrides: object) -> None:
         for key, value in overrides.items():

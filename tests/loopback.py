@@ -409,8 +409,8 @@ def loopback_voyage_env():
     the environment, the settings and providers reloaded on the way in and on the way out."""
     import pytest
 
-    from ragline.shared import providers
-    from ragline.shared.settings import reset_settings
+    from ragline.shared.config.settings import reset_settings
+    from ragline.shared.worker import providers
 
     with LoopbackServer() as srv, pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAGLINE_EMBED_PROVIDER", "voyage")

@@ -1,4 +1,4 @@
-"""Real prefork worker pools for tests, started exactly like ``ragline up`` does (shared/processes.py).
+"""Real prefork worker pools for tests, started exactly like ``ragline up`` does (shared/stack/processes.py).
 
 The argv and environment come from ``processes.specs``; only the queue is swapped for a queue unique
 to the test, so the session's in-process ``celery_worker`` (which consumes the standard queues)
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psutil
 
-from ragline.shared import processes
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.stack import processes
 
 
 @dataclass

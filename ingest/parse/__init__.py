@@ -38,8 +38,8 @@ from ragline.ingest.parse.common import (
 from ragline.ingest.parse.docx import DOCX_MAX_RATIO, DOCX_MAX_UNCOMPRESSED
 from ragline.ingest.parse.html import clean_html
 from ragline.ingest.parse.markdown import clean_markdown
-from ragline.shared import formats
-from ragline.shared.offline_nlp import install_blank_spacy
+from ragline.ingest.parse.offline_nlp import install_blank_spacy
+from ragline.shared.sdk import formats
 
 __all__ = [
     "BINARY_FORMATS",
@@ -61,7 +61,7 @@ __all__ = [
     "table_text",
 ]
 
-#: every suffix ragline ingests -> its format: the document formats of ragline.shared.formats, and
+#: every suffix ragline ingests -> its format: the document formats of ragline.shared.sdk.formats, and
 #: source files, whose format is their language (``.py`` -> "python", parsed by :mod:`.code`)
 SUPPORTED: dict[str, str] = {**DOCUMENT_SUFFIXES, **code.EXTENSIONS}
 #: each document format's parser module, as the format declares it

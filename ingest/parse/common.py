@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ragline.shared import formats
+from ragline.shared.sdk import formats
 
 HEADING_SEP = " › "
 
-#: the document formats' suffixes and which of them are binary: declared in ragline.shared.formats
+#: the document formats' suffixes and which of them are binary: declared in ragline.shared.sdk.formats
 DOCUMENT_SUFFIXES = formats.by_suffix()
 BINARY_FORMATS = formats.binary_names()
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from xml.etree import ElementTree
 
 from ragline.ingest.parse.common import ParseError
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
 
 #: every part inflated, media included (the file itself is at most RAGLINE_INGEST_MAX_BYTES)
 DOCX_MAX_UNCOMPRESSED = 128 * 1024 * 1024

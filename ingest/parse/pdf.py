@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from ragline.ingest.parse.common import ParseError
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
 
 _PAGE_NUMBER = re.compile(r"^(\d{1,4}|[-–—]\s*\d{1,4}\s*[-–—])$")
 

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
 
 console = Console(stderr=True)  # progress, warnings, errors
 out = Console(soft_wrap=True)  # results
@@ -104,7 +104,9 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 def reload_app() -> None:
     """Point the Celery app at the broker that ``ragline up`` started (or REDIS_URL)."""
-    from ragline.shared.celery_app import use_broker  # start-up: Celery loads only for commands that send
+    from ragline.shared.worker.celery_app import (
+        use_broker,  # start-up: Celery loads only for commands that send
+    )
 
     try:
         url = get_settings().effective_redis_url()
@@ -133,8 +135,8 @@ def connect() -> Iterator:
 
 def send_and_wait(task: str, payload: dict, timeout: float) -> dict:
     """Send one task to the workers and wait for its result (deleted from Redis once read)."""
-    from ragline.shared.celery_app import app  # start-up: Celery loads only for commands that send
-    from ragline.shared.celery_base import read_once
+    from ragline.shared.sdk.celery_base import read_once
+    from ragline.shared.worker.celery_app import app  # start-up: Celery loads only for commands that send
 
     reload_app()
     return read_once(app.send_task(task, args=[payload]), timeout)
@@ -142,7 +144,7 @@ def send_and_wait(task: str, payload: dict, timeout: float) -> dict:
 
 def wait_with_progress(job_id: str, total: int, timeout: float, quiet: bool = False) -> dict:
     """Wait for an ingestion job with a progress bar of its documents and chunks; its summary."""
-    from ragline.shared import jobs  # start-up: psycopg loads only for commands that read jobs
+    from ragline.shared.worker import jobs  # start-up: psycopg loads only for commands that read jobs
 
     with Progress(
         TextColumn("[bold]ingest"),

@@ -12,8 +12,8 @@ from ragline.cli.common import EXIT_FAILED, console, echo, reload_app, send_and_
 from ragline.cli.ingest import settle_vanished_files
 from ragline.cli.query import print_answer
 from ragline.cli.stack import components, down, stack_state, up
-from ragline.shared.names import TASK_QUERY_ASK
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.names import TASK_QUERY_ASK
 
 app = typer.Typer()
 
@@ -129,7 +129,7 @@ def _demo(docs: Path, tenant: str) -> int:
 def _wait_for_vectors(tenant: str, timeout_s: float) -> None:
     """Until the fill task has embedded the rows stored before their vectors: the code is
     searchable lexically at once, but the demo's answers are the hybrid ones, so it asks after."""
-    from ragline.shared import db, pending_vectors  # start-up: psycopg loads on use
+    from ragline.shared.worker import db, pending_vectors  # start-up: psycopg loads on use
 
     t0 = time.perf_counter()
     shown = None
@@ -150,8 +150,8 @@ def _ingest_repository(repo: Path, tenant: str) -> dict:
     REPO`: a second run re-embeds nothing and ingests only what later commits changed)."""
     from ragline.ingest.events import sync_git_source  # start-up: Celery, psycopg load on use
     from ragline.ingest.sources import SourceSpec
-    from ragline.shared import db
-    from ragline.shared.celery_app import app as celery_app
+    from ragline.shared.worker import db
+    from ragline.shared.worker.celery_app import app as celery_app
 
     spec = SourceSpec(
         name="ragline",

@@ -1,6 +1,6 @@
 """`ragline docs list|show|delete` and `ragline job`: what is indexed, and what a job did.
 
-The queries are in ``ragline.ingest.catalog`` and ``ragline.shared.jobs``; this module only reads
+The queries are in ``ragline.ingest.catalog`` and ``ragline.shared.worker.jobs``; this module only reads
 options and formats. Times are printed as ISO 8601 in UTC, like everywhere else.
 """
 
@@ -27,7 +27,7 @@ from ragline.cli.common import (
     summary_details,
     summary_line,
 )
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
 
 app = typer.Typer()
 docs_app = typer.Typer(no_args_is_help=True, help="List, show and delete a tenant's documents.")
@@ -228,7 +228,7 @@ def delete_docs(
                     fail("nothing deleted", EXIT_FAILED)
         res = _delete_and_exclude(conn, tenant, doc_ids, exclude)
         if res["deleted"]:  # done once the query pool's replicas no longer serve them
-            from ragline.shared import replicas  # start-up: as above
+            from ragline.shared.worker import replicas  # start-up: as above
 
             wait = replicas.wait_for_replay(conn, what="delete")
             if wait and wait.excluded:
@@ -340,7 +340,7 @@ def job(
     Exits with the job's outcome: 0 succeeded, 1 failed, cancelled or completed with errors, 3 still
     running; 1 when no job has this id.
     """
-    from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
+    from ragline.shared.worker import jobs  # start-up: psycopg loads only for commands that use it
 
     with connect() as conn:
         found = jobs.find_jobs(conn, job_id)

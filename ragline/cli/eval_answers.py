@@ -59,8 +59,8 @@ def calibration_table(cal: dict[str, dict]) -> Table:
 
 def _judge_call(judge: str):
     """The chat-model judge's ``call(system, messages) -> text`` (None: offline judges only)."""
-    from ragline.shared import providers
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.worker import providers
 
     if judge == "offline":
         return None
@@ -110,7 +110,7 @@ def answer_eval(
 ) -> None:
     from ragline.query import eval as retrieval_eval  # start-up: Celery and psycopg load only for eval
     from ragline.query import eval_answers as ev
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     if mode == "all":
         raise typer.BadParameter(

@@ -27,7 +27,7 @@ import typer
 
 from ragline.cli.common import EXIT_FAILED, columns, connect, echo, fail, print_result
 from ragline.query.vector_index import BUILDING, INDEX_NAMES, definition, hnsw_indexes, kind_of, problem_with
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
 
 app = typer.Typer()
 index_app = typer.Typer(

@@ -149,7 +149,7 @@ def _ingest(
         stored_under_other_ids,
     )
     from ragline.ingest.git import is_repository
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     if any(p.is_dir() and is_repository(p) for p in paths):
         if len(paths) > 1:
@@ -279,8 +279,8 @@ def ingest_repository(
     from ragline.ingest.events import sync_git_source
     from ragline.ingest.roots import grant_roots
     from ragline.ingest.sources import SourceSpec, SourceUnavailable
-    from ragline.shared import db
-    from ragline.shared.celery_app import app as celery_app
+    from ragline.shared.worker import db
+    from ragline.shared.worker.celery_app import app as celery_app
 
     repo = repo.expanduser().resolve()
     try:

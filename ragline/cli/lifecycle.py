@@ -26,9 +26,9 @@ from ragline.cli.common import (
     summary_details,
     summary_line,
 )
-from ragline.shared.contracts import AclSyncItem
-from ragline.shared.names import QUEUES, TASK_ACL_SYNC, TASK_INGEST_REEMBED
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import AclSyncItem
+from ragline.shared.sdk.names import QUEUES, TASK_ACL_SYNC, TASK_INGEST_REEMBED
 
 app = typer.Typer()
 acl_app = typer.Typer(no_args_is_help=True, help="Set one document's groups, or sync a JSONL file.")
@@ -45,8 +45,8 @@ def send_acl_batches(
     apply them in parallel) and add up the results. ``missing='report'`` (the operator's commands)
     lists unknown documents, prefixes and tenants in ``not_found`` instead of keeping a pending row;
     ``force`` applies changes whatever their producer's last version."""
-    from ragline.shared.celery_app import app  # start-up: Celery loads only for commands that send
-    from ragline.shared.celery_base import read_once
+    from ragline.shared.sdk.celery_base import read_once
+    from ragline.shared.worker.celery_app import app  # start-up: Celery loads only for commands that send
 
     reload_app()
     body = {"missing": missing} | ({"force": True} if force else {})
@@ -235,7 +235,7 @@ def reindex(
     New and changed documents are enqueued, vanished ones deleted: what beat runs on schedule.
     """
     from ragline.ingest.control_tasks import run_reindex  # start-up: Celery, psycopg, httpx load on use
-    from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
+    from ragline.shared.worker import jobs  # start-up: psycopg loads only for commands that use it
 
     reload_app()
     try:
@@ -306,7 +306,7 @@ def errors(
 
     An error stays open until the document is stored again (ragline retry-failed) or deleted.
     """
-    from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
+    from ragline.shared.worker import jobs  # start-up: psycopg loads only for commands that use it
 
     with connect() as conn:
         rows = jobs.open_errors(conn, tenant, limit)
@@ -339,7 +339,7 @@ def retry_failed(
     Its errors resolve once it is stored. A document whose groups were never stored needs --acl.
     """
     from ragline.ingest.retry import enqueue_retries  # start-up: Celery and psycopg load on use
-    from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
+    from ragline.shared.worker import jobs  # start-up: psycopg loads only for commands that use it
 
     reload_app()
     out = enqueue_retries(tenant, split_csv(acl))
@@ -389,8 +389,8 @@ def reembed(
 
 
 def _reembed(tenant: str | None, wait: bool, as_json: bool, timeout: float) -> None:
-    from ragline.shared.celery_app import app  # start-up: Celery loads only for commands that send
-    from ragline.shared.celery_base import read_once
+    from ragline.shared.sdk.celery_base import read_once
+    from ragline.shared.worker.celery_app import app  # start-up: Celery loads only for commands that send
 
     reload_app()
     res = app.send_task(TASK_INGEST_REEMBED, args=[{"tenant": tenant} if tenant else {}])
@@ -416,7 +416,7 @@ def cancel(job_id: str = typer.Argument(..., metavar="JOB_ID")) -> None:
     Its remaining documents are skipped; a re-embedding stops between batches. Exits 1 when the job
     is not queued or running.
     """
-    from ragline.shared import jobs  # start-up: psycopg loads only for commands that use it
+    from ragline.shared.worker import jobs  # start-up: psycopg loads only for commands that use it
 
     with connect() as conn:
         found = jobs.find_jobs(conn, job_id)
@@ -431,8 +431,8 @@ def lifecycle_status(settings) -> dict:
     import psycopg  # start-up: psycopg loads only for commands that use it
     from psycopg.rows import dict_row  # start-up: psycopg loads only for commands that use it
 
-    from ragline.shared import jobs, pending_vectors  # start-up: psycopg loads on use
-    from ragline.shared.metrics_server import queue_depths  # start-up: prometheus_client loads on use
+    from ragline.shared.worker import jobs, pending_vectors  # start-up: psycopg loads on use
+    from ragline.shared.worker.metrics_server import queue_depths  # start-up: prometheus_client loads on use
 
     out: dict = {}
     try:

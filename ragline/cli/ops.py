@@ -8,8 +8,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ragline.shared.names import POOLS
-from ragline.shared.settings import Settings, get_settings
+from ragline.shared.config.settings import Settings, get_settings
+from ragline.shared.sdk.names import POOLS
 
 app = typer.Typer()
 
@@ -18,7 +18,10 @@ def summarize(settings: Settings) -> list[dict]:
     """One row per (pool, metric, labels): counters and gauges as values, histograms as count/sum/mean."""
     from prometheus_client.parser import text_string_to_metric_families  # start-up: loads prometheus_client
 
-    from ragline.shared.metrics_server import queue_depths, snapshot_text  # start-up: loads prometheus_client
+    from ragline.shared.worker.metrics_server import (  # start-up: loads prometheus_client
+        queue_depths,
+        snapshot_text,
+    )
 
     rows: list[dict] = []
     for pool, text in snapshot_text(settings).items():
@@ -113,7 +116,10 @@ def metrics(
 
     Retrieval latency, tokens, chunks, 429s, queue depth, read from the metrics files.
     """
-    from ragline.shared.metrics_server import metrics_port, snapshot_text  # start-up: loads prometheus_client
+    from ragline.shared.worker.metrics_server import (  # start-up: loads prometheus_client
+        metrics_port,
+        snapshot_text,
+    )
 
     settings = get_settings()
     if raw:

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ragline.cli.common import console, reload_app, send_and_wait, split_csv
 from ragline.query.schemas import export
-from ragline.shared.names import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+from ragline.shared.sdk.names import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 
 app = typer.Typer()
 
@@ -361,7 +361,7 @@ def _code_eval(
         run_code_eval,
         task_search,
     )
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     rows = read_code_queries(queries)
     try:
@@ -444,9 +444,9 @@ def snapshot_ingest(
     from ragline.ingest.roots import grant_roots
     from ragline.ingest.sources import SourceSpec
     from ragline.query.eval_code import EVAL_GROUP, Snapshot, snapshot_tenant
-    from ragline.shared import db, jobs
-    from ragline.shared.celery_app import app as celery_app
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.worker import db, jobs
+    from ragline.shared.worker.celery_app import app as celery_app
 
     def repository(snap: Snapshot) -> Path:
         src = snap.repo.expanduser().resolve()
@@ -519,7 +519,7 @@ def wait_for_vectors(tenant: str, deadline: float, every_s: float = 2.0) -> None
     """Until no row of ``tenant`` awaits its vector (the fill task), or ``deadline`` (monotonic)."""
     import time
 
-    from ragline.shared import db, pending_vectors  # start-up: psycopg loads on use
+    from ragline.shared.worker import db, pending_vectors  # start-up: psycopg loads on use
 
     while True:
         with db.connection() as conn:

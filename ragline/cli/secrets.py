@@ -1,6 +1,6 @@
 """`ragline secrets show`: the passwords of the stack and where each one comes from.
 
-Passwords that are not set are generated once into ``<home>/secrets/`` (``shared/credentials.py``);
+Passwords that are not set are generated once into ``<home>/secrets/`` (``shared/worker/credentials.py``);
 this command is how an operator reads them, e.g. to log in to Flower. Nothing else prints them."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ragline.cli.common import console
-from ragline.shared import credentials
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.worker import credentials
 
 app = typer.Typer()
 secrets_app = typer.Typer(

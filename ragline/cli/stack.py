@@ -16,8 +16,8 @@ from rich.table import Table
 
 from ragline.cli.common import console, reload_app
 from ragline.cli.lifecycle import lifecycle_rows, lifecycle_status
-from ragline.shared.names import POOLS
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.names import POOLS
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="ragline: a RAG backend on Celery and pgvector"
@@ -36,9 +36,10 @@ def up(
     not set are generated into the ragline home first (ragline secrets show);
     Flower or metrics bound beyond loopback with an empty or well-known password stop it before
     anything starts."""
-    from ragline.shared import credentials, processes, services  # start-up: psutil and prometheus_client
-    from ragline.shared.metrics_server import metrics_port  # start-up: prometheus_client
-    from ragline.shared.migrate import apply_migrations  # start-up: yoyo loads only for up and migrate
+    from ragline.shared.stack import processes, services  # start-up: psutil and prometheus_client
+    from ragline.shared.worker import credentials
+    from ragline.shared.worker.metrics_server import metrics_port  # start-up: prometheus_client
+    from ragline.shared.worker.migrate import apply_migrations  # start-up: yoyo loads only for up and migrate
 
     settings = get_settings()
     try:
@@ -70,7 +71,9 @@ def _where_secret(name: str, url: str, settings) -> str:
 
 
 def _wait_workers(timeout: float) -> None:
-    from ragline.shared.celery_app import app as celery  # start-up: Celery loads only for commands that send
+    from ragline.shared.worker.celery_app import (
+        app as celery,  # start-up: Celery loads only for commands that send
+    )
 
     deadline = time.monotonic() + timeout
     want = set(POOLS)
@@ -88,7 +91,7 @@ def _wait_workers(timeout: float) -> None:
 @app.command()
 def down() -> None:
     """Stop everything ragline up started, and nothing else."""
-    from ragline.shared import processes, services  # start-up: loads psutil and prometheus_client
+    from ragline.shared.stack import processes, services  # start-up: loads psutil and prometheus_client
 
     settings = get_settings()
     stopped = processes.stop_all(settings)
@@ -100,7 +103,7 @@ def down() -> None:
 def components(settings) -> dict:
     """What of the stack runs: the embedded services (pid or None; not ours with external URLs)
     and every process ``ragline up`` starts."""
-    from ragline.shared import processes, services  # start-up: psutil and prometheus_client
+    from ragline.shared.stack import processes, services  # start-up: psutil and prometheus_client
 
     return {
         "postgres": {
@@ -133,7 +136,7 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="print the status as one JSON document"),
 ) -> None:
     """Show services, processes, queues, jobs and open errors."""
-    from ragline.shared import credentials  # start-up: psutil and prometheus_client
+    from ragline.shared.worker import credentials  # start-up: psutil and prometheus_client
 
     settings = get_settings()
     info: dict = components(settings)
@@ -162,7 +165,7 @@ def status(
 @app.command()
 def migrate() -> None:
     """Apply pending schema migrations."""
-    from ragline.shared.migrate import apply_migrations  # start-up: yoyo loads only for up and migrate
+    from ragline.shared.worker.migrate import apply_migrations  # start-up: yoyo loads only for up and migrate
 
     applied = apply_migrations()
     console.print(f"applied {len(applied)} migration(s): {', '.join(applied) or '-'}")
@@ -185,7 +188,7 @@ def worker(
 
     The one worker command line: ragline up, the container and Kubernetes all start workers with it.
     """
-    from ragline.shared.processes import worker_command  # start-up: loads psutil and prometheus_client
+    from ragline.shared.stack.processes import worker_command  # start-up: loads psutil and prometheus_client
 
     try:
         spec = worker_command(get_settings(), pool, index, siblings)
@@ -194,7 +197,7 @@ def worker(
     if show:
         print(json.dumps({"name": spec.name, "argv": spec.argv, "env": spec.env}))
         return
-    from ragline.shared import credentials  # start-up: as above
+    from ragline.shared.worker import credentials  # start-up: as above
 
     # the home as it is (in a container it may be a volume this user cannot chmod), its metrics
     # folder private

@@ -38,7 +38,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ragline.shared import runtime
+from ragline.shared.config import runtime
 
 ENV_PREFIX = "RAGLINE_"
 #: the names platforms hand out, read as they are and never warned about
@@ -208,7 +208,7 @@ class WorkersSettings(_Group):
     alive_ttl_s: float = Field(
         10.0,
         validation_alias="RAGLINE_WORKER_ALIVE_TTL_S",
-        description="a worker whose alive key is older than this is dead: its unacked tasks are restored (shared/redelivery.py)",
+        description="a worker whose alive key is older than this is dead: its unacked tasks are restored (shared/worker/redelivery.py)",
     )
     ingest_max_worker_lost: int = Field(
         3,

@@ -1,7 +1,7 @@
 """Streamed answers: the wire format of one question's Redis stream, and an asyncio reader.
 
 A question sent with ``AskRequest.stream`` gets one Redis stream, named after the ask task's id
-(:func:`ragline.shared.names.answer_stream_key`), into which the query worker adds entries as the
+(:func:`ragline.shared.sdk.names.answer_stream_key`), into which the query worker adds entries as the
 answer is generated (``query/stream.py``). Every entry has a ``type``:
 
 * ``delta``: ``text``, the next piece of the answer, already sanitised like the final answer
@@ -30,9 +30,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ragline.shared.client import RaglineTimeout
-from ragline.shared.contracts import AskResponse
-from ragline.shared.names import answer_stream_key
+from ragline.shared.sdk.client import RaglineTimeout
+from ragline.shared.sdk.contracts import AskResponse
+from ragline.shared.sdk.names import answer_stream_key
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

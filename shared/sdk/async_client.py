@@ -23,7 +23,7 @@ A question whose awaiting task is cancelled (``asyncio.CancelledError``: the use
 ``wait_for`` ran out) is revoked (a worker skips it if it has not started) and its late reply, if
 one still comes, is deleted when it arrives, so nothing of it stays in Redis.
 
-Errors are the synchronous client's (:mod:`ragline.shared.client`): :class:`RaglineUnavailable`,
+Errors are the synchronous client's (:mod:`ragline.shared.sdk.client`): :class:`RaglineUnavailable`,
 :class:`RaglineTimeout`, :class:`RaglineRateLimited`, :class:`RaglineError`.
 
 One client serves one event loop at a time (``redis.asyncio`` connections belong to a loop); close
@@ -48,9 +48,9 @@ from celery.backends.redis import RedisBackend
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from ragline.shared.answer_stream import ERROR, AnswerEvent, read_answer
-from ragline.shared.celery_base import RaglineCelery
-from ragline.shared.client import (
+from ragline.shared.sdk.answer_stream import ERROR, AnswerEvent, read_answer
+from ragline.shared.sdk.celery_base import RaglineCelery
+from ragline.shared.sdk.client import (
     Call,
     RaglineError,
     ask_call,
@@ -65,7 +65,7 @@ from ragline.shared.client import (
     timed_out,
     unavailable,
 )
-from ragline.shared.contracts import (
+from ragline.shared.sdk.contracts import (
     AclSyncItem,
     AclSyncResult,
     AskResponse,
@@ -240,7 +240,7 @@ class AsyncRaglineClient:
 
     async def _call(self, task: str, payload: dict, timeout: float | None, queue: str = "query") -> dict:
         """Send ``task``, await its reply and delete it from Redis; the typed errors of
-        :mod:`ragline.shared.client`."""
+        :mod:`ragline.shared.sdk.client`."""
         timeout = timeout or self.timeout
         task_id = str(uuid.uuid4())
         key = self.result_key(task_id)
@@ -313,7 +313,7 @@ class AsyncRaglineClient:
         task_id: str | None = None,
         **filters: Any,
     ) -> AsyncIterator[AnswerEvent]:
-        """:meth:`ask` with the answer streamed (:mod:`ragline.shared.answer_stream`): ``delta``
+        """:meth:`ask` with the answer streamed (:mod:`ragline.shared.sdk.answer_stream`): ``delta``
         events as the chat model writes, then one ``answer`` or ``no_answer`` event whose response
         replaces the streamed text. ``timeout`` bounds each wait for the next event. An ``error``
         event raises the typed error :meth:`ask` would; a caller that stops early gets the

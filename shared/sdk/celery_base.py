@@ -1,7 +1,7 @@
 """The Celery app class of every ragline producer: the worker app and the chat backend's client.
 
-Light on purpose (Celery only): ``ragline.shared.client`` must not import worker code. Task
-behaviour (validation, retries) is the worker side's :mod:`ragline.shared.task_base`.
+Light on purpose (Celery only): ``ragline.shared.sdk.client`` must not import worker code. Task
+behaviour (validation, retries) is the worker side's :mod:`ragline.shared.worker.task_base`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ use it without the ingest or query dependencies being loaded::
     client.send_event({"type": "delete", "tenant": "acme", "doc_id": "old.md", "version": 3})
 
 Permission syncs and document events go to the ``acl`` queue (the control pool), questions to ``query``.
-An asyncio service uses :class:`ragline.AsyncRaglineClient` (``ragline.shared.async_client``):
+An asyncio service uses :class:`ragline.AsyncRaglineClient` (``ragline.shared.sdk.async_client``):
 the same methods, awaited, without a thread per question.
 
 Replies are validated into the pydantic response models. What can go wrong is typed, the same for
@@ -47,8 +47,8 @@ from kombu import Exchange, Queue
 from kombu.exceptions import OperationalError
 from pydantic import BaseModel
 
-from ragline.shared.celery_base import RaglineCelery, read_once
-from ragline.shared.contracts import (
+from ragline.shared.sdk.celery_base import RaglineCelery, read_once
+from ragline.shared.sdk.contracts import (
     AclSyncItem,
     AclSyncRequest,
     AclSyncResult,
@@ -63,7 +63,7 @@ from ragline.shared.contracts import (
     SearchRequest,
     SearchResponse,
 )
-from ragline.shared.names import (
+from ragline.shared.sdk.names import (
     TASK_ACL_SYNC,
     TASK_INGEST_EVENT,
     TASK_QUERY_ASK,
@@ -212,7 +212,7 @@ def client_urls(broker_url: str | None, backend_url: str | None) -> tuple[str, s
     """``(broker, backend, settings)``: the broker defaults to REDIS_URL / the embedded Redis of
     ``ragline up``, the result backend to the broker. Settings load here, when a client is built,
     not on ``import ragline``."""
-    from ragline.shared.settings import StackNotUp, get_settings
+    from ragline.shared.config.settings import StackNotUp, get_settings
 
     settings = get_settings()
     if broker_url is None:
@@ -244,7 +244,7 @@ def client_app(broker_url: str, backend_url: str | None, settings: Any) -> Ragli
     backend (the asyncio client reads results itself)."""
     # redacted argsrepr: the question never reaches task headers, events or Flower
     app = RaglineCelery("ragline-client", broker=broker_url, backend=backend_url)
-    # the same queue declaration as the pools (shared/celery_app.py), so a message sent before
+    # the same queue declaration as the pools (shared/worker/celery_app.py), so a message sent before
     # any worker started is not lost
     app.conf.update(
         task_serializer="json",
@@ -259,7 +259,7 @@ def client_app(broker_url: str, backend_url: str | None, settings: Any) -> Ragli
         result_backend_transport_options={"retry_policy": BACKEND_RETRY_POLICY},
     )
     if settings.ops.signing_key_file:
-        from ragline.shared.signing import configure_signing  # signing on: cryptography loads
+        from ragline.shared.sdk.signing import configure_signing  # signing on: cryptography loads
 
         configure_signing(app, settings)
     return app

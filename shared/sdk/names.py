@@ -37,7 +37,7 @@ ALL_TASKS = (
     TASK_PURGE,
 )
 
-#: with message signing on, the tasks each producer role may send (shared/signing.py). A role is
+#: with message signing on, the tasks each producer role may send (shared/sdk/signing.py). A role is
 #: named by the subject CN of the certificate that signs, ``ragline-<role>``: a chat backend asks
 #: questions, an event relay forwards document events and permission changes, an operator (the
 #: ``ragline`` command) and the workers and beat (retries, fan-out, schedules) send everything.
@@ -50,7 +50,7 @@ PRODUCER_ROLES: dict[str, frozenset[str]] = {
 }
 
 #: the roles whose messages may carry Celery canvas options (``link``, ``link_error``, a chain, a
-#: chord, a group: :data:`ragline.shared.signing.CANVAS_FIELDS`). A worker sends every task those
+#: chord, a group: :data:`ragline.shared.sdk.signing.CANVAS_FIELDS`). A worker sends every task those
 #: name itself, signed with its own key, after the message's own task ran, so a role that may send
 #: only some tasks must send none of them; ragline's chat and relay flows use no canvas. An unsigned
 #: message cannot prove who sent it and carries none either.
@@ -78,7 +78,7 @@ TASK_ROUTES = {
 TASK_MODULES = ("ragline.ingest.tasks", "ragline.ingest.control_tasks", "ragline.query.tasks")
 
 #: the Celery app, as ``celery -A`` takes it
-CELERY_APP = "ragline.shared.celery_app:app"
+CELERY_APP = "ragline.shared.worker.celery_app:app"
 
 #: a streamed answer (``AskRequest.stream``) is published into one Redis stream per question,
 #: named after the ask task's id, which the producer knows as soon as it sends the task

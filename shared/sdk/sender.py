@@ -1,6 +1,6 @@
 """Who sent a task message, as the worker verified it: the identity permission changes are kept under.
 
-The worker's execution strategy (:func:`ragline.shared.signing.role_strategy`) writes the sender
+The worker's execution strategy (:func:`ragline.shared.sdk.signing.role_strategy`) writes the sender
 into the message's headers before Celery builds the request, so a task reads it as
 ``self.request.ragline_sender`` (:func:`sender_of`). The value is never the producer's own:
 

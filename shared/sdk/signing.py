@@ -46,9 +46,9 @@ from pathlib import Path
 from celery import Celery
 from celery.exceptions import ImproperlyConfigured, SecurityError
 
-from ragline.shared import sender
-from ragline.shared.names import ALL_TASKS, CANVAS_ROLES, PRODUCER_ROLES, ROLE_PREFIX
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.sdk import sender
+from ragline.shared.sdk.names import ALL_TASKS, CANVAS_ROLES, PRODUCER_ROLES, ROLE_PREFIX
 
 log = logging.getLogger("ragline.signing")
 
@@ -213,7 +213,7 @@ def role_strategy(task, app, consumer, **kwargs):
     a bad signature is acknowledged and dropped). A message :func:`refusal` refuses (its signer's
     role may not send this task, or it carries canvas options and its sender is no canvas role) is
     refused here, before Celery's handler sees it. The others run with their verified sender stamped
-    (:mod:`ragline.shared.sender`): the signer's role, or ``unsigned`` without signing, whatever
+    (:mod:`ragline.shared.sdk.sender`): the signer's role, or ``unsigned`` without signing, whatever
     header the producer sent."""
     from celery.worker.strategy import default  # worker side: the consumer's own machinery
 
@@ -244,7 +244,7 @@ def role_strategy(task, app, consumer, **kwargs):
         if reason is not None:
             _refuse(app, consumer, message, name, role, reason, canvas)
             return None
-        sender.stamp(message.headers, role)  # the verified sender, for the task (shared/sender.py)
+        sender.stamp(message.headers, role)  # the verified sender, for the task (shared/sdk/sender.py)
         return handle(message, body, ack, reject, callbacks, **kw)
 
     return checked
@@ -256,7 +256,7 @@ def _refuse(
     """Reject a message :func:`refusal` refused: dropped, not requeued, never retried; the caller's
     result says why (no callbacks or errbacks run: the refusal is the message's only outcome), the
     log and ``rag_tasks_refused`` record it."""
-    from ragline.shared.logging_setup import get_logger  # worker side: structlog
+    import structlog  # worker side: the server extra's structured logs
 
     shown = role or NO_ROLE
     if reason == "role":
@@ -268,7 +268,7 @@ def _refuse(
     else:
         why = f"producer role {shown!r} may not send canvas options ({', '.join(canvas)}) with {name}"
     task_id = (message.headers or {}).get("id")
-    get_logger("ragline.signing").warning(
+    structlog.get_logger("ragline.signing").warning(
         "task refused", task=name, role=shown, task_id=task_id, reason=why, canvas=list(canvas)
     )
     _count(name, shown, reason)

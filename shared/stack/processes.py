@@ -16,11 +16,11 @@ from pathlib import Path
 
 import psutil
 
-from ragline.shared import credentials
-from ragline.shared.metrics_server import metrics_dir, reset_dir
-from ragline.shared.names import CELERY_APP, POOLS
-from ragline.shared.services import read_pid
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.sdk.names import CELERY_APP, POOLS
+from ragline.shared.stack.services import read_pid
+from ragline.shared.worker import credentials
+from ragline.shared.worker.metrics_server import metrics_dir, reset_dir
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,9 @@ def specs(settings: Settings) -> list[ProcSpec]:
             )
         penv = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(settings, pool))}
         out.append(
-            ProcSpec(f"metrics-{pool}", [sys.executable, "-m", "ragline.shared.metrics_server", pool], penv)
+            ProcSpec(
+                f"metrics-{pool}", [sys.executable, "-m", "ragline.shared.worker.metrics_server", pool], penv
+            )
         )
     out.append(
         ProcSpec("beat", [*celery, "beat", "--loglevel", "INFO", "-s", str(run / "celerybeat-schedule")])

@@ -3,7 +3,7 @@
 Both run as background processes owned by ``ragline up`` with their data, pid files and logs
 under the ragline home (mode 0700), started with a private umask (files 0600, folders 0700).
 Postgres listens on a unix socket only; Redis on 127.0.0.1 only,
-behind a password (``requirepass``, ``shared/credentials.py``) that it reads from a 0600 config file,
+behind a password (``requirepass``, ``shared/worker/credentials.py``) that it reads from a 0600 config file,
 never from its command line, which every local user can see. The broker URL that carries it is in
 ``runtime.json``, also 0600.
 When ``DATABASE_URL`` / ``REDIS_URL`` are set nothing here starts.
@@ -24,9 +24,9 @@ from urllib.parse import quote
 
 import psutil
 
-from ragline.shared import credentials
-from ragline.shared import runtime as runtime_file
-from ragline.shared.settings import Settings
+from ragline.shared.config import runtime as runtime_file
+from ragline.shared.config.settings import Settings
+from ragline.shared.worker import credentials
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ DB_NAME = "ragline"
 
 
 def _write_runtime(settings: Settings, **updates: str | None) -> None:
-    """Change keys of the runtime file, keeping the others (``shared/runtime.py``: locked)."""
+    """Change keys of the runtime file, keeping the others (``shared/config/runtime.py``: locked)."""
     credentials.secure_home(settings)
     runtime_file.update(settings.home_dir, credentials.write_private, **updates)
 
@@ -91,7 +91,7 @@ def start_postgres(settings: Settings, restarted: bool = False) -> str:
             " (`ragline down` and `ragline up`)",
             settings.services.pg_shared_buffers,
         )
-    from ragline.shared import db  # start-up: psycopg; `ragline worker` imports this module
+    from ragline.shared.worker import db  # start-up: psycopg; `ragline worker` imports this module
 
     # the query pool's read-only login role (row-level security, migration 0007)
     query_url = db.ensure_query_login(url, settings)
@@ -282,7 +282,7 @@ def stop_redis(settings: Settings, timeout: float = 15.0) -> None:
 def start_embedded(settings: Settings) -> dict[str, str]:
     """Start (or adopt) the embedded services the settings have no URL for; name -> URL.
 
-    Under the stack lock (``shared/runtime.py``): a command of another terminal that reads the
+    Under the stack lock (``shared/config/runtime.py``): a command of another terminal that reads the
     runtime file meanwhile waits for the URLs instead of reporting a stack that is starting as down."""
     started: dict[str, str] = {}
     with runtime_file.changing(settings.home_dir):
@@ -334,9 +334,13 @@ def embedded_stack(settings: Settings) -> Iterator[Settings]:
 
     What tests and benchmarks run on: a private stack in ``settings.services.home``.
     """
-    from ragline.shared import db  # start-up: psycopg; `ragline worker` imports this module
-    from ragline.shared.celery_app import use_broker  # start-up: Celery; `ragline worker` imports this module
-    from ragline.shared.migrate import apply_migrations  # start-up: yoyo; `ragline worker` imports this
+    from ragline.shared.worker import db  # start-up: psycopg; `ragline worker` imports this module
+    from ragline.shared.worker.celery_app import (
+        use_broker,  # start-up: Celery; `ragline worker` imports this module
+    )
+    from ragline.shared.worker.migrate import (
+        apply_migrations,  # start-up: yoyo; `ragline worker` imports this
+    )
 
     try:
         start_postgres(settings)

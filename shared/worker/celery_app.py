@@ -22,21 +22,28 @@ from celery import Celery, signals
 from kombu import Exchange, Queue
 from prometheus_client import multiprocess
 
-from ragline.shared import db, providers, redelivery
-from ragline.shared import task_stats as _task_stats  # noqa: F401  (its signal handlers log each task's resources)
-from ragline.shared.celery_base import RaglineCelery
-from ragline.shared.kombu_redis import requeue_lost_deliveries, reuse_clients
-from ragline.shared.logging_setup import configure as configure_logging
-from ragline.shared.logging_setup import get_logger
-from ragline.shared.names import QUEUES, TASK_MODULES, TASK_PURGE, TASK_REINDEX, TASK_ROUTES, TASK_STUCK_JOBS
-from ragline.shared.settings import get_settings
-from ragline.shared.signing import configure_signing
-from ragline.shared.warmup import warm_process
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.celery_base import RaglineCelery
+from ragline.shared.sdk.names import (
+    QUEUES,
+    TASK_MODULES,
+    TASK_PURGE,
+    TASK_REINDEX,
+    TASK_ROUTES,
+    TASK_STUCK_JOBS,
+)
+from ragline.shared.sdk.signing import configure_signing
+from ragline.shared.worker import db, providers, redelivery
+from ragline.shared.worker import task_stats as _task_stats  # noqa: F401  (its signal handlers log each task's resources)
+from ragline.shared.worker.kombu_redis import requeue_lost_deliveries, reuse_clients
+from ragline.shared.worker.logging_setup import configure as configure_logging
+from ragline.shared.worker.logging_setup import get_logger
+from ragline.shared.worker.warmup import warm_process
 
 
 def make_celery() -> Celery:
     settings = get_settings()
-    app = RaglineCelery("ragline", task_cls="ragline.shared.task_base:RaglineTask")
+    app = RaglineCelery("ragline", task_cls="ragline.shared.worker.task_base:RaglineTask")
     try:
         broker = settings.effective_redis_url()
     except RuntimeError:
@@ -57,7 +64,7 @@ def make_celery() -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        # a child reports itself up after worker_process_init, which warms it (shared/warmup.py):
+        # a child reports itself up after worker_process_init, which warms it (shared/worker/warmup.py):
         # several children loading parsers and a model at once on shared cores can outlast Celery's default
         worker_proc_alive_timeout=settings.workers.start_timeout_s,
         task_track_started=True,
@@ -138,7 +145,7 @@ def _warm_in_process_pool(sender: object = None, instance: object = None, **_: o
 
 
 def _warm() -> None:
-    """Load what this worker's queues need before the first task (``shared/warmup.py``)."""
+    """Load what this worker's queues need before the first task (``shared/worker/warmup.py``)."""
     if not get_settings().workers.warmup:
         return
     queues = set(app.amqp.queues.consume_from or ())
@@ -149,7 +156,7 @@ def _warm() -> None:
 
 @signals.setup_logging.connect
 def _setup_logging(loglevel: object = None, **_: object) -> None:
-    """Workers and beat log structured JSON (``shared/logging_setup.py``) instead of Celery's format."""
+    """Workers and beat log structured JSON (``shared/worker/logging_setup.py``) instead of Celery's format."""
     if isinstance(loglevel, int):
         loglevel = logging.getLevelName(loglevel)
     configure_logging(level=loglevel if isinstance(loglevel, str) else None)

@@ -30,7 +30,7 @@ from urllib.parse import unquote
 
 from pydantic import SecretStr
 
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
 
 #: every generated secret, and the setting whose value replaces it
 SECRET_SETTINGS = {

@@ -7,7 +7,7 @@ that row-level security (migration 0007) binds every retrieval statement. Celery
 call :func:`reset` from ``worker_process_init`` so that no socket is shared across a fork.
 
 When ``RAGLINE_SERVICES_QUERY_DATABASE_URL`` names servers, the query pool is a pool per server and each
-connection goes to the next server in turn that is in rotation (``shared/replicas.py`` holds the
+connection goes to the next server in turn that is in rotation (``shared/worker/replicas.py`` holds the
 rules and the read-your-writes wait of the writers).
 """
 
@@ -28,10 +28,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ragline.shared import replicas
-from ragline.shared.credentials import secret_file
-from ragline.shared.metrics import QUERY_SERVER_FALLBACKS
-from ragline.shared.settings import Settings, get_settings
+from ragline.shared.config.settings import Settings, get_settings
+from ragline.shared.worker import replicas
+from ragline.shared.worker.credentials import secret_file
+from ragline.shared.worker.metrics import QUERY_SERVER_FALLBACKS
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import time
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ragline.shared import db
+from ragline.shared.worker import db
 
 FINAL_DOC_STATES = ("done", "skipped", "failed")
 

@@ -3,7 +3,7 @@ no message lost when the broker goes away between handing it out and recording i
 
 **Lost deliveries.** kombu takes a message off its queue with ``BRPOP`` and then, in a second
 round trip, records it in the ``unacked`` hash (``QoS.append``), where ``acks_late`` and
-``shared/redelivery.py`` can bring it back. When Redis stops between the two, the message is off
+``shared/worker/redelivery.py`` can bring it back. When Redis stops between the two, the message is off
 the queue and in no hash: the consumer reconnects and nothing ever runs it, although its sender
 was told it was sent. :func:`requeue_lost_deliveries` closes that window: a delivery whose
 ``QoS.append`` fails on a connection error is pushed back onto its queue (kombu's own restore,
@@ -81,7 +81,7 @@ def reuse_clients() -> bool:
         yield cached[1]
 
     conn_or_acquire.__doc__ = (
-        "One cached client per channel and connection pool (ragline.shared.kombu_redis)."
+        "One cached client per channel and connection pool (ragline.shared.worker.kombu_redis)."
     )
     conn_or_acquire.ragline_reuse = True
     channel_cls.conn_or_acquire = conn_or_acquire
@@ -167,7 +167,7 @@ def requeue_lost_deliveries() -> bool:
             raise
 
     append.__doc__ = (
-        "kombu's QoS.append; a delivery it cannot record is requeued (ragline.shared.kombu_redis)."
+        "kombu's QoS.append; a delivery it cannot record is requeued (ragline.shared.worker.kombu_redis)."
     )
     append.ragline_requeue = True
     append.__wrapped__ = original

@@ -3,7 +3,7 @@
 One line per event, machine-readable, with the fields operations needs: tenant, latency, chunk
 counts, model. A question is logged only as a short hash (``question_hash``), never as text, and
 secrets never reach the output: keys that look like credentials are masked, and every string is
-masked before rendering by :func:`ragline.shared.credentials.mask_text` (the one masking of config
+masked before rendering by :func:`ragline.shared.worker.credentials.mask_text` (the one masking of config
 output, status and logs): the stack's passwords, ``SecretStr`` settings and the password of every
 URL or connection string, and any password written in a URL, a query parameter or a libpq
 ``password=`` keyword.
@@ -23,8 +23,8 @@ from typing import Any, TextIO
 import structlog
 from pydantic import SecretStr
 
-from ragline.shared import credentials
-from ragline.shared.settings import deprecated_names_set, deprecation_message, get_settings
+from ragline.shared.config.settings import deprecated_names_set, deprecation_message, get_settings
+from ragline.shared.worker import credentials
 
 REDACTED = credentials.MASK
 _SECRET_KEY = re.compile(
@@ -136,7 +136,7 @@ def configure(
     # Celery's "Task ... succeeded in 0.003s: <result>" line carries the first KB of every result:
     # document text and answers. ragline logs each task itself (log_ingest, log_query; no content),
     # and failures and retries still come through at WARNING and above. Its "Task ... received" line
-    # (celery.worker.strategy) repeats the task_resources line of shared/task_stats.py, on the query
+    # (celery.worker.strategy) repeats the task_resources line of shared/worker/task_stats.py, on the query
     # pool's consumer thread, for every question: WARNING too.
     for name in ("celery.app.trace", "celery.worker.strategy"):
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))

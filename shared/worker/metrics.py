@@ -1,7 +1,7 @@
 """Prometheus metrics (prometheus-client). Every pool records into these objects.
 
 Prefork workers run in multiprocess mode: ``PROMETHEUS_MULTIPROC_DIR`` is set by ``ragline up``
-for the pools, and each pool serves the aggregated registry (see ``shared/metrics_server.py``).
+for the pools, and each pool serves the aggregated registry (see ``shared/worker/metrics_server.py``).
 Every name has the ``rag_`` prefix: the query path's metrics, then ingestion's and operations'.
 """
 
@@ -101,7 +101,7 @@ ACL_CHANGES = Counter(
     ["path", "outcome"],
 )
 
-# --- read replicas (shared/replicas.py) --------------------------------------------------------
+# --- read replicas (shared/worker/replicas.py) --------------------------------------------------------
 REPLICA_REPLAY_WAIT_S = Histogram(
     "rag_replica_replay_wait_seconds",
     "Time from a permission change's (or delete's) commit until every replica in the query pool's"

@@ -3,11 +3,11 @@
 Prefork children each write their samples to files in the pool's ``PROMETHEUS_MULTIPROC_DIR``
 (``<home>/metrics/<pool>``, set by ``ragline up``); this small process aggregates them and serves
 ``/metrics`` on 127.0.0.1 at ``metrics_port + pool index``, behind HTTP basic auth (the password is
-``RAGLINE_OPS_METRICS_PASSWORD`` or the one generated into the home, ``shared/credentials.py``; on an
+``RAGLINE_OPS_METRICS_PASSWORD`` or the one generated into the home, ``shared/worker/credentials.py``; on an
 address beyond loopback an empty or well-known one is refused). It runs beside the pool
-(``metrics-<pool>`` in ``shared/processes.py``), so it outlives a SIGKILLed worker.
+(``metrics-<pool>`` in ``shared/stack/processes.py``), so it outlives a SIGKILLed worker.
 
-Run: ``python -m ragline.shared.metrics_server <pool>``.
+Run: ``python -m ragline.shared.worker.metrics_server <pool>``.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from ragline.shared import credentials
-from ragline.shared.metrics import QUEUE_DEPTH
-from ragline.shared.names import POOLS
-from ragline.shared.settings import Settings, get_settings
+from ragline.shared.config.settings import Settings, get_settings
+from ragline.shared.sdk.names import POOLS
+from ragline.shared.worker import credentials
+from ragline.shared.worker.metrics import QUEUE_DEPTH
 
 
 def metrics_dir(settings: Settings, pool: str) -> Path:
@@ -137,8 +137,10 @@ def snapshot_text(settings: Settings, pools: Iterable[str] | None = None) -> dic
 def main(argv: list[str] | None = None) -> None:
     args = argv if argv is not None else sys.argv[1:]
     if len(args) != 1 or args[0] not in POOLS:
-        raise SystemExit(f"usage: python -m ragline.shared.metrics_server {{{','.join(POOLS)}}}")
-    from ragline.shared.logging_setup import configure  # start-up: structlog; the CLI imports this module
+        raise SystemExit(f"usage: python -m ragline.shared.worker.metrics_server {{{','.join(POOLS)}}}")
+    from ragline.shared.worker.logging_setup import (
+        configure,  # start-up: structlog; the CLI imports this module
+    )
 
     configure()
     try:

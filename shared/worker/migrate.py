@@ -1,4 +1,4 @@
-"""Schema migrations with yoyo-migrations (files in ``shared/migrations``)."""
+"""Schema migrations with yoyo-migrations (files in ``shared/worker/migrations``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from yoyo import get_backend, read_migrations
 
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 

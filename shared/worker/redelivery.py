@@ -33,7 +33,7 @@ import time
 import redis
 from celery import signals
 
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
 
 log = logging.getLogger(__name__)
 

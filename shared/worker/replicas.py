@@ -1,7 +1,7 @@
 """Streaming replicas for the query pool, and read-your-writes for permission changes.
 
 ``RAGLINE_SERVICES_QUERY_DATABASE_URL`` may list several servers (:func:`split_urls`); the query pool keeps a
-connection pool per server and sends each question to the next one in turn (``shared/db.py``).
+connection pool per server and sends each question to the next one in turn (``shared/worker/db.py``).
 Replication is asynchronous, so a replica may still serve a document whose permission was just
 revoked, or that was just deleted. The rule that closes that gap: **a permission change (or a
 delete) is reported done only when every replica in the rotation has replayed it, or has been taken
@@ -37,9 +37,9 @@ import psycopg
 import redis
 from psycopg.conninfo import conninfo_to_dict
 
-from ragline.shared.credentials import mask_text
-from ragline.shared.metrics import REPLICA_EXCLUSIONS, REPLICA_READMISSIONS, REPLICA_REPLAY_WAIT_S
-from ragline.shared.settings import Settings, get_settings
+from ragline.shared.config.settings import Settings, get_settings
+from ragline.shared.worker.credentials import mask_text
+from ragline.shared.worker.metrics import REPLICA_EXCLUSIONS, REPLICA_READMISSIONS, REPLICA_REPLAY_WAIT_S
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ once, in Celery's own machinery:
 * **admission**: the consumer refuses, before the task is reserved, a message whose signer's role
   may not send it (message signing on) and any message carrying Celery canvas options (``link``,
   chains, chords, groups) that no worker or operator signed (``Strategy``,
-  :func:`ragline.shared.signing.role_strategy`, deciding by :func:`ragline.shared.signing.refusal`).
+  :func:`ragline.shared.sdk.signing.role_strategy`, deciding by :func:`ragline.shared.sdk.signing.refusal`).
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ import time
 from celery import Task
 from pydantic import BaseModel, ValidationError
 
-from ragline.shared.contracts import ErrorResult
-from ragline.shared.contracts.common import ServerContext
-from ragline.shared.settings import get_settings
-from ragline.shared.transient import INFRASTRUCTURE_ERRORS
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import ErrorResult
+from ragline.shared.sdk.contracts.common import ServerContext
+from ragline.shared.worker.transient import INFRASTRUCTURE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class RaglineTask(Task):
     max_retries = 5
     acks_late = True
     #: Celery's default strategy, behind the admission check (signer's role, canvas options)
-    Strategy = "ragline.shared.signing:role_strategy"
+    Strategy = "ragline.shared.sdk.signing:role_strategy"
 
     def __init_subclass__(cls, **kwargs):
         """Celery builds one subclass per task with the function as ``run``: wrap it so it receives

@@ -9,7 +9,7 @@ import time
 
 from celery import signals
 
-from ragline.shared.logging_setup import get_logger
+from ragline.shared.worker.logging_setup import get_logger
 
 _started: dict[str, tuple[float, float]] = {}
 

@@ -20,8 +20,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from ragline.shared import db
-from ragline.shared.providers import get_embedder
+from ragline.shared.worker import db
+from ragline.shared.worker.providers import get_embedder
 
 log = logging.getLogger("ragline.warmup")
 

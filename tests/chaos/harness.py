@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ragline.ingest.roots import grant_roots
-from ragline.shared import db, jobs
-from ragline.shared.names import TASK_INGEST_DOCUMENT
+from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT
+from ragline.shared.worker import db, jobs
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "chaos.json"
 

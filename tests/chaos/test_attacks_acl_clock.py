@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ragline.shared.contracts import SearchRequest
-from ragline.shared.names import TASK_ACL_SYNC, TASK_INGEST_EVENT
+from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.sdk.names import TASK_ACL_SYNC, TASK_INGEST_EVENT
 from tests.chaos import harness
 from tests.integration.lifecycle_helpers import put_document
 from tests.integration.test_producer_roles import make_keys, produce
@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 SEND = """
 import json, sys, time
-from ragline.shared.celery_app import app
-from ragline.shared.client import RaglineClient, sync_acl_call
+from ragline.shared.worker.celery_app import app
+from ragline.shared.sdk.client import RaglineClient, sync_acl_call
 sends = json.loads(sys.argv[1])
 t0 = time.monotonic()
 out = []

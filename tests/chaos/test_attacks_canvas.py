@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_INGEST_EVENT, TASK_QUERY_RETRIEVE
+from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT, TASK_INGEST_EVENT, TASK_QUERY_RETRIEVE
 from tests.chaos import harness
 from tests.integration.test_canvas_escalation import CANVAS_PRODUCER, FORMS, attacks, messages
 from tests.integration.test_producer_roles import make_keys, produce, refused_lines, refused_metric, send
@@ -64,7 +64,7 @@ def _wait_lines(worker, n: int) -> list[dict]:
 
 
 def test_canvas_escalation_by_every_sender(stack, tmp_path, tenant, conn):
-    from ragline.shared.metrics_server import metrics_dir, reset_dir
+    from ragline.shared.worker.metrics_server import metrics_dir, reset_dir
 
     keys = make_keys(tmp_path)
     question = {"query": "план правления", "tenant": tenant, "groups": ["staff"], "mode": "lexical"}

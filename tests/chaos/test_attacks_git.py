@@ -13,7 +13,7 @@ import pytest
 
 from ragline.ingest.events import handle_event
 from ragline.ingest.roots import grant_roots
-from ragline.shared.contracts import IngestEvent
+from ragline.shared.sdk.contracts import IngestEvent
 from tests.chaos import harness
 from tests.integration.test_git_escapes import FORMS, escape, globex_repository, leaked, stored
 from tests.loopback import LoopbackServer
@@ -28,7 +28,7 @@ REPRODUCED = {
 
 
 def test_git_addresses_outside_the_tenants_repositories(stack, conn, tmp_path):
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     tenant = "acme-chaos-git"
     globex, commit = globex_repository(tmp_path / "globex-home")

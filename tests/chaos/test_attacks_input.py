@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ragline.ingest.roots import grant_roots
-from ragline.shared.names import TASK_INGEST_DOCUMENT
+from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT
 from tests.chaos import harness
 from tests.integration.test_input_trust import pdf_flate_bomb, pdf_pages
 from tests.loopback import LoopbackServer
@@ -91,8 +91,8 @@ class _Flipper(threading.Thread):
 
 
 def test_input_attacks_on_prefork_pool(stack, tmp_path, tenant):
-    from ragline.shared import db
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker import db
+    from ragline.shared.worker.celery_app import app
 
     granted, other, outside = tmp_path / "granted", tmp_path / "other-tenant", tmp_path / "outside"
     for d in (granted, other, outside):

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ragline.shared.services import free_port
+from ragline.shared.stack.services import free_port
 from tests.chaos import harness
 from tests.integration.test_cli_stack import RAGLINE, _free_port_run, _ours
 

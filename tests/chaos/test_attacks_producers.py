@@ -26,7 +26,12 @@ from pathlib import Path
 
 import pytest
 
-from ragline.shared.names import TASK_ACL_SYNC, TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
+from ragline.shared.sdk.names import (
+    TASK_ACL_SYNC,
+    TASK_INGEST_BATCH,
+    TASK_INGEST_DOCUMENT,
+    TASK_QUERY_RETRIEVE,
+)
 from tests.certs import self_signed
 from tests.chaos import harness
 from tests.integration.test_producer_roles import make_keys, produce, refused_metric
@@ -37,7 +42,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 #: sends everything first, then waits for every outcome: the refusals and the answers interleave
 FLOOD = """
 import json, sys, time
-from ragline.shared.celery_app import app
+from ragline.shared.worker.celery_app import app
 sends = json.loads(sys.argv[1])
 t0 = time.monotonic()
 pending = [(s, app.send_task(s["task"], args=s["args"], queue=s["queue"])) for s in sends]
@@ -71,7 +76,7 @@ def _raw_redis(port: int, *args: bytes) -> bytes:
 
 
 def test_wrong_role_unsigned_and_forged_tasks(stack, tmp_path, tenant, conn):
-    from ragline.shared.metrics_server import metrics_dir, reset_dir
+    from ragline.shared.worker.metrics_server import metrics_dir, reset_dir
 
     keys = make_keys(tmp_path)
     rogue = tmp_path / "rogue"
@@ -197,10 +202,10 @@ def test_wrong_role_unsigned_and_forged_tasks(stack, tmp_path, tenant, conn):
 
 def test_default_passwords_beyond_loopback_and_redis_without_password(stack):
     """Binds beyond loopback with default or empty passwords, and Redis clients without the password."""
-    from ragline.shared import credentials
-    from ragline.shared.metrics_server import metrics_dir
-    from ragline.shared.processes import child_env
-    from ragline.shared.services import free_port
+    from ragline.shared.stack.processes import child_env
+    from ragline.shared.stack.services import free_port
+    from ragline.shared.worker import credentials
+    from ragline.shared.worker.metrics_server import metrics_dir
 
     attempts = []
     metrics_dir(stack, "ingest").mkdir(parents=True, exist_ok=True)
@@ -214,7 +219,7 @@ def test_default_passwords_beyond_loopback_and_redis_without_password(stack):
             "RAGLINE_OPS_METRICS_PASSWORD": password,
         }
         out = subprocess.run(
-            [sys.executable, "-m", "ragline.shared.metrics_server", "ingest"],
+            [sys.executable, "-m", "ragline.shared.worker.metrics_server", "ingest"],
             env=env,
             capture_output=True,
             text=True,

@@ -4,7 +4,7 @@ bounded and reported; the API key never appears in logs or task results.
 
 Documents run on a prefork ingest pool started like ``ragline up`` with ``--max-tasks-per-child 1``,
 so each case runs in a fresh child and its peak RSS (from the ``task_resources`` log line of
-``shared/task_stats.py``) is that case's own. The embedder is Voyage on the loopback server.
+``shared/worker/task_stats.py``) is that case's own. The embedder is Voyage on the loopback server.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 from tests.chaos import bad_inputs, harness
 from tests.loopback import LoopbackServer
 from tests.pools import start_pool, wait_ready
@@ -40,8 +40,8 @@ def _voyage_env(srv) -> dict[str, str]:
 @pytest.mark.chaos
 @pytest.mark.slow
 def test_bad_documents_on_prefork_pool(stack, voyage, tmp_path, tenant):
-    from ragline.shared import db
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker import db
+    from ragline.shared.worker.celery_app import app
 
     folder = tmp_path / "bad"
     folder.mkdir()
@@ -119,7 +119,7 @@ def test_bad_documents_on_prefork_pool(stack, voyage, tmp_path, tenant):
 
 def test_malformed_payloads_get_structured_errors(celery_worker, tenant):
     """Runs inside ``make test``: the in-process worker answers every bad payload and keeps going."""
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     rows = []
     for name, payload in bad_inputs.malformed_payloads(tenant).items():
@@ -156,8 +156,8 @@ def test_malformed_payloads_get_structured_errors(celery_worker, tenant):
 
 def test_metacharacters_and_injection_in_queries_and_documents(celery_worker, use_settings, voyage, tenant):
     """Runs inside ``make test``: SQL/LIKE metacharacters and prompt injection go through as data."""
-    from ragline.shared import db
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker import db
+    from ragline.shared.worker.celery_app import app
 
     use_settings(embedder="voyage", voyage_base_url=voyage.url, voyage_api_key=API_KEY)
     stored = app.send_task(

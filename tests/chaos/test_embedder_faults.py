@@ -25,8 +25,8 @@ def _metric(settings, name: str) -> float:
 
 
 def test_429_storm_500s_and_hang(stack, tmp_path, tenant):
-    from ragline.shared.celery_app import app
-    from ragline.shared.metrics_server import metrics_dir, reset_dir
+    from ragline.shared.worker.celery_app import app
+    from ragline.shared.worker.metrics_server import metrics_dir, reset_dir
 
     reset_dir(metrics_dir(stack, "ingest"))
     env_common = {

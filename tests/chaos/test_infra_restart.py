@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ragline.shared.names import TASK_QUERY_RETRIEVE
+from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
 from tests.chaos import harness
 from tests.loopback import Faults, LoopbackServer
 from tests.pools import start_pool, wait_ready
@@ -29,7 +29,7 @@ def _env(srv) -> dict[str, str]:
 
 
 def _done_count(job: str) -> int:
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     with db.connection() as c:
         return c.execute(
@@ -58,8 +58,9 @@ def _retries_in(log: str) -> int:
 
 
 def test_postgres_restart_during_ingestion(stack, tmp_path, tenant):
-    from ragline.shared import db, services
-    from ragline.shared.celery_app import app
+    from ragline.shared.stack import services
+    from ragline.shared.worker import db
+    from ragline.shared.worker.celery_app import app
 
     files = harness.make_corpus(tmp_path / "pg", docs=8, sections=4, prefix=f"pg-{tenant}")
     with LoopbackServer(faults=Faults(latency_s=0.25)) as srv:
@@ -106,8 +107,8 @@ def test_postgres_restart_during_ingestion(stack, tmp_path, tenant):
 
 
 def test_redis_restart_during_ingestion(stack, tmp_path, tenant):
-    from ragline.shared import services
-    from ragline.shared.celery_app import app
+    from ragline.shared.stack import services
+    from ragline.shared.worker.celery_app import app
 
     files = harness.make_corpus(tmp_path / "rd", docs=8, sections=4, prefix=f"rd-{tenant}")
     with LoopbackServer(faults=Faults(latency_s=0.25)) as srv:
@@ -146,7 +147,7 @@ def test_redis_restart_during_ingestion(stack, tmp_path, tenant):
                 time_to_recover_s=round(t_recover, 2),
                 failures_recorded=0,
                 notes="queued and unacked messages survive in the AOF; the worker reconnects; tags delivered on the dead "
-                f"connection are restored by shared/redelivery.py; {summary['skipped_unchanged']} task(s) ran twice "
+                f"connection are restored by shared/worker/redelivery.py; {summary['skipped_unchanged']} task(s) ran twice "
                 "and the second run skipped the unchanged document",
                 extra=cmp,
             )
@@ -157,8 +158,8 @@ def test_redis_restart_during_ingestion(stack, tmp_path, tenant):
 def test_redis_restart_during_queries(stack, tenant):
     """Queries keep being sent while Redis restarts: every query the client managed to send is answered;
     sends during the outage fail loudly at the client (nothing silently lost)."""
-    from ragline.shared import services
-    from ragline.shared.celery_app import app
+    from ragline.shared.stack import services
+    from ragline.shared.worker.celery_app import app
 
     pool = start_pool(stack, "query", concurrency=2)
     sent, send_errors, answered, lost = [], [], [], []

@@ -1,5 +1,5 @@
 """Reduced chaos checks that run inside ``make test`` (not marked ``chaos``): the orphan restore of
-``shared/redelivery.py`` against the real embedded Redis and kombu's own unacked bookkeeping."""
+``shared/worker/redelivery.py`` against the real embedded Redis and kombu's own unacked bookkeeping."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def _hold_unacked(app, queue_name: str) -> tuple[Queue, str, object]:
 
 
 def test_tag_of_dead_incarnation_is_restored_and_live_one_kept(stack, redis_client):
-    from ragline.shared import redelivery
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker import redelivery
+    from ragline.shared.worker.celery_app import app
 
     q_dead, tag_dead, c1 = _hold_unacked(app, f"rd-dead-{uuid.uuid4().hex[:6]}")
     q_live, tag_live, c2 = _hold_unacked(app, f"rd-live-{uuid.uuid4().hex[:6]}")
@@ -79,9 +79,9 @@ def test_tag_of_dead_incarnation_is_restored_and_live_one_kept(stack, redis_clie
 def test_worker_without_restorer_records_no_owner(celery_worker, redis_client, tenant):
     """The embedded test worker (no ``worker_ready``, so no heartbeat) must not register owners: a tag
     owned by an incarnation that never heartbeats would be "restored" while it runs, and run twice."""
-    from ragline.shared import redelivery
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_INGEST_DOCUMENT
+    from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT
+    from ragline.shared.worker import redelivery
+    from ragline.shared.worker.celery_app import app
 
     before = set(redis_client.hkeys(redelivery.OWNER_KEY))
     res = app.send_task(TASK_INGEST_DOCUMENT, args=[{"tenant": tenant, "doc_id": "x"}]).get(timeout=60)

@@ -3,7 +3,7 @@ the fork), then the same corpus in a clean run. Nothing lost, nothing duplicated
 
 Two faults: only the prefork child running the task dies (the pool parent requeues it at once), and
 the whole worker dies (parent and children: kombu alone would wait ``visibility_timeout``, an hour;
-``shared/redelivery.py`` restores it once the dead worker's alive key expires).
+``shared/worker/redelivery.py`` restores it once the dead worker's alive key expires).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 @pytest.fixture()
 def e5_settings(stack, monkeypatch):
-    from ragline.shared.settings import get_settings, reset_settings
+    from ragline.shared.config.settings import get_settings, reset_settings
 
     monkeypatch.setenv("RAGLINE_EMBED_PROVIDER", "local-e5")
     monkeypatch.setenv(
@@ -77,7 +77,7 @@ def _wait_embedding(pid: int, timeout: float = 120) -> None:
 
 
 def test_sigkill_prefork_child_and_whole_worker_mid_batch(e5_settings, tmp_path, tenant):
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     s = e5_settings
     files = harness.make_corpus(tmp_path / "c", docs=3, sections=6, prefix=f"child-{tenant}")
@@ -168,7 +168,7 @@ def test_sigkill_prefork_child_and_whole_worker_mid_batch(e5_settings, tmp_path,
             duplicated=0,
             time_to_recover_s=round(t_done2, 2),
             failures_recorded=1,
-            notes="the 2 tasks it held (concurrency 2) came back via shared/redelivery.py once its alive key "
+            notes="the 2 tasks it held (concurrency 2) came back via shared/worker/redelivery.py once its alive key "
             f"(TTL {s.workers.alive_ttl_s:g}s) expired; kombu alone: visibility_timeout = {s.workers.visibility_timeout_s}s",
             extra={"reference_rows": len(reference)},
         )

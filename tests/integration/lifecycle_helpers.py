@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler
 import numpy as np
 
 from ragline.ingest import store
-from ragline.shared import db, jobs
+from ragline.shared.worker import db, jobs
 from tests.loopback import hashed_embedding
 
 MODEL = "hashed-trigram"

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from ragline.ingest.acl_sync import apply_acl_sync
-from ragline.shared.contracts import AclSyncItem, AskRequest, SearchRequest
-from ragline.shared.names import TASK_ACL_SYNC
+from ragline.shared.sdk.contracts import AclSyncItem, AskRequest, SearchRequest
+from ragline.shared.sdk.names import TASK_ACL_SYNC
 from tests.integration.lifecycle_helpers import acl_of, bulk_documents, put_document
 from tests.loopback import LoopbackServer, hashed_embedding, loopback_voyage
 
@@ -240,7 +240,7 @@ def test_path_prefix_sync_with_like_metacharacters(conn, tenant):
 def test_acl_sync_task_through_the_acl_queue(celery_worker, conn, tenant):
     from prometheus_client import REGISTRY
 
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     def lag_count():
         return REGISTRY.get_sample_value("rag_acl_sync_lag_seconds_count") or 0.0
@@ -309,7 +309,7 @@ def test_sync_racing_an_ingest_in_flight_reaches_every_new_chunk(conn, tenant):
     import numpy as np
 
     from ragline.ingest import store
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     put_document(tenant, "race", ["один"], acl=["old"], version=1)
     results: list = []

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 from ragline.ingest.acl_sync import apply_acl_sync, clock
 from ragline.ingest.events import handle_event
 from ragline.ingest.roots import grant_roots
-from ragline.shared import jobs
-from ragline.shared.contracts import AclSyncItem, IngestEvent, IngestRequest, SearchRequest
+from ragline.shared.sdk.contracts import AclSyncItem, IngestEvent, IngestRequest, SearchRequest
+from ragline.shared.worker import jobs
 from tests.integration.lifecycle_helpers import acl_of, put_document, wait_job
 from tests.loopback import loopback_voyage
 

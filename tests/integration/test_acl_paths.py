@@ -10,8 +10,8 @@ import pytest
 
 from bench.synthetic import EmbeddingSpace, load_chunks
 from ragline.query import retrieve
-from ragline.shared import db
-from ragline.shared.contracts import SearchRequest
+from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.worker import db
 
 TENANT, OTHER = "t-acl-paths", "t-acl-paths-other"
 DOCS, PER_DOC, K = 300, 10, 10
@@ -77,7 +77,7 @@ def path_of(statements: list[str]) -> str:
 
 
 def search(groups: list[str], q: np.ndarray) -> tuple[str, list[tuple[str, int]]]:
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     req = SearchRequest(query="", tenant=TENANT, groups=groups, k=K, mode="vector", query_vector=q.tolist())
     with db.query_connection() as conn:
@@ -162,7 +162,7 @@ def test_the_callers_counts_follow_every_write_of_documents(stack):
 
 
 def test_the_query_role_reads_only_its_own_groups_counts(corpus):
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     req = SearchRequest(query="", tenant=TENANT, groups=["g100"], k=K, mode="vector", query_vector=[0.0])
     with db.query_connection() as conn, retrieve.read_only_transaction(conn):

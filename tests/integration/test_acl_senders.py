@@ -6,7 +6,7 @@ operator with a version a minute ahead (within the allowed skew), with a version
 normally. Afterwards the operator revokes the staff group exactly as ``ragline acl set --version``
 sends it: the revocation must hold every time (staff no longer finds the document), and the 2100
 change must be refused outright. The tasks run through Celery's ``Task.apply`` with the sender in
-the headers, as the worker's strategy stamps it (shared/sender.py), on the real Postgres.
+the headers, as the worker's strategy stamps it (shared/sdk/sender.py), on the real Postgres.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 import pytest
 from typer.testing import CliRunner
 
-from ragline.shared.client import send_event_call, sync_acl_call
-from ragline.shared.contracts import SearchRequest
+from ragline.shared.sdk.client import send_event_call, sync_acl_call
+from ragline.shared.sdk.contracts import SearchRequest
 from tests.integration.lifecycle_helpers import acl_of, put_document
 
 TEXT = "Премии руководителей за квартал утверждает совет директоров."
@@ -57,7 +57,7 @@ def _attack(path: str, tenant: str, version, producer: str | None) -> tuple[str,
 
 
 def _run(task: str, payload: dict, sender: str) -> dict:
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     app.loader.import_default_modules()
     for name in app.conf.include:

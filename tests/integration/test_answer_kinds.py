@@ -30,7 +30,7 @@ import subprocess
 import pytest
 
 from ragline.query import service, texts
-from ragline.shared.contracts import AskRequest
+from ragline.shared.sdk.contracts import AskRequest
 from tests.conftest import DATASETS
 from tests.gitrepo import commit, git
 from tests.integration.test_git_source import push
@@ -58,7 +58,7 @@ GROUPS = ["staff"]
 def corpus(celery_worker, stack, tmp_path_factory):
     from ragline.ingest.enqueue import collect_files, enqueue_files
     from ragline.ingest.roots import grant_roots
-    from ragline.shared.celery_app import app  # noqa: F401  (the worker's app)
+    from ragline.shared.worker.celery_app import app  # noqa: F401  (the worker's app)
 
     tenant = "t-answer-kinds"
     tmp = tmp_path_factory.mktemp("answer-kinds")
@@ -76,8 +76,8 @@ def corpus(celery_worker, stack, tmp_path_factory):
     with loopback_voyage_env(), pytest.MonkeyPatch.context() as mp:
         import json
 
-        from ragline.shared import providers
-        from ragline.shared.settings import reset_settings
+        from ragline.shared.config.settings import reset_settings
+        from ragline.shared.worker import providers
 
         mp.setenv(
             "RAGLINE_LIFECYCLE_SOURCES",

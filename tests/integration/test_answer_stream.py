@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from ragline.shared.answer_stream import (
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.answer_stream import (
     ANSWER,
     DELTA,
     ERROR,
@@ -18,10 +19,9 @@ from ragline.shared.answer_stream import (
     read_answer,
     redis_client,
 )
-from ragline.shared.async_client import AsyncRaglineClient
-from ragline.shared.client import RaglineTimeout
-from ragline.shared.names import TASK_QUERY_ASK, answer_stream_key
-from ragline.shared.settings import get_settings
+from ragline.shared.sdk.async_client import AsyncRaglineClient
+from ragline.shared.sdk.client import RaglineTimeout
+from ragline.shared.sdk.names import TASK_QUERY_ASK, answer_stream_key
 from tests.integration.query_corpus import store_docs
 from tests.sse_loopback import Script, StreamingChatServer
 
@@ -63,7 +63,7 @@ def chat(use_settings, provider: str, srv: StreamingChatServer, **kw) -> None:
 
 
 def send(tenant: str, stream: bool = True, **kw):
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     payload = {"query": QUESTION, "tenant": tenant, "groups": ["g"], "k": 3, "mode": "lexical", **kw}
     if stream:

@@ -26,7 +26,7 @@ import pytest
 
 from ragline.query import service
 from ragline.query.extractive import near_duplicate, sentence_key
-from ragline.shared.contracts import AskRequest
+from ragline.shared.sdk.contracts import AskRequest
 from tests.conftest import DATASETS
 from tests.integration.test_ingest import wait_job
 from tests.loopback import loopback_voyage_env

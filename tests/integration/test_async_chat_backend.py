@@ -40,7 +40,7 @@ def backend(celery_worker, conn, tenant, stack, use_settings):
         import async_chat_backend
     finally:
         sys.path.pop(0)
-    from ragline.shared.async_client import AsyncRaglineClient
+    from ragline.shared.sdk.async_client import AsyncRaglineClient
 
     store_docs(conn, tenant, DOCS)
     # the question embedding comes from a loopback Voyage (hashed vectors, as the stored ones)
@@ -104,8 +104,8 @@ def test_answer_streams_as_server_sent_events(backend):
     # neither the stream nor the task's own copy of the answer stays in Redis once it was read
     import redis
 
-    from ragline.shared.names import answer_stream_key
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.names import answer_stream_key
 
     r = redis.Redis.from_url(get_settings().effective_redis_url())
     task_id = events[0]["data"]["task_id"]

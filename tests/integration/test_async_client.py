@@ -10,8 +10,8 @@ import time
 import pytest
 import redis
 
-from ragline.shared.async_client import AsyncRaglineClient
-from ragline.shared.client import RaglineError
+from ragline.shared.sdk.async_client import AsyncRaglineClient
+from ragline.shared.sdk.client import RaglineError
 from tests.integration.query_corpus import ISOLATION_DOCS, store_docs
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from ragline.ingest import exclusions, store
 from ragline.ingest.pipeline import ingest_batch, rounds
-from ragline.shared import db
-from ragline.shared.contracts import IngestRequest
+from ragline.shared.sdk.contracts import IngestRequest
+from ragline.shared.worker import db
 from tests.loopback import loopback_voyage
 
 

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from ragline.query import retrieve
-from ragline.shared import db
-from ragline.shared.contracts import SearchRequest
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.worker import db
 from tests.integration.query_corpus import store_docs, vec
 
 # "кошка" is in every document, "спит" in two, "жираф" in one the caller may see: BM25's idf puts
@@ -220,7 +220,7 @@ CODE_QUESTION = "где определён register_hook"
 def code_bm25_reference(conn, tenant: str, groups: list[str], question: str, k1: float, b: float) -> dict:
     """The words' BM25 over tsv plus the identifier terms' BM25F over code_tsv (label weights A 10,
     B 4, C 2, D 1), each with its tenant's N and avgdl and df over the rows the caller may see."""
-    from ragline.shared.identifiers import code_terms
+    from ragline.shared.worker.identifiers import code_terms
 
     words = conn.execute("SELECT tsvector_to_array(to_tsvector('russian', %s)) AS l", (question,)).fetchone()[
         "l"
@@ -260,7 +260,7 @@ def code_bm25_reference(conn, tenant: str, groups: list[str], question: str, k1:
 
 
 def test_bm25_over_the_identifier_terms_of_code(conn, tenant):
-    from ragline.shared.identifiers import code_tsvector
+    from ragline.shared.worker.identifiers import code_tsvector
 
     store_docs(
         conn,

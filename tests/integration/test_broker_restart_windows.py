@@ -31,9 +31,9 @@ def test_a_delivery_the_broker_loses_before_recording_it_is_requeued(stack, monk
     from kombu import Connection, Consumer, Exchange, Producer, Queue
     from kombu.transport import redis as kombu_redis
 
-    from ragline.shared import kombu_redis as patches
-    from ragline.shared import services
-    from ragline.shared.celery_app import app
+    from ragline.shared.stack import services
+    from ragline.shared.worker import kombu_redis as patches
+    from ragline.shared.worker.celery_app import app
 
     name = f"ragline-test-lost-{uuid.uuid4().hex[:8]}"
     queue = Queue(name, Exchange(name, type="direct"), routing_key=name)
@@ -76,12 +76,13 @@ def test_a_delivery_the_broker_loses_before_recording_it_is_requeued(stack, monk
 def test_an_owner_record_redis_refused_is_written_once_it_answers(stack, caplog):
     """A tag received just before the broker stopped keeps its owner record (or it would wait
     ``visibility_timeout`` instead of being restored with its dead connection generation)."""
-    from ragline.shared import redelivery, services
-    from ragline.shared.celery_app import app
+    from ragline.shared.stack import services
+    from ragline.shared.worker import redelivery
+    from ragline.shared.worker.celery_app import app
 
     client = redis.Redis.from_url(app.conf.broker_url)
     tag, owner = f"test-tag-{uuid.uuid4().hex[:8]}", "test-host:1:0.000#1"
-    caplog.set_level(logging.DEBUG, logger="ragline.shared.redelivery")
+    caplog.set_level(logging.DEBUG, logger="ragline.shared.worker.redelivery")
     services.stop_redis(stack)
     writer = threading.Thread(target=redelivery._write_owners, daemon=True)
     writer.start()
@@ -103,8 +104,8 @@ def test_a_redis_crash_loses_no_message_whose_send_returned(stack):
     """The stated durability (``RAGLINE_SERVICES_REDIS_APPENDFSYNC``, docs/operations.md): every
     accepted write is in the append-only file before Redis replies, so a SIGKILL of redis-server
     right after the sends loses none of them; only fsync (a machine crash) is once a second."""
-    from ragline.shared import services
-    from ragline.shared.celery_app import app
+    from ragline.shared.stack import services
+    from ragline.shared.worker.celery_app import app
 
     client = redis.Redis.from_url(app.conf.broker_url)
     assert client.info("persistence")["aof_enabled"] == 1

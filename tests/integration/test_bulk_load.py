@@ -20,8 +20,8 @@ from bench.synthetic import EmbeddingSpace, load_chunks
 from ragline.cli import app as cli
 from ragline.query import retrieve
 from ragline.query.vector_index import INDEX_NAMES, hnsw_indexes
-from ragline.shared import db
-from ragline.shared.contracts import SearchRequest
+from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.worker import db
 from tests.integration.test_ingest import section
 from tests.loopback import loopback_voyage
 
@@ -51,7 +51,7 @@ def index_restored(stack):
     """No test leaves the shared database without its index, whatever it asserted."""
     yield
     from ragline.cli.index import build_deferred
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     settings = get_settings()
     with db.connection() as conn:
@@ -86,7 +86,7 @@ def exact_top(vectors: np.ndarray, q: np.ndarray) -> list[tuple[str, int]]:
 
 
 def vector_search(q: np.ndarray) -> list[tuple[str, int]]:
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     req = SearchRequest(query="", tenant=OTHER, groups=GROUPS, k=K, mode="vector", query_vector=q.tolist())
     with db.query_connection() as conn:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
+from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
 from tests.integration.test_producer_roles import make_keys, produce, refused_lines, refused_metric, send
 from tests.pools import start_pool, wait_log
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 CANVAS_PRODUCER = """
 import json, sys
 from celery import chain, chord, group
-from ragline.shared.celery_app import app
+from ragline.shared.worker.celery_app import app
 spec = json.loads(sys.argv[1])
 q, question, attacks = spec["queue"], spec["question"], spec["attacks"]
 RETRIEVE = "ragline.query.retrieve"
@@ -102,7 +102,7 @@ def run_attack(stack, tmp_path, tenant, conn, forms: tuple[str, ...] = FORMS) ->
     the attacks with the chat key; what came back, what is stored, what the worker counted."""
     import time
 
-    from ragline.shared.metrics_server import metrics_dir, reset_dir
+    from ragline.shared.worker.metrics_server import metrics_dir, reset_dir
 
     keys = make_keys(tmp_path)
     reset_dir(metrics_dir(stack, "query"))

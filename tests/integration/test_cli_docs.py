@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from ragline.ingest.enqueue import default_source_name
 from ragline.ingest.events import handle_event
-from ragline.shared.contracts import IngestEvent, SearchRequest
+from ragline.shared.sdk.contracts import IngestEvent, SearchRequest
 from tests.loopback import loopback_voyage
 
 ISO_UTC = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ragline.ingest.enqueue import default_source_name
-from ragline.shared import db
+from ragline.shared.worker import db
 from tests.conftest import REPO
 from tests.integration.test_ingest import section
 from tests.loopback import loopback_voyage

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from ragline.ingest.enqueue import default_source_name
-from ragline.shared.services import free_port
+from ragline.shared.stack.services import free_port
 
 RAGLINE = [sys.executable, "-m", "ragline.cli"]
 
@@ -60,8 +60,8 @@ def _generated_secrets_are_private_used_and_never_printed(home: Path, env: dict,
     a 0700 home, Flower asks for its own, and only `ragline secrets show` prints one."""
     import httpx
 
-    from ragline.shared import credentials
-    from ragline.shared.settings import Settings
+    from ragline.shared.config.settings import Settings
+    from ragline.shared.worker import credentials
     from tests.pools import wait_port
 
     folder = home / "secrets"
@@ -91,8 +91,8 @@ def _nothing_in_the_home_is_readable_by_others(home: Path) -> None:
     """Every folder 0700 and every file 0600 (no group or other bit), the Redis AOF, logs, pid files,
     metrics and Postgres's data included; only the home itself may be 0711 (run as root, the
     embedded Postgres's own user passes through it) and a socket is reached through its 0700 folder."""
-    from ragline.shared import credentials
-    from ragline.shared.settings import Settings
+    from ragline.shared.config.settings import Settings
+    from ragline.shared.worker import credentials
 
     assert stat.S_IMODE(home.lstat().st_mode) == credentials.home_mode(Settings(home=home))
     exposed = []

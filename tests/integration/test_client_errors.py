@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from ragline.shared.async_client import AsyncRaglineClient
-from ragline.shared.client import (
+from ragline.shared.sdk.async_client import AsyncRaglineClient
+from ragline.shared.sdk.client import (
     RaglineClient,
     RaglineError,
     RaglineRateLimited,
@@ -43,7 +43,7 @@ class PrivateRedis:
     """A redis-server of the test's own, stopped and restarted on the same port."""
 
     def __init__(self, tmp_path: Path) -> None:
-        from ragline.shared.services import free_port
+        from ragline.shared.stack.services import free_port
 
         self.port = free_port()
         self.dir = tmp_path
@@ -51,7 +51,7 @@ class PrivateRedis:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        from ragline.shared.services import redis_server_binary
+        from ragline.shared.stack.services import redis_server_binary
 
         argv = [str(redis_server_binary()), "--port", str(self.port), "--bind", "127.0.0.1"]
         argv += ["--save", "", "--appendonly", "no", "--dir", str(self.dir)]

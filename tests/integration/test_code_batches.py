@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from ragline.shared import db
-from ragline.shared.names import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT
+from ragline.shared.sdk.names import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT
+from ragline.shared.worker import db
 from tests.gitrepo import commit, git
 
 
@@ -17,7 +17,7 @@ def module(n: int) -> str:
 
 def test_a_sync_fans_out_by_code_bytes(use_settings, tenant, tmp_path):
     from ragline.ingest.events import handle_event
-    from ragline.shared.contracts import IngestEvent
+    from ragline.shared.sdk.contracts import IngestEvent
 
     repo = tmp_path / "repo"
     repo.mkdir()

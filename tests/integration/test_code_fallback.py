@@ -7,8 +7,8 @@ from tests.integration.test_code_structure import loopback, repo_tenant  # noqa:
 
 
 def retrieve(tenant: str, query: str, mode: str, **kw) -> dict:
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.worker.celery_app import app
 
     payload = {"query": query, "tenant": tenant, "groups": ["dev"], "k": 50, "mode": mode, **kw}
     res = app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=60)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ragline.shared import db
+from ragline.shared.worker import db
 from tests.gitrepo import commit, git
 from tests.integration.lifecycle_helpers import wait_job
 from tests.integration.test_code_structure import loopback  # noqa: F401  (fixture)

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from typer.testing import CliRunner
 
-from ragline.shared import db
+from ragline.shared.worker import db
 from tests.gitrepo import commit, git
 from tests.integration.lifecycle_helpers import wait_job
 from tests.integration.test_git_source import push
@@ -110,9 +110,9 @@ def search(tenant: str, query: str, **kw) -> list:
     import numpy as np
 
     from ragline.query.retrieve import search as run
-    from ragline.shared.contracts import SearchRequest
-    from ragline.shared.providers import get_embedder
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.contracts import SearchRequest
+    from ragline.shared.worker.providers import get_embedder
 
     req = SearchRequest(query=query, tenant=tenant, groups=["dev"], **{"k": 50, **kw})
     qvec = np.asarray(get_embedder().embed_query(query), dtype=np.float32)
@@ -186,8 +186,8 @@ def test_a_documents_related_code_lifts_the_file_it_names(repo_tenant):
 
 
 def test_code_citations_carry_their_line_span(repo_tenant):
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_QUERY_ASK
+    from ragline.shared.sdk.names import TASK_QUERY_ASK
+    from ragline.shared.worker.celery_app import app
 
     res = app.send_task(
         TASK_QUERY_ASK,
@@ -289,7 +289,7 @@ def test_the_scheduled_reindex_records_the_commit_it_indexed(
     """A reindex of a git source records its commit like a push: the next push diffs from it (instead
     of listing the whole tree), and its documents carry the commit and their path in the repository."""
     from ragline.ingest.reindex import reindex, select_sources
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ragline.ingest.pipeline import ingest_document
-from ragline.shared.contracts import IngestRequest
+from ragline.shared.sdk.contracts import IngestRequest
 from tests.integration.test_ingest import chunk_rows, doc
 from tests.loopback import LoopbackServer
 

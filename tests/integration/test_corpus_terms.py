@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from ragline.query import service
-from ragline.shared.contracts import SearchRequest
+from ragline.shared.sdk.contracts import SearchRequest
 from tests.integration.query_corpus import store_docs
 
 PREFACE = (

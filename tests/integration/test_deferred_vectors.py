@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from ragline.shared import db
+from ragline.shared.worker import db
 from tests.gitrepo import commit, git
 from tests.integration.lifecycle_helpers import wait_job
 from tests.integration.test_code_structure import FILES
@@ -77,8 +77,8 @@ def repo(celery_worker, use_settings, loopback, tenant, tmp_path):
 
 def search(tenant: str, groups: list[str], mode: str = "hybrid") -> dict:
     """Through the query pool (its read-only role under row-level security)."""
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.worker.celery_app import app
 
     payload = {"query": QUERY, "tenant": tenant, "groups": groups, "mode": mode, "k": 20}
     return app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=120)
@@ -98,8 +98,8 @@ def vectors_by_path(tenant: str) -> dict[str, list[bool]]:
 
 def fill(tenant: str) -> None:
     from ragline.cli.query import wait_for_vectors
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_INGEST_FILL_VECTORS
+    from ragline.shared.sdk.names import TASK_INGEST_FILL_VECTORS
+    from ragline.shared.worker.celery_app import app
 
     out = app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}]).get(timeout=300)
     assert out["state"] == "succeeded", out
@@ -111,7 +111,7 @@ def fill(tenant: str) -> None:
 def test_code_is_searchable_before_its_vectors_and_says_so(repo, tenant, fill_lock, loopback):
     from ragline.cli.lifecycle import lifecycle_status
     from ragline.query.fusion import FusionPolicy
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     summary = wait_job(push(tenant, "r", None, "main", 1)["job_id"])
     assert summary["state"] == "succeeded" and summary["failed"] == 0, summary

@@ -334,7 +334,7 @@ def test_entrypoint_refuses_to_serve_without_its_password(tmp_path):
     lines = log.read_text().splitlines()
     # the weak-password check runs first, then Flower with the password only in its environment
     assert lines[0] == "secrets check"
-    assert lines[2].startswith("-A ragline.shared.celery_app:app flower") and pw not in lines[2]
+    assert lines[2].startswith("-A ragline.shared.worker.celery_app:app flower") and pw not in lines[2]
     assert lines[3] == f"auth=admin:{pw}"
 
 
@@ -702,7 +702,7 @@ def test_network_policies_allow_each_component_only_what_it_needs():
 def test_keda_scales_each_pool_on_its_queue_length():
     import jsonschema
 
-    from ragline.shared.names import POOLS
+    from ragline.shared.sdk.names import POOLS
 
     scaled = [d for _, d in _manifests() if d["kind"] == "ScaledObject"]
     deployments = {d["metadata"]["name"] for _, d in _manifests() if d["kind"] == "Deployment"}
@@ -769,9 +769,9 @@ def test_every_launcher_starts_workers_through_ragline_worker(monkeypatch):
     import os
     import sys
 
-    from ragline.shared.names import POOLS
-    from ragline.shared.processes import specs, worker_command
-    from ragline.shared.settings import Settings
+    from ragline.shared.config.settings import Settings
+    from ragline.shared.sdk.names import POOLS
+    from ragline.shared.stack.processes import specs, worker_command
 
     settings = Settings()
     launched = {s.argv[3:5][1]: s.argv for s in specs(settings) if s.name.startswith("worker-")}
@@ -868,7 +868,7 @@ def test_roles_sql_creates_non_superuser_roles_that_run_ragline(scratch_postgres
     import psycopg
     from yoyo import read_migrations
 
-    from ragline.shared.migrate import MIGRATIONS_DIR, apply_migrations
+    from ragline.shared.worker.migrate import MIGRATIONS_DIR, apply_migrations
 
     server, psql = scratch_postgres
     owner_pw, query_pw = secrets.token_hex(12), secrets.token_hex(12)

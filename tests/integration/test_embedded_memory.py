@@ -20,8 +20,8 @@ from tests.conftest import REPO
 SCRIPT = """
 import json, os
 import psycopg
-from ragline.shared import services
-from ragline.shared.settings import get_settings
+from ragline.shared.stack import services
+from ragline.shared.config.settings import get_settings
 s = get_settings()
 url = services.start_postgres(s)
 with psycopg.connect(url) as c:

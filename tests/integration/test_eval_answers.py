@@ -255,7 +255,7 @@ def test_answer_eval_with_a_chat_model_answering_and_judging(corpus, use_setting
 
 
 def test_answer_eval_over_a_corpus_it_ingests_into_a_fresh_tenant(celery_worker, use_settings, tmp_path):
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     text = (RU_DOCS / "vue3-docs-ru/guide/built-ins/teleport.md").read_text(encoding="utf-8")
     corpus = tmp_path / "corpus.jsonl"

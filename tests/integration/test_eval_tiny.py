@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ragline.shared import db
+from ragline.shared.worker import db
 from tests.integration.query_corpus import store_docs
 from tests.loopback import LoopbackServer
 

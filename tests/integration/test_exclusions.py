@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from ragline.ingest.enqueue import default_source_name
 from ragline.ingest.roots import grant_roots
-from ragline.shared import db
-from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_INGEST_EVENT
+from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT, TASK_INGEST_EVENT
+from ragline.shared.worker import db
 from tests.integration.lifecycle_helpers import wait_job
 
 TEXT = "# Секрет\n\nВ этом файле утёк пароль от стенда: hunter2.\n"
@@ -56,7 +56,7 @@ def _by_reindex(root: Path, f: Path, tenant: str, doc_id: str, version: int) -> 
 
 
 def _by_event(root: Path, f: Path, tenant: str, doc_id: str, version: int) -> None:
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     ev = {
         "type": "upsert",
@@ -72,7 +72,7 @@ def _by_event(root: Path, f: Path, tenant: str, doc_id: str, version: int) -> No
 
 
 def _by_task(root: Path, f: Path, tenant: str, doc_id: str, version: int) -> None:
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     payload = {"tenant": tenant, "doc_id": doc_id, "uri": str(f), "acl": ["g"], "version": version}
     app.send_task(TASK_INGEST_DOCUMENT, args=[payload]).get(timeout=120)
@@ -145,7 +145,7 @@ def test_an_exclusion_recorded_while_the_document_embeds_still_holds(
     celery_worker, use_settings, tenant, tmp_path, monkeypatch
 ):
     """The batch asked before it embedded; the store asks again under the document's lock."""
-    from ragline.shared import jobs, providers
+    from ragline.shared.worker import jobs, providers
     from tests.integration.test_ingest_progress import GatedEmbedder, _until
 
     use_settings(embed_batch_size=1)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from ragline.query import retrieve
-from ragline.shared import db
-from ragline.shared.contracts import SearchRequest
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.worker import db
 from tests.integration.query_corpus import store_docs
 
 

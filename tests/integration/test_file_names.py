@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ragline.shared import db
-from ragline.shared.names import TASK_INGEST_EVENT
+from ragline.shared.sdk.names import TASK_INGEST_EVENT
+from ragline.shared.worker import db
 from tests.gitrepo import commit, git
 from tests.integration.lifecycle_helpers import wait_job
 from tests.loopback import LoopbackServer
@@ -66,7 +66,7 @@ def _run(source: str, tenant: str, tmp_path: Path, voyage) -> str:
     from ragline.ingest.control_tasks import run_reindex
     from ragline.ingest.enqueue import collect_files, enqueue_files
     from ragline.ingest.roots import grant_roots
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     folder = tmp_path / "docs"
     if source in ("git push", "git reindex"):
@@ -122,7 +122,7 @@ def test_unsafe_names_refused_and_recorded(celery_worker, voyage, tenant, tmp_pa
 
 
 def test_an_event_naming_an_unsafe_doc_id_is_an_invalid_payload(celery_worker, tenant):
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     for doc_id in BAD.values():
         ev = {

@@ -20,8 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ragline.ingest.roots import grant_roots
-from ragline.shared import db
-from ragline.shared.names import TASK_INGEST_EVENT
+from ragline.shared.sdk.names import TASK_INGEST_EVENT
+from ragline.shared.worker import db
 from tests.gitrepo import git as sh
 from tests.integration.lifecycle_helpers import wait_job
 from tests.loopback import loopback_voyage
@@ -91,7 +91,7 @@ def voyage(use_settings):
 def attempt(entry: str, tenant: str, folder: Path, commit: str, use_settings) -> str:
     """Send acme's folder through one entry point; returns the error it reported (or "" if none)."""
     from ragline.ingest.control_tasks import run_reindex
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     name = "acme-src"
     source = {"name": name, "kind": "git", "tenant": tenant, "acl": ["staff"], "ref": commit}

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ragline.shared import db
-from ragline.shared.names import TASK_INGEST_EVENT
+from ragline.shared.sdk.names import TASK_INGEST_EVENT
+from ragline.shared.worker import db
 from tests.conftest import DATASETS
 from tests.gitrepo import commit, git
 from tests.integration.lifecycle_helpers import wait_job
@@ -91,7 +91,7 @@ def embedded_texts(loopback) -> list[str]:
 
 
 def push(tenant: str, source: str, before: str | None, after: str, version: int) -> dict:
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     ev = {"type": "push", "tenant": tenant, "source": source, "after": after, "version": version}
     if before:
@@ -235,8 +235,8 @@ def test_identifier_queries_find_code_lexically(celery_worker, voyage, loopback,
     """Each query here defeats the Russian configuration alone: camelCase is one word to it, a dotted
     path one token, and ``register_hook`` two stems that the caller repeats more than the definition."""
     from ragline.query.retrieve import search
-    from ragline.shared.contracts import SearchRequest
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.contracts import SearchRequest
 
     repo = tmp_path / "repo"
     repo.mkdir()

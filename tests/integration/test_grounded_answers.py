@@ -13,8 +13,8 @@ import pytest
 from ragline.query import service
 from ragline.query.context import SQUEEZE_PROMPT
 from ragline.query.grounding import JUDGE_PROMPT
-from ragline.shared import metrics as m
-from ragline.shared.contracts import AskRequest
+from ragline.shared.sdk.contracts import AskRequest
+from ragline.shared.worker import metrics as m
 from tests.integration.query_corpus import store_docs
 from tests.loopback import LoopbackServer
 

@@ -10,8 +10,8 @@ import pytest
 
 from ragline.ingest.pipeline import ingest_batch, ingest_document
 from ragline.ingest.roots import grant_roots
-from ragline.shared import db, jobs
-from ragline.shared.contracts import IngestRequest
+from ragline.shared.sdk.contracts import IngestRequest
+from ragline.shared.worker import db, jobs
 from tests.loopback import LoopbackServer, loopback_voyage
 
 
@@ -305,7 +305,7 @@ def test_allowed_roots_confine_local_reads(stack, use_settings, tmp_path):
 
     from ragline.ingest.load import load
     from ragline.ingest.parse import ParseError
-    from ragline.shared.contracts import IngestRequest
+    from ragline.shared.sdk.contracts import IngestRequest
 
     inside = tmp_path / "kb"
     inside.mkdir()

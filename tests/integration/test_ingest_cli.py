@@ -10,7 +10,7 @@ import sys
 
 from ragline.ingest.enqueue import default_source_name
 from ragline.ingest.roots import grant_roots
-from ragline.shared import db
+from ragline.shared.worker import db
 from tests.conftest import REPO
 from tests.integration.test_ingest import section
 from tests.loopback import loopback_voyage
@@ -163,7 +163,7 @@ def test_acl_is_required_and_an_empty_one_is_warned_about(celery_worker, use_set
 
 def test_files_stored_under_an_old_id_are_reported(celery_worker, use_settings, tenant, tmp_path):
     from ragline.ingest.pipeline import ingest_document
-    from ragline.shared.contracts import IngestRequest
+    from ragline.shared.sdk.contracts import IngestRequest
 
     f = tmp_path / "guide.md"
     f.write_text("# Гайд\n\nКак начать работу.", encoding="utf-8")

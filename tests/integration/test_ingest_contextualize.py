@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ragline.ingest.pipeline import ingest_document
-from ragline.shared import db
-from ragline.shared.metrics import CONTEXTUALIZE_FALLBACK
+from ragline.shared.worker import db
+from ragline.shared.worker.metrics import CONTEXTUALIZE_FALLBACK
 from tests.integration.test_ingest import doc, section
 from tests.loopback import Faults, LoopbackServer
 

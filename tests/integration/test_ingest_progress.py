@@ -13,7 +13,7 @@ import uuid
 import pytest
 from typer.testing import CliRunner
 
-from ragline.shared import db, jobs, providers
+from ragline.shared.worker import db, jobs, providers
 from tests.loopback import hashed_embedding
 
 DOCS = 4

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragline.shared import db
+from ragline.shared.worker import db
 from tests.conftest import DATASETS
 from tests.integration.test_ingest import chunk_rows, wait_job
 from tests.loopback import loopback_voyage

@@ -20,8 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ragline.ingest.roots import grant_roots
-from ragline.shared import db, jobs
-from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_INGEST_EVENT
+from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT, TASK_INGEST_EVENT
+from ragline.shared.worker import db, jobs
 from tests.loopback import loopback_voyage
 from tests.pdfs import raw_pdf
 
@@ -99,7 +99,7 @@ def voyage(use_settings):
 
 
 def _ingest(payload: dict) -> dict:
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     return app.send_task(TASK_INGEST_DOCUMENT, args=[payload]).get(timeout=120)
 
@@ -150,7 +150,7 @@ def test_ragline_ingest_grants_its_folders_and_events_stay_inside(celery_worker,
     """The operator's `ragline ingest DIR` grants DIR to the tenant; a producer's event may then
     name a new file in it, but not one next to it."""
     from ragline.cli import app as cli
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     folder, beside = tmp_path / "wiki", tmp_path / "private"
     folder.mkdir()
@@ -253,7 +253,7 @@ def test_url_ingestion_is_refused_inside_and_allowed_explicitly(celery_worker, v
 def test_a_request_of_a_url_source_is_held_to_its_allowed_hosts(stack, use_settings, tenant):
     from ragline.ingest.fetch import FetchRefused
     from ragline.ingest.load import load
-    from ragline.shared.contracts import IngestRequest
+    from ragline.shared.sdk.contracts import IngestRequest
 
     with _site() as site:
         other = site.replace("127.0.0.1", "localhost")

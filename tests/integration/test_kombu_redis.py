@@ -1,4 +1,4 @@
-"""One Redis client per kombu channel (shared/kombu_redis.py), on the stack's real Redis."""
+"""One Redis client per kombu channel (shared/worker/kombu_redis.py), on the stack's real Redis."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import redis
 def test_channel_reuses_one_client_and_rebuilds_it_with_a_new_pool(stack, monkeypatch):
     from kombu import Connection
 
-    from ragline.shared.celery_app import app  # importing the app applies the patch
-    from ragline.shared.kombu_redis import reuse_clients
+    from ragline.shared.worker.celery_app import app  # importing the app applies the patch
+    from ragline.shared.worker.kombu_redis import reuse_clients
 
     assert reuse_clients()
     built: list[object] = []

@@ -11,9 +11,9 @@ import sys
 import time
 
 from ragline.ingest.events import handle_event
-from ragline.shared import jobs
-from ragline.shared.contracts import IngestEvent
-from ragline.shared.names import TASK_INGEST_EVENT
+from ragline.shared.sdk.contracts import IngestEvent
+from ragline.shared.sdk.names import TASK_INGEST_EVENT
+from ragline.shared.worker import jobs
 from tests.integration.lifecycle_helpers import put_document
 
 
@@ -31,7 +31,7 @@ def _doc(conn, tenant, doc_id) -> dict | None:
 
 
 def test_delete_event_removes_every_chunk(celery_worker, conn, tenant):
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     put_document(tenant, "big", [f"абзац {i} о бюджете" for i in range(30)], acl=["g"], version=3)
     put_document(tenant, "other", ["соседний документ"], acl=["g"], version=1)
@@ -45,7 +45,7 @@ def test_delete_event_removes_every_chunk(celery_worker, conn, tenant):
     assert _doc(conn, tenant, "big")["status"] == "deleted"
     assert _chunks(conn, tenant, "other") == 1  # nothing else touched
     from ragline.query.service import search
-    from ragline.shared.contracts import SearchRequest
+    from ragline.shared.sdk.contracts import SearchRequest
 
     hits = search(SearchRequest(query="бюджете", tenant=tenant, groups=["g"], mode="lexical")).hits
     assert "big" not in {h.doc_id for h in hits}
@@ -113,7 +113,7 @@ def test_delete_before_the_document_exists_blocks_the_older_upsert(conn, tenant)
 
 _HEARTBEATER = """
 import sys, time
-from ragline.shared import db, jobs
+from ragline.shared.worker import db, jobs
 with db.connection() as conn:
     job = jobs.create_job(conn, "reembed", sys.argv[1], [], {})
 print(job, flush=True)
@@ -126,8 +126,8 @@ while True:
 
 def test_killed_job_is_detected_as_stuck(celery_worker, conn, tenant):
     """A real process runs a job and heartbeats; it is killed with SIGKILL; the beat task marks the job."""
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_STUCK_JOBS
+    from ragline.shared.sdk.names import TASK_STUCK_JOBS
+    from ragline.shared.worker.celery_app import app
 
     env = {**os.environ}
     proc = subprocess.Popen(
@@ -195,8 +195,8 @@ def test_stuck_job_that_progresses_after_all_runs_again(conn, tenant):
 
 
 def test_documents_of_a_cancelled_job_are_skipped(celery_worker, conn, tenant):
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_INGEST_DOCUMENT
+    from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT
+    from ragline.shared.worker.celery_app import app
 
     job_id = jobs.create_job(conn, "ingest", tenant, ["x.md"], {})
     assert jobs.cancel_job(conn, job_id)
@@ -219,8 +219,8 @@ def test_documents_of_a_cancelled_job_are_skipped(celery_worker, conn, tenant):
 
 
 def test_purge_removes_old_tombstones_and_finished_jobs_only(celery_worker, conn, tenant):
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_PURGE
+    from ragline.shared.sdk.names import TASK_PURGE
+    from ragline.shared.worker.celery_app import app
 
     for doc_id in ("old-deleted", "fresh-deleted", "old-live"):
         put_document(tenant, doc_id, [f"текст {doc_id}"], acl=["g"], version=1)

@@ -13,9 +13,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from ragline.ingest.roots import grant_roots
-from ragline.shared import db
-from ragline.shared.contracts import SearchRequest
-from ragline.shared.names import TASK_INGEST_EVENT, TASK_INGEST_REEMBED
+from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.sdk.names import TASK_INGEST_EVENT, TASK_INGEST_REEMBED
+from ragline.shared.worker import db
 from tests.integration.lifecycle_helpers import MarkdownSite, wait_job
 
 DOCS = {
@@ -129,7 +129,7 @@ def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(
     """Ten new one-chunk files on two ingest processes: two batch tasks, so two embedding requests
     (one per document before) and every document stored once."""
     from ragline.ingest.reindex import reindex
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     root = tmp_path / "many"
     root.mkdir()
@@ -155,7 +155,7 @@ def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(
         ),
     )
     from ragline.ingest.sources import configured_sources
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     sent: list[tuple[str, dict]] = []
 
@@ -175,7 +175,7 @@ def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(
 
 def test_model_switch_reembeds_every_chunk_exactly_once(celery_worker, voyage, loopback, tenant, tmp_path):
     from ragline.ingest.pipeline import ingest_document
-    from ragline.shared.contracts import IngestRequest
+    from ragline.shared.sdk.contracts import IngestRequest
 
     voyage(embed_model="model-a")
     for i in range(6):
@@ -191,7 +191,7 @@ def test_model_switch_reembeds_every_chunk_exactly_once(celery_worker, voyage, l
 
     voyage(embed_model="model-b", reembed_batch_size=4)  # several batches
     loopback.reset_stats()
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     out = app.send_task(TASK_INGEST_REEMBED, args=[{"tenant": tenant}]).get(timeout=120)
     assert out["state"] == "succeeded" and out["chunks"] == total
@@ -214,7 +214,7 @@ def test_model_switch_reembeds_every_chunk_exactly_once(celery_worker, voyage, l
 
 
 def test_upsert_and_delete_events_through_workers(celery_worker, voyage, tenant, tmp_path):
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     voyage(embed_model="voyage-events")
     f = tmp_path / "note.md"
@@ -281,12 +281,12 @@ def test_url_list_source_reindex(celery_worker, voyage, loopback, tenant):
 
 def test_errors_and_retry_failed(celery_worker, voyage, tenant, tmp_path):
     from ragline.cli import app as cli
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     voyage(embed_model="voyage-retry")
     missing = tmp_path / "late.md"
     grant_roots(tenant, [tmp_path])
-    from ragline.shared.names import TASK_INGEST_DOCUMENT
+    from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT
 
     res = app.send_task(
         TASK_INGEST_DOCUMENT,

@@ -12,7 +12,7 @@ import sys
 import psutil
 import pytest
 
-from ragline.shared.services import free_port
+from ragline.shared.stack.services import free_port
 from tests.conftest import REPO
 from tests.integration.test_cli_stack import _free_port_run, _ours
 

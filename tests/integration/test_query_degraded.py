@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ragline.query import service
-from ragline.shared import metrics as m
-from ragline.shared.contracts import SearchRequest
+from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.worker import metrics as m
 from tests.integration.query_corpus import store_docs
 from tests.loopback import Faults, LoopbackServer
 

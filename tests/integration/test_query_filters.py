@@ -7,8 +7,8 @@ import pytest
 
 from ragline.query import service
 from ragline.query.retrieve import lexical_rows
-from ragline.shared.contracts import SearchRequest
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import SearchRequest
 from tests.integration.query_corpus import store_docs, vec
 
 WORD = "ретраи"

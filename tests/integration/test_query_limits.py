@@ -10,12 +10,12 @@ import pytest
 
 from ragline.query import retrieve
 from ragline.query.admission import RateLimited, get_admission
-from ragline.shared import db
-from ragline.shared.celery_app import app
-from ragline.shared.client import RaglineClient, RaglineError
-from ragline.shared.contracts import SearchRequest
-from ragline.shared.names import TASK_QUERY_ASK
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.client import RaglineClient, RaglineError
+from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.sdk.names import TASK_QUERY_ASK
+from ragline.shared.worker import db
+from ragline.shared.worker.celery_app import app
 from tests.integration.query_corpus import store_docs
 from tests.loopback import Faults, LoopbackServer
 

@@ -18,8 +18,8 @@ from bench.synthetic import EmbeddingSpace, load_chunks
 from ragline.cli import app as cli
 from ragline.query import retrieve
 from ragline.query.vector_index import INDEX_NAMES, problem
-from ragline.shared import db
-from ragline.shared.contracts import SearchRequest
+from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.worker import db
 
 BIG, SMALL, K = 4000, 150, 10
 BIG_TENANT, SMALL_TENANT = "t-planning-big", "t-planning-small"
@@ -59,7 +59,7 @@ def request(tenant: str, q: np.ndarray) -> SearchRequest:
 
 
 def search(tenant: str, q: np.ndarray, conn=None):
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     if conn is not None:
         return retrieve.search(conn, request(tenant, q), q, get_settings())
@@ -123,7 +123,7 @@ def plan(conn, tenant: str, q: np.ndarray, settings) -> tuple[int, str]:
 
 
 def test_the_small_tenant_never_walks_hnsw_and_the_big_one_does(corpus, use_settings):
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     _, queries = corpus
     use_settings(exact_search_max_rows=1000)
@@ -157,7 +157,7 @@ def test_the_small_tenant_never_walks_hnsw_and_the_big_one_does(corpus, use_sett
 
 def test_vector_rows_counts_the_tenant_when_not_told(corpus, use_settings):
     """Callers that run the statement alone (benchmarks) get the same path as the search."""
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     vectors, queries = corpus
     use_settings(hnsw_ef_search=1, retrieval_top_n=K, exact_search_max_rows=SMALL)
@@ -174,7 +174,7 @@ def invoke(*args: str):
 
 
 def test_halfvec_rebuild_while_searches_answer(corpus, use_settings):
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     vectors, queries = corpus
     dim = get_settings().embed.dim

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from ragline.query import service
-from ragline.shared import metrics as m
-from ragline.shared.contracts import SearchRequest
-from ragline.shared.names import TASK_QUERY_RERANK
+from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.sdk.names import TASK_QUERY_RERANK
+from ragline.shared.worker import metrics as m
 from tests.integration.query_corpus import store_docs, vec
 from tests.loopback import Faults, LoopbackServer
 
@@ -96,8 +96,8 @@ def test_the_sdk_timeout_firing_first_is_still_a_timeout(corpus, use_settings):
     """The SDK's request timeout is the rerank budget, so under load it can fire before ragline's own
     deadline: the degradation reason must not depend on which clock won."""
     from ragline.query.rerank import rerank_hits
-    from ragline.shared.providers.rerank import VoyageReranker
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.worker.providers.rerank import VoyageReranker
 
     hits = service.search(request(corpus, k=4, rerank=False)).hits
     with LoopbackServer(faults=Faults(latency_s=1.5)) as srv:
@@ -132,7 +132,7 @@ def test_missing_optional_cross_encoder_degrades_with_a_clear_reason(corpus, use
 
 
 def test_rerank_task_contract(celery_worker, corpus, use_settings):
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     hits = service.search(request(corpus, k=4, rerank=False)).hits
     with LoopbackServer() as srv:

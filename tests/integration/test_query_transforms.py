@@ -7,7 +7,7 @@ import pytest
 
 from ragline.query import service
 from ragline.query.prompt import HYDE_PROMPT, MULTI_QUERY_PROMPT, REWRITE_PROMPT
-from ragline.shared.contracts import AskRequest
+from ragline.shared.sdk.contracts import AskRequest
 from tests.integration.query_corpus import store_docs
 from tests.loopback import LoopbackServer
 

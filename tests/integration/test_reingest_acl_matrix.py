@@ -25,8 +25,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ragline.ingest.roots import grant_roots
-from ragline.shared import db
-from ragline.shared.names import TASK_INGEST_EVENT
+from ragline.shared.sdk.names import TASK_INGEST_EVENT
+from ragline.shared.worker import db
 from tests.gitrepo import WHEN, git
 from tests.integration.lifecycle_helpers import MarkdownSite, acl_of, wait_job
 from tests.loopback import loopback_voyage
@@ -113,7 +113,7 @@ class Entry:
     def ingest(self, acl: list[str], broken: bool = False) -> None:
         from ragline.cli import app as cli
         from ragline.ingest.control_tasks import run_reindex
-        from ragline.shared.celery_app import app
+        from ragline.shared.worker.celery_app import app
 
         self.sent += 1
         if self.kind in ("file", "folder", "git_cli"):

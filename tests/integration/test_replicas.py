@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from bench import replicas as bench_replicas
-from ragline.shared import db, replicas
+from ragline.shared.worker import db, replicas
 from tests.integration.query_corpus import store_docs
 
 WORD = "репликация"
@@ -98,7 +98,7 @@ def _wait_replayed(conn, owner_url: str) -> None:
 
 def _found(tenant: str, groups: list[str]) -> set[str]:
     from ragline.query import service
-    from ragline.shared.contracts import SearchRequest
+    from ragline.shared.sdk.contracts import SearchRequest
 
     req = SearchRequest(query=WORD, tenant=tenant, groups=groups, k=10, mode="lexical")
     return {h.doc_id for h in service.retrieve(req).hits}
@@ -125,7 +125,7 @@ def test_questions_are_answered_from_the_replica(routed, conn, tenant):
 
 def test_a_revocation_waits_for_the_replica_and_takes_it_out_of_rotation(routed, conn, tenant, stack):
     from ragline.ingest.control_tasks import run_acl_sync
-    from ragline.shared.contracts import AclSyncItem, AclSyncRequest
+    from ragline.shared.sdk.contracts import AclSyncItem, AclSyncRequest
 
     _, owner_url, _, name = routed
     docs = [
@@ -170,7 +170,7 @@ def test_a_revocation_waits_for_the_replica_and_takes_it_out_of_rotation(routed,
 
 def test_a_sync_the_replica_replays_in_time_excludes_nothing(routed, conn, tenant):
     from ragline.ingest.control_tasks import run_acl_sync
-    from ragline.shared.contracts import AclSyncItem, AclSyncRequest
+    from ragline.shared.sdk.contracts import AclSyncItem, AclSyncRequest
 
     _, _, _, name = routed
     store_docs(conn, tenant, [{"doc_id": "a.md", "content": f"{WORD} а", "acl": ["g"]}])

@@ -10,10 +10,10 @@ import psycopg
 import pytest
 
 from ragline.query import retrieve, service
-from ragline.shared import db
-from ragline.shared.client import RaglineClient
-from ragline.shared.contracts import SearchRequest
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.client import RaglineClient
+from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.worker import db
 from tests.integration.query_corpus import store_docs, vec
 
 WORD = "изоляция"

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from ragline.shared import credentials
+from ragline.shared.worker import credentials
 from tests.pools import listen_addresses, start_pool, wait_port
 
 pytestmark = pytest.mark.slow
@@ -79,9 +79,9 @@ def test_the_redis_password_cannot_reconfigure_the_server(stack, command):
 
 
 def test_metrics_endpoint_answers_to_the_generated_password_only(stack, monkeypatch):
-    from ragline.shared.metrics_server import metrics_dir, metrics_port, reset_dir
-    from ragline.shared.services import free_port
-    from ragline.shared.settings import get_settings, reset_settings
+    from ragline.shared.config.settings import get_settings, reset_settings
+    from ragline.shared.stack.services import free_port
+    from ragline.shared.worker.metrics_server import metrics_dir, metrics_port, reset_dir
 
     monkeypatch.setenv("RAGLINE_OPS_METRICS_PORT", str(free_port()))
     monkeypatch.delenv("RAGLINE_OPS_METRICS_PASSWORD", raising=False)
@@ -124,7 +124,7 @@ def test_metrics_endpoint_answers_to_the_generated_password_only(stack, monkeypa
 
 def test_status_and_config_never_print_a_password(stack, monkeypatch):
     from ragline.cli import app as cli
-    from ragline.shared.settings import reset_settings
+    from ragline.shared.config.settings import reset_settings
 
     secrets = [credentials.password(stack, n) for n in credentials.SECRET_SETTINGS]
     status = CliRunner().invoke(cli, ["status", "--json"])
@@ -151,9 +151,9 @@ def test_status_and_config_never_print_a_password(stack, monkeypatch):
 
 @pytest.mark.parametrize("password", ["ragline-metrics", ""])
 def test_metrics_server_refuses_a_weak_password_beyond_loopback(stack, password):
-    from ragline.shared.metrics_server import metrics_dir
-    from ragline.shared.processes import child_env
-    from ragline.shared.services import free_port
+    from ragline.shared.stack.processes import child_env
+    from ragline.shared.stack.services import free_port
+    from ragline.shared.worker.metrics_server import metrics_dir
 
     port = free_port()
     metrics_dir(stack, "query").mkdir(parents=True, exist_ok=True)
@@ -165,7 +165,7 @@ def test_metrics_server_refuses_a_weak_password_beyond_loopback(stack, password)
         "RAGLINE_OPS_METRICS_PASSWORD": password,
     }
     out = subprocess.run(
-        [sys.executable, "-m", "ragline.shared.metrics_server", "query"],
+        [sys.executable, "-m", "ragline.shared.worker.metrics_server", "query"],
         env=env,
         capture_output=True,
         text=True,
@@ -177,8 +177,8 @@ def test_metrics_server_refuses_a_weak_password_beyond_loopback(stack, password)
 
 
 def test_flower_with_a_default_password_beyond_loopback_is_never_started(stack, monkeypatch):
-    from ragline.shared import processes
-    from ragline.shared.settings import get_settings, reset_settings
+    from ragline.shared.config.settings import get_settings, reset_settings
+    from ragline.shared.stack import processes
 
     monkeypatch.setenv("RAGLINE_FLOWER_HOST", "0.0.0.0")
     monkeypatch.setenv("RAGLINE_FLOWER_PASSWORD", "ragline-admin")

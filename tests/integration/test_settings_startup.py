@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_worker_logs_each_deprecated_variable_once_without_its_value(stack):
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     env = {
         "RAGLINE_WORKER_WARMUP": "false",  # old name of workers.warmup

@@ -9,8 +9,8 @@ import pytest
 
 from ragline.ingest.enqueue import default_source_name
 from ragline.ingest.roots import grant_roots
-from ragline.shared import jobs
-from ragline.shared.names import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT, TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+from ragline.shared.worker import jobs
 
 DOCS = {
     "queues.md": "# Очереди\n\nragline использует очереди ingest и query. Пул запросов работает отдельно "
@@ -36,7 +36,7 @@ def docs_dir(tmp_path: Path) -> Path:
 
 def test_ingest_folder_and_ask_with_citations(celery_worker, docs_dir, tenant):
     from ragline.ingest.enqueue import collect_files, enqueue_files
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     grant_roots(tenant, [docs_dir])  # what `ragline ingest` does before it enqueues
     job = enqueue_files(collect_files([docs_dir]), tenant=tenant, acl=["staff"])
@@ -67,7 +67,7 @@ def test_ingest_folder_and_ask_with_citations(celery_worker, docs_dir, tenant):
 
 def test_search_through_query_queue_is_tenant_scoped(celery_worker, docs_dir, tenant):
     from ragline.ingest.enqueue import collect_files, enqueue_files
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     grant_roots(tenant, [docs_dir])
     _wait_job(enqueue_files(collect_files([docs_dir]), tenant=tenant, acl=["g"]))
@@ -82,7 +82,7 @@ def test_search_through_query_queue_is_tenant_scoped(celery_worker, docs_dir, te
 
 
 def test_malformed_payload_gets_structured_error(celery_worker):
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     res = app.send_task(TASK_INGEST_DOCUMENT, args=[{"tenant": 5}]).get(timeout=30)
     assert res["ok"] is False and res["error"] == "invalid payload"

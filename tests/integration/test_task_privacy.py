@@ -10,9 +10,9 @@ from __future__ import annotations
 from celery import signals
 
 from ragline.ingest.pipeline import ingest_document
-from ragline.shared.celery_base import payload_summary
-from ragline.shared.contracts import IngestRequest
-from ragline.shared.names import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+from ragline.shared.sdk.celery_base import payload_summary
+from ragline.shared.sdk.contracts import IngestRequest
+from ragline.shared.sdk.names import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 from tests.pools import start_pool, wait_ready
 
 SECRET_TEXT = "Пароль от сейфа хранится у бухгалтера Зинаиды Кузьминичны"
@@ -40,7 +40,7 @@ def test_payload_summary_keeps_ids_and_drops_text():
 
 
 def test_messages_events_and_logs_hold_no_question_or_content(stack, tenant):
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     stored = ingest_document(
         IngestRequest(

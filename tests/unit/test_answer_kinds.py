@@ -20,7 +20,7 @@ import pytest
 from ragline.query import grounding, texts
 from ragline.query.citations import build_citations, cited_numbers
 from ragline.query.extractive import compared, extract, question_kind
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 SESSIONS_137 = """\
             # Cache the url, unless it redirects to itself.

@@ -7,8 +7,15 @@ from hypothesis import strategies as st
 
 from ragline.query.sanitize import sanitize_links
 from ragline.query.stream import LinkSafeText, safe_cut
-from ragline.shared.answer_stream import ANSWER, ERROR, NO_ANSWER, decode_entry, delta_fields, terminal_fields
-from ragline.shared.contracts import AskResponse, Hit
+from ragline.shared.sdk.answer_stream import (
+    ANSWER,
+    ERROR,
+    NO_ANSWER,
+    decode_entry,
+    delta_fields,
+    terminal_fields,
+)
+from ragline.shared.sdk.contracts import AskResponse, Hit
 
 GOOD = "https://docs.example.org/retry"
 HITS = [

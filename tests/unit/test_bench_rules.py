@@ -51,9 +51,9 @@ def test_retrieval_call_orders_put_every_side_once_in_every_position():
 
 def test_the_no_op_worker_is_the_query_pools_command_on_its_own_app_and_queue():
     from bench import noop_worker
-    from ragline.shared.names import CELERY_APP, QUEUES
-    from ragline.shared.processes import worker_command
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.names import CELERY_APP, QUEUES
+    from ragline.shared.stack.processes import worker_command
 
     settings = get_settings()
     argv, env = noop_worker.worker_argv(settings)

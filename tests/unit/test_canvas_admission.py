@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from celery import Celery, chain, chord, group
 
-from ragline.shared import names, signing
+from ragline.shared.sdk import names, signing
 
 RETRIEVE, INGEST, ACL = names.TASK_QUERY_RETRIEVE, names.TASK_INGEST_DOCUMENT, names.TASK_ACL_SYNC
 QUESTION = {"query": "q", "tenant": "acme", "groups": ["staff"]}

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from ragline.ingest.chunk import _units, chunk_blocks, pack_section
 from ragline.ingest.parse import Block
-from ragline.shared.text import split_sentences
+from ragline.shared.worker.text import split_sentences
 
 
 def test_abbreviations_versions_and_decimals_are_not_split():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ragline.cli.query import citation_line
 from ragline.query.citations import build_citations
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 
 def code_citation(heading: str) -> dict:

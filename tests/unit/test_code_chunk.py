@@ -18,14 +18,14 @@ from ragline.ingest.parse.code import (
     language_for,
     parse_code,
 )
-from ragline.shared.identifiers import (
+from ragline.shared.config.settings import CodeSettings
+from ragline.shared.worker.identifiers import (
     code_tsquery,
     code_tsvector,
     identifier_terms,
     path_terms,
     whole_tsquery,
 )
-from ragline.shared.settings import CodeSettings
 
 # one small file per grammar: (language, file name, source, a symbol path it must find, its first line)
 SAMPLES = [

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ragline.query.retrieve import search
-from ragline.shared.contracts import SearchRequest
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.sdk.contracts import SearchRequest
 
 
 class NoDatabase:

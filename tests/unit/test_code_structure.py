@@ -21,8 +21,8 @@ from ragline.query.eval_code import (
 from ragline.query.filters import DEFAULT_TEST_GLOBS, compile_filters, glob_pattern, like_patterns_for_tests
 from ragline.query.fusion import FusionPolicy
 from ragline.query.retrieve import ranked_by_structure, structural
-from ragline.shared.contracts import Hit, SearchRequest
-from ragline.shared.settings import CodeSettings, Settings
+from ragline.shared.config.settings import CodeSettings, Settings
+from ragline.shared.sdk.contracts import Hit, SearchRequest
 
 TRACEBACK = """Session.request fails with a unicode method
 Traceback (most recent call last):

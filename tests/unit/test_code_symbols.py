@@ -11,7 +11,7 @@ from ragline.ingest.chunk import code_chunks
 from ragline.ingest.git import content_skip_reason
 from ragline.ingest.parse.code import parse_code, symbol_records
 from ragline.ingest.pipeline import related_code, symbol_chunks
-from ragline.shared.identifiers import code_tsvector
+from ragline.shared.worker.identifiers import code_tsvector
 
 PY = textwrap.dedent(
     '''\

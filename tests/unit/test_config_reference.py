@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from ragline.cli.config import BEGIN, END, effective, reference_markdown
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

@@ -10,7 +10,7 @@ import math
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from ragline.shared import contracts
+from ragline.shared.sdk import contracts
 
 BAD = {
     "NUL": "a\x00b",
@@ -118,7 +118,7 @@ def test_batches_refuse_a_bad_identifier_in_any_item():
 
 
 def test_ordinary_names_stay_accepted():
-    from ragline.shared.contracts.common import identifier_problem
+    from ragline.shared.sdk.contracts.common import identifier_problem
 
     for name in ("acme", "Отдел кадров", "hr/отпуск 2026.md", "a-b_c.d", "東京", "emoji 📄", "tab\tless"[:3]):
         assert identifier_problem(name) is None
@@ -126,7 +126,7 @@ def test_ordinary_names_stay_accepted():
 
 
 def test_the_problem_names_the_characters_and_escapes_the_text():
-    from ragline.shared.contracts.common import escaped, identifier_problem
+    from ragline.shared.sdk.contracts.common import escaped, identifier_problem
 
     why = identifier_problem("a\u202eb\n.md", "a file name")
     assert why == (
@@ -177,8 +177,8 @@ def test_a_nul_in_a_question_is_refused():
 )
 def test_query_tasks_answer_invalid_payload_not_internal_error(payload, caplog):
     """Through the task base, with the worker's own dimension (RAGLINE_EMBED_DIM, 384 by default)."""
-    from ragline.shared.celery_app import app
-    from ragline.shared.names import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+    from ragline.shared.sdk.names import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
+    from ragline.shared.worker.celery_app import app
 
     app.loader.import_default_modules()
     for module in app.conf.include:

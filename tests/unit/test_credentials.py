@@ -13,8 +13,8 @@ import pytest
 from pydantic import SecretStr
 
 from ragline.cli.config import effective
-from ragline.shared import credentials
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.worker import credentials
 
 
 def _mode(path: Path) -> int:
@@ -154,7 +154,7 @@ def test_secrets_check_exits_1_for_a_weak_password_beyond_loopback(tmp_path, mon
     from typer.testing import CliRunner
 
     from ragline.cli import app as cli
-    from ragline.shared.settings import reset_settings
+    from ragline.shared.config.settings import reset_settings
 
     monkeypatch.setenv("RAGLINE_SERVICES_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RAGLINE_FLOWER_HOST", "0.0.0.0")

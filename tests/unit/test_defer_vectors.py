@@ -5,7 +5,7 @@ import pytest
 
 from ragline.ingest.pipeline import defers_vectors
 from ragline.ingest.reembed import BATCH_SQL, FILL_ROWS, REEMBED_ROWS
-from ragline.shared import pending_vectors
+from ragline.shared.worker import pending_vectors
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ragline.shared.settings import DEPRECATED_NAMES, Settings, env_name
+from ragline.shared.config.settings import DEPRECATED_NAMES, Settings, env_name
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- documented-defaults:begin -->", "<!-- documented-defaults:end -->"

@@ -12,13 +12,13 @@ from contextlib import contextmanager
 
 import pytest
 
-from ragline.shared.metrics import EMBED_429, EMBED_RETRIES
-from ragline.shared.providers import Embedder, ProviderError
-from ragline.shared.providers import embedder as embedder_module
-from ragline.shared.providers.batching import estimate_tokens
-from ragline.shared.providers.embedder import BatchingEmbedder, match_by_index
-from ragline.shared.providers.retry import TransientProviderError
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.worker.metrics import EMBED_429, EMBED_RETRIES
+from ragline.shared.worker.providers import Embedder, ProviderError
+from ragline.shared.worker.providers import embedder as embedder_module
+from ragline.shared.worker.providers.batching import estimate_tokens
+from ragline.shared.worker.providers.embedder import BatchingEmbedder, match_by_index
+from ragline.shared.worker.providers.retry import TransientProviderError
 
 DIM = 3
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ragline.ingest.contextualize import embedding_text
-from ragline.shared.text import embedding_form
+from ragline.shared.worker.text import embedding_form
 
 
 @pytest.mark.parametrize(
@@ -40,8 +40,8 @@ def test_passages_are_embedded_in_the_question_form() -> None:
 def test_the_question_is_embedded_in_that_form(monkeypatch) -> None:
     """The query path hands the embedder the normalised question (what the dev set measured)."""
     from ragline.query import service
-    from ragline.shared import providers
-    from ragline.shared.contracts import SearchRequest
+    from ragline.shared.sdk.contracts import SearchRequest
+    from ragline.shared.worker import providers
 
     seen: list[str] = []
 

@@ -21,7 +21,7 @@ from ragline.query.extractive import (
     sentence_key,
 )
 from ragline.query.prompt import NO_ANSWER
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 COMPUTED_0 = """Выражения внутри шаблона удобны, но предназначены для простых операций. Большое количество \
 логики в шаблоне сделает его раздутым и сложным для поддержки. Например, если есть объект с вложенным массивом:

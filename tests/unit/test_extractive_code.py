@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ragline.query.extractive import extractive_answer, prose_sentences
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 MODULE = '''"""Hooks: callbacks are remembered per event and run in registration order.
 """

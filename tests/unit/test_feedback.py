@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ragline.query import feedback
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
 
 
 def unit(*xs: float) -> np.ndarray:

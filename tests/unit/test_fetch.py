@@ -225,7 +225,7 @@ def test_sources_list_and_fetch_through_the_guard():
 
 def test_an_ingest_request_drops_credentials_in_its_url_where_it_enters():
     """Stored rows, error records and logs never see ``user:pass@`` a producer put in a URL."""
-    from ragline.shared.contracts.ingest import IngestRequest
+    from ragline.shared.sdk.contracts.ingest import IngestRequest
 
     req = IngestRequest(tenant="t", doc_id="d", uri="https://alice:s3cret@docs.example.com/a.md?v=1")
     assert req.uri == "https://docs.example.com/a.md?v=1"

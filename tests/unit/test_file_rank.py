@@ -7,8 +7,8 @@ from ragline.query import file_rank
 from ragline.query.eval_code import file_ranking
 from ragline.query.file_rank import FileWeights, evidence, rank_files, ranked_paths
 from ragline.query.structure import module_match
-from ragline.shared.contracts import Hit
-from ragline.shared.settings import CodeSettings, Settings
+from ragline.shared.config.settings import CodeSettings, Settings
+from ragline.shared.sdk.contracts import Hit
 
 ISSUE = """Card.value is wrong for long strings
 

@@ -1,4 +1,4 @@
-"""A document format is declared once (ragline.shared.formats) and every path reads that declaration:
+"""A document format is declared once (ragline.shared.sdk.formats) and every path reads that declaration:
 the suffix map of the loaders, the content types of URL sources, the contracts' ``fmt``, the
 binary/text split and the parser dispatch. A matrix over every declared format and every path."""
 
@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from ragline.ingest import parse
 from ragline.ingest.parse import BINARY_FORMATS, SUPPORTED, ParseError, parse_bytes
 from ragline.ingest.sources import guess_format
-from ragline.shared import formats
-from ragline.shared.contracts import IngestEvent, IngestRequest
+from ragline.shared.sdk import formats
+from ragline.shared.sdk.contracts import IngestEvent, IngestRequest
 
 
 def _request(fmt: str) -> IngestRequest:

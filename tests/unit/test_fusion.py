@@ -41,7 +41,7 @@ def _row(doc: str, n: int = 0, **kw) -> dict:
 
 def test_fuse_scores_rows_then_builds_only_the_kept_hits():
     from ragline.query.retrieve import fuse
-    from ragline.shared.settings import Settings
+    from ragline.shared.config.settings import Settings
 
     s = Settings(rrf_weight_vector=1.0, rrf_weight_lexical=1.0, fusion="rrf")
     vector = [_row("a", distance=0.1), _row("b", distance=0.2), _row("t", distance=0.3, test_penalty=1.0)]
@@ -128,7 +128,7 @@ def _noise_lists() -> tuple[list[dict], list[dict]]:
 
 def test_fuse_keeps_the_vector_order_for_an_english_question_over_russian_passages():
     from ragline.query.retrieve import fuse
-    from ragline.shared.settings import Settings
+    from ragline.shared.config.settings import Settings
 
     s = Settings(fusion="rrf")  # the RRF defaults: 1 : 0.0175, cross-script 0
     vector, lexical = _noise_lists()

@@ -19,8 +19,8 @@ from ragline.query import eval as evaluation
 from ragline.query import retrieve, service, structure
 from ragline.query.fusion import FusionPolicy, convex, rrf
 from ragline.query.language import PASSAGES, lexical_weight
-from ragline.shared.contracts import Hit, SearchRequest, SearchResponse
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.sdk.contracts import Hit, SearchRequest, SearchResponse
 
 RU = "Текст на русском языке о погоде и о городе, длинный абзац."
 QUERIES = ["погода в городе", "what is the weather in the city", "where is register_hook defined?", ""]

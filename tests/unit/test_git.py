@@ -121,7 +121,7 @@ def test_content_rules_binary_minified_generated():
 def configured(monkeypatch):
     """Configure git sources (``RAGLINE_LIFECYCLE_SOURCES``): the repositories a source's tenant may open
     without the database (``roots.admit_repository``)."""
-    from ragline.shared.settings import reset_settings
+    from ragline.shared.config.settings import reset_settings
 
     def apply(*specs: SourceSpec) -> None:
         raw = [s.model_dump(mode="json", exclude_defaults=True) | {"kind": s.kind} for s in specs]

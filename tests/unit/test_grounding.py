@@ -15,7 +15,7 @@ from ragline.query.context import (
 )
 from ragline.query.extractive import extractive_answer
 from ragline.query.prompt import build_messages
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 A = "Первое предложение о кэше. Второе предложение про зависимости. Третье про методы Vue."
 B = "Второе предложение про зависимости. Третье про методы Vue. Четвёртое про шаблоны и привязки."

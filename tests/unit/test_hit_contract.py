@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ragline.query.schemas import schemas
-from ragline.shared.contracts import Hit, RerankRequest, SearchResponse
+from ragline.shared.sdk.contracts import Hit, RerankRequest, SearchResponse
 
 
 def test_a_code_hit_carries_its_line_span_and_title_at_the_top_level():

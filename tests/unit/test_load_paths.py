@@ -15,7 +15,7 @@ from ragline.ingest.load import check_path, load, read_bounded, read_local
 from ragline.ingest.parse import ParseError
 from ragline.ingest.roots import containing_root, resolve, source_roots
 from ragline.ingest.sources import SourceSpec
-from ragline.shared.contracts import IngestRequest
+from ragline.shared.sdk.contracts import IngestRequest
 
 
 @pytest.fixture()

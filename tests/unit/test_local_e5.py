@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ragline.shared.providers.local_e5 import LocalE5Embedder
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.worker.providers.local_e5 import LocalE5Embedder
 
 
 def test_groups_keep_input_order() -> None:

@@ -8,12 +8,12 @@ import logging
 
 import pytest
 
-from ragline.shared import logging_setup
+from ragline.shared.worker import logging_setup
 
 
 @pytest.fixture()
 def captured(monkeypatch):
-    from ragline.shared.settings import reset_settings
+    from ragline.shared.config.settings import reset_settings
 
     monkeypatch.setenv("RAGLINE_PROVIDERS_VOYAGE_API_KEY", "pa-SECRET-voyage-0123456789")
     monkeypatch.setenv("RAGLINE_FLOWER_PASSWORD", "flower-pw-42")
@@ -60,7 +60,7 @@ def test_secrets_never_reach_the_output(captured):
     log = logging_setup.get_logger("t")
     log.info("provider call", api_key="pa-SECRET-voyage-0123456789", detail="key=pa-SECRET-voyage-0123456789")
     logging.getLogger("celery.worker").warning("broker redis://user:hunter2@127.0.0.1:6379/0 pw flower-pw-42")
-    from ragline.shared.settings import get_settings
+    from ragline.shared.config.settings import get_settings
 
     log.info("settings", voyage=get_settings().providers.voyage_api_key)
     out = captured.getvalue()

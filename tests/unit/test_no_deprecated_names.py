@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ragline.shared.settings import DEPRECATED_NAMES
+from ragline.shared.config.settings import DEPRECATED_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 READ_BY_OPERATORS = ("docs/", "deploy/", "examples/", "README.md", "Makefile")

@@ -11,8 +11,8 @@ from ragline.query import service
 from ragline.query.admission import RateLimited
 from ragline.query.deadline import QuestionDeadlineExceeded, RetrievalTimeout
 from ragline.query.tasks import run_question
-from ragline.shared.contracts import Hit, SearchResponse
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import Hit, SearchResponse
 
 
 def sample(name: str, **labels: str) -> float:

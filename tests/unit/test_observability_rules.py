@@ -18,7 +18,7 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 from rich.console import Console
 
-from ragline.shared import metrics
+from ragline.shared.worker import metrics
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "ragline-rules.yml"
@@ -49,9 +49,9 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), 
 
 
 def exposed_names() -> dict[str, str]:
-    """Series name -> metric type of everything the pools serve: shared/metrics.py and the refused
-    task counter of shared/signing.py (created on the worker side only)."""
-    from ragline.shared.signing import _refused_counter
+    """Series name -> metric type of everything the pools serve: shared/worker/metrics.py and the refused
+    task counter of shared/sdk/signing.py (created on the worker side only)."""
+    from ragline.shared.sdk.signing import _refused_counter
 
     objects = [v for v in vars(metrics).values() if isinstance(v, MetricWrapperBase)] + [_refused_counter()]
     out = {}

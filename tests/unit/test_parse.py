@@ -146,7 +146,7 @@ def test_bad_input_is_a_readable_parse_error(data, fmt, message):
 
 def test_unknown_extension_is_rejected_at_load(tmp_path):
     from ragline.ingest.load import load
-    from ragline.shared.contracts import IngestRequest
+    from ragline.shared.sdk.contracts import IngestRequest
 
     f = tmp_path / "data.xyz"
     f.write_bytes(b"whatever")

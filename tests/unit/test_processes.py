@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ragline.shared import processes
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.stack import processes
 
 
 def _settings(tmp_path: Path, **kw) -> Settings:

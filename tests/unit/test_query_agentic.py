@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragline.query.agentic import Budget, CoveragePlanner, Decision, agentic_loop, parse_decision
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 
 class Corpus:

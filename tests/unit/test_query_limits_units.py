@@ -20,7 +20,7 @@ from ragline.query.deadline import (
 )
 from ragline.query.filters import cap_terms, lexical_query
 from ragline.query.rerank import bounded_inputs, rerank_hits
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 
 # ----------------------------------------------------------------------------------- lexical cap

@@ -15,7 +15,7 @@ from ragline.query.retrieve import (
     vector_path,
 )
 from ragline.query.vector_index import INDEX_NAMES, definition, kind_of, problem_with
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
 
 VECTOR = {
     "name": "chunks_embedding_hnsw",

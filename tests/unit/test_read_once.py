@@ -3,7 +3,7 @@
 import pytest
 from celery.exceptions import TimeoutError as CeleryTimeout
 
-from ragline.shared.celery_base import read_once
+from ragline.shared.sdk.celery_base import read_once
 
 
 class FakeResult:

@@ -1,4 +1,4 @@
-"""The runtime file under concurrent writers and readers (``shared/runtime.py``): a command started
+"""The runtime file under concurrent writers and readers (``shared/config/runtime.py``): a command started
 while another terminal's ``ragline up`` is starting the services, or while two writers change it,
 never sees a stack that is up as down."""
 
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from ragline.shared import services
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.stack import services
 
 WRITERS = 6
 ROUNDS = 40
@@ -69,8 +69,8 @@ def test_a_reader_waits_for_a_stack_that_is_starting(tmp_path, monkeypatch):
 
 
 def test_a_stack_that_is_not_starting_is_reported_at_once_with_where_it_looked(tmp_path):
-    from ragline.shared import runtime
-    from ragline.shared.settings import StackNotUp
+    from ragline.shared.config import runtime
+    from ragline.shared.config.settings import StackNotUp
 
     settings = Settings(home=str(tmp_path / "home"), services_stack_change_wait_s=3600)
     assert runtime.wait_while_changing(settings.home_dir, 3600) is False  # nobody holds the lock
@@ -88,8 +88,8 @@ def test_a_half_written_file_of_an_older_writer_reads_as_empty(tmp_path):
 def test_the_process_starting_the_stack_never_waits_for_itself(tmp_path):
     """`ragline up` reading the runtime file while it holds the stack lock gets its answer at once
     (a wait here would last the whole RAGLINE_SERVICES_STACK_CHANGE_WAIT_S, past the test's timeout)."""
-    from ragline.shared import runtime
-    from ragline.shared.settings import StackNotUp
+    from ragline.shared.config import runtime
+    from ragline.shared.config.settings import StackNotUp
 
     settings = Settings(home=str(tmp_path), services_stack_change_wait_s=3600)
     with runtime.changing(settings.home_dir):

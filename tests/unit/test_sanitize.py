@@ -7,7 +7,7 @@ import pytest
 
 from ragline.query.extractive import extractive_answer
 from ragline.query.sanitize import REMOVED, allowed, sanitize_links
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 #: a document that tries to make the answer carry a tracking image with the user's data
 POISONED = (

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from ragline.query.fusion import convex, normalize
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
 
 
 def test_normalizations():

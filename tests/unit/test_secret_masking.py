@@ -13,8 +13,8 @@ from urllib.parse import quote
 import pytest
 from typer.testing import CliRunner
 
-from ragline.shared import credentials, logging_setup
-from ragline.shared.settings import reset_settings
+from ragline.shared.config.settings import reset_settings
+from ragline.shared.worker import credentials, logging_setup
 
 #: form -> (setting variable, value, the password as a client decodes it, the pieces of it that
 #: must never be shown)

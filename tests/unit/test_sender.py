@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ragline.shared.sender import HEADER, UNSIGNED, sender_of, stamp
+from ragline.shared.sdk.sender import HEADER, UNSIGNED, sender_of, stamp
 
 
 @pytest.mark.parametrize(

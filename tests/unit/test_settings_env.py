@@ -18,8 +18,14 @@ from pydantic import SecretStr, ValidationError
 from typer.testing import CliRunner
 
 from ragline.cli.config import app as config_app
-from ragline.shared import settings as settings_module
-from ragline.shared.settings import DEPRECATED_NAMES, PLATFORM_NAMES, Settings, env_name, reset_settings
+from ragline.shared.config import settings as settings_module
+from ragline.shared.config.settings import (
+    DEPRECATED_NAMES,
+    PLATFORM_NAMES,
+    Settings,
+    env_name,
+    reset_settings,
+)
 
 SOURCES = [{"name": "wiki", "kind": "folder", "tenant": "acme", "acl": ["staff"], "path": "/data/wiki"}]
 

@@ -18,9 +18,9 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from ragline.cli.config import app as config_app
-from ragline.shared import logging_setup
-from ragline.shared import settings as settings_module
-from ragline.shared.settings import DEPRECATED_NAMES, Settings, reset_settings
+from ragline.shared.config import settings as settings_module
+from ragline.shared.config.settings import DEPRECATED_NAMES, Settings, reset_settings
+from ragline.shared.worker import logging_setup
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ragline.shared import names, signing
+from ragline.shared.sdk import names, signing
 from tests.certs import self_signed
 
 
@@ -16,7 +16,7 @@ def _cert(folder: Path, cn: str) -> tuple[bytes, bytes]:
 
 
 def test_every_worker_task_is_named_and_builtins_belong_to_no_role():
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker.celery_app import app
 
     app.loader.import_default_modules()
     for module in app.conf.include:
@@ -30,7 +30,7 @@ def test_every_worker_task_is_named_and_builtins_belong_to_no_role():
         assert not tasks & builtins, role
     # every task runs behind the role check, Celery's built-in canvas tasks included (a benchmark
     # module imported by another test may add a task of its own to the app: not a worker task)
-    assert {app.tasks[n].Strategy for n in ours | builtins} == {"ragline.shared.signing:role_strategy"}
+    assert {app.tasks[n].Strategy for n in ours | builtins} == {"ragline.shared.sdk.signing:role_strategy"}
 
 
 def test_a_chat_backend_may_ask_but_never_ingest_or_change_permissions():

@@ -23,7 +23,7 @@ from ragline.ingest.sources import (
     fetch_url,
     guess_format,
 )
-from ragline.shared.settings import reset_settings
+from ragline.shared.config.settings import reset_settings
 from tests.loopback import send_canned
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from ragline.shared.celery_app import app
+from ragline.shared.worker.celery_app import app
 
 
 class Payload(BaseModel):
@@ -56,8 +56,8 @@ def test_every_ragline_task_uses_the_base_and_its_retry_policy():
     import ragline.ingest.control_tasks  # noqa: F401  (registers the tasks)
     import ragline.ingest.tasks  # noqa: F401
     import ragline.query.tasks  # noqa: F401
-    from ragline.shared import names
-    from ragline.shared.task_base import RaglineTask
+    from ragline.shared.sdk import names
+    from ragline.shared.worker.task_base import RaglineTask
 
     registered = {n: t for n, t in app.tasks.items() if n.startswith("ragline.")}
     assert {v for k, v in vars(names).items() if k.startswith("TASK_") and isinstance(v, str)} == set(

@@ -1,6 +1,6 @@
 """``use_broker`` repoints a Celery app that was already used: nothing keeps the old URL."""
 
-from ragline.shared.celery_app import app, use_broker
+from ragline.shared.worker.celery_app import app, use_broker
 
 
 def test_a_backend_built_for_another_url_is_dropped():

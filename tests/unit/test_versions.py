@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from ragline.ingest.acl_sync import producer_key
-from ragline.shared.contracts import AclSyncItem, IngestEvent
-from ragline.shared.sender import UNSIGNED
+from ragline.shared.sdk.contracts import AclSyncItem, IngestEvent
+from ragline.shared.sdk.sender import UNSIGNED
 
 
 def _delete(version) -> IngestEvent:

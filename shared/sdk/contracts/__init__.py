@@ -1,19 +1,19 @@
 """Task payloads and results (pydantic), one module per pool; everything is re-exported here.
 
 A producer (the chat backend's client, the CLI) imports only these models and
-:mod:`ragline.shared.names`; the workers validate every payload into them.
+:mod:`ragline.shared.sdk.names`; the workers validate every payload into them.
 """
 
-from ragline.shared.contracts.common import ErrorResult, Group, Ident, Pattern
-from ragline.shared.contracts.control import (
+from ragline.shared.sdk.contracts.common import ErrorResult, Group, Ident, Pattern
+from ragline.shared.sdk.contracts.control import (
     AclSyncItem,
     AclSyncRequest,
     AclSyncResult,
     EventResult,
     IngestEvent,
 )
-from ragline.shared.contracts.ingest import IngestBatchRequest, IngestRequest, IngestResult
-from ragline.shared.contracts.query import (
+from ragline.shared.sdk.contracts.ingest import IngestBatchRequest, IngestRequest, IngestResult
+from ragline.shared.sdk.contracts.query import (
     AskRequest,
     AskResponse,
     ChatTurn,

@@ -72,7 +72,7 @@ Text = Annotated[str, AfterValidator(_no_nul)]
 
 
 class ServerContext(TypedDict):
-    """The validation context a worker passes (``shared/task_base.py``): what only the server knows,
+    """The validation context a worker passes (``shared/worker/task_base.py``): what only the server knows,
     so a producer validating its own payload first never judges it by its own settings or clock."""
 
     now: float  # the worker's clock, seconds since the epoch

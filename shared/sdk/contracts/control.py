@@ -25,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from ragline.shared.contracts.common import Group, Ident, SafeText, server_context
-from ragline.shared.formats import FormatName
+from ragline.shared.sdk.contracts.common import Group, Ident, SafeText, server_context
+from ragline.shared.sdk.formats import FormatName
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TIME_EXAMPLE = "2026-11-30T12:00:00Z"

@@ -7,8 +7,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ragline.shared.contracts.common import Group, Ident, SafeText
-from ragline.shared.formats import FormatName
+from ragline.shared.sdk.contracts.common import Group, Ident, SafeText
+from ragline.shared.sdk.formats import FormatName
 
 
 class IngestRequest(BaseModel):

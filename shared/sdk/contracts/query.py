@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ragline.shared.contracts.common import Group, Ident, Pattern, Text, check_vector
+from ragline.shared.sdk.contracts.common import Group, Ident, Pattern, Text, check_vector
 
 
 class SearchRequest(BaseModel):
@@ -211,7 +211,7 @@ class AskRequest(SearchRequest):
     stream: bool = Field(
         default=False,
         description="also publish the answer as it is generated: deltas, then the final response, into"
-        " the Redis stream named after the task id (names.answer_stream_key; shared/answer_stream.py)",
+        " the Redis stream named after the task id (names.answer_stream_key; shared/sdk/answer_stream.py)",
     )
 
 

@@ -6,7 +6,7 @@ later change of dimension is a migration of its own (see docs/operations.md).
 
 from yoyo import step
 
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
 
 __depends__: set[str] = set()
 

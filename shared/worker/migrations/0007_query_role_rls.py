@@ -21,7 +21,7 @@ row of the tenant instead of the GIN index. A superuser running this migration m
 row it is given, so it reveals nothing of rows the policy hides); otherwise an administrator runs
 ``ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF`` once, or the lexical list
 of large tenants is slow (docs/operations.md). The mark is not part of a ``pg_dump``: the embedded
-stack sets it again on every start (``ragline.shared.db.ensure_query_login``).
+stack sets it again on every start (``ragline.shared.worker.db.ensure_query_login``).
 
 The table owner (ingestion, the control pool, migrations) is not bound by these policies (no
 ``FORCE ROW LEVEL SECURITY``). Any other role that is not a member of ``ragline_query`` sees no

@@ -4,7 +4,7 @@ source was indexed at.
 ``chunks.code_tsv`` holds a code chunk's identifier terms (``register_hook`` whole and split,
 ``getUserName`` as ``getusername``, ``get``, ``user``, ``name``; definition names and the path at
 weight A), written by the ingest pipeline as a ``tsvector`` literal computed by
-``ragline.shared.identifiers``; the query side casts its terms to a ``tsquery`` with the same
+``ragline.shared.worker.identifiers``; the query side casts its terms to a ``tsquery`` with the same
 tokenizer. It is NULL for every other chunk, so existing rows need no backfill, and its GIN index
 is partial: it holds code chunks only, and writing other chunks never touches it. An ACL update does not touch it: chunk ACL updates stay HOT (0003).
 

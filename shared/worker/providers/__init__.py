@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol, runtime_checkable
 
-from ragline.shared.settings import Settings, get_settings
+from ragline.shared.config.settings import Settings, get_settings
 
 
 class ProviderError(RuntimeError):
@@ -19,7 +19,7 @@ class ProviderError(RuntimeError):
 @runtime_checkable
 class Embedder(Protocol):
     """What the pipeline and the query path use. HTTP providers subclass ``BatchingEmbedder``
-    (``shared/providers/embedder.py``), which owns batching, admission and retries; the protocol
+    (``shared/worker/providers/embedder.py``), which owns batching, admission and retries; the protocol
     stays here so that importing this package loads no provider module."""
 
     model: str
@@ -46,15 +46,15 @@ _cache: dict[str, object] = {}
 
 def _build_embedder(settings: Settings) -> Embedder:
     if settings.embed.provider == "local-e5":
-        from ragline.shared.providers.local_e5 import LocalE5Embedder  # provider chosen by settings
+        from ragline.shared.worker.providers.local_e5 import LocalE5Embedder  # provider chosen by settings
 
         return LocalE5Embedder(settings)
     if settings.embed.provider == "voyage":
-        from ragline.shared.providers.voyage import VoyageEmbedder  # provider chosen by settings
+        from ragline.shared.worker.providers.voyage import VoyageEmbedder  # provider chosen by settings
 
         return VoyageEmbedder(settings)
     if settings.embed.provider == "ollama":
-        from ragline.shared.providers.ollama import OllamaEmbedder  # provider chosen by settings
+        from ragline.shared.worker.providers.ollama import OllamaEmbedder  # provider chosen by settings
 
         return OllamaEmbedder(settings)
     raise ValueError(f"unknown embedder {settings.embed.provider!r}")
@@ -76,15 +76,17 @@ def cached(name: str, build):
 
 
 def get_reranker():
-    """The configured reranker, or None for ``reranker=none`` (see ``shared/providers/rerank.py``)."""
-    from ragline.shared.providers.rerank import build_reranker  # the control pool must not load this
+    """The configured reranker, or None for ``reranker=none`` (see ``shared/worker/providers/rerank.py``)."""
+    from ragline.shared.worker.providers.rerank import build_reranker  # the control pool must not load this
 
     return cached("reranker", build_reranker)
 
 
 def get_generator():
     """The configured answer generator, or None for the offline ``extractive`` one."""
-    from ragline.shared.providers.generate import build_generator  # the control pool must not load this
+    from ragline.shared.worker.providers.generate import (
+        build_generator,  # the control pool must not load this
+    )
 
     return cached("generator", build_generator)
 

@@ -16,7 +16,7 @@ either the provider's quota or the ingestion run:
 
 A provider subclass sets :attr:`BatchingEmbedder.provider` and implements
 :meth:`BatchingEmbedder._request` (one HTTP call for one batch). The ``Embedder`` protocol itself
-stays in ``ragline.shared.providers``: importing the package must not load any provider module,
+stays in ``ragline.shared.worker.providers``: importing the package must not load any provider module,
 so a process that never embeds (the control pool) stays free of them.
 """
 
@@ -26,12 +26,12 @@ import time
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from ragline.shared.metrics import EMBED_BATCH_LATENCY_MS, EMBED_TEXTS
-from ragline.shared.providers import ProviderError
-from ragline.shared.providers.batching import plan_batches
-from ragline.shared.providers.ratelimit import EmbedAdmission
-from ragline.shared.providers.retry import call_with_retries
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.worker.metrics import EMBED_BATCH_LATENCY_MS, EMBED_TEXTS
+from ragline.shared.worker.providers import ProviderError
+from ragline.shared.worker.providers.batching import plan_batches
+from ragline.shared.worker.providers.ratelimit import EmbedAdmission
+from ragline.shared.worker.providers.retry import call_with_retries
 
 
 class BatchingEmbedder(ABC):

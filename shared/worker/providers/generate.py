@@ -22,9 +22,9 @@ from typing import Protocol, runtime_checkable
 
 import httpx
 
-from ragline.shared import metrics as m
-from ragline.shared.providers import ProviderError
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.worker import metrics as m
+from ragline.shared.worker.providers import ProviderError
 
 
 @dataclass

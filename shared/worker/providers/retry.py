@@ -15,8 +15,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from ragline.shared.metrics import EMBED_429, EMBED_RETRIES
-from ragline.shared.providers import ProviderError
+from ragline.shared.worker.metrics import EMBED_429, EMBED_RETRIES
+from ragline.shared.worker.providers import ProviderError
 
 T = TypeVar("T")
 
