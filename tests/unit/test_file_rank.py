@@ -3,6 +3,8 @@ file's evidence adds up."""
 
 from __future__ import annotations
 
+import pytest
+
 from ragline.query import file_rank
 from ragline.query.eval_code import file_ranking
 from ragline.query.file_rank import FileWeights, evidence, rank_files, ranked_paths
@@ -195,3 +197,33 @@ def test_the_code_eval_ranks_files_by_their_evidence_and_measures_the_variants(t
     assert variants["none"]["acc@1"] == 0.0 and variants["only frame=0.5"]["acc@1"] == 1.0
     assert result["meta"]["file_rank"] is True
     assert {r["chosen_on"] for r in result["file_rank_held_out"]["lexical [code]"]["runs"]} == {"A", "B"}
+
+
+@pytest.mark.parametrize(
+    ("file_rank_on", "layer", "listed"),
+    [(True, "C0_SOURCE_CHUNKS", True), (True, "docs", False), (False, "C0_SOURCE_CHUNKS", False)],
+)
+def test_a_search_response_lists_the_files_in_the_file_rankings_order(
+    monkeypatch, file_rank_on, layer, listed
+):
+    """service.search's ``files`` are rank_files' order with the configured weights (the deepest
+    traceback frame first), for a code search with the file ranking on; none otherwise."""
+    from ragline.query import service
+    from ragline.shared.contracts import SearchRequest, SearchResponse
+
+    s = Settings(code_file_rank=file_rank_on)
+    hits = [
+        Hit(doc_id=p, chunk_no=0, path=p, score=sc, layer=layer)
+        for p, sc in (("r/astropy/io/fits/hdu/base.py", 0.9), ("r/astropy/io/fits/card.py", 0.8))
+    ]
+    monkeypatch.setattr(service, "get_settings", lambda: s)
+    monkeypatch.setattr(
+        service, "retrieve", lambda req, limit: SearchResponse(hits=hits, timings_ms={"total": 1.0})
+    )
+    resp = service.search(SearchRequest(query=ISSUE, tenant="t", groups=["g"], rerank=False))
+    if not listed:
+        assert resp.files == []
+        return
+    assert [f.path for f in resp.files] == ranked_paths(hits, ISSUE, file_rank.file_weights_from(s))
+    assert resp.files[0].path == "r/astropy/io/fits/card.py" and resp.files[0].frame == 1.0
+    assert [f.first_hit for f in resp.files] == [1, 0]
