@@ -209,7 +209,7 @@ def test_a_search_response_lists_the_files_in_the_file_rankings_order(
     """service.search's ``files`` are rank_files' order with the configured weights (the deepest
     traceback frame first), for a code search with the file ranking on; none otherwise."""
     from ragline.query import service
-    from ragline.shared.contracts import SearchRequest, SearchResponse
+    from ragline.shared.sdk.contracts import SearchRequest, SearchResponse
 
     s = Settings(code_file_rank=file_rank_on)
     hits = [
