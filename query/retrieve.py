@@ -676,6 +676,29 @@ def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Se
     return conn.execute(_sql(EXACT_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
 
 
+def document_chunks(
+    conn: psycopg.Connection, req: SearchRequest, doc_ids: list[str], settings: Settings, n: int
+) -> list[Hit]:
+    """Every chunk of ``doc_ids`` the caller may read (at most ``n``), for the expansion of the top
+    hits (:mod:`ragline.query.expand`); its own read-only transaction under the caller's scope."""
+    if not doc_ids or not req.groups:
+        return []
+    sub = req.model_copy(update={"doc_ids": doc_ids, "paths": [], "k": n})
+    with read_only_transaction(conn):
+        set_transaction_params(conn, sub, settings, limit=StatementLimit(settings))
+        f = filters_for(sub, settings)
+        params = {
+            "tenant": sub.tenant,
+            "groups": sub.groups,
+            "n": n,
+            "doc_ids": doc_ids,
+            "paths": [],
+            **f.params,
+        }
+        rows = conn.execute(_sql(EXACT_SQL, f.columns_sql(), ""), params).fetchall()
+    return [_hit(r) for r in rows]
+
+
 def named_rows(
     conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray | None, settings: Settings
 ) -> list[dict]:

@@ -30,10 +30,11 @@ from ragline.query.cache import LRU, scoped_key
 from ragline.query.citations import build_citations, cited_numbers, claims, invalid_citations
 from ragline.query.context import Assembly, assemble, chunk_for, squeeze
 from ragline.query.deadline import DeadlineExceeded, check, run_with_deadline
+from ragline.query.expand import Expansion
 from ragline.query.fusion import FusionPolicy
 from ragline.query.prompt import build_messages, render_squeeze
 from ragline.query.rerank import RerankOutcome, fallback, rerank_hits
-from ragline.query.retrieve import corpus_plan
+from ragline.query.retrieve import corpus_plan, document_chunks
 from ragline.query.retrieve import search as sql_search
 from ragline.query.sanitize import sanitize_links
 from ragline.query.stream import StreamInterrupted, current_publisher, stream_generation
@@ -391,6 +392,7 @@ def ask(req: AskRequest) -> AskResponse:
         trace["reranked"] = trace_of(hits)
     else:
         hits = [h for h in candidates if h.score >= settings.answer.min_score][: req.k]
+    hits = _expanded(req, hits, trace, timings)
     empty = "no document passed the relevance threshold"
     if not candidates:  # the caller's groups see nothing that matches (or nothing at all)
         empty = "no document visible to the caller's groups matches the question"
@@ -408,6 +410,28 @@ def ask(req: AskRequest) -> AskResponse:
         rejected_citations=len(trace.get("rejected_citations", [])),
     )
     return resp
+
+
+def _expanded(req: AskRequest, hits: list[Hit], trace: dict, timings: dict[str, float]) -> list[Hit]:
+    """The hits with their sections or documents (``answer.expand``, :mod:`ragline.query.expand`);
+    the chunks added are in the trace. Reading them failed or timed out: the hits as they were."""
+    a = get_settings().answer
+    policy = Expansion(req.expand or a.expand, a.expand_hits, a.expand_chunks)
+    docs = policy.documents(hits)
+    if not docs:
+        return hits
+    t = time.perf_counter()
+    try:
+        with db.query_connection() as conn:
+            chunks = document_chunks(conn, req, docs, get_settings(), 50 * len(docs))
+    except psycopg.errors.QueryCanceled:
+        return hits
+    out = policy.expand(hits, chunks)
+    found = {(h.doc_id, h.chunk_no) for h in hits}
+    added = [[h.doc_id, h.chunk_no] for h in out if (h.doc_id, h.chunk_no) not in found]
+    trace["expanded"] = {"mode": policy.mode, "added": added}
+    timings["expand"] = elapsed_ms(t)
+    return out
 
 
 def respond(

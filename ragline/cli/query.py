@@ -79,6 +79,11 @@ def ask(
         "hybrid", "--mode", help="retrieval mode; lexical_code: lexical search of the source-code layer only"
     ),
     agentic: bool | None = typer.Option(None, "--agentic/--no-agentic"),
+    expand: Literal["off", "section", "document"] | None = typer.Option(
+        None,
+        "--expand",
+        help="also send the hits' sections or documents to the answer (RAGLINE_ANSWER_EXPAND)",
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Ask a question through the query queue; prints the answer with [N] citations."""
@@ -91,6 +96,7 @@ def ask(
             "k": k,
             "mode": mode,
             "agentic": agentic,
+            "expand": expand,
         },
         120,
     )

@@ -1014,6 +1014,14 @@ class RerankSettings(_Group):
 class AnswerSettings(_Group):
     """Answers: the generator, the evidence it gets, the agentic loop's budget."""
 
+    expand: Literal["off", "section", "document"] = Field(
+        "off",
+        description='what the answer reads beyond the chunks found (query/expand.py): "section" adds, for each of the first expand_hits hits, the chunks of its section (its heading path without the last heading), "document" the chunks of its whole document, at most expand_chunks per hit, nearest first; meant for chat generators with a large context; off: the chunks only',
+    )
+    expand_hits: int = Field(3, ge=1, le=20, description="how many of the top hits answer.expand expands")
+    expand_chunks: int = Field(
+        6, ge=1, le=200, description="chunks answer.expand adds per expanded hit, at most"
+    )
     provider: Literal["extractive", "anthropic", "openai", "ollama"] = Field(
         "extractive",
         validation_alias="RAGLINE_GENERATOR",

@@ -208,6 +208,11 @@ class AskRequest(SearchRequest):
         description="earlier turns; used to rewrite a follow-up into a standalone question",
     )
     agentic: bool | None = Field(default=None, description="None: RAGLINE_ANSWER_AGENTIC")
+    expand: Literal["off", "section", "document"] | None = Field(
+        default=None,
+        description="what the answer reads beyond the chunks found: their sections or whole documents,"
+        " for generators with a large context (query/expand.py); None: RAGLINE_ANSWER_EXPAND",
+    )
     stream: bool = Field(
         default=False,
         description="also publish the answer as it is generated: deltas, then the final response, into"
