@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 SEPARATOR = " › "
 

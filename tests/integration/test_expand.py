@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from ragline.query import service
-from ragline.shared.contracts import AskRequest
+from ragline.shared.sdk.contracts import AskRequest
 from tests.integration.query_corpus import store_docs
 
 SECTION = "Формы › Модификаторы"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ragline.query.expand import Expansion, in_section, section_of
-from ragline.shared.contracts import Hit
+from ragline.shared.sdk.contracts import Hit
 
 
 def chunk(doc: str, no: int, heading: str, score: float = 0.0) -> Hit:
