@@ -122,7 +122,11 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=8081)
-    ap.add_argument("--broker", default=None, help="Redis URL (default: REDIS_URL or the embedded one)")
+    ap.add_argument(
+        "--broker",
+        default=None,
+        help="Redis URL (default: REDIS_URL, or the embedded one as RAGLINE_SERVICES_REDIS_ROLE, e.g. chat)",
+    )
     ap.add_argument("--tenant", default="demo")
     ap.add_argument("--groups", default="public")
     args = ap.parse_args()

@@ -84,7 +84,11 @@ def make_handler(client: RaglineClient, tenant: str, groups: list[str]):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=8080)
-    ap.add_argument("--broker", default=None, help="Redis URL (default: REDIS_URL or the embedded one)")
+    ap.add_argument(
+        "--broker",
+        default=None,
+        help="Redis URL (default: REDIS_URL, or the embedded one as RAGLINE_SERVICES_REDIS_ROLE, e.g. chat)",
+    )
     ap.add_argument("--tenant", default="demo")
     ap.add_argument("--groups", default="public")
     ap.add_argument("--ask", help="ask one question, print the JSON answer and exit")

@@ -13,6 +13,7 @@ from ragline.shared.sdk.async_client import AsyncRaglineClient
 from ragline.shared.sdk.client import (
     RaglineClient,
     RaglineError,
+    RaglineForbidden,
     RaglineRateLimited,
     RaglineTimeout,
     RaglineUnavailable,
@@ -50,6 +51,7 @@ __all__ = [
     "IngestEvent",
     "RaglineClient",
     "RaglineError",
+    "RaglineForbidden",
     "RaglineRateLimited",
     "RaglineTimeout",
     "RaglineUnavailable",

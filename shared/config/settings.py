@@ -38,7 +38,8 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ragline.shared.config import runtime
+from ragline.shared.config import redis_roles, runtime, secret_files
+from ragline.shared.config.redis_roles import RoleName
 
 ENV_PREFIX = "RAGLINE_"
 #: the names platforms hand out, read as they are and never warned about
@@ -110,7 +111,11 @@ class ServicesSettings(_Group):
     redis_password: SecretStr | None = Field(
         None,
         validation_alias="RAGLINE_REDIS_PASSWORD",
-        description="the embedded Redis's password (requirepass); unset: generated once into <home>/secrets/",
+        description="the password of the embedded Redis's operator user (the CLI's); unset: generated once into <home>/secrets/redis. The other users' (worker, chat, relay, flower, metrics) are generated into <home>/secrets/redis-<user>",
+    )
+    redis_role: RoleName = Field(
+        "operator",
+        description='the embedded Redis user this process logs in as (shared/sdk/redis_acl.py: what each may do); ragline up starts each process as its own (workers and beat: worker, Flower: flower, the metrics servers: metrics); a chat backend sets chat, an event relay relay. With REDIS_URL set the URL\'s user decides (docs/operations.md, "Redis users per component")',
     )
     query_database_url: str | None = Field(
         None,
@@ -1320,9 +1325,26 @@ class Settings(BaseModel):
         return self._embedded_url("database_url", "Postgres", "DATABASE_URL")
 
     def effective_redis_url(self) -> str:
+        """REDIS_URL, or the embedded Redis logged in as ``services.redis_role``."""
         if self.services.redis_url:
             return self.services.redis_url
-        return self._embedded_url("redis_url", "Redis", "REDIS_URL")
+        base = self._embedded_url("redis_url", "Redis", "REDIS_URL")
+        return self.redis_role_url(base, self.services.redis_role)
+
+    def redis_role_url(self, base: str, role: str) -> str:
+        """The embedded Redis's address ``base`` logged in as ``role`` with its password: the
+        operator's ``services.redis_password`` when set, else the generated file of the home."""
+        if redis_roles.has_credentials(base):
+            return base
+        explicit = self.services.redis_password if role == redis_roles.DEFAULT_ROLE else None
+        if explicit is not None:
+            return redis_roles.role_url(base, role, explicit.get_secret_value())
+        path = self.home_dir / secret_files.FOLDER / redis_roles.secret_name(role)
+        try:
+            password = secret_files.read(path)
+        except FileNotFoundError:
+            raise StackNotUp("Redis", "REDIS_URL", self.runtime_file) from None
+        return redis_roles.role_url(base, role, password)
 
     @property
     def effective_query_pool(self) -> str:

@@ -120,8 +120,9 @@ async def read_answer(
 
     Raises :class:`AnswerStreamTimeout` when no entry arrives for ``timeout`` seconds (also before
     the first one: the stream may not exist yet). With ``delete_at_end`` the stream is deleted
-    once its terminal event was read, like every other ragline result that has been read once;
+    once its terminal event was read (emptied), like every other ragline result that has been read once;
     a UI that fans one answer out to several readers passes ``False`` and lets it expire.
+    Deleting empties it (``XTRIM``): the empty key itself expires with the stream's TTL.
     """
     key = answer_stream_key(task_id)
     loop = asyncio.get_running_loop()
@@ -141,8 +142,8 @@ async def read_answer(
             idle_until = loop.time() + timeout
             yield event
             if event.final:
-                if delete_at_end:
-                    await client.delete(key)
+                if delete_at_end:  # emptied: a producer's Redis user has no DEL (shared/sdk/redis_acl.py)
+                    await client.xtrim(key, maxlen=0, approximate=False)
                 return
 
 

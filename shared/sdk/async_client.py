@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -48,6 +47,7 @@ from celery.backends.redis import RedisBackend
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
+from ragline.shared.sdk import redis_acl
 from ragline.shared.sdk.answer_stream import ERROR, AnswerEvent, read_answer
 from ragline.shared.sdk.celery_base import RaglineCelery
 from ragline.shared.sdk.client import (
@@ -57,6 +57,7 @@ from ragline.shared.sdk.client import (
     client_app,
     client_urls,
     expires_for,
+    forbidden,
     raise_for_reply,
     rerank_call,
     search_call,
@@ -80,17 +81,28 @@ from ragline.shared.sdk.contracts import (
 __all__ = ["AsyncRaglineClient"]
 
 
+async def delete_once_read(client: aioredis.Redis, key: bytes) -> None:
+    """:func:`ragline.shared.sdk.celery_base.delete_once_read`, awaited: ``GETDEL``, ``DEL`` on a
+    Redis before 6.2."""
+    try:
+        await client.execute_command("GETDEL", key)
+    except aioredis.ResponseError as exc:
+        if "unknown command" not in str(exc).lower():
+            raise
+        await client.delete(key)
+
+
 class _Replies:
     """Every awaited reply of one client on one event loop, over one pub/sub connection.
 
     The connection stays subscribed to a channel of its own, so its reader always has something to
     read and redis-py resubscribes every channel after a reconnect."""
 
-    def __init__(self, client: aioredis.Redis, backend: RedisBackend) -> None:
+    def __init__(self, client: aioredis.Redis, backend: RedisBackend, url: str) -> None:
         self.backend = backend
         self.pubsub = client.pubsub(ignore_subscribe_messages=True)
         self.waiters: dict[bytes, asyncio.Future] = {}
-        self.anchor = f"ragline-client-{uuid.uuid4().hex}".encode()
+        self.anchor = redis_acl.reply_channel(url).encode()
         self.reader: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -203,7 +215,7 @@ class AsyncRaglineClient:
             self._loop, self._replies, self._starting = loop, None, asyncio.Lock()
         async with self._starting:  # type: ignore[union-attr]
             if self._replies is None:
-                replies = _Replies(self.redis, self.backend)
+                replies = _Replies(self.redis, self.backend, self.backend_url)
                 await replies.start()
                 self._replies = replies
         return self._replies
@@ -213,7 +225,7 @@ class AsyncRaglineClient:
     ) -> str:
         """Send ``task`` with its one payload through the Celery producer, off the event loop;
         its task id. Nothing is awaited from it (``_call`` subscribes first)."""
-        task_id = task_id or str(uuid.uuid4())
+        task_id = task_id or redis_acl.task_id(self.backend_url)
         send = partial(
             self.app.send_task, task, args=[payload], queue=queue, task_id=task_id, expires=expires
         )
@@ -242,7 +254,7 @@ class AsyncRaglineClient:
         """Send ``task``, await its reply and delete it from Redis; the typed errors of
         :mod:`ragline.shared.sdk.client`."""
         timeout = timeout or self.timeout
-        task_id = str(uuid.uuid4())
+        task_id = redis_acl.task_id(self.backend_url)
         key = self.result_key(task_id)
         try:
             replies = await self._get_replies()
@@ -255,11 +267,11 @@ class AsyncRaglineClient:
                     raise
             if meta is None:
                 raise timed_out(task, queue, timeout)
-            await self.redis.delete(key)
+            await delete_once_read(self.redis, key)
         except RaglineError:
             raise
         except Exception as exc:
-            if (lost := unavailable(exc)) is not None:
+            if (lost := forbidden(exc, task, queue) or unavailable(exc)) is not None:
                 raise lost from exc
             raise
         if (
@@ -270,8 +282,11 @@ class AsyncRaglineClient:
 
     def _forget_later(self, task_id: str, key: bytes, timeout: float) -> None:
         """A cancelled question: revoke it, and delete its reply if one still comes within ``timeout``
-        (a worker that had already started it still answers)."""
-        self._publisher.submit(self.app.control.revoke, task_id)
+        (a worker that had already started it still answers). A producer's Redis user may not
+        broadcast (``redis_acl.may_broadcast``): its question is not revoked, and expires when its
+        caller's wait would have ended."""
+        if redis_acl.may_broadcast(self.backend_url):
+            self._publisher.submit(self.app.control.revoke, task_id)
         cleanup = asyncio.get_running_loop().create_task(self._delete_when_done(key, timeout))
         self._cleanups.add(cleanup)
         cleanup.add_done_callback(self._cleanups.discard)
@@ -281,7 +296,7 @@ class AsyncRaglineClient:
             replies = await self._get_replies()
             async with replies.watch(key) as waiter:
                 await self._wait(key, waiter, timeout)
-            await self.redis.delete(key)
+            await delete_once_read(self.redis, key)
 
     async def _run(self, call: Call, timeout: float | None) -> Any:
         return call.model.model_validate(await self._call(call.task, call.payload, timeout, queue=call.queue))
@@ -322,7 +337,7 @@ class AsyncRaglineClient:
         last event's id>)`` and misses nothing."""
         call = ask_call(question, tenant, groups, k, mode, history, {**filters, "stream": True})
         timeout = timeout or self.timeout
-        task_id = task_id or str(uuid.uuid4())
+        task_id = task_id or redis_acl.task_id(self.backend_url)
         key = self.result_key(task_id)
         ended = False
         try:
@@ -335,7 +350,7 @@ class AsyncRaglineClient:
         except RaglineError:
             raise
         except Exception as exc:
-            if (lost := unavailable(exc)) is not None:
+            if (lost := forbidden(exc, call.task, call.queue) or unavailable(exc)) is not None:
                 raise lost from exc
             raise
         finally:

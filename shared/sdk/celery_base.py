@@ -10,8 +10,12 @@ from contextlib import suppress
 from typing import Any
 
 from celery import Celery
+from celery.app import backends
+from celery.backends.redis import RedisBackend
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
+
+from ragline.shared.sdk import redis_acl
 
 #: payload fields that may appear in task events and Flower; never question text, content,
 #: vectors, groups or ACLs (the payload itself still travels whole in the message body)
@@ -35,10 +39,41 @@ def payload_summary(args: object) -> str:
     return repr(out)
 
 
+def delete_once_read(client: Any, key: Any) -> None:
+    """Delete a result key with ``GETDEL``: a producer's Redis user has no ``DEL``, which would
+    reach its queues too (``shared/sdk/redis_acl.py``); a Redis before 6.2 has no ``GETDEL``."""
+    import redis.exceptions  # a dependency of Celery's Redis backend, loaded with it
+
+    try:
+        client.execute_command("GETDEL", key)
+    except redis.exceptions.ResponseError as exc:
+        if "unknown command" not in str(exc).lower():
+            raise
+        client.delete(key)
+
+
+class OwnResultsBackend(RedisBackend):
+    """Celery's Redis result backend, deleting a read result with ``GETDEL`` (:func:`delete_once_read`)."""
+
+    def delete(self, key):
+        delete_once_read(self.client, key)
+
+
 class RaglineCelery(Celery):
+    def _get_backend(self):
+        """Celery's backend for the configured URL, :class:`OwnResultsBackend` for Redis."""
+        backend, url = backends.by_url(self.backend_cls or self.conf.result_backend, self.loader)
+        if backend is RedisBackend:
+            backend = OwnResultsBackend
+        return backend(app=self, url=url)
+
     def send_task(self, name, args=None, kwargs=None, **options):
         """Every task carries a redacted ``argsrepr`` (see :func:`payload_summary`), not Celery's
-        repr of the payload, into its headers, task events and Flower."""
+        repr of the payload, into its headers, task events and Flower; and an id of the producer's
+        Redis role (``<role>-<uuid>``, :func:`ragline.shared.sdk.redis_acl.task_id`), so its Redis user
+        reaches its own result and answer stream and no other."""
+        if not options.get("task_id"):
+            options["task_id"] = redis_acl.task_id(self.conf.broker_url)
         options.setdefault("argsrepr", payload_summary(args or ()))
         options.setdefault("kwargsrepr", "{}" if not kwargs else f"<{len(kwargs)} kwargs>")
         return super().send_task(name, args, kwargs, **options)

@@ -23,6 +23,9 @@ both clients, every class a :class:`RaglineError` (``error``, ``detail``):
 * :class:`RaglineTimeout` (also a built-in ``TimeoutError``): no worker answered within the
   timeout (the pool is stopped or far behind), or the worker stopped the question at its own
   deadline (``deadline exceeded``, ``retrieval timeout``);
+* :class:`RaglineForbidden` (also a built-in ``PermissionError``): Redis refused this client's
+  user the task's queue or its reply (a chat backend's user sending an ACL sync): the wrong
+  ``REDIS_URL`` user for what it does, never retried;
 * :class:`RaglineRateLimited`: the query pool's per-tenant admission refused the question;
   ``retry_after_s`` says at most how long to wait;
 * :class:`RaglineError` itself: any other structured error reply of the worker (malformed
@@ -105,6 +108,12 @@ class RaglineTimeout(RaglineError, TimeoutError):
     behind), or the worker stopped it at the question's deadline. A chat backend's 504."""
 
 
+class RaglineForbidden(RaglineError, PermissionError):
+    """The client's Redis user may not send this task or read its reply (``shared/sdk/redis_acl.py``):
+    a chat backend's user sends questions only, a relay's events and permission changes only. A
+    misconfigured producer (the wrong ``REDIS_URL`` user), not a passing fault: do not retry."""
+
+
 class RaglineRateLimited(RaglineError):
     """The query pool's per-tenant admission refused the question (``RAGLINE_RETRIEVAL_TENANT_*``):
     a chat backend's 429, with ``Retry-After`` from :attr:`retry_after_s`."""
@@ -142,6 +151,23 @@ def unavailable(exc: BaseException) -> RaglineUnavailable | None:
         return None
     what = "broker" if isinstance(exc, OperationalError) else "result backend"
     return RaglineUnavailable("unavailable", {"what": what, "cause": type(exc).__name__})
+
+
+def forbidden(exc: BaseException, task: str, queue: str) -> RaglineForbidden | None:
+    """The :class:`RaglineForbidden` for a command Redis refused this client's user, else None
+    (kombu reports the refusal of a publish as its ``OperationalError`` caused by it)."""
+    if not isinstance(exc, redis.exceptions.NoPermissionError) and not isinstance(
+        exc.__cause__, redis.exceptions.NoPermissionError
+    ):
+        return None
+    return RaglineForbidden(
+        "forbidden",
+        {
+            "task": task,
+            "queue": queue,
+            "message": "this client's Redis user may not send it or read its reply",
+        },
+    )
 
 
 def timed_out(task: str, queue: str, timeout: float) -> RaglineTimeout:
@@ -244,13 +270,16 @@ def client_app(broker_url: str, backend_url: str | None, settings: Any) -> Ragli
     backend (the asyncio client reads results itself)."""
     # redacted argsrepr: the question never reaches task headers, events or Flower
     app = RaglineCelery("ragline-client", broker=broker_url, backend=backend_url)
-    # the same queue declaration as the pools (shared/worker/celery_app.py), so a message sent before
-    # any worker started is not lost
+    # the pools' queues (shared/worker/celery_app.py), not declared: Celery sends to a direct exchange's
+    # queue by pushing onto its list, which holds a message sent before any worker started, and a
+    # producer's Redis user may push there and nothing else (no kombu binding sets, shared/sdk/redis_acl.py)
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],
-        task_queues=[Queue(q, Exchange(q, type="direct"), routing_key=q) for q in ("query", "acl")],
+        task_queues=[
+            Queue(q, Exchange(q, type="direct"), routing_key=q, no_declare=True) for q in ("query", "acl")
+        ],
         task_routes={
             "ragline.query.*": {"queue": "query", "routing_key": "query"},
             "ragline.acl.*": {"queue": "acl", "routing_key": "acl"},
@@ -303,7 +332,7 @@ class RaglineClient:
                 result.forget()  # type: ignore[union-attr]
             raise timed_out(task, queue, timeout) from None
         except Exception as exc:
-            if (lost := unavailable(exc)) is not None:
+            if (lost := forbidden(exc, task, queue) or unavailable(exc)) is not None:
                 raise lost from exc
             raise
         return raise_for_reply(res)

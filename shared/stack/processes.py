@@ -86,16 +86,24 @@ def specs(settings: Settings) -> list[ProcSpec]:
         for i in range(1, siblings + 1):
             name = worker_command(settings, pool, i, siblings).name
             out.append(
-                ProcSpec(name, [*ragline, "worker", pool, "--index", str(i), "--siblings", str(siblings)])
+                ProcSpec(
+                    name,
+                    [*ragline, "worker", pool, "--index", str(i), "--siblings", str(siblings)],
+                    redis_role("worker"),
+                )
             )
-        penv = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(settings, pool))}
+        penv = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(settings, pool)), **redis_role("metrics")}
         out.append(
             ProcSpec(
                 f"metrics-{pool}", [sys.executable, "-m", "ragline.shared.worker.metrics_server", pool], penv
             )
         )
     out.append(
-        ProcSpec("beat", [*celery, "beat", "--loglevel", "INFO", "-s", str(run / "celerybeat-schedule")])
+        ProcSpec(
+            "beat",
+            [*celery, "beat", "--loglevel", "INFO", "-s", str(run / "celerybeat-schedule")],
+            redis_role("worker"),
+        )
     )
     out.append(
         ProcSpec(
@@ -107,10 +115,16 @@ def specs(settings: Settings) -> list[ProcSpec]:
                 f"--port={settings.flower.port}",
                 "--persistent=False",
             ],
-            flower_env(settings),
+            {**flower_env(settings), **redis_role("flower")},
         )
     )
     return out
+
+
+def redis_role(role: str) -> dict[str, str]:
+    """The environment that makes a process log in to the embedded Redis as ``role``
+    (``shared/sdk/redis_acl.py``); a ``REDIS_URL`` of the operator's wins (its user decides)."""
+    return {"RAGLINE_SERVICES_REDIS_ROLE": role}
 
 
 def flower_env(settings: Settings) -> dict[str, str]:

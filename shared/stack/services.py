@@ -2,10 +2,10 @@
 
 Both run as background processes owned by ``ragline up`` with their data, pid files and logs
 under the ragline home (mode 0700), started with a private umask (files 0600, folders 0700).
-Postgres listens on a unix socket only; Redis on 127.0.0.1 only,
-behind a password (``requirepass``, ``shared/worker/credentials.py``) that it reads from a 0600 config file,
-never from its command line, which every local user can see. The broker URL that carries it is in
-``runtime.json``, also 0600.
+Postgres listens on a unix socket only; Redis on 127.0.0.1 only, with one ACL user per component
+(``shared/sdk/redis_acl.py``) whose passwords (``shared/worker/credentials.py``) it reads from a 0600 config
+file, never from its command line, which every local user can see. ``runtime.json`` (0600) holds
+its address; each process logs in with its own role's password from the secrets folder.
 When ``DATABASE_URL`` / ``REDIS_URL`` are set nothing here starts.
 """
 
@@ -20,12 +20,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote
 
 import psutil
 
 from ragline.shared.config import runtime as runtime_file
 from ragline.shared.config.settings import Settings
+from ragline.shared.sdk import redis_acl
 from ragline.shared.worker import credentials
 
 log = logging.getLogger(__name__)
@@ -208,26 +208,33 @@ def redis_command(settings: Settings, conf: Path, port: int) -> list[str]:
     ]
 
 
+def redis_conf(passwords: dict[str, str]) -> str:
+    """The embedded Redis's ``redis.conf``: one user per role (``shared/sdk/redis_acl.py``), the default
+    user off, and :data:`DISABLED_REDIS_COMMANDS` renamed away."""
+    users = redis_acl.conf_users(passwords)
+    lines = [" ".join(f'"{_redis_quote(arg)}"' for arg in user) for user in users]
+    return "".join(f"{line}\n" for line in lines) + "".join(
+        f'rename-command {command} ""\n' for command in DISABLED_REDIS_COMMANDS
+    )
+
+
 def start_redis(settings: Settings) -> str:
-    """Start redis-server on 127.0.0.1 behind the stack's Redis password (AOF on, so queued tasks
-    survive a restart); its URL, password included."""
+    """Start redis-server on 127.0.0.1 with one ACL user per component (AOF on, so queued tasks
+    survive a restart); its URL without credentials (``Settings.effective_redis_url`` logs in as
+    the process's role)."""
     credentials.secure_home(settings)
     rdir = credentials.private_dir(_redis_dir(settings))  # the AOF holds every task and result
     runtime = settings.runtime()
     if redis_pid(settings) and runtime.get("redis_url"):
         return runtime["redis_url"]
     port = settings.services.redis_port or int(runtime.get("redis_port") or 0) or free_port()
-    password = credentials.password(settings, "redis")
-    if not password:
+    passwords = credentials.redis_passwords(settings)
+    if any(not pw for pw in passwords.values()) or set(passwords) != set(redis_acl.ROLES):
         raise credentials.InsecureSecretError(
             "RAGLINE_SERVICES_REDIS_PASSWORD is empty: unset it or set a password"
         )
     conf = rdir / "redis.conf"
-    credentials.write_private(
-        conf,
-        f'requirepass "{_redis_quote(password)}"\n'
-        + "".join(f'rename-command {command} ""\n' for command in DISABLED_REDIS_COMMANDS),
-    )
+    credentials.write_private(conf, redis_conf(passwords))
     cmd = redis_command(settings, conf, port)
     proc = subprocess.Popen(
         cmd,
@@ -238,8 +245,8 @@ def start_redis(settings: Settings) -> str:
         umask=credentials.PRIVATE_UMASK,  # its AOF, log and dumps
     )
     credentials.write_private(rdir / "redis.pid", str(proc.pid))
-    url = f"redis://:{quote(password, safe='')}@127.0.0.1:{port}/0"
-    _wait_redis(url, proc)
+    url = f"redis://127.0.0.1:{port}/0"
+    _wait_redis(settings.redis_role_url(url, redis_acl.DEFAULT_ROLE), proc)
     _write_runtime(settings, redis_url=url, redis_port=str(port))
     return url
 

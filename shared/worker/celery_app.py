@@ -23,6 +23,7 @@ from kombu import Exchange, Queue
 from prometheus_client import multiprocess
 
 from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk import redis_acl
 from ragline.shared.sdk.celery_base import RaglineCelery
 from ragline.shared.sdk.names import (
     QUEUES,
@@ -77,6 +78,7 @@ def make_celery() -> Celery:
             "visibility_timeout": settings.workers.visibility_timeout_s,
             "unacked_restore_interval": settings.workers.unacked_restore_interval_s,
             "unacked_restore_throttle": 1,
+            **redis_acl.transport_options(broker),
         },
         result_backend_transport_options={"visibility_timeout": settings.workers.visibility_timeout_s},
         worker_hijack_root_logger=False,

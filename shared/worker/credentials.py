@@ -20,7 +20,6 @@ import ipaddress
 import os
 import re
 import secrets
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,11 +29,18 @@ from urllib.parse import unquote
 
 from pydantic import SecretStr
 
+from ragline.shared.config import redis_roles, secret_files
+from ragline.shared.config.secret_files import InsecureSecretError
 from ragline.shared.config.settings import Settings
+from ragline.shared.sdk.redis_acl import DEFAULT_ROLE, ROLES
 
-#: every generated secret, and the setting whose value replaces it
-SECRET_SETTINGS = {
+redis_secret = redis_roles.secret_name
+
+
+#: every generated secret, and the setting whose value replaces it (None: generated only)
+SECRET_SETTINGS: dict[str, tuple[str, str, str] | None] = {
     "redis": ("services", "redis_password", "RAGLINE_SERVICES_REDIS_PASSWORD"),
+    **{redis_secret(role): None for role in ROLES if role != DEFAULT_ROLE},
     "flower": ("flower", "password", "RAGLINE_FLOWER_PASSWORD"),
     "metrics": ("ops", "metrics_password", "RAGLINE_OPS_METRICS_PASSWORD"),
 }
@@ -73,10 +79,6 @@ _KEY_PASSWORD = re.compile(
 )
 
 
-class InsecureSecretError(RuntimeError):
-    """A password that must not be used where it is configured, or a secrets file others can read."""
-
-
 @dataclass(frozen=True)
 class Secret:
     name: str
@@ -85,7 +87,7 @@ class Secret:
 
 
 def secrets_dir(settings: Settings) -> Path:
-    return settings.home_dir / "secrets"
+    return settings.home_dir / secret_files.FOLDER
 
 
 def home_mode(settings: Settings) -> int:
@@ -153,18 +155,6 @@ def private_umask() -> Iterator[None]:
         os.umask(old)
 
 
-def _read(path: Path) -> str:
-    mode = path.stat().st_mode
-    if stat.S_IMODE(mode) & 0o077:
-        raise InsecureSecretError(
-            f"{path} can be read by other users (mode {stat.S_IMODE(mode):o}): chmod 600 {path}"
-        )
-    value = path.read_text(encoding="utf-8").strip()
-    if not value:
-        raise InsecureSecretError(f"{path} is empty: delete it and run `ragline up` to generate a new one")
-    return value
-
-
 def generated(settings: Settings, name: str, create: bool = True) -> str | None:
     """The generated secret ``name`` of this home, created on first use (``create``).
 
@@ -175,10 +165,10 @@ def generated(settings: Settings, name: str, create: bool = True) -> str | None:
         raise KeyError(name)
     path = secrets_dir(settings) / name
     if path.exists():
-        return _read(path)
+        return secret_files.read(path)
     if not create:
         return None
-    return _read(secret_file(settings, name))
+    return secret_files.read(secret_file(settings, name))
 
 
 def secret_file(settings: Settings, name: str) -> Path:
@@ -205,7 +195,10 @@ def secret_file(settings: Settings, name: str) -> Path:
 
 
 def _explicit(settings: Settings, name: str) -> SecretStr | None:
-    group, field, _ = SECRET_SETTINGS[name]
+    setting = SECRET_SETTINGS[name]
+    if setting is None:
+        return None
+    group, field, _ = setting
     return getattr(getattr(settings, group), field)
 
 
@@ -220,10 +213,9 @@ def password(settings: Settings, name: str, create: bool = True) -> str | None:
 
 def describe(settings: Settings, name: str) -> Secret:
     """``name`` with where its value comes from, creating nothing (``ragline secrets show``)."""
-    group, field, env = SECRET_SETTINGS[name]
     value = _explicit(settings, name)
     if value is not None:
-        return Secret(name, value.get_secret_value(), env)
+        return Secret(name, value.get_secret_value(), SECRET_SETTINGS[name][2])  # type: ignore[index]
     found = generated(settings, name, create=False)
     path = secrets_dir(settings) / name
     return Secret(name, found, str(path) if found is not None else "not generated yet (`ragline up`)")
@@ -233,9 +225,20 @@ def ensure_all(settings: Settings) -> None:
     """Generate every secret the stack will use that is not set (``ragline up``)."""
     secure_home(settings)
     for name in SECRET_SETTINGS:
-        if name == "redis" and not settings.embedded_redis:
+        if name.startswith("redis") and not settings.embedded_redis:
             continue
         password(settings, name)
+
+
+def redis_passwords(settings: Settings, create: bool = True) -> dict[str, str]:
+    """The embedded Redis's password of every role (generated on first use unless ``create`` is
+    off: then only those that exist)."""
+    out = {}
+    for role in ROLES:
+        value = password(settings, redis_secret(role), create=create)
+        if value:
+            out[role] = value
+    return out
 
 
 def known_values(settings: Settings) -> list[str]:

@@ -255,7 +255,9 @@ def test_default_passwords_beyond_loopback_and_redis_without_password(stack):
     assert [r.split()[0] for r in replies] == [b"-NOAUTH", b"-WRONGPASS", b"-WRONGPASS", b"-WRONGPASS"], (
         replies
     )
-    assert _raw_redis(port, b"AUTH", credentials.password(stack, "redis").encode()) == b"+OK"
+    operator = credentials.password(stack, "redis").encode()
+    assert _raw_redis(port, b"AUTH", operator).startswith(b"-WRONGPASS")  # the default user is off
+    assert _raw_redis(port, b"AUTH", b"operator", operator) == b"+OK"
     rows = [
         harness.FaultResult(
             fault="default or empty password on a non-loopback bind (metrics x3, Flower via ragline up)",

@@ -110,7 +110,7 @@ def test_answer_streams_as_server_sent_events(backend):
     r = redis.Redis.from_url(get_settings().effective_redis_url())
     task_id = events[0]["data"]["task_id"]
     time.sleep(1.5)  # the worker stores its result just after the terminal entry
-    assert not r.exists(f"celery-task-meta-{task_id}", answer_stream_key(task_id))
+    assert not r.exists(f"celery-task-meta-{task_id}") and r.xlen(answer_stream_key(task_id)) == 0
 
 
 def test_a_client_that_reconnects_with_last_event_id_misses_nothing(backend):

@@ -3,6 +3,7 @@ on a fresh home with no password set."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -66,7 +67,7 @@ def _generated_secrets_are_private_used_and_never_printed(home: Path, env: dict,
 
     folder = home / "secrets"
     assert {stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()} == {0o600}
-    secrets = {n: (folder / n).read_text().strip() for n in ("flower", "metrics", "redis")}
+    secrets = {n: (folder / n).read_text().strip() for n in credentials.SECRET_SETTINGS}
     mode = credentials.home_mode(Settings(home=home))  # 0700; 0711 as root (Postgres runs as pgserver)
     assert stat.S_IMODE(home.stat().st_mode) == mode
     assert "password: `ragline secrets show flower`" in up_output
@@ -111,6 +112,90 @@ def _nothing_in_the_home_is_readable_by_others(home: Path) -> None:
     assert exposed == [], exposed
 
 
+#: a chat backend and an event relay on the embedded stack, each logged in as its own Redis user
+PRODUCER = """
+import asyncio, json, sys
+from urllib.parse import urlsplit
+from ragline import RaglineClient, RaglineForbidden
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.async_client import AsyncRaglineClient
+
+role, question, doc_id = sys.argv[1:4]
+out = {"user": urlsplit(get_settings().effective_redis_url()).username}
+client = RaglineClient(timeout=120)
+if role == "chat":
+    answer = client.ask(question, tenant="cli", groups=["public"])
+    out["answer"], out["cited"] = answer.answer, [c.doc_id for c in answer.citations]
+
+    async def stream():
+        async with AsyncRaglineClient(timeout=120) as ac:
+            return [e.type async for e in ac.ask_stream(question, tenant="cli", groups=["public"])]
+
+    out["stream"] = asyncio.run(stream())
+try:
+    synced = client.sync_acl([{"tenant": "cli", "doc_id": doc_id, "acl": ["public", "staff"], "version": 1}])
+    out["sync"] = synced.documents_updated
+except RaglineForbidden as exc:
+    out["sync"] = exc.error
+if role == "relay":
+    try:
+        client.ask(question, tenant="cli", groups=["public"])
+    except RaglineForbidden as exc:
+        out["ask"] = exc.error
+print(json.dumps(out))
+"""
+
+
+def _each_component_uses_its_own_redis_user(home: Path, env: dict, doc_id: str) -> None:
+    """Every process of the stack logs in as its role's Redis user (shared/sdk/redis_acl.py), and with
+    only that user a chat backend asks (also streamed) but cannot change permissions, a relay syncs
+    permissions but cannot ask, Flower sees the workers and the metrics servers read queue depths."""
+    import httpx
+
+    by_kind: dict[str, set] = {"worker": set(), "beat": set(), "flower": set(), "metrics": set()}
+    for p in _ours(home):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            argv = p.cmdline()
+            if "ragline.shared.worker.metrics_server" in argv:
+                kind = "metrics"
+            elif "celery" in argv:
+                kind = next((k for k in ("worker", "beat", "flower") if k in argv), "")
+            else:
+                continue  # Postgres, Redis
+            by_kind.setdefault(kind, set()).add(p.environ().get("RAGLINE_SERVICES_REDIS_ROLE"))
+    assert by_kind == {"worker": {"worker"}, "beat": {"worker"}, "flower": {"flower"}, "metrics": {"metrics"}}
+    results = {}
+    for role in ("chat", "relay"):
+        run = subprocess.run(
+            [sys.executable, "-c", PRODUCER, role, "Что делает ragline?", doc_id],
+            env={**env, "RAGLINE_SERVICES_REDIS_ROLE": role},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        results[role] = json.loads(run.stdout.strip().splitlines()[-1])
+    chat, relay = results["chat"], results["relay"]
+    assert chat["user"] == "chat" and chat["cited"] == [doc_id] and "[1]" in chat["answer"]
+    assert chat["stream"][-1] == "answer" and chat["sync"] == "forbidden"
+    assert relay == {"user": "relay", "sync": 1, "ask": "forbidden"}
+    from ragline.shared.config.settings import Settings
+    from ragline.shared.worker import credentials
+
+    settings = Settings(home=home)
+    flower = ("admin", credentials.password(settings, "flower"))
+    workers = httpx.get(
+        f"http://127.0.0.1:{env['RAGLINE_FLOWER_PORT']}/api/workers?refresh=1", auth=flower, timeout=60
+    ).json()
+    assert {name.split("@")[0] for name in workers} == {"ingest", "query", "control"}, workers
+    metrics = ("metrics", credentials.password(settings, "metrics"))
+    port = int(env["RAGLINE_OPS_METRICS_PORT"]) + 1  # the query pool's endpoint
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", auth=metrics, timeout=30).text
+    assert 'rag_queue_depth{queue="query"}' in text
+    logs = "".join(p.read_text(errors="replace") for p in (home / "logs").glob("*.log"))
+    assert "no permissions" not in logs
+
+
 @pytest.mark.slow
 def test_up_ingest_ask_down_leaves_nothing(tmp_path):
     # not under tmp_path: run as root, the embedded Postgres runs as another user that must traverse
@@ -146,6 +231,7 @@ def test_up_ingest_ask_down_leaves_nothing(tmp_path):
         assert answer["citations"]
         assert answer["citations"][0]["doc_id"] == f"{default_source_name(docs)}/about.md"
         assert "[1]" in answer["answer"]
+        _each_component_uses_its_own_redis_user(home, env, f"{default_source_name(docs)}/about.md")
         _nothing_in_the_home_is_readable_by_others(home)
     finally:
         down = run("down")

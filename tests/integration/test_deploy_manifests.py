@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ragline.shared.sdk import redis_acl
+
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 K8S_VERSION = "1.33.0"
@@ -148,7 +150,7 @@ def test_env_example_ships_no_password():
         "POSTGRES_PASSWORD",
         "RAGLINE_DB_PASSWORD",
         "RAGLINE_QUERY_DB_PASSWORD",
-        "REDIS_PASSWORD",
+        *(redis_acl.password_variable(role) for role in redis_acl.ROLES),
     } <= required
     assert required <= set(example), "every variable compose requires is listed in .env.example"
     secret_keys = [k for k in example if re.search(r"PASSWORD|_KEY$", k)]
@@ -204,7 +206,10 @@ def test_compose_gives_each_component_only_its_secrets(compose_config, compose_v
         "POSTGRES_PASSWORD": {"postgres"},
         "RAGLINE_DB_PASSWORD": {"postgres", "migrate", "ingest-worker", "control-worker"},
         "RAGLINE_QUERY_DB_PASSWORD": {"postgres", "query-worker"},
-        "REDIS_PASSWORD": {"redis", "beat", "flower", *workers},
+        # each component its own Redis user; the users without a container are the Redis's alone
+        "REDIS_WORKER_PASSWORD": {"redis", "beat", *workers},
+        "REDIS_FLOWER_PASSWORD": {"redis", "flower"},
+        **{f"REDIS_{user}_PASSWORD": {"redis"} for user in ("OPERATOR", "CHAT", "RELAY", "METRICS")},
         "RAGLINE_OPS_METRICS_PASSWORD": {"prometheus", *workers},
         "RAGLINE_FLOWER_PASSWORD": {"flower"},
         **{key: {"ingest-worker", "query-worker"} for key in PROVIDER_KEYS},
@@ -427,7 +432,7 @@ def test_k8s_secrets_are_split_per_component():
             refs[name] = refs.get(name, set()) | _secret_refs(c)
     owner_db = {("ragline-db-owner", "DATABASE_URL")}
     query_db = {("ragline-db-query", "RAGLINE_SERVICES_QUERY_DATABASE_URL")}
-    redis = {("ragline-redis", "REDIS_URL")}
+    redis = {("ragline-redis-worker", "REDIS_URL")}  # each component its own Redis user
     metrics = {("ragline-metrics", "RAGLINE_OPS_METRICS_PASSWORD")}
     providers = {("ragline-providers", k) for k in PROVIDER_KEYS}
     assert refs == {
@@ -436,17 +441,21 @@ def test_k8s_secrets_are_split_per_component():
         "ragline-query-worker": query_db | redis | metrics | providers,
         "ragline-control-worker": owner_db | query_db | redis | metrics,
         "ragline-beat": redis,
-        "ragline-flower": redis | {("ragline-flower", "RAGLINE_FLOWER_PASSWORD")},
+        "ragline-flower": {
+            ("ragline-redis-flower", "REDIS_URL"),
+            ("ragline-flower", "RAGLINE_FLOWER_PASSWORD"),
+        },
         "ragline-migrate": owner_db,
     }
     # the query pod's DATABASE_URL is the read-only login too: it never sees the owner's URL
     query = _pod_spec(_workloads()["ragline-query-worker"])["containers"][0]
     by_var = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in query["env"] if "valueFrom" in e}
     assert by_var["DATABASE_URL"] == by_var["RAGLINE_SERVICES_QUERY_DATABASE_URL"] == "ragline-db-query"
-    # KEDA authenticates to Redis with the Redis secret alone
+    # KEDA authenticates to Redis as the metrics user alone (LLEN of the queues)
     auth = next(d for _, d in _manifests() if d["kind"] == "TriggerAuthentication")
-    assert [(r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]] == [
-        ("ragline-redis", "REDIS_PASSWORD")
+    assert [(r["parameter"], r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]] == [
+        ("username", "ragline-redis-metrics", "REDIS_USERNAME"),
+        ("password", "ragline-redis-metrics", "REDIS_PASSWORD"),
     ]
 
 
@@ -475,7 +484,9 @@ def test_create_secrets_script_creates_what_the_manifests_reference(tmp_path):
     values = {
         "RAGLINE_SERVICES_DATABASE_URL": f"postgresql://ragline:{secrets.token_hex(8)}@db:5432/ragline",
         "RAGLINE_SERVICES_QUERY_DATABASE_URL": f"postgresql://ragline_query_login:{secrets.token_hex(8)}@db:5432/ragline",
-        "REDIS_PASSWORD": secrets.token_hex(8),
+        "REDIS_WORKER_PASSWORD": secrets.token_hex(8),
+        "REDIS_FLOWER_PASSWORD": secrets.token_hex(8),
+        "REDIS_METRICS_PASSWORD": secrets.token_hex(8),
         "RAGLINE_OPS_METRICS_PASSWORD": secrets.token_hex(8),
         "RAGLINE_FLOWER_PASSWORD": secrets.token_hex(8),
         "RAGLINE_PROVIDERS_VOYAGE_API_KEY": secrets.token_hex(8),
@@ -484,9 +495,12 @@ def test_create_secrets_script_creates_what_the_manifests_reference(tmp_path):
     script = str(DEPLOY / "k8s" / "create-secrets.sh")
 
     out = subprocess.run(
-        ["bash", script], env={**env, **values} | {"REDIS_PASSWORD": ""}, capture_output=True, text=True
+        ["bash", script],
+        env={**env, **values} | {"REDIS_WORKER_PASSWORD": ""},
+        capture_output=True,
+        text=True,
     )
-    assert out.returncode != 0 and "REDIS_PASSWORD" in out.stderr and not log.exists()
+    assert out.returncode != 0 and "REDIS_WORKER_PASSWORD" in out.stderr and not log.exists()
 
     out = subprocess.run(["bash", script], env={**env, **values}, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -504,7 +518,15 @@ def test_create_secrets_script_creates_what_the_manifests_reference(tmp_path):
     assert created["ragline-db-query"] == {
         "RAGLINE_SERVICES_QUERY_DATABASE_URL": values["RAGLINE_SERVICES_QUERY_DATABASE_URL"]
     }
-    assert created["ragline-redis"]["REDIS_URL"].startswith(f"redis://:{values['REDIS_PASSWORD']}@")
+    for user in ("worker", "flower"):
+        password = values[f"REDIS_{user.upper()}_PASSWORD"]
+        assert created[f"ragline-redis-{user}"] == {
+            "REDIS_URL": f"redis://{user}:{password}@redis.ragline.svc.cluster.local:6379/0"
+        }
+    assert created["ragline-redis-metrics"] == {
+        "REDIS_USERNAME": "metrics",
+        "REDIS_PASSWORD": values["REDIS_METRICS_PASSWORD"],
+    }
     assert created["ragline-providers"] == {
         "RAGLINE_PROVIDERS_VOYAGE_API_KEY": values["RAGLINE_PROVIDERS_VOYAGE_API_KEY"]
     }

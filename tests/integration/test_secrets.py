@@ -43,7 +43,8 @@ def test_embedded_redis_requires_its_generated_password(stack):
     port = int(stack.runtime()["redis_port"])
     assert _raw_redis(port, b"PING").startswith(b"-NOAUTH")
     assert _raw_redis(port, b"AUTH ragline-admin").startswith(b"-WRONGPASS")
-    assert _raw_redis(port, b"AUTH default " + password.encode()) == b"+OK"
+    assert _raw_redis(port, b"AUTH default " + password.encode()).startswith(b"-WRONGPASS")  # default: off
+    assert _raw_redis(port, b"AUTH operator " + password.encode()) == b"+OK"
     assert redis.Redis.from_url(url, socket_timeout=2).ping()
     # the password is in private files only, never on the server's command line (ps shows it to all)
     server = psutil.Process(int((stack.home_dir / "redis" / "redis.pid").read_text()))
@@ -72,10 +73,14 @@ def test_the_redis_password_cannot_reconfigure_the_server(stack, command):
     the queues to another server."""
     import redis
 
-    client = redis.Redis.from_url(stack.effective_redis_url(), socket_timeout=5)
-    with pytest.raises(redis.ResponseError, match="unknown command"):
-        client.execute_command(*command.split())
-    assert client.ping()  # the commands Celery needs are all there
+    from ragline.shared.sdk.redis_acl import ROLES
+
+    for role in ROLES:  # every component's user: the commands are gone, not only refused
+        url = stack.redis_role_url(stack.runtime()["redis_url"], role)
+        client = redis.Redis.from_url(url, socket_timeout=5)
+        with pytest.raises(redis.ResponseError, match="unknown command"):
+            client.execute_command(*command.split())
+        assert client.ping()
 
 
 def test_metrics_endpoint_answers_to_the_generated_password_only(stack, monkeypatch):

@@ -47,7 +47,8 @@ def test_ensure_all_creates_every_secret_and_tightens_an_existing_home(tmp_path)
     os.chmod(home, 0o755)
     credentials.ensure_all(_settings(home))
     assert _mode(home) == credentials.home_mode(_settings(home)) and not _mode(home) & 0o066
-    assert sorted(p.name for p in (home / "secrets").iterdir()) == ["flower", "metrics", "redis"]
+    redis_users = ["redis", "redis-chat", "redis-flower", "redis-metrics", "redis-relay", "redis-worker"]
+    assert sorted(p.name for p in (home / "secrets").iterdir()) == sorted(["flower", "metrics", *redis_users])
     external = tmp_path / "external"
     credentials.ensure_all(_settings(external, redis_url="redis://:x@elsewhere:6379/0"))
     assert sorted(p.name for p in (external / "secrets").iterdir()) == ["flower", "metrics"]
