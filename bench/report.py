@@ -83,6 +83,19 @@ def _headline(name: str, raw: dict) -> str:
                 f" LlamaIndex {li['query']['p50_ms']:g}/{li['query']['p95_ms']:g} ms (measured once, small"
                 " sizes, on a loaded shared machine)"
             )
+        if name == "ingest_stages":
+
+            def corpus(c: str, r: dict) -> str:
+                stages = ", ".join(
+                    f"{k} {v['share']:.0%}" for k, v in r["by_stage"].items() if v["share"] >= 0.005
+                )
+                layers = ", ".join(f"{k} {v['share']:.0%}" for k, v in r["by_layer"].items())
+                extra = " (embed partly extrapolated from a sample)" if r.get("embed_extrapolated_s") else ""
+                return (
+                    f"{c} ({r['documents']} documents, {r['wall_s']:g} s{extra}): {stages}; by layer {layers}"
+                )
+
+            return "; ".join(corpus(c, r) for c, r in raw.items())
         if name == "acl_sync":
             return (
                 f"{raw['documents']:,} documents / {raw['chunks']:,} chunks: re-ingest {raw['reingest_s']:g} s"

@@ -27,6 +27,7 @@ BENCHMARKS = {
     "h": "fairness",
     "i": "bulk_load",
     "j": "peer",
+    "k": "ingest_stages",
 }
 
 

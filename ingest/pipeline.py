@@ -40,7 +40,7 @@ from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import IngestRequest, IngestResult
 from ragline.shared.worker import db, jobs, replicas
 from ragline.shared.worker.identifiers import code_tsvector
-from ragline.shared.worker.metrics import ACL_CHANGES
+from ragline.shared.worker.metrics import ACL_CHANGES, observe_stage
 from ragline.shared.worker.providers import get_embedder
 from ragline.shared.worker.timing import elapsed_ms
 
@@ -71,6 +71,11 @@ class Prepared:
     #: per chunk, a layer other than the document's (the symbol records), else None
     chunk_layers: list[str | None] = field(default_factory=list)
     code: bool = False  # parsed as source code (CodeDocument)
+
+    @property
+    def layers(self) -> list[str]:
+        """Per chunk, the layer its row is stored in."""
+        return [c or self.layer for c in self.chunk_layers or [None] * len(self.chunks)]
 
     @property
     def texts(self) -> list[str]:
@@ -147,15 +152,22 @@ def prepare(req: IngestRequest, embed_model: str, state: dict | None) -> Prepare
         settings.code.tests_layer,
         settings.code.test_globs,
     )
+    for name, ms in timings.items():
+        observe_stage(name, ms / 1000, {layer: 1})
     chunk_layers: list[str | None] = [None] * len(chunks)
     if code and settings.code.symbols and layer == settings.code.source_layer:
+        t = time.perf_counter()
         try:
             symbols = symbol_chunks(parsed, len(chunks), settings.code.symbol_doc_chars)
         except DOCUMENT_ERRORS as exc:
             raise DocumentFailed("symbols", _readable(exc)) from exc
+        lap("symbols")
         chunks = [*chunks, *symbols]
         contexts = [*contexts, *(code_context(c, parsed.title) for c in symbols)]
         chunk_layers += [settings.code.symbols_layer] * len(symbols)
+        # the symbol records' own stages: cut from the parsed file, then given their context
+        observe_stage("chunk", timings.pop("symbols") / 1000, {settings.code.symbols_layer: 1})
+        observe_stage("contextualize", time.perf_counter() - t, {settings.code.symbols_layer: 1})
     elif files := related_code(meta.get("front_matter")):
         # a document that says which code it describes: its hits carry it, for the structural ranking
         chunks = [replace(c, metadata={**c.metadata, "related_code": files}) for c in chunks]
@@ -448,9 +460,11 @@ def _ingest_into(
         texts = [p.texts for _, p in ready]
         waiting = [(i, p, [text_key(t) for t in doc]) for (i, p), doc in zip(ready, texts, strict=True)]
         claimed: set[bytes] = set()
+        storing = [0.0]  # seconds spent storing between embedding requests: not the embed stage's
 
         def store_embedded(found: dict[bytes, np.ndarray], sent: set[bytes]) -> None:
             """Store (and settle) every waiting document whose vectors are all known by now."""
+            t = time.perf_counter()
             embed_ms = elapsed_ms(t0)
             complete = [w for w in waiting if all(k in found for k in w[2])]
             for entry in complete:
@@ -458,10 +472,29 @@ def _ingest_into(
             group = [(i, p, [found[k] for k in keys]) for i, p, keys in complete]
             for i, result in _store_group(conn, group, embedder.model, embed_ms, sent, claimed):
                 settle(i, result)
+            storing[0] += time.perf_counter() - t
             alive()
 
         batch_size = get_settings().embed.batch_size
-        embed_with_cache(conn, embedder, [t for doc in texts for t in doc], batch_size, store_embedded)
+        t = time.perf_counter()
+        emb = embed_with_cache(conn, embedder, [t for doc in texts for t in doc], batch_size, store_embedded)
+        observe_stage(
+            "embed", time.perf_counter() - t - storing[0], sent_by_layer([p for _, p in ready], emb.sent)
+        )
+
+
+def sent_by_layer(docs: list[Prepared], sent: set[bytes]) -> dict[str, int]:
+    """How many of the texts sent to the embedder each layer's rows account for, a text counted once
+    (pure); every text of the documents when none was sent (the time was the cache's lookup)."""
+    out: dict[str, int] = {}
+    seen: set[bytes] = set()
+    for p in docs:
+        for text, layer in zip(p.texts, p.layers, strict=True):
+            key = text_key(text)
+            if key not in seen and (key in sent or not sent):
+                seen.add(key)
+                out[layer] = out.get(layer, 0) + 1
+    return out
 
 
 def _store_before_vectors(
@@ -521,6 +554,11 @@ def _store_group(
             else:
                 outcomes = [DocumentFailed("store", _readable(exc))]
         store_ms = elapsed_ms(t)
+        layers: dict[str, int] = {}
+        for _, p, _ in members:
+            for layer in p.layers:
+                layers[layer] = layers.get(layer, 0) + 1
+        observe_stage("store", store_ms / 1000, layers or {members[0][1].layer: 1})
         rows = sum(len(p.chunks) for _, p, _ in members) or 1
         for j, (i, p, vectors), outcome in zip(positions, members, outcomes, strict=True):
             # the round's time, shared by its documents in proportion to their rows

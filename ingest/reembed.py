@@ -27,6 +27,7 @@ from ragline.ingest.contextualize import embedding_text
 from ragline.ingest.embed import embed_with_cache
 from ragline.shared.config.settings import get_settings
 from ragline.shared.worker import db, jobs, pending_vectors
+from ragline.shared.worker.metrics import observe_stage
 from ragline.shared.worker.providers import get_embedder
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ FILL_ROWS = pending_vectors.PREDICATE
 # by layer (source chunks, then symbol records, then tests and docs), shorter first; rows without
 # any vector before rows of an older model, should one statement ever serve both
 BATCH_SQL = """
-SELECT c.id, c.tenant, c.doc_id, c.content, c.context, c.content_hash FROM chunks c
+SELECT c.id, c.tenant, c.doc_id, c.layer, c.content, c.context, c.content_hash FROM chunks c
 WHERE {rows} AND (%(tenant)s::text IS NULL OR c.tenant = %(tenant)s)
 ORDER BY c.embedding IS NOT NULL,
          CASE c.layer WHEN %(source)s THEN 0 WHEN %(symbols)s THEN 1 ELSE 2 END,
@@ -85,12 +86,18 @@ def next_rows(
 def embed_rows(conn: psycopg.Connection, embedder, rows: list[dict]) -> tuple[int, int]:
     """Embed ``rows`` through the cache and write their vectors in one transaction; (rows written,
     texts sent to the embedder)."""
+    layers: dict[str, int] = {}
+    for r in rows:
+        layers[r["layer"]] = layers.get(r["layer"], 0) + 1
+    t = time.perf_counter()
     emb = embed_with_cache(
         conn,
         embedder,
         [embedding_text(r["context"], r["content"]) for r in rows],
         get_settings().embed.batch_size,
     )
+    observe_stage("embed", time.perf_counter() - t, layers)
+    t = time.perf_counter()
     with conn.transaction():
         cur = conn.execute(
             UPDATE_SQL,
@@ -109,6 +116,7 @@ def embed_rows(conn: psycopg.Connection, embedder, rows: list[dict]) -> tuple[in
                 "docs": [r["doc_id"] for r in rows],
             },
         )
+    observe_stage("store", time.perf_counter() - t, layers)
     return cur.rowcount, emb.embedded
 
 

@@ -7,6 +7,8 @@ Every name has the ``rag_`` prefix: the query path's metrics, then ingestion's a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import Counter, Gauge, Histogram
 
 _MS_BUCKETS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
@@ -76,6 +78,14 @@ EMBED_TEXTS = Counter("rag_embed_texts", "Texts sent to the embedder", ["provide
 EMBED_CACHE_HITS = Counter("rag_embed_cache_hits", "Texts whose vector came from the embedding cache")
 EMBED_429 = Counter("rag_embedder_429", "Embedder answers with HTTP 429", ["provider"])
 EMBED_RETRIES = Counter("rag_embedder_retries", "Embedder request retries", ["provider"])
+INGEST_STAGE_SECONDS = Histogram(
+    "rag_ingest_stage_seconds",
+    "Wall time of ingestion's stages (load, parse, chunk, contextualize, embed, store) by the layer of"
+    " the rows they made; a time several layers share (an embedding request, a store transaction, the"
+    " fill of deferred vectors) is split between them by their rows",
+    ["stage", "layer"],
+    buckets=(0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10, 60, 300),
+)
 CONTEXTUALIZE_FALLBACK = Counter(
     "rag_contextualize_fallback", "Chunks whose contextualizer fell back to headings"
 )
@@ -125,3 +135,12 @@ QUERY_SERVER_FALLBACKS = Counter(
     " or no replica was in rotation and the primary answered (primary)",
     ["reason"],
 )
+
+
+def observe_stage(stage: str, seconds: float, rows_by_layer: Mapping[str, float]) -> None:
+    """``seconds`` of ``stage``, split between the layers in proportion to their rows: the one rule
+    by which the ingest and fill paths attribute a shared time (:data:`INGEST_STAGE_SECONDS`)."""
+    total = sum(rows_by_layer.values())
+    for layer, rows in rows_by_layer.items():
+        if rows > 0:
+            INGEST_STAGE_SECONDS.labels(stage, layer).observe(seconds * rows / total)

@@ -137,3 +137,24 @@ def test_peer_without_llama_index_says_so_and_measures_nothing(monkeypatch, tmp_
     data = peer.run(out_dir=tmp_path)
     assert data["skipped"] == reason and data["targets"] == []
     assert not list(tmp_path.iterdir())  # no result written over the one on record
+
+
+def test_stage_shares_are_seconds_over_the_wall_time_with_the_rest_as_other():
+    from bench.ingest_stages import shares
+
+    s = shares({("parse", "docs"): 2.0, ("embed", "docs"): 5.0, ("embed", "src"): 1.0}, 10.0)
+    assert s["by_stage"]["embed"] == {"s": 6.0, "share": 0.6}
+    assert s["by_stage"]["other"] == {"s": 2.0, "share": 0.2}
+    assert s["by_layer"] == {"docs": {"s": 7.0, "share": 0.7}, "src": {"s": 1.0, "share": 0.1}}
+    assert s["accounted_share"] == 0.8
+
+
+def test_a_shared_stage_time_is_split_by_rows():
+    from ragline.shared.metrics import INGEST_STAGE_SECONDS, observe_stage
+
+    def total(layer: str) -> float:
+        return INGEST_STAGE_SECONDS.labels("store", layer)._sum.get()
+
+    a, b = total("split-a"), total("split-b")
+    observe_stage("store", 1.0, {"split-a": 3, "split-b": 1, "split-c": 0})
+    assert (round(total("split-a") - a, 6), round(total("split-b") - b, 6)) == (0.75, 0.25)
