@@ -20,9 +20,33 @@ def _fmt(x: float) -> str:
     return f"{x:,.4g}" if abs(x) < 1000 else f"{x:,.0f}"
 
 
+def _stages_headline(raw: dict) -> str:
+    def corpus(c: str, r: dict) -> str:
+        stages = ", ".join(f"{k} {v['share']:.0%}" for k, v in r["by_stage"].items() if v["share"] >= 0.005)
+        layers = ", ".join(f"{k} {v['share']:.0%}" for k, v in r["by_layer"].items())
+        extra = " (embed partly extrapolated from a sample)" if r.get("embed_extrapolated_s") else ""
+        return f"{c} ({r['documents']} documents, {r['wall_s']:g} s{extra}): {stages}; by layer {layers}"
+
+    return "; ".join(corpus(c, r) for c, r in raw.items())
+
+
+def _acl_sync_headline(raw: dict) -> str:
+    return (
+        f"{raw['documents']:,} documents / {raw['chunks']:,} chunks: re-ingest {raw['reingest_s']:g} s"
+        f" ({raw['reingest_embed_requests']} embedding requests), with the embedding cache"
+        f" {raw['reingest_cached_s']:g} s, ACL sync {raw['acl_sync_s']:g} s"
+        f" ({raw['acl_sync_embed_requests']} embedding requests)"
+    )
+
+
+_HEADLINES = {"ingest_stages": _stages_headline, "acl_sync": _acl_sync_headline}
+
+
 def _headline(name: str, raw: dict) -> str:
     """The raw numbers behind the ratios, one line per benchmark."""
     try:
+        if name in _HEADLINES:
+            return _HEADLINES[name](raw)
         if name == "ingest_throughput":
             runs = raw["latency"] if isinstance(raw["latency"], list) else [raw["latency"]]
             st = raw["storm_429"]
@@ -82,26 +106,6 @@ def _headline(name: str, raw: dict) -> str:
                 f" through the queue {rg['query_queue']['p50_ms']:g}/{rg['query_queue']['p95_ms']:g} ms,"
                 f" LlamaIndex {li['query']['p50_ms']:g}/{li['query']['p95_ms']:g} ms (measured once, small"
                 " sizes, on a loaded shared machine)"
-            )
-        if name == "ingest_stages":
-
-            def corpus(c: str, r: dict) -> str:
-                stages = ", ".join(
-                    f"{k} {v['share']:.0%}" for k, v in r["by_stage"].items() if v["share"] >= 0.005
-                )
-                layers = ", ".join(f"{k} {v['share']:.0%}" for k, v in r["by_layer"].items())
-                extra = " (embed partly extrapolated from a sample)" if r.get("embed_extrapolated_s") else ""
-                return (
-                    f"{c} ({r['documents']} documents, {r['wall_s']:g} s{extra}): {stages}; by layer {layers}"
-                )
-
-            return "; ".join(corpus(c, r) for c, r in raw.items())
-        if name == "acl_sync":
-            return (
-                f"{raw['documents']:,} documents / {raw['chunks']:,} chunks: re-ingest {raw['reingest_s']:g} s"
-                f" ({raw['reingest_embed_requests']} embedding requests), with the embedding cache"
-                f" {raw['reingest_cached_s']:g} s, ACL sync {raw['acl_sync_s']:g} s"
-                f" ({raw['acl_sync_embed_requests']} embedding requests)"
             )
         if name == "local_embedder":
             d = ", ".join(f"{k} {v:g}" for k, v in raw["direct_texts_per_s"].items())
