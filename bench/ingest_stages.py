@@ -197,11 +197,19 @@ def run(
     with db.connection() as c:
         desc = common.machine(c)
     raw: dict = {}
+    data: dict = {}
     with tempfile.TemporaryDirectory(prefix="rl-stages-") as tmp:
-        for corpus in corpora:
+        for corpus in corpora:  # the result is written after each corpus: a long one loses nothing
             common.checkpoint()
             rows = fill_rows if fill_rows is not None else (large_fill if corpus == "astropy" else None)
             raw[corpus] = ingest_corpus(corpus, Path(tmp), rows, include)
+            data = _write(out_dir, raw, desc, corpora, fill_rows, large_fill)
+    return data
+
+
+def _write(
+    out_dir: Path, raw: dict, desc: dict, corpora: list[str], fill_rows: int | None, large_fill: int
+) -> dict:
     targets = []
     for corpus, r in raw.items():
         targets.append(
