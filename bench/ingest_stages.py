@@ -37,7 +37,7 @@ STAGES = ("load", "parse", "chunk", "contextualize", "embed", "store")
 
 def stage_sums() -> dict[tuple[str, str], float]:
     """The histogram's ``_sum`` per (stage, layer), as this process has recorded them."""
-    from ragline.shared.metrics import INGEST_STAGE_SECONDS
+    from ragline.shared.worker.metrics import INGEST_STAGE_SECONDS
 
     out = {}
     for metric in INGEST_STAGE_SECONDS.collect():
@@ -97,8 +97,8 @@ def _fill(tenant: str, fill_rows: int | None) -> dict:
     """Embed the rows stored before their vectors: all (the fill task's own loop), or at most
     ``fill_rows`` per layer (the same embedding function, a layer at a time)."""
     from ragline.ingest.reembed import FILL_ROWS, embed_rows, run_fill
-    from ragline.shared import db
-    from ragline.shared.providers import get_embedder
+    from ragline.shared.worker import db
+    from ragline.shared.worker.providers import get_embedder
 
     with db.connection() as conn:
         pending = {
@@ -131,8 +131,8 @@ def ingest_corpus(corpus: str, workdir: Path, fill_rows: int | None, include: li
     from ragline.ingest.events import sync_git_source
     from ragline.ingest.roots import grant_roots
     from ragline.ingest.sources import SourceSpec
-    from ragline.shared import db, jobs
-    from ragline.shared.celery_app import app
+    from ragline.shared.worker import db, jobs
+    from ragline.shared.worker.celery_app import app
 
     repo, commit, globs = _repository(corpus, workdir)
     tenant = f"bench-stages-{corpus}-{int(time.time())}"
@@ -190,7 +190,7 @@ def run(
     fill_rows: int | None = None,
     include: list[str] | None = None,
 ) -> dict:
-    from ragline.shared import db
+    from ragline.shared.worker import db
 
     corpora = corpora or os.environ.get("RAGLINE_BENCH_STAGES_CORPORA", "ragline,astropy").split(",")
     large_fill = int(os.environ.get("RAGLINE_BENCH_STAGES_FILL_ROWS", "400"))

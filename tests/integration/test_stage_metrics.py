@@ -11,8 +11,8 @@ import pytest
 from ragline.ingest.pipeline import ingest_batch
 from ragline.ingest.reembed import run_fill
 from ragline.ingest.roots import grant_roots
-from ragline.shared.contracts import IngestRequest
-from ragline.shared.settings import get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import IngestRequest
 from tests.loopback import loopback_voyage
 
 CODE = '''"""Queues."""

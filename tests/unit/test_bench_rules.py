@@ -150,7 +150,7 @@ def test_stage_shares_are_seconds_over_the_wall_time_with_the_rest_as_other():
 
 
 def test_a_shared_stage_time_is_split_by_rows():
-    from ragline.shared.metrics import INGEST_STAGE_SECONDS, observe_stage
+    from ragline.shared.worker.metrics import INGEST_STAGE_SECONDS, observe_stage
 
     def total(layer: str) -> float:
         return INGEST_STAGE_SECONDS.labels("store", layer)._sum.get()
