@@ -10,7 +10,7 @@ holds the whole corpus) and the clock runs from the first send to the last docum
 
 1. **live**: a first load of ``n_chunks`` into a table with its HNSW index: every row pays a graph
    insertion.
-2. **bulk**: the same size through ``ragline ingest --bulk``'s window (``ragline.cli.index``):
+2. **bulk**: the same size through ``ragline ingest --bulk``'s window (``ragline.operations.index``):
    index dropped, rows stored, index built once. Its rate counts the build, and the build covers
    every row in the table (the live case's too), so the comparison is conservative.
 3. **steady**: with the table grown to ``live_rows`` (synthetic rows COPYed in another tenant, the
@@ -136,7 +136,7 @@ def run(
     import psycopg
     from psycopg.rows import dict_row
 
-    from ragline.cli.index import build_deferred, defer_index
+    from ragline.operations.index import build_deferred, defer_index
     from ragline.shared.config.settings import get_settings
     from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT
     from ragline.shared.worker import db

@@ -191,7 +191,7 @@ def run_questions(vectors, seconds: float, clients: int) -> dict:
 
 def revocation_lags(n: int) -> list[dict]:
     """``n`` ACL syncs, each revoking one document's group: the sync's wait for the replicas."""
-    from ragline.ingest.control_tasks import run_acl_sync
+    from ragline.ingest.control.tasks import run_acl_sync
     from ragline.shared.sdk.contracts import AclSyncItem, AclSyncRequest
 
     out = []

@@ -320,7 +320,7 @@ def run(
     seed: int = 23,
     rounds: int = 3,
 ) -> dict:
-    from ragline.cli.index import drop_index, rebuild_index
+    from ragline.operations.index import drop_index, rebuild_index
     from ragline.query.retrieve import tenant_rows
     from ragline.query.vector_index import INDEX_NAMES
     from ragline.shared.config.settings import get_settings
@@ -687,7 +687,7 @@ def run(
         "Latency: client-side ms of one read-only transaction on a pooled connection of the query pool's"
         " role (row-level security on), in this process; the queue side is the retrieve task's round trip.",
         "Indexes: COPY with every HNSW index dropped, then each kind built by the product's `ragline index"
-        " rebuild --keep-old` (ragline.cli.index.rebuild_index: CREATE INDEX CONCURRENTLY, m 16, ef_construction"
+        " rebuild --keep-old` (ragline.operations.index.rebuild_index: CREATE INDEX CONCURRENTLY, m 16, ef_construction"
         " 64) with the maintenance_work_mem and parallel workers in params; both kinds are on the table while"
         " the second is measured, each statement can use only its own kind's index (see each case's plan).",
         "Load: one transaction, the BM25 counters written by migration 0012's statement trigger (the 1M"

@@ -317,7 +317,7 @@ def _hit(row: dict, **ranking: float | int) -> Hit:
     )
 
 
-# the expression each HNSW index of ``ragline index rebuild`` is built on (ragline.cli.index);
+# the expression each HNSW index of ``ragline index rebuild`` is built on (ragline.operations.index);
 # a halfvec index needs the dimension of the column (RAGLINE_EMBED_DIM, migration 0001)
 VECTOR_ORDER = {
     "vector": "c.embedding <=> %(qvec)s",

@@ -7,7 +7,7 @@ pool's statements need.
 uses an index only for the expression it was built on, so a setting that disagrees with the
 database's index does not fail: every vector search of a large tenant silently reads and sorts the
 whole tenant. :func:`problem` names that case, for the query pool's start-up and
-``ragline index status``; ``ragline index rebuild`` (``ragline.cli.index``) builds the other index
+``ragline index status``; ``ragline index rebuild`` (``ragline.operations.index``) builds the other index
 concurrently and drops the old one.
 """
 

@@ -6,7 +6,7 @@ behind long ingestion work. Nothing here embeds: the control pool never loads a 
 contract checks it), and a changed document is sent to the ingest pool as a task. Beat sends each
 tick with an ``expires``, so ticks nobody picked up in time are dropped instead of piling up; a
 reindex still running when the next tick arrives makes that tick a no-op (advisory lock in
-``ingest/reindex.py``). Validation and infrastructure retries come from the base task.
+``ingest/control/reindex.py``). Validation and infrastructure retries come from the base task.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import logging
 from pydantic import BaseModel
 
 from ragline.ingest.acl_sync import STALE_SHOWN, ChangeRefused, apply_acl_sync
+from ragline.ingest.control.reindex import TOTALS, reindex, select_sources
+from ragline.ingest.control.retention import purge
 from ragline.ingest.events import handle_event
-from ragline.ingest.reindex import TOTALS, reindex, select_sources
-from ragline.ingest.retention import purge
 from ragline.ingest.store import pending_reembed
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import AclSyncRequest, AclSyncResult, ErrorResult, EventResult, IngestEvent

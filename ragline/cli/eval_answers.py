@@ -1,5 +1,5 @@
 """`ragline eval QUESTIONS.jsonl --answers`: the answer eval's command line (the scoring is
-``ragline.query.eval_answers``; this module asks, prints and writes)."""
+``ragline.operations.eval_answers``; this module asks, prints and writes)."""
 
 from __future__ import annotations
 
@@ -108,8 +108,8 @@ def answer_eval(
     timeout: float,
     only: list[str] = (),
 ) -> None:
-    from ragline.query import eval as retrieval_eval  # start-up: Celery and psycopg load only for eval
-    from ragline.query import eval_answers as ev
+    from ragline.operations import eval as retrieval_eval  # start-up: Celery and psycopg load only for eval
+    from ragline.operations import eval_answers as ev
     from ragline.shared.config.settings import get_settings
 
     if mode == "all":

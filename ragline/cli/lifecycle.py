@@ -234,7 +234,7 @@ def reindex(
 
     New and changed documents are enqueued, vanished ones deleted: what beat runs on schedule.
     """
-    from ragline.ingest.control_tasks import run_reindex  # start-up: Celery, psycopg, httpx load on use
+    from ragline.ingest.control.tasks import run_reindex  # start-up: Celery, psycopg, httpx load on use
     from ragline.shared.worker import jobs  # start-up: psycopg loads only for commands that use it
 
     reload_app()
@@ -447,7 +447,7 @@ def lifecycle_status(settings) -> dict:
             out["recent_jobs"] = jobs.recent_jobs(conn, 5)
             out["recent_errors"] = jobs.open_errors(conn, None, 10)
             out["awaiting_vectors"] = pending_vectors.by_tenant(conn)
-            from ragline.cli.index import open_deferral
+            from ragline.operations.index import open_deferral
 
             out["index_deferral"] = open_deferral(conn)
     except Exception as exc:

@@ -266,8 +266,8 @@ def eval_cmd(
     right / partial / wrong / no-answer, citations (doc and code lines), key facts, confident-wrong
     answers, calibration, cost and the generation metrics are reported per kind
     (docs/evaluation.md)."""
-    from ragline.query.eval import run_eval  # start-up: Celery and psycopg load only for eval
-    from ragline.query.eval_code import is_code_query_set
+    from ragline.operations.eval import run_eval  # start-up: Celery and psycopg load only for eval
+    from ragline.operations.eval_code import is_code_query_set
 
     if answers:
         from ragline.cli.eval_answers import answer_eval  # start-up: the scorer loads only for --answers
@@ -358,7 +358,7 @@ def _code_eval(
     as_json: bool,
     parallel: int = 2,
 ) -> None:
-    from ragline.query.eval_code import (  # start-up: Celery and psycopg load only for eval
+    from ragline.operations.eval_code import (  # start-up: Celery and psycopg load only for eval
         ACC_AT,
         ingest_config_key,
         layer_variants,
@@ -449,7 +449,7 @@ def snapshot_ingest(
     from ragline.ingest.events import sync_git_source
     from ragline.ingest.roots import grant_roots
     from ragline.ingest.sources import SourceSpec
-    from ragline.query.eval_code import EVAL_GROUP, Snapshot, snapshot_tenant
+    from ragline.operations.eval_code import EVAL_GROUP, Snapshot, snapshot_tenant
     from ragline.shared.config.settings import get_settings
     from ragline.shared.worker import db, jobs
     from ragline.shared.worker.celery_app import app as celery_app

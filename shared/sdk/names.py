@@ -75,7 +75,7 @@ TASK_ROUTES = {
 }
 
 #: the modules that define the tasks, imported by workers (Celery ``include``), never by producers
-TASK_MODULES = ("ragline.ingest.tasks", "ragline.ingest.control_tasks", "ragline.query.tasks")
+TASK_MODULES = ("ragline.ingest.tasks", "ragline.ingest.control.tasks", "ragline.query.tasks")
 
 #: the Celery app, as ``celery -A`` takes it
 CELERY_APP = "ragline.shared.worker.celery_app:app"

@@ -183,7 +183,7 @@ def test_upsert_event_with_a_new_acl_applies_it_at_once(voyage, conn, tenant, tm
 def test_reindex_applies_a_changed_source_acl_to_unchanged_documents(
     celery_worker, voyage, use_settings, conn, tenant, tmp_path
 ):
-    from ragline.ingest.control_tasks import run_reindex
+    from ragline.ingest.control.tasks import run_reindex
 
     root = tmp_path / "wiki"
     root.mkdir()

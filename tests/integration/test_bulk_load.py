@@ -50,7 +50,7 @@ def other_tenant(stack):
 def index_restored(stack):
     """No test leaves the shared database without its index, whatever it asserted."""
     yield
-    from ragline.cli.index import build_deferred
+    from ragline.operations.index import build_deferred
     from ragline.shared.config.settings import get_settings
 
     settings = get_settings()

@@ -288,7 +288,7 @@ def test_the_scheduled_reindex_records_the_commit_it_indexed(
 ):
     """A reindex of a git source records its commit like a push: the next push diffs from it (instead
     of listing the whole tree), and its documents carry the commit and their path in the repository."""
-    from ragline.ingest.reindex import reindex, select_sources
+    from ragline.ingest.control.reindex import reindex, select_sources
     from ragline.shared.worker.celery_app import app
 
     repo = tmp_path / "repo"

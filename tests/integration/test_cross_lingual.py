@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from ragline.query.eval import ingest_corpus, task_search
+from ragline.operations.eval import ingest_corpus, task_search
 from tests.conftest import DATASETS
 
 XQUAD = DATASETS / "xquad-ru"

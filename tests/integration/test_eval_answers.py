@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from ragline.query import eval_answers as ev
+from ragline.operations import eval_answers as ev
 from ragline.query.grounding import JUDGE_PROMPT
 from tests.conftest import DATASETS, REPO
 from tests.loopback import LoopbackServer

@@ -48,7 +48,7 @@ def _by_cli(root: Path, f: Path, tenant: str, doc_id: str, version: int) -> None
 
 
 def _by_reindex(root: Path, f: Path, tenant: str, doc_id: str, version: int) -> None:
-    from ragline.ingest.control_tasks import run_reindex
+    from ragline.ingest.control.tasks import run_reindex
 
     out = run_reindex([doc_id.split("/", 1)[0]])
     if out["job_id"]:

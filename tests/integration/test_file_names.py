@@ -63,7 +63,7 @@ def _files(folder: Path) -> None:
 
 def _run(source: str, tenant: str, tmp_path: Path, voyage) -> str:
     """Ingest the files through ``source``; the job's id."""
-    from ragline.ingest.control_tasks import run_reindex
+    from ragline.ingest.control.tasks import run_reindex
     from ragline.ingest.enqueue import collect_files, enqueue_files
     from ragline.ingest.roots import grant_roots
     from ragline.shared.worker.celery_app import app

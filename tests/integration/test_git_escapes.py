@@ -90,7 +90,7 @@ def voyage(use_settings):
 
 def attempt(entry: str, tenant: str, folder: Path, commit: str, use_settings) -> str:
     """Send acme's folder through one entry point; returns the error it reported (or "" if none)."""
-    from ragline.ingest.control_tasks import run_reindex
+    from ragline.ingest.control.tasks import run_reindex
     from ragline.shared.worker.celery_app import app
 
     name = "acme-src"

@@ -308,7 +308,7 @@ def test_ragline_search_finds_register_hook_in_the_requests_bundle(
 def test_scheduled_reindex_of_a_git_source(celery_worker, voyage, loopback, tenant, tmp_path):
     """The full reindex lists a git source by blob id: unchanged files are not enqueued, a changed one
     is, a deleted one is pruned."""
-    from ragline.ingest.control_tasks import run_reindex
+    from ragline.ingest.control.tasks import run_reindex
 
     repo = tmp_path / "repo"
     repo.mkdir()

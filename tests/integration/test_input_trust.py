@@ -189,7 +189,7 @@ def test_source_folders_are_roots_of_their_own_tenant(celery_worker, voyage, use
 def test_the_reindex_tie_break_reads_with_the_same_bounds(conn, tmp_path):
     """A changed folder file is hashed before it is enqueued; a FIFO (or /dev/zero) there must
     not hang the control pool, and a file outside the folder is not read at all."""
-    from ragline.ingest.reindex import Plan, tie_break
+    from ragline.ingest.control.reindex import Plan, tie_break
     from ragline.ingest.sources import Listed, SourceSpec
 
     folder = tmp_path / "src"

@@ -41,7 +41,7 @@ def _count(tenant: str, sql_where: str = "true", *args) -> int:
 
 
 def _reindex(name: str) -> dict:
-    from ragline.ingest.control_tasks import run_reindex
+    from ragline.ingest.control.tasks import run_reindex
 
     out = run_reindex([name])
     if out["job_id"]:
@@ -128,7 +128,7 @@ def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(
 ):
     """Ten new one-chunk files on two ingest processes: two batch tasks, so two embedding requests
     (one per document before) and every document stored once."""
-    from ragline.ingest.reindex import reindex
+    from ragline.ingest.control.reindex import reindex
     from ragline.shared.worker.celery_app import app
 
     root = tmp_path / "many"

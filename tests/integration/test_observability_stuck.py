@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from ragline.ingest.control_tasks import stuck_jobs_task
+from ragline.ingest.control.tasks import stuck_jobs_task
 from ragline.shared.worker import jobs
 
 

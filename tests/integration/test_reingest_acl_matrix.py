@@ -112,7 +112,7 @@ class Entry:
 
     def ingest(self, acl: list[str], broken: bool = False) -> None:
         from ragline.cli import app as cli
-        from ragline.ingest.control_tasks import run_reindex
+        from ragline.ingest.control.tasks import run_reindex
         from ragline.shared.worker.celery_app import app
 
         self.sent += 1

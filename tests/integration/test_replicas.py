@@ -124,7 +124,7 @@ def test_questions_are_answered_from_the_replica(routed, conn, tenant):
 
 
 def test_a_revocation_waits_for_the_replica_and_takes_it_out_of_rotation(routed, conn, tenant, stack):
-    from ragline.ingest.control_tasks import run_acl_sync
+    from ragline.ingest.control.tasks import run_acl_sync
     from ragline.shared.sdk.contracts import AclSyncItem, AclSyncRequest
 
     _, owner_url, _, name = routed
@@ -169,7 +169,7 @@ def test_a_revocation_waits_for_the_replica_and_takes_it_out_of_rotation(routed,
 
 
 def test_a_sync_the_replica_replays_in_time_excludes_nothing(routed, conn, tenant):
-    from ragline.ingest.control_tasks import run_acl_sync
+    from ragline.ingest.control.tasks import run_acl_sync
     from ragline.shared.sdk.contracts import AclSyncItem, AclSyncRequest
 
     _, _, _, name = routed
@@ -185,7 +185,7 @@ def test_a_sync_the_replica_replays_in_time_excludes_nothing(routed, conn, tenan
 
 
 def test_a_delete_event_waits_for_the_replica_too(routed, conn, tenant):
-    from ragline.ingest.control_tasks import ingest_event_task
+    from ragline.ingest.control.tasks import ingest_event_task
 
     _, owner_url, _, name = routed
     store_docs(conn, tenant, [{"doc_id": "gone.md", "content": f"{WORD} удалить", "acl": ["g"]}])

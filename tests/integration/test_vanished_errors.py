@@ -55,7 +55,7 @@ def _ingest_folder(root: Path, tenant: str, name: str) -> None:
 
 
 def _reindex_folder(root: Path, tenant: str, name: str) -> None:
-    from ragline.ingest.control_tasks import run_reindex
+    from ragline.ingest.control.tasks import run_reindex
 
     out = run_reindex([name])
     if out["job_id"]:

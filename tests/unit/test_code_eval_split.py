@@ -3,7 +3,7 @@ reported on the other, so a number tuned on a query is never reported for it."""
 
 from __future__ import annotations
 
-from ragline.query.eval_code import CodeQuery, CodeReport, Snapshot, held_out, split_halves
+from ragline.operations.eval_code import CodeQuery, CodeReport, Snapshot, held_out, split_halves
 
 IDS = [
     "psf__requests-863",

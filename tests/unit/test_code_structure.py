@@ -1,5 +1,5 @@
 """Structural ranking of code hits (query/structure.py), the test globs of the SQL penalty, and the
-file-level metrics of the code evaluation (query/eval_code.py)."""
+file-level metrics of the code evaluation (ragline/operations/eval_code.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from ragline.query import structure
-from ragline.query.eval_code import (
+from ragline.operations.eval_code import (
     Snapshot,
     accuracy_at,
     file_ranking,
@@ -18,6 +17,7 @@ from ragline.query.eval_code import (
     reciprocal_rank,
     snapshot_tenant,
 )
+from ragline.query import structure
 from ragline.query.filters import DEFAULT_TEST_GLOBS, compile_filters, glob_pattern, like_patterns_for_tests
 from ragline.query.fusion import FusionPolicy
 from ragline.query.retrieve import ranked_by_structure, structural

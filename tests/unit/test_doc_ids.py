@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from ragline.ingest.control.reindex import plan
 from ragline.ingest.enqueue import IdConflict, collect_files, default_source_name
 from ragline.ingest.identity import conflict
-from ragline.ingest.reindex import plan
 from ragline.ingest.sources import Listed, Listing
 
 

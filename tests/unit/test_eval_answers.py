@@ -1,4 +1,4 @@
-"""The answer eval's scoring (query/eval_answers.py) over constructed answers: every verdict, the
+"""The answer eval's scoring (ragline/operations/eval_answers.py) over constructed answers: every verdict, the
 reference scorer's numbers (answers-dev/score.py run on the same responses), calibration, cost and
 the generation metrics with their offline and chat-model judges."""
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ragline.query import eval_answers as ev
+from ragline.operations import eval_answers as ev
 from tests.conftest import DATASETS
 
 SCORE_PY = DATASETS / "answers-dev" / "score.py"

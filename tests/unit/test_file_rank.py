@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from ragline.operations.eval_code import file_ranking
 from ragline.query import file_rank
-from ragline.query.eval_code import file_ranking
 from ragline.query.file_rank import FileWeights, evidence, rank_files, ranked_paths
 from ragline.query.structure import module_match
 from ragline.shared.config.settings import CodeSettings, Settings
@@ -170,7 +170,7 @@ def test_the_variants_measured_hold_the_first_hit_order_and_the_configured_weigh
 def test_the_code_eval_ranks_files_by_their_evidence_and_measures_the_variants(tmp_path):
     """The eval's file list goes through the file ranking: the traceback's deepest frame ranks first
     although another file's chunk matched better (the first-hit order put it second)."""
-    from ragline.query.eval_code import CodeQuery, Snapshot, run_code_eval
+    from ragline.operations.eval_code import CodeQuery, Snapshot, run_code_eval
 
     snap = Snapshot(tmp_path / "astropy.bundle", "abc")
     queries = [

@@ -147,7 +147,7 @@ def test_fuse_keeps_the_vector_order_for_an_english_question_over_russian_passag
 
 
 def test_sweep_recomputes_hybrid_with_the_retrievers_lexical_weight():
-    from ragline.query.eval import sweep_rrf
+    from ragline.operations.eval import sweep_rrf
 
     vector, lexical = _noise_lists()
     lists = {"vector": vector, "lexical": lexical}

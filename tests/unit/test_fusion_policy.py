@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from ragline.query import eval as evaluation
+from ragline.operations import eval as evaluation
 from ragline.query import retrieve, service, structure
 from ragline.query.fusion import FusionPolicy, convex, rrf
 from ragline.query.language import PASSAGES, lexical_weight

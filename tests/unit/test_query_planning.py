@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragline.cli.index import replaced_by
+from ragline.operations.index import replaced_by
 from ragline.query.retrieve import (
     EXACT_ORDER,
     VECTOR_ORDER,

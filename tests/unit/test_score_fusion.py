@@ -131,7 +131,7 @@ def test_cross_script_question_keeps_the_vector_order_under_convex_too():
 
 
 def test_sweep_fusion_recomputes_hybrid_from_the_scored_lists():
-    from ragline.query.eval import candidate_lists, sweep_fusion, sweep_rrf
+    from ragline.operations.eval import candidate_lists, sweep_fusion, sweep_rrf
 
     lists = {
         "vector": [
@@ -175,7 +175,7 @@ def test_context_title_drops_the_doc_id_placeholder_only():
 
 
 def test_best_single_list_takes_the_better_list_per_question():
-    from ragline.query.eval import best_single_list
+    from ragline.operations.eval import best_single_list
 
     def hits(*docs):
         return [{"doc_id": d, "chunk_no": 0} for d in docs]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ragline.ingest.control.reindex import namespaced, plan
 from ragline.ingest.parse import ParseError
-from ragline.ingest.reindex import namespaced, plan
 from ragline.ingest.sources import (
     FolderSource,
     Listed,

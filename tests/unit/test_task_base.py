@@ -53,7 +53,7 @@ def test_an_infrastructure_error_retries_with_the_json_payload():
 
 
 def test_every_ragline_task_uses_the_base_and_its_retry_policy():
-    import ragline.ingest.control_tasks  # noqa: F401  (registers the tasks)
+    import ragline.ingest.control.tasks  # noqa: F401  (registers the tasks)
     import ragline.ingest.tasks  # noqa: F401
     import ragline.query.tasks  # noqa: F401
     from ragline.shared.sdk import names
