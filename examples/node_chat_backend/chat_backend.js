@@ -2,7 +2,7 @@
 // replies are JSON (docs/schemas/). Nothing of ragline is imported: the contract is the task name,
 // the queue and the JSON payload (docs/schemas/README.md, "Producers in other languages").
 //
-//   REDIS_URL=redis://:PASSWORD@127.0.0.1:6379/0 node chat_backend.js          # HTTP on PORT (8080)
+//   REDIS_URL=redis://chat:PASSWORD@127.0.0.1:6379/0 node chat_backend.js          # HTTP on PORT (8080)
 //   curl -s localhost:8080/ask -d '{"question": "...", "tenant": "acme", "groups": ["staff"]}'
 //   REDIS_URL=... node chat_backend.js ask "question" --tenant acme --groups staff   # one call, JSON out
 //
@@ -36,16 +36,51 @@ function connect(redisUrl) {
     throw new RaglineError(503, {
       ok: false,
       error: "unavailable",
-      detail: { message: "set REDIS_URL to the stack's broker (`ragline secrets show redis` prints it)" },
+      detail: { message: "set REDIS_URL to the stack's broker (`ragline secrets show redis-chat` prints its password)" },
     });
   }
-  return celery.createClient(redisUrl, redisUrl, QUEUE);
+  const url = withUser(redisUrl);
+  const client = celery.createClient(url, url, QUEUE);
+  // ioredis's ready check runs INFO, which a producer's user may not (it describes the whole server)
+  client.conf.CELERY_BROKER_OPTIONS = { enableReadyCheck: false };
+  client.conf.CELERY_BACKEND_OPTIONS = { enableReadyCheck: false };
+  return client;
+}
+
+// celery-node's ioredis 4 logs in as Redis's default user, ignoring the URL's user, unless the URL
+// allows it: with users per component that login is refused.
+function withUser(redisUrl) {
+  const url = new URL(redisUrl);
+  if (url.username && !url.searchParams.has("allowUsernameInURI")) {
+    url.searchParams.set("allowUsernameInURI", "true");
+  }
+  return url.toString();
+}
+
+// With Redis users per component (the embedded stack's; docs/operations.md, "Redis users per
+// component") a chat backend logs in as `chat` (`ragline secrets show redis-chat`): its key patterns
+// admit only the results of task ids that start with `chat-`, as RaglineClient names them.
+const PREFIXED_USERS = new Set(["chat", "relay"]);
+
+function newTaskId(redisUrl) {
+  const user = decodeURIComponent(new URL(redisUrl).username || "");
+  return PREFIXED_USERS.has(user) ? `${user}-${randomUUID()}` : randomUUID();
+}
+
+// A reply read is deleted in the same command: a producer's user may GETDEL its replies, never DEL
+// (that would let it delete a queue). DEL only where Redis is older than 6.2 and has no GETDEL.
+async function forget(redis, key) {
+  try {
+    await redis.call("GETDEL", key);
+  } catch (err) {
+    if (/unknown command/i.test(err.message)) await redis.del(key);
+  }
 }
 
 // One task to the query pool and its reply, read once and deleted (as RaglineClient does). The
 // message expires when the wait ends: a pool back from an outage skips questions nobody waits for.
 async function call(client, kind, payload, timeoutS = TIMEOUT_S) {
-  const taskId = randomUUID();
+  const taskId = newTaskId(client.conf.CELERY_BACKEND);
   const message = client.createTaskMessage.call(client, taskId, TASKS[kind], [payload], {});
   message.headers.expires = new Date(Date.now() + timeoutS * 1000).toISOString();
   client.sendTaskMessage(TASKS[kind], message);
@@ -58,7 +93,7 @@ async function call(client, kind, payload, timeoutS = TIMEOUT_S) {
     }
     throw new RaglineError(500, { ok: false, error: "internal error", detail: { message: err.message } });
   } finally {
-    await client.backend.redis.del(`celery-task-meta-${taskId}`).catch(() => {});
+    await forget(client.backend.redis, `celery-task-meta-${taskId}`).catch(() => {});
   }
   if (reply && reply.ok === false) {
     throw new RaglineError(TYPED[reply.error] || 500, reply);

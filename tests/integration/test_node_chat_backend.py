@@ -44,8 +44,13 @@ def backend(tmp_path_factory) -> Path:
     return folder
 
 
+def _chat_url(stack) -> str:
+    """The embedded Redis as the chat backend's own user, the one a JavaScript backend gets."""
+    return stack.redis_role_url(stack.runtime()["redis_url"], "chat")
+
+
 def _node(backend: Path, stack, *args: str) -> dict:
-    env = {**os.environ, "REDIS_URL": stack.effective_redis_url(), "RAGLINE_TIMEOUT_S": "60"}
+    env = {**os.environ, "REDIS_URL": _chat_url(stack), "RAGLINE_TIMEOUT_S": "60"}
     out = subprocess.run(
         ["node", "chat_backend.js", *args], cwd=backend, capture_output=True, text=True, timeout=180, env=env
     )
@@ -76,7 +81,9 @@ def test_search_and_ask_from_javascript(celery_worker, stack, backend, corpus):
     hits = found["reply"]["hits"]
     assert [h["doc_id"] for h in hits] == ["iso.md"]
     assert hits[0]["title"] == "Изоляция" and "span_start" in hits[0]  # the row contract's fields
-    # the reply was read once and deleted, as the Python clients do
+    # logged in as the chat user, its ids carry the prefix the user's key patterns admit; the reply
+    # was read once and deleted, as the Python clients do
+    assert found["task_id"].startswith("chat-")
     assert (
         redis.Redis.from_url(stack.effective_redis_url()).exists(f"celery-task-meta-{found['task_id']}") == 0
     )
@@ -125,7 +132,7 @@ def test_the_http_backend_answers_and_maps_errors_to_statuses(celery_worker, sta
     from ragline.shared.stack.services import free_port
 
     port = free_port()
-    env = {**os.environ, "REDIS_URL": stack.effective_redis_url(), "PORT": str(port)}
+    env = {**os.environ, "REDIS_URL": _chat_url(stack), "PORT": str(port)}
     proc = subprocess.Popen(["node", "chat_backend.js"], cwd=backend, env=env, stderr=subprocess.PIPE)
 
     def post(path: str, body: dict) -> tuple[int, dict]:
