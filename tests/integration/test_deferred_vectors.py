@@ -97,7 +97,7 @@ def vectors_by_path(tenant: str) -> dict[str, list[bool]]:
 
 
 def fill(tenant: str) -> None:
-    from ragline.cli.query import wait_for_vectors
+    from ragline.operations.snapshots import wait_for_vectors
     from ragline.shared.sdk.names import TASK_INGEST_FILL_VECTORS
     from ragline.shared.worker.celery_app import app
 
