@@ -696,7 +696,9 @@ def agentic_ask(req: AskRequest) -> AskResponse:
     t0 = time.perf_counter()
     reasons: list[str] = []
     timings: dict[str, float] = {}
-    base = req.model_dump(exclude={"history", "agentic", "k", "stream"})
+    # the question's search fields only: a field only asks have (history, agentic, stream, expand, ...)
+    # is not a search's, whatever is added to AskRequest later
+    base = req.model_dump(include=set(SearchRequest.model_fields) - {"k"})
 
     def agentic_search(q: str, k: int) -> list[Hit]:
         resp = search(SearchRequest.model_validate({**base, "query": q, "k": k}))
