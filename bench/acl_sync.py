@@ -6,7 +6,7 @@ pool, embedded by the ``voyage`` embedder against the loopback Voyage server (no
 the baseline is the pipeline's own cost, the cheapest re-ingest there can be with a remote
 embedder). That is what re-ingesting costs when the content has to be re-embedded. Then the new
 permissions for all N documents go to the real prefork control pool the way ``ragline acl sync``
-sends a file: tasks of ``acl_sync_batch_size`` items, all sent at once, results added up.
+sends a file (``ragline/operations/acl.py``): tasks of ``acl_sync_batch_size`` items, all sent at once, results added up.
 The loopback server counts embedding requests during the sync (must be 0), and the documents
 and chunks are checked to carry the new ACL.
 
@@ -85,8 +85,15 @@ def _acl_state(tenant: str, acl: list[str] = NEW_ACL) -> dict:
         ).fetchone()
 
 
+def _changes(tenant: str, n_docs: int, acl: list[str], version: int) -> list:
+    """The permission changes of one sync, validated before the clock starts (as ``acl sync`` reads its file)."""
+    from ragline.shared.sdk.contracts import AclSyncItem
+
+    return [AclSyncItem(tenant=tenant, doc_id=f"doc-{i}", acl=acl, version=version) for i in range(n_docs)]
+
+
 def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
-    from ragline.cli.lifecycle import send_acl_batches
+    from ragline.operations import acl as acl_ops
     from ragline.shared.sdk.names import TASK_ACL_SYNC, TASK_INGEST_DOCUMENT
     from ragline.shared.worker import db
     from tests.loopback import LoopbackServer
@@ -128,16 +135,11 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
             # trigger, 0017, and the ACL index of documents, 0018); the medians are the results
             for version, acl in enumerate((NEW_ACL, OLD_ACL) * 3, start=1):
                 bare = version % 2 == 0
-                items = [
-                    {"tenant": tenant, "doc_id": f"doc-{i}", "acl": acl, "version": version}
-                    for i in range(n_docs)
-                ]
+                items = _changes(tenant, n_docs, acl, version)
                 with caller_counts_off(bare):
                     common.checkpoint()
                     t = time.perf_counter()
-                    res = send_acl_batches(
-                        [items[i : i + batch] for i in range(0, n_docs, batch)], timeout=3600
-                    )
+                    res = acl_ops.sync(items, timeout=3600, batch_size=batch)
                     (bare_runs if bare else sync_runs).append(time.perf_counter() - t)
                 if res.get("documents_updated") != n_docs:
                     raise RuntimeError(f"ACL sync {version} did not apply everywhere: {res}")

@@ -39,7 +39,6 @@ This module must stay free of embedder imports: the control pool never loads a m
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -517,29 +516,3 @@ def apply_ingest_acls(
     values = list(outcomes.values())
     _count(path, applied=values.count("updated"), stale=values.count("ignored_stale"))
     return outcomes
-
-
-def read_jsonl(lines, now_us: int | None = None) -> list[AclSyncItem]:
-    """Parse ``acl sync`` input: one JSON object per line; blank lines and ``#`` comments skipped.
-
-    With ``now_us`` (epoch microseconds), a line without ``version`` or ``ts`` gets the time
-    ``now_us`` plus its line number in microseconds: for one document, the later line wins.
-    """
-    out = []
-    for n, line in enumerate(lines, start=1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            obj = json.loads(line)
-            if (
-                now_us is not None
-                and isinstance(obj, dict)
-                and obj.get("version") is None
-                and not obj.get("ts")
-            ):
-                obj["ts"] = (now_us + n) / 1_000_000
-            out.append(AclSyncItem.model_validate(obj))
-        except ValueError as exc:
-            raise ValueError(f"line {n}: {exc}") from None
-    return out

@@ -26,58 +26,13 @@ from ragline.cli.common import (
     summary_details,
     summary_line,
 )
-from ragline.shared.config.settings import get_settings
+from ragline.operations import acl as acl_ops
 from ragline.shared.sdk.contracts import AclSyncItem
-from ragline.shared.sdk.names import QUEUES, TASK_ACL_SYNC, TASK_INGEST_REEMBED
+from ragline.shared.sdk.names import QUEUES, TASK_INGEST_REEMBED
 
 app = typer.Typer()
 acl_app = typer.Typer(no_args_is_help=True, help="Set one document's groups, or sync a JSONL file.")
 app.add_typer(acl_app, name="acl")
-
-#: the producer of `ragline acl set` / `acl sync` changes (their versions are compared only with its own)
-OPERATOR = "operator"
-
-
-def send_acl_batches(
-    batches: list[list[dict]], timeout: float, missing: str = "report", force: bool = False
-) -> dict:
-    """Send batches to ``ragline.acl.sync`` on the acl queue all at once (the control pool's processes
-    apply them in parallel) and add up the results. ``missing='report'`` (the operator's commands)
-    lists unknown documents, prefixes and tenants in ``not_found`` instead of keeping a pending row;
-    ``force`` applies changes whatever their producer's last version."""
-    from ragline.shared.sdk.celery_base import read_once
-    from ragline.shared.worker.celery_app import app  # start-up: Celery loads only for commands that send
-
-    reload_app()
-    body = {"missing": missing} | ({"force": True} if force else {})
-    pending = [app.send_task(TASK_ACL_SYNC, args=[{"items": b, **body}]) for b in batches]
-    total = {
-        "items": 0,
-        "documents_updated": 0,
-        "chunks_updated": 0,
-        "ignored_stale": 0,
-        "forced": 0,
-        "pending": 0,
-        "stale": [],
-        "not_found": [],
-        "unknown_tenants": [],
-        "lag_s_max": None,
-        "batches": len(batches),
-        "job_ids": [],
-    }
-    for res in pending:
-        out = read_once(res, timeout)
-        if out.get("ok") is False:
-            raise typer.BadParameter(f"rejected: {out.get('detail')}")
-        for k in ("items", "documents_updated", "chunks_updated", "ignored_stale", "forced", "pending"):
-            total[k] += out.get(k, 0)
-        total["not_found"] += out.get("not_found", [])
-        total["stale"] += out.get("stale", [])
-        total["unknown_tenants"] = sorted(set(total["unknown_tenants"]) | set(out.get("unknown_tenants", [])))
-        if out.get("lag_s_max") is not None:
-            total["lag_s_max"] = max(total["lag_s_max"] or 0.0, out["lag_s_max"])
-        total["job_ids"].append(out.get("job_id"))
-    return total
 
 
 def acl_report(out: dict) -> list[str]:
@@ -110,6 +65,18 @@ def acl_report(out: dict) -> list[str]:
     if len(shown) > 20:
         lines.append(f"... and {len(shown) - 20} more not found (--json lists them all)")
     return lines
+
+
+def send_acl(items: list[AclSyncItem], timeout: float, pending: bool, force: bool) -> dict:
+    """The operator's changes through the operations layer, on the broker ``ragline up`` started;
+    a refused batch is a bad parameter."""
+    from ragline.shared.sdk.client import RaglineError  # start-up: Celery loads only for commands that send
+
+    reload_app()
+    try:
+        return acl_ops.sync(items, timeout, missing="pending" if pending else "report", force=force)
+    except RaglineError as exc:  # a reply {"ok": false}: the control pool refused a batch
+        raise typer.BadParameter(f"rejected: {exc.detail}") from None
 
 
 def finish_acl_command(out: dict, as_json: bool) -> None:
@@ -155,20 +122,18 @@ def acl_set(
     The document and its chunks get the new ACL at once. An unknown document or tenant is reported
     as not found (exit 1); a change ignored as stale says why (exit 1), --force applies it.
     """
-    now = time.time()
     try:
         item = AclSyncItem(
-            tenant=tenant, doc_id=doc_id, acl=split_csv(acl), version=version, ts=now, producer=OPERATOR
+            tenant=tenant,
+            doc_id=doc_id,
+            acl=split_csv(acl),
+            version=version,
+            ts=time.time(),
+            producer=acl_ops.OPERATOR,
         )
     except ValidationError as exc:
         raise typer.BadParameter(exc.errors()[0]["msg"], param_hint="'--version'") from None
-    out = send_acl_batches(
-        [[item.model_dump(exclude_none=True)]],
-        timeout,
-        missing="pending" if pending else "report",
-        force=force,
-    )
-    finish_acl_command(out, as_json)
+    finish_acl_command(send_acl([item], timeout, pending, force), as_json)
 
 
 @acl_app.command("sync")
@@ -191,30 +156,13 @@ def acl_sync(
     are reported as not found (exit 1), stale changes with the version they did not exceed (exit
     1); the rest is applied.
     """
-    from ragline.ingest.acl_sync import read_jsonl  # start-up: psycopg loads only for commands that use it
-
-    # lines without a version or time get the time plus their line number in microseconds, so for
-    # one document the later line wins, also across batches applied in parallel
-    now = time.time()
     with file.open(encoding="utf-8") as fh:
         try:
-            items = read_jsonl(fh, now_us=round(now * 1_000_000))
+            items = acl_ops.read_operator_file(fh, now=time.time())
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
-    rows = [
-        it.model_dump(exclude_none=True)
-        | ({} if it.ts else {"ts": now})  # the lag is measured from here
-        | ({} if it.producer else {"producer": OPERATOR})
-        for it in items
-    ]
-    size = get_settings().lifecycle.acl_sync_batch_size
     t0 = time.perf_counter()
-    out = send_acl_batches(
-        [rows[i : i + size] for i in range(0, len(rows), size)],
-        timeout,
-        missing="pending" if pending else "report",
-        force=force,
-    )
+    out = send_acl(items, timeout, pending, force)
     out["seconds"] = round(time.perf_counter() - t0, 3)
     finish_acl_command(out, as_json)
 

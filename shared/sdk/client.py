@@ -41,8 +41,9 @@ task with its key; the certificate's role decides what the workers run (a chat b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import suppress
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import redis.exceptions
 from celery.exceptions import TimeoutError as CeleryTimeout
@@ -224,8 +225,14 @@ def rerank_call(query: str, hits: list[Hit], top_k: int | None, threshold: float
     return Call(TASK_QUERY_RERANK, req.model_dump(exclude_none=True), "query", RerankResponse)
 
 
-def sync_acl_call(items: list[AclSyncItem | dict]) -> Call:
-    req = AclSyncRequest(items=[AclSyncItem.model_validate(i) for i in items])
+def sync_acl_call(
+    items: Sequence[AclSyncItem | dict],
+    missing: Literal["pending", "report"] = "pending",
+    force: bool = False,
+) -> Call:
+    """One ``ragline.acl.sync`` request; the operator's batches (``ragline/operations/acl.py``) are
+    these too, with ``missing='report'`` and perhaps ``force``."""
+    req = AclSyncRequest(items=[AclSyncItem.model_validate(i) for i in items], missing=missing, force=force)
     return Call(TASK_ACL_SYNC, req.model_dump(mode="json", exclude_none=True), "acl", AclSyncResult)
 
 

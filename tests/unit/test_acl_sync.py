@@ -13,10 +13,10 @@ from ragline.ingest.acl_sync import (
     apply_acl_sync,
     ingest_acl_decision,
     producer_key,
-    read_jsonl,
     split_items,
 )
 from ragline.ingest.events import upsert_decision
+from ragline.operations.acl import read_jsonl
 from ragline.shared.sdk.contracts import AclSyncItem, AclSyncRequest, IngestEvent
 
 

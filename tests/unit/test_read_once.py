@@ -41,11 +41,12 @@ def test_after_a_timeout_nothing_is_deleted_a_late_result_expires_on_its_own():
 
 
 def test_the_cli_reads_results_once():
-    """The CLI's senders go through read_once, not AsyncResult.get."""
+    """The CLI's senders (and the operations layer's ACL batches) go through read_once, not AsyncResult.get."""
     import inspect
 
     from ragline.cli import common, lifecycle
+    from ragline.operations import acl
 
-    for fn in (common.send_and_wait, lifecycle.send_acl_batches, lifecycle._reembed):
+    for fn in (common.send_and_wait, acl.sync, lifecycle._reembed):
         src = inspect.getsource(fn)
         assert "read_once(" in src and ".get(timeout" not in src, fn.__name__
