@@ -129,20 +129,17 @@ def _demo(docs: Path, tenant: str) -> int:
 def _wait_for_vectors(tenant: str, timeout_s: float) -> None:
     """Until the fill task has embedded the rows stored before their vectors: the code is
     searchable lexically at once, but the demo's answers are the hybrid ones, so it asks after."""
-    from ragline.shared.worker import db, pending_vectors  # start-up: psycopg loads on use
+    from ragline.operations.snapshots import wait_for_vectors
 
-    t0 = time.perf_counter()
-    shown = None
-    while time.perf_counter() - t0 < timeout_s:
-        with db.connection() as conn:
-            n = pending_vectors.by_tenant(conn).get(tenant, 0)
-        if not n:
-            return
-        if n != shown:
-            echo(f"searchable now (lexically); {n} rows awaiting vectors, filled in the background")
-            shown = n
-        time.sleep(2)
-    echo(f"vectors still being filled after {timeout_s:.0f}s: answers use the lexical search for those rows")
+    def pending(n: int) -> None:
+        echo(f"searchable now (lexically); {n} rows awaiting vectors, filled in the background")
+
+    try:
+        wait_for_vectors(tenant, time.monotonic() + timeout_s, on_pending=pending)
+    except TimeoutError:
+        echo(
+            f"vectors still being filled after {timeout_s:.0f}s: answers use the lexical search for those rows"
+        )
 
 
 def _ingest_repository(repo: Path, tenant: str) -> dict:

@@ -1,9 +1,11 @@
 """The code evaluation's corpora: a repository snapshot ingested into its own tenant through the real
 git source (the path of ``ragline ingest REPO``), then the wait for the fill task to embed what was
-stored before its vectors. Called by ``ragline eval --code`` and by tests; prints nothing."""
+stored before its vectors (which ``ragline demo`` waits for too). Called by ``ragline eval --code``
+and by tests; prints nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -92,16 +94,25 @@ def snapshot_ingest(
     return ingest
 
 
-def wait_for_vectors(tenant: str, deadline: float, every_s: float = 2.0) -> None:
-    """Until no row of ``tenant`` awaits its vector (the fill task), or ``deadline`` (monotonic)."""
+def wait_for_vectors(
+    tenant: str, deadline: float, every_s: float = 2.0, on_pending: Callable[[int], None] | None = None
+) -> None:
+    """Until no row of ``tenant`` awaits its vector (the fill task), or ``TimeoutError`` at
+    ``deadline`` (monotonic). ``on_pending(n)`` is called whenever the number of rows still awaiting
+    their vectors changes (the demo's progress lines)."""
     import time
 
     from ragline.shared.worker import db, pending_vectors  # start-up: psycopg loads on use
 
+    shown = None
     while True:
         with db.connection() as conn:
-            if not pending_vectors.by_tenant(conn).get(tenant):
-                return
+            n = pending_vectors.by_tenant(conn).get(tenant, 0)
+        if not n:
+            return
+        if on_pending is not None and n != shown:
+            on_pending(n)
+            shown = n
         if time.monotonic() > deadline:
             raise TimeoutError(f"vectors of {tenant} still being filled")
         time.sleep(every_s)

@@ -1,0 +1,71 @@
+"""The wait for the fill task to embed the rows stored before their vectors is one function
+(``ragline/operations/snapshots.py``, ``wait_for_vectors``): the code evaluation and ``ragline demo``
+both call it; the demo only prints its progress."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import time
+from contextlib import nullcontext
+
+import pytest
+
+from ragline.operations import snapshots
+
+
+@pytest.fixture
+def pending(monkeypatch):
+    """``by_tenant`` answers with the next count of the list the test sets (the last one repeats)."""
+    from ragline.shared.worker import db, pending_vectors
+
+    counts: list[int] = []
+    asked: list[int] = []
+
+    def by_tenant(conn):
+        n = counts.pop(0) if len(counts) > 1 else counts[0]
+        asked.append(n)
+        return {"t": n, "other": 99} if n else {"other": 99}
+
+    monkeypatch.setattr(db, "connection", lambda: nullcontext(None))
+    monkeypatch.setattr(pending_vectors, "by_tenant", by_tenant)
+    return counts, asked
+
+
+def test_it_returns_once_no_row_of_the_tenant_awaits_its_vector(pending):
+    counts, asked = pending
+    counts[:] = [5, 5, 3, 0]
+    shown: list[int] = []
+    snapshots.wait_for_vectors("t", time.monotonic() + 60, every_s=0, on_pending=shown.append)
+    assert asked == [5, 5, 3, 0]
+    assert shown == [5, 3]  # each change once; another tenant's rows never counted
+
+
+def test_at_the_deadline_it_raises(pending):
+    counts, _ = pending
+    counts[:] = [4]
+    with pytest.raises(TimeoutError, match="vectors of t"):
+        snapshots.wait_for_vectors("t", time.monotonic() - 1, every_s=0)
+
+
+def test_nothing_pending_returns_at_once(pending):
+    counts, asked = pending
+    counts[:] = [0]
+    snapshots.wait_for_vectors("t", time.monotonic() - 1, every_s=0, on_pending=pytest.fail)
+    assert asked == [0]
+
+
+def test_the_demo_waits_through_it_and_prints_its_progress(monkeypatch, pending, capsys):
+    from ragline.cli import demo
+
+    counts, asked = pending
+    counts[:] = [7, 2]
+    clock = itertools.count()  # one second per reading: the deadline passes on the third poll
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    demo._wait_for_vectors("t", 2)
+    assert asked == [7, 2, 2]
+    out = capsys.readouterr().out
+    assert "7 rows awaiting vectors" in out and "2 rows awaiting vectors" in out
+    assert "vectors still being filled after 2s" in out
+    assert "pending_vectors" not in inspect.getsource(demo)  # no second copy of the wait
