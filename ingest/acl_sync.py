@@ -44,10 +44,12 @@ import time
 from dataclasses import dataclass, field
 
 import psycopg
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from ragline.shared.sdk.contracts import AclSyncItem
 from ragline.shared.sdk.sender import UNSIGNED, WORKER
+from ragline.shared.worker import db
 from ragline.shared.worker.metrics import ACL_CHANGES
 
 log = logging.getLogger(__name__)
@@ -271,7 +273,7 @@ def _rounds(rows: list[dict]) -> list[list[dict]]:
 
 
 def apply_acl_sync(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     items: list[AclSyncItem],
     pending: bool = True,
     path: str = "sync",
@@ -410,7 +412,7 @@ def apply_acl_sync(
 
 
 def _stale_versions(
-    conn: psycopg.Connection, docs: list[tuple[str, str]], by_doc: list[dict], by_prefix: list[dict]
+    conn: psycopg.Connection[DictRow], docs: list[tuple[str, str]], by_doc: list[dict], by_prefix: list[dict]
 ) -> list[dict]:
     """For each stale document: the producer, the version it sent and the last one applied from it
     (a prefix item counts for every document under it; the later item when several target one)."""
@@ -444,9 +446,9 @@ def _count(path: str, **outcomes: int) -> None:
             ACL_CHANGES.labels(path, outcome).inc(n)
 
 
-def clock(conn: psycopg.Connection, asked: int | None = None) -> int:
+def clock(conn: psycopg.Connection[DictRow], asked: int | None = None) -> int:
     """The permission clock for a change accepted at ``asked`` (None: now, a new tick)."""
-    return int(conn.execute(CLOCK_SQL, {"asked": asked}).fetchone()["seq"])
+    return int(db.one(conn.execute(CLOCK_SQL, {"asked": asked}))["seq"])
 
 
 def ingest_acl_decision(state: dict | None, acl: list[str], seq: int | None) -> tuple[bool, str | None]:
@@ -477,7 +479,9 @@ def ingest_acl_decision(state: dict | None, acl: list[str], seq: int | None) -> 
 
 
 def apply_ingest_acls(
-    conn: psycopg.Connection, requests: list[tuple[str, str, list[str], int | None]], path: str = "ingest"
+    conn: psycopg.Connection[DictRow],
+    requests: list[tuple[str, str, list[str], int | None]],
+    path: str = "ingest",
 ) -> dict[tuple[str, str], str]:
     """The ACL-only path for ingested documents whose content did not change (and the reindex's
     unchanged ones): ``(tenant, doc_id, acl, seq)`` each, decided by :func:`ingest_acl_decision`

@@ -14,8 +14,10 @@ ingest or an event is kept (and reported), and ingesting the same file again bri
 from __future__ import annotations
 
 import psycopg
+from psycopg.rows import DictRow
 
 from ragline.ingest.events import delete_document
+from ragline.shared.worker import db
 
 #: what ``docs list`` shows per document
 LIST_COLUMNS = (
@@ -36,7 +38,7 @@ def _where(prefix: str | None, statuses: tuple[str, ...] | None) -> tuple[str, d
 
 
 def list_documents(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     tenant: str,
     prefix: str | None = None,
     statuses: tuple[str, ...] | None = None,
@@ -55,14 +57,17 @@ def list_documents(
 
 
 def count_documents(
-    conn: psycopg.Connection, tenant: str, prefix: str | None = None, statuses: tuple[str, ...] | None = None
+    conn: psycopg.Connection[DictRow],
+    tenant: str,
+    prefix: str | None = None,
+    statuses: tuple[str, ...] | None = None,
 ) -> int:
     where, params = _where(prefix, statuses)
     params["tenant"] = tenant
-    return int(conn.execute(f"SELECT count(*) AS n FROM documents WHERE {where}", params).fetchone()["n"])
+    return int(db.one(conn.execute(f"SELECT count(*) AS n FROM documents WHERE {where}", params))["n"])
 
 
-def tenant_known(conn: psycopg.Connection, tenant: str) -> bool:
+def tenant_known(conn: psycopg.Connection[DictRow], tenant: str) -> bool:
     """Whether the tenant has any document row at all (tombstones and pending permissions included):
     an empty listing of an unknown tenant is most likely a misspelt name."""
     return conn.execute("SELECT 1 FROM documents WHERE tenant = %s LIMIT 1", (tenant,)).fetchone() is not None
@@ -76,7 +81,7 @@ LAST_JOB_SQL = (
 )
 
 
-def get_document(conn: psycopg.Connection, tenant: str, doc_id: str) -> dict | None:
+def get_document(conn: psycopg.Connection[DictRow], tenant: str, doc_id: str) -> dict | None:
     """Everything stored about one document: its row, the chunks actually stored, its open errors
     and the last job that touched it; None when the tenant holds no such doc id."""
     doc = conn.execute(
@@ -97,7 +102,7 @@ def get_document(conn: psycopg.Connection, tenant: str, doc_id: str) -> dict | N
     return doc
 
 
-def origins(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> list[dict]:
+def origins(conn: psycopg.Connection[DictRow], tenant: str, doc_ids: list[str]) -> list[dict]:
     """Where each of the (not deleted) documents came from: its file or URL and its source metadata."""
     return conn.execute(
         "SELECT tenant, doc_id, source_uri, metadata FROM documents"
@@ -106,7 +111,7 @@ def origins(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> list[d
     ).fetchall()
 
 
-def doc_ids_under(conn: psycopg.Connection, tenant: str, prefix: str) -> list[str]:
+def doc_ids_under(conn: psycopg.Connection[DictRow], tenant: str, prefix: str) -> list[str]:
     """The doc ids (not tombstones) starting with ``prefix``: what ``docs delete --prefix`` removes."""
     rows = conn.execute(
         "SELECT doc_id FROM documents WHERE tenant = %s AND status <> 'deleted' AND starts_with(doc_id, %s)"
@@ -116,7 +121,7 @@ def doc_ids_under(conn: psycopg.Connection, tenant: str, prefix: str) -> list[st
     return [r["doc_id"] for r in rows]
 
 
-def delete_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> dict:
+def delete_documents(conn: psycopg.Connection[DictRow], tenant: str, doc_ids: list[str]) -> dict:
     """Delete each document (its chunks; a tombstone stays) at its stored version, one transaction
     each. ``conn`` must be in autocommit mode, so every document commits on its own and a failure
     leaves the ones before it deleted.
@@ -141,7 +146,7 @@ def delete_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) 
     return out
 
 
-def _is_deleted(conn: psycopg.Connection, tenant: str, doc_id: str) -> bool:
+def _is_deleted(conn: psycopg.Connection[DictRow], tenant: str, doc_id: str) -> bool:
     row = conn.execute(
         "SELECT status FROM documents WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)
     ).fetchone()

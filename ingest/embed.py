@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
+from psycopg.rows import DictRow
 
 from ragline.shared.worker import metrics as m
 from ragline.shared.worker.providers import Embedder
@@ -58,7 +59,7 @@ def batched(items: list, size: int) -> list[list]:
 OnVectors = Callable[[dict[bytes, np.ndarray], set[bytes]], None]
 
 
-def cached(conn: psycopg.Connection, model: str, keys: list[bytes]) -> dict[bytes, np.ndarray]:
+def cached(conn: psycopg.Connection[DictRow], model: str, keys: list[bytes]) -> dict[bytes, np.ndarray]:
     """The cache's vectors of ``model`` for those of ``keys`` it holds (no embedding)."""
     if not keys:
         return {}
@@ -69,7 +70,9 @@ def cached(conn: psycopg.Connection, model: str, keys: list[bytes]) -> dict[byte
     return {bytes(r["text_sha256"]): as_array(r["embedding"]) for r in rows}
 
 
-def cached_vectors(conn: psycopg.Connection, model: str, texts: list[str]) -> list[np.ndarray | None]:
+def cached_vectors(
+    conn: psycopg.Connection[DictRow], model: str, texts: list[str]
+) -> list[np.ndarray | None]:
     """Per text, its cached vector or None: what a row stored before it is embedded can carry
     already (an unchanged chunk of a changed file keeps its vector)."""
     keys = [text_key(t) for t in texts]
@@ -78,7 +81,7 @@ def cached_vectors(conn: psycopg.Connection, model: str, texts: list[str]) -> li
 
 
 def embed_with_cache(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     embedder: Embedder,
     texts: list[str],
     batch_size: int = 128,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from psycopg.rows import DictRow
 
 from ragline.ingest import git, store
 from ragline.ingest.acl_sync import apply_acl_sync, apply_ingest_acls, clock
@@ -37,7 +38,7 @@ from ragline.shared.worker import jobs, replicas
 
 
 def delete_document(
-    conn: psycopg.Connection, tenant: str, doc_id: str, version: int | None
+    conn: psycopg.Connection[DictRow], tenant: str, doc_id: str, version: int | None
 ) -> tuple[str, int]:
     """Remove a document's chunks and leave a tombstone. ``version`` None deletes unconditionally
     (a reindex prune: the source no longer lists the document). Returns (outcome, chunks deleted).
@@ -85,7 +86,9 @@ def upsert_decision(state: dict | None, version: int) -> str | None:
     return None
 
 
-def handle_event(conn: psycopg.Connection, ev: IngestEvent, send_task, sender: str = UNSIGNED) -> EventResult:
+def handle_event(
+    conn: psycopg.Connection[DictRow], ev: IngestEvent, send_task, sender: str = UNSIGNED
+) -> EventResult:
     """Apply one event. ``send_task(name, payload) -> task id`` enqueues the ingestion of an upsert;
     ``sender`` is who sent the event as the worker verified it: the producer of its ACL."""
     base = {"type": ev.type, "tenant": ev.tenant, "doc_id": ev.doc_id}
@@ -150,7 +153,7 @@ def event_acl(ev: IngestEvent) -> AclSyncItem:
 # --- git sources: push events and `ragline ingest REPO` ------------------------------------------
 
 
-def handle_push(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventResult:
+def handle_push(conn: psycopg.Connection[DictRow], ev: IngestEvent, send_task) -> EventResult:
     """A push to a configured git source of the event's tenant; anything else is a ``ValueError``."""
     spec = next(
         (s for s in configured_sources(get_settings().lifecycle.sources) if s.name == ev.source), None
@@ -172,7 +175,7 @@ def handle_push(conn: psycopg.Connection, ev: IngestEvent, send_task) -> EventRe
     )
 
 
-def _stored(conn: psycopg.Connection, tenant: str, source: str) -> dict[str, dict]:
+def _stored(conn: psycopg.Connection[DictRow], tenant: str, source: str) -> dict[str, dict]:
     rows = conn.execute(
         "SELECT doc_id, status, version, metadata->>'source_fp' AS fp FROM documents"
         " WHERE tenant = %s AND metadata->>'source' = %s",
@@ -181,7 +184,9 @@ def _stored(conn: psycopg.Connection, tenant: str, source: str) -> dict[str, dic
     return {r["doc_id"]: r for r in rows}
 
 
-def apply_source_acl(conn: psycopg.Connection, spec: SourceSpec, doc_ids: list[str], path: str) -> int:
+def apply_source_acl(
+    conn: psycopg.Connection[DictRow], spec: SourceSpec, doc_ids: list[str], path: str
+) -> int:
     """The source's ``acl`` for stored documents of it that are not ingested again (unchanged, or at
     a commit already indexed), through the ACL-only path: no embedding, and decided like the ACL of
     every re-ingested document (:func:`~ragline.ingest.acl_sync.ingest_acl_decision`), so listing
@@ -211,7 +216,7 @@ def _not_stored(kept: list, stored: dict, prefix: str) -> list:
 
 
 def sync_git_source(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     spec: SourceSpec,
     after: str,
     send_task,
@@ -229,7 +234,7 @@ def sync_git_source(
 
 
 def _sync_git_source(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     spec: SourceSpec,
     after: str,
     send_task,

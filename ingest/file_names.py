@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 import psycopg
+from psycopg.rows import DictRow
 
 from ragline.shared.sdk.contracts.common import escaped, identifier_problem
 from ragline.shared.worker import jobs
@@ -56,7 +57,7 @@ def split_named(
 
 
 def record_refused(
-    conn: psycopg.Connection, job_id: str, tenant: str, refused: list[tuple[str, str]]
+    conn: psycopg.Connection[DictRow], job_id: str, tenant: str, refused: list[tuple[str, str]]
 ) -> None:
     """Each refused file as a failed document of ``job_id`` with its error, open in ``document_errors``;
     nothing is stored for it (there is no document)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import psycopg
+from psycopg.rows import DictRow
 
 from ragline.shared.sdk.contracts import IngestRequest, IngestResult
 from ragline.shared.worker import db
@@ -48,7 +49,7 @@ def conflict(
     return None
 
 
-def check(conn: psycopg.Connection, req: IngestRequest) -> None:
+def check(conn: psycopg.Connection[DictRow], req: IngestRequest) -> None:
     """Raise :class:`IdentityConflict` when ``req`` may not write its doc id."""
     if req.metadata.get("source") is None:
         return

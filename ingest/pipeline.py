@@ -27,6 +27,7 @@ import numpy as np
 import psycopg
 from celery.exceptions import SoftTimeLimitExceeded
 from psycopg.pq import TransactionStatus
+from psycopg.rows import DictRow
 
 from ragline.ingest import exclusions, identity, store
 from ragline.ingest.acl_sync import apply_ingest_acls
@@ -246,7 +247,7 @@ StoreOutcome = str | identity.IdentityConflict
 
 
 def store_prepared(
-    conn: psycopg.Connection, docs: list[tuple[Prepared, list]], embed_model: str
+    conn: psycopg.Connection[DictRow], docs: list[tuple[Prepared, list]], embed_model: str
 ) -> list[StoreOutcome]:
     """Several prepared documents with their vectors in one transaction, under their advisory locks;
     per document its outcome, decided as if it were stored alone (a doc id at most once)."""
@@ -498,7 +499,7 @@ def sent_by_layer(docs: list[Prepared], sent: set[bytes]) -> dict[str, int]:
 
 
 def _store_before_vectors(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     docs: list[tuple[int, Prepared]],
     model: str,
     t0: float,
@@ -529,7 +530,7 @@ def rounds(keys: list[store.Key]) -> list[list[int]]:
 
 
 def _store_group(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     group: list[tuple[int, Prepared, list[np.ndarray | None]]],
     model: str,
     embed_ms: float,
@@ -568,7 +569,7 @@ def _store_group(
 
 
 def _store_alone(
-    conn: psycopg.Connection, p: Prepared, vectors: list, model: str
+    conn: psycopg.Connection[DictRow], p: Prepared, vectors: list, model: str
 ) -> StoreOutcome | DocumentFailed:
     try:
         return store_prepared(conn, [(p, vectors)], model)[0]

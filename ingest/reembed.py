@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 import psycopg
+from psycopg.rows import DictRow
 
 from ragline.ingest.contextualize import embedding_text
 from ragline.ingest.embed import embed_with_cache
@@ -69,7 +70,7 @@ WHERE d.tenant = t.tenant AND d.doc_id = t.doc_id AND d.embed_model IS DISTINCT 
 
 
 def next_rows(
-    conn: psycopg.Connection, rows: str, model: str, n: int, tenant: str | None = None
+    conn: psycopg.Connection[DictRow], rows: str, model: str, n: int, tenant: str | None = None
 ) -> list[dict]:
     """The next ``n`` rows matching ``rows`` (:data:`REEMBED_ROWS` or :data:`FILL_ROWS`), by priority."""
     code = get_settings().code
@@ -83,7 +84,7 @@ def next_rows(
     return conn.execute(BATCH_SQL.format(rows=rows), params).fetchall()
 
 
-def embed_rows(conn: psycopg.Connection, embedder, rows: list[dict]) -> tuple[int, int]:
+def embed_rows(conn: psycopg.Connection[DictRow], embedder, rows: list[dict]) -> tuple[int, int]:
     """Embed ``rows`` through the cache and write their vectors in one transaction; (rows written,
     texts sent to the embedder)."""
     layers: dict[str, int] = {}
@@ -158,9 +159,7 @@ def run_fill(
     started = time.monotonic()
     embedder = get_embedder()
     with db.connection() as conn:
-        got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (FILL_LOCK_KEY,)).fetchone()[
-            "ok"
-        ]
+        got = db.one(conn.execute("SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (FILL_LOCK_KEY,)))["ok"]
         conn.commit()
         if not got:
             return {"state": "skipped", "reason": "another fill is running", "more": False}
@@ -177,7 +176,7 @@ def run_fill(
             conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (FILL_LOCK_KEY,))
             conn.commit()
         # after the unlock: a row stored while the lock was held, whose own fill was skipped, is seen here
-        more = conn.execute(f"SELECT EXISTS (SELECT 1 FROM chunks c WHERE {FILL_ROWS}) AS more").fetchone()[
+        more = db.one(conn.execute(f"SELECT EXISTS (SELECT 1 FROM chunks c WHERE {FILL_ROWS}) AS more"))[
             "more"
         ]
         conn.commit()
@@ -185,7 +184,7 @@ def run_fill(
     return {"state": "succeeded", "rows": written, "embedded": sent, "more": bool(more)}
 
 
-def column_dim(conn: psycopg.Connection) -> int | None:
+def column_dim(conn: psycopg.Connection[DictRow]) -> int | None:
     row = conn.execute(
         "SELECT format_type(atttypid, atttypmod) AS t FROM pg_attribute"
         " WHERE attrelid = 'chunks'::regclass AND attname = 'embedding'"
@@ -202,7 +201,7 @@ def run_reembed(job_id: str | None = None, batch_size: int | None = None, tenant
     embedder = get_embedder()
     model = embedder.model
     with db.connection() as conn:
-        got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (LOCK_KEY,)).fetchone()["ok"]
+        got = db.one(conn.execute("SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (LOCK_KEY,)))["ok"]
         conn.commit()
         if not got:
             return {"state": "skipped", "reason": "another re-embedding is running"}

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import psycopg
+from psycopg.rows import DictRow
 
 from ragline.ingest import git
 from ragline.ingest.source_spec import SourceSpec, configured_sources, repository_dir
@@ -50,7 +51,7 @@ def static_roots(tenant: str) -> list[Path]:
     return roots + source_roots(configured_sources(settings.lifecycle.sources), tenant)
 
 
-def granted_roots(conn: psycopg.Connection, tenant: str) -> list[Path]:
+def granted_roots(conn: psycopg.Connection[DictRow], tenant: str) -> list[Path]:
     rows = conn.execute("SELECT root FROM ingest_roots WHERE tenant = %s ORDER BY root", (tenant,)).fetchall()
     return [Path(r["root"]) for r in rows]
 

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from ragline.ingest import acl_sync
+from ragline.shared.worker import db
 
 
 @dataclass
@@ -58,11 +60,11 @@ class DocumentRecord:
 Key = tuple[str, str]  # (tenant, doc_id)
 
 
-def lock_document(conn: psycopg.Connection, tenant: str, doc_id: str) -> None:
+def lock_document(conn: psycopg.Connection[DictRow], tenant: str, doc_id: str) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (tenant, doc_id))
 
 
-def lock_documents(conn: psycopg.Connection, keys: list[Key]) -> None:
+def lock_documents(conn: psycopg.Connection[DictRow], keys: list[Key]) -> None:
     """The advisory locks of several documents in one statement, taken in (tenant, doc_id) order, so
     two batches that share documents queue behind each other instead of deadlocking."""
     ordered = sorted(set(keys))
@@ -86,11 +88,11 @@ STATES_SQL = (
 )
 
 
-def current_state(conn: psycopg.Connection, tenant: str, doc_id: str) -> dict | None:
+def current_state(conn: psycopg.Connection[DictRow], tenant: str, doc_id: str) -> dict | None:
     return conn.execute(STATE_SQL, (tenant, doc_id)).fetchone()
 
 
-def current_states(conn: psycopg.Connection, keys: list[Key]) -> dict[Key, dict]:
+def current_states(conn: psycopg.Connection[DictRow], keys: list[Key]) -> dict[Key, dict]:
     """The stored rows of those of ``keys`` that have one, in one statement."""
     if not keys:
         return {}
@@ -98,7 +100,7 @@ def current_states(conn: psycopg.Connection, keys: list[Key]) -> dict[Key, dict]
     return {(r["tenant"], r["doc_id"]): r for r in rows}
 
 
-def locked_states(conn: psycopg.Connection, keys: list[Key]) -> dict[Key, dict]:
+def locked_states(conn: psycopg.Connection[DictRow], keys: list[Key]) -> dict[Key, dict]:
     """The documents' rows, locked until the transaction ends (in key order); a new document first
     gets a row of its own (uncommitted, so nobody else sees it), which a concurrent permission change
     waits for."""
@@ -130,7 +132,7 @@ def locked_states(conn: psycopg.Connection, keys: list[Key]) -> dict[Key, dict]:
     return states
 
 
-def locked_state(conn: psycopg.Connection, tenant: str, doc_id: str) -> dict:
+def locked_state(conn: psycopg.Connection[DictRow], tenant: str, doc_id: str) -> dict:
     return locked_states(conn, [(tenant, doc_id)])[(tenant, doc_id)]
 
 
@@ -144,7 +146,7 @@ def is_unchanged(state: dict | None, content_hash: str, embed_model: str) -> boo
 
 
 def upsert_document(
-    conn: psycopg.Connection, doc: DocumentRecord, chunks: list[StoredChunk], embed_model: str
+    conn: psycopg.Connection[DictRow], doc: DocumentRecord, chunks: list[StoredChunk], embed_model: str
 ) -> str:
     """Write the document and its chunks; return ``stored`` or ``stale`` (a newer version won).
 
@@ -223,7 +225,7 @@ WHERE e.tenant = k.tenant AND e.doc_id = k.doc_id AND NOT e.resolved
 
 
 def upsert_documents(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     items: list[tuple[DocumentRecord, list[StoredChunk]]],
     embed_model: str,
     states: dict[Key, dict] | None = None,
@@ -314,7 +316,7 @@ def upsert_documents(
 
 
 def mark_failed(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     tenant: str,
     doc_id: str,
     source_uri: str | None,
@@ -346,7 +348,7 @@ WHERE embed_model IS DISTINCT FROM %(model)s AND embedding IS NOT NULL
 """
 
 
-def pending_reembed(conn: psycopg.Connection, model: str, tenant: str | None = None) -> int:
+def pending_reembed(conn: psycopg.Connection[DictRow], model: str, tenant: str | None = None) -> int:
     """Chunks (of ``tenant``, or all) whose vectors come from another model than ``model`` (rows
     without a vector yet are the fill's, :mod:`ragline.shared.worker.pending_vectors`)."""
-    return int(conn.execute(PENDING_REEMBED_SQL, {"model": model, "tenant": tenant}).fetchone()["n"])
+    return int(db.one(conn.execute(PENDING_REEMBED_SQL, {"model": model, "tenant": tenant}))["n"])

@@ -31,6 +31,7 @@ from typing import Literal
 import numpy as np
 import psycopg
 from psycopg.pq import TransactionStatus
+from psycopg.rows import DictRow
 
 from ragline.query import deadline, feedback, structure, terms
 from ragline.query.deadline import QuestionDeadlineExceeded, RetrievalTimeout
@@ -730,7 +731,7 @@ def named_rows(
     return conn.execute(sql, params).fetchall()
 
 
-def row_security_problem(conn: psycopg.Connection) -> str | None:
+def row_security_problem(conn: psycopg.Connection[DictRow]) -> str | None:
     """What weakens row-level security on ``conn``'s role, or None: the role is not bound by the
     policies of migration 0007 (the owner, a superuser, not a member of ``ragline_query``), or it is
     and its lexical search cannot use the GIN index (``tsvector @@ tsquery`` is not leakproof)."""

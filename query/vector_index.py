@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import DictRow
 
 Kind = Literal["vector", "halfvec"]
 
@@ -61,7 +62,7 @@ def kind_of(index: dict, dim: int) -> str | None:
     return None
 
 
-def hnsw_indexes(conn: psycopg.Connection) -> list[dict]:
+def hnsw_indexes(conn: psycopg.Connection[DictRow]) -> list[dict]:
     """The HNSW indexes of ``chunks`` (name, operator class, valid, definition, bytes), from the
     catalogs, which every role may read."""
     return [dict(r) for r in conn.execute(HNSW_INDEXES_SQL).fetchall()]
@@ -83,7 +84,7 @@ def problem_with(indexes: list[dict], kind: str, dim: int) -> str | None:
     )
 
 
-def problem(conn: psycopg.Connection, kind: str, dim: int) -> str | None:
+def problem(conn: psycopg.Connection[DictRow], kind: str, dim: int) -> str | None:
     """Whether the database lacks the index the configured vector statement needs (see
     :func:`problem_with`); the connection's transaction is ended."""
     try:

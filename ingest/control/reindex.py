@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+from psycopg.rows import DictRow
 
 from ragline.ingest import exclusions
 from ragline.ingest.enqueue import send_in_batches
@@ -36,7 +37,7 @@ from ragline.ingest.sources import (
 )
 from ragline.ingest.vanished import settle_vanished
 from ragline.shared.sdk.contracts import IngestRequest
-from ragline.shared.worker import jobs, replicas
+from ragline.shared.worker import db, jobs, replicas
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def plan(listing: Listing, stored: dict[str, dict], source_name: str) -> Plan:
 
 
 def stored_state(
-    conn: psycopg.Connection, tenant: str, source_name: str, doc_ids: list[str]
+    conn: psycopg.Connection[DictRow], tenant: str, source_name: str, doc_ids: list[str]
 ) -> dict[str, dict]:
     rows = conn.execute(
         """
@@ -111,7 +112,7 @@ def stored_state(
     return {r["doc_id"]: dict(r) for r in rows}
 
 
-def tie_break(conn: psycopg.Connection, spec: SourceSpec, p: Plan, stored: dict[str, dict]) -> int:
+def tie_break(conn: psycopg.Connection[DictRow], spec: SourceSpec, p: Plan, stored: dict[str, dict]) -> int:
     """Folder files whose fingerprint moved but whose bytes did not (a ``touch``, a copy that kept the
     content): the content hash decides, the stored fingerprint is refreshed and nothing is enqueued.
     Reading the file is still far cheaper than parsing and embedding it. Returns how many were touched."""
@@ -146,7 +147,7 @@ def tie_break(conn: psycopg.Connection, spec: SourceSpec, p: Plan, stored: dict[
 
 
 def unchanged_source_acl(
-    conn: psycopg.Connection, spec: SourceSpec, listing: Listing, stored: dict[str, dict]
+    conn: psycopg.Connection[DictRow], spec: SourceSpec, listing: Listing, stored: dict[str, dict]
 ) -> int:
     """The source's ``acl`` for its stored documents, changed or not (an unchanged one is never
     enqueued), through :func:`ragline.ingest.events.apply_source_acl`, the ACL-only path a git sync
@@ -191,7 +192,9 @@ def namespaced(spec: SourceSpec, listing: Listing) -> Listing:
     )
 
 
-def record_commit(conn: psycopg.Connection, spec: SourceSpec, commit: str, p: Plan, job_id: str) -> None:
+def record_commit(
+    conn: psycopg.Connection[DictRow], spec: SourceSpec, commit: str, p: Plan, job_id: str
+) -> None:
     """A git source's listed commit, as a push records it (``source_commits``): the next push diffs
     from it instead of listing the whole tree. Under the source's lock, like a push; the version only
     grows, so a push's later versions stay above every document written here."""
@@ -214,7 +217,7 @@ def record_commit(conn: psycopg.Connection, spec: SourceSpec, commit: str, p: Pl
         )
 
 
-def keep_out(conn: psycopg.Connection, spec: SourceSpec, listing: Listing, p: Plan) -> int:
+def keep_out(conn: psycopg.Connection[DictRow], spec: SourceSpec, listing: Listing, p: Plan) -> int:
     """What a listing settles beside its plan: the excluded documents leave the plan (the ingest
     would refuse them, ``ingest/exclusions.py``), and a folder's errors of files that are gone are
     resolved (``ingest/vanished.py``; a prune covers the stored documents). Returns how many were
@@ -227,7 +230,7 @@ def keep_out(conn: psycopg.Connection, spec: SourceSpec, listing: Listing, p: Pl
 
 
 def reindex(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     specs: list[SourceSpec],
     send_task: Callable[[str, dict], object],
     http_timeout: float = 10.0,
@@ -238,7 +241,7 @@ def reindex(
     Every document to ingest is attached to the job and committed before the first task is sent,
     so a fast worker can never finish the job while later sources are still being listed.
     """
-    got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (LOCK_KEY,)).fetchone()["ok"]
+    got = db.one(conn.execute("SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (LOCK_KEY,)))["ok"]
     conn.commit()
     if not got:
         return {"job_id": None, "state": "skipped", "reason": "another reindex is running", "sources": {}}

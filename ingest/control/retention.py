@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import psycopg
+from psycopg.rows import DictRow
 
 
-def purge(conn: psycopg.Connection, tombstone_days: float, job_days: float) -> dict[str, int]:
+def purge(conn: psycopg.Connection[DictRow], tombstone_days: float, job_days: float) -> dict[str, int]:
     """Delete tombstones (``status = 'deleted'``, no chunks) not touched for ``tombstone_days``,
     finished jobs (their per-document rows cascade) and resolved errors older than ``job_days``.
     Open errors and running jobs are never purged: they are what an operator still acts on."""

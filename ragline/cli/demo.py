@@ -164,11 +164,13 @@ def _ingest_repository(repo: Path, tenant: str) -> dict:
             conn, spec, "HEAD", lambda n, p: celery_app.send_task(n, args=[p]), kind="ingest"
         )
         if not out["job_id"]:  # this commit is indexed already
-            n = conn.execute(
-                "SELECT count(*) AS n FROM documents WHERE tenant = %s AND metadata->>'source' = 'ragline'"
-                " AND status = 'ready'",
-                (tenant,),
-            ).fetchone()["n"]
+            n = db.one(
+                conn.execute(
+                    "SELECT count(*) AS n FROM documents WHERE tenant = %s AND metadata->>'source' = 'ragline'"
+                    " AND status = 'ready'",
+                    (tenant,),
+                )
+            )["n"]
             return dict.fromkeys(("chunks", "embedded", "failed"), 0) | {
                 "documents": n,
                 "skipped_unchanged": n,

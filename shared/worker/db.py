@@ -25,7 +25,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ragline.shared.config.settings import Settings, get_settings
@@ -39,12 +39,17 @@ log = logging.getLogger(__name__)
 QUERY_ROLE = "ragline_query"
 QUERY_LOGIN = "ragline_query_login"
 
+#: what every connection of this module is: its rows are dicts (``row_factory=dict_row``), so a
+#: caller reads ``row["column"]``
+DictConnection = psycopg.Connection[DictRow]
+Pool = ConnectionPool[DictConnection]
+
 _lock = threading.Lock()
 #: pool name -> (pid that created it, pool)
-_pools: dict[str, tuple[int, ConnectionPool]] = {}
+_pools: dict[str, tuple[int, Pool]] = {}
 
 
-def _configure(conn: psycopg.Connection) -> None:
+def _configure(conn: DictConnection) -> None:
     try:
         register_vector(conn)
     except psycopg.ProgrammingError:
@@ -66,9 +71,7 @@ def query_database_url(settings: Settings) -> str:
     return settings.effective_database_url()
 
 
-def _new_pool(
-    name: str, url: str, settings: Settings, configure=_configure, timeout: float = 30
-) -> ConnectionPool:
+def _new_pool(name: str, url: str, settings: Settings, configure=_configure, timeout: float = 30) -> Pool:
     return ConnectionPool(
         url,
         min_size=1,
@@ -83,7 +86,7 @@ def _new_pool(
     )
 
 
-def _get(name: str) -> ConnectionPool:
+def _get(name: str) -> Pool:
     with _lock:
         held = _pools.get(name)
         if held is None or held[0] != os.getpid():
@@ -116,17 +119,17 @@ class QueryRouter:
         self.kinds: dict[str, str] = {}  # name -> "primary" / "replica", learnt on connecting
         self.failed_until: dict[str, float] = {}
         self.checked_at: dict[str, float] = {}
-        self.pools: dict[str, ConnectionPool] = {}
+        self.pools: dict[str, Pool] = {}
         self.turn = itertools.count()
         self.lock = threading.Lock()
 
-    def pool(self, name: str) -> ConnectionPool:
+    def pool(self, name: str) -> Pool:
         with self.lock:
             pool = self.pools.get(name)
             if pool is None:
 
-                def configure(conn: psycopg.Connection, name: str = name) -> None:
-                    standby = conn.execute("SELECT pg_is_in_recovery() AS r").fetchone()["r"]
+                def configure(conn: DictConnection, name: str = name) -> None:
+                    standby = one(conn.execute("SELECT pg_is_in_recovery() AS r"))["r"]
                     self.kinds[name] = "replica" if standby else "primary"
                     _configure(conn)
 
@@ -160,7 +163,7 @@ class QueryRouter:
                 with self.pool(name).connection(
                     timeout=self.settings.services.replica_connect_timeout_s
                 ) as conn:
-                    row = conn.execute(replicas.REPLAY_SQL).fetchone()
+                    row = one(conn.execute(replicas.REPLAY_SQL))
                 if replicas.readmit(name, mark, row["replay"] if row["standby"] else None, self.settings):
                     del marked[name]
             except Exception as exc:  # noqa: BLE001 - still out; the next check tries again
@@ -202,7 +205,7 @@ class QueryRouter:
         )
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
+    def connection(self) -> Iterator[DictConnection]:
         order = self.candidates()
         for i, name in enumerate(order):
             pool = self.pool(name)
@@ -250,25 +253,34 @@ def query_router() -> QueryRouter | None:
         return _router[1]
 
 
-def get_pool() -> ConnectionPool:
+def get_pool() -> Pool:
     """The owner's pool."""
     return _get("owner")
 
 
-def get_query_pool() -> ConnectionPool:
+def get_query_pool() -> Pool:
     """The query pool's (read-only role, row-level security)."""
     return _get("query")
 
 
+def one(cursor: psycopg.Cursor[DictRow]) -> DictRow:
+    """The row of a statement that always returns one (an aggregate, ``INSERT ... RETURNING``, a
+    function call): none is a broken statement, raised here instead of passed on as None."""
+    row = cursor.fetchone()
+    if row is None:
+        raise LookupError("the statement returned no row")
+    return row
+
+
 @contextmanager
-def connection() -> Iterator[psycopg.Connection]:
+def connection() -> Iterator[DictConnection]:
     """A pooled owner connection; the transaction commits on success and rolls back on error."""
     with get_pool().connection() as conn:
         yield conn
 
 
 @contextmanager
-def query_connection() -> Iterator[psycopg.Connection]:
+def query_connection() -> Iterator[DictConnection]:
     """A pooled connection of the query pool's role: it can only read, and only the rows that the
     transaction's ``ragline.tenant`` / ``ragline.groups`` admit. With several servers configured,
     from the next one in rotation (:class:`QueryRouter`)."""
@@ -294,7 +306,7 @@ def reset() -> None:
         _router = None
 
 
-def connect(autocommit: bool = True) -> psycopg.Connection:
+def connect(autocommit: bool = True) -> DictConnection:
     """A plain connection outside the pool (migrations, benchmarks' exact baselines)."""
     conn = psycopg.connect(
         get_settings().effective_database_url(), autocommit=autocommit, row_factory=dict_row

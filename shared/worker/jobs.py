@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import psycopg
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from ragline.shared.worker import db
@@ -16,13 +17,19 @@ FINAL_DOC_STATES = ("done", "skipped", "failed")
 
 
 def create_job(
-    conn: psycopg.Connection, kind: str, tenant: str | None, doc_ids: list[str], params: dict | None = None
+    conn: psycopg.Connection[DictRow],
+    kind: str,
+    tenant: str | None,
+    doc_ids: list[str],
+    params: dict | None = None,
 ) -> str:
-    row = conn.execute(
-        "INSERT INTO jobs (kind, tenant, params, total, state, started_at, heartbeat_at)"
-        " VALUES (%s, %s, %s, %s, 'running', now(), now()) RETURNING id",
-        (kind, tenant, Jsonb(params or {}), len(doc_ids)),
-    ).fetchone()
+    row = db.one(
+        conn.execute(
+            "INSERT INTO jobs (kind, tenant, params, total, state, started_at, heartbeat_at)"
+            " VALUES (%s, %s, %s, %s, 'running', now(), now()) RETURNING id",
+            (kind, tenant, Jsonb(params or {}), len(doc_ids)),
+        )
+    )
     job_id = str(row["id"])
     with conn.cursor() as cur:
         cur.executemany(
@@ -33,7 +40,7 @@ def create_job(
 
 
 def record_document(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     job_id: str,
     tenant: str,
     doc_id: str,
@@ -64,7 +71,7 @@ def record_document(
     _maybe_finish(conn, job_id)
 
 
-def _maybe_finish(conn: psycopg.Connection, job_id: str) -> None:
+def _maybe_finish(conn: psycopg.Connection[DictRow], job_id: str) -> None:
     conn.execute(
         """
         UPDATE jobs j SET state = CASE WHEN s.failed > 0 THEN 'completed_with_errors' ELSE 'succeeded' END,
@@ -78,12 +85,13 @@ def _maybe_finish(conn: psycopg.Connection, job_id: str) -> None:
     )
 
 
-def job_summary(conn: psycopg.Connection, job_id: str) -> dict:
+def job_summary(conn: psycopg.Connection[DictRow], job_id: str) -> dict:
     job = conn.execute("SELECT * FROM jobs WHERE id = %s", (job_id,)).fetchone()
     if job is None:
         raise KeyError(job_id)
-    counts = conn.execute(
-        """
+    counts = db.one(
+        conn.execute(
+            """
         SELECT count(*) AS documents,
                count(*) FILTER (WHERE state = 'done') AS done,
                count(*) FILTER (WHERE state = 'skipped') AS skipped_unchanged,
@@ -93,8 +101,9 @@ def job_summary(conn: psycopg.Connection, job_id: str) -> dict:
                count(*) FILTER (WHERE acl_outcome = 'ignored_stale') AS acl_ignored_stale
         FROM job_documents WHERE job_id = %s
         """,
-        (job_id,),
-    ).fetchone()
+            (job_id,),
+        )
+    )
     errors = conn.execute(
         "SELECT doc_id, error FROM job_documents WHERE job_id = %s AND state = 'failed' ORDER BY doc_id",
         (job_id,),
@@ -108,7 +117,7 @@ def job_summary(conn: psycopg.Connection, job_id: str) -> dict:
     }
 
 
-def visible_to_no_group(conn: psycopg.Connection, job_id: str) -> list[str]:
+def visible_to_no_group(conn: psycopg.Connection[DictRow], job_id: str) -> list[str]:
     """Doc ids of the job's documents that are stored with an empty ACL: no query can return them
     until a permission change (``ragline acl set``) gives them a group."""
     rows = conn.execute(
@@ -125,7 +134,7 @@ RUNNING_STATES = ("queued", "running")
 
 
 def record_job(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     kind: str,
     tenant: str | None,
     result: dict,
@@ -134,15 +143,17 @@ def record_job(
     params: dict | None = None,
 ) -> str:
     """A job that ran in one go (an ACL sync batch): one row, no per-document rows."""
-    row = conn.execute(
-        "INSERT INTO jobs (kind, tenant, params, result, total, state, started_at, finished_at, heartbeat_at,"
-        " progress_at) VALUES (%s, %s, %s, %s, %s, %s, now(), now(), now(), now()) RETURNING id",
-        (kind, tenant, Jsonb(params or {}), Jsonb(result), total, state),
-    ).fetchone()
+    row = db.one(
+        conn.execute(
+            "INSERT INTO jobs (kind, tenant, params, result, total, state, started_at, finished_at, heartbeat_at,"
+            " progress_at) VALUES (%s, %s, %s, %s, %s, %s, now(), now(), now(), now()) RETURNING id",
+            (kind, tenant, Jsonb(params or {}), Jsonb(result), total, state),
+        )
+    )
     return str(row["id"])
 
 
-def acl_clocks(conn: psycopg.Connection, job_ids: set[str]) -> dict[str, int]:
+def acl_clocks(conn: psycopg.Connection[DictRow], job_ids: set[str]) -> dict[str, int]:
     """The permission clock of each job (``acl_change_seq`` when the job was created): the clock of
     the ACL its ingest requests carry. Jobs from before the clock existed have none."""
     rows = conn.execute(
@@ -152,7 +163,7 @@ def acl_clocks(conn: psycopg.Connection, job_ids: set[str]) -> dict[str, int]:
     return {r["id"]: int(r["acl_seq"]) for r in rows}
 
 
-def heartbeat(conn: psycopg.Connection, job_id: str, progress: bool = False) -> bool:
+def heartbeat(conn: psycopg.Connection[DictRow], job_id: str, progress: bool = False) -> bool:
     """Touch the heartbeat of a running job; False when it is no longer running (cancelled or marked stuck)."""
     row = conn.execute(
         "UPDATE jobs SET heartbeat_at = now(), progress_at = CASE WHEN %s THEN now() ELSE progress_at END"
@@ -162,7 +173,7 @@ def heartbeat(conn: psycopg.Connection, job_id: str, progress: bool = False) -> 
     return row is not None
 
 
-def add_documents(conn: psycopg.Connection, job_id: str, tenant: str, doc_ids: list[str]) -> None:
+def add_documents(conn: psycopg.Connection[DictRow], job_id: str, tenant: str, doc_ids: list[str]) -> None:
     """Attach more documents to a running job (a reindex discovers them source by source)."""
     with conn.cursor() as cur:
         cur.executemany(
@@ -175,7 +186,7 @@ def add_documents(conn: psycopg.Connection, job_id: str, tenant: str, doc_ids: l
     )
 
 
-def finish_if_done(conn: psycopg.Connection, job_id: str, result: dict | None = None) -> None:
+def finish_if_done(conn: psycopg.Connection[DictRow], job_id: str, result: dict | None = None) -> None:
     """Store the job's result and finish it if every document is final (or there were none)."""
     if result is not None:
         conn.execute("UPDATE jobs SET result = %s WHERE id = %s", (Jsonb(result), job_id))
@@ -183,7 +194,11 @@ def finish_if_done(conn: psycopg.Connection, job_id: str, result: dict | None = 
 
 
 def finish_job(
-    conn: psycopg.Connection, job_id: str, state: str, result: dict | None = None, error: str | None = None
+    conn: psycopg.Connection[DictRow],
+    job_id: str,
+    state: str,
+    result: dict | None = None,
+    error: str | None = None,
 ) -> None:
     conn.execute(
         "UPDATE jobs SET state = %s, result = coalesce(%s, result), error = %s, finished_at = now(),"
@@ -192,7 +207,7 @@ def finish_job(
     )
 
 
-def cancel_job(conn: psycopg.Connection, job_id: str) -> bool:
+def cancel_job(conn: psycopg.Connection[DictRow], job_id: str) -> bool:
     """Mark a job cancelled; its workers see it on their next heartbeat and its queued documents are skipped."""
     row = conn.execute(
         "UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = %s AND state IN ('queued', 'running')"
@@ -202,14 +217,14 @@ def cancel_job(conn: psycopg.Connection, job_id: str) -> bool:
     return row is not None
 
 
-def cancelled_jobs(conn: psycopg.Connection, job_ids: set[str]) -> set[str]:
+def cancelled_jobs(conn: psycopg.Connection[DictRow], job_ids: set[str]) -> set[str]:
     rows = conn.execute(
         "SELECT id::text AS id FROM jobs WHERE id::text = ANY(%s) AND state = 'cancelled'", (list(job_ids),)
     ).fetchall()
     return {r["id"] for r in rows}
 
 
-def find_jobs(conn: psycopg.Connection, ref: str, limit: int = 5) -> list[str]:
+def find_jobs(conn: psycopg.Connection[DictRow], ref: str, limit: int = 5) -> list[str]:
     """Ids of the jobs whose id is ``ref`` or starts with it, newest first: ``ragline status`` shows
     the first 8 characters of an id, and that is enough to name a job."""
     rows = conn.execute(
@@ -220,7 +235,7 @@ def find_jobs(conn: psycopg.Connection, ref: str, limit: int = 5) -> list[str]:
     return [r["id"] for r in rows]
 
 
-def job_record(conn: psycopg.Connection, job_id: str) -> dict | None:
+def job_record(conn: psycopg.Connection[DictRow], job_id: str) -> dict | None:
     """The job's own row: kind, tenant, state, parameters, result, error and its times."""
     return conn.execute(
         "SELECT id::text AS id, kind, tenant, state, params, result, error, total, created_at, started_at,"
@@ -229,12 +244,12 @@ def job_record(conn: psycopg.Connection, job_id: str) -> dict | None:
     ).fetchone()
 
 
-def job_state(conn: psycopg.Connection, job_id: str) -> str | None:
+def job_state(conn: psycopg.Connection[DictRow], job_id: str) -> str | None:
     row = conn.execute("SELECT state FROM jobs WHERE id = %s", (job_id,)).fetchone()
     return row["state"] if row else None
 
 
-def mark_stuck(conn: psycopg.Connection, older_than_s: float) -> list[dict]:
+def mark_stuck(conn: psycopg.Connection[DictRow], older_than_s: float) -> list[dict]:
     """Running jobs whose heartbeat is older than ``older_than_s`` become ``failed`` with a 'stuck' error.
 
     A worker killed mid-job never finishes it; without this the job would show 'running' forever.
@@ -254,7 +269,7 @@ def mark_stuck(conn: psycopg.Connection, older_than_s: float) -> list[dict]:
     return [{**r, "id": str(r["id"])} for r in rows]
 
 
-def running_jobs(conn: psycopg.Connection, limit: int = 20) -> list[dict]:
+def running_jobs(conn: psycopg.Connection[DictRow], limit: int = 20) -> list[dict]:
     rows = conn.execute(
         """
         SELECT j.id, j.kind, j.tenant, j.state, j.total, j.started_at, j.heartbeat_at, j.progress_at,
@@ -269,7 +284,7 @@ def running_jobs(conn: psycopg.Connection, limit: int = 20) -> list[dict]:
     return [_jsonable(r) for r in rows]
 
 
-def recent_jobs(conn: psycopg.Connection, limit: int = 10) -> list[dict]:
+def recent_jobs(conn: psycopg.Connection[DictRow], limit: int = 10) -> list[dict]:
     rows = conn.execute(
         "SELECT id, kind, tenant, state, total, error, created_at, finished_at FROM jobs"
         " ORDER BY created_at DESC LIMIT %s",
@@ -278,7 +293,7 @@ def recent_jobs(conn: psycopg.Connection, limit: int = 10) -> list[dict]:
     return [_jsonable(r) for r in rows]
 
 
-def open_errors(conn: psycopg.Connection, tenant: str | None = None, limit: int = 100) -> list[dict]:
+def open_errors(conn: psycopg.Connection[DictRow], tenant: str | None = None, limit: int = 100) -> list[dict]:
     """Unresolved per-document errors, newest first, one row per document."""
     rows = conn.execute(
         """
@@ -294,7 +309,7 @@ def open_errors(conn: psycopg.Connection, tenant: str | None = None, limit: int 
     return [_jsonable(r) for r in rows]
 
 
-def resolve_errors(conn: psycopg.Connection, tenant: str, doc_id: str) -> int:
+def resolve_errors(conn: psycopg.Connection[DictRow], tenant: str, doc_id: str) -> int:
     cur = conn.execute(
         "UPDATE document_errors SET resolved = true, resolved_at = now()"
         " WHERE tenant = %s AND doc_id = %s AND NOT resolved",

@@ -32,10 +32,12 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 import redis
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
 
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.worker.credentials import mask_text
@@ -204,7 +206,7 @@ class ReplicaWait:
         }
 
 
-_probe_conns: dict[tuple[int, str], psycopg.Connection] = {}
+_probe_conns: dict[tuple[int, str], psycopg.Connection[TupleRow]] = {}
 _probe_lock = threading.Lock()
 
 
@@ -228,7 +230,7 @@ def probe(server: Server, timeout_s: float) -> tuple[bool, int | None]:
     return bool(row[0]), (int(row[1]) if row[0] and row[1] is not None else None)
 
 
-def primary_lsn(conn: psycopg.Connection) -> int:
+def primary_lsn(conn: psycopg.Connection[Any]) -> int:
     """The primary's WAL position now, on the caller's connection after its commit (so at or past
     the commit record: the session commits synchronously). Leaves no transaction open."""
     row = conn.execute(PRIMARY_LSN_SQL).fetchone()
@@ -238,7 +240,7 @@ def primary_lsn(conn: psycopg.Connection) -> int:
 
 
 def wait_for_replay(
-    conn: psycopg.Connection, settings: Settings | None = None, what: str = "permission change"
+    conn: psycopg.Connection[Any], settings: Settings | None = None, what: str = "permission change"
 ) -> ReplicaWait | None:
     """Read-your-writes: block until every replica in rotation has replayed what ``conn`` committed,
     at most ``RAGLINE_SERVICES_REPLICA_MAX_LAG_S``; a replica that has not (or does not answer) is taken out
