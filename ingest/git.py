@@ -20,8 +20,8 @@ folders a tenant may open is :func:`ragline.ingest.roots.admit_repository`'s dec
 Which tracked files are indexed is decided here too, from the path and size alone
 (:func:`path_skip_reason`: vendored, lock, minified and generated files, include/exclude globs,
 a size cap) and then from the bytes (:func:`content_skip_reason`: binary, minified, generated
-markers). Globs: a pattern with a ``/`` matches the whole path, one without matches the file name;
-``*`` also crosses ``/`` and a leading ``**/`` may match nothing.
+markers). The globs match by :mod:`ragline.ingest.globs`'s rule, the one the test globs of the
+layers use too.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ import stat
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from ragline.ingest.globs import glob_match, matches_any
 
 #: a ref or commit from outside: no leading '-' (an option), no whitespace, no '..' ranges
 _REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/@^~{}+-]{0,254}")
@@ -487,17 +488,6 @@ def sync_clone(
     return dest
 
 
-def glob_match(path: str, pattern: str) -> bool:
-    """See the module docstring: whole path with a ``/`` in the pattern, else the file name."""
-    if "/" not in pattern.rstrip("/"):
-        return fnmatchcase(path.rsplit("/", 1)[-1], pattern)
-    if pattern.endswith("/"):
-        pattern += "*"
-    if fnmatchcase(path, pattern):
-        return True
-    return pattern.startswith("**/") and fnmatchcase(path, pattern[3:])
-
-
 def path_skip_reason(
     path: str,
     size: int,
@@ -508,7 +498,7 @@ def path_skip_reason(
 ) -> str | None:
     """Why a tracked file is not indexed, from its path and size alone, or None (pure)."""
     include = list(include)
-    if include and not any(glob_match(path, g) for g in include):
+    if include and not matches_any(path, include):
         return "not matched by include"
     for g in exclude:
         if glob_match(path, g):

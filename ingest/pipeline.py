@@ -4,10 +4,10 @@
 of all prepared documents together (so embedding batches fill up to 128 texts across documents),
 and stores the documents whose vectors are in together, one transaction and a fixed number of
 statements for all of them, each document's outcome decided as if it were stored alone. :func:`ingest_document` is a batch of one.
-Source files are chunked along their definitions (``ingest/parse/code.py``), go to the source or
-tests layer, and their chunks carry line spans and identifier terms for the code lexical search; a
-source file's definitions also become short symbol records in the symbol layer (rows of the same
-document, so they live and die with it).
+What differs between prose and source code (chunking, contexts, layers, a source file's symbol
+records) is the document kind's (``ingest/kinds.py``); code chunks carry line spans and identifier
+terms for the code lexical search, and symbol records are rows of the same document, so they live
+and die with it.
 A document whose content did not change, or whose new version failed to load or parse (its stored
 version keeps serving), still gets the ACL its request asks for, through the ACL-only path
 (``acl_sync.apply_ingest_acls``, no embedding).
@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
@@ -31,12 +31,13 @@ from psycopg.rows import DictRow
 
 from ragline.ingest import exclusions, identity, store
 from ragline.ingest.acl_sync import apply_ingest_acls
-from ragline.ingest.chunk import Chunk, chunk_blocks, code_chunks, code_context
-from ragline.ingest.contextualize import context_title, contextualize, embedding_text
+from ragline.ingest.chunk import Chunk
+from ragline.ingest.contextualize import embedding_text
 from ragline.ingest.embed import cached_vectors, count_sent, embed_with_cache, text_key
-from ragline.ingest.load import load
-from ragline.ingest.parse import CodeDocument, ParseError, front_matter, parse_bytes
-from ragline.ingest.parse.code import document_layer, symbol_records
+from ragline.ingest.kinds import kind_of
+from ragline.ingest.layers import LayerRules
+from ragline.ingest.load import Loaded, load
+from ragline.ingest.parse import ParsedDocument, ParseError, front_matter, parse_bytes
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import IngestRequest, IngestResult
 from ragline.shared.worker import db, jobs, replicas
@@ -86,6 +87,8 @@ class Prepared:
 def prepare(req: IngestRequest, embed_model: str, state: dict | None) -> Prepared | IngestResult:
     """Load, parse, chunk and contextualize one document; an unchanged document is skipped here.
     ``state`` is its stored row (``store.current_states``, read for the whole batch at once) or None.
+    What differs between prose and code is the document kind's (``ingest/kinds.py``), chosen once
+    from the parsed document.
 
     Raises :class:`DocumentFailed` with the stage and a readable message for a bad document.
     """
@@ -109,120 +112,67 @@ def prepare(req: IngestRequest, embed_model: str, state: dict | None) -> Prepare
         lap("load")
         stage = "parse"
         parsed = parse_bytes(loaded.data, loaded.fmt, default_title=loaded.title)
-        meta: dict = {}
-        if loaded.fmt == "md" and (fm := front_matter(loaded.data)):
-            meta["front_matter"] = fm
-            if isinstance(fm.get("title"), str) and fm["title"].strip() and parsed.title == loaded.title:
-                parsed.title = fm["title"].strip()
+        meta = _front_matter(loaded, parsed)
         lap("parse")
+        kind = kind_of(parsed)
         stage = "chunk"
-        code = isinstance(parsed, CodeDocument)
-        if code:  # source code: chunks follow definitions and carry their line spans
-            chunks = code_chunks(parsed, settings.code.max_chars, settings.code.min_chars)
-            meta.update(language=parsed.language, parsed_by=parsed.parsed_by)
-            if not chunks:
-                raise ParseError("no code found in document")
-        else:
-            chunks = chunk_blocks(
-                parsed.blocks,
-                settings.chunk.max_chars,
-                settings.chunk.overlap_ratio,
-                settings.chunk.hard_max_chars,
-            )
+        chunks = kind.chunks(settings)
+        meta.update(kind.metadata())
         lap("chunk")
         stage = "contextualize"
-        # code is embedded with its symbol path, not its file's: a renamed file costs no embedding
-        contexts = (
-            [code_context(c, parsed.title) for c in chunks]
-            if code
-            else contextualize(
-                context_title(parsed.title, req.doc_id if req.content is not None else None),
-                chunks,
-                parsed.text,
-            )
-        )
+        contexts = kind.contexts(chunks, req)
         lap("contextualize")
     except DOCUMENT_ERRORS as exc:
         raise DocumentFailed(stage, _readable(exc)) from exc
     rel = relative_path(req, loaded.path)
-    layer = document_layer(
-        rel,
-        loaded.fmt,
-        req.layer,
-        settings.code.source_layer,
-        settings.code.tests_layer,
-        settings.code.test_globs,
-    )
+    layer, extra_layer = kind.layers(rel, req.layer, LayerRules.from_settings(settings.code))
     for name, ms in timings.items():
         observe_stage(name, ms / 1000, {layer: 1})
     chunk_layers: list[str | None] = [None] * len(chunks)
-    if code and settings.code.symbols and layer == settings.code.source_layer:
+    if extra_layer is not None:
         t = time.perf_counter()
         try:
-            symbols = symbol_chunks(parsed, len(chunks), settings.code.symbol_doc_chars)
+            extra = kind.extra_records(len(chunks), settings)
         except DOCUMENT_ERRORS as exc:
-            raise DocumentFailed("symbols", _readable(exc)) from exc
-        lap("symbols")
-        chunks = [*chunks, *symbols]
-        contexts = [*contexts, *(code_context(c, parsed.title) for c in symbols)]
-        chunk_layers += [settings.code.symbols_layer] * len(symbols)
-        # the symbol records' own stages: cut from the parsed file, then given their context
-        observe_stage("chunk", timings.pop("symbols") / 1000, {settings.code.symbols_layer: 1})
-        observe_stage("contextualize", time.perf_counter() - t, {settings.code.symbols_layer: 1})
-    elif files := related_code(meta.get("front_matter")):
-        # a document that says which code it describes: its hits carry it, for the structural ranking
-        chunks = [replace(c, metadata={**c.metadata, "related_code": files}) for c in chunks]
+            raise DocumentFailed(kind.extra_stage, _readable(exc)) from exc
+        cut = time.perf_counter()
+        chunks = [*chunks, *extra]
+        contexts = [*contexts, *kind.contexts(extra, req)]
+        chunk_layers += [extra_layer] * len(extra)
+        # the extra rows' own stages: cut from the parsed document, then given their context
+        observe_stage("chunk", cut - t, {extra_layer: 1})
+        observe_stage("contextualize", time.perf_counter() - cut, {extra_layer: 1})
     return Prepared(
         req,
         content_hash,
         loaded.path,
         loaded.fmt,
         parsed.title,
-        chunks,
+        kind.annotate(chunks, meta),
         contexts,
         timings,
         layer=layer,
         metadata=meta,
         rel_path=rel,
         chunk_layers=chunk_layers,
-        code=code,
+        code=kind.code,
     )
+
+
+def _front_matter(loaded: Loaded, parsed: ParsedDocument) -> dict:
+    """The document's own metadata from a Markdown document's front matter; its ``title`` names the
+    document when the parser found none but the loader's."""
+    fm = front_matter(loaded.data) if loaded.fmt == "md" else {}
+    if not fm:
+        return {}
+    if isinstance(fm.get("title"), str) and fm["title"].strip() and parsed.title == loaded.title:
+        parsed.title = fm["title"].strip()
+    return {"front_matter": fm}
 
 
 def defers_vectors(policy: str, code: bool) -> bool:
     """Whether a document is stored before its rows are embedded (``RAGLINE_INGEST_DEFER_VECTORS``)."""
     return policy == "all" or (policy == "code" and code)
-
-
-def related_code(front_matter: object, limit: int = 50) -> list[str]:
-    """The files a Markdown document's front matter says it describes (``related_code``), or []."""
-    related = front_matter.get("related_code") if isinstance(front_matter, dict) else None
-    if isinstance(related, str):
-        related = [related]
-    if not isinstance(related, list):
-        return []
-    return [f.strip() for f in related if isinstance(f, str) and f.strip()][:limit]
-
-
-def symbol_chunks(doc: CodeDocument, first_no: int, doc_chars: int) -> list[Chunk]:
-    """The symbol records of a parsed source file as chunks numbered from ``first_no``, with the
-    same heading, span and symbol metadata as code chunks (``kind`` ``symbol``)."""
-    module = (doc.title,) if doc.title else ()
-    out = []
-    for i, r in enumerate(symbol_records(doc, doc_chars)):
-        symbol = ".".join(r.path)
-        meta = {
-            "span_start": r.start,
-            "span_end": r.end,
-            "start_line": r.start,
-            "end_line": r.end,
-            "language": doc.language,
-            "symbol": symbol,
-            "symbols": [symbol],
-            "symbol_kind": r.kind,
-        }
-        out.append(Chunk(first_no + i, r.content, module + r.path, "symbol", None, meta))
-    return out
 
 
 def relative_path(req: IngestRequest, path: str) -> str:

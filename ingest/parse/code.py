@@ -1,4 +1,4 @@
-"""Source code: definitions found by tree-sitter, chunked along them with line spans.
+"""Source code: definitions found by tree-sitter, with their line spans.
 
 A file's language comes from its extension (:data:`EXTENSIONS`). Languages with a grammar wheel
 (:data:`GRAMMARS`: Python, JavaScript, TypeScript/TSX, Go, Java, Rust, C, C++, C#, Ruby, PHP,
@@ -10,19 +10,10 @@ read by lines, split at blank lines.
 one per definition (a function, a method, a type; a class's own lines before, between and after
 its members are segments of the class), and the code around them (imports, module-level code).
 Each segment knows its symbol path (``Session › send``), the lines of its signature and the lines
-where a statement starts. :func:`chunk_code` then packs segments into chunks (pure, line based):
-
-* a definition longer than ``max_chars`` is split at statement starts, preferring the shallowest
-  statement in the second half of the window, and every part after the first repeats the
-  signature, so a piece of a long method still says which method it is;
-* tiny neighbours (one of them under ``min_chars``) are merged while the merged span fits, within
-  the scope of the first one (module code with what follows it at the top level or inside a class
-  it reaches, a class's header with its members), so a class of getters is one chunk, not ten;
-* every chunk is a contiguous run of lines and carries its 1-based ``span_start``/``span_end``.
-
-A chunk's heading is the module (the file's path) followed by the symbol path its definitions
-share; it is embedded with the symbol path only (``ingest/chunk.py:code_context``), so a renamed file's
-unchanged definitions keep their cached vectors.
+where a statement starts; the document also lists its :class:`Definition` values whole. This module
+only parses: the chunking stage packs the segments into chunks (``ingest/chunk/code.py``) and makes
+the definitions symbol records (``ingest/chunk/symbols.py``); which layer a source file goes to is
+``ingest/layers.py``'s rule.
 """
 
 from __future__ import annotations
@@ -32,7 +23,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 
-from ragline.ingest.git import glob_match
 from ragline.ingest.parse.common import Block, ParsedDocument
 
 #: file suffix -> language; the language is the document's format
@@ -302,35 +292,10 @@ class CodeDocument(ParsedDocument):
     definitions: list[Definition] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class CodeChunk:
-    content: str
-    start: int
-    end: int
-    heading: tuple[str, ...]  # the symbol path shared by the chunk's definitions
-    symbols: tuple[str, ...]  # dotted symbol paths of every definition in the chunk
-    continued: bool = False  # a later part of a split definition (its signature repeated on top)
-
-
 def language_for(path: str) -> str | None:
     """The language (format) of a file name by its extension, or None."""
     dot = path.rfind(".")
     return EXTENSIONS.get(path[dot:].lower()) if dot > path.rfind("/") else None
-
-
-def is_test_path(path: str, globs: list[str]) -> bool:
-    """A test file by its path, with the glob rules of the git sources (:func:`.git.glob_match`)."""
-    return any(glob_match(path, g) for g in globs)
-
-
-def document_layer(
-    path: str, fmt: str, requested: str, source_layer: str, tests_layer: str, test_globs: list[str]
-) -> str:
-    """Source files go to the tests layer when their path says test, else to the source layer;
-    every other document keeps the layer its request asks for (pure)."""
-    if fmt not in FORMATS:
-        return requested
-    return tests_layer if is_test_path(path, test_globs) else source_layer
 
 
 @cache
@@ -630,197 +595,3 @@ def _first_of(node, types: set[str]):
             return cur
         stack.extend(cur.named_children)
     return None
-
-
-# --- chunking (pure, line based) ----------------------------------------------------------------
-
-
-@dataclass
-class _Piece:
-    start: int
-    end: int
-    segments: list[Segment]
-    continued: bool = False
-    split: bool = False  # part of a split definition: never merged
-    prefix: str = ""  # the repeated signature
-    text: str | None = None  # a slice of one line longer than a chunk
-
-
-def _span_size(lines: list[str], start: int, end: int) -> int:
-    return sum(len(line) + 1 for line in lines[start - 1 : end]) - 1
-
-
-def chunk_code(doc: CodeDocument, max_chars: int = 1500, min_chars: int = 300) -> list[CodeChunk]:
-    """Chunks of a parsed source file (see the module docstring); empty for a file of blank lines."""
-    lines = doc.lines
-    pieces: list[_Piece] = []
-    for seg in doc.segments:
-        if _span_size(lines, seg.start, seg.end) <= max_chars:
-            pieces.append(_Piece(seg.start, seg.end, [seg]))
-        else:
-            pieces.extend(_split(seg, lines, max_chars))
-    merged: list[_Piece] = []
-    for p in pieces:
-        last = merged[-1] if merged else None
-        if (
-            last is not None
-            and not last.split
-            and not p.split
-            and _within(p.segments[0].scope, last.segments[0].scope)
-            and (
-                _span_size(lines, last.start, last.end) < min_chars
-                or _span_size(lines, p.start, p.end) < min_chars
-            )
-            and _span_size(lines, last.start, p.end) <= max_chars
-        ):
-            last.end = p.end
-            last.segments.extend(p.segments)
-            continue
-        merged.append(p)
-    chunks = []
-    for p in merged:
-        body = p.text if p.text is not None else "\n".join(lines[p.start - 1 : p.end])
-        content = f"{p.prefix}\n{body}" if p.prefix else body
-        if not content.strip():
-            continue
-        chunks.append(
-            CodeChunk(content, p.start, p.end, _heading(p.segments), _symbols(p.segments), p.continued)
-        )
-    return chunks
-
-
-def _within(scope: tuple[str, ...], outer: tuple[str, ...]) -> bool:
-    """``scope`` is ``outer`` or lies inside it (a class's header merges with its first members)."""
-    return scope[: len(outer)] == outer
-
-
-def _heading(segments: list[Segment]) -> tuple[str, ...]:
-    paths = [s.path for s in segments if s.is_def] or [segments[0].scope]
-    common = paths[0]
-    for path in paths[1:]:
-        n = 0
-        while n < min(len(common), len(path)) and common[n] == path[n]:
-            n += 1
-        common = common[:n]
-    return common
-
-
-def _symbols(segments: list[Segment]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(".".join(s.path) for s in segments if s.is_def and s.path))
-
-
-def _split(seg: Segment, lines: list[str], max_chars: int) -> list[_Piece]:
-    """A long segment in parts at statement starts; later parts repeat the signature."""
-    prefix = ""
-    if seg.signature is not None:
-        prefix = "\n".join(lines[seg.signature[0] - 1 : seg.signature[1]])
-        if len(prefix) > max_chars // 3:
-            prefix = prefix[: max_chars // 3]
-    bounds = dict(seg.boundaries)
-    out: list[_Piece] = []
-    start = seg.start
-    while start <= seg.end:
-        first = not out
-        if not first:
-            while start <= seg.end and _blank(lines[start - 1]):
-                start += 1
-            if start > seg.end:
-                break
-        budget = max_chars if first or not prefix else max(max_chars - len(prefix) - 1, max_chars // 2)
-        if len(lines[start - 1]) > budget:  # one line longer than a chunk: cut it by characters
-            line = lines[start - 1]
-            out.extend(
-                _Piece(start, start, [seg], bool(out) or i > 0, True, text=line[i : i + max_chars])
-                for i in range(0, len(line), max_chars)
-            )
-            start += 1
-            continue
-        end, size = start, len(lines[start - 1])
-        while end < seg.end and size + 1 + len(lines[end]) <= budget:
-            size += 1 + len(lines[end])
-            end += 1
-        if end < seg.end:
-            cands = [c for c in range(start + 1, end + 2) if c in bounds]
-            if cands:
-                half = start + (end - start) // 2
-                good = [c for c in cands if c - 1 >= half]
-                best = min(good, key=lambda c: (bounds[c], -c)) if good else max(cands)
-                end = best - 1
-        out.append(_Piece(start, end, [seg], not first, True, "" if first else prefix))
-        start = end + 1
-    return out
-
-
-# --- symbol records (pure) ----------------------------------------------------------------------
-
-_DOCSTRING_OPEN = ("'''", '"""')
-
-
-@dataclass(frozen=True)
-class SymbolRecord:
-    """One definition as the symbol layer holds it: what a reader of a repository map needs."""
-
-    path: tuple[str, ...]  # symbol path
-    kind: str  # class | function | method
-    start: int  # the definition's lines, 1-based, inclusive
-    end: int
-    content: str  # the comments and decorators above it, its signature, its docstring's first paragraph
-
-
-def _dedent(lines: list[str]) -> list[str]:
-    indent = min((len(x) - len(x.lstrip()) for x in lines if x.strip()), default=0)
-    return [x[indent:] if x[:indent].isspace() or not x[:indent] else x.lstrip() for x in lines]
-
-
-def _docstring(lines: list[str], after: int, doc_chars: int) -> list[str]:
-    """The first paragraph of the Python docstring on the lines after line ``after`` (1-based), or []."""
-    i = after
-    while i < len(lines) and not lines[i].strip():
-        i += 1
-    if i >= len(lines):
-        return []
-    first = lines[i].strip().lstrip("rRuUbB")
-    quote = next((q for q in _DOCSTRING_OPEN if first.startswith(q)), None)
-    if quote is None:
-        return []
-    indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
-    out: list[str] = []
-    size = 0
-    for j in range(i, min(len(lines), i + 40)):
-        line = lines[j]
-        body = line.strip()
-        closes = body.endswith(quote) and (j > i or len(body.lstrip("rRuUbB")) >= 2 * len(quote))
-        if j > i and not body:
-            out.append(indent + quote)  # the first paragraph is enough
-            break
-        if size + len(line) > doc_chars and out:
-            out.append(indent + "..." + quote)
-            break
-        out.append(line)
-        size += len(line) + 1
-        if closes:
-            break
-    return out
-
-
-def symbol_records(doc: CodeDocument, doc_chars: int = 300) -> list[SymbolRecord]:
-    """One record per definition found by tree-sitter (none for files read by lines): the lines above
-    the definition that belong to it (comments, decorators), its signature and the first paragraph
-    of its docstring, at most ``doc_chars`` of comment and docstring each. Short on purpose: cheap to
-    embed, and a question naming what a function does finds the function, not a caller."""
-    lines = doc.lines
-    out: list[SymbolRecord] = []
-    seen: set[tuple[tuple[str, ...], int]] = set()
-    for d in doc.definitions:
-        if (d.path, d.start) in seen:
-            continue
-        seen.add((d.path, d.start))
-        above = [x for x in lines[d.start - 1 : d.signature[0] - 1] if x.strip()]
-        while above and sum(len(x) + 1 for x in above) > doc_chars:
-            above.pop(0)  # a long comment block: keep the lines nearest the definition
-        signature = lines[d.signature[0] - 1 : d.signature[1]]
-        docstring = _docstring(lines, d.signature[1], doc_chars) if doc.language == "python" else []
-        content = "\n".join(_dedent([*above, *signature, *docstring])).strip("\n")
-        if content.strip():
-            out.append(SymbolRecord(d.path, d.kind, d.start, d.end, content))
-    return out

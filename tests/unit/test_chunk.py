@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragline.ingest.chunk import _units, chunk_blocks, pack_section
+from ragline.ingest.chunk.prose import _units, chunk_blocks, pack_section
 from ragline.ingest.parse import Block
 from ragline.shared.worker.text import split_sentences
 
@@ -145,7 +145,7 @@ def test_packing_properties(bs, max_chars, ratio):
 
 
 def chunk_text(chunk):
-    from ragline.ingest.chunk import _join
+    from ragline.ingest.chunk.prose import _join
 
     return _join(chunk)
 

@@ -8,16 +8,10 @@ import textwrap
 
 import pytest
 
-from ragline.ingest.chunk import code_chunks, code_context
+from ragline.ingest.chunk import chunk_code, code_chunks, code_context
+from ragline.ingest.layers import document_layer, is_test_path
 from ragline.ingest.parse import SUPPORTED, ParseError, front_matter, parse_bytes
-from ragline.ingest.parse.code import (
-    GRAMMARS,
-    chunk_code,
-    document_layer,
-    is_test_path,
-    language_for,
-    parse_code,
-)
+from ragline.ingest.parse.code import GRAMMARS, language_for, parse_code
 from ragline.shared.config.settings import CodeSettings
 from ragline.shared.worker.identifiers import (
     code_tsquery,

@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 
-from ragline.ingest.chunk import code_chunks
+from ragline.ingest.chunk import code_chunks, symbol_chunks, symbol_records
 from ragline.ingest.git import content_skip_reason
-from ragline.ingest.parse.code import parse_code, symbol_records
-from ragline.ingest.pipeline import related_code, symbol_chunks
+from ragline.ingest.kinds import related_code
+from ragline.ingest.parse.code import parse_code
 from ragline.shared.worker.identifiers import code_tsvector
 
 PY = textwrap.dedent(

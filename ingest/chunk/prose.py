@@ -1,31 +1,20 @@
-"""Chunking: sections by heading, sentences packed up to ``max_chars`` with whole-sentence overlap.
+"""Prose chunking: sections by heading, sentences packed up to ``max_chars`` with whole-sentence overlap.
 
 Pure functions only. Tables and code blocks are indivisible units unless one alone exceeds
 ``hard_max_chars``; then it is split by lines (a table repeats its header line in each part).
-Source files are chunked along their definitions by :func:`code_chunks` instead, each chunk with
-its line span in ``metadata``.
+Source files are chunked along their definitions instead (:mod:`.code`).
 """
 
 from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import groupby
 
-from ragline.ingest.parse import HEADING_SEP, Block, CodeDocument
-from ragline.ingest.parse.code import chunk_code
+from ragline.ingest.chunk.base import Chunk
+from ragline.ingest.parse.common import Block
 from ragline.shared.worker.text import split_sentences
-
-
-@dataclass(frozen=True)
-class Chunk:
-    chunk_no: int
-    content: str
-    heading_path: tuple[str, ...]
-    kind: str = "text"
-    page: int | None = None
-    metadata: dict = field(default_factory=dict, hash=False)  # code: span, language, symbols
 
 
 @dataclass(frozen=True)
@@ -154,33 +143,3 @@ def chunk_blocks(
                 )
             )
     return chunks
-
-
-def code_chunks(doc: CodeDocument, max_chars: int = 1500, min_chars: int = 300) -> list[Chunk]:
-    """A source file's chunks: the heading is the module (the document's title) and the symbol path;
-    ``metadata`` holds the 1-based line span under both names the citations and the retrieval
-    contract read (``span_start``/``span_end``, ``start_line``/``end_line``), the language, the
-    chunk's main symbol and every symbol defined in it."""
-    module = (doc.title,) if doc.title else ()
-    out: list[Chunk] = []
-    for c in chunk_code(doc, max_chars, min_chars):
-        meta = {
-            "span_start": c.start,
-            "span_end": c.end,
-            "start_line": c.start,
-            "end_line": c.end,
-            "language": doc.language,
-            "symbol": ".".join(c.heading) or (c.symbols[0] if len(c.symbols) == 1 else ""),
-            "symbols": list(c.symbols),
-        }
-        if c.continued:
-            meta["continued"] = True
-        out.append(Chunk(len(out), c.content, module + c.heading, "code", None, meta))
-    return out
-
-
-def code_context(chunk: Chunk, module: str) -> str:
-    """A code chunk's context: its symbol path without the module (the file's path), so the text it
-    is embedded with does not change when the file is renamed or moved."""
-    heading = chunk.heading_path[1:] if chunk.heading_path[:1] == (module,) else chunk.heading_path
-    return HEADING_SEP.join(heading)
