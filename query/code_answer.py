@@ -63,6 +63,21 @@ def is_code(hit: Hit) -> bool:
     )
 
 
+#: the layer test files are stored in when the settings do not say (``RAGLINE_CODE_TESTS_LAYER``)
+TESTS_LAYER = "C0_TEST_CHUNKS"
+_ASKS_TESTS = re.compile(r"\b(?:tests?|tested|testing|unit\s*tests?|тест\w*)\b", re.IGNORECASE)
+
+
+def is_test(hit: Hit, tests_layer: str = TESTS_LAYER) -> bool:
+    """A chunk of a test file: the ingest put it in the tests layer (``RAGLINE_CODE_TEST_GLOBS``)."""
+    return hit.layer == tests_layer
+
+
+def asks_about_tests(question: str) -> bool:
+    """The question asks about tests ("where is X tested?"): a test's lines are then its answer."""
+    return _ASKS_TESTS.search(question) is not None
+
+
 def parts(token: str) -> list[str]:
     """An identifier's lower-cased parts (snake_case and camelCase split), the whole one too."""
     pieces = [p.lower() for chunk in token.split("_") if chunk for p in _CAMEL.findall(chunk)]

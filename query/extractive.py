@@ -129,6 +129,15 @@ def stems(text: str) -> set[str]:
     return {w[:5] for w in _WORD.findall(text.lower()) if len(w) >= 3}
 
 
+def code_stems(text: str) -> set[str]:
+    """:func:`stems` of ``text`` and of its identifiers' parts (``TooManyRedirects`` holds
+    ``redirects``, ``REQUESTS_CA_BUNDLE`` holds ``bundle``): code, a docstring and the
+    documentation of code answer in names a question spells as words."""
+    return stems(text) | {
+        p[:5] for token in _WORD.findall(text) for p in code_answer.parts(token) if len(p) >= 3
+    }
+
+
 def question_terms(question: str) -> set[str]:
     """The question's topic stems (stop words dropped; all words when nothing else is left)."""
     words = [w for w in _WORD.findall(question.lower()) if len(w) >= 3]
@@ -202,9 +211,25 @@ def is_code_line(line: str) -> bool:
     return letters < 0.6 * len(chars)
 
 
+#: an inline literal of reStructuredText or Markdown (````verify````, ```x```), an rST role
+#: (``:class:`Session <requests.Session>```) or link (```described here`_``): a name or a value
+#: written in a sentence of a docstring or of the documentation, not markup around it
+_INLINE_LITERAL = re.compile(
+    r"(?::[a-z]+(?::[a-z]+)?:)?``[^`\n]{1,80}``|(?::[a-z]+(?::[a-z]+)?:)?(?<![`\w])`[^`\n]{1,80}`(?!`)_{0,2}"
+)
+
+
+def prose_view(text: str) -> str:
+    """``text`` with each inline literal read as one word: a sentence naming ````HTTP_PROXY```` or
+    ``:class:`HTTPAdapter```` is prose, and what is still code or markup around them shows."""
+    return _INLINE_LITERAL.sub(" literal ", text)
+
+
 def is_code_or_markup(text: str) -> bool:
-    """Code, a template or markup anywhere in ``text`` (a line or a sentence), not prose."""
-    return is_code_line(text) or bool(_MARKUP.search(text))
+    """Code, a template or markup anywhere in ``text`` (a line or a sentence), not prose; inline
+    literals (:func:`prose_view`) are names in a sentence."""
+    view = prose_view(text)
+    return is_code_line(view) or bool(_MARKUP.search(view))
 
 
 def _table_cells(line: str) -> list[str] | None:
@@ -237,7 +262,7 @@ def is_answer_sentence(sentence: str) -> bool:
     with a colon that announces a code block), no code or markup in it."""
     s = _BULLET.sub("", sentence.strip())
     return (
-        len(_LETTER_WORD.findall(s)) >= 4
+        len(_LETTER_WORD.findall(prose_view(s))) >= 4
         and s.endswith(_END)
         and not is_code_or_markup(s)
         and s[0] not in ",;:)]}"
@@ -398,7 +423,7 @@ def candidates(question: str, hits: list[Hit]) -> list[Candidate]:
         terms |= subject_terms(subject)
     out: list[Candidate] = []
     for n, pos, sent in sentences_of(hits):
-        overlap = len(terms & stems(sent))
+        overlap = len(terms & code_stems(sent))
         if not overlap:
             continue
         weight = definition_weight(sent, subject) if subject is not None else 0.0
@@ -566,13 +591,18 @@ def render_list(chosen: list[Candidate]) -> str:
     return "\n".join(lines)
 
 
-def best_code_window(question: str, hits: list[Hit]) -> tuple[int, Hit, code_answer.Window] | None:
+def best_code_window(
+    question: str, hits: list[Hit], tests_layer: str = code_answer.TESTS_LAYER
+) -> tuple[int, Hit, code_answer.Window] | None:
     """(hit number, hit, window) of the code lines that answer best, among the first
     :data:`CODE_HITS` hits. A question naming something exactly (``max_retries``, ``GET``) is
     answered from a chunk that holds it: the chunk holding most of its identifiers, then most of
-    its names, then the best window wins."""
+    its names, then the best window wins. A test's lines answer only when no other code does or
+    the question asks about tests: a test repeats the words of the behaviour it checks (its name,
+    its asserts) more densely than the code that has it, and shows a call, not the place."""
     specific = specific_terms(question)
     identifiers = [t for t in specific if re.search(r"[._]", t)]
+    tests_count = code_answer.asks_about_tests(question)
     windows = []
     for n, h in enumerate(hits[:CODE_HITS], start=1):
         w = code_answer.best_window(question, h)
@@ -582,7 +612,8 @@ def best_code_window(question: str, hits: list[Hit]) -> tuple[int, Hit, code_ans
         if specific and not named:
             continue
         exact = sum(mentions(h.content, t) for t in identifiers)
-        windows.append(((exact, named), w.score - 0.5 * (n - 1), n, h, w))
+        library = tests_count or not code_answer.is_test(h, tests_layer)
+        windows.append(((library, exact, named), w.score - 0.5 * (n - 1), n, h, w))
     if not windows:
         return None
     _, _, n, h, w = max(windows, key=lambda t: (t[0], t[1], -t[2]))
@@ -603,11 +634,17 @@ def default_lines(question: str, hits: list[Hit], n: int, h: Hit, w: code_answer
     return None, n, h
 
 
-def code_extract(question: str, hits: list[Hit], lang: str, prose: list[Candidate]) -> Extract | None:
+def code_extract(
+    question: str,
+    hits: list[Hit],
+    lang: str,
+    prose: list[Candidate],
+    tests_layer: str = code_answer.TESTS_LAYER,
+) -> Extract | None:
     """The code answer (module docstring of :mod:`ragline.query.code_answer`): the best window
     of the first :data:`CODE_HITS` code hits, a place first, the lines as a code block, then up to two
     sentences that also answer (a docstring, the documentation). None without a code hit."""
-    best = best_code_window(question, hits)
+    best = best_code_window(question, hits, tests_layer)
     if best is None:
         return None
     n, h, w = best
@@ -674,16 +711,22 @@ def passages_language(hits: list[Hit]) -> str:
     return texts.language_of(" ".join(prose) if prose else " ".join(h.content[:300] for h in hits[:3]))
 
 
-def extract(question: str, hits: list[Hit], rank: Ranker | None = None, max_sentences: int = 3) -> Extract:
+def extract(
+    question: str,
+    hits: list[Hit],
+    rank: Ranker | None = None,
+    max_sentences: int = 3,
+    tests_layer: str = code_answer.TESTS_LAYER,
+) -> Extract:
     """The offline answer to ``question`` from ``hits`` (``[N]`` = ``hits[N-1]``), shaped by the
     question: a place and code lines for code, a list for a list question, the defining sentence
     first for a definition, quotes under framing in the question's language when the passages are
-    in another, else the best sentences."""
+    in another, else the best sentences. ``tests_layer``: the layer of test files' chunks."""
     lang = texts.language_of(question)
     if not hits:
         return Extract(texts.no_answer(lang), "none", lang)
     cands = candidates(question, hits)
-    code = code_extract(question, hits, lang, cands)
+    code = code_extract(question, hits, lang, cands, tests_layer)
     if code is not None:
         return code
     if passages_language(hits) != lang:

@@ -28,8 +28,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ragline.query.citations import FENCED
-from ragline.query.code_answer import parts
-from ragline.query.extractive import mentions, question_terms, stems, topic_specific_terms, topic_terms
+from ragline.query.extractive import (
+    code_stems,
+    mentions,
+    question_terms,
+    stems,
+    topic_specific_terms,
+    topic_terms,
+)
 from ragline.query.language import passages_script, script_of
 from ragline.query.prompt import x
 from ragline.shared.sdk.contracts import Hit
@@ -521,12 +527,6 @@ def extractive_relevance(
         if defined:  # a sentence defining the subject asked about was quoted: the question's core
             coverage = max(coverage, DEFINED_COVERAGE)
     return Relevance(coverage, topic, missing, similarity, relevance_confidence(coverage, topic, similarity))
-
-
-def code_stems(text: str) -> set[str]:
-    """:func:`stems` of ``text`` and of its identifiers' parts (``TooManyRedirects`` holds
-    ``redirects``, ``default_headers`` holds ``headers``): quoted code answers in names."""
-    return stems(text) | {p[:5] for token in re.findall(r"\w+", text) for p in parts(token) if len(p) >= 3}
 
 
 def relevance_confidence(coverage: float | None, topic: float, similarity: float | None) -> float:

@@ -296,11 +296,12 @@ def sentence_ranker() -> extractive.Ranker | None:
 
 def _extract(question: str, hits: list[Hit]) -> Generated:
     rank = sentence_ranker()
+    tests_layer = get_settings().code.tests_layer
     try:
-        ex = extractive.extract(question, hits, rank)
+        ex = extractive.extract(question, hits, rank, tests_layer=tests_layer)
     except Exception as exc:  # the ranker's embedder failed: the answer without it
         log.warning("sentence ranking failed, extractive answer without it: %s", type(exc).__name__)
-        ex = extractive.extract(question, hits)
+        ex = extractive.extract(question, hits, tests_layer=tests_layer)
     return Generated(ex.text, extract=ex)
 
 

@@ -1,0 +1,125 @@
+"""Which passage an offline answer over a repository quotes, through the real ingest and ask paths:
+a "where" question is answered from the library's lines, not from the test that checks them (a
+test repeats the behaviour's words more densely than the code that has it), and a sentence of the
+documentation naming its values as inline literals (````HTTP_PROXY````) is quoted as prose.
+
+A small repository of real psf/requests files at tag psf__requests-2317 from
+../shared/datasets/swe-loc-dev/requests.bundle (Apache-2.0, © Kenneth Reitz), ingested as a git
+source: its test file goes to the tests layer, its reStructuredText documentation to the docs.
+Embedding goes through the ``voyage`` provider against the loopback server (hashed trigram
+vectors) as in test_answer_kinds.py; the questions are asked of the lexical list, whose order does
+not depend on the vectors.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from ragline.query import service
+from ragline.shared.sdk.contracts import AskRequest
+from tests.conftest import DATASETS
+from tests.gitrepo import commit, git
+from tests.integration.test_git_source import push
+from tests.integration.test_ingest import wait_job
+from tests.loopback import loopback_voyage_env
+
+BUNDLE = DATASETS / "swe-loc-dev" / "requests.bundle"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(not BUNDLE.is_file(), reason="datasets not present"),
+]
+
+FILES = ["requests/sessions.py", "test_requests.py", "docs/user/advanced.rst"]
+GROUPS = ["staff"]
+
+
+@pytest.fixture(scope="module")
+def corpus(celery_worker, stack, tmp_path_factory):
+    from ragline.shared.worker.celery_app import app  # noqa: F401  (the worker's app)
+
+    tenant = "t-answer-sources"
+    tmp = tmp_path_factory.mktemp("answer-sources")
+    clone = tmp / "clone"
+    subprocess.run(["git", "clone", "-q", str(BUNDLE), str(clone)], check=True)
+    git(clone, "checkout", "-q", "psf__requests-2317")
+    repo = tmp / "requests"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, {f: (clone / f).read_text() for f in FILES}, 1_700_000_000)
+    shutil.rmtree(clone)
+    with loopback_voyage_env(), pytest.MonkeyPatch.context() as mp:
+        import json
+
+        from ragline.shared.config.settings import reset_settings
+        from ragline.shared.worker import providers
+
+        mp.setenv(
+            "RAGLINE_LIFECYCLE_SOURCES",
+            json.dumps(
+                [{"name": "requests", "kind": "git", "tenant": tenant, "acl": GROUPS, "path": str(repo)}]
+            ),
+        )
+        reset_settings()
+        providers.reset()
+        summary = wait_job(push(tenant, "requests", None, "main", 1)["job_id"], timeout=600)
+        assert summary["state"] == "succeeded" and summary["failed"] == 0, summary
+        yield tenant
+
+
+def ask(tenant: str, question: str):
+    res = service.ask(AskRequest(query=question, tenant=tenant, groups=GROUPS, k=10, mode="lexical"))
+    print(f"\n{question}\n  {res.answer}\n  {res.reason} {res.confidence} {res.trace.get('confidence')}")
+    print(f"  {res.trace.get('extractive')} {[(h['doc_id'], h['chunk_no']) for h in res.trace['retrieved']]}")
+    return res
+
+
+def test_the_search_ranks_the_test_and_the_answer_quotes_the_library(corpus):
+    res = ask(
+        corpus, "Where does requests strip the Authorization header when a redirect goes to another host?"
+    )
+    # the test that checks the behaviour is among the first hits: the answer must pass it by
+    assert any(h["doc_id"] == "requests/test_requests.py" for h in res.trace["retrieved"][:5])
+    assert not res.no_answer, res.reason
+    first = res.answer.split("\n", 1)[0]
+    assert re.match(
+        r"It is `requests/requests/sessions\.py:\d+-\d+`, `[\w.]*rebuild_auth` \[\d+\]:$", first
+    ), first
+    assert "del headers['Authorization']" in res.answer
+    assert "test_auth_is_stripped" not in res.answer
+    assert res.citations[0].doc_id == "requests/requests/sessions.py"
+    assert res.confidence is not None and res.confidence >= res.trace["confidence"]["min"]
+
+
+def test_a_question_about_tests_is_answered_from_the_test(corpus):
+    res = ask(
+        corpus,
+        "Where is it tested that requests strips the Authorization header on a redirect to another host?",
+    )
+    assert not res.no_answer, res.reason
+    assert res.answer.split("\n", 1)[0].startswith("It is `requests/test_requests.py:"), res.answer
+
+
+def test_a_documentation_sentence_naming_inline_literals_is_quoted(corpus):
+    res = ask(
+        corpus, "Can I configure proxies by setting environment variables instead of the proxies argument?"
+    )
+    assert not res.no_answer, (res.reason, res.trace.get("confidence"))
+    assert "``HTTP_PROXY``" in res.answer and "``HTTPS_PROXY``" in res.answer, res.answer
+    cited = {c.doc_id for c in res.citations}
+    assert "requests/docs/user/advanced.rst" in cited, cited
+    assert res.removed_sentences == [] and res.trace["grounding"]["unsupported"] == 0
+
+
+def test_a_documentation_sentence_naming_an_identifier_answers_its_words(corpus):
+    res = ask(
+        corpus,
+        "How can I set the bundle requests verifies certificates with, and which environment variable sets it?",
+    )
+    assert not res.no_answer, (res.reason, res.trace.get("confidence"))
+    assert "``REQUESTS_CA_BUNDLE`` environment variable" in res.answer, res.answer
+    assert "requests/docs/user/advanced.rst" in {c.doc_id for c in res.citations}
