@@ -73,7 +73,12 @@ from ragline.shared.sdk.names import (
     TASK_QUERY_ASK,
     TASK_QUERY_RERANK,
     TASK_QUERY_RETRIEVE,
+    TASK_QUEUES,
+    TASK_ROUTES,
 )
+
+#: the queues a producer sends to: questions, and permission changes and document events
+PRODUCER_QUEUES = ("query", "acl")
 
 #: what the broker (kombu) and the result backend (redis-py) raise when Redis does not answer
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -184,12 +189,16 @@ def timed_out(task: str, queue: str, timeout: float) -> RaglineTimeout:
 
 
 class Call(NamedTuple):
-    """One request of the public API: the task, its JSON payload, its queue and the reply's model."""
+    """One request of the public API: the task, its JSON payload and the reply's model."""
 
     task: str
     payload: dict
-    queue: str
     model: type[BaseModel]
+
+    @property
+    def queue(self) -> str:
+        """The task's queue, from the one route table (``shared/sdk/names.py``)."""
+        return TASK_QUEUES[self.task]
 
 
 def ask_call(
@@ -210,19 +219,19 @@ def ask_call(
         history=[ChatTurn.model_validate(t) for t in history or []],
         **filters,
     )
-    return Call(TASK_QUERY_ASK, req.model_dump(exclude_defaults=True), "query", AskResponse)
+    return Call(TASK_QUERY_ASK, req.model_dump(exclude_defaults=True), AskResponse)
 
 
 def search_call(
     query: str, tenant: str, groups: list[str], k: int, mode: str, filters: dict[str, Any]
 ) -> Call:
     req = SearchRequest(query=query, tenant=tenant, groups=groups, k=k, mode=mode, **filters)
-    return Call(TASK_QUERY_RETRIEVE, req.model_dump(exclude_defaults=True), "query", SearchResponse)
+    return Call(TASK_QUERY_RETRIEVE, req.model_dump(exclude_defaults=True), SearchResponse)
 
 
 def rerank_call(query: str, hits: list[Hit], top_k: int | None, threshold: float | None) -> Call:
     req = RerankRequest(query=query, hits=hits, top_k=top_k, threshold=threshold)
-    return Call(TASK_QUERY_RERANK, req.model_dump(exclude_none=True), "query", RerankResponse)
+    return Call(TASK_QUERY_RERANK, req.model_dump(exclude_none=True), RerankResponse)
 
 
 def sync_acl_call(
@@ -233,12 +242,12 @@ def sync_acl_call(
     """One ``ragline.acl.sync`` request; the operator's batches (``ragline/operations/acl.py``) are
     these too, with ``missing='report'`` and perhaps ``force``."""
     req = AclSyncRequest(items=[AclSyncItem.model_validate(i) for i in items], missing=missing, force=force)
-    return Call(TASK_ACL_SYNC, req.model_dump(mode="json", exclude_none=True), "acl", AclSyncResult)
+    return Call(TASK_ACL_SYNC, req.model_dump(mode="json", exclude_none=True), AclSyncResult)
 
 
 def send_event_call(event: IngestEvent | dict) -> Call:
     ev = IngestEvent.model_validate(event)
-    return Call(TASK_INGEST_EVENT, ev.model_dump(mode="json", exclude_none=True), "acl", EventResult)
+    return Call(TASK_INGEST_EVENT, ev.model_dump(mode="json", exclude_none=True), EventResult)
 
 
 def client_urls(broker_url: str | None, backend_url: str | None) -> tuple[str, str, Any]:
@@ -285,13 +294,9 @@ def client_app(broker_url: str, backend_url: str | None, settings: Any) -> Ragli
         result_serializer="json",
         accept_content=["json"],
         task_queues=[
-            Queue(q, Exchange(q, type="direct"), routing_key=q, no_declare=True) for q in ("query", "acl")
+            Queue(q, Exchange(q, type="direct"), routing_key=q, no_declare=True) for q in PRODUCER_QUEUES
         ],
-        task_routes={
-            "ragline.query.*": {"queue": "query", "routing_key": "query"},
-            "ragline.acl.*": {"queue": "acl", "routing_key": "acl"},
-            TASK_INGEST_EVENT: {"queue": "acl", "routing_key": "acl"},
-        },
+        task_routes={t: r for t, r in TASK_ROUTES.items() if r["queue"] in PRODUCER_QUEUES},
         result_backend_transport_options={"retry_policy": BACKEND_RETRY_POLICY},
     )
     if settings.ops.signing_key_file:

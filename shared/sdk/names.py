@@ -20,22 +20,52 @@ TASK_REINDEX = "ragline.maintenance.reindex"
 TASK_STUCK_JOBS = "ragline.maintenance.stuck_jobs"
 TASK_PURGE = "ragline.maintenance.purge"
 
+QUEUES = ("ingest", "query", "acl", "maintenance")
+
+#: which queues each worker pool consumes (``ragline worker POOL`` starts one)
+POOLS: dict[str, tuple[str, ...]] = {
+    "ingest": ("ingest",),
+    "query": ("query",),
+    "control": ("acl", "maintenance"),
+}
+
+#: the modules that define the tasks, imported by workers (Celery ``include``), never by producers,
+#: and the pool whose queues each module's tasks are routed to
+TASK_MODULE_POOLS: dict[str, str] = {
+    "ragline.ingest.tasks": "ingest",
+    "ragline.ingest.control.tasks": "control",
+    "ragline.query.tasks": "query",
+}
+TASK_MODULES = tuple(TASK_MODULE_POOLS)
+
+#: the route table: every task a ragline worker runs and its queue, one of the queues of the pool
+#: whose module defines the task (:data:`TASK_MODULE_POOLS`; a unit test checks both against the
+#: registered tasks). A task's name is wire contract and never moves with its module: document
+#: events keep ``ragline.ingest.event`` and, like every control package task, go to the control
+#: pool, so a delete or a permission change never waits behind ingestion.
+TASK_QUEUES: dict[str, str] = {
+    TASK_INGEST_DOCUMENT: "ingest",
+    TASK_INGEST_BATCH: "ingest",
+    TASK_INGEST_REEMBED: "ingest",
+    TASK_INGEST_FILL_VECTORS: "ingest",
+    TASK_INGEST_EVENT: "acl",
+    TASK_QUERY_RETRIEVE: "query",
+    TASK_QUERY_RERANK: "query",
+    TASK_QUERY_ASK: "query",
+    TASK_ACL_SYNC: "acl",
+    TASK_REINDEX: "maintenance",
+    TASK_STUCK_JOBS: "maintenance",
+    TASK_PURGE: "maintenance",
+}
+
 #: every task a ragline worker runs; Celery's built-in tasks (``celery.group``, ``celery.chain``...) are
 #: not among them, so no producer role may send those when signing is on
-ALL_TASKS = (
-    TASK_INGEST_DOCUMENT,
-    TASK_INGEST_BATCH,
-    TASK_INGEST_REEMBED,
-    TASK_INGEST_FILL_VECTORS,
-    TASK_INGEST_EVENT,
-    TASK_QUERY_RETRIEVE,
-    TASK_QUERY_RERANK,
-    TASK_QUERY_ASK,
-    TASK_ACL_SYNC,
-    TASK_REINDEX,
-    TASK_STUCK_JOBS,
-    TASK_PURGE,
-)
+ALL_TASKS = tuple(TASK_QUEUES)
+
+#: the table as Celery's ``task_routes`` (the workers' app and the producer clients')
+TASK_ROUTES: dict[str, dict[str, str]] = {
+    task: {"queue": queue, "routing_key": queue} for task, queue in TASK_QUEUES.items()
+}
 
 #: with message signing on, the tasks each producer role may send (shared/sdk/signing.py). A role is
 #: named by the subject CN of the certificate that signs, ``ragline-<role>``: a chat backend asks
@@ -55,27 +85,6 @@ PRODUCER_ROLES: dict[str, frozenset[str]] = {
 #: only some tasks must send none of them; ragline's chat and relay flows use no canvas. An unsigned
 #: message cannot prove who sent it and carries none either.
 CANVAS_ROLES: frozenset[str] = frozenset({"operator", "worker"})
-
-QUEUES = ("ingest", "query", "acl", "maintenance")
-
-#: which queues each worker pool consumes (``ragline worker POOL`` starts one)
-POOLS: dict[str, tuple[str, ...]] = {
-    "ingest": ("ingest",),
-    "query": ("query",),
-    "control": ("acl", "maintenance"),
-}
-
-TASK_ROUTES = {
-    # document events (delete, acl, enqueue an upsert) are small: control pool, never behind ingestion
-    TASK_INGEST_EVENT: {"queue": "acl", "routing_key": "acl"},
-    "ragline.ingest.*": {"queue": "ingest", "routing_key": "ingest"},
-    "ragline.query.*": {"queue": "query", "routing_key": "query"},
-    "ragline.acl.*": {"queue": "acl", "routing_key": "acl"},
-    "ragline.maintenance.*": {"queue": "maintenance", "routing_key": "maintenance"},
-}
-
-#: the modules that define the tasks, imported by workers (Celery ``include``), never by producers
-TASK_MODULES = ("ragline.ingest.tasks", "ragline.ingest.control.tasks", "ragline.query.tasks")
 
 #: the Celery app, as ``celery -A`` takes it
 CELERY_APP = "ragline.shared.worker.celery_app:app"
