@@ -294,7 +294,32 @@ def prose_sentences(content: str) -> list[str]:
             if is_code_line(piece):
                 continue
             # markup inside a paragraph (an inline image) costs only the sentence that holds it
-            out.extend(s.strip() for s in split_sentences(piece) if is_answer_sentence(s))
+            out.extend(s.strip() for s in statements(split_sentences(piece)) if is_answer_sentence(s))
+    return out
+
+
+#: a sentence naming a goal or a case and no instruction ("Чтобы отфильтровать элементы в списке.",
+#: "If you need a proxy."), and a sentence whose instruction refers back to the one before it ("В
+#: этих случаях, замените …", "In this case, set …")
+_CASE = re.compile(r"^(?:чтобы|если|когда|для\s+того\s+чтобы|to|if|when|in\s+order\s+to)\s", re.IGNORECASE)
+_BACK_REFERENCE = re.compile(
+    r"^(?:в\s+(?:этих|этом|таких|таком)\s+случа\w*|тогда|для\s+этого|in\s+(?:this|these|such)\s+cases?|"
+    r"then|to\s+do\s+(?:so|this))\b",
+    re.IGNORECASE,
+)
+
+
+def statements(sentences: list[str]) -> list[str]:
+    """Sentences of one paragraph, a case and the instruction answering it joined into one
+    statement: quoted alone, the case ("Чтобы отфильтровать элементы в списке (например …).")
+    answers nothing, and the instruction ("В этих случаях, замените users на вычисляемое свойство")
+    does not say when it applies."""
+    out: list[str] = []
+    for sentence in sentences:
+        if out and _BACK_REFERENCE.match(sentence.strip()) and _CASE.match(out[-1].strip()):
+            out[-1] = f"{out[-1].rstrip()} {sentence.strip()}"
+        else:
+            out.append(sentence)
     return out
 
 
@@ -375,14 +400,15 @@ def docstring_paragraphs(code: str) -> str:
 
 def sentences_of(hits: list[Hit]) -> list[tuple[int, int, str]]:
     """(hit number, position, sentence) of every quotable sentence, each once: the better ranked
-    chunk keeps a sentence that overlapping chunks repeat."""
+    chunk keeps a sentence that overlapping chunks repeat, and a statement's first sentence alone
+    (:func:`statements`: the chunk boundary cut it from its instruction) repeats that statement."""
     seen: set[str] = set()
     out: list[tuple[int, int, str]] = []
     for n, h in enumerate(hits, start=1):
         content = docstring_paragraphs(h.content) if code_answer.is_code(h) else h.content
         for pos, sent in enumerate(prose_sentences(content)):
             key = sentence_key(sent)
-            if key not in seen:
+            if key not in seen and not any(k.startswith(key + " ") for k in seen):
                 seen.add(key)
                 out.append((n, pos, sent))
     return out

@@ -1,14 +1,16 @@
 """Which passage an offline answer over a repository quotes, through the real ingest and ask paths:
 a "where" question is answered from the library's lines, not from the test that checks them (a
 test repeats the behaviour's words more densely than the code that has it), and a sentence of the
-documentation naming its values as inline literals (````HTTP_PROXY````) is quoted as prose.
+documentation naming its values as inline literals (````HTTP_PROXY````) is quoted as prose, and a
+sentence naming a case is quoted with the instruction that answers it.
 
 A small repository of real psf/requests files at tag psf__requests-2317 from
 ../shared/datasets/swe-loc-dev/requests.bundle (Apache-2.0, © Kenneth Reitz), ingested as a git
 source: its test file goes to the tests layer, its reStructuredText documentation to the docs.
 Embedding goes through the ``voyage`` provider against the loopback server (hashed trigram
 vectors) as in test_answer_kinds.py; the questions are asked of the lexical list, whose order does
-not depend on the vectors.
+not depend on the vectors. Vue 3 documentation in Russian (CC BY 4.0, © Yuxi (Evan) You and
+contributors) from ../shared/datasets/ru-docs: guide/essentials/list.md, ingested as a file.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from tests.integration.test_ingest import wait_job
 from tests.loopback import loopback_voyage_env
 
 BUNDLE = DATASETS / "swe-loc-dev" / "requests.bundle"
+RU_DOCS = DATASETS / "ru-docs"
+LIST_DOC = RU_DOCS / "vue3-docs-ru" / "guide" / "essentials" / "list.md"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(not BUNDLE.is_file(), reason="datasets not present"),
+    pytest.mark.skipif(not (BUNDLE.is_file() and LIST_DOC.is_file()), reason="datasets not present"),
 ]
 
 FILES = ["requests/sessions.py", "test_requests.py", "docs/user/advanced.rst"]
@@ -40,6 +44,8 @@ GROUPS = ["staff"]
 
 @pytest.fixture(scope="module")
 def corpus(celery_worker, stack, tmp_path_factory):
+    from ragline.ingest.enqueue import collect_files, enqueue_files
+    from ragline.ingest.roots import grant_roots
     from ragline.shared.worker.celery_app import app  # noqa: F401  (the worker's app)
 
     tenant = "t-answer-sources"
@@ -68,6 +74,10 @@ def corpus(celery_worker, stack, tmp_path_factory):
         providers.reset()
         summary = wait_job(push(tenant, "requests", None, "main", 1)["job_id"], timeout=600)
         assert summary["state"] == "succeeded" and summary["failed"] == 0, summary
+        grant_roots(tenant, [RU_DOCS])
+        files = [f for f in collect_files([RU_DOCS]) if f.path.resolve() == LIST_DOC.resolve()]
+        summary = wait_job(enqueue_files(files, tenant=tenant, acl=GROUPS), timeout=600)
+        assert summary["state"] == "succeeded" and summary["failed"] == 0, summary["errors"]
         yield tenant
 
 
@@ -123,3 +133,16 @@ def test_a_documentation_sentence_naming_an_identifier_answers_its_words(corpus)
     assert not res.no_answer, (res.reason, res.trace.get("confidence"))
     assert "``REQUESTS_CA_BUNDLE`` environment variable" in res.answer, res.answer
     assert "requests/docs/user/advanced.rst" in {c.doc_id for c in res.citations}
+
+
+def test_a_case_is_quoted_with_the_instruction_that_answers_it(corpus):
+    res = ask(
+        corpus, "Как отфильтровать элементы списка, выводимого через v-for, если хочется поставить v-if?"
+    )
+    assert not res.no_answer, (res.reason, res.trace.get("confidence"))
+    assert "Чтобы отфильтровать элементы в списке" in res.answer, res.answer
+    assert "замените users на новое вычисляемое свойство" in res.answer, res.answer
+    # the case alone, from the chunk before (the boundary cut it from its instruction), is not repeated
+    assert res.answer.count("Чтобы отфильтровать элементы в списке") == 1, res.answer
+    assert res.citations[0].doc_id.endswith("guide/essentials/list.md")
+    assert res.removed_sentences == [] and res.trace["grounding"]["unsupported"] == 0

@@ -19,6 +19,8 @@ from ragline.query.extractive import (
     prose_sentences,
     prose_view,
     select,
+    sentences_of,
+    statements,
 )
 from ragline.shared.sdk.contracts import Hit
 
@@ -184,3 +186,43 @@ def test_a_sentence_naming_an_identifier_answers_the_words_of_its_parts():
     assert any("``REQUESTS_CA_BUNDLE`` environment variable." in t for t in best), best
     assert code_stems("``REQUESTS_CA_BUNDLE``") >= {"bundl", "reque"}
     assert code_stems("Используйте publishedBooksMessage") == {"испол", "publi", "books", "messa"}
+
+
+LIST_7 = (
+    'Чтобы отфильтровать элементы в списке (например v-for="user in users" v-if="user.isActive"). В этих случаях, '
+    "замените users на новое вычисляемое свойство, которое возвращает ваш отфильтрованный список (например activeUsers).\n"
+    'Чтобы не отображать список, если он должен быть скрыт (например v-for="user in users" v-if="shouldShowUsers"). '
+    "В этих случаях, переместите v-if в элемент контейнера (например ul, ol)."
+)
+
+
+def test_a_case_and_the_instruction_answering_it_are_one_statement():
+    sentences = prose_sentences(LIST_7)
+    assert len(sentences) == 2
+    assert (
+        sentences[0].startswith("Чтобы отфильтровать")
+        and "замените users на новое вычисляемое свойство" in sentences[0]
+    )
+    answer = extract(
+        "Как во Vue отфильтровать элементы списка, выводимого через v-for?",
+        [Hit(doc_id="d", chunk_no=0, content=LIST_7)],
+    )
+    assert "замените users на новое вычисляемое свойство" in answer.text, answer.text
+    assert statements(["If you need a proxy.", "In this case, pass proxies."]) == [
+        "If you need a proxy. In this case, pass proxies."
+    ]
+    assert statements(["Proxies are supported.", "In this case, pass proxies."]) == [
+        "Proxies are supported.",
+        "In this case, pass proxies.",
+    ]
+
+
+def test_the_case_alone_from_an_overlapping_chunk_repeats_its_statement():
+    cut = 'Есть два случая:\nЧтобы отфильтровать элементы в списке (например v-for="user in users" v-if="user.isActive").'
+    quoted = [
+        s
+        for _, _, s in sentences_of(
+            [Hit(doc_id="d", chunk_no=7, content=LIST_7), Hit(doc_id="d", chunk_no=6, content=cut)]
+        )
+    ]
+    assert sum(s.startswith("Чтобы отфильтровать") for s in quoted) == 1, quoted
