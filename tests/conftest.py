@@ -31,6 +31,12 @@ os.environ.setdefault("UNSTRUCTURED_DISABLE_NOTICE", "1")
 os.environ.setdefault("RAGLINE_INGEST_DEFER_VECTORS", "none")
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The home goes when the session ends, whether or not a test started the stack in it (a unit
+    run never does) and whether the stack's teardown passed: test homes must not pile up in /tmp."""
+    shutil.rmtree(_HOME, ignore_errors=True)
 DATASETS = REPO.parent / "shared" / "datasets"
 
 
@@ -43,7 +49,6 @@ def stack():
     reset_settings()
     with embedded_stack(get_settings()) as settings:
         yield settings
-    shutil.rmtree(_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
