@@ -7,7 +7,7 @@ sentence the document does not support). The chat model is a scripted loopback s
 (OpenAI-compatible ``/v1/chat/completions``): it reads the prompt, finds the passages of the
 reference document and answers the reference facts citing them; in every ``inject_every``-th answer
 it adds the unsupported sentence, citing the same passages. The script knows the answer key; the
-judge does not: the numbers are for the offline **lexical** judge (query/grounding.py), which sees
+judge does not: the numbers are for the offline **lexical** judge (query/answer/grounding.py), which sees
 only the sentence and the passages it cites.
 
 Reported: the share of injected sentences removed (catch rate), the share of reference facts
@@ -256,7 +256,7 @@ def main(inject_every: int = 2) -> dict:
                 "files": FILES,
                 "inject_every": inject_every,
                 "k": 5,
-                "judge": "lexical (offline, query/grounding.py); the script knows the answer key, the judge"
+                "judge": "lexical (offline, query/answer/grounding.py); the script knows the answer key, the judge"
                 " sees only sentences and their cited passages",
                 "embedder": "loopback hashed trigram vectors",
                 "ingest_s": round(ingest_s, 1),

@@ -28,7 +28,7 @@ QUESTIONS = common.CORPUS.parent / "dev.jsonl"
 
 
 def run(n_chunks: int = 100_000, n_questions: int = 20, repeats: int = 2) -> dict:
-    from ragline.query.retrieve import (
+    from ragline.query.retrieval.search import (
         lexical_query,
         lexical_rows,
         read_only_transaction,

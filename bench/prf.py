@@ -6,7 +6,7 @@
 
 TENANT: an evaluation tenant kept by ``ragline eval ... --keep`` (the corpus already ingested by the
 workers with the current defaults). Every question is embedded once in this process; then every
-setting of :data:`VARIANTS` runs the retrieval task's own search (``ragline.query.retrieve.search``,
+setting of :data:`VARIANTS` runs the retrieval task's own search (``ragline.query.retrieval.search.search``,
 the query pool's role, depth ``retrieval.top_n`` as ``ragline eval`` asks) and is scored with the
 metrics of :mod:`ragline.operations.eval`. The latency phase times that search call per question for PRF
 off and each PRF kind, interleaved question by question so a busy machine slows them alike;
@@ -91,7 +91,7 @@ def run(tenants: dict[str, str], repeats: int = 2) -> dict:
     import numpy as np
 
     from ragline.operations.eval import EVAL_GROUP, ModeReport, doc_ranking, grades, read_jsonl
-    from ragline.query.retrieve import search
+    from ragline.query.retrieval.search import search
     from ragline.shared.config.settings import get_settings
     from ragline.shared.sdk.contracts import SearchRequest
     from ragline.shared.worker import db, providers

@@ -142,7 +142,7 @@ def use_servers(urls: list[str] | None) -> None:
 
 def run_questions(vectors, seconds: float, clients: int) -> dict:
     """``clients`` threads asking vector questions for ``seconds``: questions/s and latency."""
-    from ragline.query.retrieve import search as sql_search
+    from ragline.query.retrieval.search import search as sql_search
     from ragline.shared.config.settings import get_settings
     from ragline.shared.sdk.contracts import SearchRequest
     from ragline.shared.worker import db

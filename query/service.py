@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import psycopg
 
-from ragline.query import extractive, file_rank, grounding, texts, transforms
-from ragline.query.agentic import (
+from ragline.query.answer import extractive, grounding, texts, transforms
+
+from ragline.query.retrieval import file_rank
+from ragline.query.answer.agentic import (
     Budget,
     CoveragePlanner,
     LLMPlanner,
@@ -26,18 +28,18 @@ from ragline.query.agentic import (
     llm_route,
     route,
 )
-from ragline.query.cache import LRU, scoped_key
-from ragline.query.citations import build_citations, cited_numbers, claims, invalid_citations
-from ragline.query.context import Assembly, assemble, chunk_for, squeeze
+from ragline.query.retrieval.cache import LRU, scoped_key
+from ragline.query.answer.citations import build_citations, cited_numbers, claims, invalid_citations
+from ragline.query.answer.context import Assembly, assemble, chunk_for, squeeze
 from ragline.query.deadline import DeadlineExceeded, check, run_with_deadline
-from ragline.query.expand import Expansion
-from ragline.query.fusion import FusionPolicy
-from ragline.query.prompt import build_messages, render_squeeze
-from ragline.query.rerank import RerankOutcome, fallback, rerank_hits
-from ragline.query.retrieve import corpus_plan, document_chunks
-from ragline.query.retrieve import search as sql_search
-from ragline.query.sanitize import sanitize_links
-from ragline.query.stream import StreamInterrupted, current_publisher, stream_generation
+from ragline.query.retrieval.expand import Expansion
+from ragline.query.retrieval.fusion import FusionPolicy
+from ragline.query.answer.prompt import build_messages, render_squeeze
+from ragline.query.retrieval.rerank import RerankOutcome, fallback, rerank_hits
+from ragline.query.retrieval.search import corpus_plan, document_chunks
+from ragline.query.retrieval.search import search as sql_search
+from ragline.query.answer.sanitize import sanitize_links
+from ragline.query.answer.stream import StreamInterrupted, current_publisher, stream_generation
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.contracts import (
     AskRequest,
@@ -107,7 +109,7 @@ def _embed_query(req: SearchRequest, reasons: list[str]) -> np.ndarray | None:
 # ------------------------------------------------------------------------------------ retrieval
 def _without_corpus_names(req: SearchRequest, reasons: list[str]) -> tuple[SearchRequest, list[str]]:
     """The request both lists search with: the question without the names of the collection it
-    asks about, within that collection's documents (:mod:`ragline.query.terms`). A failed
+    asks about, within that collection's documents (:mod:`ragline.query.retrieval.terms`). A failed
     statistics statement leaves the question as it is."""
     if req.mode in ("exact", "lexical_code") or not req.groups:
         return req, []
@@ -414,7 +416,7 @@ def ask(req: AskRequest) -> AskResponse:
 
 
 def _expanded(req: AskRequest, hits: list[Hit], trace: dict, timings: dict[str, float]) -> list[Hit]:
-    """The hits with their sections or documents (``answer.expand``, :mod:`ragline.query.expand`);
+    """The hits with their sections or documents (``answer.expand``, :mod:`ragline.query.retrieval.expand`);
     the chunks added are in the trace. Reading them failed or timed out: the hits as they were."""
     a = get_settings().answer
     policy = Expansion(req.expand or a.expand, a.expand_hits, a.expand_chunks)
@@ -447,7 +449,7 @@ def respond(
 ) -> AskResponse:
     """Assemble the context, generate, validate citations, check groundedness and confidence, build
     the response (shared by the plain and the agentic path). Every text ragline writes itself
-    (refusals, framing) is in the question's language (query/texts.py)."""
+    (refusals, framing) is in the question's language (query/answer/texts.py)."""
     a = get_settings().answer
     lang = texts.language_of(question)
     refusal = texts.no_answer(lang)
@@ -540,7 +542,7 @@ def respond(
 
 
 def _route(question: str, reasons: list[str]) -> Route:
-    """The complexity router (query/agentic.py ``route``): rules decide whether a question needs
+    """The complexity router (query/answer/agentic.py ``route``): rules decide whether a question needs
     more than one search; with a chat generator configured (``answer.decompose`` auto) the chat
     model writes the sub-queries of a question the rules found complex."""
     mode = get_settings().answer.decompose
@@ -602,7 +604,7 @@ def _chat_call():
 
 
 def _context_stage(question, hits, chat, reasons, timings, trace) -> Assembly:
-    """Merge, budget, order (and squeeze) the passages the generator reads (query/context.py)."""
+    """Merge, budget, order (and squeeze) the passages the generator reads (query/answer/context.py)."""
     a = get_settings().answer
     t = time.perf_counter()
     # the extractive generator ranks sentences by their chunk's rank: it reads the chunks unmerged
@@ -670,7 +672,7 @@ def _judge(mode: str, generator: str) -> str | None:
 def _grounding_stage(
     answer, asm, generator, chat, reasons, timings, trace, framing=()
 ) -> grounding.Grounding | None:
-    """Check every sentence against the passages it cites (query/grounding.py); None when off."""
+    """Check every sentence against the passages it cites (query/answer/grounding.py); None when off."""
     a = get_settings().answer
     judge = _judge(a.grounding, generator)
     if judge is None:

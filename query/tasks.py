@@ -23,9 +23,9 @@ from pydantic import BaseModel
 from ragline.query import service
 from ragline.query.admission import get_admission
 from ragline.query.deadline import QueryLimitError, question_deadline
-from ragline.query.retrieve import row_security_problem
-from ragline.query.stream import answer_publisher, publishing
-from ragline.query.vector_index import problem as vector_index_problem
+from ragline.query.retrieval.search import row_security_problem
+from ragline.query.answer.stream import answer_publisher, publishing
+from ragline.query.retrieval.vector_index import problem as vector_index_problem
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import AskRequest, ErrorResult, RerankRequest, SearchRequest
 from ragline.shared.sdk.names import TASK_QUERY_ASK, TASK_QUERY_RERANK, TASK_QUERY_RETRIEVE

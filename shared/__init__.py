@@ -10,7 +10,9 @@
 The modules were once all in this folder. A process that still imports one by its old name
 (``ragline.shared.settings``, ``celery -A ragline.shared.celery_app``, ``python -m
 ragline.shared.metrics_server``) gets the module of the new name, the same object, with a
-DeprecationWarning: a deployment or a producer written against the old names keeps working.
+DeprecationWarning: a deployment or a producer written against the old names keeps working. The
+finder installed here serves every package's table of moves (``MOVED`` here and in
+``ragline.query``), so there is one mechanism for old names.
 """
 
 from __future__ import annotations
@@ -72,10 +74,20 @@ MOVED: dict[str, str] = {
 
 
 def new_name(old: str) -> str | None:
-    """The current name of a module imported by an old one (None: not a moved module)."""
-    for prefix, target in MOVED.items():
-        if old == prefix or old.startswith(prefix + "."):
-            return target + old[len(prefix) :]
+    """The current name of a module imported by an old one (None: not a moved module).
+
+    Each package that moved modules out of its folder lists them in its own ``MOVED`` (this one,
+    ``ragline.query``'s); the table of the nearest imported ancestor package that names ``old``
+    answers. An ancestor is always imported before its submodules, so the finder sees its table.
+    """
+    parts = old.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        table = getattr(sys.modules.get(".".join(parts[:cut])), "MOVED", None)
+        if not isinstance(table, dict):
+            continue
+        for prefix, target in table.items():
+            if old == prefix or old.startswith(prefix + "."):
+                return target + old[len(prefix) :]
     return None
 
 
@@ -84,7 +96,7 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     setting cached or a Celery app built under either name is the same)."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if not fullname.startswith("ragline.shared."):
+        if not fullname.startswith("ragline."):
             return None
         target_name = new_name(fullname)
         if target_name is None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragline.query.fusion import FusionPolicy, hybrid_inputs
+from ragline.query.retrieval.fusion import FusionPolicy, hybrid_inputs
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
 from ragline.shared.worker import db, jobs
@@ -154,7 +154,7 @@ def sweep_rrf(
 
     The vector-only and lexical-only runs at depth ``top_n`` (= ``retrieval.top_n``) return
     exactly the two candidate lists a hybrid search fuses, so each weight pair is scored by the
-    retriever's own :meth:`ragline.query.fusion.FusionPolicy.hybrid` (method ``rrf``), script check
+    retriever's own :meth:`ragline.query.retrieval.fusion.FusionPolicy.hybrid` (method ``rrf``), script check
     included; ``None`` for ``cross_script_weight`` leaves the lexical weight as given (no script
     check). ``cross_script`` in each row counts the questions whose lexical weight the check lowered.
     ``runs``: the lists of :func:`candidate_lists`, when the caller already has them.
@@ -226,7 +226,7 @@ FUSION_GRID: list[dict] = [
 
 
 def _rows(hits: list[dict]) -> list[dict]:
-    """Hits of a single-mode search as the candidate rows :func:`ragline.query.retrieve.fused_keys`
+    """Hits of a single-mode search as the candidate rows :func:`ragline.query.retrieval.search.fused_keys`
     reads (its score fields)."""
     return [
         {
@@ -251,8 +251,8 @@ def sweep_fusion(
     """Hybrid metrics for several fusion settings (retrieval-group overrides such as
     ``{"fusion": "convex", "fusion_normalization": "zscore", "convex_weight_lexical": 0.3}``),
     recomputed from one run's vector and lexical lists with the retriever's own
-    :func:`ragline.query.retrieve.fused_keys`, script check included."""
-    from ragline.query.retrieve import fused_keys  # psycopg and numpy: only when sweeping
+    :func:`ragline.query.retrieval.search.fused_keys`, script check included."""
+    from ragline.query.retrieval.search import fused_keys  # psycopg and numpy: only when sweeping
 
     runs = runs or candidate_lists(queries, search, settings.retrieval.top_n)
     out = []

@@ -18,7 +18,7 @@ On top of the verdicts, what the scorer does not measure:
 * the **generation metrics** of seed 004 (RAGAS-style), over the passages the generator read
   (``trace.answer_documents``, looked up in SQL under the caller's tenant and groups):
   faithfulness (share of the answer's sentences the cited passages support, with the judges of
-  ``query/grounding.py``), answer relevance (does the answer address the question), context
+  ``query/answer/grounding.py``), answer relevance (does the answer address the question), context
   precision (are the relevant passages ranked first: average precision) and context recall
   (share of the key facts the context holds). Offline judges always; the chat-model judge
   (faithfulness, relevance, context precision) when a call is given.
@@ -38,11 +38,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragline.query import grounding
-from ragline.query.extractive import question_terms, stems
-from ragline.query.language import script_of
-from ragline.query.prompt import x
-from ragline.query.texts import framing_lines
+from ragline.query.answer import grounding
+from ragline.query.answer.extractive import question_terms, stems
+from ragline.query.retrieval.language import script_of
+from ragline.query.answer.prompt import x
+from ragline.query.answer.texts import framing_lines
 
 KINDS = (
     "definition",
@@ -416,7 +416,7 @@ def context_recall(q: dict, passages: Sequence[Passage]) -> float | None:
 
 
 def faithfulness(answer: str, passages: Sequence[Passage], judge: str, call=None) -> float | None:
-    """Share of the answer's sentences that the passages they cite support (``query/grounding.py``:
+    """Share of the answer's sentences that the passages they cite support (``query/answer/grounding.py``:
     ``structural`` quoting, ``lexical`` word support, ``generator`` the chat model). ``[n]`` names
     the passage numbered n; None when the answer has no sentence to judge."""
     by_n = {p.n: p.text for p in passages}

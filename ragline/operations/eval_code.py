@@ -9,13 +9,13 @@ query then goes through the real retrieval task, in every mode and layer variant
 
 Metrics are file-level, as in the localisation literature (SWE-bench Lite file localisation, the
 SweRank tables): hits (chunks) map to the file they come from, in the order of
-:func:`ragline.query.file_rank.ranked_paths` (the first occurrence while ``RAGLINE_CODE_FILE_RANK``
-is off; the file rankings of :func:`ragline.query.file_rank.variants` are measured beside it on every
+:func:`ragline.query.retrieval.file_rank.ranked_paths` (the first occurrence while ``RAGLINE_CODE_FILE_RANK``
+is off; the file rankings of :func:`ragline.query.retrieval.file_rank.variants` are measured beside it on every
 mode's hits, with the held-out split, at no extra retrieval);
 ``acc@k`` is 1 when *all* gold files are within the first k files, ``recall@10`` the share of gold
 files within 10, ``mrr`` the reciprocal rank of the first gold file.
 
-The structural signals (:mod:`ragline.query.structure`) are measured one by one on the hits of the
+The structural signals (:mod:`ragline.query.retrieval.structure`) are measured one by one on the hits of the
 structural hybrid search of each query (its ``top_n`` best candidates, with their ranks), re-fused
 and re-scored with the same pure functions the retrieval task applies, so an ablation costs no
 extra retrieval; ``none`` is therefore plain fusion over those candidates, close to but not the
@@ -34,8 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ragline.query import file_rank, structure
-from ragline.query.fusion import FusionPolicy
+from ragline.query.retrieval import file_rank, structure
+from ragline.query.retrieval.fusion import FusionPolicy
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.contracts import Hit
 
@@ -356,7 +356,7 @@ def run_code_eval(
 ) -> dict:
     """Ingest every snapshot the queries name (once each, oldest query first), then run every query
     in every mode and layer variant; also score each structural signal alone and each one left out
-    (on the hybrid candidates, recomputed with :func:`ragline.query.structure.rescore`)."""
+    (on the hybrid candidates, recomputed with :func:`ragline.query.retrieval.structure.rescore`)."""
     settings = settings or get_settings()
     say = progress or (lambda _msg: None)
     summaries = ingest_snapshots(queries, ingest, config, say, parallel)
@@ -379,7 +379,7 @@ def run_code_eval(
             for mode in modes:
                 res = search(text, tenant, mode.split("+")[0], layer_list, mode.endswith("+structure"))
                 name = f"{mode} [{variant}]"
-                # the response's own file order (query/file_rank.py), as a caller gets it
+                # the response's own file order (query/retrieval/file_rank.py), as a caller gets it
                 files = [file_of(f, source) for f in res.get("files") or []] or file_rank.ranked_paths(
                     res["hits"], text, file_weights, source
                 )

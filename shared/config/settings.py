@@ -607,7 +607,7 @@ class CodeSettings(_Group):
     )
     file_rank: bool = Field(
         True,
-        description="rank a code question's files by their aggregated evidence (query/file_rank.py) instead"
+        description="rank a code question's files by their aggregated evidence (query/retrieval/file_rank.py) instead"
         " of their first hit (the code eval's file list); a signal's weight is non-zero only when it beat"
         ' the first-hit order on both held-out halves (docs/evaluation.md, "Code retrieval at scale")',
     )
@@ -776,13 +776,13 @@ class RetrievalSettings(_Group):
         0.0,
         ge=0,
         validation_alias="RAGLINE_RRF_WEIGHT_LEXICAL_CROSS_SCRIPT",
-        description="the lexical weight (at most rrf_weight_lexical) for a question written in another script than the passages found for it (English over Russian) and holding no number or identifier: its words can only match stray Latin tokens there, so the vector order stands (query/language.py)",
+        description="the lexical weight (at most rrf_weight_lexical) for a question written in another script than the passages found for it (English over Russian) and holding no number or identifier: its words can only match stray Latin tokens there, so the vector order stands (query/retrieval/language.py)",
     )
     rrf_weight_lexical_code: float = Field(
         0.1,
         ge=0,
         validation_alias="RAGLINE_RRF_WEIGHT_LEXICAL_CODE",
-        description='the lexical weight for code retrieval (a question naming a file or an identifier, or code candidates: query/retrieve.py code_retrieval): identifiers match exactly, so the lexical list is a strong partner there; chosen on swe-loc-dev (docs/evaluation.md, "Code retrieval")',
+        description='the lexical weight for code retrieval (a question naming a file or an identifier, or code candidates: query/retrieval/search.py code_retrieval): identifiers match exactly, so the lexical list is a strong partner there; chosen on swe-loc-dev (docs/evaluation.md, "Code retrieval")',
     )
     hnsw_ef_search: int = Field(
         100,
@@ -793,7 +793,7 @@ class RetrievalSettings(_Group):
         10_000,
         ge=0,
         validation_alias="RAGLINE_EXACT_SEARCH_MAX_ROWS",
-        description='a tenant of at most this many chunks (lexical_stats, migration 0009) is searched exactly, its rows through the tenant index sorted by distance; in a larger tenant, a caller whose groups admit at most this many chunks (acl_group_rows, migration 0017) is searched exactly over the rows of its documents; anyone else through HNSW (query/retrieve.py vector_path). Filtered HNSW slows down and loses recall as the share of the index the caller sees shrinks, the exact sort grows with the rows it reads (docs/operations.md "Vector index and query planning": the rule, where they cross, why this default). 0 = off',
+        description='a tenant of at most this many chunks (lexical_stats, migration 0009) is searched exactly, its rows through the tenant index sorted by distance; in a larger tenant, a caller whose groups admit at most this many chunks (acl_group_rows, migration 0017) is searched exactly over the rows of its documents; anyone else through HNSW (query/retrieval/search.py vector_path). Filtered HNSW slows down and loses recall as the share of the index the caller sees shrinks, the exact sort grows with the rows it reads (docs/operations.md "Vector index and query planning": the rule, where they cross, why this default). 0 = off',
     )
     vector_index: Literal["vector", "halfvec"] = Field(
         "vector",
@@ -826,7 +826,7 @@ class RetrievalSettings(_Group):
     fusion: Literal["rrf", "convex"] = Field(
         "convex",
         validation_alias="RAGLINE_FUSION",
-        description="how the vector and lexical lists of a prose question become one: a convex combination of normalised scores, or weighted RRF over ranks (query/fusion.py, FusionPolicy); chosen on the dev sets (docs/evaluation.md)",
+        description="how the vector and lexical lists of a prose question become one: a convex combination of normalised scores, or weighted RRF over ranks (query/retrieval/fusion.py, FusionPolicy); chosen on the dev sets (docs/evaluation.md)",
     )
     fusion_code: Literal["rrf", "convex"] = Field(
         "rrf",
@@ -855,7 +855,7 @@ class RetrievalSettings(_Group):
     prf: Literal["off", "dense", "lexical", "both"] = Field(
         "off",
         validation_alias="RAGLINE_PRF",
-        description='pseudo-relevance feedback (query/feedback.py): a second pass steered by the first pass\'s top prf_docs fused hits: "dense" moves the question\'s vector toward theirs (Rocchio: prf_alpha · question + prf_beta · mean of the hits), "lexical" ORs prf_terms of their shared lexemes into the lexical query at prf_term_weight of the question\'s own rank; off: on the dev sets dense feedback moved hybrid by less than the noise, lexical feedback lowered it (docs/evaluation.md, "Retrieval quality", bench/prf.py)',
+        description='pseudo-relevance feedback (query/retrieval/feedback.py): a second pass steered by the first pass\'s top prf_docs fused hits: "dense" moves the question\'s vector toward theirs (Rocchio: prf_alpha · question + prf_beta · mean of the hits), "lexical" ORs prf_terms of their shared lexemes into the lexical query at prf_term_weight of the question\'s own rank; off: on the dev sets dense feedback moved hybrid by less than the noise, lexical feedback lowered it (docs/evaluation.md, "Retrieval quality", bench/prf.py)',
     )
     prf_docs: int = Field(
         3,
@@ -932,7 +932,7 @@ class RetrievalSettings(_Group):
     )
     corpus_terms: bool = Field(
         True,
-        description="a question naming the collection it asks about (\"… according to ASVS 4.0.3?\") is searched without the name, in the vector and the lexical list alike, and the named source's documents are preferred (query/terms.py: a word written as a name that occurs in most documents of one source and hardly elsewhere, from the caller's scope at query time); otherwise the name pulls both lists to the preface and the table of contents",
+        description="a question naming the collection it asks about (\"… according to ASVS 4.0.3?\") is searched without the name, in the vector and the lexical list alike, and the named source's documents are preferred (query/retrieval/terms.py: a word written as a name that occurs in most documents of one source and hardly elsewhere, from the caller's scope at query time); otherwise the name pulls both lists to the preface and the table of contents",
     )
     lexical_max_terms: int = Field(
         32,
@@ -1021,7 +1021,7 @@ class AnswerSettings(_Group):
 
     expand: Literal["off", "section", "document"] = Field(
         "off",
-        description='what the answer reads beyond the chunks found (query/expand.py): "section" adds, for each of the first expand_hits hits, the chunks of its section (its heading path without the last heading), "document" the chunks of its whole document, at most expand_chunks per hit, nearest first; meant for chat generators with a large context; off: the chunks only',
+        description='what the answer reads beyond the chunks found (query/retrieval/expand.py): "section" adds, for each of the first expand_hits hits, the chunks of its section (its heading path without the last heading), "document" the chunks of its whole document, at most expand_chunks per hit, nearest first; meant for chat generators with a large context; off: the chunks only',
     )
     expand_hits: int = Field(3, ge=1, le=20, description="how many of the top hits answer.expand expands")
     expand_chunks: int = Field(
@@ -1083,7 +1083,7 @@ class AnswerSettings(_Group):
     decompose: Literal["off", "rules", "auto"] = Field(
         "auto",
         validation_alias="RAGLINE_ANSWER_DECOMPOSE",
-        description="the complexity router (query/agentic.py `route`): a comparison or a question of two"
+        description="the complexity router (query/answer/agentic.py `route`): a comparison or a question of two"
         " independent parts also searches each side or part, the lists fused; `auto`: rules decide, and"
         " with a chat generator the chat model writes the sub-queries (one more call, for such questions"
         " only); `rules`: rules only; `off`: one search for every question",
@@ -1104,7 +1104,7 @@ class AnswerSettings(_Group):
     context_merge: bool = Field(
         True,
         validation_alias="RAGLINE_ANSWER_CONTEXT_MERGE",
-        description='context assembly (query/context.py): neighbouring or overlapping chunks of one document become one passage; the most relevant passages go to both ends of the prompt ("lost in the middle"); a token budget per generator (estimated from characters; 0 = no budget)',
+        description='context assembly (query/answer/context.py): neighbouring or overlapping chunks of one document become one passage; the most relevant passages go to both ends of the prompt ("lost in the middle"); a token budget per generator (estimated from characters; 0 = no budget)',
     )
     context_reorder: bool = Field(
         True,
@@ -1130,7 +1130,7 @@ class AnswerSettings(_Group):
     grounding: Literal["off", "auto", "lexical", "generator"] = Field(
         "auto",
         validation_alias="RAGLINE_ANSWER_GROUNDING",
-        description='groundedness check (query/grounding.py): "auto" checks the extractive answer structurally (every sentence a span of its cited passage) and a chat model\'s answer not at all; "lexical" (offline word support) and "generator" (a second call to the chat model) check a chat model\'s answer',
+        description='groundedness check (query/answer/grounding.py): "auto" checks the extractive answer structurally (every sentence a span of its cited passage) and a chat model\'s answer not at all; "lexical" (offline word support) and "generator" (a second call to the chat model) check a chat model\'s answer',
     )
     grounding_min_share: float = Field(
         0.5,
@@ -1158,7 +1158,7 @@ class AnswerSettings(_Group):
         ge=0,
         le=1,
         validation_alias="RAGLINE_ANSWER_MIN_CONFIDENCE",
-        description="answers below this confidence (retrieval signal and supported share, query/grounding.py) are returned as no answer with the reason; a fully supported answer scores at least 0.5",
+        description="answers below this confidence (retrieval signal and supported share, query/answer/grounding.py) are returned as no answer with the reason; a fully supported answer scores at least 0.5",
     )
 
 

@@ -2,7 +2,7 @@
 
 A question sent with ``AskRequest.stream`` gets one Redis stream, named after the ask task's id
 (:func:`ragline.shared.sdk.names.answer_stream_key`), into which the query worker adds entries as the
-answer is generated (``query/stream.py``). Every entry has a ``type``:
+answer is generated (``query/answer/stream.py``). Every entry has a ``type``:
 
 * ``delta``: ``text``, the next piece of the answer, already sanitised like the final answer
   (links and images only to URLs of the cited documents);

@@ -25,5 +25,5 @@ def embedding_form(text: str) -> str:
     ("чесо́тка" is not "чесотка" to it), so a question or passage written with marks drifts away
     from its unmarked counterpart. NFC first, so letters that exist precomposed keep their mark
     ("й", "ё", Macedonian "ѓ", a Latin "é"): Russian stressed vowels have no precomposed form.
-    Lexical search has its own handling (``query/filters.py``)."""
+    Lexical search has its own handling (``query/retrieval/filters.py``)."""
     return _STRESS_MARK.sub("", unicodedata.normalize("NFC", text))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench.synthetic import EmbeddingSpace, load_chunks
-from ragline.query import retrieve
+from ragline.query.retrieval import search as retrieve
 from ragline.shared.sdk.contracts import SearchRequest
 from ragline.shared.worker import db
 

@@ -29,7 +29,9 @@ import subprocess
 
 import pytest
 
-from ragline.query import service, texts
+from ragline.query import service
+
+from ragline.query.answer import texts
 from ragline.shared.sdk.contracts import AskRequest
 from tests.conftest import DATASETS
 from tests.gitrepo import commit, git

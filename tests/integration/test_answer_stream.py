@@ -197,7 +197,7 @@ def test_citations_that_fail_validation_end_the_stream_with_no_answer(celery_wor
 
 
 def test_a_refused_question_ends_the_stream_with_its_error(celery_worker, corpus, use_settings, monkeypatch):
-    from ragline.query import retrieve
+    from ragline.query.retrieval import search as retrieve
 
     lexical_rows = retrieve.lexical_rows
 

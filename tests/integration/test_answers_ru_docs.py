@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import pytest
 
 from ragline.query import service
-from ragline.query.extractive import near_duplicate, sentence_key
+from ragline.query.answer.extractive import near_duplicate, sentence_key
 from ragline.shared.sdk.contracts import AskRequest
 from tests.conftest import DATASETS
 from tests.integration.test_ingest import wait_job
@@ -155,7 +155,7 @@ def test_answer_reads_well(corpus, case):
     assert not any(near_duplicate(a, b) for i, a in enumerate(said) for b in said[i + 1 :]), res.answer
     assert all(s.rstrip().endswith((".", "!", "?", "…", '"', "»")) for s in said), said
     if case.starts:
-        # the answer is Markdown with every markup-opening "<" escaped (query/sanitize.py)
+        # the answer is Markdown with every markup-opening "<" escaped (query/answer/sanitize.py)
         assert html.unescape(res.answer).startswith(case.starts), res.answer
     if case.contains:
         assert case.contains in res.answer, res.answer

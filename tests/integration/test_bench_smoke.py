@@ -168,7 +168,7 @@ def test_scale_smoke(external_worker, tmp_path):
 @pytest.mark.slow
 def test_bulk_load_smoke(external_worker, tmp_path):
     from bench import bulk_load
-    from ragline.query.vector_index import INDEX_NAMES, hnsw_indexes
+    from ragline.query.retrieval.vector_index import INDEX_NAMES, hnsw_indexes
     from ragline.shared.worker import db
 
     data = _check_result(bulk_load.run(out_dir=tmp_path, **bulk_load.SMOKE), tmp_path, "bulk_load")

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from bench.synthetic import EmbeddingSpace, load_chunks
 from ragline.cli import app as cli
-from ragline.query import retrieve
-from ragline.query.vector_index import INDEX_NAMES, hnsw_indexes
+from ragline.query.retrieval import search as retrieve
+from ragline.query.retrieval.vector_index import INDEX_NAMES, hnsw_indexes
 from ragline.shared.sdk.contracts import SearchRequest
 from ragline.shared.worker import db
 from tests.integration.test_ingest import section

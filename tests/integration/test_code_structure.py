@@ -109,7 +109,7 @@ def repo_tenant(celery_worker, use_settings, loopback, tenant, tmp_path):
 def search(tenant: str, query: str, **kw) -> list:
     import numpy as np
 
-    from ragline.query.retrieve import search as run
+    from ragline.query.retrieval.search import search as run
     from ragline.shared.config.settings import get_settings
     from ragline.shared.sdk.contracts import SearchRequest
     from ragline.shared.worker.providers import get_embedder

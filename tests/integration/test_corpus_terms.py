@@ -1,5 +1,5 @@
 """A question naming the collection it asks about finds the chapter, not the preface
-(query/terms.py), on real Postgres through the query service, with both lists.
+(query/retrieval/terms.py), on real Postgres through the query service, with both lists.
 
 The tenant holds a standard ("XSTD", seven documents: a preface repeating the name and edition,
 chapters naming the standard once) and a guide of six documents that never names it. The question

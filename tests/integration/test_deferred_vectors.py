@@ -110,7 +110,7 @@ def fill(tenant: str) -> None:
 
 def test_code_is_searchable_before_its_vectors_and_says_so(repo, tenant, fill_lock, loopback):
     from ragline.cli.lifecycle import lifecycle_status
-    from ragline.query.fusion import FusionPolicy
+    from ragline.query.retrieval.fusion import FusionPolicy
     from ragline.shared.config.settings import get_settings
 
     summary = wait_job(push(tenant, "r", None, "main", 1)["job_id"])

@@ -21,7 +21,7 @@ import sys
 import pytest
 
 from ragline.operations import eval_answers as ev
-from ragline.query.grounding import JUDGE_PROMPT
+from ragline.query.answer.grounding import JUDGE_PROMPT
 from tests.conftest import DATASETS, REPO
 from tests.loopback import LoopbackServer
 
@@ -52,8 +52,8 @@ def _cli(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
 
 
 def _rrf_lines() -> list[int]:
-    """The lines of ``def rrf`` in query/fusion.py (the code question's expected place)."""
-    lines = (REPO / "query" / "fusion.py").read_text(encoding="utf-8").splitlines()
+    """The lines of ``def rrf`` in query/retrieval/fusion.py (the code question's expected place)."""
+    lines = (REPO / "query" / "retrieval" / "fusion.py").read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines, 1) if line.startswith("def rrf("))
     return [start, start + 5]
 
@@ -116,7 +116,7 @@ def corpus(celery_worker, use_settings, tenant, tmp_path):
     folder.mkdir()
     for src, name in FILES.items():
         shutil.copy(RU_DOCS / src, folder / name)
-    shutil.copy(REPO / "query" / "fusion.py", folder / "fusion.py")
+    shutil.copy(REPO / "query" / "retrieval" / "fusion.py", folder / "fusion.py")
     srv = LoopbackServer().start()
     try:
         use_settings(embedder="voyage", voyage_api_key="k", voyage_base_url=srv.url + "/v1")

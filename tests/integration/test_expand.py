@@ -1,4 +1,4 @@
-"""``ask`` with section or document expansion (``RAGLINE_ANSWER_EXPAND``, query/expand.py) on real
+"""``ask`` with section or document expansion (``RAGLINE_ANSWER_EXPAND``, query/retrieval/expand.py) on real
 Postgres: the passage the answer reads holds the chunks of the hit's section (or document), read
 under the caller's scope, and nothing more when expansion is off.
 

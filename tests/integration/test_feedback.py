@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragline.query import retrieve
+from ragline.query.retrieval import search as retrieve
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import SearchRequest
 from ragline.shared.worker import db

@@ -234,7 +234,7 @@ def wire_everything(registry):
 def test_identifier_queries_find_code_lexically(celery_worker, voyage, loopback, tenant, tmp_path):
     """Each query here defeats the Russian configuration alone: camelCase is one word to it, a dotted
     path one token, and ``register_hook`` two stems that the caller repeats more than the definition."""
-    from ragline.query.retrieve import search
+    from ragline.query.retrieval.search import search
     from ragline.shared.config.settings import get_settings
     from ragline.shared.sdk.contracts import SearchRequest
 

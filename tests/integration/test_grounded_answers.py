@@ -11,8 +11,8 @@ import re
 import pytest
 
 from ragline.query import service
-from ragline.query.context import SQUEEZE_PROMPT
-from ragline.query.grounding import JUDGE_PROMPT
+from ragline.query.answer.context import SQUEEZE_PROMPT
+from ragline.query.answer.grounding import JUDGE_PROMPT
 from ragline.shared.sdk.contracts import AskRequest
 from ragline.shared.worker import metrics as m
 from tests.integration.query_corpus import store_docs

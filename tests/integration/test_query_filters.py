@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ragline.query import service
-from ragline.query.retrieve import lexical_rows
+from ragline.query.retrieval.search import lexical_rows
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import SearchRequest
 from tests.integration.query_corpus import store_docs, vec
@@ -161,7 +161,7 @@ def test_query_without_terms_runs_no_lexical_sql(corpus):
 
 
 def test_set_local_does_not_leak_out_of_the_read_only_transaction(corpus, conn):
-    from ragline.query.retrieve import search as sql_search
+    from ragline.query.retrieval.search import search as sql_search
 
     before = conn.execute("SHOW hnsw.ef_search").fetchone()["hnsw.ef_search"]
     req = SearchRequest(query=WORD, tenant=corpus, groups=["g"], mode="hybrid", k=5)
@@ -172,7 +172,7 @@ def test_set_local_does_not_leak_out_of_the_read_only_transaction(corpus, conn):
     assert conn.execute("SHOW hnsw.ef_search").fetchone()["hnsw.ef_search"] == before
     conn.execute("CREATE TEMP TABLE writable_after (x int)")  # the read-only mode ended with its transaction
     conn.commit()
-    from ragline.query.retrieve import read_only_transaction
+    from ragline.query.retrieval.search import read_only_transaction
 
     with read_only_transaction(conn):  # BEGIN READ ONLY did reach the server
         assert conn.execute("SHOW transaction_read_only").fetchone()["transaction_read_only"] == "on"

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ragline.query import retrieve
+from ragline.query.retrieval import search as retrieve
 from ragline.query.admission import RateLimited, get_admission
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.client import RaglineClient, RaglineError

@@ -95,7 +95,7 @@ def test_slow_or_failing_reranker_falls_back_to_fused_order(corpus, use_settings
 def test_the_sdk_timeout_firing_first_is_still_a_timeout(corpus, use_settings):
     """The SDK's request timeout is the rerank budget, so under load it can fire before ragline's own
     deadline: the degradation reason must not depend on which clock won."""
-    from ragline.query.rerank import rerank_hits
+    from ragline.query.retrieval.rerank import rerank_hits
     from ragline.shared.config.settings import get_settings
     from ragline.shared.worker.providers.rerank import VoyageReranker
 

@@ -9,7 +9,9 @@ import stat
 import psycopg
 import pytest
 
-from ragline.query import retrieve, service
+from ragline.query.retrieval import search as retrieve
+
+from ragline.query import service
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.client import RaglineClient
 from ragline.shared.sdk.contracts import SearchRequest

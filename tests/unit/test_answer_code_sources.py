@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragline.query import code_answer
-from ragline.query.extractive import (
+from ragline.query.answer import code_answer
+from ragline.query.answer.extractive import (
     candidates,
     code_stems,
     extract,

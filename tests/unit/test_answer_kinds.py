@@ -17,9 +17,9 @@ import re
 
 import pytest
 
-from ragline.query import grounding, texts
-from ragline.query.citations import build_citations, cited_numbers
-from ragline.query.extractive import compared, extract, question_kind
+from ragline.query.answer import grounding, texts
+from ragline.query.answer.citations import build_citations, cited_numbers
+from ragline.query.answer.extractive import compared, extract, question_kind
 from ragline.shared.sdk.contracts import Hit
 
 SESSIONS_137 = """\
@@ -296,7 +296,7 @@ def test_quoting_a_definition_of_the_subject_is_confident():
 
 # ---------------------------------------------------------------------------------------- router
 def test_the_router_decomposes_comparisons_and_independent_parts_only():
-    from ragline.query.agentic import Route, llm_route, route
+    from ragline.query.answer.agentic import Route, llm_route, route
 
     q = "Чем v-if отличается от v-show и когда что лучше использовать?"
     assert route(q, compared(q)) == Route("decompose", ["v-if", "v-show"], "comparison")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragline.query.sanitize import sanitize_links
-from ragline.query.stream import LinkSafeText, safe_cut
+from ragline.query.answer.sanitize import sanitize_links
+from ragline.query.answer.stream import LinkSafeText, safe_cut
 from ragline.shared.sdk.answer_stream import (
     ANSWER,
     ERROR,
@@ -39,7 +39,7 @@ def streamed(answer: str, pieces: list[str]) -> list[str]:
 
 
 def final(answer: str) -> str:
-    from ragline.query.citations import cited_numbers
+    from ragline.query.answer.citations import cited_numbers
 
     cited = [HITS[n - 1].content for n in cited_numbers(answer) if 1 <= n <= len(HITS)]
     return sanitize_links(answer.strip(), cited)[0]

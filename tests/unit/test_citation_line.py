@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ragline.cli.query import citation_line
-from ragline.query.citations import build_citations
+from ragline.query.answer.citations import build_citations
 from ragline.shared.sdk.contracts import Hit
 
 

@@ -3,8 +3,8 @@ snippet the answer actually used."""
 
 from __future__ import annotations
 
-from ragline.query.citations import SNIPPET_MAX, build_citations, claims, locator, snippet
-from ragline.query.extractive import extractive_answer
+from ragline.query.answer.citations import SNIPPET_MAX, build_citations, claims, locator, snippet
+from ragline.query.answer.extractive import extractive_answer
 from ragline.shared.sdk.contracts import Citation, Hit
 
 # OWASP Top 10 2017 (Russian), page 8 as the PDF parser reads it; CC BY-SA 4.0, © The OWASP Foundation

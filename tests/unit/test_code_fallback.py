@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragline.query.retrieve import search
+from ragline.query.retrieval.search import search
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import SearchRequest
 

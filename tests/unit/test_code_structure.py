@@ -1,4 +1,4 @@
-"""Structural ranking of code hits (query/structure.py), the test globs of the SQL penalty, and the
+"""Structural ranking of code hits (query/retrieval/structure.py), the test globs of the SQL penalty, and the
 file-level metrics of the code evaluation (ragline/operations/eval_code.py)."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from ragline.operations.eval_code import (
     reciprocal_rank,
     snapshot_tenant,
 )
-from ragline.query import structure
-from ragline.query.filters import DEFAULT_TEST_GLOBS, compile_filters, glob_pattern, like_patterns_for_tests
-from ragline.query.fusion import FusionPolicy
-from ragline.query.retrieve import ranked_by_structure, structural
+from ragline.query.retrieval import structure
+from ragline.query.retrieval.filters import DEFAULT_TEST_GLOBS, compile_filters, glob_pattern, like_patterns_for_tests
+from ragline.query.retrieval.fusion import FusionPolicy
+from ragline.query.retrieval.search import ranked_by_structure, structural
 from ragline.shared.config.settings import CodeSettings, Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest
 

@@ -1,11 +1,11 @@
-"""The policy that leaves a collection's names out of a question (query/terms.py): which words are
+"""The policy that leaves a collection's names out of a question (query/retrieval/terms.py): which words are
 candidates, which statistics name a source, and what both retrieval lists get."""
 
 from __future__ import annotations
 
 import pytest
 
-from ragline.query.terms import CorpusTerms, TermStat, candidates, name_like
+from ragline.query.retrieval.terms import CorpusTerms, TermStat, candidates, name_like
 
 #: a tenant of three collections: a standard, a framework's guide and a library's repository
 SIZES = {"asvs": 22, "vue3": 52, "requests": 48, "tiny": 2}

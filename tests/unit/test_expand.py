@@ -1,11 +1,11 @@
-"""Section and parent-document expansion of the top hits (query/expand.py): which chunks each hit
+"""Section and parent-document expansion of the top hits (query/retrieval/expand.py): which chunks each hit
 brings, in which order, and what is never added twice."""
 
 from __future__ import annotations
 
 import pytest
 
-from ragline.query.expand import Expansion, in_section, section_of
+from ragline.query.retrieval.expand import Expansion, in_section, section_of
 from ragline.shared.sdk.contracts import Hit
 
 

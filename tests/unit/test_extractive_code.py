@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragline.query.extractive import extractive_answer, prose_sentences
+from ragline.query.answer.extractive import extractive_answer, prose_sentences
 from ragline.shared.sdk.contracts import Hit
 
 MODULE = '''"""Hooks: callbacks are remembered per event and run in registration order.

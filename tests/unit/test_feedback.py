@@ -1,11 +1,11 @@
-"""Pseudo-relevance feedback's pure parts (query/feedback.py): Rocchio and expansion terms."""
+"""Pseudo-relevance feedback's pure parts (query/retrieval/feedback.py): Rocchio and expansion terms."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ragline.query import feedback
+from ragline.query.retrieval import feedback
 from ragline.shared.config.settings import Settings
 
 

@@ -1,4 +1,4 @@
-"""File-level ranking of code hits (query/file_rank.py): what an issue says about files, and how a
+"""File-level ranking of code hits (query/retrieval/file_rank.py): what an issue says about files, and how a
 file's evidence adds up."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from ragline.operations.eval_code import file_ranking
-from ragline.query import file_rank
-from ragline.query.file_rank import FileWeights, evidence, rank_files, ranked_paths
-from ragline.query.structure import module_match
+from ragline.query.retrieval import file_rank
+from ragline.query.retrieval.file_rank import FileWeights, evidence, rank_files, ranked_paths
+from ragline.query.retrieval.structure import module_match
 from ragline.shared.config.settings import CodeSettings, Settings
 from ragline.shared.sdk.contracts import Hit
 

@@ -1,4 +1,4 @@
-from ragline.query.fusion import rrf
+from ragline.query.retrieval.fusion import rrf
 
 
 def test_rrf_sums_reciprocal_ranks_with_k():
@@ -40,7 +40,7 @@ def _row(doc: str, n: int = 0, **kw) -> dict:
 
 
 def test_fuse_scores_rows_then_builds_only_the_kept_hits():
-    from ragline.query.retrieve import fuse
+    from ragline.query.retrieval.search import fuse
     from ragline.shared.config.settings import Settings
 
     s = Settings(rrf_weight_vector=1.0, rrf_weight_lexical=1.0, fusion="rrf")
@@ -67,7 +67,7 @@ RU_QUESTION = "Почему Иоганн Эш и Генрих Вос были к
 
 
 def test_script_of_reads_the_words_not_numbers_or_identifiers():
-    from ragline.query.language import neutral_terms, script_of
+    from ragline.query.retrieval.language import neutral_terms, script_of
 
     assert script_of(EN_QUESTION) == "LATIN"
     assert script_of(RU_QUESTION) == "CYRILLIC"
@@ -88,7 +88,7 @@ def test_script_of_reads_the_words_not_numbers_or_identifiers():
 
 
 def test_cross_script_only_when_no_term_can_match_alike():
-    from ragline.query.language import cross_script
+    from ragline.query.retrieval.language import cross_script
 
     assert cross_script(EN_QUESTION, RU)
     assert not cross_script(RU_QUESTION, RU)
@@ -105,7 +105,7 @@ def test_cross_script_only_when_no_term_can_match_alike():
 
 
 def test_lexical_weight_drops_only_for_a_cross_script_question():
-    from ragline.query.language import lexical_weight
+    from ragline.query.retrieval.language import lexical_weight
 
     assert lexical_weight(EN_QUESTION, RU, 0.25, 0.0) == 0.0
     assert lexical_weight(RU_QUESTION, RU, 0.25, 0.0) == 0.25
@@ -127,7 +127,7 @@ def _noise_lists() -> tuple[list[dict], list[dict]]:
 
 
 def test_fuse_keeps_the_vector_order_for_an_english_question_over_russian_passages():
-    from ragline.query.retrieve import fuse
+    from ragline.query.retrieval.search import fuse
     from ragline.shared.config.settings import Settings
 
     s = Settings(fusion="rrf")  # the RRF defaults: 1 : 0.0175, cross-script 0

@@ -16,9 +16,11 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from ragline.operations import eval as evaluation
-from ragline.query import retrieve, service, structure
-from ragline.query.fusion import FusionPolicy, convex, rrf
-from ragline.query.language import PASSAGES, lexical_weight
+from ragline.query.retrieval import search as retrieve
+from ragline.query.retrieval import structure
+from ragline.query import service
+from ragline.query.retrieval.fusion import FusionPolicy, convex, rrf
+from ragline.query.retrieval.language import PASSAGES, lexical_weight
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest, SearchResponse
 

@@ -1,11 +1,11 @@
-"""Context assembly and the groundedness check, as pure functions (query/context.py, query/grounding.py)."""
+"""Context assembly and the groundedness check, as pure functions (query/answer/context.py, query/answer/grounding.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ragline.query import grounding as g
-from ragline.query.context import (
+from ragline.query.answer import grounding as g
+from ragline.query.answer.context import (
     assemble,
     chunk_for,
     estimate_tokens,
@@ -13,8 +13,8 @@ from ragline.query.context import (
     lost_in_the_middle,
     squeeze,
 )
-from ragline.query.extractive import extractive_answer
-from ragline.query.prompt import build_messages
+from ragline.query.answer.extractive import extractive_answer
+from ragline.query.answer.prompt import build_messages
 from ragline.shared.sdk.contracts import Hit
 
 A = "Первое предложение о кэше. Второе предложение про зависимости. Третье про методы Vue."
@@ -143,9 +143,9 @@ def test_extractive_answers_are_spans_of_their_cited_passages():
 
 
 def test_a_quote_escaped_for_display_is_still_a_span_of_its_passage():
-    """The answer's markup is escaped (query/sanitize.py) before the check; what was quoted is
+    """The answer's markup is escaped (query/answer/sanitize.py) before the check; what was quoted is
     judged, not how it is displayed."""
-    from ragline.query.sanitize import sanitize_links
+    from ragline.query.answer.sanitize import sanitize_links
 
     passage = "Встроенный компонент <Teleport> переносит часть шаблона в узел DOM за пределами компонента."
     answer = extractive_answer("Что такое Teleport?", [hit("v", 0, passage)])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragline.query.agentic import Budget, CoveragePlanner, Decision, agentic_loop, parse_decision
+from ragline.query.answer.agentic import Budget, CoveragePlanner, Decision, agentic_loop, parse_decision
 from ragline.shared.sdk.contracts import Hit
 
 

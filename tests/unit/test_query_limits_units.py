@@ -18,8 +18,8 @@ from ragline.query.deadline import (
     run_with_deadline,
     statement_timeout_ms,
 )
-from ragline.query.filters import cap_terms, lexical_query
-from ragline.query.rerank import bounded_inputs, rerank_hits
+from ragline.query.retrieval.filters import cap_terms, lexical_query
+from ragline.query.retrieval.rerank import bounded_inputs, rerank_hits
 from ragline.shared.sdk.contracts import Hit
 
 

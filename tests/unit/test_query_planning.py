@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ragline.operations.index import replaced_by
-from ragline.query.retrieve import (
+from ragline.query.retrieval.search import (
     EXACT_ORDER,
     VECTOR_ORDER,
     VECTOR_SQL,
@@ -14,7 +14,7 @@ from ragline.query.retrieve import (
     vector_order,
     vector_path,
 )
-from ragline.query.vector_index import INDEX_NAMES, definition, kind_of, problem_with
+from ragline.query.retrieval.vector_index import INDEX_NAMES, definition, kind_of, problem_with
 from ragline.shared.config.settings import Settings
 
 VECTOR = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragline.query.extractive import extractive_answer
-from ragline.query.sanitize import REMOVED, allowed, sanitize_links
+from ragline.query.answer.extractive import extractive_answer
+from ragline.query.answer.sanitize import REMOVED, allowed, sanitize_links
 from ragline.shared.sdk.contracts import Hit
 
 #: a document that tries to make the answer carry a tracking image with the user's data

@@ -98,7 +98,7 @@ class Hit(BaseModel):
     fused_score: float | None = Field(
         default=None,
         description="the fusion policy's score before bonuses, in RRF units: weighted RRF, or a convex"
-        " combination of normalised scores scaled by 1 / (rrf_k + 1) (query/fusion.py)",
+        " combination of normalised scores scaled by 1 / (rrf_k + 1) (query/retrieval/fusion.py)",
     )
     vector_rank: int | None = None
     vector_distance: float | None = None
@@ -128,7 +128,7 @@ class Hit(BaseModel):
 
 
 class FileHit(BaseModel):
-    """A file of a code search's hits with the evidence that ranks it (query/file_rank.py): the
+    """A file of a code search's hits with the evidence that ranks it (query/retrieval/file_rank.py): the
     answer to "which file" is a file, and a file with several matching chunks, named by the
     question's traceback or imports, outranks one lucky chunk."""
 
@@ -146,7 +146,7 @@ class SearchResponse(BaseModel):
     hits: list[Hit]
     files: list[FileHit] = Field(
         default_factory=list,
-        description="a code search's files, best first (RAGLINE_CODE_FILE_RANK, query/file_rank.py);"
+        description="a code search's files, best first (RAGLINE_CODE_FILE_RANK, query/retrieval/file_rank.py);"
         " empty when no hit is code or the file ranking is off",
     )
     degraded: bool = False
@@ -211,7 +211,7 @@ class AskRequest(SearchRequest):
     expand: Literal["off", "section", "document"] | None = Field(
         default=None,
         description="what the answer reads beyond the chunks found: their sections or whole documents,"
-        " for generators with a large context (query/expand.py); None: RAGLINE_ANSWER_EXPAND",
+        " for generators with a large context (query/retrieval/expand.py); None: RAGLINE_ANSWER_EXPAND",
     )
     stream: bool = Field(
         default=False,
@@ -266,7 +266,7 @@ class AskResponse(BaseModel):
     #: the agentic loop stopped on its budget, not because the evidence was enough
     partial: bool = False
     #: how far to trust the answer, in [0, 1]: the cited chunks' match to the question and the share
-    #: of its sentences the groundedness check found supported (query/grounding.py); None when no
+    #: of its sentences the groundedness check found supported (query/answer/grounding.py); None when no
     #: answer was generated. Answers below RAGLINE_ANSWER_MIN_CONFIDENCE come back as no_answer
     confidence: float | None = Field(default=None, ge=0, le=1)
     #: sentences taken out of ``answer`` because the documents they cite do not support them

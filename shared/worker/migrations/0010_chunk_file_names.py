@@ -2,7 +2,7 @@
 
 A question that names a file (``requests/sessions.py``, a traceback's
 ``.../site-packages/flask/app.py``) adds the chunks of that file to the candidates
-(``ragline.query.structure.named_file_patterns``). The stored path starts with the source's name
+(``ragline.query.retrieval.structure.named_file_patterns``). The stored path starts with the source's name
 and the question's path with anything, so the match is a suffix ``LIKE``, which no btree can
 serve: every such question read all of the tenant's chunk rows. ``chunks.file_name`` is the
 lower-cased last component of the path, a stored generated column (it follows every write of

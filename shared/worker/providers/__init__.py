@@ -37,7 +37,7 @@ class Reranker(Protocol):
 
     def rerank(self, query: str, documents: list[str], top_k: int) -> list[tuple[Any, Any]]:
         """Raw ``(index, score)`` pairs as the provider returned them: untrusted, validated by the
-        caller (:func:`ragline.query.rerank.validate_ranked`)."""
+        caller (:func:`ragline.query.retrieval.rerank.validate_ranked`)."""
 
 
 _lock = threading.Lock()

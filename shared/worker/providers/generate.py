@@ -2,7 +2,7 @@
 ``openai`` / ``ollama`` (any OpenAI-compatible ``/v1/chat/completions`` endpoint, over httpx, at the
 configured low temperature).
 
-The offline default ``extractive`` lives in ``query/generate.py`` and needs no provider.
+The offline default ``extractive`` lives in ``query/answer/generate.py`` and needs no provider.
 Neither retries past its timeout.
 
 Both chat generators also stream (:meth:`~Generator.stream`): Anthropic's Messages server-sent

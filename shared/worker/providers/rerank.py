@@ -2,7 +2,7 @@
 (sentence-transformers from a local model directory). ``none`` means no reranker.
 
 A reranker returns the provider's raw ``(index, score)`` pairs: they are untrusted input and are
-validated by :func:`ragline.query.rerank.validate_ranked`, never used to index directly.
+validated by :func:`ragline.query.retrieval.rerank.validate_ranked`, never used to index directly.
 """
 
 from __future__ import annotations

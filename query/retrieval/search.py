@@ -1,10 +1,10 @@
 """Hybrid retrieval: pgvector HNSW + Postgres full text, fused by the fusion policy; exact lookup.
 
-The two lists become one through :class:`ragline.query.fusion.FusionPolicy`: by default a convex
+The two lists become one through :class:`ragline.query.retrieval.fusion.FusionPolicy`: by default a convex
 combination of normalised scores for prose, weighted RRF for code retrieval (:func:`fusion_policy`).
 
 Tenant and ACL filters live in SQL ``WHERE`` of every statement, beside the contract filters of
-:mod:`ragline.query.filters`; all statements of one search run in one read-only transaction that
+:mod:`ragline.query.retrieval.filters`; all statements of one search run in one read-only transaction that
 first sets, for that transaction only and in one round trip (:func:`set_transaction_params`):
 
 * ``ragline.tenant`` and ``ragline.groups``, which the row-level security policies of migration
@@ -33,10 +33,12 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
 
-from ragline.query import deadline, feedback, structure, terms
+from ragline.query import deadline
+
+from ragline.query.retrieval import feedback, structure, terms
 from ragline.query.deadline import QuestionDeadlineExceeded, RetrievalTimeout
-from ragline.query.filters import clean_paths, compile_filters, has_terms, lexical_query
-from ragline.query.fusion import FusionPolicy, hybrid_inputs
+from ragline.query.retrieval.filters import clean_paths, compile_filters, has_terms, lexical_query
+from ragline.query.retrieval.fusion import FusionPolicy, hybrid_inputs
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest, SearchResponse
 from ragline.shared.worker import pending_vectors
@@ -111,7 +113,7 @@ ORDER BY rank DESC, c.doc_id, c.chunk_no
 LIMIT %(n)s
 """
 
-# the lexical list of pseudo-relevance feedback (query/feedback.py): the question's terms OR-ed with
+# the lexical list of pseudo-relevance feedback (query/retrieval/feedback.py): the question's terms OR-ed with
 # the expansion terms, which add their own rank at prf_term_weight
 LEXICAL_PRF_SQL = """
 SELECT {fields}{columns}, {rank_fn}(c.tsv, q, %(rank_norm)s) + %(prf_weight)s * {rank_fn}(c.tsv, e, %(rank_norm)s) AS rank
@@ -240,7 +242,7 @@ WITH q AS MATERIALIZED (
     + _BM25_SCORED
 )
 
-# the statistics of :mod:`ragline.query.terms` for a question's name-like words, in the caller's
+# the statistics of :mod:`ragline.query.retrieval.terms` for a question's name-like words, in the caller's
 # scope: per word and source (a stored path's first segment), the documents holding its lexeme,
 # from at most %(cap)s of its chunks (a word in more chunks is counted on those: its shares are
 # lower bounds, so a capped count can only keep a word, never drop one); and per source its
@@ -486,7 +488,7 @@ def tenant_rows(conn: psycopg.Connection, tenant: str) -> int:
 
 
 def corpus_plan(conn: psycopg.Connection, req: SearchRequest, settings: Settings) -> terms.TermPlan:
-    """Which names of a collection to leave out of the question (:mod:`ragline.query.terms`), from
+    """Which names of a collection to leave out of the question (:mod:`ragline.query.retrieval.terms`), from
     the statistics of the caller's scope; no statement when the question has no name-like word or
     the setting is off. Runs its own read-only transaction (the connection must be idle)."""
     words = terms.candidates(req.query) if settings.retrieval.corpus_terms and req.groups else []
@@ -614,7 +616,7 @@ def feedback_pass(
     settings: Settings,
     path: VectorPath | None = None,
 ) -> tuple[list[dict], list[dict]]:
-    """Pseudo-relevance feedback (:mod:`ragline.query.feedback`): the first pass's top
+    """Pseudo-relevance feedback (:mod:`ragline.query.retrieval.feedback`): the first pass's top
     ``prf_docs`` fused hits steer a second vector search (Rocchio) and/or a second lexical search
     (expansion terms); the lists it replaces are returned in their place, the others as they were.
     Its statements run in the caller's transaction, so under the same tenant and ACL scope (and the
@@ -681,7 +683,7 @@ def document_chunks(
     conn: psycopg.Connection, req: SearchRequest, doc_ids: list[str], settings: Settings, n: int
 ) -> list[Hit]:
     """Every chunk of ``doc_ids`` the caller may read (at most ``n``), for the expansion of the top
-    hits (:mod:`ragline.query.expand`); its own read-only transaction under the caller's scope."""
+    hits (:mod:`ragline.query.retrieval.expand`); its own read-only transaction under the caller's scope."""
     if not doc_ids or not req.groups:
         return []
     sub = req.model_copy(update={"doc_ids": doc_ids, "paths": [], "k": n})
@@ -799,7 +801,7 @@ def fused_keys(
     vector: list[dict], lexical: list[dict], settings: Settings, query: str = "", vector_share: float = 1.0
 ) -> list[tuple[tuple[str, int], float]]:
     """The candidates' keys, best first, with their fused score in RRF units (pure): the rows
-    (:func:`ragline.query.fusion.hybrid_inputs`) fused by this search's :func:`fusion_policy`, whose
+    (:func:`ragline.query.retrieval.fusion.hybrid_inputs`) fused by this search's :func:`fusion_policy`, whose
     vector list saw ``vector_share`` of the scope (:meth:`FusionPolicy.covering`)."""
     policy = fusion_policy(query, settings, [*vector, *lexical]).covering(vector_share)
     return policy.hybrid(query, *hybrid_inputs(vector, lexical))  # type: ignore[return-value]
@@ -819,7 +821,7 @@ def fuse(
     The lexical weight depends on the question (``query``): one written in another script than the
     passages the vector list found (English over Russian) and holding no number or identifier gets
     ``rrf_weight_lexical_cross_script``, because its words can only match stray tokens of its own
-    script there (:mod:`ragline.query.language`).
+    script there (:mod:`ragline.query.retrieval.language`).
 
     Scores are computed on the rows; only the ``limit`` kept become :class:`Hit` models: a question
     has many more candidates than hits, and a model per candidate would dominate the task's own time."""

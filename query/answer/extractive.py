@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ragline.query import code_answer, texts
+from ragline.query.answer import code_answer, texts
 from ragline.shared.sdk.contracts import Hit
 from ragline.shared.worker.text import split_sentences
 
@@ -667,7 +667,7 @@ def code_extract(
     prose: list[Candidate],
     tests_layer: str = code_answer.TESTS_LAYER,
 ) -> Extract | None:
-    """The code answer (module docstring of :mod:`ragline.query.code_answer`): the best window
+    """The code answer (module docstring of :mod:`ragline.query.answer.code_answer`): the best window
     of the first :data:`CODE_HITS` code hits, a place first, the lines as a code block, then up to two
     sentences that also answer (a docstring, the documentation). None without a code hit."""
     best = best_code_window(question, hits, tests_layer)

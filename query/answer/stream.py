@@ -2,7 +2,7 @@
 :mod:`ragline.shared.sdk.answer_stream`).
 
 * :class:`LinkSafeText` turns the generator's deltas into text that may be shown at once: the
-  same link rules as the final answer (:func:`ragline.query.sanitize.sanitize_links`), applied to
+  same link rules as the final answer (:func:`ragline.query.answer.sanitize.sanitize_links`), applied to
   whole prefixes of the answer cut at whitespace outside any markdown link, image, angle-bracket
   tag or reference definition. An incomplete tail (``[text](https://exa`` …) is held back until
   it is complete, because a link split across two deltas would pass a check of either half.
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 import redis
 
 from ragline.query import deadline
-from ragline.query.citations import cited_numbers
-from ragline.query.sanitize import sanitize_links
+from ragline.query.answer.citations import cited_numbers
+from ragline.query.answer.sanitize import sanitize_links
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.answer_stream import delta_fields, terminal_fields
 from ragline.shared.sdk.contracts import Hit

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ragline.query import structure
+from ragline.query.retrieval import structure
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import FileHit, Hit
 
@@ -80,7 +80,7 @@ def file_weights_from(settings: Settings) -> FileWeights:
 
 @dataclass(frozen=True)
 class IssueEvidence:
-    """What an issue text says about files: what it names (:func:`ragline.query.structure.named`:
+    """What an issue text says about files: what it names (:func:`ragline.query.retrieval.structure.named`:
     paths, identifiers, dotted modules), its traceback frames (outermost first) and the modules its
     import lines name (``/``-separated module paths)."""
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from html import escape
 
-from ragline.query.texts import TEXTS
+from ragline.query.answer.texts import TEXTS
 from ragline.shared.sdk.contracts import ChatTurn, Hit
 
 #: the answer a chat model is told to give when the documents hold none (the service replaces any
-#: refusal with the one in the question's language, query/texts.py)
+#: refusal with the one in the question's language, query/answer/texts.py)
 NO_ANSWER = TEXTS["no_answer"]["ru"]
 
 SYSTEM_PROMPT = (
@@ -82,7 +82,7 @@ def build_messages(
 
 
 def render_squeeze(question: str, passage: str) -> str:
-    """The user message of a squeeze call (query/context.py): the passage and the question, escaped."""
+    """The user message of a squeeze call (query/answer/context.py): the passage and the question, escaped."""
     return f"<document>\n{x(passage)}\n</document>\n\n<question>{x(question)}</question>"
 
 

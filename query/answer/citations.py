@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from ragline.query.extractive import clean_sentence, prose_sentences, stems
-from ragline.query.sanitize import code_regions
+from ragline.query.answer.extractive import clean_sentence, prose_sentences, stems
+from ragline.query.answer.sanitize import code_regions
 from ragline.shared.sdk.contracts import Citation, Hit
 
 _CITE = re.compile(r"\[(\d{1,3})\]")
@@ -16,7 +16,7 @@ FENCED = re.compile(r"^```[^\n]*\n(.*?)\n?```[ \t]*$", re.S | re.M)
 
 
 def outside_code(answer: str) -> str:
-    """The answer with its code (fenced blocks, code spans: query/sanitize.py ``code_regions``)
+    """The answer with its code (fenced blocks, code spans: query/answer/sanitize.py ``code_regions``)
     blanked out, same length, so offsets still hold."""
     out = answer
     for start, end in code_regions(answer):

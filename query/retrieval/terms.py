@@ -29,9 +29,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ragline.query.extractive import STOP_WORDS, definition_subject
+from ragline.query.answer.extractive import STOP_WORDS, definition_subject
 
-#: a word of a question as the lexical retriever sees it (query/filters.py's notion, with the dots
+#: a word of a question as the lexical retriever sees it (query/retrieval/filters.py's notion, with the dots
 #: and hyphens inside versions and identifiers kept: "4.0.3", "v-if")
 _TOKEN = re.compile(r"[\w\u0300\u0301]+(?:[.\-][\w\u0300\u0301]+)*", re.UNICODE)
 _VERSION = re.compile(r"v?\d+(?:\.\d+)*[a-z]?", re.IGNORECASE)

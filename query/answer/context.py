@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ragline.query.deadline import QuestionDeadlineExceeded
-from ragline.query.extractive import stems
+from ragline.query.answer.extractive import stems
 from ragline.shared.sdk.contracts import Hit
 
 _WORD = re.compile(r"\w+", re.UNICODE)

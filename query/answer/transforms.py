@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ragline.query.prompt import HYDE_PROMPT, MULTI_QUERY_PROMPT, REWRITE_PROMPT, render_history, x
+from ragline.query.answer.prompt import HYDE_PROMPT, MULTI_QUERY_PROMPT, REWRITE_PROMPT, render_history, x
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import AskRequest
 from ragline.shared.worker import providers

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, replace
 
-from ragline.query.fusion import FusionPolicy
+from ragline.query.retrieval.fusion import FusionPolicy
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit
 
@@ -149,7 +149,7 @@ def path_named(n: Named, path: str, skip: tuple[str, ...] = ()) -> float:
     components) or its dotted module, 0.5 for its bare file name, else 0; the named files in
     ``skip`` do not count (a traceback's frames, which the file ranking weighs by depth instead).
     The one reading of "the question names this file", per hit (:func:`signals`) and per file
-    (:func:`ragline.query.file_rank.rank_files`)."""
+    (:func:`ragline.query.retrieval.file_rank.rank_files`)."""
     named = max((file_match(f, path) for f in n.files if f not in skip), default=0.0)
     return max(named, 1.0 if any(module_match(m, path) for m in n.modules) else 0.0)
 

@@ -2,7 +2,7 @@
 symbol), then the lines that show it. Pure functions over a code chunk and the question.
 
 A code chunk is a span of a source file (``metadata.start_line``/``end_line``, ``symbol``). Its
-prose is at most a docstring, so quoting sentences (:mod:`ragline.query.extractive`) loses what a
+prose is at most a docstring, so quoting sentences (:mod:`ragline.query.answer.extractive`) loses what a
 "where is X decided" or "what does parameter X do" question asks for: the condition, the default,
 the call. The lines are scored by the question's terms, identifiers split into their parts
 (``max_retries`` is ``max`` and ``retries``, ``HTTPAdapter`` is ``http`` and ``adapter``), a whole

@@ -27,8 +27,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ragline.query.citations import FENCED
-from ragline.query.extractive import (
+from ragline.query.answer.citations import FENCED
+from ragline.query.answer.extractive import (
     code_stems,
     mentions,
     question_terms,
@@ -36,8 +36,8 @@ from ragline.query.extractive import (
     topic_specific_terms,
     topic_terms,
 )
-from ragline.query.language import passages_script, script_of
-from ragline.query.prompt import x
+from ragline.query.retrieval.language import passages_script, script_of
+from ragline.query.answer.prompt import x
 from ragline.shared.sdk.contracts import Hit
 
 _MARKER = re.compile(r"\[(\d{1,3})\]")
@@ -164,7 +164,7 @@ def split_claims(answer: str) -> list[Claim]:
 
 def _words(text: str) -> str:
     """The words of ``text`` for span matching, character references decoded: the answer reaches
-    the check with its markup escaped for display (``&lt;Teleport>``, query/sanitize.py) while the
+    the check with its markup escaped for display (``&lt;Teleport>``, query/answer/sanitize.py) while the
     passage holds ``<Teleport>``; both sides are compared as read."""
     return " " + " ".join(_WORD.findall(html.unescape(text).lower())) + " "
 

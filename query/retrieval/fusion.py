@@ -16,7 +16,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from ragline.query.language import PASSAGES, lexical_weight
+from ragline.query.retrieval.language import PASSAGES, lexical_weight
 
 if TYPE_CHECKING:
     from ragline.shared.config.settings import Settings
@@ -122,7 +122,7 @@ class FusionPolicy:
     "convex" combines normalised scores (``convex_lexical`` is the lexical share) and divides by
     ``rrf_k + 1``, the best score one RRF list can give, so bonuses and penalties tuned in RRF units
     keep their scale. ``cross_script_weight`` lowers the lexical weight of a question written in
-    another script than the passages (:func:`ragline.query.language.lexical_weight`) the same way
+    another script than the passages (:func:`ragline.query.retrieval.language.lexical_weight`) the same way
     in both methods; ``None`` turns that check off.
 
     ``vector_share`` is the share of the searched scope that has vectors (1 once every row is

