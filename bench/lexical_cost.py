@@ -28,12 +28,9 @@ QUESTIONS = common.CORPUS.parent / "dev.jsonl"
 
 
 def run(n_chunks: int = 100_000, n_questions: int = 20, repeats: int = 2) -> dict:
-    from ragline.query.retrieval.search import (
-        lexical_query,
-        lexical_rows,
-        read_only_transaction,
-        set_transaction_params,
-    )
+    from ragline.query.retrieval.filters import lexical_query
+    from ragline.query.retrieval.retrievers import lexical_rows
+    from ragline.query.retrieval.transaction import read_only_transaction, set_transaction_params
     from ragline.shared.config.settings import get_settings
     from ragline.shared.sdk.contracts import SearchRequest
     from ragline.shared.worker import db

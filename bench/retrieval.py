@@ -100,11 +100,12 @@ def _request(tenant: str, qvec: np.ndarray):
 
 
 def _direct(tenant: str, qvec: np.ndarray, settings, rls: bool = True) -> tuple[float, list[tuple[str, int]]]:
-    """The retrieval task's vector statement (``ragline.query.retrieval.search.vector_rows``: same SQL, same
+    """The retrieval task's vector statement (``ragline.query.retrieval.retrievers.vector_rows``: same SQL, same
     transaction settings) in a read-only transaction on a pooled connection of this process: as the
     query pool's role (row-level security on, like the task) or, ``rls=False``, as the tables' owner.
     Milliseconds, and the first ``K`` rows' keys."""
-    from ragline.query.retrieval.search import read_only_transaction, set_transaction_params, vector_rows
+    from ragline.query.retrieval.retrievers import vector_rows
+    from ragline.query.retrieval.transaction import read_only_transaction, set_transaction_params
     from ragline.shared.worker import db
 
     req = _request(tenant, qvec)
@@ -154,18 +155,18 @@ def _exact(conn: psycopg.Connection, tenant: str, qvec: np.ndarray) -> list[tupl
 def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> str:
     """EXPLAIN of the vector statement (custom plan) on ``conn`` (the query pool's role: the
     row-level security filter shows), to show which path the planner takes."""
-    from ragline.query.retrieval import search as retrieve
+    from ragline.query.retrieval import sql, transaction
     from ragline.query.retrieval.filters import compile_filters
 
     req = _request(tenant, qvec)
     n = max(settings.retrieval.top_n, K)
     try:
         f = compile_filters(req, settings.retrieval.prefer_bonus, settings.retrieval.test_penalty)
-        sql = retrieve._sql(retrieve.VECTOR_SQL, f.columns_sql(), f.where_sql())
+        statement = sql.render(sql.VECTOR_SQL, f.columns_sql(), f.where_sql())
         with conn.transaction():
-            retrieve.set_transaction_params(conn, req, settings, n)
+            transaction.set_transaction_params(conn, req, settings, n)
             rows = conn.execute(
-                "EXPLAIN " + sql, {"tenant": tenant, "groups": ACL, "n": n, "qvec": qvec, **f.params}
+                "EXPLAIN " + statement, {"tenant": tenant, "groups": ACL, "n": n, "qvec": qvec, **f.params}
             )
             text = "\n".join(r["QUERY PLAN"] for r in rows.fetchall())
     except Exception as exc:  # the plan is informative only; the query module may have moved on

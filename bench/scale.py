@@ -13,7 +13,7 @@ built (as a first load or a ``ragline reembed`` would want to).
 
 The ground truth is computed with numpy over the vectors held in memory, with the tenant and ACL
 masks: the database is what is measured, so it is not trusted for the exact answer. Each search
-is the query module's own vector statement (``ragline.query.retrieval.search.vector_rows`` with
+is the query module's own vector statement (``ragline.query.retrieval.retrievers.vector_rows`` with
 ``set_transaction_params`` and the path ``vector_path`` picks, as the query pool's role under
 row-level security), with the storage type, ``ef_search`` and exact-path threshold passed as
 settings, so it measures what ``ragline`` runs. Latencies are client-side milliseconds of one read-only transaction on a pooled connection.
@@ -90,7 +90,7 @@ def _sample(space: EmbeddingSpace, n: int, rng: np.random.Generator, batch: int 
 
 def visible_rows(conn, tenant: str, groups: list[str]) -> int:
     """The caller-scoped count the planner reads (migration 0017's counters), as the owner."""
-    from ragline.query.retrieval.search import scope_rows
+    from ragline.query.retrieval.transaction import scope_rows
     from ragline.shared.sdk.contracts import SearchRequest
 
     return scope_rows(conn, SearchRequest(query="", tenant=tenant, groups=groups))[1]
@@ -221,7 +221,8 @@ def direct(
     """One vector search as the retrieval task runs it (``set_transaction_params`` reads the
     tenant's and the caller's counts, ``vector_path`` picks the path, ``vector_rows``), as the query
     pool's role: ms, the first K keys, the path taken, and the plan when asked."""
-    from ragline.query.retrieval.search import read_only_transaction, set_transaction_params, vector_rows
+    from ragline.query.retrieval.retrievers import vector_rows
+    from ragline.query.retrieval.transaction import read_only_transaction, set_transaction_params
     from ragline.shared.worker import db
 
     req = _request(tenant, qvec, groups)
@@ -321,7 +322,7 @@ def run(
     rounds: int = 3,
 ) -> dict:
     from ragline.operations.index import drop_index, rebuild_index
-    from ragline.query.retrieval.search import tenant_rows
+    from ragline.query.retrieval.transaction import tenant_rows
     from ragline.query.retrieval.vector_index import INDEX_NAMES
     from ragline.shared.config.settings import get_settings
     from ragline.shared.worker import db
@@ -694,7 +695,7 @@ def run(
         " result on record predates it: 0009's row trigger was disabled for the COPY and the counts written"
         " once after, load.lexical_stats_s; with it on, a one-transaction COPY of 1M rows did not finish).",
         "Default cases (…|default): the product's defaults for ef_search and the exact-path threshold,"
-        " applied by ragline.query.retrieval.search.vector_path to the tenant's chunks (lexical_stats) and the"
+        " applied by ragline.query.retrieval.transaction.vector_path to the tenant's chunks (lexical_stats) and the"
         " caller's (acl_group_rows, migration 0017): a tenant at or under it is sorted exactly (path"
         " 'tenant'), a caller who sees at most that many rows of a larger tenant is sorted exactly over"
         " the rows of its documents (path 'visible', documents' ACL index), any other through HNSW.",

@@ -1,21 +1,26 @@
 """Query pool: retrieve, fuse, rerank, answer, in two subpackages and the pool's entry points above them.
 
-* ``ragline.query.retrieval``: what finds the chunks a question needs: the SQL retrievers, their
-  fusion, filters, structural and file ranking, pseudo-relevance feedback, expansion, the reranker
-  and the query embedding cache. It never calls a chat model and never imports ``answer``.
+* ``ragline.query.retrieval``: what finds the chunks a question needs: the statements
+  (``sql``), the transaction they run in (``transaction``), the retrievers (``retrievers``), their
+  fusion (``fusion``: the policy object; ``hybrid``: which policy a search gets and its fused
+  hits), the orchestrator (``search``), filters, structural and file ranking, pseudo-relevance
+  feedback, expansion, the reranker, the query embedding cache and the row-level security check
+  of the pool's start-up. It never calls a chat model and never imports ``answer``.
 * ``ragline.query.answer``: what turns hits into an answer: context assembly, prompts, the
   extractive and chat generators, grounding, citations, sanitising, streaming, the user-facing
   texts, the query transforms and the agentic loop (the last two ask the chat generator, so they
   are the answer side's even though they run before a search). It may import ``retrieval``.
-* at the top, what runs a question and knows both sides: ``tasks`` (the Celery tasks, whose names
-  are a wire contract), ``service`` (the search and ask paths stage by stage), ``schemas``,
-  ``deadline`` (the question's time budget, which every stage of both sides checks) and
-  ``admission`` (per-tenant admission, asked before any other work).
+* at the top, what knows both sides or neither: ``tasks`` (the Celery tasks; their names are a
+  wire contract, ``ragline.shared.sdk.names``), ``service`` (the search and ask paths stage by
+  stage: it calls both subpackages, so it sits above them), ``schemas`` (the contract's JSON
+  Schema export, the CLI's), ``admission`` (per-tenant admission, asked by the tasks before any
+  other work), and two modules both sides read: ``deadline`` (the question's time budget, which
+  every stage checks) and ``question`` (what a question asks, read from its words).
 
-``pyproject.toml``'s import contracts keep ``retrieval`` below ``answer`` and both below the top.
-The modules were once all in this folder; their old names (``ragline.query.extractive``) still
-import, as the module of the new name with a DeprecationWarning (:data:`MOVED`, served by the finder
-of ``ragline.shared``).
+``pyproject.toml``'s import contracts state it: tasks > service > answer > retrieval > deadline |
+question. The modules were once all in this folder; their old names (``ragline.query.extractive``,
+``ragline.query.retrieve``) still import, as the module of the new name with a DeprecationWarning
+(:data:`MOVED`, served by the finder of ``ragline.shared``).
 """
 
 from __future__ import annotations
@@ -52,5 +57,6 @@ _ANSWER = (
 MOVED: dict[str, str] = {
     **{f"ragline.query.{name}": f"ragline.query.retrieval.{name}" for name in _RETRIEVAL},
     **{f"ragline.query.{name}": f"ragline.query.answer.{name}" for name in _ANSWER},
-    "ragline.query.retrieve": "ragline.query.retrieval.search",
+    # split by job; the old module's names, each from its new home
+    "ragline.query.retrieve": "ragline.query.retrieval.compat",
 }

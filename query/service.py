@@ -15,8 +15,6 @@ import numpy as np
 import psycopg
 
 from ragline.query.answer import extractive, grounding, texts, transforms
-
-from ragline.query.retrieval import file_rank
 from ragline.query.answer.agentic import (
     Budget,
     CoveragePlanner,
@@ -28,18 +26,20 @@ from ragline.query.answer.agentic import (
     llm_route,
     route,
 )
-from ragline.query.retrieval.cache import LRU, scoped_key
 from ragline.query.answer.citations import build_citations, cited_numbers, claims, invalid_citations
 from ragline.query.answer.context import Assembly, assemble, chunk_for, squeeze
-from ragline.query.deadline import DeadlineExceeded, check, run_with_deadline
-from ragline.query.retrieval.expand import Expansion
-from ragline.query.retrieval.fusion import FusionPolicy
 from ragline.query.answer.prompt import build_messages, render_squeeze
-from ragline.query.retrieval.rerank import RerankOutcome, fallback, rerank_hits
-from ragline.query.retrieval.search import corpus_plan, document_chunks
-from ragline.query.retrieval.search import search as sql_search
 from ragline.query.answer.sanitize import sanitize_links
 from ragline.query.answer.stream import StreamInterrupted, current_publisher, stream_generation
+from ragline.query.deadline import DeadlineExceeded, check, run_with_deadline
+from ragline.query.question import compared
+from ragline.query.retrieval import file_rank
+from ragline.query.retrieval.cache import LRU, scoped_key
+from ragline.query.retrieval.expand import Expansion
+from ragline.query.retrieval.fusion import FusionPolicy
+from ragline.query.retrieval.rerank import RerankOutcome, fallback, rerank_hits
+from ragline.query.retrieval.retrievers import corpus_plan, document_chunks
+from ragline.query.retrieval.search import search as sql_search
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.contracts import (
     AskRequest,
@@ -548,7 +548,7 @@ def _route(question: str, reasons: list[str]) -> Route:
     mode = get_settings().answer.decompose
     if mode == "off":
         return Route("simple", why="decomposition off")
-    rules = route(question, extractive.compared(question))
+    rules = route(question, compared(question))
     if mode == "rules" or rules.route == "simple":
         return rules
     try:

@@ -22,9 +22,9 @@ from pydantic import BaseModel
 
 from ragline.query import service
 from ragline.query.admission import get_admission
-from ragline.query.deadline import QueryLimitError, question_deadline
-from ragline.query.retrieval.search import row_security_problem
 from ragline.query.answer.stream import answer_publisher, publishing
+from ragline.query.deadline import QueryLimitError, question_deadline
+from ragline.query.retrieval.row_security import row_security_problem
 from ragline.query.retrieval.vector_index import problem as vector_index_problem
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import AskRequest, ErrorResult, RerankRequest, SearchRequest

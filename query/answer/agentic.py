@@ -178,7 +178,7 @@ class Route:
 def route(question: str, compared: tuple[str, str] | None = None) -> Route:
     """Rules offline: a comparison searches each side too; a question of two independent parts
     ("Which events … and how do I …") each part too; any other question is simple. ``compared``
-    is the comparison's two sides (query/answer/extractive.py ``compared``)."""
+    is the comparison's two sides (query/question.py ``compared``)."""
     if compared is not None:
         return Route("decompose", [compared[0], compared[1]], "comparison")
     parts = [p.strip(" ,?") for p in _SECOND_PART.split(question, maxsplit=1)]

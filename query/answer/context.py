@@ -25,8 +25,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ragline.query.deadline import QuestionDeadlineExceeded
 from ragline.query.answer.extractive import stems
+from ragline.query.deadline import QuestionDeadlineExceeded
 from ragline.shared.sdk.contracts import Hit
 
 _WORD = re.compile(r"\w+", re.UNICODE)

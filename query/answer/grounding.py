@@ -36,8 +36,8 @@ from ragline.query.answer.extractive import (
     topic_specific_terms,
     topic_terms,
 )
-from ragline.query.retrieval.language import passages_script, script_of
 from ragline.query.answer.prompt import x
+from ragline.query.retrieval.language import passages_script, script_of
 from ragline.shared.sdk.contracts import Hit
 
 _MARKER = re.compile(r"\[(\d{1,3})\]")

@@ -13,7 +13,7 @@ into the context"), ``ask`` can send more than the chunks it found:
 
 The chunks added keep the hit's score (just below it, in document order), so context assembly
 (``query/answer/context.py``) merges them with the hit into one passage and its token budget drops what
-does not fit. Pure functions; the statement that reads the chunks is ``retrieve.document_chunks``.
+does not fit. Pure functions; the statement that reads the chunks is ``retrievers.document_chunks``.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ragline.query.answer.extractive import STOP_WORDS, definition_subject
+from ragline.query.question import STOP_WORDS, definition_subject
 
 #: a word of a question as the lexical retriever sees it (query/retrieval/filters.py's notion, with the dots
 #: and hyphens inside versions and identifiers kept: "4.0.3", "v-if")

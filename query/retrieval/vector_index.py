@@ -2,7 +2,7 @@
 pool's statements need.
 
 ``RAGLINE_RETRIEVAL_VECTOR_INDEX`` says how the vector statement orders rows
-(:data:`ragline.query.retrieval.search.VECTOR_ORDER`): by ``embedding <=> q`` (a ``vector`` index) or by
+(:data:`ragline.query.retrieval.sql.VECTOR_ORDER`): by ``embedding <=> q`` (a ``vector`` index) or by
 ``embedding::halfvec(D) <=> q::halfvec(D)`` (a ``halfvec`` expression index, half the size). Postgres
 uses an index only for the expression it was built on, so a setting that disagrees with the
 database's index does not fail: every vector search of a large tenant silently reads and sorts the

@@ -226,7 +226,7 @@ FUSION_GRID: list[dict] = [
 
 
 def _rows(hits: list[dict]) -> list[dict]:
-    """Hits of a single-mode search as the candidate rows :func:`ragline.query.retrieval.search.fused_keys`
+    """Hits of a single-mode search as the candidate rows :func:`ragline.query.retrieval.hybrid.fused_keys`
     reads (its score fields)."""
     return [
         {
@@ -251,8 +251,8 @@ def sweep_fusion(
     """Hybrid metrics for several fusion settings (retrieval-group overrides such as
     ``{"fusion": "convex", "fusion_normalization": "zscore", "convex_weight_lexical": 0.3}``),
     recomputed from one run's vector and lexical lists with the retriever's own
-    :func:`ragline.query.retrieval.search.fused_keys`, script check included."""
-    from ragline.query.retrieval.search import fused_keys  # psycopg and numpy: only when sweeping
+    :func:`ragline.query.retrieval.hybrid.fused_keys`, script check included."""
+    from ragline.query.retrieval.hybrid import fused_keys  # psycopg and numpy: only when sweeping
 
     runs = runs or candidate_lists(queries, search, settings.retrieval.top_n)
     out = []

@@ -40,9 +40,9 @@ from pathlib import Path
 
 from ragline.query.answer import grounding
 from ragline.query.answer.extractive import question_terms, stems
-from ragline.query.retrieval.language import script_of
 from ragline.query.answer.prompt import x
 from ragline.query.answer.texts import framing_lines
+from ragline.query.retrieval.language import script_of
 
 KINDS = (
     "definition",

@@ -23,7 +23,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from ragline.query.retrieval.vector_index import BUILDING, INDEX_NAMES, definition, hnsw_indexes, kind_of, problem_with
+from ragline.query.retrieval.vector_index import (
+    BUILDING,
+    INDEX_NAMES,
+    definition,
+    hnsw_indexes,
+    kind_of,
+    problem_with,
+)
 from ragline.shared.config.settings import get_settings
 
 

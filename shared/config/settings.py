@@ -782,7 +782,7 @@ class RetrievalSettings(_Group):
         0.1,
         ge=0,
         validation_alias="RAGLINE_RRF_WEIGHT_LEXICAL_CODE",
-        description='the lexical weight for code retrieval (a question naming a file or an identifier, or code candidates: query/retrieval/search.py code_retrieval): identifiers match exactly, so the lexical list is a strong partner there; chosen on swe-loc-dev (docs/evaluation.md, "Code retrieval")',
+        description='the lexical weight for code retrieval (a question naming a file or an identifier, or code candidates: query/retrieval/hybrid.py code_retrieval): identifiers match exactly, so the lexical list is a strong partner there; chosen on swe-loc-dev (docs/evaluation.md, "Code retrieval")',
     )
     hnsw_ef_search: int = Field(
         100,
@@ -793,7 +793,7 @@ class RetrievalSettings(_Group):
         10_000,
         ge=0,
         validation_alias="RAGLINE_EXACT_SEARCH_MAX_ROWS",
-        description='a tenant of at most this many chunks (lexical_stats, migration 0009) is searched exactly, its rows through the tenant index sorted by distance; in a larger tenant, a caller whose groups admit at most this many chunks (acl_group_rows, migration 0017) is searched exactly over the rows of its documents; anyone else through HNSW (query/retrieval/search.py vector_path). Filtered HNSW slows down and loses recall as the share of the index the caller sees shrinks, the exact sort grows with the rows it reads (docs/operations.md "Vector index and query planning": the rule, where they cross, why this default). 0 = off',
+        description='a tenant of at most this many chunks (lexical_stats, migration 0009) is searched exactly, its rows through the tenant index sorted by distance; in a larger tenant, a caller whose groups admit at most this many chunks (acl_group_rows, migration 0017) is searched exactly over the rows of its documents; anyone else through HNSW (query/retrieval/transaction.py vector_path). Filtered HNSW slows down and loses recall as the share of the index the caller sees shrinks, the exact sort grows with the rows it reads (docs/operations.md "Vector index and query planning": the rule, where they cross, why this default). 0 = off',
     )
     vector_index: Literal["vector", "halfvec"] = Field(
         "vector",

@@ -1,4 +1,4 @@
-"""The vector search's three paths on real Postgres, through ``retrieve.search`` as the query role:
+"""The vector search's three paths on real Postgres, through ``search.search`` as the query role:
 each returns the exact top k of the caller's rows for the cases it is chosen for (the tenant's rows
 sorted, the caller's documents' rows sorted, HNSW for a large share), and the caller-scoped
 counters it is chosen by (migration 0017) follow inserts, ACL updates and deletes of documents."""
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from bench.synthetic import EmbeddingSpace, load_chunks
-from ragline.query.retrieval import search as retrieve
+from ragline.query.retrieval import search as retrieval_search
+from ragline.query.retrieval import sql, transaction
 from ragline.shared.sdk.contracts import SearchRequest
 from ragline.shared.worker import db
 
@@ -70,9 +71,7 @@ def path_of(statements: list[str]) -> str:
     if "documents d" in vector[0]:
         return "visible"
     return (
-        "tenant"
-        if retrieve.EXACT_ORDER.replace("%(qvec)s", "") in vector[0].replace("%(qvec)s", "")
-        else "hnsw"
+        "tenant" if sql.EXACT_ORDER.replace("%(qvec)s", "") in vector[0].replace("%(qvec)s", "") else "hnsw"
     )
 
 
@@ -82,7 +81,7 @@ def search(groups: list[str], q: np.ndarray) -> tuple[str, list[tuple[str, int]]
     req = SearchRequest(query="", tenant=TENANT, groups=groups, k=K, mode="vector", query_vector=q.tolist())
     with db.query_connection() as conn:
         rec = Recorded(conn)
-        hits = retrieve.search(rec, req, q, get_settings()).hits  # type: ignore[arg-type]
+        hits = retrieval_search.search(rec, req, q, get_settings()).hits  # type: ignore[arg-type]
     return path_of(rec.sql), [(h.doc_id, h.chunk_no) for h in hits]
 
 
@@ -165,7 +164,7 @@ def test_the_query_role_reads_only_its_own_groups_counts(corpus):
     from ragline.shared.config.settings import get_settings
 
     req = SearchRequest(query="", tenant=TENANT, groups=["g100"], k=K, mode="vector", query_vector=[0.0])
-    with db.query_connection() as conn, retrieve.read_only_transaction(conn):
-        retrieve.set_transaction_params(conn, req, get_settings(), K)
+    with db.query_connection() as conn, transaction.read_only_transaction(conn):
+        transaction.set_transaction_params(conn, req, get_settings(), K)
         rows = conn.execute("SELECT tenant, grp FROM acl_group_rows").fetchall()
     assert {(r["tenant"], r["grp"]) for r in rows} == {(TENANT, "g100")}

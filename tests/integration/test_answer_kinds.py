@@ -30,7 +30,6 @@ import subprocess
 import pytest
 
 from ragline.query import service
-
 from ragline.query.answer import texts
 from ragline.shared.sdk.contracts import AskRequest
 from tests.conftest import DATASETS

@@ -197,15 +197,15 @@ def test_citations_that_fail_validation_end_the_stream_with_no_answer(celery_wor
 
 
 def test_a_refused_question_ends_the_stream_with_its_error(celery_worker, corpus, use_settings, monkeypatch):
-    from ragline.query.retrieval import search as retrieve
+    from ragline.query.retrieval import retrievers
 
-    lexical_rows = retrieve.lexical_rows
+    lexical_rows = retrievers.lexical_rows
 
     def slow(conn, *args, **kwargs):  # the deadline passes inside retrieval's SQL, however fast it is
         conn.execute("SELECT pg_sleep(0.05)")  # cut by the statement timeout the deadline sets
         return lexical_rows(conn, *args, **kwargs)
 
-    monkeypatch.setattr(retrieve, "lexical_rows", slow)  # the in-process worker runs this module
+    monkeypatch.setattr(retrievers, "lexical_rows", slow)  # the in-process worker runs this module
     with StreamingChatServer(Script(PIECES)) as srv:
         chat(use_settings, "anthropic", srv, question_deadline_s=0.001)
         res = send(corpus)

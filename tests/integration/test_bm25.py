@@ -1,4 +1,4 @@
-"""BM25 in Postgres (migration 0009, ``retrieve.BM25_SQL``): the statistics follow every write, the
+"""BM25 in Postgres (migration 0009, ``sql.BM25_SQL``): the statistics follow every write, the
 score is BM25's formula, and the query role computes it under row-level security."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from ragline.query.retrieval import search as retrieve
+from ragline.query.retrieval import search, transaction
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import SearchRequest
 from ragline.shared.worker import db
@@ -161,17 +161,17 @@ def test_bm25_scores_and_order_as_the_query_role(conn, tenant):
     settings = Settings(lexical_rank="bm25", bm25_k1=1.2, bm25_b=0.75)
     req = SearchRequest(query=QUESTION, tenant=tenant, groups=["g"], k=10, mode="lexical")
     with db.query_connection() as qconn:  # row-level security binds this role
-        hits = retrieve.search(qconn, req, None, settings).hits
+        hits = search.search(qconn, req, None, settings).hits
         with qconn.transaction():
-            retrieve.set_transaction_params(qconn, req, settings)
+            transaction.set_transaction_params(qconn, req, settings)
             seen = qconn.execute("SELECT DISTINCT tenant FROM lexical_stats").fetchall()
     assert [r["tenant"] for r in seen] == [tenant]  # the statistics of its own tenant only
     assert_reference(hits, bm25_reference(conn, tenant, ["g"], QUESTION, 1.2, 0.75), "zoo.md", "hidden.md")
     # ts_rank, still selectable, has no idf: the document repeating the common word wins
-    ts = retrieve.search(conn, req, None, Settings(lexical_rank="ts_rank")).hits
+    ts = search.search(conn, req, None, Settings(lexical_rank="ts_rank")).hits
     assert ts[0].doc_id == "cats.md"
     # and b = 0 turns length normalisation off, as in the formula
-    flat = retrieve.search(conn, req, None, Settings(lexical_rank="bm25", bm25_b=0.0)).hits
+    flat = search.search(conn, req, None, Settings(lexical_rank="bm25", bm25_b=0.0)).hits
     ref = bm25_reference(conn, tenant, ["g"], QUESTION, 1.2, 0.0)
     assert {h.doc_id: round(h.lexical_score, 9) for h in flat} == {d: round(s, 9) for d, s in ref.items()}
 
@@ -182,7 +182,7 @@ def test_hybrid_with_convex_fusion_end_to_end(conn, tenant):
 
     def run(settings: Settings, mode: str = "hybrid") -> list:
         with db.query_connection() as qconn:
-            return retrieve.search(qconn, req.model_copy(update={"mode": mode}), vec(QUESTION), settings).hits
+            return search.search(qconn, req.model_copy(update={"mode": mode}), vec(QUESTION), settings).hits
 
     lexical_heavy = run(
         Settings(
@@ -278,11 +278,11 @@ def test_bm25_over_the_identifier_terms_of_code(conn, tenant):
     conn.commit()
     req = SearchRequest(query=CODE_QUESTION, tenant=tenant, groups=["g"], k=10, mode="lexical")
     with db.query_connection() as qconn:
-        hits = retrieve.search(qconn, req, None, Settings(lexical_rank="bm25")).hits
+        hits = search.search(qconn, req, None, Settings(lexical_rank="bm25")).hits
     assert_reference(
         hits, code_bm25_reference(conn, tenant, ["g"], CODE_QUESTION, 1.2, 0.75), "hooks.py", "hr.py"
     )
     # ts_rank (no idf) still ranks with the identifiers as written added: the chunk that only
     # repeats the common part is not first under either
-    ts = retrieve.search(conn, req, None, Settings(lexical_rank="ts_rank")).hits
+    ts = search.search(conn, req, None, Settings(lexical_rank="ts_rank")).hits
     assert ts[0].doc_id != "models.py" and {h.doc_id for h in ts} == {h.doc_id for h in hits}

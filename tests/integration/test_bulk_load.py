@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from bench.synthetic import EmbeddingSpace, load_chunks
 from ragline.cli import app as cli
-from ragline.query.retrieval import search as retrieve
+from ragline.query.retrieval import search
 from ragline.query.retrieval.vector_index import INDEX_NAMES, hnsw_indexes
 from ragline.shared.sdk.contracts import SearchRequest
 from ragline.shared.worker import db
@@ -90,7 +90,7 @@ def vector_search(q: np.ndarray) -> list[tuple[str, int]]:
 
     req = SearchRequest(query="", tenant=OTHER, groups=GROUPS, k=K, mode="vector", query_vector=q.tolist())
     with db.query_connection() as conn:
-        hits = retrieve.search(conn, req, q, get_settings()).hits
+        hits = search.search(conn, req, q, get_settings()).hits
     return [(h.doc_id, h.chunk_no) for h in hits]
 
 

@@ -1,4 +1,4 @@
-"""Pseudo-relevance feedback end to end (``retrieve.feedback_pass``): on a tiny constructed corpus
+"""Pseudo-relevance feedback end to end (``retrievers.feedback_pass``): on a tiny constructed corpus
 the second pass moves the passage the feedback points at up (dense) or in (lexical), and its
 statements keep the tenant and ACL filters in SQL (the owner connection, which row-level security
 does not bind, sees only the caller's rows)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragline.query.retrieval import search as retrieve
+from ragline.query.retrieval import search
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import SearchRequest
 from ragline.shared.worker import db
@@ -56,7 +56,7 @@ def _store(conn, tenant: str) -> None:
 def _order(connection, tenant: str, mode: str, **prf) -> list[str]:
     req = SearchRequest(query=QUESTION, tenant=tenant, groups=["g"], k=10, mode=mode)
     settings = Settings(prf_docs=2, **prf)
-    return [h.doc_id for h in retrieve.search(connection, req, unit(1), settings).hits]
+    return [h.doc_id for h in search.search(connection, req, unit(1), settings).hits]
 
 
 @pytest.mark.parametrize("role", ["owner", "query"])

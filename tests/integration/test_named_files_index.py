@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from ragline.query.retrieval.search import named_rows, set_transaction_params
+from ragline.query.retrieval.retrievers import named_rows
+from ragline.query.retrieval.transaction import set_transaction_params
 from ragline.shared.sdk.contracts import SearchRequest
 from ragline.shared.worker import db
 

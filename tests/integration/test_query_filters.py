@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ragline.query import service
-from ragline.query.retrieval.search import lexical_rows
+from ragline.query.retrieval.retrievers import lexical_rows
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import SearchRequest
 from tests.integration.query_corpus import store_docs, vec
@@ -172,7 +172,7 @@ def test_set_local_does_not_leak_out_of_the_read_only_transaction(corpus, conn):
     assert conn.execute("SHOW hnsw.ef_search").fetchone()["hnsw.ef_search"] == before
     conn.execute("CREATE TEMP TABLE writable_after (x int)")  # the read-only mode ended with its transaction
     conn.commit()
-    from ragline.query.retrieval.search import read_only_transaction
+    from ragline.query.retrieval.transaction import read_only_transaction
 
     with read_only_transaction(conn):  # BEGIN READ ONLY did reach the server
         assert conn.execute("SHOW transaction_read_only").fetchone()["transaction_read_only"] == "on"

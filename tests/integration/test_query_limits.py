@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from ragline.query.retrieval import search as retrieve
 from ragline.query.admission import RateLimited, get_admission
+from ragline.query.retrieval import sql
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.client import RaglineClient, RaglineError
 from ragline.shared.sdk.contracts import SearchRequest
@@ -40,7 +40,7 @@ def client(celery_worker, stack):
 @pytest.fixture()
 def slow_statements(monkeypatch):
     """Every retrieval statement sleeps a second per row it looks at: a deliberately slow query."""
-    monkeypatch.setattr(retrieve, "_SCOPE", "pg_sleep(1) IS NOT NULL AND " + retrieve._SCOPE)
+    monkeypatch.setattr(sql, "SCOPE", "pg_sleep(1) IS NOT NULL AND " + sql.SCOPE)
 
 
 def test_a_slow_statement_is_cancelled_with_a_typed_error(corpus, client, use_settings, slow_statements):

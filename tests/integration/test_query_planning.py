@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from bench.synthetic import EmbeddingSpace, load_chunks
 from ragline.cli import app as cli
-from ragline.query.retrieval import search as retrieve
+from ragline.query.retrieval import retrievers, transaction
+from ragline.query.retrieval import search as retrieval_search
 from ragline.query.retrieval.vector_index import INDEX_NAMES, problem
 from ragline.shared.sdk.contracts import SearchRequest
 from ragline.shared.worker import db
@@ -62,9 +63,9 @@ def search(tenant: str, q: np.ndarray, conn=None):
     from ragline.shared.config.settings import get_settings
 
     if conn is not None:
-        return retrieve.search(conn, request(tenant, q), q, get_settings())
+        return retrieval_search.search(conn, request(tenant, q), q, get_settings())
     with db.query_connection() as conn:
-        return retrieve.search(conn, request(tenant, q), q, get_settings())
+        return retrieval_search.search(conn, request(tenant, q), q, get_settings())
 
 
 def recall(tenant: str, vectors: np.ndarray, queries: np.ndarray, conn=None) -> float:
@@ -115,9 +116,9 @@ def plan(conn, tenant: str, q: np.ndarray, settings) -> tuple[int, str]:
     statement's plan on the path it picks."""
     req = request(tenant, q)
     with conn.transaction():
-        limit = retrieve.set_transaction_params(conn, req, settings, K)
+        limit = transaction.set_transaction_params(conn, req, settings, K)
         text = json.dumps(
-            retrieve.vector_rows(Explained(conn), req, q, K, settings, limit.vector_path(settings))
+            retrievers.vector_rows(Explained(conn), req, q, K, settings, limit.vector_path(settings))
         )
     return limit.tenant_rows, text
 
@@ -162,10 +163,10 @@ def test_vector_rows_counts_the_tenant_when_not_told(corpus, use_settings):
     vectors, queries = corpus
     use_settings(hnsw_ef_search=1, retrieval_top_n=K, exact_search_max_rows=SMALL)
     settings = get_settings()
-    with as_in_a_million_rows() as conn, retrieve.read_only_transaction(conn):
+    with as_in_a_million_rows() as conn, transaction.read_only_transaction(conn):
         req = request(SMALL_TENANT, queries[1])
-        retrieve.set_transaction_params(conn, req, settings, K)
-        rows = retrieve.vector_rows(conn, req, queries[1], K, settings)
+        transaction.set_transaction_params(conn, req, settings, K)
+        rows = retrievers.vector_rows(conn, req, queries[1], K, settings)
     assert [(r["doc_id"], r["chunk_no"]) for r in rows] == exact_top(vectors[SMALL_TENANT], queries[1])
 
 

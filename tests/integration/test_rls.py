@@ -9,9 +9,8 @@ import stat
 import psycopg
 import pytest
 
-from ragline.query.retrieval import search as retrieve
-
 from ragline.query import service
+from ragline.query.retrieval import filters, row_security, search, sql, transaction
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.client import RaglineClient
 from ragline.shared.sdk.contracts import SearchRequest
@@ -36,7 +35,7 @@ def corpus(conn, tenant):
 
 
 def scoped(conn: psycopg.Connection, tenant: str | None, groups: list[str] | None) -> None:
-    """What every retrieval transaction sets first (``retrieve.set_transaction_params``)."""
+    """What every retrieval transaction sets first (``transaction.set_transaction_params``)."""
     if tenant is not None:
         conn.execute("SELECT set_config('ragline.tenant', %s, true)", (tenant,))
     if groups is not None:
@@ -71,17 +70,17 @@ def test_a_statement_without_its_filters_reads_only_the_scope(corpus):
 
 def test_a_retrieval_that_forgot_its_tenant_filter_does_not_leak(corpus, monkeypatch):
     """Simulate the bug RLS is for: the scope clause of every retrieval statement replaced by TRUE."""
-    monkeypatch.setattr(retrieve, "_SCOPE", "TRUE")
+    monkeypatch.setattr(sql, "SCOPE", "TRUE")
     settings = get_settings()
     for mode in ("lexical", "vector", "hybrid"):
         req = SearchRequest(query=WORD, tenant=corpus, groups=["g"], k=10, mode=mode)
         with db.connection() as owner:  # as the owner the bug is real: another tenant's and hr's rows
-            leaked = {h.doc_id for h in retrieve.search(owner, req, vec(WORD), settings).hits}
+            leaked = {h.doc_id for h in search.search(owner, req, vec(WORD), settings).hits}
         # Rows the caller may not see come back (which ones depends on what else shares the database:
         # the whole suite's documents compete for the top k once the scope is gone).
         assert leaked - {"open.md", "both.md"}, mode
         with db.query_connection() as conn:  # the query pool's role: only what the caller may see
-            hits = retrieve.search(conn, req, vec(WORD), settings).hits
+            hits = search.search(conn, req, vec(WORD), settings).hits
         assert {h.doc_id for h in hits} == {"open.md", "both.md"}, mode
     # and through the service the query pool uses
     resp = service.search(SearchRequest(query=WORD, tenant=corpus, groups=["hr"], k=10, mode="lexical"))
@@ -164,8 +163,8 @@ def test_lexical_search_keeps_its_index_under_row_level_security(corpus):
         owner.commit()
     settings = get_settings()
     req = SearchRequest(query=WORD, tenant=corpus, groups=["g"], k=10, mode="lexical")
-    f = retrieve.compile_filters(req, 0.0, 0.0)
-    sql = "EXPLAIN (COSTS OFF) " + retrieve._sql(retrieve.LEXICAL_SQL, f.columns_sql(), f.where_sql())
+    f = filters.compile_filters(req, 0.0, 0.0)
+    statement = "EXPLAIN (COSTS OFF) " + sql.render(sql.LEXICAL_SQL, f.columns_sql(), f.where_sql())
     params = {"tenant": corpus, "groups": ["g"], "n": 50, "query": WORD, "rank_norm": 1, **f.params}
 
     def plan_as_query_role(owner: psycopg.Connection, leakproof: bool) -> tuple[str, str | None]:
@@ -174,9 +173,9 @@ def test_lexical_search_keeps_its_index_under_row_level_security(corpus):
             if not leakproof:
                 owner.execute("ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) NOT LEAKPROOF")
             owner.execute("SET LOCAL ROLE ragline_query_login")
-            retrieve.set_transaction_params(owner, req, settings)
-            plan = "\n".join(r["QUERY PLAN"] for r in owner.execute(sql, params))
-            return plan, retrieve.row_security_problem(owner)  # last: it ends the transaction
+            transaction.set_transaction_params(owner, req, settings)
+            plan = "\n".join(r["QUERY PLAN"] for r in owner.execute(statement, params))
+            return plan, row_security.row_security_problem(owner)  # last: it ends the transaction
         finally:
             owner.rollback()
 
@@ -186,6 +185,6 @@ def test_lexical_search_keeps_its_index_under_row_level_security(corpus):
         plan, problem = plan_as_query_role(owner, leakproof=False)  # rolled back afterwards
         assert "chunks_tsv_gin" not in plan and "LEAKPROOF" in problem, plan
     with db.query_connection() as conn:
-        assert retrieve.row_security_problem(conn) is None
+        assert row_security.row_security_problem(conn) is None
     with db.connection() as owner:  # a query pool left on DATABASE_URL is told it is not bound
-        assert "does not bind" in retrieve.row_security_problem(owner)
+        assert "does not bind" in row_security.row_security_problem(owner)

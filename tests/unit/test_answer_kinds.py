@@ -19,7 +19,8 @@ import pytest
 
 from ragline.query.answer import grounding, texts
 from ragline.query.answer.citations import build_citations, cited_numbers
-from ragline.query.answer.extractive import compared, extract, question_kind
+from ragline.query.answer.extractive import extract, question_kind
+from ragline.query.question import compared
 from ragline.shared.sdk.contracts import Hit
 
 SESSIONS_137 = """\

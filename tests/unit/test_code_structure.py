@@ -18,7 +18,12 @@ from ragline.operations.eval_code import (
     snapshot_tenant,
 )
 from ragline.query.retrieval import structure
-from ragline.query.retrieval.filters import DEFAULT_TEST_GLOBS, compile_filters, glob_pattern, like_patterns_for_tests
+from ragline.query.retrieval.filters import (
+    DEFAULT_TEST_GLOBS,
+    compile_filters,
+    glob_pattern,
+    like_patterns_for_tests,
+)
 from ragline.query.retrieval.fusion import FusionPolicy
 from ragline.query.retrieval.search import ranked_by_structure, structural
 from ragline.shared.config.settings import CodeSettings, Settings

@@ -14,13 +14,13 @@ from __future__ import annotations
 import re
 
 from ragline.query.answer.extractive import (
-    definition_subject,
     extractive_answer,
     is_code_or_markup,
     prose_sentences,
     sentence_key,
 )
 from ragline.query.answer.prompt import NO_ANSWER
+from ragline.query.question import definition_subject
 from ragline.shared.sdk.contracts import Hit
 
 COMPUTED_0 = """Выражения внутри шаблона удобны, но предназначены для простых операций. Большое количество \

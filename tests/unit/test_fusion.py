@@ -40,7 +40,7 @@ def _row(doc: str, n: int = 0, **kw) -> dict:
 
 
 def test_fuse_scores_rows_then_builds_only_the_kept_hits():
-    from ragline.query.retrieval.search import fuse
+    from ragline.query.retrieval.hybrid import fuse
     from ragline.shared.config.settings import Settings
 
     s = Settings(rrf_weight_vector=1.0, rrf_weight_lexical=1.0, fusion="rrf")
@@ -127,7 +127,7 @@ def _noise_lists() -> tuple[list[dict], list[dict]]:
 
 
 def test_fuse_keeps_the_vector_order_for_an_english_question_over_russian_passages():
-    from ragline.query.retrieval.search import fuse
+    from ragline.query.retrieval.hybrid import fuse
     from ragline.shared.config.settings import Settings
 
     s = Settings(fusion="rrf")  # the RRF defaults: 1 : 0.0175, cross-script 0

@@ -16,9 +16,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from ragline.operations import eval as evaluation
-from ragline.query.retrieval import search as retrieve
-from ragline.query.retrieval import structure
 from ragline.query import service
+from ragline.query.retrieval import hybrid, structure
 from ragline.query.retrieval.fusion import FusionPolicy, convex, rrf
 from ragline.query.retrieval.language import PASSAGES, lexical_weight
 from ragline.shared.config.settings import Settings
@@ -34,9 +33,7 @@ def _reference_fused_keys(vector, lexical, settings, query=""):
     rows = [*vector, *lexical]
     prose = (r.fusion, r.rrf_weight_lexical)
     code = (r.fusion_code, r.rrf_weight_lexical_code)
-    fusion, base = (
-        prose if code == prose else code if retrieve.code_retrieval(query, settings, rows) else prose
-    )
+    fusion, base = prose if code == prose else code if hybrid.code_retrieval(query, settings, rows) else prose
     w_lex = lexical_weight(
         query,
         [row["content"] for row in vector[:PASSAGES]] if lexical else [],
@@ -160,7 +157,7 @@ SETTINGS = st.builds(
 @given(SETTINGS, st.integers(0, 10_000), st.sampled_from(QUERIES), st.booleans())
 def test_hybrid_fusion_ranks_and_scores_as_before(s, seed, query, code):
     vector, lexical = _lists(seed, code)
-    assert retrieve.fused_keys(vector, lexical, s, query) == _reference_fused_keys(vector, lexical, s, query)
+    assert hybrid.fused_keys(vector, lexical, s, query) == _reference_fused_keys(vector, lexical, s, query)
 
 
 def test_the_default_settings_fuse_as_before_on_prose_and_code():
@@ -169,7 +166,7 @@ def test_the_default_settings_fuse_as_before_on_prose_and_code():
         for code in (False, True):
             vector, lexical = _lists(seed, code)
             for query in QUERIES:
-                assert retrieve.fused_keys(vector, lexical, s, query) == _reference_fused_keys(
+                assert hybrid.fused_keys(vector, lexical, s, query) == _reference_fused_keys(
                     vector, lexical, s, query
                 )
 
@@ -270,7 +267,7 @@ class _Spy:
 
 def _hybrid_retrieval(spy):
     vector, lexical = _lists(1)
-    retrieve.fuse(vector, lexical, Settings(), limit=5, query="погода")
+    hybrid.fuse(vector, lexical, Settings(), limit=5, query="погода")
     return "hybrid"
 
 
@@ -346,11 +343,11 @@ def test_a_vector_list_over_a_sliver_of_the_scope_does_not_outrank_the_lexical_l
     s = Settings(fusion=fusion, fusion_code=fusion)
     vector, lexical = _partly_embedded()
     query = "where is register_hook defined?"
-    sliver = [h.doc_id for h in retrieve.fuse(vector, lexical, s, 10, query, vector_share=0.02)]
+    sliver = [h.doc_id for h in hybrid.fuse(vector, lexical, s, 10, query, vector_share=0.02)]
     # (convex: the lexical list's last row is its minimum, 0 after min-max, whatever the share)
     assert sliver[:4] == [f"code-lex{i}" for i in range(4)], sliver
     # fully embedded the lists fuse as before (the reference above), whatever the share did
-    full = [key[0] for key, _ in retrieve.fused_keys(vector, lexical, s, query, vector_share=1.0)]
+    full = [key[0] for key, _ in hybrid.fused_keys(vector, lexical, s, query, vector_share=1.0)]
     assert full == [key[0] for key, _ in _reference_fused_keys(vector, lexical, s, query)]
     assert full[0].startswith("code-vec")
 

@@ -34,6 +34,8 @@ PACKAGE_DIRS |= {"ragline.query": ROOT / "query", "ragline.shared": ROOT / "shar
 #: the files that name the old module paths on purpose
 OLD_NAMES_ON_PURPOSE = {"shared/__init__.py", "query/__init__.py", "tests/unit/test_module_names.py"}
 DOTTED = re.compile(r"(?<![\w.])ragline\.(?:cli|ingest|query|shared)(?:\.[A-Za-z_]\w*)+")
+#: a module imported by name: an old name here is stale even when it is also a task's name
+IMPORTED = re.compile(r"(?:^|\s)(?:from|import)\s+(ragline\.[\w.]+)", re.M)
 # a path followed by ``:lines`` is a citation of an ingested corpus, not a module of this checkout
 FILE = re.compile(r"(?<![\w./-])(?:ragline|ingest|query|shared)/[\w/]+\.py\b(?!:\d)")
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".yaml", ".yml", ".sh", ".js", ".json", ".cfg", ".txt", ""}
@@ -113,6 +115,9 @@ def test_every_module_the_repository_names_exists():
                 continue
             if new_name(dotted) is not None or stale(dotted):
                 missing.append(f"{name}: {dotted} (now {new_name(dotted) or '?'})")
+        for match in IMPORTED.finditer(text):
+            if new_name(match.group(1)) is not None:
+                missing.append(f"{name}: {match.group(1)} (now {new_name(match.group(1))})")
         for match in FILE.finditer(text):
             if not (ROOT / match.group(0)).is_file():
                 missing.append(f"{name}: {match.group(0)}")
@@ -164,6 +169,22 @@ def test_python_dash_m_runs_a_module_by_its_old_name():
     )
     assert done.returncode == 1
     assert "usage: python -m ragline.shared.worker.metrics_server" in done.stderr
+
+
+def test_the_split_retrieve_module_keeps_its_names():
+    """``ragline.query.retrieve`` was split by job: its old public names are each the object of
+    their new home, so code written against it calls the same functions."""
+    import ragline.query.retrieval.compat as compat
+    from ragline.query.retrieval import hybrid, retrievers, row_security, search, sql, transaction
+
+    homes = (hybrid, retrievers, row_security, search, sql, transaction)
+    for name in compat.__all__:
+        owners = [m for m in homes if name in vars(m) and vars(m)[name] is getattr(compat, name)]
+        assert owners, name
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = importlib.import_module("ragline.query.retrieve")
+    assert old.vector_rows is retrievers.vector_rows and old.search is search.search
 
 
 def test_a_moved_module_keeps_its_own_spec():

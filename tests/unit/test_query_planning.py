@@ -6,14 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ragline.operations.index import replaced_by
-from ragline.query.retrieval.search import (
-    EXACT_ORDER,
-    VECTOR_ORDER,
-    VECTOR_SQL,
-    VECTOR_TEMPLATES,
-    vector_order,
-    vector_path,
-)
+from ragline.query.retrieval.sql import EXACT_ORDER, VECTOR_ORDER, VECTOR_SQL, VECTOR_TEMPLATES, vector_order
+from ragline.query.retrieval.transaction import vector_path
 from ragline.query.retrieval.vector_index import INDEX_NAMES, definition, kind_of, problem_with
 from ragline.shared.config.settings import Settings
 

@@ -8,7 +8,13 @@ import pytest
 
 from ragline.operations.eval import doc_ranking, grades, ndcg_at_k, recall_at_k, reciprocal_rank
 from ragline.query.answer.citations import cited_numbers, invalid_citations
-from ragline.query.retrieval.filters import clean_paths, glob_pattern, lexical_query, like_escape, prefix_pattern
+from ragline.query.retrieval.filters import (
+    clean_paths,
+    glob_pattern,
+    lexical_query,
+    like_escape,
+    prefix_pattern,
+)
 from ragline.query.retrieval.rerank import validate_ranked
 
 

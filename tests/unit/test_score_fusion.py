@@ -1,4 +1,4 @@
-"""Convex score fusion (query/retrieval/fusion.py, retrieve.fused_keys), its sweep, and the context title."""
+"""Convex score fusion (query/retrieval/fusion.py, hybrid.fused_keys), its sweep, and the context title."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def _row(doc: str, **kw) -> dict:
 
 
 def test_fuse_convex_in_rrf_units_then_bonus_and_penalty():
-    from ragline.query.retrieval.search import fuse
+    from ragline.query.retrieval.hybrid import fuse
 
     s = Settings(fusion="convex", convex_weight_lexical=0.6, fusion_normalization="minmax", rrf_k=60)
     vector = [_row("a", distance=0.10), _row("b", distance=0.12), _row("t", distance=0.11, test_penalty=1.0)]
@@ -78,7 +78,7 @@ def test_fuse_convex_in_rrf_units_then_bonus_and_penalty():
 
 
 def test_questions_naming_code_use_the_code_fusion():
-    from ragline.query.retrieval.search import fusion_for
+    from ragline.query.retrieval.hybrid import fusion_for
 
     s = Settings(fusion="convex", fusion_code="rrf")
     assert fusion_for("какая погода в Москве", s) == "convex"
@@ -97,7 +97,7 @@ def test_questions_naming_code_use_the_code_fusion():
 def test_code_retrieval_fuses_with_the_code_lexical_weight():
     """A question naming an identifier, or code candidates, give the lexical list
     ``rrf_weight_lexical_code``; prose keeps ``rrf_weight_lexical``."""
-    from ragline.query.retrieval.search import fuse, fusion_plan
+    from ragline.query.retrieval.hybrid import fuse, fusion_plan
 
     s = Settings(fusion="convex", fusion_code="rrf", rrf_weight_lexical=0.0175, rrf_weight_lexical_code=1.0)
     vector = [_row("a", distance=0.10), _row("b", distance=0.11), _row("c", distance=0.12)]
@@ -118,7 +118,7 @@ def test_code_retrieval_fuses_with_the_code_lexical_weight():
 
 
 def test_cross_script_question_keeps_the_vector_order_under_convex_too():
-    from ragline.query.retrieval.search import fuse
+    from ragline.query.retrieval.hybrid import fuse
 
     ru = "Лютер писал, что двое монахов были сожжены на костре в Брюсселе, и это было началом."
     vector = [_row("Martin_Luther_p3", content=ru, distance=0.15), _row("UMC_p4", content=ru, distance=0.151)]

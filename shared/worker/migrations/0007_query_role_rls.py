@@ -5,7 +5,7 @@ and nothing else; the query pool connects as a login role that is a member of it
 (``RAGLINE_SERVICES_QUERY_DATABASE_URL``; the embedded stack creates ``ragline_query_login``). Its policies
 admit a row only when its tenant is ``ragline.tenant`` and its ACL shares a group with
 ``ragline.groups``, settings that every retrieval transaction sets for itself
-(``ragline.query.retrieval.search.set_transaction_params``). Unset or empty settings admit nothing, so a
+(``ragline.query.retrieval.transaction.set_transaction_params``). Unset or empty settings admit nothing, so a
 statement that forgot its scope, or a connection used outside a retrieval transaction, reads no
 row instead of every tenant's.
 

@@ -1,7 +1,7 @@
 """Caller-scoped counts: per tenant and ACL group, the number of chunks of the documents holding it.
 
 A vector search chooses its path by the number of rows the caller can see
-(``ragline.query.retrieval.search.vector_path``). The tenant's count (``lexical_stats``, 0009) says how
+(``ragline.query.retrieval.transaction.vector_path``). The tenant's count (``lexical_stats``, 0009) says how
 large the tenant is, not how much of it one caller's groups admit: a department that sees a tenth
 of a large tenant was searched through HNSW (a filter that keeps under 1% of the index) or by
 walking the whole tenant. ``acl_group_rows`` holds, for each ``(tenant, grp)``, the sum of

@@ -1,7 +1,7 @@
 """The GIN index on ``documents.acl`` again: the exact path over a caller's documents reads it.
 
 A caller who sees a small part of a large tenant is searched exactly over the rows of the
-documents its groups admit (``ragline.query.retrieval.search.vector_path``, "visible"): this index finds
+documents its groups admit (``ragline.query.retrieval.transaction.vector_path``, "visible"): this index finds
 those documents without walking the tenant, the ``(tenant, doc_id, chunk_no)`` index their chunks.
 0004 dropped it to keep document ACL updates HOT; the price of having it back is one GIN entry per
 group of each written document (an ACL sync's documents statement, an ingest's document upsert),

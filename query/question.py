@@ -1,0 +1,73 @@
+"""What a question asks, read from its words alone: the words that carry no topic, the subject of a
+definition question ("что такое X?", "what is X?"), the two sides of a comparison.
+
+Both sides of the pool read questions so: retrieval leaves a collection's name out of the searches
+(:mod:`ragline.query.retrieval.terms`), the answer picks the sentences that define or compare
+(:mod:`ragline.query.answer.extractive`), the router decomposes a comparison. Pure functions.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: words of three letters or more that carry no topic in a question (Russian and English)
+STOP_WORDS = frozenset(
+    """
+    что такое такой такая такие кто как какой какая какие каким чем чём зачем почему где когда
+    это эти этот эта для или можно нужно надо есть был была были быть мне нам вам его её
+    what are was the how why when where which who whom whose does can with and
+    without into from that this there their them they have has had been should would could about
+    over under between after before each every other some such than then also only both more most
+    при без над под все всё так уже ещё тот той том тех чтобы если также
+    """.split()
+)
+
+#: "что такое X?", "what is X?" and close variants; X is the subject to define
+_DEFINITION_QUESTION = re.compile(
+    r"^\s*(?:(?:что|кто)\s+(?:такое|такой|такая|такие|означает|значит)|(?:дай(?:те)?\s+)?определение|"
+    r"what\s+(?:is|are)(?:\s+(?:an?|the))?|define)\s+(?P<subject>.+?)\s*\??\s*$",
+    re.IGNORECASE,
+)
+#: where the subject of "что такое X и …", "what is X in …" ends: a conjunction, a preposition, a comma
+_SUBJECT_END = re.compile(r"\s+(?:и|или|а|в|во|по|для|and|or|in|of|for|according)\s+|[,;:(]", re.IGNORECASE)
+
+
+#: "чем A отличается от B", "разница между A и B", "чем A лучше B", "difference between A and B",
+#: "A vs B", "how does A differ from B", "compare A and B": the two sides
+_COMPARE = [
+    re.compile(r"\bчем\s+(?P<a>.+?)\s+(?:отлича\w*|лучше|хуже|удобнее)\s+(?:от\s+)?(?P<b>.+)", re.I),
+    re.compile(r"\bразниц\w*\s+между\s+(?P<a>.+?)\s+и\s+(?P<b>.+)", re.I),
+    re.compile(r"\bdifference\s+between\s+(?P<a>.+?)\s+and\s+(?P<b>.+)", re.I),
+    re.compile(r"\bhow\s+(?:does|do|is|are)\s+(?P<a>.+?)\s+differ\w*\s+from\s+(?P<b>.+)", re.I),
+    re.compile(r"\bcompare\s+(?P<a>.+?)\s+(?:and|with|to)\s+(?P<b>.+)", re.I),
+    re.compile(r"^(?P<a>[^,]+?)\s+vs\.?\s+(?P<b>.+)", re.I),
+]
+#: where the second side ends: the question's next part ("… и когда что лучше использовать?")
+_SIDE_END = re.compile(
+    r"\s+(?:и|а|и\s+когда|and|or)\s+(?:когда|как|зачем|почему|what|when|how|which|why)\b|[,;?]"
+)
+
+
+def compared(question: str) -> tuple[str, str] | None:
+    """The two things a comparison question compares, or None for any other question."""
+    for pattern in _COMPARE:
+        m = pattern.search(question.strip())
+        if m:
+            a = m.group("a").strip(" «»\"'")
+            b = _SIDE_END.split(m.group("b"), maxsplit=1)[0].strip(" «»\"'.")
+            b = re.split(r"\s+(?:в|во|in)\s+", b, maxsplit=1)[0]  # "методом во Vue": the side is "методом"
+            if a and b:
+                return a, b
+    return None
+
+
+def definition_subject(question: str) -> str | None:
+    """X in "что такое X?" / "what is X?" (up to a conjunction or preposition: "что такое X и
+    кто …"), else None; a comparison ("what is the difference between …") is not a definition."""
+    if compared(question) is not None:
+        return None
+    m = _DEFINITION_QUESTION.match(question.strip())
+    if not m:
+        return None
+    subject = _SUBJECT_END.split(m.group("subject"), maxsplit=1)[0]
+    return subject.strip(" «»\"'") or None

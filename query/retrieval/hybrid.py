@@ -1,0 +1,102 @@
+"""The fusion of one search: which :class:`~ragline.query.retrieval.fusion.FusionPolicy` it runs
+(code retrieval or prose, :func:`fusion_policy`) and the hits its vector and lexical rows become
+(:func:`fuse`). The policy object and the list fusion it applies are
+:mod:`ragline.query.retrieval.fusion`'s; this module decides which policy a search gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ragline.query.retrieval import sql, structure
+from ragline.query.retrieval.fusion import FusionPolicy, hybrid_inputs
+from ragline.shared.config.settings import Settings
+from ragline.shared.sdk.contracts import Hit
+
+
+def code_retrieval(query: str, settings: Settings, rows: Iterable[dict] = ()) -> bool:
+    """Whether a search is code retrieval: the question names a file or an identifier, or a
+    candidate comes from a code layer or points at code (``related_code``). Such a search fuses
+    with ``fusion_code`` and ``rrf_weight_lexical_code``: its structural bonuses were tuned in RRF
+    units, and identifiers make the lexical list a strong partner there, where on prose it is weak."""
+    named = structure.named(query)
+    if named.files or named.identifiers:
+        return True
+    code_layers = {settings.code.source_layer, settings.code.tests_layer, settings.code.symbols_layer}
+    return any(
+        row.get("layer") in code_layers or sql.metadata(row.get("metadata")).get("related_code")
+        for row in rows
+    )
+
+
+def fusion_policy(query: str, settings: Settings, rows: Iterable[dict] = ()) -> FusionPolicy:
+    """The fusion of this search: the code policy for code retrieval (:func:`code_retrieval`), else
+    the prose one. Code retrieval is decided once, and not at all when both policies agree."""
+    prose = FusionPolicy.from_settings(settings)
+    code = FusionPolicy.from_settings(settings, code=True)
+    if code == prose:
+        return prose
+    return code if code_retrieval(query, settings, rows) else prose
+
+
+def fusion_plan(query: str, settings: Settings, rows: Iterable[dict] = ()) -> tuple[str, float]:
+    """``(method, lexical weight before the script check)`` of :func:`fusion_policy`."""
+    policy = fusion_policy(query, settings, rows)
+    return policy.method, policy.lexical_weight
+
+
+def fusion_for(query: str, settings: Settings, rows: Iterable[dict] = ()) -> str:
+    """``fusion_code`` for code retrieval (:func:`code_retrieval`), else ``fusion``."""
+    return fusion_policy(query, settings, rows).method
+
+
+def fused_keys(
+    vector: list[dict], lexical: list[dict], settings: Settings, query: str = "", vector_share: float = 1.0
+) -> list[tuple[tuple[str, int], float]]:
+    """The candidates' keys, best first, with their fused score in RRF units (pure): the rows
+    (:func:`ragline.query.retrieval.fusion.hybrid_inputs`) fused by this search's :func:`fusion_policy`, whose
+    vector list saw ``vector_share`` of the scope (:meth:`FusionPolicy.covering`)."""
+    policy = fusion_policy(query, settings, [*vector, *lexical]).covering(vector_share)
+    return policy.hybrid(query, *hybrid_inputs(vector, lexical))  # type: ignore[return-value]
+
+
+def fuse(
+    vector: list[dict],
+    lexical: list[dict],
+    settings: Settings,
+    limit: int,
+    query: str = "",
+    vector_share: float = 1.0,
+) -> list[Hit]:
+    """The two lists fused by this search's policy (:func:`fused_keys`), plus
+    prefer bonus, minus test penalty; pure.
+
+    The lexical weight depends on the question (``query``): one written in another script than the
+    passages the vector list found (English over Russian) and holding no number or identifier gets
+    ``rrf_weight_lexical_cross_script``, because its words can only match stray tokens of its own
+    script there (:mod:`ragline.query.retrieval.language`).
+
+    Scores are computed on the rows; only the ``limit`` kept become :class:`Hit` models: a question
+    has many more candidates than hits, and a model per candidate would dominate the task's own time."""
+    rows: dict[tuple[str, int], dict] = {}
+    ranks: dict[tuple[str, int], dict[str, float | int]] = {}
+    for rank, row in enumerate(vector, start=1):
+        key = (row["doc_id"], row["chunk_no"])
+        rows.setdefault(key, row)
+        ranks.setdefault(key, {}).update(vector_rank=rank, vector_distance=float(row["distance"]))
+    for rank, row in enumerate(lexical, start=1):
+        key = (row["doc_id"], row["chunk_no"])
+        rows.setdefault(key, row)
+        ranks.setdefault(key, {}).update(lexical_rank=rank, lexical_score=float(row["rank"]))
+    fused = fused_keys(vector, lexical, settings, query, vector_share)
+    scored = []
+    for position, (key, score) in enumerate(fused):
+        row = rows[key]
+        final = round(score + float(row["prefer_bonus"]) - float(row["test_penalty"]), 8)
+        scored.append((final, position, key, score))
+    # a stable sort keeps RRF's own tie-breaking among equal final scores
+    scored.sort(key=lambda t: (-t[0], t[1]))
+    return [
+        sql.hit(rows[key], score=final, fused_score=round(score, 8), **ranks[key])
+        for final, _, key, score in scored[:limit]
+    ]

@@ -1,0 +1,270 @@
+"""The retrievers: the vector, lexical, feedback, exact and named-file statements of a search, and
+the lookups around them (the collection names of a question, the chunks of given documents).
+
+Each runs its statement (:mod:`ragline.query.retrieval.sql`) in the caller's transaction, whose
+scope and timeout :func:`ragline.query.retrieval.transaction.set_transaction_params` set, and
+returns rows; :func:`corpus_plan` and :func:`document_chunks` open their own read-only transaction
+(the connection must be idle). Which retrievers a search runs, and in what order, is
+:func:`ragline.query.retrieval.search.search`'s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import psycopg
+
+from ragline.query.retrieval import feedback, sql, structure, terms
+from ragline.query.retrieval.filters import clean_paths, compile_filters, has_terms, lexical_query
+from ragline.query.retrieval.hybrid import fused_keys
+from ragline.query.retrieval.sql import VectorPath
+from ragline.query.retrieval.transaction import (
+    StatementLimit,
+    read_only_transaction,
+    scope_rows,
+    set_transaction_params,
+    vector_path,
+)
+from ragline.shared.config.settings import Settings
+from ragline.shared.sdk.contracts import Hit, SearchRequest
+from ragline.shared.worker.identifiers import code_terms, code_tsquery, or_tsquery, whole_tsquery
+
+
+def filters_for(req: SearchRequest, settings: Settings):
+    """The request's filters with the configured bonus, penalty and test globs."""
+    r = settings.retrieval
+    return compile_filters(req, r.prefer_bonus, r.test_penalty, settings.code.test_globs)
+
+
+def corpus_plan(conn: psycopg.Connection, req: SearchRequest, settings: Settings) -> terms.TermPlan:
+    """Which names of a collection to leave out of the question (:mod:`ragline.query.retrieval.terms`), from
+    the statistics of the caller's scope; no statement when the question has no name-like word or
+    the setting is off. Runs its own read-only transaction (the connection must be idle)."""
+    words = terms.candidates(req.query) if settings.retrieval.corpus_terms and req.groups else []
+    if not words:
+        return terms.TermPlan(req.query, embed_text=req.query, lexical_text=req.query)
+    params = {"tenant": req.tenant, "groups": req.groups, "words": words, "cap": sql.TERM_STATS_MAX_ROWS}
+    with read_only_transaction(conn):
+        set_transaction_params(conn, req, settings, limit=StatementLimit(settings))
+        rows = conn.execute(sql.TERM_STATS_SQL.replace("{scope}", sql.SCOPE), params).fetchall()
+        sizes = {r["source"]: int(r["docs"]) for r in conn.execute(sql.SOURCE_SIZES_SQL, params).fetchall()}
+    docs: dict[str, dict[str, int]] = {w: {} for w in words}
+    for r in rows:
+        docs[r["word"]][r["source"]] = int(r["docs"])
+    policy = terms.CorpusTerms(sizes=sizes)
+    return policy.plan(req.query, [terms.TermStat(w, docs[w]) for w in words])
+
+
+def vector_rows(
+    conn: psycopg.Connection,
+    req: SearchRequest,
+    qvec: np.ndarray,
+    n: int,
+    settings: Settings,
+    path: VectorPath | None = None,
+) -> list[dict]:
+    """The vector statement; the transaction's parameters must be set (:func:`set_transaction_params`
+    with ``n``). ``path``: the one :func:`vector_path` chose from the counts that call read; None
+    reads the counts first (a round trip more, for callers that did not keep them)."""
+    if path is None:
+        path = "hnsw"
+        if settings.retrieval.exact_search_max_rows > 0:
+            path = vector_path(settings, *scope_rows(conn, req))
+    f = filters_for(req, settings)
+    params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
+    template = sql.VECTOR_TEMPLATES.get(path, sql.VECTOR_SQL)
+    statement = sql.render(
+        template, f.columns_sql(), f.where_sql(), order=sql.vector_order(settings, path != "hnsw")
+    )
+    return conn.execute(statement, params).fetchall()
+
+
+def vector_coverage(conn: psycopg.Connection, req: SearchRequest, settings: Settings) -> tuple[int, float]:
+    """``(rows the vector statement could not see, share of the scope it could)`` for this request
+    (same scope and filters); the scope is counted only when some rows await their vectors, so a
+    fully embedded tenant pays one index-only count of nothing."""
+    f = filters_for(req, settings)
+    params = {"tenant": req.tenant, "groups": req.groups, **f.params}
+    pending = int(conn.execute(sql.render(sql.UNEMBEDDED_SQL, "", f.where_sql()), params).fetchone()["n"])
+    if not pending:
+        return 0, 1.0
+    total = int(conn.execute(sql.render(sql.SCOPE_ROWS_SQL, "", f.where_sql()), params).fetchone()["n"])
+    return pending, 1.0 - pending / total if total > pending else 0.0
+
+
+def lexical_rows(
+    conn: psycopg.Connection | None, req: SearchRequest, n: int, settings: Settings, expansion: str = ""
+) -> list[dict]:
+    """Empty without touching the database when the query has no terms. A query with identifiers
+    (``register_hook``, ``HTTPAdapter.send``) also matches code chunks by their identifier terms;
+    restricted to the source layer this is the retrieval contract's lexical code fallback.
+    ``expansion``: a tsquery literal of feedback terms (:func:`feedback_pass`; words, not code)."""
+    if not has_terms(req.query):
+        return []
+    assert conn is not None
+    f = filters_for(req, settings)
+    terms = code_terms(req.query, settings.retrieval.lexical_max_terms)
+    code_query = or_tsquery(terms)
+    params = {
+        "code_query": code_query,
+        "code_terms": terms,
+        "whole_query": whole_tsquery(req.query, settings.retrieval.lexical_max_terms),
+        "tenant": req.tenant,
+        "groups": req.groups,
+        "n": n,
+        "query": lexical_query(
+            req.query, settings.retrieval.lexical_match, settings.retrieval.lexical_max_terms
+        ),
+        "rank_norm": settings.retrieval.lexical_rank_normalization,
+        "k1": settings.retrieval.bm25_k1,
+        "b": settings.retrieval.bm25_b,
+        "expansion": expansion,
+        "prf_weight": settings.retrieval.prf_term_weight,
+        **f.params,
+    }
+    bm25 = settings.retrieval.lexical_rank == "bm25"
+    if code_query:
+        template = sql.CODE_BM25_SQL if bm25 else sql.CODE_LEXICAL_SQL
+    elif expansion and lexical_expands(req, settings):
+        template = sql.LEXICAL_PRF_SQL
+    else:
+        template = sql.BM25_SQL if bm25 else sql.LEXICAL_SQL
+    statement = sql.render(template, f.columns_sql(), f.where_sql(), settings.retrieval.lexical_rank)
+    return conn.execute(statement, params).fetchall()
+
+
+def lexical_expands(req: SearchRequest, settings: Settings) -> bool:
+    """Whether lexical feedback applies: the words' ts_rank list (a question naming identifiers
+    searches the code terms too, BM25 has its own statistics: neither is expanded)."""
+    r = settings.retrieval
+    return (
+        r.prf in ("lexical", "both")
+        and r.lexical_rank != "bm25"
+        and not code_tsquery(req.query, r.lexical_max_terms)
+    )
+
+
+def feedback_pass(
+    conn: psycopg.Connection,
+    req: SearchRequest,
+    qvec: np.ndarray | None,
+    vector: list[dict],
+    lexical: list[dict],
+    n: int,
+    settings: Settings,
+    path: VectorPath | None = None,
+) -> tuple[list[dict], list[dict]]:
+    """Pseudo-relevance feedback (:mod:`ragline.query.retrieval.feedback`): the first pass's top
+    ``prf_docs`` fused hits steer a second vector search (Rocchio) and/or a second lexical search
+    (expansion terms); the lists it replaces are returned in their place, the others as they were.
+    Its statements run in the caller's transaction, so under the same tenant and ACL scope (and the
+    same filters) as the first pass, and the second vector search takes the first's path
+    (``path``, :func:`vector_path`). No statement when there is nothing to steer."""
+    r = settings.retrieval
+    dense = r.prf in ("dense", "both") and qvec is not None and bool(vector)
+    lexical_on = bool(lexical) and lexical_expands(req, settings)
+    if not (dense or lexical_on):
+        return vector, lexical
+    keys = feedback.feedback_keys(fused_keys(vector, lexical, settings, req.query), r.prf_docs)
+    f = filters_for(req, settings)
+    params = {
+        "tenant": req.tenant,
+        "groups": req.groups,
+        "query": req.query,
+        "doc_ids": [k[0] for k in keys],  # type: ignore[index]
+        "chunk_nos": [k[1] for k in keys],  # type: ignore[index]
+        **f.params,
+    }
+    found = {
+        (row["doc_id"], row["chunk_no"]): row
+        for row in conn.execute(sql.render(sql.FEEDBACK_SQL, "", f.where_sql()), params).fetchall()
+    }
+    rows = [found[k] for k in keys if k in found]
+    if not rows:
+        return vector, lexical
+    if dense:
+        moved = feedback.rocchio(
+            qvec, [row["embedding"] for row in rows if row["embedding"] is not None], r.prf_alpha, r.prf_beta
+        )
+        vector = vector_rows(conn, req, moved, n, settings, path)
+    if lexical_on:
+        terms = feedback.expansion_terms(
+            rows[0]["query_lexemes"],
+            [dict(zip(row["lexemes"], row["counts"], strict=True)) for row in rows],
+            r.prf_terms,
+        )
+        if terms:
+            lexical = lexical_rows(conn, req, n, settings, feedback.tsquery_literal(terms))
+    return vector, lexical
+
+
+def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Settings) -> list[dict]:
+    """The chunks of the given documents or paths, in the order asked, no vectors; empty paths dropped."""
+    doc_ids = [d.strip() for d in req.doc_ids if d.strip()]
+    paths = clean_paths(req.paths)
+    if not (doc_ids or paths) or not req.groups:
+        return []
+    assert conn is not None
+    f = filters_for(req, settings)
+    params = {
+        "tenant": req.tenant,
+        "groups": req.groups,
+        "n": req.k,
+        "doc_ids": doc_ids,
+        "paths": paths,
+        **f.params,
+    }
+    return conn.execute(sql.render(sql.EXACT_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
+
+
+def document_chunks(
+    conn: psycopg.Connection, req: SearchRequest, doc_ids: list[str], settings: Settings, n: int
+) -> list[Hit]:
+    """Every chunk of ``doc_ids`` the caller may read (at most ``n``), for the expansion of the top
+    hits (:mod:`ragline.query.retrieval.expand`); its own read-only transaction under the caller's scope."""
+    if not doc_ids or not req.groups:
+        return []
+    sub = req.model_copy(update={"doc_ids": doc_ids, "paths": [], "k": n})
+    with read_only_transaction(conn):
+        set_transaction_params(conn, sub, settings, limit=StatementLimit(settings))
+        f = filters_for(sub, settings)
+        params = {
+            "tenant": sub.tenant,
+            "groups": sub.groups,
+            "n": n,
+            "doc_ids": doc_ids,
+            "paths": [],
+            **f.params,
+        }
+        rows = conn.execute(sql.render(sql.EXACT_SQL, f.columns_sql(), ""), params).fetchall()
+    return [sql.hit(r) for r in rows]
+
+
+def named_rows(
+    conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray | None, settings: Settings
+) -> list[dict]:
+    """Chunks of the files the question names (the retrieval contract's exact-file path), at most
+    ``RAGLINE_CODE_NAMED_FILES``; empty without touching the database when it names none."""
+    files = structure.named(req.query).files
+    patterns = structure.named_file_patterns(files)
+    if not patterns or settings.code.named_files == 0:
+        return []
+    f = filters_for(req, settings)
+    params = {
+        "tenant": req.tenant,
+        "groups": req.groups,
+        "n": settings.code.named_files,
+        "named": patterns,
+        "names": structure.file_names(files),
+        "qvec": qvec,
+        **f.params,
+    }
+    with_vector = qvec is not None
+    statement = sql.NAMED_SQL.format(
+        fields=sql.FIELDS,
+        columns=f.columns_sql(),
+        scope=sql.SCOPE,
+        where=f.where_sql() + (" AND c.embedding IS NOT NULL" if with_vector else ""),
+        distance=", c.embedding <=> %(qvec)s AS distance" if with_vector else "",
+        order="c.embedding <=> %(qvec)s, c.doc_id, c.chunk_no" if with_vector else "c.doc_id, c.chunk_no",
+    )
+    return conn.execute(statement, params).fetchall()
