@@ -37,6 +37,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """The home goes when the session ends, whether or not a test started the stack in it (a unit
     run never does) and whether the stack's teardown passed: test homes must not pile up in /tmp."""
     shutil.rmtree(_HOME, ignore_errors=True)
+
+
 DATASETS = REPO.parent / "shared" / "datasets"
 
 
