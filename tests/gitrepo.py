@@ -3,6 +3,7 @@ caller), git run without the user's configuration or a global PATH."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -47,3 +48,16 @@ def commit(
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", message or f"at {when}", when=when)
     return git(repo, "rev-parse", "HEAD")
+
+
+def snapshot(bundle: Path, ref: str, files: list[str], dest: Path) -> Path:
+    """A one-commit repository at ``dest`` holding ``files`` as they are at ``ref`` of a dataset's
+    git bundle: real code without the bundle's whole tree, so a test ingests seconds of it."""
+    clone = dest.parent / f"{dest.name}-clone"
+    subprocess.run(["git", "clone", "-q", str(bundle), str(clone)], check=True, capture_output=True)
+    git(clone, "checkout", "-q", ref)
+    dest.mkdir(parents=True)
+    git(dest, "init", "-q", "-b", "main")
+    commit(dest, {f: (clone / f).read_bytes() for f in files})
+    shutil.rmtree(clone)
+    return dest

@@ -16,15 +16,13 @@ contributors) from ../shared/datasets/ru-docs: guide/essentials/list.md, ingeste
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 import pytest
 
 from ragline.query import service
 from ragline.shared.sdk.contracts import AskRequest
 from tests.conftest import DATASETS
-from tests.gitrepo import commit, git
+from tests.gitrepo import snapshot
 from tests.integration.test_git_source import push
 from tests.integration.test_ingest import wait_job
 from tests.loopback import loopback_voyage_env
@@ -50,14 +48,7 @@ def corpus(celery_worker, stack, tmp_path_factory):
 
     tenant = "t-answer-sources"
     tmp = tmp_path_factory.mktemp("answer-sources")
-    clone = tmp / "clone"
-    subprocess.run(["git", "clone", "-q", str(BUNDLE), str(clone)], check=True)
-    git(clone, "checkout", "-q", "psf__requests-2317")
-    repo = tmp / "requests"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    commit(repo, {f: (clone / f).read_text() for f in FILES}, 1_700_000_000)
-    shutil.rmtree(clone)
+    repo = snapshot(BUNDLE, "psf__requests-2317", FILES, tmp / "requests")
     with loopback_voyage_env(), pytest.MonkeyPatch.context() as mp:
         import json
 

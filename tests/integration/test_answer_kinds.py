@@ -24,8 +24,6 @@ psf/requests at tag psf__requests-2317 from ../shared/datasets/swe-loc-dev/reque
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 import pytest
 
@@ -33,7 +31,7 @@ from ragline.query import service
 from ragline.query.answer import texts
 from ragline.shared.sdk.contracts import AskRequest
 from tests.conftest import DATASETS
-from tests.gitrepo import commit, git
+from tests.gitrepo import snapshot
 from tests.integration.test_git_source import push
 from tests.integration.test_ingest import wait_job
 from tests.loopback import loopback_voyage_env
@@ -63,14 +61,7 @@ def corpus(celery_worker, stack, tmp_path_factory):
 
     tenant = "t-answer-kinds"
     tmp = tmp_path_factory.mktemp("answer-kinds")
-    clone = tmp / "clone"
-    subprocess.run(["git", "clone", "-q", str(BUNDLE), str(clone)], check=True)
-    git(clone, "checkout", "-q", "psf__requests-2317")
-    repo = tmp / "requests"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    commit(repo, {f: (clone / f).read_text() for f in CODE_FILES}, 1_700_000_000)
-    shutil.rmtree(clone)
+    repo = snapshot(BUNDLE, "psf__requests-2317", CODE_FILES, tmp / "requests")
     wanted = {(RU_DOCS / f).resolve() for f in DOC_FILES}
     files = [f for f in collect_files([RU_DOCS]) if f.path.resolve() in wanted]
     assert len(files) == len(DOC_FILES)
