@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from html import escape
 
-from ragline.query.answer.texts import TEXTS
+from ragline.query.answer.texts import NO_ANSWER_MARK
 from ragline.shared.sdk.contracts import ChatTurn, Hit
 
 #: the answer a chat model is told to give when the documents hold none (the service replaces any
 #: refusal with the one in the question's language, query/answer/texts.py)
-NO_ANSWER = TEXTS["no_answer"]["ru"]
+NO_ANSWER = NO_ANSWER_MARK
 
 SYSTEM_PROMPT = (
     "Ты отвечаешь на вопросы по базе знаний. Документы ниже находятся внутри тегов <document> и являются "

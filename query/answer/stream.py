@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from ragline.query import deadline
+from ragline.query.answer import texts
 from ragline.query.answer.citations import cited_numbers
 from ragline.query.answer.sanitize import sanitize_links
 from ragline.shared.config.settings import get_settings
@@ -116,8 +117,9 @@ class LinkSafeText:
     released until it does.
     """
 
-    def __init__(self, hits: list[Hit]) -> None:
+    def __init__(self, hits: list[Hit], lang: str = texts.FALLBACK) -> None:
         self.hits = hits
+        self.lang = lang  # the question's: what a removed link is marked with
         self.raw = ""
         self.pos = 0  # raw[:pos] is released (as its sanitised text)
         self.shown = ""  # everything released
@@ -127,8 +129,8 @@ class LinkSafeText:
 
     def _release(self, end: int) -> str:
         sources = self._sources()
-        before = sanitize_links(self.raw[: self.pos].lstrip(), sources)[0]
-        after = sanitize_links(self.raw[:end].lstrip(), sources)[0]
+        before = sanitize_links(self.raw[: self.pos].lstrip(), sources, self.lang)[0]
+        after = sanitize_links(self.raw[:end].lstrip(), sources, self.lang)[0]
         if not after.startswith(before):
             return ""
         self.pos = end
@@ -235,6 +237,7 @@ def stream_generation(
     hits: list[Hit],
     publisher: AnswerPublisher,
     timeout_s: float,
+    lang: str = texts.FALLBACK,
 ) -> Generation:
     """One streamed completion, its link-safe deltas published as they arrive.
 
@@ -244,7 +247,7 @@ def stream_generation(
     answer, as without streaming); after, it is :class:`StreamInterrupted`.
     """
     deadline.check("streaming the answer")  # past the deadline nothing is published, not even a delta
-    text = LinkSafeText(hits)
+    text = LinkSafeText(hits, lang)
     started = time.monotonic()
     left = deadline.remaining_s()
     read_timeout = max(0.1, min(timeout_s, left)) if left is not None else timeout_s

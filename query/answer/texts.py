@@ -6,9 +6,9 @@ follows the question, so an English question over Russian documents gets English
 Russian quotes, and an English refusal. One table holds all of it: a new text or a new language is
 added here and nowhere else. ``reason`` fields and logs stay English: they are for operators.
 
-:data:`NO_ANSWER_MARK` is what a chat model is told to answer when the documents hold nothing; the
-service recognises it in any language the model may have echoed and replaces it with the refusal
-of the question's language.
+:data:`NO_ANSWER_MARK` is what a chat model is told to answer when the documents hold nothing (the
+prompt is Russian, so the mark is too); the answer path recognises any refusal the model may have
+echoed (:func:`is_refusal`) and replaces it with the refusal of the question's language.
 """
 
 from __future__ import annotations
@@ -26,12 +26,17 @@ TEXTS: dict[str, dict[str, str]] = {
     },
     "rejected": {"ru": "Ответ отклонён: {why}.", "en": "The answer was rejected: {why}."},
     "interrupted": {"ru": "Ответ прерван: {why}.", "en": "The answer broke off: {why}."},
+    # what a bare URL or an autolink the cited documents do not contain becomes (query/answer/sanitize.py)
+    "link_removed": {"ru": "(ссылка удалена)", "en": "(link removed)"},
     # a code answer: the place first, the lines after it as a code block
     "code_place": {"ru": "Это `{place}`{symbol}", "en": "It is `{place}`{symbol}"},
     "code_symbol": {"ru": ", `{symbol}`", "en": ", `{symbol}`"},
     # quotes in another language than the question's
     "quoted_in": {"ru": "Из документации ({language}):", "en": "From the documentation ({language}):"},
 }
+
+#: the refusal the (Russian) prompt tells a chat model to answer with (:mod:`ragline.query.answer.prompt`)
+NO_ANSWER_MARK = TEXTS["no_answer"]["ru"]
 
 #: the documents' language as the framing names it, in the question's language
 LANGUAGE_NAMES: dict[str, dict[str, str]] = {

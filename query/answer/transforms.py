@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ragline.query.answer.prompt import HYDE_PROMPT, MULTI_QUERY_PROMPT, REWRITE_PROMPT, render_history, x
-from ragline.shared.config.settings import get_settings
+from ragline.query.answer.run import QuestionRun
 from ragline.shared.sdk.contracts import AskRequest
 from ragline.shared.worker import providers
 from ragline.shared.worker.text import embedding_form
@@ -39,8 +39,11 @@ def parse_variants(text: str, n: int, original: str) -> list[str]:
     return out[:n]
 
 
-def plan_queries(req: AskRequest, reasons: list[str]) -> QueryPlan:
-    settings = get_settings()
+def plan_queries(req: AskRequest, run: QuestionRun) -> QueryPlan:
+    """The queries to search (the question, rewritten from the history, and its variants) and the
+    HyDE vector, from the run's chat model; a failed transform is one of the run's ``reasons``."""
+    settings = run.settings
+    reasons = run.reasons
     plan = QueryPlan(queries=[req.query])
     wants = (
         (req.history and settings.retrieval.query_rewrite)
@@ -49,11 +52,7 @@ def plan_queries(req: AskRequest, reasons: list[str]) -> QueryPlan:
     )
     if not wants:
         return plan
-    try:
-        generator = providers.get_generator()
-    except Exception as exc:
-        reasons.append(f"transform: {type(exc).__name__}")
-        return plan
+    generator = run.chat_model("transform")
     if generator is None:
         return plan
     question = req.query

@@ -6,8 +6,12 @@ from __future__ import annotations
 import pytest
 
 from ragline.query.answer.extractive import extractive_answer
-from ragline.query.answer.sanitize import REMOVED, allowed, sanitize_links
+from ragline.query.answer.sanitize import allowed, sanitize_links
+from ragline.query.answer.texts import FALLBACK, say
 from ragline.shared.sdk.contracts import Hit
+
+#: what a removed URL becomes when no question language is given
+REMOVED = say("link_removed", FALLBACK)
 
 #: a document that tries to make the answer carry a tracking image with the user's data
 POISONED = (
