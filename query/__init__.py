@@ -6,8 +6,9 @@
   hits), the orchestrator (``search``), filters, structural and file ranking, pseudo-relevance
   feedback, expansion, the reranker, the query embedding cache and the row-level security check
   of the pool's start-up. It never calls a chat model and never imports ``answer``.
-* ``ragline.query.answer``: what turns hits into an answer: context assembly, prompts, the
-  extractive and chat generators, grounding, citations, sanitising, streaming, the user-facing
+* ``ragline.query.answer``: what turns hits into an answer: the question's run through the
+  answer stages (``run``), context assembly, prompts, the extractive and chat generators behind
+  one interface (``generate``), grounding, citations, sanitising, streaming, the user-facing
   texts, the query transforms and the agentic loop (the last two ask the chat generator, so they
   are the answer side's even though they run before a search). It may import ``retrieval``.
 * at the top, what knows both sides or neither: ``tasks`` (the Celery tasks; their names are a
