@@ -146,7 +146,7 @@ def run(
     live_rows = live_rows or int(os.environ.get("RAGLINE_BENCH_BULK_LIVE_ROWS", "1000000"))
     prefix = f"bench-bulk-{int(time.time())}"
     settings = get_settings()
-    kind, dim = settings.retrieval.vector_index, settings.embed.dim
+    kind, dim = settings.vector.index, settings.embed.dim
     with db.connection() as c:
         desc = common.machine(c)
         pg_conf = {

@@ -11,7 +11,7 @@ client process sends questions open loop at ``flood_factor`` times what the pool
 first, in the same run, on the same machine load) and never waits for them. Each round measures B
 alone, then B while A floods, with the same pool; the pool runs twice in the same run: with
 per-tenant admission off (one FIFO for every tenant: B waits behind A's backlog) and on
-(``RAGLINE_RETRIEVAL_TENANT_RATE`` / ``_BURST`` / ``_MAX_IN_FLIGHT``, a quarter of the pool's rate and one
+(``RAGLINE_ADMISSION_TENANT_RATE`` / ``_BURST`` / ``_MAX_IN_FLIGHT``, a quarter of the pool's rate and one
 question in flight for each tenant: A's excess questions are answered "rate limited" at once, so
 B's question meets a short queue).
 

@@ -1,5 +1,5 @@
 """What the lexical statement costs on one large tenant, by ranking function: ``ts_rank`` (the
-default) against BM25 (``RAGLINE_RETRIEVAL_LEXICAL_RANK=bm25``, migration 0009).
+default) against BM25 (``RAGLINE_LEXICAL_RANK=bm25``, migration 0009).
 
     python -m bench.lexical_cost [N_CHUNKS]    # writes bench/results/lexical_cost.json
 
@@ -50,7 +50,7 @@ def run(n_chunks: int = 100_000, n_questions: int = 20, repeats: int = 2) -> dic
     for q in questions:
         req = SearchRequest(query=q, tenant=tenant, groups=["g"], k=10, mode="lexical")
         with db.connection() as conn:
-            tsq = lexical_query(q, base.retrieval.lexical_match, base.retrieval.lexical_max_terms)
+            tsq = lexical_query(q, base.lexical.match, base.lexical.max_terms)
             matched.append(
                 conn.execute(
                     "SELECT count(*) AS n FROM chunks WHERE tenant = %s AND tsv @@ websearch_to_tsquery('russian', %s)",
@@ -59,13 +59,7 @@ def run(n_chunks: int = 100_000, n_questions: int = 20, repeats: int = 2) -> dic
             )
         for _ in range(repeats):
             for rank in ("ts_rank", "bm25"):
-                settings = base.model_copy(
-                    update={
-                        "retrieval": base.retrieval.model_copy(
-                            update={"lexical_rank": rank, "statement_timeout_ms": 0}
-                        )
-                    }
-                )
+                settings = base.overridden(lexical_rank=rank, deadlines_statement_timeout_ms=0)
                 t = time.perf_counter()
                 with db.query_connection() as conn, read_only_transaction(conn):
                     set_transaction_params(conn, req, settings, 50)
@@ -78,7 +72,7 @@ def run(n_chunks: int = 100_000, n_questions: int = 20, repeats: int = 2) -> dic
         "latency_ms": {k: common.latency_summary(v) for k, v in times.items()},
         "machine": common.machine(),
     }
-    limit = base.retrieval.statement_timeout_ms
+    limit = base.deadlines.statement_timeout_ms
     out["over_default_statement_timeout"] = {
         "statement_timeout_ms": limit,
         **{k: sum(1 for x in v if limit and x > limit) for k, v in times.items()},

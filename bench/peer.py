@@ -234,7 +234,7 @@ def _llama_store(table: str, dim: int, settings):
         hnsw_kwargs={
             "hnsw_m": 16,
             "hnsw_ef_construction": 64,
-            "hnsw_ef_search": settings.retrieval.hnsw_ef_search,
+            "hnsw_ef_search": settings.vector.hnsw_ef_search,
             "hnsw_dist_method": "vector_cosine_ops",
         },
     )

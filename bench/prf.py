@@ -11,7 +11,7 @@ the query pool's role, depth ``retrieval.top_n`` as ``ragline eval`` asks) and i
 metrics of :mod:`ragline.operations.eval`. The latency phase times that search call per question for PRF
 off and each PRF kind, interleaved question by question so a busy machine slows them alike;
 the paired differences are the per-question cost. Dev splits only: a file named ``test`` is refused.
-Not part of ``make bench``: it is the measurement behind the ``RAGLINE_RETRIEVAL_PRF`` default.
+Not part of ``make bench``: it is the measurement behind the ``RAGLINE_PRF_MODE`` default.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from bench import common
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 QUERIES = {"tydi": DATASETS / "tydi-ru-dev" / "dev.jsonl", "xquad": DATASETS / "xquad-ru" / "dev.jsonl"}
 
-#: retrieval-group overrides; "off" first (the baseline of the same run)
+#: keyword overrides of the prf group; "off" first (the baseline of the same run)
 VARIANTS: list[dict] = [
     {"prf": "off"},
     *(
@@ -102,7 +102,7 @@ def run(tenants: dict[str, str], repeats: int = 2) -> dict:
     embedder = providers.get_embedder()  # loaded here, in the process that queries (no fork follows)
 
     def varied(overrides: dict):
-        return base.model_copy(update={"retrieval": base.retrieval.model_copy(update=overrides)}, deep=True)
+        return base.overridden(**overrides)
 
     with db.connection() as conn:
         out: dict = {"machine": common.machine(conn), "sets": {}}

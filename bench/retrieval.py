@@ -161,7 +161,7 @@ def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> 
     req = _request(tenant, qvec)
     n = max(settings.retrieval.top_n, K)
     try:
-        f = compile_filters(req, settings.retrieval.prefer_bonus, settings.retrieval.test_penalty)
+        f = compile_filters(req, settings.fusion.prefer_bonus, settings.fusion.test_penalty)
         statement = sql.render(sql.VECTOR_SQL, f.columns_sql(), f.where_sql())
         with conn.transaction():
             transaction.set_transaction_params(conn, req, settings, n)
@@ -338,7 +338,7 @@ def run(
         "warmup": warmup,
         "k": K,
         "retrieval_top_n": settings.retrieval.top_n,
-        "hnsw_ef_search": settings.retrieval.hnsw_ef_search,
+        "hnsw_ef_search": settings.vector.hnsw_ef_search,
         "iterative_scan": "relaxed_order",
         "worker": f"ragline up's query pool, queue 'query', concurrency {settings.workers.query_concurrency}: solo"
         " processes (RAGLINE_WORKERS_QUERY_POOL=auto with a remote embedder; targets) and threads (auto with"

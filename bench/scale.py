@@ -177,7 +177,7 @@ def settings_for(settings, ef: int | None = None, storage: str | None = None, ex
         upd["vector_index"] = storage
     if exact is False:
         upd["exact_search_max_rows"] = 0
-    return settings.model_copy(update={"retrieval": settings.retrieval.model_copy(update=upd)})
+    return settings.overridden(**upd)
 
 
 class _Explain:
@@ -292,7 +292,7 @@ def _measure_case(
             took, hits, path, _ = direct(tenant, groups, q, settings)
         except psycopg.errors.QueryCanceled:  # the statement timeout: a result, recall 0 at the limit
             timeouts += 1
-            took, hits, path = float(settings.retrieval.statement_timeout_ms), [], "timeout"
+            took, hits, path = float(settings.deadlines.statement_timeout_ms), [], "timeout"
         ms.append(took)
         recalls.append(recall(hits, want))
         paths[path] += 1
@@ -464,8 +464,8 @@ def run(
                         "storage": storage,
                         "tenant": label,
                         "acl": acl,
-                        "ef_search": settings.retrieval.hnsw_ef_search,
-                        "exact_search_max_rows": settings.retrieval.exact_search_max_rows,
+                        "ef_search": settings.vector.hnsw_ef_search,
+                        "exact_search_max_rows": settings.vector.exact_search_max_rows,
                         "plan": direct(tenant, groups, queries[0], s, explain=True)[3],
                         **_measure_case(tenant, groups, queries, truth[(label, acl)], warmup, s),
                     }
@@ -493,8 +493,8 @@ def run(
             _save_partial(raw)
 
         # ---- 4. the small tenant with the exact path on (the defaults) and off (HNSW, same ef_search)
-        default_storage = settings.retrieval.vector_index
-        ef_default = settings.retrieval.hnsw_ef_search
+        default_storage = settings.vector.index
+        ef_default = settings.vector.hnsw_ef_search
         raw["exact_path_small_tenant"] = {}
         for acl in ACL_CASES:
             on = raw["cases"][f"{default_storage}|0.1%|{acl}|default"]
@@ -666,10 +666,10 @@ def run(
         "n_queries": n_queries,
         "warmup": warmup,
         "ef_values": list(ef_values),
-        "default_ef_search": settings.retrieval.hnsw_ef_search,
+        "default_ef_search": settings.vector.hnsw_ef_search,
         "retrieval_top_n": settings.retrieval.top_n,
         "default_storage": default_storage,
-        "default_exact_search_max_rows": settings.retrieval.exact_search_max_rows,
+        "default_exact_search_max_rows": settings.vector.exact_search_max_rows,
         "queue_queries": queue_queries,
         "rounds": rounds,
         "queue_worker": "ragline up's query pool: one solo process (RAGLINE_WORKERS_QUERY_POOL=solo, RAGLINE_WORKERS_QUERY_CONCURRENCY=1)",

@@ -5,10 +5,10 @@ pool answers would otherwise fill it and every other tenant's question would wai
 backlog. Each query task therefore asks first, before any other work, whether its tenant is
 within its share, in Redis so that every query worker of the cluster counts the same questions:
 
-* a rate with a burst (``RAGLINE_RETRIEVAL_TENANT_RATE`` questions per second, ``..._BURST``): the
+* a rate with a burst (``RAGLINE_ADMISSION_TENANT_RATE`` questions per second, ``..._BURST``): the
   ``limits`` package's moving window, of whole seconds, admitting at most ``burst`` questions in
   any window of ``burst / rate`` seconds (:func:`rate_window`);
-* questions in flight (``RAGLINE_RETRIEVAL_TENANT_MAX_IN_FLIGHT``): leases that expire, so a killed
+* questions in flight (``RAGLINE_ADMISSION_TENANT_MAX_IN_FLIGHT``): leases that expire, so a killed
   worker cannot hold a tenant's slot forever.
 
 A question over either is answered at once with ``{"ok": false, "error": "rate limited"}`` and
@@ -59,9 +59,10 @@ class TenantAdmission:
     """The limits of one settings object; one per process (:func:`get_admission`)."""
 
     def __init__(self, settings: Settings) -> None:
-        r = settings.retrieval
-        self.window_s, self.questions = rate_window(r.tenant_rate, r.tenant_burst)
-        self.max_in_flight = r.tenant_max_in_flight
+        self.window_s, self.questions = rate_window(
+            settings.admission.tenant_rate, settings.admission.tenant_burst
+        )
+        self.max_in_flight = settings.admission.tenant_max_in_flight
         self.enabled = bool(self.questions or self.max_in_flight)
         if not self.enabled:
             return
@@ -79,7 +80,7 @@ class TenantAdmission:
         self.limiter = MovingWindowRateLimiter(RedisStorage(url, key_prefix="ragline-limits"))
         self.client = redis_client(url)
         # a lease outlives the question's deadline; without one, the longest a question is expected to take
-        self.lease_s = (r.question_deadline_s or 300.0) + 30.0
+        self.lease_s = (settings.deadlines.question_s or 300.0) + 30.0
 
     def _over_rate(self, tenant: str) -> bool:
         """Whether this question is over the tenant's rate (one Redis round trip: a refusal must

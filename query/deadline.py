@@ -58,13 +58,13 @@ class QueryLimitError(Exception):
 
 
 class QuestionDeadlineExceeded(QueryLimitError):
-    """The whole question's time is spent (``RAGLINE_RETRIEVAL_QUESTION_DEADLINE_S``)."""
+    """The whole question's time is spent (``RAGLINE_DEADLINES_QUESTION_S``)."""
 
     error = "deadline exceeded"
 
 
 class RetrievalTimeout(QueryLimitError):
-    """A retrieval statement ran past ``RAGLINE_RETRIEVAL_STATEMENT_TIMEOUT_MS``."""
+    """A retrieval statement ran past ``RAGLINE_DEADLINES_STATEMENT_TIMEOUT_MS``."""
 
     error = "retrieval timeout"
 

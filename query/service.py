@@ -88,13 +88,13 @@ def _embed_query(req: SearchRequest, reasons: list[str]) -> np.ndarray | None:
         # the embedder's retry policy is made for ingestion; a question waits at most this long
         vec = np.asarray(
             run_with_deadline(
-                embedder.embed_query, settings.retrieval.query_embed_timeout_s, embedding_form(req.query)
+                embedder.embed_query, settings.deadlines.query_embed_timeout_s, embedding_form(req.query)
             ),
             dtype=np.float32,
         )
     except DeadlineExceeded:
-        log.warning("query embedding exceeded %.1fs, lexical only", settings.retrieval.query_embed_timeout_s)
-        reasons.append(f"embedder: timeout after {settings.retrieval.query_embed_timeout_s:g}s")
+        log.warning("query embedding exceeded %.1fs, lexical only", settings.deadlines.query_embed_timeout_s)
+        reasons.append(f"embedder: timeout after {settings.deadlines.query_embed_timeout_s:g}s")
         return None
     except Exception as exc:  # any provider failure degrades to lexical search
         log.warning("query embedding failed, lexical only: %s", type(exc).__name__)

@@ -70,7 +70,7 @@ def run_question(tenant: str | None, question: Callable[[], BaseModel]) -> dict:
     settings = get_settings()
     admitted = nullcontext() if tenant is None else get_admission().admit(tenant)
     try:
-        with admitted, question_deadline(settings.retrieval.question_deadline_s):
+        with admitted, question_deadline(settings.deadlines.question_s):
             return question().model_dump()
     except QueryLimitError as exc:
         QUERY_ERRORS.labels(error=exc.error).inc()
@@ -118,7 +118,7 @@ def _warm_query() -> None:
     with db.query_connection() as conn:
         problem = row_security_problem(conn)
         settings = get_settings()
-        index_problem = vector_index_problem(conn, settings.retrieval.vector_index, settings.embed.dim)
+        index_problem = vector_index_problem(conn, settings.vector.index, settings.embed.dim)
     if problem:
         log.warning(problem)
     if index_problem:

@@ -133,7 +133,7 @@ def sentence_ranker() -> extractive.Ranker | None:
         embedder = providers.get_embedder()
     except Exception:
         return None
-    timeout_s = get_settings().retrieval.query_embed_timeout_s
+    timeout_s = get_settings().deadlines.query_embed_timeout_s
 
     def rank(question: str, sentences: list[str]) -> list[float]:
         q = np.asarray(embedder.embed_query(embedding_form(question)), dtype=np.float32)

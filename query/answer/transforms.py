@@ -46,9 +46,9 @@ def plan_queries(req: AskRequest, run: QuestionRun) -> QueryPlan:
     reasons = run.reasons
     plan = QueryPlan(queries=[req.query])
     wants = (
-        (req.history and settings.retrieval.query_rewrite)
-        or settings.retrieval.multi_query
-        or settings.retrieval.hyde
+        (req.history and settings.transform.rewrite)
+        or settings.transform.multi_query
+        or settings.transform.hyde
     )
     if not wants:
         return plan
@@ -56,7 +56,7 @@ def plan_queries(req: AskRequest, run: QuestionRun) -> QueryPlan:
     if generator is None:
         return plan
     question = req.query
-    if req.history and settings.retrieval.query_rewrite:
+    if req.history and settings.transform.rewrite:
         try:
             g = generator.generate(
                 REWRITE_PROMPT,
@@ -70,18 +70,18 @@ def plan_queries(req: AskRequest, run: QuestionRun) -> QueryPlan:
             log.warning("query rewrite failed: %s", type(exc).__name__)
             reasons.append(f"rewrite: {type(exc).__name__}")
     plan.queries = [question]
-    if settings.retrieval.multi_query:
+    if settings.transform.multi_query:
         try:
             g = generator.generate(
-                MULTI_QUERY_PROMPT.format(n=settings.retrieval.multi_query),
+                MULTI_QUERY_PROMPT.format(n=settings.transform.multi_query),
                 [{"role": "user", "content": f"<question>{x(question)}</question>"}],
                 max_tokens=400,
             )
-            plan.queries += parse_variants(g.text, settings.retrieval.multi_query, question)
+            plan.queries += parse_variants(g.text, settings.transform.multi_query, question)
         except Exception as exc:
             log.warning("multi-query failed: %s", type(exc).__name__)
             reasons.append(f"multi_query: {type(exc).__name__}")
-    if settings.retrieval.hyde:
+    if settings.transform.hyde:
         try:
             g = generator.generate(
                 HYDE_PROMPT,

@@ -12,7 +12,7 @@ No language model is asked; the first pass's top ``m`` fused hits are taken as r
   question can still match.
 
 Whether it pays is a measurement (docs/evaluation.md, "Retrieval quality"); the settings are
-``RAGLINE_RETRIEVAL_PRF`` and ``RAGLINE_RETRIEVAL_PRF_*``. The SQL is in :mod:`ragline.query.retrieval.sql`, the statements run by :func:`ragline.query.retrieval.retrievers.feedback_pass`.
+``RAGLINE_PRF_MODE`` and ``RAGLINE_PRF_*``. The SQL is in :mod:`ragline.query.retrieval.sql`, the statements run by :func:`ragline.query.retrieval.retrievers.feedback_pass`.
 """
 
 from __future__ import annotations

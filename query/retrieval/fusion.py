@@ -145,16 +145,17 @@ class FusionPolicy:
     @classmethod
     def from_settings(cls, settings: Settings, code: bool = False) -> FusionPolicy:
         """The policy the retrieval settings configure; ``code`` for code retrieval, whose method and
-        lexical weight are their own (``fusion_code``, ``rrf_weight_lexical_code``)."""
-        r = settings.retrieval
+        lexical weight are their own (``fusion.method_code``, ``fusion.rrf_weight_lexical_code``)."""
         return cls(
-            method=r.fusion_code if code else r.fusion,
-            rrf_k=r.rrf_k,
-            vector_weight=r.rrf_weight_vector,
-            lexical_weight=r.rrf_weight_lexical_code if code else r.rrf_weight_lexical,
-            cross_script_weight=r.rrf_weight_lexical_cross_script,
-            convex_lexical=r.convex_weight_lexical,
-            normalization=r.fusion_normalization,
+            method=settings.fusion.method_code if code else settings.fusion.method,
+            rrf_k=settings.fusion.rrf_k,
+            vector_weight=settings.fusion.rrf_weight_vector,
+            lexical_weight=settings.fusion.rrf_weight_lexical_code
+            if code
+            else settings.fusion.rrf_weight_lexical,
+            cross_script_weight=settings.fusion.rrf_weight_lexical_cross_script,
+            convex_lexical=settings.fusion.convex_weight_lexical,
+            normalization=settings.fusion.normalization,
         )
 
     def covering(self, share: float) -> FusionPolicy:

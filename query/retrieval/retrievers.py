@@ -31,8 +31,9 @@ from ragline.shared.worker.identifiers import code_terms, code_tsquery, or_tsque
 
 def filters_for(req: SearchRequest, settings: Settings):
     """The request's filters with the configured bonus, penalty and test globs."""
-    r = settings.retrieval
-    return compile_filters(req, r.prefer_bonus, r.test_penalty, settings.code.test_globs)
+    return compile_filters(
+        req, settings.fusion.prefer_bonus, settings.fusion.test_penalty, settings.code.test_globs
+    )
 
 
 def corpus_plan(conn: psycopg.Connection, req: SearchRequest, settings: Settings) -> terms.TermPlan:
@@ -67,7 +68,7 @@ def vector_rows(
     reads the counts first (a round trip more, for callers that did not keep them)."""
     if path is None:
         path = "hnsw"
-        if settings.retrieval.exact_search_max_rows > 0:
+        if settings.vector.exact_search_max_rows > 0:
             path = vector_path(settings, *scope_rows(conn, req))
     f = filters_for(req, settings)
     params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
@@ -102,44 +103,41 @@ def lexical_rows(
         return []
     assert conn is not None
     f = filters_for(req, settings)
-    terms = code_terms(req.query, settings.retrieval.lexical_max_terms)
+    terms = code_terms(req.query, settings.lexical.max_terms)
     code_query = or_tsquery(terms)
     params = {
         "code_query": code_query,
         "code_terms": terms,
-        "whole_query": whole_tsquery(req.query, settings.retrieval.lexical_max_terms),
+        "whole_query": whole_tsquery(req.query, settings.lexical.max_terms),
         "tenant": req.tenant,
         "groups": req.groups,
         "n": n,
-        "query": lexical_query(
-            req.query, settings.retrieval.lexical_match, settings.retrieval.lexical_max_terms
-        ),
-        "rank_norm": settings.retrieval.lexical_rank_normalization,
-        "k1": settings.retrieval.bm25_k1,
-        "b": settings.retrieval.bm25_b,
+        "query": lexical_query(req.query, settings.lexical.match, settings.lexical.max_terms),
+        "rank_norm": settings.lexical.rank_normalization,
+        "k1": settings.lexical.bm25_k1,
+        "b": settings.lexical.bm25_b,
         "expansion": expansion,
-        "prf_weight": settings.retrieval.prf_term_weight,
+        "prf_weight": settings.prf.term_weight,
         **f.params,
     }
-    bm25 = settings.retrieval.lexical_rank == "bm25"
+    bm25 = settings.lexical.rank == "bm25"
     if code_query:
         template = sql.CODE_BM25_SQL if bm25 else sql.CODE_LEXICAL_SQL
     elif expansion and lexical_expands(req, settings):
         template = sql.LEXICAL_PRF_SQL
     else:
         template = sql.BM25_SQL if bm25 else sql.LEXICAL_SQL
-    statement = sql.render(template, f.columns_sql(), f.where_sql(), settings.retrieval.lexical_rank)
+    statement = sql.render(template, f.columns_sql(), f.where_sql(), settings.lexical.rank)
     return conn.execute(statement, params).fetchall()
 
 
 def lexical_expands(req: SearchRequest, settings: Settings) -> bool:
     """Whether lexical feedback applies: the words' ts_rank list (a question naming identifiers
     searches the code terms too, BM25 has its own statistics: neither is expanded)."""
-    r = settings.retrieval
     return (
-        r.prf in ("lexical", "both")
-        and r.lexical_rank != "bm25"
-        and not code_tsquery(req.query, r.lexical_max_terms)
+        settings.prf.mode in ("lexical", "both")
+        and settings.lexical.rank != "bm25"
+        and not code_tsquery(req.query, settings.lexical.max_terms)
     )
 
 
@@ -159,12 +157,11 @@ def feedback_pass(
     Its statements run in the caller's transaction, so under the same tenant and ACL scope (and the
     same filters) as the first pass, and the second vector search takes the first's path
     (``path``, :func:`vector_path`). No statement when there is nothing to steer."""
-    r = settings.retrieval
-    dense = r.prf in ("dense", "both") and qvec is not None and bool(vector)
+    dense = settings.prf.mode in ("dense", "both") and qvec is not None and bool(vector)
     lexical_on = bool(lexical) and lexical_expands(req, settings)
     if not (dense or lexical_on):
         return vector, lexical
-    keys = feedback.feedback_keys(fused_keys(vector, lexical, settings, req.query), r.prf_docs)
+    keys = feedback.feedback_keys(fused_keys(vector, lexical, settings, req.query), settings.prf.docs)
     f = filters_for(req, settings)
     params = {
         "tenant": req.tenant,
@@ -183,14 +180,17 @@ def feedback_pass(
         return vector, lexical
     if dense:
         moved = feedback.rocchio(
-            qvec, [row["embedding"] for row in rows if row["embedding"] is not None], r.prf_alpha, r.prf_beta
+            qvec,
+            [row["embedding"] for row in rows if row["embedding"] is not None],
+            settings.prf.alpha,
+            settings.prf.beta,
         )
         vector = vector_rows(conn, req, moved, n, settings, path)
     if lexical_on:
         terms = feedback.expansion_terms(
             rows[0]["query_lexemes"],
             [dict(zip(row["lexemes"], row["counts"], strict=True)) for row in rows],
-            r.prf_terms,
+            settings.prf.terms,
         )
         if terms:
             lexical = lexical_rows(conn, req, n, settings, feedback.tsquery_literal(terms))

@@ -87,7 +87,7 @@ def search(
                 stage = "the lexical search"
                 lexical = retrievers.lexical_rows(conn, req, n, settings)
                 timings["lexical"] = elapsed_ms(t)
-            if settings.retrieval.prf != "off" and (vector or lexical):
+            if settings.prf.mode != "off" and (vector or lexical):
                 t = time.perf_counter()
                 statements.tighten(conn, "the feedback pass")
                 stage = "the feedback pass"

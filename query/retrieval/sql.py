@@ -282,7 +282,7 @@ def vector_order(settings: Settings, exact: bool) -> str:
     """The vector statement's ``ORDER BY`` for the configured index, or the exact path's (pure)."""
     if exact:
         return EXACT_ORDER
-    return VECTOR_ORDER[settings.retrieval.vector_index].format(dim=int(settings.embed.dim))
+    return VECTOR_ORDER[settings.vector.index].format(dim=int(settings.embed.dim))
 
 
 def render(

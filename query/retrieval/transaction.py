@@ -6,7 +6,7 @@ first sets, for that transaction only and in one round trip (:func:`set_transact
 * ``ragline.tenant`` and ``ragline.groups``, which the row-level security policies of migration
   0007 read: on the query pool's role a statement that forgot its tenant or ACL filter still sees
   only the caller's rows (the ``WHERE`` filters stay, because they are what the indexes use);
-* ``statement_timeout``: ``RAGLINE_RETRIEVAL_STATEMENT_TIMEOUT_MS``, or the time left of the
+* ``statement_timeout``: ``RAGLINE_DEADLINES_STATEMENT_TIMEOUT_MS``, or the time left of the
   question when that is shorter; a cancelled statement becomes :class:`RetrievalTimeout` or
   :class:`QuestionDeadlineExceeded`, never a generic database error;
 * for a vector search, the HNSW search parameters and two counts the query role reads under
@@ -47,7 +47,7 @@ def vector_path(settings: Settings, tenant_rows: int | None, visible_rows: int |
     instead. An exact sort costs about the same per row whichever index found the rows, so its
     cost follows the rows it sorts; the tenant index comes first because it reads no other table.
     ``visible_rows`` sums the caller's groups' counts: an upper bound when they overlap."""
-    limit = settings.retrieval.exact_search_max_rows
+    limit = settings.vector.exact_search_max_rows
     if limit <= 0:
         return "hnsw"
     if tenant_rows is not None and tenant_rows <= limit:
@@ -75,7 +75,7 @@ class StatementLimit:
     deadline (rather than the setting) set it."""
 
     def __init__(self, settings: Settings) -> None:
-        self.limit_ms = settings.retrieval.statement_timeout_ms
+        self.limit_ms = settings.deadlines.statement_timeout_ms
         self.timeout_ms, self.by_deadline = deadline.statement_timeout_ms(self.limit_ms)
         # the tenant's chunks and the caller's, read by set_transaction_params for a vector search
         self.tenant_rows: int | None = None
@@ -120,10 +120,10 @@ def set_transaction_params(
     limit = limit or StatementLimit(settings)
     params = {"tenant": req.tenant, "groups": req.groups, "timeout": str(limit.timeout_ms)}
     statement = sql.SCOPE_SQL
-    count = n is not None and settings.retrieval.exact_search_max_rows > 0
+    count = n is not None and settings.vector.exact_search_max_rows > 0
     if n is not None:
         statement += sql.HNSW_SQL + (sql.TENANT_ROWS_SQL if count else "")
-        params["ef_search"] = str(int(max(settings.retrieval.hnsw_ef_search, n)))
+        params["ef_search"] = str(int(max(settings.vector.hnsw_ef_search, n)))
     row = conn.execute(statement, params).fetchone()
     if count:
         limit.tenant_rows = int(row["tenant_rows"])

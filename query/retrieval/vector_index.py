@@ -1,7 +1,7 @@
 """The HNSW index of ``chunks.embedding``: which storage it uses, and whether it is the one the query
 pool's statements need.
 
-``RAGLINE_RETRIEVAL_VECTOR_INDEX`` says how the vector statement orders rows
+``RAGLINE_VECTOR_INDEX`` says how the vector statement orders rows
 (:data:`ragline.query.retrieval.sql.VECTOR_ORDER`): by ``embedding <=> q`` (a ``vector`` index) or by
 ``embedding::halfvec(D) <=> q::halfvec(D)`` (a ``halfvec`` expression index, half the size). Postgres
 uses an index only for the expression it was built on, so a setting that disagrees with the
@@ -77,9 +77,9 @@ def problem_with(indexes: list[dict], kind: str, dim: int) -> str | None:
         f"{i['name']} ({kind_of(i, dim) or i['opclass']}{'' if i['valid'] else ', invalid'})" for i in indexes
     )
     return (
-        f"RAGLINE_RETRIEVAL_VECTOR_INDEX={kind} but chunks has no valid {kind} HNSW index"
+        f"RAGLINE_VECTOR_INDEX={kind} but chunks has no valid {kind} HNSW index"
         f" (found: {found or 'none'}): every vector search of a large tenant would read and sort the"
-        f" whole tenant; run `ragline index rebuild --type {kind}`, or set RAGLINE_RETRIEVAL_VECTOR_INDEX to the"
+        f" whole tenant; run `ragline index rebuild --type {kind}`, or set RAGLINE_VECTOR_INDEX to the"
         " database's kind (docs/operations.md, Vector index and query planning)"
     )
 

@@ -44,7 +44,7 @@ def defer(
     """Drop the HNSW indexes for a bulk load (vector search is exact until `ragline index build`)."""
     settings = get_settings()
     with connect() as conn:
-        res = defer_index(conn, reason, settings.retrieval.vector_index, settings.embed.dim)
+        res = defer_index(conn, reason, settings.vector.index, settings.embed.dim)
     line = (
         f"window {res['id']} opened; dropped {', '.join(res['dropped']) or 'no index'}"
         if res["opened"]
@@ -64,9 +64,7 @@ def build(
     settings = get_settings()
     with connect() as conn:
         try:
-            res = build_deferred(
-                conn, settings.retrieval.vector_index, settings.embed.dim, maintenance_work_mem
-            )
+            res = build_deferred(conn, settings.vector.index, settings.embed.dim, maintenance_work_mem)
         except Exception as exc:  # psycopg loads lazily; a failed build leaves only an invalid index
             fail(f"the index was not built: {str(exc).strip().splitlines()[0]}")
     if res["closed"] is None:
@@ -80,16 +78,16 @@ def build(
 
 @index_app.command("status")
 def status(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
-    """Show the HNSW indexes of the chunks and whether RAGLINE_RETRIEVAL_VECTOR_INDEX has its index (exit 1
+    """Show the HNSW indexes of the chunks and whether RAGLINE_VECTOR_INDEX has its index (exit 1
     when it has not: the vector search would read whole tenants)."""
     settings = get_settings()
     with connect() as conn:
-        info = status_info(conn, settings.retrieval.vector_index, settings.embed.dim)
+        info = status_info(conn, settings.vector.index, settings.embed.dim)
     rows = [
         (i["name"], i["kind"] or i["opclass"], "yes" if i["valid"] else "no", f"{i['bytes'] / 2**20:.1f} MiB")
         for i in info["indexes"]
     ]
-    lines = [f"RAGLINE_RETRIEVAL_VECTOR_INDEX={info['setting']} (dimension {info['dim']})"]
+    lines = [f"RAGLINE_VECTOR_INDEX={info['setting']} (dimension {info['dim']})"]
     lines += columns(("index", "kind", "valid", "size"), rows) if rows else ["no HNSW index on chunks"]
     print_result(info, as_json, lines + ([f"problem: {info['problem']}"] if info["problem"] else []))
     if info["problem"]:
@@ -108,7 +106,7 @@ def rebuild(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """Build the HNSW index of one kind concurrently and drop the one it replaces; queries keep
-    being answered throughout. Then set RAGLINE_RETRIEVAL_VECTOR_INDEX to the same kind and restart the
+    being answered throughout. Then set RAGLINE_VECTOR_INDEX to the same kind and restart the
     query pool."""
     settings = get_settings()
     with connect() as conn:
@@ -118,24 +116,20 @@ def rebuild(
             fail(f"the {kind} index was not built: {str(exc).strip().splitlines()[0]}")
     lines = [f"built {res['built']} ({kind}) in {res['build_s']:g} s"]
     lines += [f"dropped {name}" for name in res["dropped"]]
-    if settings.retrieval.vector_index != kind:
-        lines.append(f"now set RAGLINE_RETRIEVAL_VECTOR_INDEX={kind} and restart the query pool")
+    if settings.vector.index != kind:
+        lines.append(f"now set RAGLINE_VECTOR_INDEX={kind} and restart the query pool")
     print_result(res, as_json, lines)
 
 
 @index_app.command("drop")
 def drop(
     kind: KindOption = typer.Option(..., "--type", help="the kind whose index to drop: vector or halfvec"),
-    force: bool = typer.Option(
-        False, "--force", help="drop it even if RAGLINE_RETRIEVAL_VECTOR_INDEX uses it"
-    ),
+    force: bool = typer.Option(False, "--force", help="drop it even if RAGLINE_VECTOR_INDEX uses it"),
 ) -> None:
     """Drop one kind's HNSW index concurrently (after a `rebuild --keep-old` and the switch)."""
     settings = get_settings()
-    if kind == settings.retrieval.vector_index and not force:
-        fail(
-            f"RAGLINE_RETRIEVAL_VECTOR_INDEX={kind} uses this index; switch the setting first, or pass --force"
-        )
+    if kind == settings.vector.index and not force:
+        fail(f"RAGLINE_VECTOR_INDEX={kind} uses this index; switch the setting first, or pass --force")
     with connect() as conn:
         names = drop_index(conn, kind, settings.embed.dim)
     for name in names:

@@ -248,7 +248,7 @@ def sweep_fusion(
     k: int = 10,
     runs: list[tuple[dict, dict]] | None = None,
 ) -> list[dict]:
-    """Hybrid metrics for several fusion settings (retrieval-group overrides such as
+    """Hybrid metrics for several fusion settings (keyword overrides such as
     ``{"fusion": "convex", "fusion_normalization": "zscore", "convex_weight_lexical": 0.3}``),
     recomputed from one run's vector and lexical lists with the retriever's own
     :func:`ragline.query.retrieval.hybrid.fused_keys`, script check included."""
@@ -257,9 +257,7 @@ def sweep_fusion(
     runs = runs or candidate_lists(queries, search, settings.retrieval.top_n)
     out = []
     for overrides in variants:
-        varied = settings.model_copy(
-            update={"retrieval": settings.retrieval.model_copy(update=overrides)}, deep=True
-        )
+        varied = settings.overridden(**overrides)
         rep = ModeReport("hybrid " + " ".join(f"{a}={b}" for a, b in overrides.items()), k)
         for row, hits in runs:
             fused = fused_keys(_rows(hits["vector"]), _rows(hits["lexical"]), varied, row["query"])
@@ -354,14 +352,14 @@ def run_eval(
             "reranker": settings.rerank.provider if rerank else None,
             "tenant": tenant,
             "embedder": settings.embed.model_name,
-            "rrf_weight_vector": settings.retrieval.rrf_weight_vector,
-            "rrf_weight_lexical": settings.retrieval.rrf_weight_lexical,
-            "rrf_weight_lexical_cross_script": settings.retrieval.rrf_weight_lexical_cross_script,
-            "rrf_k": settings.retrieval.rrf_k,
-            "lexical_rank": settings.retrieval.lexical_rank,
-            "fusion": settings.retrieval.fusion,
-            "fusion_normalization": settings.retrieval.fusion_normalization,
-            "convex_weight_lexical": settings.retrieval.convex_weight_lexical,
+            "rrf_weight_vector": settings.fusion.rrf_weight_vector,
+            "rrf_weight_lexical": settings.fusion.rrf_weight_lexical,
+            "rrf_weight_lexical_cross_script": settings.fusion.rrf_weight_lexical_cross_script,
+            "rrf_k": settings.fusion.rrf_k,
+            "lexical_rank": settings.lexical.rank,
+            "fusion": settings.fusion.method,
+            "fusion_normalization": settings.fusion.normalization,
+            "convex_weight_lexical": settings.fusion.convex_weight_lexical,
             "retrieval_top_n": settings.retrieval.top_n,
             "ingest": {k_: summary[k_] for k_ in ("documents", "chunks", "embedded", "failed")},
             "failed_documents": [e["doc_id"] for e in summary["errors"]],
@@ -373,9 +371,9 @@ def run_eval(
                 search,
                 sweep,
                 k,
-                settings.retrieval.rrf_k,
+                settings.fusion.rrf_k,
                 settings.retrieval.top_n,
-                settings.retrieval.rrf_weight_lexical_cross_script,
+                settings.fusion.rrf_weight_lexical_cross_script,
                 runs,
             )
             meta["fusion_sweep"] = sweep_fusion(

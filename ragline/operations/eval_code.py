@@ -394,9 +394,9 @@ def run_code_eval(
                     res = search(text, tenant, "hybrid", layer_list, True)
                     candidates, share = res["hits"], res.get("vector_share", 1.0)
                 hits = [Hit.model_validate(h) for h in candidates]
-                r = settings.retrieval
                 runs = [
-                    (label, w, r.rrf_weight_lexical_code) for label, w in structure.ablations(weights).items()
+                    (label, w, settings.fusion.rrf_weight_lexical_code)
+                    for label, w in structure.ablations(weights).items()
                 ]
                 runs += [
                     (f"{label}, lexical weight {wl:g}", w, wl)
@@ -436,10 +436,10 @@ def run_code_eval(
             "snapshots": ingests,
             "embedder": settings.embed.model_name,
             "retrieval_top_n": settings.retrieval.top_n,
-            "rrf_weight_vector": settings.retrieval.rrf_weight_vector,
-            "rrf_weight_lexical": settings.retrieval.rrf_weight_lexical,
-            "rrf_weight_lexical_code": settings.retrieval.rrf_weight_lexical_code,
-            "lexical_rank": settings.retrieval.lexical_rank,
+            "rrf_weight_vector": settings.fusion.rrf_weight_vector,
+            "rrf_weight_lexical": settings.fusion.rrf_weight_lexical,
+            "rrf_weight_lexical_code": settings.fusion.rrf_weight_lexical_code,
+            "lexical_rank": settings.lexical.rank,
             "load_average": {"before_queries": load_before, "after_queries": os.getloadavg()},
             "structure_weights": weights.as_dict(),
             "file_rank": settings.code.file_rank,

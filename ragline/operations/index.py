@@ -171,7 +171,7 @@ def bulk_window(
     index because a command stopped); a window opened by someone else is joined and left open.
     ``connect``: a context manager of an autocommit connection; ``note``: where progress goes."""
     settings = get_settings()
-    kind, dim = settings.retrieval.vector_index, settings.embed.dim
+    kind, dim = settings.vector.index, settings.embed.dim
     with connect() as conn:
         window = defer_index(conn, reason, kind, dim)
     note(

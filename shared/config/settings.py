@@ -758,171 +758,255 @@ class EmbedSettings(_Group):
 
 
 class RetrievalSettings(_Group):
-    """Hybrid search: the question's embedding, the vector and lexical lists, their fusion, transforms."""
+    """Hybrid search's candidate lists: their depth, the question's embedding cache, collection names."""
 
     top_n: int = Field(
         50, validation_alias="RAGLINE_RETRIEVAL_TOP_N", description="depth of each list before fusion"
-    )
-    rrf_k: int = Field(60, validation_alias="RAGLINE_RRF_K", description="the k of Reciprocal Rank Fusion")
-    rrf_weight_vector: float = Field(
-        1.0, validation_alias="RAGLINE_RRF_WEIGHT_VECTOR", description="the vector list's RRF weight"
-    )
-    rrf_weight_lexical: float = Field(
-        0.0175,
-        validation_alias="RAGLINE_RRF_WEIGHT_LEXICAL",
-        description='weights of the two lists in the fusion (docs/evaluation.md, "Retrieval quality")',
-    )
-    rrf_weight_lexical_cross_script: float = Field(
-        0.0,
-        ge=0,
-        validation_alias="RAGLINE_RRF_WEIGHT_LEXICAL_CROSS_SCRIPT",
-        description="the lexical weight (at most rrf_weight_lexical) for a question written in another script than the passages found for it (English over Russian) and holding no number or identifier: its words can only match stray Latin tokens there, so the vector order stands (query/retrieval/language.py)",
-    )
-    rrf_weight_lexical_code: float = Field(
-        0.1,
-        ge=0,
-        validation_alias="RAGLINE_RRF_WEIGHT_LEXICAL_CODE",
-        description='the lexical weight for code retrieval (a question naming a file or an identifier, or code candidates: query/retrieval/hybrid.py code_retrieval): identifiers match exactly, so the lexical list is a strong partner there; chosen on swe-loc-dev (docs/evaluation.md, "Code retrieval")',
-    )
-    hnsw_ef_search: int = Field(
-        100,
-        validation_alias="RAGLINE_HNSW_EF_SEARCH",
-        description="HNSW search breadth (at least the list depth)",
-    )
-    exact_search_max_rows: int = Field(
-        10_000,
-        ge=0,
-        validation_alias="RAGLINE_EXACT_SEARCH_MAX_ROWS",
-        description='a tenant of at most this many chunks (lexical_stats, migration 0009) is searched exactly, its rows through the tenant index sorted by distance; in a larger tenant, a caller whose groups admit at most this many chunks (acl_group_rows, migration 0017) is searched exactly over the rows of its documents; anyone else through HNSW (query/retrieval/transaction.py vector_path). Filtered HNSW slows down and loses recall as the share of the index the caller sees shrinks, the exact sort grows with the rows it reads (docs/operations.md "Vector index and query planning": the rule, where they cross, why this default). 0 = off',
-    )
-    vector_index: Literal["vector", "halfvec"] = Field(
-        "vector",
-        validation_alias="RAGLINE_VECTOR_INDEX",
-        description="the HNSW index's storage, which must be the database's (`ragline index rebuild --type ...`): vector (float32) or halfvec (float16, half the size; distances are still reported in float32)",
-    )
-    lexical_match: Literal["any", "all"] = Field(
-        "any",
-        validation_alias="RAGLINE_LEXICAL_MATCH",
-        description='lexical retriever: "any" = words OR-ed like BM25 (robust for questions); "all" = websearch AND syntax',
-    )
-    lexical_rank: Literal["bm25", "ts_rank", "ts_rank_cd"] = Field(
-        "ts_rank",
-        validation_alias="RAGLINE_LEXICAL_RANK",
-        description='bm25: idf and length normalisation computed in Postgres (migration 0009); it scores every matched row, so its cost grows with the tenant (docs/evaluation.md, "Retrieval quality": bench/lexical_cost.py) while in hybrid search ts_rank fused by score does as well on the dev sets',
-    )
-    bm25_k1: float = Field(
-        1.2,
-        ge=0,
-        validation_alias="RAGLINE_BM25_K1",
-        description="BM25 term-frequency saturation (lexical_rank=bm25)",
-    )
-    bm25_b: float = Field(
-        0.75,
-        ge=0,
-        le=1,
-        validation_alias="RAGLINE_BM25_B",
-        description="BM25 length normalisation, 0 to 1 (lexical_rank=bm25)",
-    )
-    fusion: Literal["rrf", "convex"] = Field(
-        "convex",
-        validation_alias="RAGLINE_FUSION",
-        description="how the vector and lexical lists of a prose question become one: a convex combination of normalised scores, or weighted RRF over ranks (query/retrieval/fusion.py, FusionPolicy); chosen on the dev sets (docs/evaluation.md)",
-    )
-    fusion_code: Literal["rrf", "convex"] = Field(
-        "rrf",
-        validation_alias="RAGLINE_FUSION_CODE",
-        description="the fusion of code retrieval (a question naming a file or identifier, or code candidates): RRF, because the structural bonuses of code retrieval were tuned in RRF units",
-    )
-    fusion_normalization: Literal["minmax", "zscore", "dbsf"] = Field(
-        "minmax",
-        validation_alias="RAGLINE_FUSION_NORMALIZATION",
-        description="how each list's scores are normalised before a convex combination: min-max, z-scores, or distribution-based (mean ± 3 sd)",
-    )
-    convex_weight_lexical: float = Field(
-        0.3,
-        ge=0,
-        le=1,
-        validation_alias="RAGLINE_CONVEX_WEIGHT_LEXICAL",
-        description="the lexical share of a convex combination (the vector list gets the rest)",
-    )
-    lexical_rank_normalization: int = Field(
-        1,
-        ge=0,
-        le=63,
-        validation_alias="RAGLINE_LEXICAL_RANK_NORMALIZATION",
-        description="the normalization bit mask of Postgres ts_rank / ts_rank_cd (1: divide by 1 + log of the document length)",
-    )
-    prf: Literal["off", "dense", "lexical", "both"] = Field(
-        "off",
-        validation_alias="RAGLINE_PRF",
-        description='pseudo-relevance feedback (query/retrieval/feedback.py): a second pass steered by the first pass\'s top prf_docs fused hits: "dense" moves the question\'s vector toward theirs (Rocchio: prf_alpha · question + prf_beta · mean of the hits), "lexical" ORs prf_terms of their shared lexemes into the lexical query at prf_term_weight of the question\'s own rank; off: on the dev sets dense feedback moved hybrid by less than the noise, lexical feedback lowered it (docs/evaluation.md, "Retrieval quality", bench/prf.py)',
-    )
-    prf_docs: int = Field(
-        3,
-        ge=1,
-        le=20,
-        validation_alias="RAGLINE_PRF_DOCS",
-        description="pseudo-relevance feedback: how many of the first pass's top fused hits steer the second",
-    )
-    prf_alpha: float = Field(
-        1.0,
-        ge=0,
-        validation_alias="RAGLINE_PRF_ALPHA",
-        description="dense feedback: the question vector's weight (Rocchio alpha)",
-    )
-    prf_beta: float = Field(
-        0.5,
-        ge=0,
-        validation_alias="RAGLINE_PRF_BETA",
-        description="dense feedback: the weight of the mean of the feedback hits' vectors (Rocchio beta)",
-    )
-    prf_terms: int = Field(
-        5,
-        ge=0,
-        le=50,
-        validation_alias="RAGLINE_PRF_TERMS",
-        description="lexical feedback: how many shared lexemes of the feedback hits are OR-ed into the lexical query",
-    )
-    prf_term_weight: float = Field(
-        0.3,
-        ge=0,
-        validation_alias="RAGLINE_PRF_TERM_WEIGHT",
-        description="lexical feedback: the added terms' weight relative to the question's own",
-    )
-    prefer_bonus: float = Field(
-        0.005,
-        validation_alias="RAGLINE_PREFER_BONUS",
-        description="added to the fused score of a hit matching prefer_path_prefixes / prefer_like_patterns (one RRF step near the top is ~0.0003)",
-    )
-    test_penalty: float = Field(
-        0.005,
-        validation_alias="RAGLINE_TEST_PENALTY",
-        description="subtracted from the fused score of a test file's hit when a request sets prefer_non_tests",
-    )
-    query_embed_timeout_s: float = Field(
-        3.0,
-        validation_alias="RAGLINE_QUERY_EMBED_TIMEOUT_S",
-        description="a question never waits longer than this for its embedding (then: lexical only, degraded)",
     )
     query_cache_size: int = Field(
         256,
         validation_alias="RAGLINE_QUERY_CACHE_SIZE",
         description="per-process cache of query embeddings, keyed by tenant + hash of the group set; 0 = off",
     )
-    query_rewrite: bool = Field(
+    corpus_terms: bool = Field(
+        True,
+        description="a question naming the collection it asks about (\"… according to ASVS 4.0.3?\") is searched without the name, in the vector and the lexical list alike, and the named source's documents are preferred (query/retrieval/terms.py: a word written as a name that occurs in most documents of one source and hardly elsewhere, from the caller's scope at query time); otherwise the name pulls both lists to the preface and the table of contents",
+    )
+
+
+class VectorSettings(_Group):
+    """The vector list: HNSW or an exact scan, and the index's storage."""
+
+    hnsw_ef_search: int = Field(
+        100,
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_HNSW_EF_SEARCH", "RAGLINE_HNSW_EF_SEARCH"),
+        description="HNSW search breadth (at least the list depth)",
+    )
+    exact_search_max_rows: int = Field(
+        10_000,
+        ge=0,
+        validation_alias=AliasChoices(
+            "RAGLINE_RETRIEVAL_EXACT_SEARCH_MAX_ROWS", "RAGLINE_EXACT_SEARCH_MAX_ROWS"
+        ),
+        description='a tenant of at most this many chunks (lexical_stats, migration 0009) is searched exactly, its rows through the tenant index sorted by distance; in a larger tenant, a caller whose groups admit at most this many chunks (acl_group_rows, migration 0017) is searched exactly over the rows of its documents; anyone else through HNSW (query/retrieval/transaction.py vector_path). Filtered HNSW slows down and loses recall as the share of the index the caller sees shrinks, the exact sort grows with the rows it reads (docs/operations.md "Vector index and query planning": the rule, where they cross, why this default). 0 = off',
+    )
+    index: Literal["vector", "halfvec"] = Field(
+        "vector",
+        validation_alias="RAGLINE_RETRIEVAL_VECTOR_INDEX",
+        description="the HNSW index's storage, which must be the database's (`ragline index rebuild --type ...`): vector (float32) or halfvec (float16, half the size; distances are still reported in float32)",
+    )
+
+
+class LexicalSettings(_Group):
+    """The lexical list: how a question's words match and are ranked (ts_rank or BM25)."""
+
+    match: Literal["any", "all"] = Field(
+        "any",
+        validation_alias="RAGLINE_RETRIEVAL_LEXICAL_MATCH",
+        description='lexical retriever: "any" = words OR-ed like BM25 (robust for questions); "all" = websearch AND syntax',
+    )
+    rank: Literal["bm25", "ts_rank", "ts_rank_cd"] = Field(
+        "ts_rank",
+        validation_alias="RAGLINE_RETRIEVAL_LEXICAL_RANK",
+        description='bm25: idf and length normalisation computed in Postgres (migration 0009); it scores every matched row, so its cost grows with the tenant (docs/evaluation.md, "Retrieval quality": bench/lexical_cost.py) while in hybrid search ts_rank fused by score does as well on the dev sets',
+    )
+    bm25_k1: float = Field(
+        1.2,
+        ge=0,
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_BM25_K1", "RAGLINE_BM25_K1"),
+        description="BM25 term-frequency saturation (lexical.rank=bm25)",
+    )
+    bm25_b: float = Field(
+        0.75,
+        ge=0,
+        le=1,
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_BM25_B", "RAGLINE_BM25_B"),
+        description="BM25 length normalisation, 0 to 1 (lexical.rank=bm25)",
+    )
+    rank_normalization: int = Field(
+        1,
+        ge=0,
+        le=63,
+        validation_alias="RAGLINE_RETRIEVAL_LEXICAL_RANK_NORMALIZATION",
+        description="the normalization bit mask of Postgres ts_rank / ts_rank_cd (1: divide by 1 + log of the document length)",
+    )
+    max_terms: int = Field(
+        32,
+        ge=1,
+        le=1000,
+        validation_alias="RAGLINE_RETRIEVAL_LEXICAL_MAX_TERMS",
+        description="distinct words of a question the lexical search uses; the rest is cut off",
+    )
+
+
+class FusionSettings(_Group):
+    """Fusing the vector and lexical lists into one (``query/retrieval/fusion.py``, ``FusionPolicy``) and the bonuses added to fused scores."""
+
+    rrf_k: int = Field(
+        60,
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_RRF_K", "RAGLINE_RRF_K"),
+        description="the k of Reciprocal Rank Fusion",
+    )
+    rrf_weight_vector: float = Field(
+        1.0,
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_RRF_WEIGHT_VECTOR", "RAGLINE_RRF_WEIGHT_VECTOR"),
+        description="the vector list's RRF weight",
+    )
+    rrf_weight_lexical: float = Field(
+        0.0175,
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_RRF_WEIGHT_LEXICAL", "RAGLINE_RRF_WEIGHT_LEXICAL"),
+        description='weights of the two lists in the fusion (docs/evaluation.md, "Retrieval quality")',
+    )
+    rrf_weight_lexical_cross_script: float = Field(
+        0.0,
+        ge=0,
+        validation_alias=AliasChoices(
+            "RAGLINE_RETRIEVAL_RRF_WEIGHT_LEXICAL_CROSS_SCRIPT", "RAGLINE_RRF_WEIGHT_LEXICAL_CROSS_SCRIPT"
+        ),
+        description="the lexical weight (at most rrf_weight_lexical) for a question written in another script than the passages found for it (English over Russian) and holding no number or identifier: its words can only match stray Latin tokens there, so the vector order stands (query/retrieval/language.py)",
+    )
+    rrf_weight_lexical_code: float = Field(
+        0.1,
+        ge=0,
+        validation_alias=AliasChoices(
+            "RAGLINE_RETRIEVAL_RRF_WEIGHT_LEXICAL_CODE", "RAGLINE_RRF_WEIGHT_LEXICAL_CODE"
+        ),
+        description='the lexical weight for code retrieval (a question naming a file or an identifier, or code candidates: query/retrieval/hybrid.py code_retrieval): identifiers match exactly, so the lexical list is a strong partner there; chosen on swe-loc-dev (docs/evaluation.md, "Code retrieval")',
+    )
+    method: Literal["rrf", "convex"] = Field(
+        "convex",
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_FUSION", "RAGLINE_FUSION"),
+        description="how the vector and lexical lists of a prose question become one: a convex combination of normalised scores, or weighted RRF over ranks (query/retrieval/fusion.py, FusionPolicy); chosen on the dev sets (docs/evaluation.md)",
+    )
+    method_code: Literal["rrf", "convex"] = Field(
+        "rrf",
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_FUSION_CODE", "RAGLINE_FUSION_CODE"),
+        description="the fusion of code retrieval (a question naming a file or identifier, or code candidates): RRF, because the structural bonuses of code retrieval were tuned in RRF units",
+    )
+    normalization: Literal["minmax", "zscore", "dbsf"] = Field(
+        "minmax",
+        validation_alias="RAGLINE_RETRIEVAL_FUSION_NORMALIZATION",
+        description="how each list's scores are normalised before a convex combination: min-max, z-scores, or distribution-based (mean ± 3 sd)",
+    )
+    convex_weight_lexical: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        validation_alias=AliasChoices(
+            "RAGLINE_RETRIEVAL_CONVEX_WEIGHT_LEXICAL", "RAGLINE_CONVEX_WEIGHT_LEXICAL"
+        ),
+        description="the lexical share of a convex combination (the vector list gets the rest)",
+    )
+    prefer_bonus: float = Field(
+        0.005,
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_PREFER_BONUS", "RAGLINE_PREFER_BONUS"),
+        description="added to the fused score of a hit matching prefer_path_prefixes / prefer_like_patterns (one RRF step near the top is ~0.0003)",
+    )
+    test_penalty: float = Field(
+        0.005,
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_TEST_PENALTY", "RAGLINE_TEST_PENALTY"),
+        description="subtracted from the fused score of a test file's hit when a request sets prefer_non_tests",
+    )
+
+
+class PrfSettings(_Group):
+    """Pseudo-relevance feedback: a second pass steered by the first pass's top hits (``query/retrieval/feedback.py``)."""
+
+    mode: Literal["off", "dense", "lexical", "both"] = Field(
+        "off",
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_PRF", "RAGLINE_PRF"),
+        description='pseudo-relevance feedback (query/retrieval/feedback.py): a second pass steered by the first pass\'s top prf.docs fused hits: "dense" moves the question\'s vector toward theirs (Rocchio: prf.alpha · question + prf.beta · mean of the hits), "lexical" ORs prf.terms of their shared lexemes into the lexical query at prf.term_weight of the question\'s own rank; off: on the dev sets dense feedback moved hybrid by less than the noise, lexical feedback lowered it (docs/evaluation.md, "Retrieval quality", bench/prf.py)',
+    )
+    docs: int = Field(
+        3,
+        ge=1,
+        le=20,
+        validation_alias="RAGLINE_RETRIEVAL_PRF_DOCS",
+        description="pseudo-relevance feedback: how many of the first pass's top fused hits steer the second",
+    )
+    alpha: float = Field(
+        1.0,
+        ge=0,
+        validation_alias="RAGLINE_RETRIEVAL_PRF_ALPHA",
+        description="dense feedback: the question vector's weight (Rocchio alpha)",
+    )
+    beta: float = Field(
+        0.5,
+        ge=0,
+        validation_alias="RAGLINE_RETRIEVAL_PRF_BETA",
+        description="dense feedback: the weight of the mean of the feedback hits' vectors (Rocchio beta)",
+    )
+    terms: int = Field(
+        5,
+        ge=0,
+        le=50,
+        validation_alias="RAGLINE_RETRIEVAL_PRF_TERMS",
+        description="lexical feedback: how many shared lexemes of the feedback hits are OR-ed into the lexical query",
+    )
+    term_weight: float = Field(
+        0.3,
+        ge=0,
+        validation_alias="RAGLINE_RETRIEVAL_PRF_TERM_WEIGHT",
+        description="lexical feedback: the added terms' weight relative to the question's own",
+    )
+
+
+class TransformSettings(_Group):
+    """Query transforms: each is an extra generator call."""
+
+    rewrite: bool = Field(
         False,
-        validation_alias="RAGLINE_QUERY_REWRITE",
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_QUERY_REWRITE", "RAGLINE_QUERY_REWRITE"),
         description="query transforms (each one is an extra generator call; off unless evals say otherwise): rewrite a follow-up question with its history, fuse multi_query paraphrases by RRF, HyDE",
     )
     multi_query: int = Field(
         0,
         ge=0,
         le=5,
-        validation_alias="RAGLINE_MULTI_QUERY",
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_MULTI_QUERY", "RAGLINE_MULTI_QUERY"),
         description="query transforms, each an extra generator call",
     )
     hyde: bool = Field(
-        False, validation_alias="RAGLINE_HYDE", description="query transforms, each an extra generator call"
+        False,
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_HYDE", "RAGLINE_HYDE"),
+        description="query transforms, each an extra generator call",
+    )
+
+
+class AdmissionSettings(_Group):
+    """Per-tenant admission of questions to the query pool (Redis, shared by all query workers)."""
+
+    tenant_rate: float = Field(
+        0.0,
+        ge=0,
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_TENANT_RATE", "RAGLINE_QUERY_TENANT_RATE"),
+        description='per-tenant admission, checked first in every query task (Redis, shared by all query workers): questions per second with a burst (a moving window of whole seconds), and questions in flight; a question over either is answered "rate limited" at once. 0 = off',
+    )
+    tenant_burst: int = Field(
+        0,
+        ge=0,
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_TENANT_BURST", "RAGLINE_QUERY_TENANT_BURST"),
+        description="per-tenant admission of questions: per second, at once, in flight; over it a question is answered `rate limited`",
+    )
+    tenant_max_in_flight: int = Field(
+        0,
+        ge=0,
+        validation_alias=AliasChoices(
+            "RAGLINE_RETRIEVAL_TENANT_MAX_IN_FLIGHT", "RAGLINE_QUERY_TENANT_MAX_IN_FLIGHT"
+        ),
+        description="per-tenant admission of questions: per second, at once, in flight; over it a question is answered `rate limited`",
+    )
+
+
+class DeadlineSettings(_Group):
+    """How long a question, its embedding and its statements may take."""
+
+    query_embed_timeout_s: float = Field(
+        3.0,
+        validation_alias=AliasChoices(
+            "RAGLINE_RETRIEVAL_QUERY_EMBED_TIMEOUT_S", "RAGLINE_QUERY_EMBED_TIMEOUT_S"
+        ),
+        description="a question never waits longer than this for its embedding (then: lexical only, degraded)",
     )
     statement_timeout_ms: int = Field(
         2000,
@@ -930,40 +1014,11 @@ class RetrievalSettings(_Group):
         validation_alias="RAGLINE_RETRIEVAL_STATEMENT_TIMEOUT_MS",
         description="query-path limits: every retrieval statement is cancelled after this (0 = no limit); the lexical list uses at most this many distinct terms of the question",
     )
-    corpus_terms: bool = Field(
-        True,
-        description="a question naming the collection it asks about (\"… according to ASVS 4.0.3?\") is searched without the name, in the vector and the lexical list alike, and the named source's documents are preferred (query/retrieval/terms.py: a word written as a name that occurs in most documents of one source and hardly elsewhere, from the caller's scope at query time); otherwise the name pulls both lists to the preface and the table of contents",
-    )
-    lexical_max_terms: int = Field(
-        32,
-        ge=1,
-        le=1000,
-        validation_alias="RAGLINE_LEXICAL_MAX_TERMS",
-        description="distinct words of a question the lexical search uses; the rest is cut off",
-    )
-    question_deadline_s: float = Field(
+    question_s: float = Field(
         30.0,
         ge=0,
-        validation_alias="RAGLINE_QUESTION_DEADLINE_S",
+        validation_alias=AliasChoices("RAGLINE_RETRIEVAL_QUESTION_DEADLINE_S", "RAGLINE_QUESTION_DEADLINE_S"),
         description="a whole question (retrieve, rerank, answer) in the query pool: past it no new stage starts and provider calls stop waiting (0 = none); Celery's time limits do not work in solo and threads pools",
-    )
-    tenant_rate: float = Field(
-        0.0,
-        ge=0,
-        validation_alias="RAGLINE_QUERY_TENANT_RATE",
-        description='per-tenant admission, checked first in every query task (Redis, shared by all query workers): questions per second with a burst (a moving window of whole seconds), and questions in flight; a question over either is answered "rate limited" at once. 0 = off',
-    )
-    tenant_burst: int = Field(
-        0,
-        ge=0,
-        validation_alias="RAGLINE_QUERY_TENANT_BURST",
-        description="per-tenant admission of questions: per second, at once, in flight; over it a question is answered `rate limited`",
-    )
-    tenant_max_in_flight: int = Field(
-        0,
-        ge=0,
-        validation_alias="RAGLINE_QUERY_TENANT_MAX_IN_FLIGHT",
-        description="per-tenant admission of questions: per second, at once, in flight; over it a question is answered `rate limited`",
     )
 
 
@@ -1247,6 +1302,13 @@ class Settings(BaseModel):
     context: ContextSettings = Field(default_factory=ContextSettings)
     embed: EmbedSettings = Field(default_factory=EmbedSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    vector: VectorSettings = Field(default_factory=VectorSettings)
+    lexical: LexicalSettings = Field(default_factory=LexicalSettings)
+    fusion: FusionSettings = Field(default_factory=FusionSettings)
+    prf: PrfSettings = Field(default_factory=PrfSettings)
+    transform: TransformSettings = Field(default_factory=TransformSettings)
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
+    deadlines: DeadlineSettings = Field(default_factory=DeadlineSettings)
     rerank: RerankSettings = Field(default_factory=RerankSettings)
     answer: AnswerSettings = Field(default_factory=AnswerSettings)
     lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
@@ -1264,11 +1326,14 @@ class Settings(BaseModel):
         environment, dotenv = _names_in_environment()
         _warn_deprecated(environment | dotenv)
         found = _read_environment(environment, dotenv)
-        for key, value in [*found.items(), *((k, v) for k, v in data.items() if k in _BY_KEY)]:
+        # a group's name may also be a setting's keyword (``fusion``, ``prf``: names read before the
+        # groups existed): a dict is the group, a plain value the setting
+        overrides = [(k, v) for k, v in data.items() if k in _BY_KEY and not _is_group_value(cls, k, v)]
+        for key, value in [*found.items(), *overrides]:
             group, name = _BY_KEY[key]
             groups[group][name] = value
         for group, value in data.items():
-            if group in cls.model_fields:
+            if _is_group_value(cls, group, value):
                 groups[group] = {**groups[group], **value} if isinstance(value, dict) else value
         return groups
 
@@ -1288,6 +1353,21 @@ class Settings(BaseModel):
         """Every setting as ``(group, name, value)``."""
         for group, name, _ in self.iter_fields():
             yield group, name, getattr(getattr(self, group), name)
+
+    def overridden(self, **values: Any) -> Settings:
+        """A copy with some settings replaced, each named as a keyword override is (``fusion_rrf_k``,
+        or a name it was read from before, ``rrf_k``): what evaluation sweeps and benchmarks vary,
+        without reading the environment again."""
+        update: dict[str, dict[str, Any]] = {}
+        for key, value in values.items():
+            group, name = _BY_KEY[key]
+            update.setdefault(group, {})[name] = value
+        return self.model_copy(
+            update={
+                group: getattr(self, group).model_copy(update=fields) for group, fields in update.items()
+            },
+            deep=True,
+        )
 
     @property
     def home_dir(self) -> Path:
@@ -1353,6 +1433,11 @@ class Settings(BaseModel):
             return self.workers.query_pool
         local_model = self.embed.provider == "local-e5" or self.rerank.provider == "cross-encoder"
         return "threads" if local_model else "solo"
+
+
+def _is_group_value(cls: type[Settings], key: str, value: Any) -> bool:
+    """Whether a keyword override ``key=value`` sets a whole group rather than one setting."""
+    return key in cls.model_fields and (key not in _BY_KEY or isinstance(value, dict | BaseModel))
 
 
 def _declared_names(field: FieldInfo) -> tuple[str, ...]:
@@ -1470,8 +1555,8 @@ def _read_environment(environment: set[str], dotenv: set[str]) -> dict[str, Any]
 
 
 def variable(key: str) -> str:
-    """The derived variable of a keyword override (``rrf_k`` or ``retrieval_rrf_k``:
-    ``RAGLINE_RETRIEVAL_RRF_K``), for code that hands settings to a process by its environment."""
+    """The derived variable of a keyword override (``rrf_k`` or ``fusion_rrf_k``:
+    ``RAGLINE_FUSION_RRF_K``), for code that hands settings to a process by its environment."""
     group, name = _BY_KEY[key]
     return env_name(group, name)
 

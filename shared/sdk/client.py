@@ -121,7 +121,7 @@ class RaglineForbidden(RaglineError, PermissionError):
 
 
 class RaglineRateLimited(RaglineError):
-    """The query pool's per-tenant admission refused the question (``RAGLINE_RETRIEVAL_TENANT_*``):
+    """The query pool's per-tenant admission refused the question (``RAGLINE_ADMISSION_TENANT_*``):
     a chat backend's 429, with ``Retry-After`` from :attr:`retry_after_s`."""
 
     @property

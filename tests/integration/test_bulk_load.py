@@ -58,7 +58,7 @@ def index_restored(stack):
         conn.commit()
         conn.autocommit = True
         try:
-            build_deferred(conn, settings.retrieval.vector_index, settings.embed.dim)
+            build_deferred(conn, settings.vector.index, settings.embed.dim)
         finally:
             conn.autocommit = False
 

@@ -170,7 +170,7 @@ def test_lexical_terms_past_the_cap_are_not_searched(corpus, use_settings):
     assert len(service.search(early).hits) == 3
     use_settings(lexical_max_terms=100)
     assert len(service.search(late).hits) == 3
-    assert get_settings().retrieval.lexical_max_terms == 100
+    assert get_settings().lexical.max_terms == 100
 
 
 @pytest.mark.slow

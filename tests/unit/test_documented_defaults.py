@@ -58,8 +58,8 @@ def test_the_readme_names_each_setting_by_its_current_variable():
 def test_the_fusion_defaults_are_documented():
     """The fusion a default search runs is the claim the README got wrong before: it must be stated."""
     rows = documented()
-    for setting in ("fusion", "fusion_code", "convex_weight_lexical", "rrf_k"):
-        variable = env_name("retrieval", setting)
+    for setting in ("method", "method_code", "convex_weight_lexical", "rrf_k"):
+        variable = env_name("fusion", setting)
         assert variable in rows, f"README's defaults table lacks {variable}"
 
 

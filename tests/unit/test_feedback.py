@@ -77,12 +77,12 @@ def test_tsquery_literal_quotes_lexemes():
 
 
 def test_settings_default_off_and_validated(monkeypatch):
-    assert Settings().retrieval.prf == "off"
-    monkeypatch.setenv("RAGLINE_RETRIEVAL_PRF", "both")
-    monkeypatch.setenv("RAGLINE_RETRIEVAL_PRF_DOCS", "5")
-    monkeypatch.setenv("RAGLINE_RETRIEVAL_PRF_BETA", "0.25")
-    s = Settings().retrieval
-    assert (s.prf, s.prf_docs, s.prf_beta) == ("both", 5, 0.25)
-    monkeypatch.setenv("RAGLINE_RETRIEVAL_PRF", "rocchio")
+    assert Settings().prf.mode == "off"
+    monkeypatch.setenv("RAGLINE_PRF_MODE", "both")
+    monkeypatch.setenv("RAGLINE_PRF_DOCS", "5")
+    monkeypatch.setenv("RAGLINE_PRF_BETA", "0.25")
+    s = Settings().prf
+    assert (s.mode, s.docs, s.beta) == ("both", 5, 0.25)
+    monkeypatch.setenv("RAGLINE_PRF_MODE", "rocchio")
     with pytest.raises(ValueError):
         Settings()

@@ -29,19 +29,18 @@ QUERIES = ["погода в городе", "what is the weather in the city", "w
 
 # ----------------------------------------------------------- the implementations the policy replaced
 def _reference_fused_keys(vector, lexical, settings, query=""):
-    r = settings.retrieval
     rows = [*vector, *lexical]
-    prose = (r.fusion, r.rrf_weight_lexical)
-    code = (r.fusion_code, r.rrf_weight_lexical_code)
+    prose = (settings.fusion.method, settings.fusion.rrf_weight_lexical)
+    code = (settings.fusion.method_code, settings.fusion.rrf_weight_lexical_code)
     fusion, base = prose if code == prose else code if hybrid.code_retrieval(query, settings, rows) else prose
     w_lex = lexical_weight(
         query,
         [row["content"] for row in vector[:PASSAGES]] if lexical else [],
         base,
-        r.rrf_weight_lexical_cross_script,
+        settings.fusion.rrf_weight_lexical_cross_script,
     )
     if fusion == "convex":
-        share = r.convex_weight_lexical * (w_lex / base if base > 0 else 1.0)
+        share = settings.fusion.convex_weight_lexical * (w_lex / base if base > 0 else 1.0)
         fused = convex(
             {
                 "vector": [
@@ -49,17 +48,17 @@ def _reference_fused_keys(vector, lexical, settings, query=""):
                 ],
                 "lexical": [((row["doc_id"], row["chunk_no"]), float(row["rank"])) for row in lexical],
             },
-            weights={"vector": 1.0 - r.convex_weight_lexical, "lexical": share},
-            how=r.fusion_normalization,
+            weights={"vector": 1.0 - settings.fusion.convex_weight_lexical, "lexical": share},
+            how=settings.fusion.normalization,
         )
-        return [(key, score / (r.rrf_k + 1)) for key, score in fused]
+        return [(key, score / (settings.fusion.rrf_k + 1)) for key, score in fused]
     return rrf(
         {
             "vector": [(row["doc_id"], row["chunk_no"]) for row in vector],
             "lexical": [(row["doc_id"], row["chunk_no"]) for row in lexical],
         },
-        k=r.rrf_k,
-        weights={"vector": r.rrf_weight_vector, "lexical": w_lex},
+        k=settings.fusion.rrf_k,
+        weights={"vector": settings.fusion.rrf_weight_vector, "lexical": w_lex},
     )
 
 
@@ -355,7 +354,7 @@ def test_a_vector_list_over_a_sliver_of_the_scope_does_not_outrank_the_lexical_l
 @pytest.mark.parametrize("share", [0.0, 0.02, 0.5, 1.0])
 def test_the_vector_weight_scales_with_the_share_in_every_method(share):
     policy = FusionPolicy.from_settings(Settings(), code=True).covering(share)
-    assert policy.vector_rrf_weight == pytest.approx(Settings().retrieval.rrf_weight_vector * share)
+    assert policy.vector_rrf_weight == pytest.approx(Settings().fusion.rrf_weight_vector * share)
     vec, lex = [("v", 0.9)], [("l", 5.0)]
     rrf_scores = dict(policy.hybrid("register_hook", vec, lex))
     assert rrf_scores["v"] == pytest.approx(policy.vector_weight * share / (policy.rrf_k + 1))

@@ -27,8 +27,8 @@ HALFVEC = {
 }
 
 
-def settings(**retrieval) -> Settings:
-    return Settings.model_validate({"retrieval": retrieval})
+def settings(**vector) -> Settings:
+    return Settings.model_validate({"vector": vector})
 
 
 @pytest.mark.parametrize(
@@ -65,9 +65,9 @@ def test_each_path_has_its_statement_and_only_hnsw_uses_the_index_order():
 def test_the_order_no_index_serves_and_the_configured_index_serves():
     assert vector_order(settings(), exact=True) == EXACT_ORDER
     assert vector_order(settings(), exact=False) == VECTOR_ORDER["vector"]
-    halfvec = vector_order(settings(vector_index="halfvec"), exact=False)
+    halfvec = vector_order(settings(index="halfvec"), exact=False)
     assert halfvec == "c.embedding::halfvec(384) <=> %(qvec)s::halfvec(384)"
-    assert "halfvec" not in vector_order(settings(vector_index="halfvec"), exact=True)
+    assert "halfvec" not in vector_order(settings(index="halfvec"), exact=True)
 
 
 def test_index_definitions_match_what_the_catalog_reports():

@@ -61,10 +61,10 @@ def test_each_deprecated_variable_is_logged_once_by_name_never_by_value(monkeypa
     notices = [line for line in lines if line.get("logger") == "ragline.settings"]
     assert [(n["level"], n["variable"], n["replacement"], n["ignored"]) for n in notices] == [
         ("warning", "RAGLINE_EMBEDDER", "RAGLINE_EMBED_PROVIDER", True),
-        ("warning", "RAGLINE_RRF_K", "RAGLINE_RETRIEVAL_RRF_K", False),
+        ("warning", "RAGLINE_RRF_K", "RAGLINE_FUSION_RRF_K", False),
         ("warning", "RAGLINE_VOYAGE_API_KEY", "RAGLINE_PROVIDERS_VOYAGE_API_KEY", False),
     ]
-    assert notices[1]["event"] == "RAGLINE_RRF_K is deprecated: set RAGLINE_RETRIEVAL_RRF_K"
+    assert notices[1]["event"] == "RAGLINE_RRF_K is deprecated: set RAGLINE_FUSION_RRF_K"
     # the values must not appear in what a notice says (its time stamp may hold any digits)
     text = json.dumps([{k: v for k, v in line.items() if k != "timestamp"} for line in notices])
     assert "pa-old-name-secret-0123" not in json.dumps(lines) and "ollama" not in json.dumps(lines)
@@ -108,7 +108,7 @@ INVALID = [
     ({"RAGLINE_EMBED_BATCH_SIZE": "129"}, "env", "RAGLINE_EMBED_BATCH_SIZE"),  # old and derived alike
     ({"RAGLINE_MULTI_QUERY": "6"}, "env", "RAGLINE_MULTI_QUERY"),
     ({"RAGLINE_MULTI_QUERY": "6"}, ".env", "RAGLINE_MULTI_QUERY"),
-    ({"RAGLINE_RETRIEVAL_MULTI_QUERY": "6"}, ".env", "RAGLINE_RETRIEVAL_MULTI_QUERY"),
+    ({"RAGLINE_TRANSFORM_MULTI_QUERY": "6"}, ".env", "RAGLINE_TRANSFORM_MULTI_QUERY"),
     ({"RAGLINE_LOG_JSON": "maybe"}, "env", "RAGLINE_LOG_JSON"),
     ({"RAGLINE_PURGE_SCHEDULE_S": "0"}, ".env", "RAGLINE_PURGE_SCHEDULE_S"),
 ]

@@ -43,7 +43,7 @@ class BatchingEmbedder(ABC):
 
     #: the provider's name in metrics, admission keys and error messages
     provider: ClassVar[str]
-    #: True: a query makes a single attempt within ``retrieval.query_embed_timeout_s``, because the query
+    #: True: a query makes a single attempt within ``deadlines.query_embed_timeout_s``, because the query
     #: path degrades to lexical search instead of waiting out the ingest retry policy.
     #: False: a query goes through the same batching, admission and retries as documents.
     single_attempt_queries: ClassVar[bool] = True
@@ -79,7 +79,7 @@ class BatchingEmbedder(ABC):
         """The vector of one question (see :attr:`single_attempt_queries`)."""
         texts = self._prepare([text], "query")
         if self.single_attempt_queries:
-            return self._attempt(texts, "query", timeout=self.settings.retrieval.query_embed_timeout_s)[0]
+            return self._attempt(texts, "query", timeout=self.settings.deadlines.query_embed_timeout_s)[0]
         return self._embed(texts, "query")[0]
 
     # --- batching, retries, admission, matching --------------------------------------------------
