@@ -34,8 +34,11 @@ class DocumentFormat:
 FORMATS: tuple[DocumentFormat, ...] = (
     DocumentFormat("md", (".md", ".markdown"), ("text/markdown",), binary=False, parser="markdown"),
     DocumentFormat("html", (".html", ".htm"), ("text/html",), binary=False, parser="html"),
-    # reStructuredText (the docs of many repositories) is read as plain text
-    DocumentFormat("text", (".txt", ".text", ".rst"), ("text/plain",), binary=False, parser="text"),
+    DocumentFormat("text", (".txt", ".text"), ("text/plain",), binary=False, parser="text"),
+    # the docs of most Python projects (Sphinx); parsed by docutils, not as plain text
+    DocumentFormat(
+        "rst", (".rst", ".rest"), ("text/x-rst", "text/prs.fallenstein.rst"), binary=False, parser="rst"
+    ),
     DocumentFormat("pdf", (".pdf",), ("application/pdf",), binary=True, parser="pdf"),
     DocumentFormat(
         "docx",

@@ -334,3 +334,31 @@ def test_a_document_stored_for_no_group_is_logged_by_the_worker(voyage, tenant, 
         _warn_visible_to_no_group([nobody, staff], results)
     warned = [r.getMessage() for r in caplog.records if "visible to no group" in r.getMessage()]
     assert len(warned) == 1 and "'nobody.md'" in warned[0] and tenant in warned[0]
+
+
+def test_an_rst_page_keeps_its_sections_and_literal_blocks(celery_worker, voyage, tenant, tmp_path):
+    """A Sphinx page from a folder: its section titles are the chunks' heading path and its literal
+    block is stored whole, not as lines read as headings (the page of the requests docs)."""
+    import shutil
+
+    from ragline.ingest.enqueue import collect_files, enqueue_files
+    from tests.conftest import REPO
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    shutil.copy(REPO / "tests" / "data" / "rst" / "authentication.rst", folder)
+    files = collect_files([folder])
+    grant_roots(tenant, [folder])
+    summary = wait_job(enqueue_files(files, tenant=tenant, acl=["staff"]))
+    assert (summary["state"], summary["failed"]) == ("succeeded", 0), summary
+    rows = chunk_rows(tenant)
+    paths = {r["heading_path"] for r in rows}
+    assert "Authentication › Basic Authentication › netrc Authentication" in paths
+    basic = [r["content"] for r in rows if r["heading_path"] == "Authentication › Basic Authentication"]
+    literal = (
+        ">>> from requests.auth import HTTPBasicAuth\n"
+        ">>> requests.get('https://api.github.com/user', auth=HTTPBasicAuth('user', 'pass'))\n"
+        "<Response [200]>"
+    )
+    assert any(literal in c for c in basic), basic
+    assert not any("=====" in c or "-----" in c for c in (r["content"] for r in rows))

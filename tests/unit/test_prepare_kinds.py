@@ -78,6 +78,20 @@ Upgrading
 Run the migrations before starting the new workers.
 """
 
+RST = """Upgrading
+=========
+
+Run the migrations before starting the new workers, with :class:`~ragline.Migrator` or::
+
+    ragline migrate --tenant acme
+
+Rolling back
+------------
+
+.. versionchanged:: 2.0
+   A rollback keeps the embeddings.
+"""
+
 PYTHON = (
     '''"""Models of the package."""
 
@@ -210,6 +224,7 @@ CASES: dict[str, tuple[str, str, bytes, dict, dict]] = {
     "md custom layer": ("md", "notes/a.md", b"# Notes\n\nA note in its own layer.\n", {"layer": "notes"}, {}),
     "html": ("html", "site/ops.html", HTML.encode(), {}, {}),
     "text": ("text", "docs/release.rst", TEXT.encode(), {}, {}),
+    "rst": ("rst", "docs/upgrade.rst", RST.encode(), {}, {}),
     "pdf": ("pdf", "asvs.pdf", _pdf(), {}, {}),
     "docx": ("docx", "policy.docx", _docx(), {}, {}),
     "python source": (
