@@ -51,6 +51,8 @@ _VERSION_NOTES = {
     "versionchanged": "Changed in version",
     "deprecated": "Deprecated since version",
 }
+#: Sphinx roles whose text is prose (a link's title, a term); every other unknown role names code
+_PROSE_ROLES = {"ref", "doc", "term", "abbr", "numref", "download", "keyword", "option"}
 _installed = False
 
 
@@ -153,7 +155,8 @@ def _generic_directive():
 
 
 def _text_role(name, rawtext, text, lineno, inliner, options=None, content=None):
-    """An unknown role (``:class:`~pkg.Name```, ``:ref:`title <target>```) as its text."""
+    """An unknown role as its text: ``:class:`~pkg.Name``` as the inline literal ````Name````,
+    ``:ref:`title <target>``` as ``title``."""
     from docutils import nodes
 
     m = _TITLE_REF.match(text)
@@ -161,6 +164,8 @@ def _text_role(name, rawtext, text, lineno, inliner, options=None, content=None)
     shown = shown.lstrip("~!")
     if text.startswith("~") and not m:
         shown = shown.rsplit(".", 1)[-1]
+    if name.rsplit(":", 1)[-1] in _PROSE_ROLES:
+        return [nodes.inline(rawtext, shown)], []
     return [nodes.literal(rawtext, shown)], []
 
 
@@ -288,7 +293,17 @@ def _table_rows(table) -> list[list[str]]:
 
 
 def _flat(node) -> str:
-    return " ".join(node.astext().split())
+    """A node's text on one line; an inline literal keeps its rST form (````HTTP_PROXY````), as in
+    the docstrings of code, so the answer path reads it as a name in a sentence."""
+    return " ".join(_inline_text(node).split())
+
+
+def _inline_text(node) -> str:
+    if node.tagname == "literal":
+        return f"``{node.astext()}``"
+    if node.tagname == "#text":
+        return node.astext()
+    return "".join(_inline_text(c) for c in node.children)
 
 
 def _escape(text: str) -> str:

@@ -43,7 +43,8 @@ def test_section_titles_are_the_heading_path_and_literal_blocks_are_code():
         ">>> requests.get('https://api.github.com/user', auth=HTTPBasicAuth('user', 'pass'))",
         "<Response [200]>",
     ]
-    # a paragraph is one block however its lines wrap; the ``::`` marker becomes a colon
+    # a paragraph is one block however its lines wrap; the ``::`` marker becomes a colon; an inline
+    # literal keeps its markup, as in a docstring (the answer path reads it as a name)
     assert (
         "text",
         "Authentication › Basic Authentication",
@@ -51,7 +52,7 @@ def test_section_titles_are_the_heading_path_and_literal_blocks_are_code():
     ) in blocks
     netrc = [t for _, h, t in blocks if h.endswith("netrc Authentication")]
     assert netrc[0].startswith(
-        "If no authentication method is given with the auth argument, Requests will attempt"
+        "If no authentication method is given with the ``auth`` argument, Requests will attempt"
     )
     assert ("list", "Authentication › Other Authentication", "Kerberos") in blocks
 
@@ -108,7 +109,7 @@ def test_unknown_directives_roles_and_tables():
     blocks = [(b.kind, b.text) for b in doc.blocks]
     assert all(b.heading_path == ("Guide",) for b in doc.blocks)
     assert blocks == [
-        ("text", "Use Session or requests.Session.get, see the advanced page."),
+        ("text", "Use ``Session`` or ``requests.Session.get``, see the advanced page."),
         ("text", "New in version 2.3: Sessions persist cookies."),
         ("code", "s = requests.Session()\ns.get(url)"),
         ("text", "an argument"),
