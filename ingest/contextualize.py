@@ -16,6 +16,7 @@ from ragline.ingest.parse import HEADING_SEP
 from ragline.shared.config.settings import get_settings
 from ragline.shared.worker.metrics import CONTEXTUALIZE_FALLBACK
 from ragline.shared.worker.providers import ProviderError, cached
+from ragline.shared.worker.providers.registry import CONTEXTUALIZER
 from ragline.shared.worker.text import embedding_form
 
 log = logging.getLogger(__name__)
@@ -40,18 +41,14 @@ def contextualize(title: str, chunks: list[Chunk], full_text: str | None = None)
     """One context string per chunk."""
     base = [heading_context(title, c) for c in chunks]
     settings = get_settings()
-    if settings.context.provider != "anthropic" or not chunks:
+    if CONTEXTUALIZER.offline(settings) or not chunks:
         return base
     if not full_text or len(full_text) > settings.context.max_doc_chars:
         CONTEXTUALIZE_FALLBACK.inc(len(chunks))
         return base
     try:
-        # every worker process imports this module, and the control pool must load no provider module
-        from ragline.shared.worker.providers.anthropic_context import (
-            AnthropicContextualizer,  # provider by settings
-        )
-
-        ctx = cached("contextualizer", AnthropicContextualizer)
+        # the registry imports the provider's module now: the control pool loads none
+        ctx = cached("contextualizer", CONTEXTUALIZER.build)
     except ProviderError as exc:
         log.warning("contextualizer unavailable, using headings: %s", exc)
         CONTEXTUALIZE_FALLBACK.inc(len(chunks))

@@ -1,4 +1,5 @@
-"""Provider interfaces (embedder, reranker, contextualizer, generator) chosen by settings.
+"""Provider interfaces (embedder, reranker, contextualizer, generator) chosen by settings; which
+provider names exist and where each lives is ``registry.py``.
 
 Instances are created lazily per process and cached; ``reset()`` drops them (after a fork,
 or when tests change the settings).
@@ -9,7 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol, runtime_checkable
 
-from ragline.shared.config.settings import Settings, get_settings
+from ragline.shared.config.settings import get_settings
+from ragline.shared.worker.providers import registry
 
 
 class ProviderError(RuntimeError):
@@ -40,30 +42,25 @@ class Reranker(Protocol):
         caller (:func:`ragline.query.retrieval.rerank.validate_ranked`)."""
 
 
+@runtime_checkable
+class Contextualizer(Protocol):
+    """Situates each chunk in its whole document (``ingest/contextualize.py``)."""
+
+    def system_blocks(self, document: str) -> list[dict]:
+        """The system prompt for one document's chunks (sent with each, read from the prompt cache)."""
+
+    def situate(self, system: list[dict], chunk: str) -> str:
+        """Context for one chunk; raises :class:`ProviderError` when none can be had."""
+
+
 _lock = threading.Lock()
 _cache: dict[str, object] = {}
-
-
-def _build_embedder(settings: Settings) -> Embedder:
-    if settings.embed.provider == "local-e5":
-        from ragline.shared.worker.providers.local_e5 import LocalE5Embedder  # provider chosen by settings
-
-        return LocalE5Embedder(settings)
-    if settings.embed.provider == "voyage":
-        from ragline.shared.worker.providers.voyage import VoyageEmbedder  # provider chosen by settings
-
-        return VoyageEmbedder(settings)
-    if settings.embed.provider == "ollama":
-        from ragline.shared.worker.providers.ollama import OllamaEmbedder  # provider chosen by settings
-
-        return OllamaEmbedder(settings)
-    raise ValueError(f"unknown embedder {settings.embed.provider!r}")
 
 
 def get_embedder() -> Embedder:
     with _lock:
         if "embedder" not in _cache:
-            _cache["embedder"] = _build_embedder(get_settings())
+            _cache["embedder"] = registry.EMBEDDER.build(get_settings())
         return _cache["embedder"]  # type: ignore[return-value]
 
 
@@ -77,18 +74,12 @@ def cached(name: str, build):
 
 def get_reranker():
     """The configured reranker, or None for ``reranker=none`` (see ``shared/worker/providers/rerank.py``)."""
-    from ragline.shared.worker.providers.rerank import build_reranker  # the control pool must not load this
-
-    return cached("reranker", build_reranker)
+    return cached("reranker", registry.RERANKER.build)
 
 
 def get_generator():
     """The configured answer generator, or None for the offline ``extractive`` one."""
-    from ragline.shared.worker.providers.generate import (
-        build_generator,  # the control pool must not load this
-    )
-
-    return cached("generator", build_generator)
+    return cached("generator", registry.GENERATOR.build)
 
 
 def reset() -> None:

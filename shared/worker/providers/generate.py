@@ -130,9 +130,10 @@ class AnthropicGenerator:
 class OpenAIChatGenerator:
     """OpenAI-compatible chat completions: OpenAI itself, vLLM, or Ollama's ``/v1`` endpoint."""
 
-    def __init__(self, settings: Settings, name: str) -> None:
-        self.name = name
-        base = settings.providers.openai_base_url if name == "openai" else None
+    name = "openai"
+
+    def __init__(self, settings: Settings) -> None:
+        base = settings.providers.openai_base_url if self.name == "openai" else None
         base = (base or settings.providers.ollama_base_url).rstrip("/")
         self.url = (base if base.endswith("/v1") else base + "/v1") + "/chat/completions"
         key = (
@@ -228,11 +229,7 @@ def _count(name: str, g: Generation) -> None:
     m.TOKENS_OUTPUT.labels(generator=name).inc(g.output_tokens)
 
 
-def build_generator(settings: Settings) -> Generator | None:
-    if settings.answer.provider == "extractive":
-        return None
-    if settings.answer.provider == "anthropic":
-        return AnthropicGenerator(settings)
-    if settings.answer.provider in ("openai", "ollama"):
-        return OpenAIChatGenerator(settings, settings.answer.provider)
-    raise ValueError(f"unknown generator {settings.answer.provider!r}")
+class OllamaChatGenerator(OpenAIChatGenerator):
+    """Ollama's OpenAI-compatible ``/v1`` endpoint at ``providers.ollama_base_url``."""
+
+    name = "ollama"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragline.shared.config.settings import Settings
-from ragline.shared.worker.providers import ProviderError, Reranker
+from ragline.shared.worker.providers import ProviderError
 
 
 def _field(item: Any, name: str) -> Any:
@@ -87,13 +87,3 @@ class CrossEncoderReranker:
         scores = self._model.predict([(query, d) for d in documents])
         ranked = sorted(enumerate(float(s) for s in scores), key=lambda t: -t[1])
         return ranked[:top_k]
-
-
-def build_reranker(settings: Settings) -> Reranker | None:
-    if settings.rerank.provider == "none":
-        return None
-    if settings.rerank.provider == "voyage":
-        return VoyageReranker(settings)
-    if settings.rerank.provider == "cross-encoder":
-        return CrossEncoderReranker(settings)
-    raise ValueError(f"unknown reranker {settings.rerank.provider!r}")
