@@ -32,7 +32,7 @@ from ragline.query.deadline import run_with_deadline
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.contracts import Hit
 from ragline.shared.worker import providers
-from ragline.shared.worker.providers.generate import Generator, StreamingGenerator
+from ragline.shared.worker.providers import Generator, StreamingGenerator
 from ragline.shared.worker.text import embedding_form
 
 log = logging.getLogger(__name__)

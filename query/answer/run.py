@@ -40,7 +40,7 @@ from ragline.query.deadline import check
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.contracts import AskResponse, Hit
 from ragline.shared.worker import metrics as m
-from ragline.shared.worker.providers.generate import Generator
+from ragline.shared.worker.providers import Generator
 from ragline.shared.worker.timing import elapsed_ms
 
 log = logging.getLogger(__name__)

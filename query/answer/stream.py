@@ -37,7 +37,7 @@ from ragline.shared.sdk.names import answer_stream_key
 from ragline.shared.worker.providers import ProviderError
 
 if TYPE_CHECKING:  # every pool imports the query tasks; provider modules load only where used
-    from ragline.shared.worker.providers.generate import Generation, StreamingGenerator
+    from ragline.shared.worker.providers import Generation, StreamingGenerator
 
 log = logging.getLogger(__name__)
 

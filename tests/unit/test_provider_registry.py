@@ -16,8 +16,14 @@ from ragline.shared.config.settings import (
     RerankSettings,
     Settings,
 )
-from ragline.shared.worker.providers import Contextualizer, Embedder, Reranker, registry
-from ragline.shared.worker.providers.generate import Generator, StreamingGenerator
+from ragline.shared.worker.providers import (
+    Contextualizer,
+    Embedder,
+    Generator,
+    Reranker,
+    StreamingGenerator,
+    registry,
+)
 
 SETTING_OF = {
     registry.EMBEDDER: EmbedSettings,

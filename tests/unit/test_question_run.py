@@ -17,7 +17,7 @@ from ragline.query.answer.run import QuestionRun, Refused, citations_stage, judg
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit
 from ragline.shared.worker import providers
-from ragline.shared.worker.providers.generate import Generation
+from ragline.shared.worker.providers import Generation
 
 RU_DOC = "Клиент повторяет запрос после ошибки 429 с паузой из заголовка Retry-After."
 EN_DOC = "The client retries a request after error 429, waiting as long as the Retry-After header says."

@@ -8,6 +8,8 @@ or when tests change the settings).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ragline.shared.config.settings import get_settings
@@ -51,6 +53,31 @@ class Contextualizer(Protocol):
 
     def situate(self, system: list[dict], chunk: str) -> str:
         """Context for one chunk; raises :class:`ProviderError` when none can be had."""
+
+
+@dataclass
+class Generation:
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@runtime_checkable
+class Generator(Protocol):
+    name: str
+
+    def generate(self, system: str, messages: list[dict], max_tokens: int | None = None) -> Generation:
+        """One completion for ``messages`` (``[{"role", "content"}]``) under ``system``."""
+
+
+@runtime_checkable
+class StreamingGenerator(Generator, Protocol):
+    def stream(
+        self, system: str, messages: list[dict], max_tokens: int | None = None, timeout_s: float | None = None
+    ) -> Iterator[str | Generation]:
+        """The completion as it is generated: text deltas (``str``), then one :class:`Generation`
+        (the whole text and the token counts). A provider error or a cut stream raises
+        :class:`ProviderError`; ``timeout_s`` bounds each wait for the next bytes."""
 
 
 _lock = threading.Lock()

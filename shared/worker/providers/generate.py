@@ -17,39 +17,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import httpx
 
 from ragline.shared.config.settings import Settings
 from ragline.shared.worker import metrics as m
-from ragline.shared.worker.providers import ProviderError
-
-
-@dataclass
-class Generation:
-    text: str
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-
-@runtime_checkable
-class Generator(Protocol):
-    name: str
-
-    def generate(self, system: str, messages: list[dict], max_tokens: int | None = None) -> Generation:
-        """One completion for ``messages`` (``[{"role", "content"}]``) under ``system``."""
-
-
-@runtime_checkable
-class StreamingGenerator(Generator, Protocol):
-    def stream(
-        self, system: str, messages: list[dict], max_tokens: int | None = None, timeout_s: float | None = None
-    ) -> Iterator[str | Generation]:
-        """The completion as it is generated: text deltas (``str``), then one :class:`Generation`
-        (the whole text and the token counts). A provider error or a cut stream raises
-        :class:`ProviderError`; ``timeout_s`` bounds each wait for the next bytes."""
+from ragline.shared.worker.providers import Generation, ProviderError
 
 
 class AnthropicGenerator:
