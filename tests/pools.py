@@ -156,3 +156,27 @@ def wait_log(pool: Pool, text: str, timeout: float = 90.0) -> None:
     raise AssertionError(
         f"{text!r} not in the log of {pool.name} after {timeout}s:\n{pool.log_text()[-3000:]}"
     )
+
+
+def free_port_run(n: int) -> int:
+    """A base port with ``n`` consecutive free ports: each pool's metrics endpoint is the base plus
+    the pool's index, so a base from ``free_port()`` alone may name a neighbour another process holds."""
+    import socket
+
+    for _ in range(50):
+        from ragline.shared.stack.services import free_port
+
+        base = free_port()
+        try:
+            socks = []
+            for i in range(n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", base + i))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no run of free ports")

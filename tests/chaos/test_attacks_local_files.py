@@ -21,7 +21,8 @@ import pytest
 
 from ragline.shared.stack.services import free_port
 from tests.chaos import harness
-from tests.integration.test_cli_stack import RAGLINE, _free_port_run, _ours
+from tests.integration.test_cli_stack import RAGLINE, _ours
+from tests.pools import free_port_run
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -58,7 +59,7 @@ def test_another_local_user_reads_nothing_of_a_running_stack(tmp_path):
         **os.environ,
         "RAGLINE_SERVICES_HOME": str(home),
         "RAGLINE_FLOWER_PORT": str(free_port()),
-        "RAGLINE_OPS_METRICS_PORT": str(_free_port_run(3)),
+        "RAGLINE_OPS_METRICS_PORT": str(free_port_run(3)),
         "RAGLINE_WORKERS_INGEST_CONCURRENCY": "1",
         "RAGLINE_WORKERS_QUERY_CONCURRENCY": "1",
     }

@@ -18,29 +18,9 @@ import pytest
 
 from ragline.ingest.enqueue import default_source_name
 from ragline.shared.stack.services import free_port
+from tests.pools import free_port_run
 
 RAGLINE = [sys.executable, "-m", "ragline.cli"]
-
-
-def _free_port_run(n: int) -> int:
-    """A base port with ``n`` consecutive free ports (one metrics endpoint per pool)."""
-    import socket
-
-    for _ in range(50):
-        base = free_port()
-        try:
-            socks = []
-            for i in range(n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", base + i))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no run of free ports")
 
 
 def _ours(home: Path) -> list[psutil.Process]:
@@ -208,7 +188,7 @@ def test_up_ingest_ask_down_leaves_nothing(tmp_path):
         **os.environ,
         "RAGLINE_SERVICES_HOME": str(home),
         "RAGLINE_FLOWER_PORT": str(free_port()),
-        "RAGLINE_OPS_METRICS_PORT": str(_free_port_run(3)),
+        "RAGLINE_OPS_METRICS_PORT": str(free_port_run(3)),
         "RAGLINE_WORKERS_INGEST_CONCURRENCY": "1",
         "RAGLINE_WORKERS_QUERY_CONCURRENCY": "1",
     }

@@ -14,7 +14,8 @@ import pytest
 
 from ragline.shared.stack.services import free_port
 from tests.conftest import REPO
-from tests.integration.test_cli_stack import _free_port_run, _ours
+from tests.integration.test_cli_stack import _ours
+from tests.pools import free_port_run
 
 RAGLINE = [sys.executable, "-m", "ragline.cli"]
 
@@ -29,7 +30,7 @@ def test_make_run_stops_only_the_stack_it_started(tmp_path):
         **os.environ,
         "RAGLINE_SERVICES_HOME": str(home),
         "RAGLINE_FLOWER_PORT": str(free_port()),
-        "RAGLINE_OPS_METRICS_PORT": str(_free_port_run(3)),
+        "RAGLINE_OPS_METRICS_PORT": str(free_port_run(3)),
         "RAGLINE_WORKERS_INGEST_CONCURRENCY": "1",
         "RAGLINE_WORKERS_QUERY_CONCURRENCY": "1",
     }

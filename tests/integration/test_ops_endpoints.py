@@ -9,8 +9,8 @@ import time
 import httpx
 import pytest
 
-from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
-from tests.pools import listen_addresses, start_pool, wait_port, wait_ready
+from ragline.shared.sdk.names import POOLS, TASK_QUERY_RETRIEVE
+from tests.pools import free_port_run, listen_addresses, start_pool, wait_port, wait_ready
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ def ops_settings(stack, monkeypatch):
     from ragline.shared.config.settings import get_settings, reset_settings
     from ragline.shared.stack.services import free_port
 
-    monkeypatch.setenv("RAGLINE_OPS_METRICS_PORT", str(free_port()))
+    monkeypatch.setenv("RAGLINE_OPS_METRICS_PORT", str(free_port_run(len(POOLS))))
     monkeypatch.setenv("RAGLINE_FLOWER_PORT", str(free_port()))
     monkeypatch.setenv("RAGLINE_OPS_METRICS_PASSWORD", "m-pass-ops")
     monkeypatch.setenv("RAGLINE_FLOWER_PASSWORD", "f-pass-ops")

@@ -17,8 +17,9 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
+from ragline.shared.sdk.names import POOLS
 from ragline.shared.worker import credentials
-from tests.pools import listen_addresses, start_pool, wait_port
+from tests.pools import free_port_run, listen_addresses, start_pool, wait_port
 
 pytestmark = pytest.mark.slow
 
@@ -85,10 +86,9 @@ def test_the_redis_password_cannot_reconfigure_the_server(stack, command):
 
 def test_metrics_endpoint_answers_to_the_generated_password_only(stack, monkeypatch):
     from ragline.shared.config.settings import get_settings, reset_settings
-    from ragline.shared.stack.services import free_port
     from ragline.shared.worker.metrics_server import metrics_dir, metrics_port, reset_dir
 
-    monkeypatch.setenv("RAGLINE_OPS_METRICS_PORT", str(free_port()))
+    monkeypatch.setenv("RAGLINE_OPS_METRICS_PORT", str(free_port_run(len(POOLS))))
     monkeypatch.delenv("RAGLINE_OPS_METRICS_PASSWORD", raising=False)
     reset_settings()
     s = get_settings()
