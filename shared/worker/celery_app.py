@@ -124,6 +124,17 @@ def _reuse_kombu_clients(**_: object) -> None:
     requeue_lost_deliveries()
 
 
+@signals.worker_init.connect
+def _size_pools_for_threads(sender: object = None, **_: object) -> None:
+    """A threads worker runs its concurrency's tasks in this one process, each of which may hold two
+    connections at once (``db.pool_max_size``); a prefork child or a solo worker runs one."""
+    pool = getattr(sender, "pool_cls", None)
+    kind = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
+    concurrency = getattr(sender, "concurrency", None)
+    if "thread" in kind and isinstance(concurrency, int):
+        db.set_task_threads(concurrency)
+
+
 @signals.worker_process_init.connect
 def _init_worker_process(**_: object) -> None:
     """Fresh DB pool and provider instances in every (forked) worker process."""

@@ -71,11 +71,41 @@ def query_database_url(settings: Settings) -> str:
     return settings.effective_database_url()
 
 
+#: tasks this process runs at once: 1 in a prefork child or a solo worker, the pool's concurrency in a
+#: threads worker (:func:`set_task_threads`, from ``worker_init``)
+_task_threads = 1
+
+
+def pool_max_size(settings: Settings, task_threads: int | None = None) -> int:
+    """Connections a pool may open (on demand; it keeps one): two per task thread, because an
+    ingest task holds its transaction's connection while it embeds and checks out a second one for
+    the job's bookkeeping (heartbeat, each document's result), plus two for the process's own
+    threads (a caller polling a job, a warm-up). Fewer deadlock a threads worker whose every task
+    waits for its second connection, until the checkout times out."""
+    threads = _task_threads if task_threads is None else task_threads
+    return max(4, settings.workers.query_concurrency + 2, 2 * threads + 2)
+
+
+def set_task_threads(threads: int) -> None:
+    """A threads worker runs ``threads`` tasks in this process: size the pools for them (those
+    already open grow in place)."""
+    global _task_threads
+    _task_threads = max(1, threads)
+    size = pool_max_size(get_settings())
+    with _lock:
+        pools = [pool for pid, pool in _pools.values() if pid == os.getpid()]
+        if _router is not None and _router[0] == os.getpid() and _router[1] is not None:
+            pools += list(_router[1].pools.values())
+    for pool in pools:
+        if pool.max_size < size:
+            pool.resize(pool.min_size, size)
+
+
 def _new_pool(name: str, url: str, settings: Settings, configure=_configure, timeout: float = 30) -> Pool:
     return ConnectionPool(
         url,
         min_size=1,
-        max_size=max(4, settings.workers.query_concurrency + 2),
+        max_size=pool_max_size(settings),
         kwargs={"row_factory": dict_row, "autocommit": False},
         configure=configure,
         open=True,
