@@ -156,12 +156,12 @@ def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> 
     """EXPLAIN of the vector statement (custom plan) on ``conn`` (the query pool's role: the
     row-level security filter shows), to show which path the planner takes."""
     from ragline.query.retrieval import sql, transaction
-    from ragline.query.retrieval.filters import compile_filters
+    from ragline.query.retrieval.retrievers import filters_for
 
     req = _request(tenant, qvec)
     n = max(settings.retrieval.top_n, K)
     try:
-        f = compile_filters(req, settings.fusion.prefer_bonus, settings.fusion.test_penalty)
+        f = filters_for(req, settings)
         statement = sql.render(sql.VECTOR_SQL, f.columns_sql(), f.where_sql())
         with conn.transaction():
             transaction.set_transaction_params(conn, req, settings, n)

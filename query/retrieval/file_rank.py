@@ -192,8 +192,7 @@ def response_files(hits: list[Hit], question: str, settings: Settings) -> list[F
     "files" would be its documents again). The code evaluation scores this list, so what it
     measures is what a caller gets."""
     c = settings.code
-    code_layers = {c.source_layer, c.symbols_layer, c.tests_layer}
-    if not c.file_rank or not any(h.layer in code_layers for h in hits):
+    if not c.file_rank or not any(h.layer in c.layers for h in hits):
         return []
     return [
         FileHit(

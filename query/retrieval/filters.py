@@ -10,15 +10,14 @@ characters, ``?`` one character; everything else is literal.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ragline.shared.config.settings import CodeSettings
 from ragline.shared.sdk.contracts import SearchRequest
 
-#: the globs that mark a path as a test: the code settings' (``RAGLINE_CODE_TEST_GLOBS``, which also
-#: put a repository's test files in the tests layer), so the two can never disagree
-DEFAULT_TEST_GLOBS = tuple(CodeSettings.model_fields["test_globs"].default_factory())
+#: the layer ingestion stores test files in (``ingest/layers.py`` decides, by ``RAGLINE_CODE_TEST_GLOBS``):
+#: a row is a test when it was stored there, so search and ingestion never judge a path differently
+DEFAULT_TESTS_LAYER = CodeSettings.model_fields["tests_layer"].default
 
 
 def like_escape(text: str) -> str:
@@ -67,28 +66,11 @@ class CompiledFilters:
         return "".join(f", {c}" for c in self.columns)
 
 
-def like_patterns_for_tests(globs: Iterable[str]) -> list[str]:
-    """LIKE patterns for the test globs of the code settings, on a stored path. Those globs are
-    matched against the path inside a repository (a glob without ``/`` against the file name), and a
-    stored path starts with its source's name, so each glob matches at the start of the path or
-    after any ``/``."""
-    out: dict[str, None] = {}
-    for g in globs:
-        g = g.strip().lstrip("/")
-        if not g:
-            continue
-        like = glob_pattern(g)
-        out.setdefault(like, None)
-        if not like.startswith("%"):
-            out.setdefault("%/" + like, None)
-    return list(out)
-
-
 def compile_filters(
     req: SearchRequest,
     prefer_bonus: float,
     test_penalty: float,
-    test_globs: Iterable[str] = DEFAULT_TEST_GLOBS,
+    tests_layer: str = DEFAULT_TESTS_LAYER,
 ) -> CompiledFilters:
     f = CompiledFilters()
     if req.layers:
@@ -115,10 +97,9 @@ def compile_filters(
         f.columns.append("0.0::float8 AS prefer_bonus")
     if req.prefer_non_tests:
         f.columns.append(
-            "CASE WHEN c.path LIKE ANY(%(f_tests)s::text[]) THEN %(f_penalty)s::float8 ELSE 0.0 END"
-            " AS test_penalty"
+            "CASE WHEN c.layer = %(f_tests)s THEN %(f_penalty)s::float8 ELSE 0.0 END AS test_penalty"
         )
-        f.params.update(f_tests=like_patterns_for_tests(test_globs), f_penalty=test_penalty)
+        f.params.update(f_tests=tests_layer, f_penalty=test_penalty)
     else:
         f.columns.append("0.0::float8 AS test_penalty")
     return f

@@ -22,7 +22,7 @@ def code_retrieval(query: str, settings: Settings, rows: Iterable[dict] = ()) ->
     named = structure.named(query)
     if named.files or named.identifiers:
         return True
-    code_layers = {settings.code.source_layer, settings.code.tests_layer, settings.code.symbols_layer}
+    code_layers = settings.code.layers
     return any(
         row.get("layer") in code_layers or sql.metadata(row.get("metadata")).get("related_code")
         for row in rows

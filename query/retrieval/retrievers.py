@@ -30,9 +30,9 @@ from ragline.shared.worker.identifiers import code_terms, code_tsquery, or_tsque
 
 
 def filters_for(req: SearchRequest, settings: Settings):
-    """The request's filters with the configured bonus, penalty and test globs."""
+    """The request's filters with the configured bonus, penalty and tests layer."""
     return compile_filters(
-        req, settings.fusion.prefer_bonus, settings.fusion.test_penalty, settings.code.test_globs
+        req, settings.fusion.prefer_bonus, settings.fusion.test_penalty, settings.code.tests_layer
     )
 
 

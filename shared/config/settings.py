@@ -465,13 +465,13 @@ class CodeSettings(_Group):
         "C0_SOURCE_CHUNKS",
         max_length=64,
         validation_alias="RAGLINE_CODE_SOURCE_LAYER",
-        description="the layer of source-code chunks and of tests (files matched by test_globs); other files of a repository (docs) keep their source's layer",
+        description="the layer of a repository's source-code chunks (files not matched by `RAGLINE_CODE_TEST_GLOBS`); its other files (docs) keep their source's layer",
     )
     tests_layer: str = Field(
         "C0_TEST_CHUNKS",
         max_length=64,
         validation_alias="RAGLINE_CODE_TESTS_LAYER",
-        description="layers of source files and of tests (`RAGLINE_CODE_TEST_GLOBS`)",
+        description="the layer of test files' chunks (files matched by `RAGLINE_CODE_TEST_GLOBS`): search's `prefer_non_tests` penalty and the answer's preference for library code read this layer",
     )
     test_globs: list[str] = Field(
         default_factory=lambda: [
@@ -639,6 +639,12 @@ class CodeSettings(_Group):
         ge=0,
         description="a file whose chunks define identifiers the issue names (1 - 0.5**count of them)",
     )
+
+    @property
+    def layers(self) -> frozenset[str]:
+        """The layers ingestion stores a repository's code in (source, tests, symbol records): a hit
+        in one of them is code."""
+        return frozenset({self.source_layer, self.tests_layer, self.symbols_layer})
 
 
 class ContextSettings(_Group):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ragline.ingest.layers import LayerRules
 from ragline.query import service
 from ragline.query.retrieval.retrievers import lexical_rows
 from ragline.shared.config.settings import get_settings
@@ -27,26 +28,24 @@ DOCS = [
         "page": 3,
         "heading": "Руководство › Ретраи",
     },
-    {"doc_id": "main", "path": "src/app/main.py", "content": f"{WORD} в коде клиента", "layer": "code"},
-    {
-        "doc_id": "unit",
-        "path": "src/app/tests/test_main.py",
-        "content": f"{WORD} {WORD} в тестах клиента",
-        "layer": "code",
-    },
-    {
-        "doc_id": "underscore",
-        "path": "src/app/main_test.py",
-        "content": f"{WORD} {WORD} {WORD} тест",
-        "layer": "code",
-    },
+    {"doc_id": "main", "path": "src/app/main.py", "content": f"{WORD} в коде клиента"},
+    {"doc_id": "unit", "path": "src/app/tests/test_main.py", "content": f"{WORD} {WORD} в тестах клиента"},
+    {"doc_id": "underscore", "path": "src/app/main_test.py", "content": f"{WORD} {WORD} {WORD} тест"},
     {"doc_id": "secret", "path": "docs/secret.md", "content": f"{WORD} секретный документ", "acl": ["hr"]},
 ]
 
 
+def stored_layer(doc: dict) -> str:
+    """The layer ingestion gives the row: a source file's by its path (``ingest/layers.py``)."""
+    rules = LayerRules.from_settings(get_settings().code)
+    if doc["path"].endswith(".py"):
+        return rules.document(doc["path"], code=True, requested="code")
+    return doc.get("layer", "docs")
+
+
 @pytest.fixture()
 def corpus(conn, tenant):
-    store_docs(conn, tenant, DOCS)
+    store_docs(conn, tenant, [{**d, "layer": stored_layer(d)} for d in DOCS])
     return tenant
 
 
@@ -104,7 +103,13 @@ def test_exclude_like_patterns_are_globs_with_literal_wildcards(corpus):
 
 
 def test_layers(corpus):
-    assert set(ids(run(corpus, layers=["code"]))) == {"main", "unit", "underscore"}
+    code = get_settings().code
+    assert set(ids(run(corpus, layers=[code.source_layer]))) == {"main"}
+    assert set(ids(run(corpus, layers=[code.source_layer, code.tests_layer]))) == {
+        "main",
+        "unit",
+        "underscore",
+    }
     assert run(corpus, layers=["nothing"]).hits == []
 
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from ragline.ingest.layers import LayerRules
 from ragline.operations.eval_code import (
     Snapshot,
     accuracy_at,
@@ -19,10 +20,9 @@ from ragline.operations.eval_code import (
 )
 from ragline.query.retrieval import structure
 from ragline.query.retrieval.filters import (
-    DEFAULT_TEST_GLOBS,
+    DEFAULT_TESTS_LAYER,
     compile_filters,
     glob_pattern,
-    like_patterns_for_tests,
 )
 from ragline.query.retrieval.fusion import FusionPolicy
 from ragline.query.retrieval.search import ranked_by_structure, structural
@@ -256,46 +256,29 @@ def test_the_retrieval_hook_runs_only_when_it_can_change_something():
     assert [h.path for h in ranked_by_structure(req, hits, s)] == ["r/a.py", "r/docs/a.md"]
 
 
-# ------------------------------------------------------------------- test globs (one definition)
-def test_the_sql_test_penalty_uses_the_code_settings_globs():
-    assert DEFAULT_TEST_GLOBS == tuple(CodeSettings().test_globs)
-    patterns = like_patterns_for_tests(["tests/*", "conftest.py", "*_test.*"])
-    assert patterns == ["tests/%", "%/tests/%", "conftest.py", "%/conftest.py", "%\\_test.%"]
-    req = SearchRequest(query="q", tenant="t", groups=["g"], prefer_non_tests=True)
-    f = compile_filters(req, 0.0, 0.005, ["*Spec.scala"])
-    assert f.params["f_tests"] == ["%Spec.scala"]
-    assert compile_filters(req, 0.0, 0.005).params["f_tests"] == like_patterns_for_tests(
-        CodeSettings().test_globs
-    )
-
-
+# ------------------------------------------------------------------- which rows are tests (one rule)
 @pytest.mark.parametrize(
     ("path", "is_test"),
     [
-        ("repo/tests/test_models.py", True),
-        ("repo/test_requests.py", True),
-        ("repo/src/conftest.py", True),
-        ("repo/pkg/foo_test.go", True),
-        ("repo/requests/models.py", False),
-        ("repo/src/latest_news.py", False),
+        ("tests/test_models.py", True),
+        ("test_requests.py", True),
+        ("src/conftest.py", True),
+        ("pkg/foo_test.go", True),
+        ("requests/models.py", False),
+        ("src/latest_news.py", False),
     ],
 )
-def test_test_patterns_match_stored_paths(path, is_test):
-    import re
-
-    def like(p: str) -> str:  # LIKE pattern -> regex, with the escapes glob_pattern writes
-        out, i = "", 0
-        while i < len(p):
-            if p[i] == "\\":
-                out += re.escape(p[i + 1])
-                i += 2
-                continue
-            out += ".*" if p[i] == "%" else "." if p[i] == "_" else re.escape(p[i])
-            i += 1
-        return out
-
-    pats = like_patterns_for_tests(CodeSettings().test_globs)
-    assert any(re.fullmatch(like(p), path) for p in pats) is is_test
+def test_the_sql_test_penalty_falls_on_the_layer_ingestion_gives_test_files(path, is_test):
+    """Search does not judge paths again: a row is a test when ingestion's layer rule stored it
+    in the tests layer, and the penalty's condition compares that layer."""
+    code = CodeSettings()
+    layer = LayerRules.from_settings(code).document(path, code=True, requested="docs")
+    assert (layer == code.tests_layer) is is_test
+    req = SearchRequest(query="q", tenant="t", groups=["g"], prefer_non_tests=True)
+    f = compile_filters(req, 0.0, 0.005, code.tests_layer)
+    assert "c.layer = %(f_tests)s" in f.columns_sql() and "c.path" not in f.columns_sql()
+    assert f.params["f_tests"] == code.tests_layer == DEFAULT_TESTS_LAYER
+    assert compile_filters(req, 0.0, 0.005, "QA").params["f_tests"] == "QA"
     assert glob_pattern("a_b") == "a\\_b"
 
 
