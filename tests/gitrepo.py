@@ -61,3 +61,10 @@ def snapshot(bundle: Path, ref: str, files: list[str], dest: Path) -> Path:
     commit(dest, {f: (clone / f).read_bytes() for f in files})
     shutil.rmtree(clone)
     return dest
+
+
+def git_sources(tenant: str, name: str, path: Path, acl: list[str]) -> str:
+    """``RAGLINE_LIFECYCLE_SOURCES`` naming one git source: the repository at ``path`` as ``name``."""
+    import json
+
+    return json.dumps([{"name": name, "kind": "git", "tenant": tenant, "acl": acl, "path": str(path)}])

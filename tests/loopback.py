@@ -404,23 +404,36 @@ def loopback_voyage(use_settings, **settings):
 
 
 @contextmanager
-def loopback_voyage_env():
-    """:func:`loopback_voyage` for module-scoped fixtures (no ``use_settings``): the variables set in
-    the environment, the settings and providers reloaded on the way in and on the way out."""
+def settings_env(**variables: str):
+    """Environment variables for module-scoped fixtures (no ``use_settings``): set, with the settings
+    and providers reloaded on the way in and on the way out."""
     import pytest
 
     from ragline.shared.config.settings import reset_settings
     from ragline.shared.worker import providers
 
-    with LoopbackServer() as srv, pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RAGLINE_EMBED_PROVIDER", "voyage")
-        mp.setenv("RAGLINE_PROVIDERS_VOYAGE_BASE_URL", srv.url + "/v1")
-        mp.setenv("RAGLINE_PROVIDERS_VOYAGE_API_KEY", "k")
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in variables.items():
+            mp.setenv(key, value)
         reset_settings()
         providers.reset()
         try:
-            yield srv
+            yield
         finally:
             mp.undo()
             reset_settings()
             providers.reset()
+
+
+@contextmanager
+def loopback_voyage_env():
+    """:func:`loopback_voyage` for module-scoped fixtures: a loopback server as the embedder."""
+    with (
+        LoopbackServer() as srv,
+        settings_env(
+            RAGLINE_EMBED_PROVIDER="voyage",
+            RAGLINE_PROVIDERS_VOYAGE_BASE_URL=srv.url + "/v1",
+            RAGLINE_PROVIDERS_VOYAGE_API_KEY="k",
+        ),
+    ):
+        yield srv

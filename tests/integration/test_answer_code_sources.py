@@ -22,10 +22,10 @@ import pytest
 from ragline.query import service
 from ragline.shared.sdk.contracts import AskRequest
 from tests.conftest import DATASETS
-from tests.gitrepo import snapshot
+from tests.gitrepo import git_sources, snapshot
 from tests.integration.test_git_source import push
 from tests.integration.test_ingest import wait_job
-from tests.loopback import loopback_voyage_env
+from tests.loopback import loopback_voyage_env, settings_env
 
 BUNDLE = DATASETS / "swe-loc-dev" / "requests.bundle"
 RU_DOCS = DATASETS / "ru-docs"
@@ -49,20 +49,8 @@ def corpus(celery_worker, stack, tmp_path_factory):
     tenant = "t-answer-sources"
     tmp = tmp_path_factory.mktemp("answer-sources")
     repo = snapshot(BUNDLE, "psf__requests-2317", FILES, tmp / "requests")
-    with loopback_voyage_env(), pytest.MonkeyPatch.context() as mp:
-        import json
-
-        from ragline.shared.config.settings import reset_settings
-        from ragline.shared.worker import providers
-
-        mp.setenv(
-            "RAGLINE_LIFECYCLE_SOURCES",
-            json.dumps(
-                [{"name": "requests", "kind": "git", "tenant": tenant, "acl": GROUPS, "path": str(repo)}]
-            ),
-        )
-        reset_settings()
-        providers.reset()
+    sources = git_sources(tenant, "requests", repo, GROUPS)
+    with loopback_voyage_env(), settings_env(RAGLINE_LIFECYCLE_SOURCES=sources):
         summary = wait_job(push(tenant, "requests", None, "main", 1)["job_id"], timeout=600)
         assert summary["state"] == "succeeded" and summary["failed"] == 0, summary
         grant_roots(tenant, [RU_DOCS])

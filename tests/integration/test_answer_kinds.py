@@ -31,10 +31,10 @@ from ragline.query import service
 from ragline.query.answer import texts
 from ragline.shared.sdk.contracts import AskRequest
 from tests.conftest import DATASETS
-from tests.gitrepo import snapshot
+from tests.gitrepo import git_sources, snapshot
 from tests.integration.test_git_source import push
 from tests.integration.test_ingest import wait_job
-from tests.loopback import loopback_voyage_env
+from tests.loopback import loopback_voyage_env, settings_env
 
 RU_DOCS = DATASETS / "ru-docs"
 BUNDLE = DATASETS / "swe-loc-dev" / "requests.bundle"
@@ -65,20 +65,8 @@ def corpus(celery_worker, stack, tmp_path_factory):
     wanted = {(RU_DOCS / f).resolve() for f in DOC_FILES}
     files = [f for f in collect_files([RU_DOCS]) if f.path.resolve() in wanted]
     assert len(files) == len(DOC_FILES)
-    with loopback_voyage_env(), pytest.MonkeyPatch.context() as mp:
-        import json
-
-        from ragline.shared.config.settings import reset_settings
-        from ragline.shared.worker import providers
-
-        mp.setenv(
-            "RAGLINE_LIFECYCLE_SOURCES",
-            json.dumps(
-                [{"name": "requests", "kind": "git", "tenant": tenant, "acl": GROUPS, "path": str(repo)}]
-            ),
-        )
-        reset_settings()
-        providers.reset()
+    sources = git_sources(tenant, "requests", repo, GROUPS)
+    with loopback_voyage_env(), settings_env(RAGLINE_LIFECYCLE_SOURCES=sources):
         grant_roots(tenant, [RU_DOCS])
         summary = wait_job(enqueue_files(files, tenant=tenant, acl=GROUPS), timeout=600)
         assert summary["state"] == "succeeded" and summary["failed"] == 0, summary["errors"]

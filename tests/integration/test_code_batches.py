@@ -4,11 +4,9 @@ the 600 s task limit on a loaded machine."""
 
 from __future__ import annotations
 
-import json
-
 from ragline.shared.sdk.names import TASK_INGEST_BATCH, TASK_INGEST_DOCUMENT
 from ragline.shared.worker import db
-from tests.gitrepo import commit, git
+from tests.gitrepo import commit, git, git_sources
 
 
 def module(n: int) -> str:
@@ -27,9 +25,7 @@ def test_a_sync_fans_out_by_code_bytes(use_settings, tenant, tmp_path):
     size = len(files["pkg/m0.py"].encode())
     use_settings(
         code_batch_bytes=int(size * 2.5),  # two files a task
-        sources=json.dumps(
-            [{"name": "r", "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
-        ),
+        sources=git_sources(tenant, "r", repo, ["dev"]),
     )
     sent: list[tuple[str, dict]] = []
     ev = IngestEvent(type="push", tenant=tenant, source="r", after="main", version=1)

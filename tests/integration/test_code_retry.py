@@ -3,10 +3,8 @@ stores it under its source's prefix, owned by its source, like the sync that fir
 
 from __future__ import annotations
 
-import json
-
 from ragline.shared.worker import db
-from tests.gitrepo import commit, git
+from tests.gitrepo import commit, git, git_sources
 from tests.integration.lifecycle_helpers import wait_job
 from tests.integration.test_code_structure import loopback  # noqa: F401  (fixture)
 
@@ -31,9 +29,7 @@ def test_a_never_stored_git_document_keeps_its_source_prefix(
         voyage_base_url=loopback.url + "/v1",
         voyage_api_key="test-key",
         embed_model=f"voyage-retry-{tenant}"[:60],
-        sources=json.dumps(
-            [{"name": "r", "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
-        ),
+        sources=git_sources(tenant, "r", repo, ["dev"]),
     )
     # the first attempt failed before anything was stored: what the pipeline records then is a
     # failed document row without path or metadata, and the error

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ragline.shared.worker import db
-from tests.gitrepo import commit, git
+from tests.gitrepo import commit, git, git_sources
 from tests.integration.lifecycle_helpers import wait_job
 from tests.integration.test_git_source import push
 from tests.loopback import LoopbackServer
@@ -97,9 +97,7 @@ def repo_tenant(celery_worker, use_settings, loopback, tenant, tmp_path):
         voyage_api_key="test-key",
         embed_model=f"voyage-structure-{tenant}"[:60],
         code_min_chars=0,  # one chunk per definition
-        sources=json.dumps(
-            [{"name": "r", "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
-        ),
+        sources=git_sources(tenant, "r", repo, ["dev"]),
     )
     summary = wait_job(push(tenant, "r", None, "main", 1)["job_id"])
     assert summary["state"] == "succeeded" and summary["failed"] == 0, summary

@@ -6,12 +6,10 @@ taking its lock, so "during the fill" is a state the test holds, not a race it h
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from ragline.shared.worker import db
-from tests.gitrepo import commit, git
+from tests.gitrepo import commit, git, git_sources
 from tests.integration.lifecycle_helpers import wait_job
 from tests.integration.test_code_structure import FILES
 from tests.integration.test_git_source import push
@@ -68,9 +66,7 @@ def repo(celery_worker, use_settings, loopback, tenant, tmp_path):
         voyage_api_key="test-key",
         embed_model=f"voyage-deferred-{tenant}"[:60],
         code_min_chars=0,
-        sources=json.dumps(
-            [{"name": "r", "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(path)}]
-        ),
+        sources=git_sources(tenant, "r", path, ["dev"]),
     )
     return path
 

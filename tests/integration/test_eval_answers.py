@@ -21,7 +21,7 @@ import sys
 import pytest
 
 from ragline.operations import eval_answers as ev
-from ragline.query.answer.grounding import JUDGE_PROMPT
+from ragline.query.answer.prompt import JUDGE_PROMPT
 from tests.conftest import DATASETS, REPO
 from tests.loopback import LoopbackServer
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from ragline.shared.sdk.names import TASK_INGEST_EVENT
 from ragline.shared.worker import db
 from tests.conftest import DATASETS
-from tests.gitrepo import commit, git
+from tests.gitrepo import commit, git, git_sources
 from tests.integration.lifecycle_helpers import wait_job
 from tests.loopback import LoopbackServer
 
@@ -123,11 +123,7 @@ def test_push_ingests_exactly_what_changed(celery_worker, voyage, loopback, tena
     git(repo, "init", "-q", "-b", "main")
     c1 = commit(repo, FILES_V1, 1_700_000_000)
     name = "app-repo"
-    voyage(
-        sources=json.dumps(
-            [{"name": name, "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
-        )
-    )
+    voyage(sources=git_sources(tenant, name, repo, ["dev"]))
 
     # the first push (a new branch): every tracked file but the vendored one
     first = push(tenant, name, "0" * 40, "main", 1)
@@ -244,9 +240,7 @@ def test_identifier_queries_find_code_lexically(celery_worker, voyage, loopback,
     commit(repo, {"app/models.py": MODELS_V1, "app/net.py": NET}, 1_700_000_000)
     voyage(
         code_min_chars=0,  # every definition a chunk of its own
-        sources=json.dumps(
-            [{"name": "r", "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
-        ),
+        sources=git_sources(tenant, "r", repo, ["dev"]),
     )
     wait_job(push(tenant, "r", None, "main", 1)["job_id"])
 
@@ -315,11 +309,7 @@ def test_scheduled_reindex_of_a_git_source(celery_worker, voyage, loopback, tena
     git(repo, "init", "-q", "-b", "main")
     commit(repo, {"app/models.py": MODELS_V1, "app/util.py": UTIL, "app/old.py": "OLD = 1\n"}, 1_700_000_000)
     name = f"{tenant}-src"[:60]
-    voyage(
-        sources=json.dumps(
-            [{"name": name, "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
-        )
-    )
+    voyage(sources=git_sources(tenant, name, repo, ["dev"]))
     first = run_reindex([name])
     assert (first["new"], first["enqueued"]) == (3, 3)
     assert wait_job(first["job_id"])["state"] == "succeeded"
@@ -365,11 +355,7 @@ def test_a_commit_whose_job_ended_early_is_completed_by_the_next_sync(
     git(repo, "init", "-q", "-b", "main")
     head = commit(repo, {"app/models.py": MODELS_V1, "app/util.py": UTIL}, 1_700_000_000)
     name = f"{tenant}-src"[:60]
-    voyage(
-        sources=json.dumps(
-            [{"name": name, "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
-        )
-    )
+    voyage(sources=git_sources(tenant, name, repo, ["dev"]))
     first = _sync(entry, tenant, name, repo, head, 10)
     assert wait_job(first["job_id"])["state"] == "succeeded"
     # what a job cancelled before its last batch leaves: the commit recorded, one file never stored

@@ -11,8 +11,7 @@ import re
 import pytest
 
 from ragline.query import service
-from ragline.query.answer.context import SQUEEZE_PROMPT
-from ragline.query.answer.grounding import JUDGE_PROMPT
+from ragline.query.answer.prompt import JUDGE_PROMPT, SQUEEZE_PROMPT
 from ragline.shared.sdk.contracts import AskRequest
 from ragline.shared.worker import metrics as m
 from tests.integration.query_corpus import store_docs

