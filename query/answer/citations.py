@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from ragline.query.answer import texts
 from ragline.query.answer.extractive import clean_sentence, prose_sentences, stems
 from ragline.query.answer.sanitize import code_regions
 from ragline.shared.sdk.contracts import Citation, Hit
@@ -93,7 +94,12 @@ def _line(value: object) -> int | None:
 
 
 def locator(
-    path: str, page: int | None, heading_path: str, start_line: int | None, end_line: int | None
+    path: str,
+    page: int | None,
+    heading_path: str,
+    start_line: int | None,
+    end_line: int | None,
+    lang: str = texts.FALLBACK,
 ) -> str:
     """Where to look, as a chat UI shows it: ``path:12-40`` for code, ``p. 11`` for a paged
     document, ``§ Heading › Sub`` for a section, else the path."""
@@ -101,15 +107,15 @@ def locator(
         end = end_line if end_line is not None and end_line > start_line else None
         return f"{path}:{start_line}-{end}" if end else f"{path}:{start_line}"
     if page is not None:
-        return f"p. {page}"
+        return texts.say("page", lang, page=str(page))
     if heading_path:
         return f"§ {heading_path}"
     return path
 
 
-def build_citations(answer: str, hits: list[Hit]) -> list[Citation]:
+def build_citations(answer: str, hits: list[Hit], lang: str = texts.FALLBACK) -> list[Citation]:
     """One citation per number the answer cites (first appearance order); every number must
-    name a hit (see :func:`invalid_citations`)."""
+    name a hit (see :func:`invalid_citations`). Locators are written in ``lang``, the answer's."""
     said = claims(answer)
     out = []
     for n in cited_numbers(answer):
@@ -127,7 +133,7 @@ def build_citations(answer: str, hits: list[Hit]) -> list[Citation]:
                 snippet=snippet(h.content, said.get(n, [])),
                 start_line=start,
                 end_line=end if start is not None else None,
-                locator=locator(h.path or h.doc_id, h.page, h.heading, start, end),
+                locator=locator(h.path or h.doc_id, h.page, h.heading, start, end, lang),
             )
         )
     return out

@@ -175,7 +175,7 @@ def respond(run: QuestionRun, hits: list[Hit], empty_reason: str = NOTHING_RELEV
     cite_hits = [chunk_for(p, said.get(p.n, [])) for p in asm.passages]
     return run.done(
         answer=answer,
-        citations=build_citations(answer, cite_hits),
+        citations=build_citations(answer, cite_hits, run.lang),
         no_answer=False,
         removed_links=removed,
         confidence=conf,

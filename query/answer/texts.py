@@ -20,6 +20,7 @@ LANGUAGES = ("ru", "en")
 FALLBACK = "en"
 
 TEXTS: dict[str, dict[str, str]] = {
+    "page": {"ru": "с. {page}", "en": "p. {page}"},
     "no_answer": {
         "ru": "В базе знаний нет ответа на этот вопрос.",
         "en": "The knowledge base holds no answer to this question.",

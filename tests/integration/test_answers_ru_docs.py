@@ -26,6 +26,7 @@ import pytest
 
 from ragline.query import service
 from ragline.query.answer.extractive import near_duplicate, sentence_key
+from ragline.query.answer.texts import language_of
 from ragline.shared.sdk.contracts import AskRequest
 from tests.conftest import DATASETS
 from tests.integration.test_ingest import wait_job
@@ -163,5 +164,6 @@ def test_answer_reads_well(corpus, case):
         assert c.locator and c.snippet and len(c.snippet) <= 400
         assert c.heading_path == c.heading
     if case.page is not None:
-        assert (first.page, first.locator) == (case.page, f"p. {case.page}")
+        page = "с." if language_of(case.question) == "ru" else "p."  # the locator in the answer's language
+        assert (first.page, first.locator) == (case.page, f"{page} {case.page}")
         assert case.contains in first.snippet  # the quoted sentence, from the cited page

@@ -218,7 +218,7 @@ def test_links_the_cited_documents_do_not_contain_are_removed_from_a_generated_a
     ]
     by_doc = {c.doc_id: c for c in res.citations}
     assert set(by_doc) == {"poison", "guide", "code"}
-    assert (by_doc["poison"].page, by_doc["poison"].locator) == (3, "p. 3")
+    assert (by_doc["poison"].page, by_doc["poison"].locator) == (3, "с. 3")
     assert by_doc["poison"].snippet.startswith("Ретраи после ошибки 429: клиент ждёт")
     assert (by_doc["code"].start_line, by_doc["code"].end_line, by_doc["code"].locator) == (
         12,

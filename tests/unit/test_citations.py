@@ -44,6 +44,8 @@ def test_locators():
     assert locator("src/retry.py", None, "retry", 12, 40) == "src/retry.py:12-40"
     assert locator("src/retry.py", None, "", 7, 7) == "src/retry.py:7"
     assert locator("a.pdf", 11, "A › B", None, None) == "p. 11"
+    assert locator("a.pdf", 11, "A › B", None, None, "ru") == "с. 11"  # in the answer's language
+    assert locator("src/retry.py", None, "retry", 12, 40, "ru") == "src/retry.py:12-40"
     assert locator("a.md", None, "A › B", None, None) == "§ A › B"
     assert locator("a.txt", None, "", None, None) == "a.txt"
 
@@ -51,8 +53,8 @@ def test_locators():
 def test_extractive_citations_carry_page_heading_and_the_quoted_sentences():
     answer = extractive_answer("Как предотвратить внедрения?", [PDF, SECTION])
     assert answer.startswith("Для предотвращения внедрений необходимо изолировать данные")
-    [c] = build_citations(answer, [PDF, SECTION])
-    assert (c.n, c.page, c.locator) == (1, 8, "p. 8")
+    [c] = build_citations(answer, [PDF, SECTION], "ru")
+    assert (c.n, c.page, c.locator) == (1, 8, "с. 8")
     assert c.heading_path == c.heading == "Топ-10 OWASP — 2017 › Внедрение"
     assert c.start_line is None and c.end_line is None
     # the snippet is exactly the sentences the answer quotes from this chunk, not the chunk

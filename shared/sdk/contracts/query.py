@@ -242,8 +242,8 @@ class Citation(BaseModel):
     end_line: int | None = Field(default=None, description="last line of a code chunk")
     locator: str = Field(
         default="",
-        description="where to look, ready to show: 'path:12-40' (code), 'p. 11' (paged), "
-        "'§ Heading › Sub' (sections), else the path",
+        description="where to look, ready to show, in the answer's language: 'path:12-40' (code), "
+        "'p. 11' / 'с. 11' (paged), '§ Heading › Sub' (sections), else the path",
     )
 
 
