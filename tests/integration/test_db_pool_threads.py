@@ -8,13 +8,13 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import pytest
-from celery.contrib.testing.worker import TestWorkController
 
 from ragline.shared.config.settings import get_settings
 from ragline.shared.worker import db
-from ragline.shared.worker.celery_app import app
+from ragline.shared.worker.celery_app import _size_pools_for_threads
 
 
 @pytest.fixture()
@@ -63,15 +63,17 @@ def hold_two_while_others_do(threads: int, timeout: float) -> list[int]:
         return [p for f in futures for p in f.result(timeout=timeout * 2)]
 
 
-@pytest.mark.parametrize("pool_kind", ["threads", "solo"])
-def test_the_worker_init_of_a_threads_pool_sizes_the_owner_pool(small_pools, pool_kind):
-    controller = TestWorkController(app, pool=pool_kind, concurrency=4, without_mingle=True)
-    try:
-        expected = 4 if pool_kind == "threads" else 1
-        assert db._task_threads == expected
-        assert db.pool_max_size(get_settings()) >= 2 * expected + 2
-    finally:
-        controller.stop()
+def test_the_threads_worker_sized_the_pools_for_its_threads(celery_worker):
+    """The session's in-process worker (a threads pool of 4) sized them through ``worker_init``."""
+    assert db._task_threads == 4
+    assert db.get_pool().max_size >= 10
+
+
+@pytest.mark.parametrize(("pool_kind", "threads"), [("threads", 4), ("solo", 1), ("prefork", 1)])
+def test_only_a_threads_pool_runs_several_tasks_in_the_process(small_pools, pool_kind, threads):
+    _size_pools_for_threads(sender=SimpleNamespace(pool_cls=pool_kind, concurrency=4))
+    assert db._task_threads == threads
+    assert db.pool_max_size(get_settings()) >= 2 * threads + 2
 
 
 def test_four_task_threads_holding_two_connections_each_do_not_starve(small_pools):
