@@ -39,6 +39,7 @@ from ragline.ingest.layers import LayerRules
 from ragline.ingest.load import Loaded, load
 from ragline.ingest.parse import ParsedDocument, ParseError, front_matter, parse_bytes
 from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk import formats
 from ragline.shared.sdk.contracts import IngestRequest, IngestResult
 from ragline.shared.worker import db, jobs, replicas
 from ragline.shared.worker.identifiers import code_tsvector
@@ -107,7 +108,10 @@ def prepare(req: IngestRequest, embed_model: str, state: dict | None) -> Prepare
         loaded = load(req)
         content_hash = hashlib.sha256(loaded.data).hexdigest()
         identity.check_owner(state, req)  # before the unchanged shortcut: another source's copy is not ours
-        if store.is_unchanged(state, content_hash, embed_model) and state["version"] <= req.version:
+        if (
+            store.is_unchanged(state, content_hash, embed_model, prepared_with(loaded.fmt))
+            and state["version"] <= req.version
+        ):
             return IngestResult(tenant=req.tenant, doc_id=req.doc_id, status="skipped_unchanged")
         lap("load")
         stage = "parse"
@@ -157,6 +161,19 @@ def prepare(req: IngestRequest, embed_model: str, state: dict | None) -> Prepare
         chunk_layers=chunk_layers,
         code=kind.code,
     )
+
+
+#: raised when what a source file becomes (its chunks and symbol records) changes for the same bytes
+CODE_VERSION = 1
+
+
+def prepared_with(fmt: str) -> str:
+    """How a document of ``fmt`` is prepared: the format and its version (``shared/sdk/formats.py``;
+    :data:`CODE_VERSION` for source code). Stored with the document, and compared by the unchanged
+    check, so a parser that changes re-prepares the documents it reads on their next ingest instead
+    of leaving them as the old parser cut them."""
+    declared = formats.get(fmt)
+    return f"{fmt}/{declared.version if declared else CODE_VERSION}"
 
 
 def _front_matter(loaded: Loaded, parsed: ParsedDocument) -> dict:
@@ -263,7 +280,8 @@ def _record(p: Prepared) -> store.DocumentRecord:
         version=req.version,
         acl=list(req.acl),
         layer=p.layer,
-        metadata={**req.metadata, "format": p.fmt, **p.metadata},
+        # what the unchanged check compares comes last: no front matter or producer key overrides it
+        metadata={**req.metadata, "format": p.fmt, **p.metadata, "prepared_with": prepared_with(p.fmt)},
         acl_seq=req.acl_seq,
     )
 

@@ -79,7 +79,8 @@ def lock_documents(conn: psycopg.Connection[DictRow], keys: list[Key]) -> None:
 #: (``ingest/identity.py``)
 STATE_COLUMNS = (
     "version, content_hash, embed_model, status, acl, acl_seq, ingest_acl,"
-    " source_uri, metadata->>'source' AS source, metadata->>'source_root' AS source_root"
+    " source_uri, metadata->>'source' AS source, metadata->>'source_root' AS source_root,"
+    " metadata->>'format' AS format, metadata->>'prepared_with' AS prepared_with"
 )
 STATE_SQL = f"SELECT {STATE_COLUMNS} FROM documents WHERE tenant = %s AND doc_id = %s"
 STATES_SQL = (
@@ -136,12 +137,17 @@ def locked_state(conn: psycopg.Connection[DictRow], tenant: str, doc_id: str) ->
     return locked_states(conn, [(tenant, doc_id)])[(tenant, doc_id)]
 
 
-def is_unchanged(state: dict | None, content_hash: str, embed_model: str) -> bool:
-    return bool(
-        state
-        and state["status"] == "ready"
-        and state["content_hash"] == content_hash
+def is_unchanged(state: dict | None, content_hash: str, embed_model: str, prepared_with: str) -> bool:
+    """The stored document is this one, as this version of ragline would store it: the same bytes,
+    embedding model and preparation (``prepared_with``: format and its version; a document stored
+    before the version was recorded counts as version 1 of the format it was stored as)."""
+    if not state or state["status"] != "ready":
+        return False
+    stored = state.get("prepared_with") or f"{state.get('format')}/1"
+    return (
+        state["content_hash"] == content_hash
         and state["embed_model"] == embed_model
+        and stored == prepared_with
     )
 
 

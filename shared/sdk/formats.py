@@ -29,6 +29,9 @@ class DocumentFormat:
     binary: bool
     #: the module of ``ragline.ingest.parse`` whose ``elements`` function reads the format
     parser: str
+    #: raised when what a document of the format becomes (elements, chunks) changes for the same
+    #: bytes: stored documents of the format are prepared again on their next ingest
+    version: int = 1
 
 
 FORMATS: tuple[DocumentFormat, ...] = (

@@ -362,3 +362,58 @@ def test_an_rst_page_keeps_its_sections_and_literal_blocks(celery_worker, voyage
     )
     assert any(literal in c for c in basic), basic
     assert not any("=====" in c or "-----" in c for c in (r["content"] for r in rows))
+
+
+RST_PAGE = (
+    "Retries\n=======\n\nThe client waits between attempts.\n\nBackoff\n-------\n\nEach wait doubles.\n"
+)
+
+
+def stored_preparation(tenant: str, doc_id: str) -> tuple[str | None, str | None]:
+    with db.connection() as c:
+        row = c.execute(
+            "SELECT metadata->>'format' AS f, metadata->>'prepared_with' AS p FROM documents"
+            " WHERE tenant = %s AND doc_id = %s",
+            (tenant, doc_id),
+        ).fetchone()
+    return row["f"], row["p"]
+
+
+def forget_preparation(tenant: str, doc_id: str, stored_format: str) -> None:
+    """The document as a release before the preparation was recorded stored it, read as ``stored_format``."""
+    with db.connection() as c:
+        c.execute(
+            "UPDATE documents SET metadata = (metadata - 'prepared_with') || jsonb_build_object('format', %s::text)"
+            " WHERE tenant = %s AND doc_id = %s",
+            (stored_format, tenant, doc_id),
+        )
+
+
+@pytest.mark.parametrize(
+    ("stored_as", "bump", "status"),
+    [
+        ("rst", False, "skipped_unchanged"),  # the same bytes, read the same way: skipped
+        ("rst", True, "stored"),  # the format's parser changed: prepared again
+        ("legacy-rst", False, "skipped_unchanged"),  # stored before versions were recorded, same format
+        ("legacy-text", False, "stored"),  # stored as plain text before rST had a parser of its own
+    ],
+)
+def test_unchanged_bytes_are_prepared_again_when_their_preparation_changed(
+    voyage, tenant, monkeypatch, stored_as, bump, status
+):
+    from dataclasses import replace
+
+    from ragline.shared.sdk import formats
+
+    req = IngestRequest(tenant=tenant, doc_id="retries.rst", content=RST_PAGE, fmt="rst", acl=["staff"])
+    assert ingest_document(req).status == "stored"
+    assert stored_preparation(tenant, "retries.rst") == ("rst", "rst/1")
+    if stored_as.startswith("legacy-"):
+        forget_preparation(tenant, "retries.rst", stored_as.removeprefix("legacy-"))
+    if bump:
+        monkeypatch.setitem(formats._BY_NAME, "rst", replace(formats.get("rst"), version=2))
+    again = ingest_document(req.model_copy(update={"version": 2}))
+    assert again.status == status
+    if status == "stored":
+        assert stored_preparation(tenant, "retries.rst") == ("rst", "rst/2" if bump else "rst/1")
+        assert {r["heading_path"] for r in chunk_rows(tenant, "retries.rst")} >= {"Retries › Backoff"}
