@@ -112,7 +112,7 @@ def ingest(
 
     Documents are packed into batch tasks (RAGLINE_INGEST_BATCH_DOCS each) whose chunks share
     embedding requests. A folder is searched for the file types ragline parses (Markdown, HTML,
-    text, PDF, DOCX, ...); other files are listed as skipped. A document's id is
+    reStructuredText, text, PDF, DOCX, source code); other files are listed as skipped. A document's id is
     SOURCE/<its path relative to the folder given> (a file given directly: relative to its own
     folder). Without --wait the command returns once the job is queued.
     """

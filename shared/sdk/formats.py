@@ -29,26 +29,36 @@ class DocumentFormat:
     binary: bool
     #: the module of ``ragline.ingest.parse`` whose ``elements`` function reads the format
     parser: str
+    #: how people call it, in help texts ("reStructuredText")
+    label: str
     #: raised when what a document of the format becomes (elements, chunks) changes for the same
     #: bytes: stored documents of the format are prepared again on their next ingest
     version: int = 1
 
 
 FORMATS: tuple[DocumentFormat, ...] = (
-    DocumentFormat("md", (".md", ".markdown"), ("text/markdown",), binary=False, parser="markdown"),
-    DocumentFormat("html", (".html", ".htm"), ("text/html",), binary=False, parser="html"),
-    DocumentFormat("text", (".txt", ".text"), ("text/plain",), binary=False, parser="text"),
+    DocumentFormat(
+        "md", (".md", ".markdown"), ("text/markdown",), binary=False, parser="markdown", label="Markdown"
+    ),
+    DocumentFormat("html", (".html", ".htm"), ("text/html",), binary=False, parser="html", label="HTML"),
+    DocumentFormat("text", (".txt", ".text"), ("text/plain",), binary=False, parser="text", label="text"),
     # the docs of most Python projects (Sphinx); parsed by docutils, not as plain text
     DocumentFormat(
-        "rst", (".rst", ".rest"), ("text/x-rst", "text/prs.fallenstein.rst"), binary=False, parser="rst"
+        "rst",
+        (".rst", ".rest"),
+        ("text/x-rst", "text/prs.fallenstein.rst"),
+        binary=False,
+        parser="rst",
+        label="reStructuredText",
     ),
-    DocumentFormat("pdf", (".pdf",), ("application/pdf",), binary=True, parser="pdf"),
+    DocumentFormat("pdf", (".pdf",), ("application/pdf",), binary=True, parser="pdf", label="PDF"),
     DocumentFormat(
         "docx",
         (".docx",),
         ("application/vnd.openxmlformats-officedocument.wordprocessingml.document",),
         binary=True,
         parser="docx",
+        label="DOCX",
     ),
 )
 

@@ -50,6 +50,13 @@ def test_flags_are_flags_and_the_top_level_help_lists_exit_codes():
         assert flag in CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "100"}).output, path
 
 
+def test_ingest_help_names_every_format():
+    from ragline.shared.sdk.formats import FORMATS
+
+    help_text = " ".join(CliRunner().invoke(app, ["ingest", "--help"]).output.split())
+    assert all(f.label and f.label in help_text for f in FORMATS), help_text
+
+
 def test_version():
     res = CliRunner().invoke(app, ["--version"])
     assert res.exit_code == 0 and res.output.strip() == f"ragline {__version__}"
