@@ -3,7 +3,8 @@ definition question ("что такое X?", "what is X?"), the two sides of a c
 
 Both sides of the pool read questions so: retrieval leaves a collection's name out of the searches
 (:mod:`ragline.query.retrieval.terms`), the answer picks the sentences that define or compare
-(:mod:`ragline.query.answer.extractive`), the router decomposes a comparison. Pure functions.
+(:mod:`ragline.query.answer.extractive`) and one for each part of a question of two, the router
+decomposes a comparison and a question of two parts. Pure functions.
 """
 
 from __future__ import annotations
@@ -71,3 +72,21 @@ def definition_subject(question: str) -> str | None:
         return None
     subject = _SUBJECT_END.split(m.group("subject"), maxsplit=1)[0]
     return subject.strip(" «»\"'") or None
+
+
+#: where a question's second part starts: "…, и как …", "… and what …", "…, and may they …", "…, и
+#: можно ли …" (a second question asked yes or no after a comma)
+_SECOND_PART = re.compile(
+    r"(?:,\s*|\s+)(?:и|а\s+также|and|also)\s+(?=(?:как|какой|какая|какие|каким|где|что|зачем|почему|"
+    r"how|what|which|where|why|when)\b)|"
+    r",\s*(?:и|and)\s+(?=(?:можно|нужно|надо|следует|должн\w*|may|can|could|should|must|is|are|does|do|will)\b)",
+    re.IGNORECASE,
+)
+
+
+def question_parts(question: str) -> list[str]:
+    """The parts of a question that asks two things ("Which events … and how do I …", "how long may
+    passwords be, and may they be truncated?"), split where the second one starts; a question of
+    one part is itself. A part may lean on the one before it ("… may *they* be truncated")."""
+    parts = [p.strip(" ,?") for p in _SECOND_PART.split(question.strip(), maxsplit=1)]
+    return parts if len(parts) == 2 and all(parts) else [question]

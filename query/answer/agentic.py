@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ragline.query.answer.prompt import PLAN_PROMPT, decompose_messages, render_documents, x
+from ragline.query.question import question_parts
 from ragline.shared.sdk.contracts import Hit
 
 log = logging.getLogger(__name__)
@@ -145,15 +146,9 @@ def parse_decision(text: str) -> Decision:
 
 
 # ----------------------------------------------------------------------------- complexity router
-#: where a question's second part starts: "…, и как …", "… and what …"
-_SECOND_PART = re.compile(
-    r"(?:,\s*|\s+)(?:и|а\s+также|and|also)\s+(?=(?:как|какой|какая|какие|каким|где|что|зачем|почему|"
-    r"how|what|which|where|why|when)\b)",
-    re.IGNORECASE,
-)
 #: a part that leans on the one before it ("… and what is its default?") is not a search of its own
 _ANAPHORA = re.compile(
-    r"\b(?:its|it|their|them|this|that|these|его|её|их|этого|этой|этом|это|них|него|каждый)\b", re.I
+    r"\b(?:its|it|they|their|them|this|that|these|его|её|их|они|этого|этой|этом|это|них|него|каждый)\b", re.I
 )
 
 
@@ -181,7 +176,7 @@ def route(question: str, compared: tuple[str, str] | None = None) -> Route:
     is the comparison's two sides (query/question.py ``compared``)."""
     if compared is not None:
         return Route("decompose", [compared[0], compared[1]], "comparison")
-    parts = [p.strip(" ,?") for p in _SECOND_PART.split(question, maxsplit=1)]
+    parts = question_parts(question)
     if len(parts) == 2 and all(len(_WORD.findall(p)) >= 2 for p in parts) and not _ANAPHORA.search(parts[1]):
         return Route("decompose", parts, "two parts")
     return Route("simple")

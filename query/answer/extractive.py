@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ragline.query.answer import code_answer, texts
-from ragline.query.question import STOP_WORDS, compared, definition_subject
+from ragline.query.question import STOP_WORDS, compared, definition_subject, question_parts
 from ragline.shared.sdk.contracts import Hit
 from ragline.shared.worker.text import split_sentences
 
@@ -105,6 +105,13 @@ class Candidate:
     text: str
     score: float
     defines: bool = False
+    #: for a question of two parts (:func:`~ragline.query.question.question_parts`), how many of
+    #: each part's own terms the sentence holds
+    parts: tuple[int, ...] = ()
+    #: how many of them answer that part (0: the part has no terms of its own)
+    needs: tuple[int, ...] = ()
+    #: the document and heading of the sentence's chunk
+    section: str = ""
 
 
 def stems(text: str) -> set[str]:
@@ -387,17 +394,35 @@ def candidates(question: str, hits: list[Hit]) -> list[Candidate]:
     terms = topic_terms(question, hits)
     if subject is not None:  # "что такое ASVS": the corpus's name is the subject here
         terms |= subject_terms(subject)
+    own = part_terms(question, hits)
+    # a sentence answers a part when it holds more than half of the part's own terms (one of one,
+    # two of two or three): one shared word ("tuples" for "how is a tuple interpreted") is a tangent
+    needs = tuple(len(t) // 2 + 1 if t else 0 for t in own)
     out: list[Candidate] = []
     for n, pos, sent in sentences_of(hits):
-        overlap = len(terms & code_stems(sent))
+        said = code_stems(sent)
+        overlap = len(terms & said)
         if not overlap:
             continue
         weight = definition_weight(sent, subject) if subject is not None else 0.0
         # better-ranked chunks and earlier sentences win ties; very long sentences read badly
         score = overlap + weight - 0.05 * (n - 1) - 0.001 * pos
         score -= 0.5 if len(sent) > 350 else 0.0
-        out.append(Candidate(n, pos, clean_sentence(sent), score, weight > 0))
+        parts = tuple(len(t & said) for t in own)
+        section = f"{hits[n - 1].doc_id}\n{hits[n - 1].heading}"
+        out.append(Candidate(n, pos, clean_sentence(sent), score, weight > 0, parts, needs, section))
     return out
+
+
+def part_terms(question: str, hits: list[Hit]) -> list[set[str]]:
+    """For a question asking two things, each part's own topic stems (those the other part does not
+    share: "How do I make requests verify … CA bundle, and which environment variables can set it?"
+    asks for ``envir``, ``varia`` in its second part); empty for a question of one part."""
+    parts = question_parts(question)
+    if len(parts) < 2:
+        return []
+    terms = [topic_terms(p, hits) for p in parts]
+    return [t - set().union(*(o for j, o in enumerate(terms) if j != i)) for i, t in enumerate(terms)]
 
 
 def near_duplicate(a: str, b: str, threshold: float = 0.6) -> bool:
@@ -407,6 +432,22 @@ def near_duplicate(a: str, b: str, threshold: float = 0.6) -> bool:
     return bool(sa and sb) and len(sa & sb) / len(sa | sb) >= threshold
 
 
+def answering_parts(cands: list[Candidate], max_sentences: int) -> list[Candidate]:
+    """For a question asking two things, the best sentence for each part (most of the part's own
+    terms, then the better score), each once: quoting the three best sentences of the whole
+    question answers its first part three times when the passage says the first at length
+    ("verify … CA bundle …") and the second in one sentence ("… the ``REQUESTS_CA_BUNDLE``
+    environment variable")."""
+    out: list[Candidate] = []
+    for i, need in enumerate(cands[0].needs if cands else ()):
+        if not need:
+            continue
+        named = [c for c in cands if c.parts[i] >= need and c not in out]
+        if named and len(out) < max_sentences:
+            out.append(max(named, key=lambda c: (c.parts[i], c.score)))
+    return out
+
+
 def select(cands: list[Candidate], max_sentences: int = 3, min_share: float = 0.5) -> list[Candidate]:
     """The best sentences (each scoring at least ``min_share`` of the best one: no tangents), in
     reading order: a defining sentence first, then chunk by chunk, the chunk holding the best
@@ -414,8 +455,10 @@ def select(cands: list[Candidate], max_sentences: int = 3, min_share: float = 0.
     if not cands:
         return []
     top = max(c.score for c in cands)
-    best: list[Candidate] = []
+    best = answering_parts(cands, max_sentences)
     for c in sorted((c for c in cands if c.score >= min_share * top), key=lambda c: -c.score):
+        if c in best:
+            continue
         if len(best) == max_sentences:
             break
         if not any(near_duplicate(c.text, b.text) for b in best):
@@ -527,18 +570,62 @@ def names(side: str, text: str) -> bool:
     return False
 
 
+#: a sentence that states how two things differ ("Однако разница заключается в том, что …", "Unlike
+#: A, B …", "… в то время как …"), not one that only names both
+_CONTRAST = re.compile(
+    r"(?<!\w)(?:разниц\w*|отлича\w*|отличи\w*|в\s+отличие|в\s+то\s+время\s+как|тогда\s+как|"
+    r"для\s+сравнения|по\s+сравнению|differen\w*|differs?|unlike|whereas|in\s+contrast|by\s+contrast|"
+    r"compared\s+(?:to|with))(?!\w)",
+    re.IGNORECASE,
+)
+#: a labelled point of an enumeration: "Неясный источник свойств: при использовании …", "Implicit
+#: coupling: several …" (a list item whose bold term the parser kept as text before a colon)
+_LABELLED = re.compile(r"^(?P<label>[^\W\d_][^:.!?;()`]{2,60}?):\s+\S")
+
+
+def labelled(text: str) -> bool:
+    """``text`` opens with a label of two to six words and a colon (:data:`_LABELLED`)."""
+    m = _LABELLED.match(text)
+    return m is not None and 2 <= len(_WORD.findall(m.group("label"))) <= 6
+
+
+def labelled_points(cands: list[Candidate], sides: tuple[str, str], max_points: int = 3) -> list[Candidate]:
+    """The labelled points (:func:`labelled`) of the section holding the best sentence naming a
+    side, when it has two or more, in reading order: "чем A лучше B" is answered by a section
+    listing B's drawbacks point by point ("Неясный источник свойств: …", "Коллизии в пространстве
+    имён: …"), and its best sentence alone states one of them."""
+    named = [c for c in cands if names(sides[0], c.text) or names(sides[1], c.text)]
+    if not named:
+        return []
+    section = max(named, key=lambda c: c.score).section
+    points = [c for c in cands if c.section == section and labelled(c.text)]
+    if len(points) < 2:
+        return []
+    return sorted(points, key=lambda c: (c.n, c.pos))[:max_points]
+
+
 def select_compared(
     cands: list[Candidate], sides: tuple[str, str], max_sentences: int = 3
 ) -> list[Candidate]:
-    """A comparison's answer: the best sentence naming both sides (a contrast), then the best
-    naming each side, in reading order as :func:`select` orders them."""
+    """A comparison's answer: the labelled points of a section enumerating the differences
+    (:func:`labelled_points`), or else the best sentence stating a contrast (:data:`_CONTRAST`)
+    and naming a side or naming both sides, then the best naming each side, in reading order as
+    :func:`select` orders them."""
+    points = labelled_points(cands, sides, max_sentences)
+    if points:
+        return points
     a, b = sides
     both = [c for c in cands if names(a, c.text) and names(b, c.text)]
-    only_a = [c for c in cands if names(a, c.text)]
-    only_b = [c for c in cands if names(b, c.text)]
+    contrast = [c for c in cands if _CONTRAST.search(c.text) and (names(a, c.text) or names(b, c.text))]
+    first = sorted(
+        {id(c): c for c in both + contrast}.values(),
+        key=lambda c: (-bool(_CONTRAST.search(c.text)), -(c in both), -c.score),
+    )
+    only_a = sorted((c for c in cands if names(a, c.text)), key=lambda c: -c.score)
+    only_b = sorted((c for c in cands if names(b, c.text)), key=lambda c: -c.score)
     picked: list[Candidate] = []
-    for group in (both, only_a, only_b, both[1:]):
-        for c in sorted(group, key=lambda c: -c.score):
+    for group in (first, only_a, only_b, first[1:]):
+        for c in group:
             if c in picked or any(near_duplicate(c.text, p.text) for p in picked):
                 continue
             picked.append(c)
@@ -650,22 +737,46 @@ def crosslingual_extract(
 ) -> Extract | None:
     """A question in another language than the passages shares no words with them: the sentences
     of the first three hits ranked by ``rank`` (the embedder's similarity of each to the question),
-    the best ones quoted in their own language under framing in the question's. Without a ranker
-    the first hit's opening sentences stand for it (the vector list ranked that chunk first)."""
+    the best ones quoted in their own language under framing in the question's. A question of two
+    parts gets the best sentence for each part first (ranked against the whole question, the
+    sentences on its first part crowd out the one answering the second); a list question gets
+    the items of the chunk holding the best one, as :func:`select_list` picks them. Without a
+    ranker the first hit's opening sentences stand for it (the vector list ranked that chunk
+    first)."""
     pool = [(n, pos, s) for n, pos, s in sentences_of(hits[:3])]
     if not pool:
         return None
+    texts_ = [s for _, _, s in pool]
     if rank is not None:
-        sims = rank(question, [s for _, _, s in pool])
+        sims = rank(question, texts_)
+        parts = question_parts(question)
+        keep: list[int] = []
+        if len(parts) > 1:
+            for part in parts:
+                part_sims = rank(part, texts_)
+                best = max((i for i in range(len(pool)) if i not in keep), key=lambda i: part_sims[i])
+                keep.append(best)
         order = sorted(range(len(pool)), key=lambda i: -sims[i])
         top = sims[order[0]]
-        keep = [i for i in order if sims[i] >= top - 0.02][:max_sentences]
+        keep += [i for i in order if sims[i] >= top - 0.02 and i not in keep]
+        keep = keep[:max_sentences]
+        scored = [Candidate(n, pos, clean_sentence(s), sims[i]) for i, (n, pos, s) in enumerate(pool)]
     else:
         keep = [i for i, (n, _, _) in enumerate(pool) if n == pool[0][0]][:max_sentences]
-    chosen = [Candidate(pool[i][0], pool[i][1], clean_sentence(pool[i][2]), 0.0) for i in keep]
-    chosen.sort(key=lambda c: (c.n, c.pos))
+        scored = [Candidate(n, pos, clean_sentence(s), -0.001 * i) for i, (n, pos, s) in enumerate(pool)]
     source = texts.language_of(" ".join(h.content[:300] for h in hits[:3]))
     framing = texts.say("quoted_in", lang, language=texts.language_name(source, lang))
+    if question_kind(question) == "list":
+        # a similarity is no share of the best one's: every row of the best one's table is an item
+        ranked = sorted(scored, key=lambda c: -c.score)
+        by_place = [replace(c, score=float(len(ranked) - i)) for i, c in enumerate(ranked)]
+        items = select_list(by_place, min_share=0.0)
+        if len(items) >= 2:
+            return Extract(
+                f"{framing}\n{render_list(items)}", "crosslingual", lang, [framing], [(c.n, c.text) for c in items]
+            )
+    chosen = [scored[i] for i in keep]
+    chosen.sort(key=lambda c: (c.n, c.pos))
     return Extract(
         f"{framing}\n{render(chosen)}", "crosslingual", lang, [framing], [(c.n, c.text) for c in chosen]
     )

@@ -135,11 +135,15 @@ def sentence_ranker() -> extractive.Ranker | None:
         return None
     timeout_s = get_settings().deadlines.query_embed_timeout_s
 
+    # a question of two parts ranks the same sentences once a part: each is embedded once
+    seen: dict[str, np.ndarray] = {}
+
     def rank(question: str, sentences: list[str]) -> list[float]:
         q = np.asarray(embedder.embed_query(embedding_form(question)), dtype=np.float32)
-        docs = run_with_deadline(
-            embedder.embed_documents, 4 * timeout_s, [embedding_form(s) for s in sentences]
-        )
-        return [float(v) for v in np.asarray(docs, dtype=np.float32) @ q]
+        new = [s for s in dict.fromkeys(sentences) if s not in seen]
+        if new:
+            docs = run_with_deadline(embedder.embed_documents, 4 * timeout_s, [embedding_form(s) for s in new])
+            seen.update(zip(new, np.asarray(docs, dtype=np.float32)))
+        return [float(seen[s] @ q) for s in sentences]
 
     return rank
