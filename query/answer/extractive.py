@@ -773,7 +773,11 @@ def crosslingual_extract(
         items = select_list(by_place, min_share=0.0)
         if len(items) >= 2:
             return Extract(
-                f"{framing}\n{render_list(items)}", "crosslingual", lang, [framing], [(c.n, c.text) for c in items]
+                f"{framing}\n{render_list(items)}",
+                "crosslingual",
+                lang,
+                [framing],
+                [(c.n, c.text) for c in items],
             )
     chosen = [scored[i] for i in keep]
     chosen.sort(key=lambda c: (c.n, c.pos))

@@ -142,8 +142,10 @@ def sentence_ranker() -> extractive.Ranker | None:
         q = np.asarray(embedder.embed_query(embedding_form(question)), dtype=np.float32)
         new = [s for s in dict.fromkeys(sentences) if s not in seen]
         if new:
-            docs = run_with_deadline(embedder.embed_documents, 4 * timeout_s, [embedding_form(s) for s in new])
-            seen.update(zip(new, np.asarray(docs, dtype=np.float32)))
+            docs = run_with_deadline(
+                embedder.embed_documents, 4 * timeout_s, [embedding_form(s) for s in new]
+            )
+            seen.update(zip(new, np.asarray(docs, dtype=np.float32), strict=True))
         return [float(seen[s] @ q) for s in sentences]
 
     return rank

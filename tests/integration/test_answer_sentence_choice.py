@@ -81,7 +81,9 @@ def corpus(celery_worker, stack, tmp_path_factory):
 
 
 def ask(tenant: str, question: str, **kw):
-    res = service.ask(AskRequest(query=question, tenant=tenant, groups=GROUPS, **{"k": 5, "mode": "lexical", **kw}))
+    res = service.ask(
+        AskRequest(query=question, tenant=tenant, groups=GROUPS, **{"k": 5, "mode": "lexical", **kw})
+    )
     print(f"\n{question}\n  {res.answer}\n  {res.reason} {res.confidence} {res.trace.get('confidence')}")
     print(f"  {res.trace.get('extractive')} {res.trace.get('answer_documents')}")
     assert not res.no_answer, (res.reason, res.trace.get("confidence"))
@@ -122,7 +124,9 @@ def test_a_list_question_in_english_over_russian_documents_gets_the_rows(corpus)
     # within the ASVS documents: the lexical list alone ranks the English code's "response headers"
     # first, where the vector list of a real embedder finds the Russian table
     res = ask(
-        corpus, "Which HTTP security response headers does ASVS require in section V14.4?", path_prefixes=["asvs/"]
+        corpus,
+        "Which HTTP security response headers does ASVS require in section V14.4?",
+        path_prefixes=["asvs/"],
     )
     assert cited(res, "0x22-V14-Config.md")
     first, *lines = res.answer.splitlines()

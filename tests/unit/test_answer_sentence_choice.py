@@ -132,7 +132,10 @@ def hit(doc_id: str, content: str, heading: str = "", chunk_no: int = 0) -> Hit:
         ),
         (
             "Какие события (hooks) поддерживает requests и как подключить свой обработчик ответа к запросу?",
-            ["Какие события (hooks) поддерживает requests", "как подключить свой обработчик ответа к запросу"],
+            [
+                "Какие события (hooks) поддерживает requests",
+                "как подключить свой обработчик ответа к запросу",
+            ],
         ),
         ("Какова длина пароля, и можно ли его усекать?", ["Какова длина пароля", "можно ли его усекать"]),
         # one question: "and" inside a part, a yes/no word without the comma before it
@@ -148,8 +151,14 @@ def test_a_question_splits_where_its_second_part_starts(question, parts):
 def test_a_second_part_leaning_on_the_first_is_no_search_of_its_own():
     from ragline.query.answer.agentic import route
 
-    assert route("According to ASVS, how long may user passwords be, and may they be truncated?").route == "simple"
-    assert route("What forms can the timeout argument take, and how is a tuple interpreted?").route == "decompose"
+    assert (
+        route("According to ASVS, how long may user passwords be, and may they be truncated?").route
+        == "simple"
+    )
+    assert (
+        route("What forms can the timeout argument take, and how is a tuple interpreted?").route
+        == "decompose"
+    )
 
 
 CA_QUESTION = (
@@ -167,18 +176,29 @@ def test_each_part_of_a_question_gets_its_sentence():
 
 
 def test_a_part_is_answered_only_by_a_sentence_holding_most_of_its_own_terms():
-    cands = candidates("What forms can the timeout argument take, and how is a tuple interpreted?", [
-        hit("requests/cookies.py", "Dict-like iteritems() that returns an iterator of name-value tuples from the jar."),
-        hit("requests/docs/user/advanced.rst", "You can tell Requests to stop waiting for a response after a given "
-            "number of seconds with the timeout parameter."),
-    ])
+    cands = candidates(
+        "What forms can the timeout argument take, and how is a tuple interpreted?",
+        [
+            hit(
+                "requests/cookies.py",
+                "Dict-like iteritems() that returns an iterator of name-value tuples from the jar.",
+            ),
+            hit(
+                "requests/docs/user/advanced.rst",
+                "You can tell Requests to stop waiting for a response after a given "
+                "number of seconds with the timeout parameter.",
+            ),
+        ],
+    )
     # "tuples" is one of the second part's two own terms (tuple, interpreted): a tangent
     assert answering_parts(cands, 3) == []
 
 
 def test_a_question_of_one_part_is_answered_as_before():
-    cands = candidates("How do I make requests verify HTTPS certificates against my own CA bundle?",
-                       [hit("requests/docs/user/advanced.rst", ADVANCED_9)])
+    cands = candidates(
+        "How do I make requests verify HTTPS certificates against my own CA bundle?",
+        [hit("requests/docs/user/advanced.rst", ADVANCED_9)],
+    )
     assert all(not c.parts for c in cands)
     assert answering_parts(cands, 3) == []
 
@@ -209,7 +229,11 @@ def test_a_comparison_over_a_section_enumerating_drawbacks_quotes_its_points():
     ]
     ex = extract(question, hits)
     labels = [re.match(r"[^:]+", t).group(0) for _, t in ex.quoted]
-    assert labels == ["Неясный источник свойств", "Коллизии в пространстве имён", "Неявное взаимодействие между миксинами"]
+    assert labels == [
+        "Неясный источник свойств",
+        "Коллизии в пространстве имён",
+        "Неявное взаимодействие между миксинами",
+    ]
     assert "[1]" in ex.text and "[2]" in ex.text
 
 
@@ -227,8 +251,14 @@ def test_points_of_another_section_are_not_this_comparison_s_points():
 @pytest.mark.parametrize(
     ("text", "is_point"),
     [
-        ("Неясный источник свойств: при использовании большого количества миксинов становится непонятно.", True),
-        ("Implicit cross-mixin communication: multiple mixins that need to interact rely on shared keys.", True),
+        (
+            "Неясный источник свойств: при использовании большого количества миксинов становится непонятно.",
+            True,
+        ),
+        (
+            "Implicit cross-mixin communication: multiple mixins that need to interact rely on shared keys.",
+            True,
+        ),
         ("Примечание: цель состоит в том, чтобы повысить удобство.", False),  # one word: a remark
         ("Давайте создадим пример пользовательского модификатора capitalize:", False),  # announces code
         ("max_retries: The maximum number of retries each connection should attempt.", False),
