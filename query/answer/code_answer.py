@@ -18,6 +18,7 @@ from ragline.shared.sdk.contracts import Hit
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[\u0400-\u04FF]+", re.UNICODE)
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+_CAMEL_BOUNDARY = re.compile(r"[a-z0-9][A-Z]|[A-Z]{2,}[a-z]")
 _DEFINITION = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
 #: what code a question names as written: snake_case, camelCase, dotted, a call
 _NAMED = re.compile(r"\b\w+(?:[._]\w+)+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b|\b\w+\(\)|\b[A-Z]{2,}\b")
@@ -46,6 +47,7 @@ class Window:
     peak: float  # its best line's score (what compares with a sentence's)
     start_line: int  # the file's line number of ``first``
     symbol: str
+    example: bool = False  # the lines are a usage example (:func:`example_window`)
 
     @property
     def end_line(self) -> int:
@@ -73,6 +75,20 @@ def is_test(hit: Hit, tests_layer: str = TESTS_LAYER) -> bool:
     return hit.layer == tests_layer
 
 
+#: "how do I …", "how can I …", "how to …", "как …": the question asks what to write
+_ASKS_HOW = re.compile(
+    r"^\s*(?:how\s+(?:do|can|should|would|could)\s+(?:i|you|we|one)\b|how\s+to\b|как\b)", re.IGNORECASE
+)
+#: a line of a usage example in a docstring or comment: an interpreter prompt (``>>>``, ``...``)
+_EXAMPLE = re.compile(r"^\s*(?:#\s*)?(?:>>>|\.\.\.)(?:\s|$)")
+
+
+def asks_how(question: str) -> bool:
+    """The question asks how to do something ("How do I make a Session retry …?"): over code its
+    answer is a call, which a usage example shows and a definition's body seldom does."""
+    return _ASKS_HOW.search(question) is not None
+
+
 def asks_about_tests(question: str) -> bool:
     """The question asks about tests ("where is X tested?"): a test's lines are then its answer."""
     return _ASKS_TESTS.search(question) is not None
@@ -84,6 +100,31 @@ def parts(token: str) -> list[str]:
     return [token.lower(), *pieces]
 
 
+def stem(word: str) -> str:
+    """A word's or identifier part's stem: its first five letters, a final "-ies"/"-ied" read as
+    "-y" first, so the question's "retry" meets the code's ``max_retries`` and "retried"."""
+    word = word.lower()
+    if len(word) > 4 and word.endswith(("ies", "ied")):
+        word = word[:-3] + "y"
+    return word[:5]
+
+
+def holds(content: str, term: str) -> bool:
+    """Whether code or its documentation holds a name the question spells (``term``, lower-case):
+    as a whole token, its plural ("urls" for "URLs"), or a part of an identifier
+    (``REQUESTS_CA_BUNDLE`` holds "CA", ``HTTPAdapter`` holds "HTTP"). An acronym a question writes
+    as a word is written inside names in code."""
+    if re.search(rf"(?<![\w.]){re.escape(term)}(?:e?s)?(?![\w]|\.\d)", content, re.IGNORECASE):
+        return True
+    if not term.isalnum():
+        return False
+    return any(
+        term in parts(token)[1:]
+        for token in _IDENT.findall(content)
+        if "_" in token or _CAMEL_BOUNDARY.search(token)
+    )
+
+
 def code_terms(question: str) -> tuple[set[str], set[str]]:
     """(whole identifiers the question names, its term stems): stems are the first five letters of
     each identifier part or word of three letters or more that is not a stop word."""
@@ -92,14 +133,14 @@ def code_terms(question: str) -> tuple[set[str], set[str]]:
     for token in _IDENT.findall(question):
         for p in parts(token):
             if len(p) >= 3 and p not in CODE_STOP:
-                terms.add(p[:5])
+                terms.add(stem(p))
     return named, terms
 
 
 def line_score(line: str, named: set[str], terms: set[str]) -> float:
     """A line's share of the question: each distinct term stem once, a whole named identifier 2."""
     tokens = _IDENT.findall(line)
-    found = {p[:5] for t in tokens for p in parts(t) if len(p) >= 3}
+    found = {stem(p) for t in tokens for p in parts(t) if len(p) >= 3}
     whole = {t.lower() for t in tokens} | {m.lower() for m in re.findall(r"\w+(?:\.\w+)+", line)}
     return len(found & terms) + 2.0 * len(named & whole)
 
@@ -187,3 +228,38 @@ def default_window(question: str, hit: Hit, besides: Window | None = None) -> Wi
             start = int(hit.metadata["start_line"]) + i
             return Window(i, i, 0.0, 0.0, start, enclosing_symbol(lines, i, hit))
     return None
+
+
+def example_window(question: str, hit: Hit, max_lines: int = MAX_LINES) -> Window | None:
+    """The usage example of a code chunk that shares most terms with the question: a run of
+    interpreter-prompt lines (``>>> s.mount('http://', a)``) with the output lines between them,
+    or None when the chunk has none sharing a term. A docstring's example is how its library
+    is meant to be called, which is what a "how do I" question asks for (:func:`asks_how`)."""
+    if not is_code(hit):
+        return None
+    lines = hit.content.splitlines()
+    named, terms = code_terms(question)
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < len(lines):
+        if not _EXAMPLE.match(lines[i]):
+            i += 1
+            continue
+        first = last = i
+        i += 1
+        # an output line belongs to the example while the prompts go on after it
+        while i < len(lines) and lines[i].strip() and not lines[i].strip().startswith(('"""', "'''")):
+            if _EXAMPLE.match(lines[i]):
+                last = i
+            i += 1
+        runs.append((first, min(last, first + max_lines - 1)))
+    best: Window | None = None
+    for first, last in runs:
+        scores = [line_score(line, named, terms) for line in lines[first : last + 1]]
+        total = sum(scores)
+        if total > 0 and (best is None or total > best.score):
+            start = int(hit.metadata["start_line"]) + first
+            best = Window(
+                first, last, total, max(scores), start, enclosing_symbol(lines, first, hit), example=True
+            )
+    return best

@@ -649,24 +649,32 @@ def best_code_window(
 ) -> tuple[int, Hit, code_answer.Window] | None:
     """(hit number, hit, window) of the code lines that answer best, among the first
     :data:`CODE_HITS` hits. A question naming something exactly (``max_retries``, ``GET``) is
-    answered from a chunk that holds it: the chunk holding most of its identifiers, then most of
-    its names, then the best window wins. A test's lines answer only when no other code does or
-    the question asks about tests: a test repeats the words of the behaviour it checks (its name,
-    its asserts) more densely than the code that has it, and shows a call, not the place."""
+    answered from a chunk that holds it: the chunk holding most of its identifiers wins, then the
+    best window of the chunks holding one of its names (an acronym "CA" is held by
+    ``REQUESTS_CA_BUNDLE``: :func:`~ragline.query.answer.code_answer.holds`). How many of the names
+    a chunk holds does not count: acronyms ("HTTPS", "URL") are everywhere in a library's code, and
+    the chunk repeating most of them is seldom the one whose lines answer. A test's lines answer
+    only when no other code does or the question asks about tests: a test repeats the words of the
+    behaviour it checks (its name, its asserts) more densely than the code that has it, and shows
+    a call, not the place. A "how do I" question is answered by a usage example where a chunk has
+    one (:func:`~ragline.query.answer.code_answer.example_window`): it shows the call to write."""
     specific = specific_terms(question)
     identifiers = [t for t in specific if re.search(r"[._]", t)]
     tests_count = code_answer.asks_about_tests(question)
+    how = code_answer.asks_how(question)
     windows = []
     for n, h in enumerate(hits[:CODE_HITS], start=1):
         w = code_answer.best_window(question, h)
         if w is None:
             continue
-        named = sum(mentions(h.content, t) for t in specific)
+        named = any(code_answer.holds(h.content, t) for t in specific)
         if specific and not named:
             continue
         exact = sum(mentions(h.content, t) for t in identifiers)
         library = tests_count or not code_answer.is_test(h, tests_layer)
-        windows.append(((library, exact, named), w.score - 0.5 * (n - 1), n, h, w))
+        example = code_answer.example_window(question, h) if how and library else None
+        w = example or w
+        windows.append(((library, exact, w.example), w.score - 0.5 * (n - 1), n, h, w))
     if not windows:
         return None
     _, _, n, h, w = max(windows, key=lambda t: (t[0], t[1], -t[2]))
@@ -702,8 +710,8 @@ def code_extract(
         return None
     n, h, w = best
     best_prose = max((c.score for c in prose), default=0.0)
-    if question_kind(question) != "place" and w.peak < best_prose:
-        return None  # the documents say it in words better than the code shows it
+    if question_kind(question) != "place" and not w.example and w.peak < best_prose:
+        return None  # the documents say it in words better than the code shows it (not how to call it)
     symbol = texts.say("code_symbol", lang, symbol=w.symbol) if w.symbol else ""
     framing = texts.say("code_place", lang, place=code_answer.place(h, w), symbol=symbol) + f" [{n}]:"
     lines = code_answer.quoted_lines(h, w)

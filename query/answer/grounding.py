@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ragline.query.answer.citations import FENCED
+from ragline.query.answer.code_answer import holds
 from ragline.query.answer.extractive import (
     code_stems,
     mentions,
@@ -471,7 +472,7 @@ def extractive_relevance(
         h = hits[n - 1]
         text = f"{h.content} {h.context} {h.heading} {h.path} {h.doc_id}"
         for t in terms:
-            if mentions(text, t):
+            if holds(text, t):  # the code answer's own reading: "CA" is held by REQUESTS_CA_BUNDLE
                 held[t] += w / total
     # a comparison quotes each side from its own passage: a term held by a quarter of the quoted
     # text is the answer's topic; less is a mention beside an answer about something else

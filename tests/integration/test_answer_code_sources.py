@@ -2,7 +2,9 @@
 a "where" question is answered from the library's lines, not from the test that checks them (a
 test repeats the behaviour's words more densely than the code that has it), and a sentence of the
 documentation naming its values as inline literals (````HTTP_PROXY````) is quoted as prose, and a
-sentence naming a case is quoted with the instruction that answers it.
+sentence naming a case is quoted with the instruction that answers it; a question spelling an
+acronym ("CA") is answered from the lines whose identifiers hold it (``REQUESTS_CA_BUNDLE``), and
+a "how do I" question from the library's usage example.
 
 A small repository of real psf/requests files at tag psf__requests-2317 from
 ../shared/datasets/swe-loc-dev/requests.bundle (Apache-2.0, © Kenneth Reitz), ingested as a git
@@ -36,7 +38,7 @@ pytestmark = [
     pytest.mark.skipif(not (BUNDLE.is_file() and LIST_DOC.is_file()), reason="datasets not present"),
 ]
 
-FILES = ["requests/sessions.py", "test_requests.py", "docs/user/advanced.rst"]
+FILES = ["requests/sessions.py", "requests/adapters.py", "test_requests.py", "docs/user/advanced.rst"]
 GROUPS = ["staff"]
 
 
@@ -125,3 +127,27 @@ def test_a_case_is_quoted_with_the_instruction_that_answers_it(corpus):
     assert res.answer.count("Чтобы отфильтровать элементы в списке") == 1, res.answer
     assert res.citations[0].doc_id.endswith("guide/essentials/list.md")
     assert res.removed_sentences == [] and res.trace["grounding"]["unsupported"] == 0
+
+
+def test_a_config_question_is_answered_from_the_lines_reading_the_environment(corpus):
+    res = ask(
+        corpus,
+        "How do I make requests verify HTTPS certificates against my own CA bundle, "
+        "and which environment variables can set it?",
+    )
+    assert not res.no_answer, (res.reason, res.trace.get("confidence"))
+    first = res.answer.split("\n", 1)[0]
+    assert first.startswith("It is `requests/requests/sessions.py:"), res.answer
+    assert "merge_environment_settings" in first, first
+    assert "REQUESTS_CA_BUNDLE" in res.answer and "CURL_CA_BUNDLE" in res.answer, res.answer
+    assert "ca" not in res.trace["confidence"]["missing_terms"]
+
+
+def test_a_how_to_question_over_code_is_answered_by_the_usage_example(corpus):
+    res = ask(corpus, "How do I make a requests Session retry failed connections up to 3 times?")
+    assert not res.no_answer, (res.reason, res.trace.get("confidence"))
+    first = res.answer.split("\n", 1)[0]
+    assert re.match(r"It is `requests/requests/adapters\.py:\d+-\d+`, `HTTPAdapter` \[\d+\]:$", first), first
+    assert "HTTPAdapter(max_retries=3)" in res.answer and ".mount(" in res.answer, res.answer
+    cited = [c for c in res.citations if c.doc_id == "requests/requests/adapters.py"]
+    assert cited and cited[0].start_line is not None and 52 <= cited[0].start_line <= 75, cited
