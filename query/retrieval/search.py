@@ -137,8 +137,9 @@ def search(
 
 def structural(req: SearchRequest, vector: list[dict], lexical: list[dict], settings: Settings) -> bool:
     """Whether the structural re-score can change anything: it is on (the request, else the
-    setting), and the question names a file or an identifier, a candidate carries ``related_code``,
-    or layers of different rank compete with a layer step. Otherwise the fused order stands and no
+    setting), and the question names a file or an identifier, a candidate carries ``related_code``
+    or defines a name the question spells in words, or layers of different rank compete with a
+    layer step. Otherwise the fused order stands and no
     candidate beyond the kept ones becomes a model."""
     if not structure_on(req, settings):
         return False
@@ -148,8 +149,21 @@ def structural(req: SearchRequest, vector: list[dict], lexical: list[dict], sett
     rows = [*vector, *lexical]
     if any(sql.metadata(r["metadata"]).get("related_code") for r in rows):
         return True
+    if settings.code.spelled_bonus > 0 and spells_a_definition(req.query, rows):
+        return True
     ranks = {structure.layer_rank(r["layer"], settings.code.layer_ranks) for r in rows}
     return settings.code.layer_step > 0 and len(ranks) > 1
+
+
+def spells_a_definition(question: str, rows: list[dict]) -> bool:
+    """Whether a candidate defines a name the question spells in words (:func:`structure.spells`)."""
+    words = structure.question_words(question)
+    return any(
+        structure.spelled_definitions(
+            words, [s for s in sql.metadata(r["metadata"]).get("symbols") or [] if isinstance(s, str)]
+        )
+        for r in rows
+    )
 
 
 def lexical_code_search(

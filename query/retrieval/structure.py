@@ -15,6 +15,10 @@ signals, per hit, from the question and the candidate set:
   ``Session.request``, a function named in a traceback frame), from the ``symbols`` its chunk
   defines; a hit that only *mentions* the identifier gets the (smaller, by default zero) mention
   bonus, so the definition outranks its callers;
+* **spelled**: the hit defines a name the question spells in words, its parts in order
+  ("the default headers" and ``default_headers``, "resolve redirects" and ``resolve_redirects``):
+  a question in prose names a function by what it is called more often than by its identifier,
+  and the vector list ranks the words around the name, not the name;
 * **related code**: a document among the candidates whose front matter says which files it
   describes (``related_code``) lifts those files' hits;
 * **layer rank**: ``settings.code.layer_ranks`` (source, symbols, docs, tests), never SQL literals.
@@ -33,6 +37,7 @@ from dataclasses import asdict, dataclass, replace
 from ragline.query.retrieval.fusion import FusionPolicy
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit
+from ragline.shared.worker.identifiers import STOP_WORDS, component_parts
 
 #: file extensions a question's path may end with (code, config and docs of a repository)
 FILE_EXTENSIONS = frozenset(
@@ -75,6 +80,7 @@ class Weights:
     related: float = 0.0
     layer_step: float = 0.0
     named: float = 0.0
+    spelled: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -83,7 +89,13 @@ class Weights:
 def weights_from(settings: Settings) -> Weights:
     c = settings.code
     return Weights(
-        c.file_bonus, c.definition_bonus, c.mention_bonus, c.related_bonus, c.layer_step, c.named_weight
+        c.file_bonus,
+        c.definition_bonus,
+        c.mention_bonus,
+        c.related_bonus,
+        c.layer_step,
+        c.named_weight,
+        c.spelled_bonus,
     )
 
 
@@ -120,6 +132,45 @@ def named(question: str) -> Named:
         if m.group(1) != "module":
             idents.setdefault(m.group(1), None)
     return Named(tuple(files), tuple(idents), tuple(modules))
+
+
+_TOKENS = re.compile(r"[A-Za-z0-9_.]*[A-Za-z0-9]")
+
+
+def question_words(question: str) -> list[str]:
+    """The words the question writes as words, lower-cased, in order (``User-Agent`` is two);
+    a name it writes as code (``default_headers``, ``Session.request``, ``maxRetries``) is an
+    empty word between them, since it is an identifier the question names (:func:`named`), not
+    words that spell one. What a spelled name is looked for in (:func:`spells`)."""
+    words = []
+    for m in _TOKENS.finditer(_URL.sub(" ", question)):
+        token = m.group().lstrip("._")
+        code = "_" in token or "." in token or bool(_CAMEL.search(token))
+        words.append("" if code or not token[:1].isalpha() else token.lower())
+    return words
+
+
+def spells(words: list[str], symbol: str) -> bool:
+    """Whether the question's ``words`` spell the name of ``symbol`` (its last dotted component):
+    all its parts, in order, as consecutive words, the last one in the singular or the plural
+    ("default headers" spells ``default_headers``, "proxy header" ``proxy_headers``, "resolve the
+    redirects" neither). A name of fewer than two parts
+    that are no stop words is never spelled: "session" names no definition, every file says it."""
+    name = symbol.rsplit(".", 1)[-1]
+    parts = component_parts(name)
+    if sum(1 for p in parts if len(p) > 2 and p not in STOP_WORDS) < 2:
+        return False
+    k = len(parts)
+    for i in range(len(words) - k + 1):
+        last = words[i + k - 1]
+        if words[i : i + k - 1] == parts[:-1] and parts[-1] in (last, last + "s", last.removesuffix("s")):
+            return True
+    return False
+
+
+def spelled_definitions(words: list[str], symbols: list[str]) -> int:
+    """How many of ``symbols`` (a chunk's definitions) the question's ``words`` spell."""
+    return sum(1 for s in symbols if spells(words, s)) if words and symbols else 0
 
 
 def _modules_of(identifier: str) -> list[str]:
@@ -252,6 +303,7 @@ class Signals:
     mention: float = 0.0
     related: float = 0.0
     layer_rank: int = 0
+    spelled: float = 0.0
 
     def bonus(self, w: Weights) -> float:
         return (
@@ -259,6 +311,7 @@ class Signals:
             + w.definition * self.definition
             + w.mention * self.mention
             + w.related * self.related
+            + w.spelled * self.spelled
             - w.layer_step * self.layer_rank
         )
 
@@ -267,6 +320,7 @@ def signals(hits: list[Hit], question: str, ranks: dict[str, int]) -> list[Signa
     """Each hit's structural signals, given the whole candidate set (``related_code`` of documents
     among the candidates applies to the files they name)."""
     n = named(question)
+    words = question_words(question)
     related = {f for h in hits for f in (h.metadata.get("related_code") or []) if isinstance(f, str)}
     out = []
     for h in hits:
@@ -280,6 +334,7 @@ def signals(hits: list[Hit], question: str, ranks: dict[str, int]) -> list[Signa
                 mention=float(mentioned),
                 related=float(any(file_match(f, h.path) == 1.0 for f in related)),
                 layer_rank=layer_rank(h.layer, ranks),
+                spelled=float(spelled_definitions(words, symbols) > 0),
             )
         )
     return out

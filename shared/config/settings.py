@@ -580,6 +580,11 @@ class CodeSettings(_Group):
         validation_alias="RAGLINE_CODE_MENTION_BONUS",
         description="a hit that only mentions such an identifier",
     )
+    spelled_bonus: float = Field(
+        0.006,
+        ge=0,
+        description='a hit that defines a name the question spells in words, its parts in order ("the default headers" and ``default_headers``): a question in prose names a function by what it is called; chosen on answers-dev, checked on swe-loc-dev (docs/evaluation.md)',
+    )
     related_bonus: float = Field(
         0.004,
         ge=0,

@@ -44,12 +44,15 @@ STOP_WORDS = frozenset(
 )
 
 
-def _parts(component: str) -> list[str]:
+def component_parts(component: str) -> list[str]:
     """The lower-case parts of one identifier component (underscores, camelCase, digits)."""
     out: list[str] = []
     for piece in component.split("_"):
         out.extend(h.lower() for h in _HUMP.findall(piece))
     return out
+
+
+_parts = component_parts
 
 
 def _keep(term: str) -> bool:

@@ -161,6 +161,25 @@ def test_structure_moves_the_definition_above_mentions_and_tests(repo_tenant, us
     assert lexical == sorted(lexical)
 
 
+def test_a_name_spelled_in_words_lifts_its_definition(repo_tenant):
+    """A question in prose names ``register_hook`` by its words: the chunks defining it (its source
+    chunk and its symbol record) get the spelled bonus, the caller and the test that only call it
+    do not, and the definition leads; words that do not spell it in order lift nothing."""
+    from ragline.shared.config.settings import get_settings
+
+    bonus = get_settings().code.spelled_bonus
+    assert bonus > 0
+    ranked = search(repo_tenant, "Where is the register hook function, and what does it remember per event?")
+    defining = [h for h in ranked if "register_hook" in (h.metadata.get("symbols") or [])]
+    assert {h.layer for h in defining} == {"C0_SOURCE_CHUNKS", "C1_SYMBOLS"}, defining
+    assert all(h.structural_score == pytest.approx(bonus) for h in defining)
+    callers = [h for h in ranked if h.path in ("r/pkg/client.py", "r/tests/test_hooks.py")]
+    assert callers and all(h.structural_score == 0 for h in callers)
+    assert ranked[0] in defining and ranked[0].path == "r/pkg/hooks.py"
+    control = search(repo_tenant, "Where is a hook remembered when callers register it for an event?")
+    assert all(not h.structural_score for h in control if h.path == "r/pkg/hooks.py")
+
+
 def test_a_file_named_in_a_traceback_joins_the_candidates(repo_tenant, use_settings):
     """The contract's exact-file path: with lists of two, pkg/registry.py is no hit; the traceback
     names it, so its chunks join the candidates (nearest to the question first) and it leads."""

@@ -199,7 +199,7 @@ def test_ablations_cover_each_signal_alone_and_left_out():
     assert out["configured plus mention=0.01"] == structure.Weights(
         file=0.004, definition=0.002, mention=0.01
     )
-    assert len(out) == 2 + 2 + 4 + 6 * 2
+    assert len(out) == 2 + 2 + 5 + 7 * 2
 
 
 def test_named_files_become_path_suffix_patterns():
@@ -322,3 +322,51 @@ def test_code_query_sets_read_both_shapes(tmp_path):
     key = ingest_config_key(["*.py"], [], Settings())
     assert key != ingest_config_key(["*.py", "*.md"], [], Settings())
     assert snapshot_tenant(a.snapshot, "0123456789abcdef", key) == f"code-a-0123456789ab-{key}"
+
+
+# ------------------------------------------------------------------------------ names spelled in words
+DEFAULT_HEADERS_Q = (
+    "Where are the default headers that every requests Session sends (User-Agent, Accept-Encoding) defined?"
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "symbol", "spelled"),
+    [
+        (DEFAULT_HEADERS_Q, "default_headers", True),
+        (DEFAULT_HEADERS_Q, "utils.default_headers", True),  # the last dotted component is the name
+        ("Where does the session resolve redirects?", "SessionRedirectMixin.resolve_redirects", True),
+        ("Which adapter adds the proxy header?", "HTTPAdapter.proxy_headers", True),  # the plural
+        ("How are the user agent string and headers built?", "defaultUserAgent", False),
+        (DEFAULT_HEADERS_Q, "default_user_agent", False),  # "user agent" without "default" before it
+        (DEFAULT_HEADERS_Q, "get_encoding_from_headers", False),
+        ("Where is the session created?", "Session", False),  # one part: every file says it
+        ("Where does it get all the items?", "get_all", False),  # stop words and short parts
+        # a name written as code is named (the definition signal), not spelled in words
+        ("Where is default_headers defined?", "default_headers", False),
+        ("Why do defaultHeaders differ?", "default_headers", False),
+    ],
+)
+def test_a_question_spells_a_name_with_its_parts_in_order(question, symbol, spelled):
+    assert structure.spells(structure.question_words(question), symbol) is spelled
+
+
+def test_a_definition_spelled_in_words_gets_the_spelled_bonus_its_mentions_do_not():
+    w = structure.Weights(spelled=0.006)
+    hits = [
+        hit("r/requests/sessions.py", 0.0180, ["Session.__init__"], "self.headers = default_headers()"),
+        hit(
+            "r/requests/utils.py", 0.0126, ["default_headers", "parse_header_links"], "def default_headers():"
+        ),
+        hit("r/requests/utils.py", 0.0125, ["default_user_agent"], "def default_user_agent():"),
+    ]
+    out = structure.rescore(hits, DEFAULT_HEADERS_Q, w, settings())
+    assert [(h.path, h.metadata["symbols"][0]) for h in out][0] == ("r/requests/utils.py", "default_headers")
+    assert [h.structural_score for h in out] == [pytest.approx(0.006), 0.0, 0.0]
+    # the re-score runs for such a question only when a candidate defines the spelled name
+    row = lambda symbols: {"metadata": {"symbols": symbols}, "layer": "C0_SOURCE_CHUNKS"}  # noqa: E731
+    req = SearchRequest(query=DEFAULT_HEADERS_Q, tenant="t", groups=["g"])
+    on = settings(spelled_bonus=0.006)
+    assert structural(req, [row(["Session.__init__"])], [row(["default_headers"])], on)
+    assert not structural(req, [row(["Session.__init__"])], [row(["default_user_agent"])], on)
+    assert not structural(req, [], [row(["default_headers"])], settings(spelled_bonus=0.0))
