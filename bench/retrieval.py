@@ -101,9 +101,10 @@ def _request(tenant: str, qvec: np.ndarray):
 
 def _direct(tenant: str, qvec: np.ndarray, settings, rls: bool = True) -> tuple[float, list[tuple[str, int]]]:
     """The retrieval task's vector statement (``ragline.query.retrieval.retrievers.vector_rows``: same SQL, same
-    transaction settings) in a read-only transaction on a pooled connection of this process: as the
-    query pool's role (row-level security on, like the task) or, ``rls=False``, as the tables' owner.
-    Milliseconds, and the first ``K`` rows' keys."""
+    transaction settings, on the path ``vector_path`` picks from the counts the transaction's first
+    round trip reads, as the task does) in a read-only transaction on a pooled connection of this
+    process: as the query pool's role (row-level security on, like the task) or, ``rls=False``, as
+    the tables' owner. Milliseconds, and the first ``K`` rows' keys."""
     from ragline.query.retrieval.retrievers import vector_rows
     from ragline.query.retrieval.transaction import read_only_transaction, set_transaction_params
     from ragline.shared.worker import db
@@ -112,8 +113,8 @@ def _direct(tenant: str, qvec: np.ndarray, settings, rls: bool = True) -> tuple[
     n = max(settings.retrieval.top_n, K)
     t = time.perf_counter()
     with db.query_connection() if rls else db.connection() as conn, read_only_transaction(conn):
-        set_transaction_params(conn, req, settings, n)
-        rows = vector_rows(conn, req, qvec, n, settings)
+        limit = set_transaction_params(conn, req, settings, n)
+        rows = vector_rows(conn, req, qvec, n, settings, limit.vector_path(settings))
     return (time.perf_counter() - t) * 1000, [(r["doc_id"], r["chunk_no"]) for r in rows[:K]]
 
 

@@ -105,15 +105,17 @@ def _embed_query(req: SearchRequest, reasons: list[str]) -> np.ndarray | None:
 
 
 # ------------------------------------------------------------------------------------ retrieval
-def _without_corpus_names(req: SearchRequest, reasons: list[str]) -> tuple[SearchRequest, list[str]]:
+def _without_corpus_names(
+    conn: psycopg.Connection, req: SearchRequest, reasons: list[str]
+) -> tuple[SearchRequest, list[str]]:
     """The request both lists search with: the question without the names of the collection it
     asks about, within that collection's documents (:mod:`ragline.query.retrieval.terms`). A failed
-    statistics statement leaves the question as it is."""
+    statistics statement leaves the question as it is. ``conn`` is the question's connection (idle:
+    the statistics run in their own read-only transaction, before the embedding they may change)."""
     if req.mode in ("exact", "lexical_code") or not req.groups:
         return req, []
     try:
-        with db.query_connection() as conn:
-            plan = corpus_plan(conn, req, get_settings())
+        plan = corpus_plan(conn, req, get_settings())
     except psycopg.errors.QueryCanceled:
         reasons.append("corpus terms: statement timeout")
         return req, []
@@ -126,22 +128,27 @@ def _without_corpus_names(req: SearchRequest, reasons: list[str]) -> tuple[Searc
 
 
 def retrieve(req: SearchRequest, limit: int | None = None) -> SearchResponse:
-    """Fused candidates (no rerank): ``limit`` of them, default ``req.k``."""
+    """Fused candidates (no rerank): ``limit`` of them, default ``req.k``.
+
+    One connection of the query pool's role (the read-only role that row-level security binds,
+    migration 0007) serves the whole search: the collection's names, then the search itself. It
+    is held while the question is embedded, which costs a pool slot for that time (the pools
+    are sized two connections per task thread, ``shared/worker/db.py``) but no transaction, and
+    saves a checkout with its liveness round trip per question."""
     settings = get_settings()
     t0 = time.perf_counter()
     reasons: list[str] = []
     mode = req.mode
     qvec = None
-    req, names = _without_corpus_names(req, reasons)
-    if req.query_vector is not None:
-        qvec = np.asarray(req.query_vector, dtype=np.float32)
-    elif mode in ("hybrid", "vector") and req.groups:
-        qvec = _embed_query(req, reasons)
-        if qvec is None:
-            mode = "lexical"
-    t_embed = time.perf_counter()
-    # the read-only role that row-level security binds (migration 0007)
     with db.query_connection() as conn:
+        req, names = _without_corpus_names(conn, req, reasons)
+        if req.query_vector is not None:
+            qvec = np.asarray(req.query_vector, dtype=np.float32)
+        elif mode in ("hybrid", "vector") and req.groups:
+            qvec = _embed_query(req, reasons)
+            if qvec is None:
+                mode = "lexical"
+        t_embed = time.perf_counter()
         resp = sql_search(conn, req.model_copy(update={"mode": mode}), qvec, settings, limit=limit)
     resp.degraded = bool(reasons)
     resp.degraded_reasons = reasons

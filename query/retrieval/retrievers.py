@@ -55,6 +55,19 @@ def corpus_plan(conn: psycopg.Connection, req: SearchRequest, settings: Settings
     return policy.plan(req.query, [terms.TermStat(w, docs[w]) for w in words])
 
 
+def vector_statement(
+    req: SearchRequest, qvec: np.ndarray, n: int, settings: Settings, path: VectorPath
+) -> tuple[str, dict]:
+    """The vector statement on ``path`` and its parameters (pure)."""
+    f = filters_for(req, settings)
+    params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
+    template = sql.VECTOR_TEMPLATES.get(path, sql.VECTOR_SQL)
+    statement = sql.render(
+        template, f.columns_sql(), f.where_sql(), order=sql.vector_order(settings, path != "hnsw")
+    )
+    return statement, params
+
+
 def vector_rows(
     conn: psycopg.Connection,
     req: SearchRequest,
@@ -70,26 +83,51 @@ def vector_rows(
         path = "hnsw"
         if settings.vector.exact_search_max_rows > 0:
             path = vector_path(settings, *scope_rows(conn, req))
-    f = filters_for(req, settings)
-    params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
-    template = sql.VECTOR_TEMPLATES.get(path, sql.VECTOR_SQL)
-    statement = sql.render(
-        template, f.columns_sql(), f.where_sql(), order=sql.vector_order(settings, path != "hnsw")
-    )
-    return conn.execute(statement, params).fetchall()
+    return conn.execute(*vector_statement(req, qvec, n, settings, path)).fetchall()
 
 
-def vector_coverage(conn: psycopg.Connection, req: SearchRequest, settings: Settings) -> tuple[int, float]:
-    """``(rows the vector statement could not see, share of the scope it could)`` for this request
-    (same scope and filters); the scope is counted only when some rows await their vectors, so a
-    fully embedded tenant pays one index-only count of nothing."""
+def pending_statement(req: SearchRequest, settings: Settings) -> tuple[str, dict]:
+    """The count of the scope's rows awaiting their vectors (same scope and filters as the vector
+    statement) and its parameters (pure)."""
     f = filters_for(req, settings)
     params = {"tenant": req.tenant, "groups": req.groups, **f.params}
-    pending = int(conn.execute(sql.render(sql.UNEMBEDDED_SQL, "", f.where_sql()), params).fetchone()["n"])
+    return sql.render(sql.UNEMBEDDED_SQL, "", f.where_sql()), params
+
+
+def vector_coverage(
+    conn: psycopg.Connection, req: SearchRequest, settings: Settings, pending: int | None = None
+) -> tuple[int, float]:
+    """``(rows the vector statement could not see, share of the scope it could)`` for this request
+    (same scope and filters); ``pending``: the count of :func:`pending_statement`, when the caller
+    already read it. The scope is counted only when some rows await their vectors, so a fully
+    embedded tenant pays one index-only count of nothing."""
+    if pending is None:
+        pending = int(conn.execute(*pending_statement(req, settings)).fetchone()["n"])
     if not pending:
         return 0, 1.0
+    f = filters_for(req, settings)
+    params = {"tenant": req.tenant, "groups": req.groups, **f.params}
     total = int(conn.execute(sql.render(sql.SCOPE_ROWS_SQL, "", f.where_sql()), params).fetchone()["n"])
     return pending, 1.0 - pending / total if total > pending else 0.0
+
+
+def vector_search(
+    conn: psycopg.Connection,
+    req: SearchRequest,
+    qvec: np.ndarray,
+    n: int,
+    settings: Settings,
+    path: VectorPath,
+) -> tuple[list[dict], int, float]:
+    """The vector statement's rows with :func:`vector_coverage`'s two numbers. The vector statement
+    and the count of rows awaiting their vectors go out together and come back in one round trip
+    (a pipeline: two statements, each under the transaction's timeout, one wait for the server);
+    the scope's size is read after, only when some rows await their vectors."""
+    with conn.pipeline():
+        rows = conn.execute(*vector_statement(req, qvec, n, settings, path))
+        pending = conn.execute(*pending_statement(req, settings))
+    found = rows.fetchall()
+    return found, *vector_coverage(conn, req, settings, int(pending.fetchone()["n"]))
 
 
 def lexical_rows(

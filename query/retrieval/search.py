@@ -75,10 +75,9 @@ def search(
             if vector_search:
                 t = time.perf_counter()
                 stage = "the vector search"
-                vector = retrievers.vector_rows(
+                vector, unembedded, share = retrievers.vector_search(
                     conn, req, qvec, n, settings, statements.vector_path(settings)
                 )
-                unembedded, share = retrievers.vector_coverage(conn, req, settings)
                 timings["vector"] = elapsed_ms(t)
             if lexical_search:
                 t = time.perf_counter()
