@@ -150,12 +150,11 @@ def _load(req: IngestRequest) -> Loaded:
         return Loaded(req.content.encode("utf-8"), req.fmt or "text", req.doc_id, req.path or req.doc_id)
     assert req.uri is not None
     if req.uri.startswith(("http://", "https://")):  # URL-list sources (ingest/sources.py)
-        data, fmt = fetch_url(req.uri, fetch_policy(req))
-        if (req.fmt or fmt) is None:
+        data, served = fetch_url(req.uri, fetch_policy(req))
+        fmt = req.fmt or served
+        if fmt is None:
             raise ParseError(f"unsupported document type at {redact(req.uri)}")
-        return Loaded(
-            data, req.fmt or fmt, Path(req.uri.split("?", 1)[0]).stem or req.doc_id, req.path or req.uri
-        )
+        return Loaded(data, fmt, Path(req.uri.split("?", 1)[0]).stem or req.doc_id, req.path or req.uri)
     if req.uri.startswith("git:"):  # git sources (ingest/sources.py): a file at a commit
         return load_git(req)
     uri = req.uri.removeprefix("file://")

@@ -41,7 +41,8 @@ def resolve(path: str | os.PathLike) -> Path:
 
 def source_roots(specs: Iterable[SourceSpec], tenant: str) -> list[Path]:
     """The local folders of ``tenant``'s configured sources (pure)."""
-    return [resolve(s.path) for s in specs if s.tenant == tenant and getattr(s, "path", None) is not None]
+    paths = [getattr(s, "path", None) for s in specs if s.tenant == tenant]
+    return [resolve(p) for p in paths if p is not None]
 
 
 def static_roots(tenant: str) -> list[Path]:

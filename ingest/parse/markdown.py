@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+# the first word of a fence's info string (the language); the rest ("{2}", attributes) is dropped
+_INFO_WORD = re.compile(r"[\w+#.-]*")
 _TAG_LINE = re.compile(r"^\s*</?[A-Za-z][\w.:-]*(\s[^<>]*)?/?>\s*$")
 _TAG_OPEN = re.compile(r"^\s*<[A-Za-z][\w.:-]*(\s[^<>]*)?$")
 _FRONT_MATTER = re.compile(r"\A---\s*\n.*?\n---\s*\n", re.S)
@@ -49,7 +51,8 @@ def clean_markdown(text: str) -> str:
             continue
         if m:  # normalise the info string: ```vue-html{2} is not a fence to Python-Markdown
             fence = m.group(1)
-            lang = re.match(r"[\w+#.-]*", line.strip()[len(fence) :].strip()).group(0)
+            info = _INFO_WORD.match(line.strip()[len(fence) :].strip())
+            lang = info.group(0) if info else ""
             out.append(fence + lang)
             continue
         if in_tag:  # a tag spread over several lines (<Component\n  attr="..."\n/>)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any, cast
 
 _lock = threading.Lock()
 _installed = False
@@ -31,5 +32,6 @@ def install_blank_spacy() -> None:
         nlp = spacy.blank("xx")
         nlp.add_pipe("sentencizer")
         nlp.max_length = 5_000_000
-        tokenize._get_nlp = lambda: nlp  # the module looks it up at call time
+        # the module looks it up at call time; it is an lru_cache there, a plain function here
+        tokenize._get_nlp = cast(Any, lambda: nlp)
         _installed = True

@@ -231,7 +231,7 @@ def aggregate(rows: list[dict]) -> OrderedDict:
 
 def source_warnings(questions: list[dict], answers: dict[str, dict], results: list[dict]) -> list[str]:
     """Catch a set and an index that name documents differently (e.g. another --source or folder)."""
-    warn = []
+    warn: list[str] = []
     by_id = {r["id"]: r for r in results}
     sources = sorted({p.split("/", 1)[0] for q in questions for p in q.get("must_cite_any") or []})
     cited = [

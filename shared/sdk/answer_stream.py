@@ -28,7 +28,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ragline.shared.sdk.client import RaglineTimeout
 from ragline.shared.sdk.contracts import AskResponse
@@ -37,10 +37,10 @@ from ragline.shared.sdk.names import answer_stream_key
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-DELTA = "delta"
-ANSWER = "answer"
-NO_ANSWER = "no_answer"
-ERROR = "error"
+DELTA: Final = "delta"
+ANSWER: Final = "answer"
+NO_ANSWER: Final = "no_answer"
+ERROR: Final = "error"
 TERMINAL = frozenset({ANSWER, NO_ANSWER, ERROR})
 #: read from the start of the stream
 FIRST = "0-0"
@@ -95,9 +95,9 @@ def decode_entry(entry_id: bytes | str, fields: dict) -> AnswerEvent:
     try:
         if kind == DELTA:
             return AnswerEvent(eid, DELTA, text=f.get("text", ""))
-        if kind in (ANSWER, NO_ANSWER):
+        if kind == ANSWER or kind == NO_ANSWER:
             resp = AskResponse.model_validate_json(f["data"])
-            return AnswerEvent(eid, kind, text=resp.answer, response=resp)  # type: ignore[arg-type]
+            return AnswerEvent(eid, ANSWER if kind == ANSWER else NO_ANSWER, text=resp.answer, response=resp)
         if kind == ERROR:
             data = json.loads(f["data"])
             return AnswerEvent(eid, ERROR, error=str(data.get("error")), detail=data.get("detail"))

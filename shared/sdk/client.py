@@ -210,14 +210,17 @@ def ask_call(
     history: list[ChatTurn | dict] | None,
     filters: dict[str, Any],
 ) -> Call:
-    req = AskRequest(
-        query=question,
-        tenant=tenant,
-        groups=groups,
-        k=k,
-        mode=mode,
-        history=[ChatTurn.model_validate(t) for t in history or []],
-        **filters,
+    # validated, not cast: ``mode`` and the filters are the caller's values, checked here
+    req = AskRequest.model_validate(
+        {
+            "query": question,
+            "tenant": tenant,
+            "groups": groups,
+            "k": k,
+            "mode": mode,
+            "history": [ChatTurn.model_validate(t) for t in history or []],
+            **filters,
+        }
     )
     return Call(TASK_QUERY_ASK, req.model_dump(exclude_defaults=True), AskResponse)
 
@@ -225,7 +228,9 @@ def ask_call(
 def search_call(
     query: str, tenant: str, groups: list[str], k: int, mode: str, filters: dict[str, Any]
 ) -> Call:
-    req = SearchRequest(query=query, tenant=tenant, groups=groups, k=k, mode=mode, **filters)
+    req = SearchRequest.model_validate(
+        {"query": query, "tenant": tenant, "groups": groups, "k": k, "mode": mode, **filters}
+    )
     return Call(TASK_QUERY_RETRIEVE, req.model_dump(exclude_defaults=True), SearchResponse)
 
 

@@ -20,6 +20,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import cast
 from wsgiref.simple_server import make_server
 
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
@@ -58,7 +59,7 @@ def queue_depths(queues: Iterable[str], redis_url: str) -> dict[str, int]:
 
     client = redis.Redis.from_url(redis_url, socket_timeout=2)
     try:
-        return {q: int(client.llen(q)) for q in queues}
+        return {q: int(cast(int, client.llen(q))) for q in queues}  # a sync client: an int
     finally:
         client.close()
 

@@ -67,4 +67,7 @@ class VoyageEmbedder(BatchingEmbedder):
             raise ProviderError(f"voyage: HTTP {status}: {exc}") from None
         except err.VoyageError as exc:  # invalid request, authentication: retrying cannot help
             raise ProviderError(f"voyage: {type(exc).__name__}: {exc}") from None
-        return getattr(resp, "data", None)
+        data = getattr(resp, "data", None)
+        if data is None:
+            raise ProviderError("voyage: a response without data")
+        return data
