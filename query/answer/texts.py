@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from ragline.query.retrieval.language import own_words
+
 #: the languages ragline speaks; a question in any other falls back to :data:`FALLBACK`
 LANGUAGES = ("ru", "en")
 FALLBACK = "en"
@@ -49,14 +51,14 @@ LANGUAGE_NAMES: dict[str, dict[str, str]] = {
 RUSSIAN_SHARE = 0.3
 _CYRILLIC = re.compile(r"[\u0400-\u04FF]")
 _LATIN = re.compile(r"[A-Za-z]")
-# identifiers, paths and versions are spelled alike in every language and say nothing about it
-_NEUTRAL = re.compile(r"`[^`]*`|<[^<>]*>|\S*[\d_./()]\S*|\b[a-z]+[A-Z]\w*")
+# quoted code and markup say nothing about the language either (identifiers and numbers: own_words)
+_MARKUP = re.compile(r"`[^`]*`|<[^<>]*>")
 
 
 def language_of(text: str) -> str:
     """``ru`` or ``en``: the alphabet most of the text's words are written in (identifiers,
     paths and numbers left out, so "Как работает computed?" is Russian)."""
-    words = _NEUTRAL.sub(" ", text or "")
+    words = " ".join(own_words(_MARKUP.sub(" ", text or "")))
     cyrillic, latin = len(_CYRILLIC.findall(words)), len(_LATIN.findall(words))
     if not cyrillic and not latin:
         cyrillic, latin = len(_CYRILLIC.findall(text or "")), len(_LATIN.findall(text or ""))

@@ -70,9 +70,16 @@ def letters_script(text: str, majority: float = MAJORITY) -> str | None:
     return script if n >= majority * len(letters) else None
 
 
+def own_words(text: str) -> list[str]:
+    """The words of a text that belong to its language: its numbers and identifiers left out. The
+    one rule both readers of a question's language use: the script check of the lexical list here,
+    the answer's language (``query/answer/texts.language_of``)."""
+    return [w for w in _WORD.findall(text or "") if not is_neutral(w)]
+
+
 def script_of(text: str, majority: float = MAJORITY) -> str | None:
     """The script of a question's words, its numbers and identifiers left out."""
-    return letters_script(" ".join(w for w in _WORD.findall(text or "") if not is_neutral(w)), majority)
+    return letters_script(" ".join(own_words(text)), majority)
 
 
 def passages_script(passages: Sequence[str]) -> str | None:
