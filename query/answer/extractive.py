@@ -474,6 +474,69 @@ def select(cands: list[Candidate], max_sentences: int = 3, min_share: float = 0.
     return ([definition] if definition else []) + rest
 
 
+#: a sentence drawing its conclusion from the points before it ("В связи с этими ограничениями мы
+#: рекомендуем …", "По указанным выше причинам …", "For these reasons, …"): quoted alone, it says
+#: neither what the limitations nor what the reasons are
+_REFERS_BACK = re.compile(
+    r"^(?:в\s+связи\s+с\s+(?:этими|этим|вышеуказанными|указанными|перечисленными)|"
+    r"по\s+(?:этим|указанным(?:\s+выше)?|перечисленным(?:\s+выше)?|вышеуказанным)\s+причинам|"
+    r"из-за\s+(?:этих|указанных|перечисленных)|"
+    r"(?:for|because\s+of|due\s+to|given)\s+(?:these|those|the\s+above|all\s+these)(?:\s+\w+)?)(?!\w)",
+    re.IGNORECASE,
+)
+#: a list item's mark as the chunk may still hold it ("3. ", "- ")
+_ITEM_MARK = re.compile(r"^(?:\d{1,2}[.)]|[-*+•])\s+")
+
+
+def point_sentence(line: str) -> str | None:
+    """The first sentence of a labelled point ("3. **Не дружелюбен к деструктуризации:** когда мы
+    …, мы теряем связь с реактивностью:" → "Не дружелюбен к деструктуризации: когда мы …, мы
+    теряем связь с реактивностью."), its list mark and emphasis dropped and the colon announcing
+    its example read as a full stop; None for a line that is no labelled point."""
+    text = _ITEM_MARK.sub("", line.strip()).replace("**", "").replace("__", "")
+    if not labelled(text):
+        return None
+    first = split_sentences(text)[0].strip() if split_sentences(text) else ""
+    first = first[:-1].rstrip() + "." if first.endswith(":") else first
+    return first if is_answer_sentence(first) else None
+
+
+def referred_points(content: str, sentence: str, max_points: int = 3) -> list[str]:
+    """The labelled points (:func:`point_sentence`) that come before ``sentence`` in ``content``,
+    up to the section's heading, the nearest ``max_points`` in reading order; empty unless the
+    sentence refers back to them (:data:`_REFERS_BACK`)."""
+    if not _REFERS_BACK.match(sentence):
+        return []
+    lines = content.splitlines()
+    key = sentence_key(sentence)[:40]
+    at = next((i for i, line in enumerate(lines) if key and key in sentence_key(line)), None)
+    if at is None:
+        return []
+    points: list[str] = []
+    for line in reversed(lines[:at]):
+        if line.lstrip().startswith("#"):
+            break
+        point = point_sentence(line)
+        if point is not None:
+            points.append(point)
+            if len(points) == max_points:
+                break
+    return points[::-1]
+
+
+def with_referred_points(chosen: list[Candidate], hits: list[Hit]) -> list[Candidate]:
+    """``chosen`` with the points each sentence drawing a conclusion refers back to quoted before it
+    (:func:`referred_points`, from its own chunk), each point once."""
+    out: list[Candidate] = []
+    for c in chosen:
+        if 1 <= c.n <= len(hits):
+            for point in referred_points(hits[c.n - 1].content, c.text):
+                if not any(sentence_key(point) == sentence_key(o.text) for o in out + chosen):
+                    out.append(replace(c, text=point, defines=False))
+        out.append(c)
+    return out
+
+
 def render(chosen: list[Candidate]) -> str:
     """Sentences with their citation; consecutive sentences of one chunk share one [N]."""
     parts: list[str] = []
@@ -789,6 +852,7 @@ def crosslingual_extract(
             )
     chosen = [scored[i] for i in keep]
     chosen.sort(key=lambda c: (c.n, c.pos))
+    chosen = with_referred_points(chosen, hits)
     return Extract(
         f"{framing}\n{render(chosen)}", "crosslingual", lang, [framing], [(c.n, c.text) for c in chosen]
     )
@@ -832,7 +896,7 @@ def extract(
         chosen = select_list(cands)
         if chosen:
             return Extract(render_list(chosen), "list", lang, [], [(c.n, c.text) for c in chosen])
-    chosen = select(cands, max_sentences)
+    chosen = with_referred_points(select(cands, max_sentences), hits)
     if not chosen:
         return Extract(texts.no_answer(lang), "none", lang)
     shape = "definition" if any(c.defines for c in chosen) else "sentences"

@@ -2,7 +2,8 @@
 too, through the real ingest and ask paths: a question asking two things gets a sentence for each
 part; a comparison quotes the sentence stating the difference, or the labelled points of a
 section enumerating them; a list question asked in English over Russian documents gets the rows
-of the table, under English framing.
+of the table, under English framing; a conclusion drawn from the points before it ("В связи с
+этими ограничениями …") is quoted with them.
 
 Embedding goes through the ``voyage`` provider against the loopback server (hashed trigram
 vectors), as in test_answer_kinds.py: the questions are asked of the lexical list, whose order does
@@ -41,7 +42,15 @@ pytestmark = [
 #: collection ("во Vue", "ASVS") is searched within it
 DOC_FILES = [
     ("owasp-asvs-4.0.3-ru/md", "asvs", ["0x22-V14-Config.md"]),
-    ("vue3-docs-ru", "vue3", ["guide/essentials/computed.md", "guide/reusability/composables.md"]),
+    (
+        "vue3-docs-ru",
+        "vue3",
+        [
+            "guide/essentials/computed.md",
+            "guide/reusability/composables.md",
+            "guide/essentials/reactivity-fundamentals.md",
+        ],
+    ),
 ]
 REPO_FILES = ["requests/adapters.py", "requests/sessions.py", "docs/user/advanced.rst"]
 GROUPS = ["staff"]
@@ -135,3 +144,11 @@ def test_a_list_question_in_english_over_russian_documents_gets_the_rows(corpus)
     assert len(rows) >= 4, res.answer
     for header in ("Content Security Policy", "X-Content-Type-Options", "Strict-Transport-Security"):
         assert header in res.answer
+
+
+def test_a_conclusion_is_quoted_with_the_point_it_draws_on(corpus):
+    res = ask(corpus, "Почему для объявления реактивного состояния рекомендуется ref(), а не reactive()?")
+    assert cited(res, "guide/essentials/reactivity-fundamentals.md")
+    conclusion = res.answer.index("В связи с этими ограничениями")
+    point = res.answer.find("Не дружелюбен к деструктуризации:")
+    assert 0 <= point < conclusion, res.answer

@@ -21,6 +21,8 @@ from ragline.query.answer.extractive import (
     candidates,
     extract,
     labelled,
+    point_sentence,
+    referred_points,
     select,
     select_compared,
 )
@@ -108,6 +110,32 @@ AUTH_10 = """№ | Описание | L1 | L2 | L3 | CWE | NIST
 2.1.5 | Убедитесь, что пользователи могут менять свой пароль. | ✓ | ✓ | ✓ | 620 | 5.1.1.2
 2.1.6 | Убедитесь, что при изменении пароля требуется ввести текущий и новый пароль пользователя. | ✓ | ✓ | ✓ | \
 620 | 5.1.1.2"""
+
+
+#: the chunk as the Markdown parser left it (the list with indented code blocks stayed Markdown)
+REACTIVITY_23 = """   let state = reactive({ count: 0 })
+
+   // вышеуказанная ссылка ({ count: 0 }) больше не отслеживается
+   // (реактивность потеряна!)
+   state = reactive({ count: 1 })
+   ```
+
+3. **Не дружелюбен к деструктуризации:** когда мы деструктурируем свойство примитивного типа реактивного объекта \
+в локальные переменные или передаем это свойство в функцию, мы теряем связь с реактивностью:
+
+```js
+   const state = reactive({ count: 0 })
+
+   // При деструктуризации count отсоединяется от state.count.
+   let { count } = state
+   ```
+
+В связи с этими ограничениями мы рекомендуем использовать `ref()` в качестве основного API для объявления \
+реактивного состояния.
+
+## Дополнительные детали разворачивания Ref {#additional-ref-unwrapping-details}
+
+Ссылка автоматически разворачивается, когда к ней обращаются или она изменяется как свойство реактивного объекта."""
 
 
 def hit(doc_id: str, content: str, heading: str = "", chunk_no: int = 0) -> Hit:
@@ -323,3 +351,51 @@ def test_the_sentence_ranker_embeds_each_sentence_once_per_answer(monkeypatch):
     again = rank("may they be truncated", ["bb", "a", "ccc"])
     assert len(embedded) == 3  # "a", "bb", then only "ccc"
     assert first == [4.0, 8.0] and again == [8.0, 4.0, 12.0]
+
+
+# ------------------------------------------------------------------- a conclusion from the points before it
+def test_a_conclusion_is_quoted_with_the_points_it_draws_on():
+    question = "Почему для объявления реактивного состояния рекомендуется ref(), а не reactive()?"
+    heading = "Основы реактивности › reactive() › Ограничения reactive()"
+    ex = extract(
+        question, [hit("vue3/guide/essentials/reactivity-fundamentals.md", REACTIVITY_23, heading, 23)]
+    )
+    quoted = [t for _, t in ex.quoted]
+    at = next(i for i, t in enumerate(quoted) if t.startswith("В связи с этими ограничениями"))
+    assert at > 0 and quoted[at - 1].startswith("Не дружелюбен к деструктуризации: когда мы"), quoted
+    # the colon announcing the example reads as the end of the point
+    assert quoted[at - 1].endswith("мы теряем связь с реактивностью.")
+
+
+def test_a_conclusion_refers_back_only_when_it_says_so():
+    assert (
+        referred_points(REACTIVITY_23, "Ссылка автоматически разворачивается, когда к ней обращаются.") == []
+    )
+    # the points of the section above the heading are not this conclusion's
+    text = REACTIVITY_23 + "\nПо указанным выше причинам ссылки удобнее."
+    assert referred_points(text, "По указанным выше причинам ссылки удобнее.") == []
+    assert referred_points(
+        COMPOSABLES_25, "По указанным выше причинам мы больше не рекомендуем использовать миксины во Vue 3."
+    ) == [
+        "Неявное взаимодействие между миксинами: несколько миксинов, которым необходимо взаимодействовать друг с "
+        "другом, должны опираться на общие ключи свойств, что делает их неявно связанными."
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "point"),
+    [
+        (
+            "3. **Не дружелюбен к деструктуризации:** когда мы деструктурируем свойство, мы теряем связь с реактивностью:",
+            "Не дружелюбен к деструктуризации: когда мы деструктурируем свойство, мы теряем связь с реактивностью.",
+        ),
+        (
+            "- **Implicit coupling**: mixins that interact rely on shared keys. Composables pass values instead.",
+            "Implicit coupling: mixins that interact rely on shared keys.",
+        ),
+        ("Давайте создадим пример пользовательского модификатора capitalize:", None),
+        ("const state = reactive({ count: 0 })", None),
+    ],
+)
+def test_a_point_is_its_first_sentence_without_its_marks(line, point):
+    assert point_sentence(line) == point
