@@ -31,6 +31,7 @@ from ragline.shared.sdk.contracts import (
     RerankResponse,
     SearchRequest,
     SearchResponse,
+    pack_vector,
 )
 
 try:
@@ -59,4 +60,5 @@ __all__ = [
     "SearchRequest",
     "SearchResponse",
     "__version__",
+    "pack_vector",
 ]

@@ -5,8 +5,10 @@ worker validates, of the index's dimension."""
 
 from __future__ import annotations
 
+import json
 import math
 
+import numpy as np
 import pytest
 from pydantic import BaseModel, ValidationError
 
@@ -149,10 +151,45 @@ SERVER = {"now": 1_800_000_000.0, "max_clock_skew_s": 300.0, "embed_dim": 4}
     ],
 )
 def test_query_vectors_are_finite_and_of_the_index_dimension(vector, where, message):
+    """Each rule holds for the list and for the packed form (``pack_vector``) alike."""
     for model in (contracts.SearchRequest, contracts.AskRequest):
-        with pytest.raises(ValidationError, match=message):
-            model.model_validate({**SEARCH, "query_vector": vector}, context=where)
-        model.model_validate({**SEARCH, "query_vector": [0.1, 0.2, 0.3, 0.4]}, context=SERVER)
+        for form in (vector, contracts.pack_vector(vector)):
+            with pytest.raises(ValidationError, match=message):
+                model.model_validate({**SEARCH, "query_vector": form}, context=where)
+        for form in ([0.1, 0.2, 0.3, 0.4], contracts.pack_vector([0.1, 0.2, 0.3, 0.4])):
+            model.model_validate({**SEARCH, "query_vector": form}, context=SERVER)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0.1, -0.2, 0.3, 0.4],
+        [1e-30, -3.4e38, 0.0, -0.0],
+        np.random.default_rng(3).standard_normal(384).tolist(),
+    ],
+)
+def test_a_packed_vector_is_the_list_of_its_float32_values(values):
+    """The packed form validates to what the search uses either way: the float32 values (the
+    index stores float32; the worker converts the list form to float32 too)."""
+    as_float32 = np.asarray(values, dtype=np.float32)
+    packed = contracts.pack_vector(values)
+    for form in (packed, contracts.pack_vector(as_float32)):
+        req = contracts.SearchRequest.model_validate({**SEARCH, "query_vector": form})
+        assert np.array_equal(np.asarray(req.query_vector, dtype=np.float32), as_float32)
+        assert req.query_vector == as_float32.astype(np.float64).tolist()
+    listed = contracts.SearchRequest.model_validate({**SEARCH, "query_vector": values})
+    assert np.array_equal(np.asarray(listed.query_vector, dtype=np.float32), as_float32)
+    if len(values) > 100:  # a quarter of the JSON list, give or take the digits
+        assert len(packed) < len(json.dumps(values)) / 2
+
+
+@pytest.mark.parametrize(
+    "packed, message",
+    [("not base64!", "must be base64"), ("AAA=", "whole float32 values: 2 bytes"), ("", "at least 1 item")],
+)
+def test_a_packed_vector_that_does_not_decode_is_refused(packed, message):
+    with pytest.raises(ValidationError, match=message):
+        contracts.SearchRequest.model_validate({**SEARCH, "query_vector": packed})
 
 
 def test_a_nul_in_a_question_is_refused():

@@ -4,7 +4,7 @@ A producer (the chat backend's client, the CLI) imports only these models and
 :mod:`ragline.shared.sdk.names`; the workers validate every payload into them.
 """
 
-from ragline.shared.sdk.contracts.common import ErrorResult, Group, Ident, Pattern
+from ragline.shared.sdk.contracts.common import ErrorResult, Group, Ident, Pattern, pack_vector
 from ragline.shared.sdk.contracts.control import (
     AclSyncItem,
     AclSyncRequest,
@@ -49,4 +49,5 @@ __all__ = [
     "RerankResponse",
     "SearchRequest",
     "SearchResponse",
+    "pack_vector",
 ]

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
-from ragline.shared.sdk.contracts.common import Group, Ident, Pattern, Text, check_vector
+from ragline.shared.sdk.contracts.common import Group, Ident, Pattern, Text, check_vector, unpack_vector
 
 
 class SearchRequest(BaseModel):
@@ -25,8 +33,16 @@ class SearchRequest(BaseModel):
         " the query has no terms",
     )
     #: a precomputed query embedding (benchmarks, callers that embed themselves): skips the embedder
-    query_vector: Annotated[list[float] | None, AfterValidator(check_vector)] = Field(
-        default=None, min_length=1, max_length=4096, description="finite, of the index's dimension"
+    query_vector: Annotated[
+        list[float] | None,
+        BeforeValidator(unpack_vector, json_schema_input_type=list[float] | str | None),
+        AfterValidator(check_vector),
+    ] = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="finite, of the index's dimension: a list of numbers, or its float32 values"
+        " little-endian in base64 (ragline.pack_vector; a quarter of the list's length)",
     )
     # --- filters (retrieval contract); path patterns are LIKE-escaped ---------------------------
     layers: list[Pattern] = Field(default_factory=list, max_length=50, description="only these source layers")
