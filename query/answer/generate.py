@@ -81,6 +81,9 @@ class ExtractiveGenerator(AnswerGenerator):
         except Exception as exc:  # the ranker's embedder failed: the answer without it
             log.warning("sentence ranking failed, extractive answer without it: %s", type(exc).__name__)
             ex = extractive.extract(question, hits, tests_layer=tests_layer)
+            # said in the response: a question in another language than its passages is then
+            # answered with the first passage's opening sentences, not the ones that answer
+            return Generated(ex.text, [f"sentence ranker: {type(exc).__name__}"], extract=ex)
         return Generated(ex.text, extract=ex)
 
 

@@ -135,7 +135,7 @@ class QuestionRun:
             out = ExtractiveGenerator().answer(self.question, hits)
         else:
             out = self.generator.answer(self.question, hits, self.partial, order)
-        out.reasons = reasons
+        out.reasons = reasons + out.reasons
         return out
 
 

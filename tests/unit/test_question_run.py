@@ -200,3 +200,35 @@ def test_the_run_reports_its_reasons_timings_and_trace(generator):
         resp.trace["router"] == {"route": "simple"} and resp.trace["generator"]["generator"] == "extractive"
     )
     assert generate.EXTRACTIVE == "extractive"
+
+
+class TimingOutEmbedder:
+    """The sentence ranker's embedder past its deadline (a busy machine)."""
+
+    def embed_query(self, text: str):
+        return [1.0, 0.0]
+
+    def embed_documents(self, texts: list[str]):
+        raise TimeoutError
+
+
+EN_QUESTION = "How long does the client wait after a 429 response?"
+
+
+def test_an_answer_without_its_sentence_ranker_says_so(generator, monkeypatch):
+    generator(None)
+    monkeypatch.setattr(providers, "get_embedder", TimingOutEmbedder)
+    run = QuestionRun.start(EN_QUESTION, settings())
+    resp = respond(run, hits(RU_DOC))
+    # an English question over a Russian passage is answered by quoting the passage's opening
+    # sentences instead of the ones the ranker would pick: degraded, and why
+    assert not resp.no_answer and resp.degraded
+    assert resp.degraded_reasons == ["sentence ranker: TimeoutError"]
+
+
+def test_a_failing_chat_model_and_a_failing_ranker_are_both_named(generator, monkeypatch):
+    generator(FakeChat(RuntimeError("down")))
+    monkeypatch.setattr(providers, "get_embedder", TimingOutEmbedder)
+    run = QuestionRun.start(EN_QUESTION, settings(provider="anthropic"))
+    resp = respond(run, hits(RU_DOC))
+    assert resp.degraded_reasons == ["generator: RuntimeError", "sentence ranker: TimeoutError"]
