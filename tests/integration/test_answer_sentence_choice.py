@@ -17,7 +17,6 @@ psf/requests at tag psf__requests-2317 from ../shared/datasets/swe-loc-dev/reque
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -25,10 +24,10 @@ import pytest
 from ragline.query import service
 from ragline.shared.sdk.contracts import AskRequest
 from tests.conftest import DATASETS
-from tests.gitrepo import snapshot
+from tests.gitrepo import git_sources, snapshot
 from tests.integration.test_git_source import push
 from tests.integration.test_ingest import wait_job
-from tests.loopback import loopback_voyage_env
+from tests.loopback import loopback_voyage_env, settings_env
 
 RU_DOCS = DATASETS / "ru-docs"
 BUNDLE = DATASETS / "swe-loc-dev" / "requests.bundle"
@@ -60,8 +59,6 @@ GROUPS = ["staff"]
 def corpus(celery_worker, stack, tmp_path_factory):
     from ragline.ingest.enqueue import collect_files, enqueue_files
     from ragline.ingest.roots import grant_roots
-    from ragline.shared.config.settings import reset_settings
-    from ragline.shared.worker import providers
     from ragline.shared.worker.celery_app import app  # noqa: F401  (the worker's app)
 
     tenant = "t-sentence-choice"
@@ -72,15 +69,8 @@ def corpus(celery_worker, stack, tmp_path_factory):
         wanted = {(RU_DOCS / folder / f).resolve() for f in names}
         files += [f for f in collect_files([RU_DOCS / folder], source) if f.path.resolve() in wanted]
     assert len(files) == sum(len(names) for _, _, names in DOC_FILES)
-    with loopback_voyage_env(), pytest.MonkeyPatch.context() as mp:
-        mp.setenv(
-            "RAGLINE_LIFECYCLE_SOURCES",
-            json.dumps(
-                [{"name": "requests", "kind": "git", "tenant": tenant, "acl": GROUPS, "path": str(repo)}]
-            ),
-        )
-        reset_settings()
-        providers.reset()
+    sources = git_sources(tenant, "requests", repo, GROUPS)
+    with loopback_voyage_env(), settings_env(RAGLINE_LIFECYCLE_SOURCES=sources):
         grant_roots(tenant, [RU_DOCS / folder for folder, _, _ in DOC_FILES])
         summary = wait_job(enqueue_files(files, tenant=tenant, acl=GROUPS), timeout=600)
         assert summary["state"] == "succeeded" and summary["failed"] == 0, summary["errors"]
