@@ -6,6 +6,10 @@ exclude globs), else to the source layer; a source file's definitions also becom
 the symbols layer (``RAGLINE_CODE_SYMBOLS``), a test file's do not (tests are not the repository's
 map). Every other document keeps the layer its request asks for, so a repository's docs keep their
 source's layer. Pure.
+
+Which of these layers get vectors is the embedding budget's
+(:class:`ragline.shared.worker.pending_vectors.VectorBudget`, ``RAGLINE_INGEST_LEXICAL_ONLY_LAYERS``),
+not this rule's: it lives below both pools because search reports it too.
 """
 
 from __future__ import annotations

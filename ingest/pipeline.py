@@ -44,6 +44,7 @@ from ragline.shared.sdk.contracts import IngestRequest, IngestResult
 from ragline.shared.worker import db, jobs, replicas
 from ragline.shared.worker.identifiers import code_tsvector
 from ragline.shared.worker.metrics import ACL_CHANGES, observe_stage
+from ragline.shared.worker.pending_vectors import VectorBudget
 from ragline.shared.worker.providers import get_embedder
 from ragline.shared.worker.timing import elapsed_ms
 
@@ -83,6 +84,15 @@ class Prepared:
     @property
     def texts(self) -> list[str]:
         return [embedding_text(c, ch.content) for c, ch in zip(self.contexts, self.chunks, strict=True)]
+
+    def vector_texts(self, budget: VectorBudget) -> list[str | None]:
+        """Per row, the text its vector is made of, or None for a row the embedding budget keeps
+        lexical (never embedded, never looked up in the cache)."""
+        return [t if keep else None for t, keep in zip(self.texts, budget.mask(self.layers), strict=True)]
+
+    def awaiting(self, vectors: list[np.ndarray | None], budget: VectorBudget) -> int:
+        """How many of its rows stored with ``vectors`` wait for the fill (not the lexical-only ones)."""
+        return sum(v is None and keep for v, keep in zip(vectors, budget.mask(self.layers), strict=True))
 
 
 def prepare(req: IngestRequest, embed_model: str, state: dict | None) -> Prepared | IngestResult:
@@ -426,8 +436,12 @@ def _ingest_into(
             alive()
         if not ready:
             return
-        texts = [p.texts for _, p in ready]
-        waiting = [(i, p, [text_key(t) for t in doc]) for (i, p), doc in zip(ready, texts, strict=True)]
+        budget = VectorBudget.from_settings()
+        texts = [p.vector_texts(budget) for _, p in ready]
+        waiting = [
+            (i, p, [None if t is None else text_key(t) for t in doc])
+            for (i, p), doc in zip(ready, texts, strict=True)
+        ]
         claimed: set[bytes] = set()
         storing = [0.0]  # seconds spent storing between embedding requests: not the embed stage's
 
@@ -435,10 +449,10 @@ def _ingest_into(
             """Store (and settle) every waiting document whose vectors are all known by now."""
             t = time.perf_counter()
             embed_ms = elapsed_ms(t0)
-            complete = [w for w in waiting if all(k in found for k in w[2])]
+            complete = [w for w in waiting if all(k is None or k in found for k in w[2])]
             for entry in complete:
                 waiting.remove(entry)
-            group = [(i, p, [found[k] for k in keys]) for i, p, keys in complete]
+            group = [(i, p, [None if k is None else found[k] for k in keys]) for i, p, keys in complete]
             for i, result in _store_group(conn, group, embedder.model, embed_ms, sent, claimed):
                 settle(i, result)
             storing[0] += time.perf_counter() - t
@@ -446,7 +460,8 @@ def _ingest_into(
 
         batch_size = get_settings().embed.batch_size
         t = time.perf_counter()
-        emb = embed_with_cache(conn, embedder, [t for doc in texts for t in doc], batch_size, store_embedded)
+        wanted = [text for doc in texts for text in doc if text is not None]
+        emb = embed_with_cache(conn, embedder, wanted, batch_size, store_embedded)
         observe_stage(
             "embed", time.perf_counter() - t - storing[0], sent_by_layer([p for _, p in ready], emb.sent)
         )
@@ -474,10 +489,16 @@ def _store_before_vectors(
     settle: Callable[[int, IngestResult], None],
 ) -> None:
     """Documents stored with the vectors the embedding cache holds and NULL for the rest, which the
-    fill task (``ingest/reembed.py``) embeds afterwards."""
-    from_cache = iter(cached_vectors(conn, model, [t for _, p in docs for t in p.texts]))
+    fill task (``ingest/reembed.py``) embeds afterwards; rows the embedding budget keeps lexical get
+    NULL and no fill."""
+    budget = VectorBudget.from_settings()
+    texts = [p.vector_texts(budget) for _, p in docs]
+    from_cache = iter(cached_vectors(conn, model, [t for doc in texts for t in doc if t is not None]))
     conn.commit()  # idle again: the documents get a transaction of their own, not a savepoint
-    group = [(i, p, [next(from_cache) for _ in p.chunks]) for i, p in docs]
+    group = [
+        (i, p, [None if t is None else next(from_cache) for t in doc])
+        for (i, p), doc in zip(docs, texts, strict=True)
+    ]
     for i, result in _store_group(conn, group, model, elapsed_ms(t0), set(), set()):
         settle(i, result)
 
@@ -567,7 +588,7 @@ def _result(
         status=outcome,
         chunks=len(p.chunks),
         embedded=embedded,
-        awaiting_vectors=sum(v is None for v in vectors) if outcome == "stored" else 0,
+        awaiting_vectors=p.awaiting(vectors, VectorBudget.from_settings()) if outcome == "stored" else 0,
         timings_ms=timings,
         acl_outcome=p.acl_outcome,
     )

@@ -8,7 +8,9 @@ text is sent to the embedder once. A change of dimension needs a new column firs
 "Re-embedding runbook" in docs/operations.md.
 
 The fill (:func:`run_fill`) is the same machinery for rows stored before their vectors
-(``RAGLINE_INGEST_DEFER_VECTORS``): the ingest task sends it once it has stored such rows.
+(``RAGLINE_INGEST_DEFER_VECTORS``): the ingest task sends it once it has stored such rows. It embeds
+only what the embedding budget embeds (:class:`ragline.shared.worker.pending_vectors.VectorBudget`):
+rows of a lexical-only layer are never picked.
 
 This runs on the ingest pool, which owns the embedder; the control pool only counts what is
 pending (:func:`ragline.ingest.store.pending_reembed`) and never imports this module.
@@ -73,8 +75,10 @@ def next_rows(
     conn: psycopg.Connection[DictRow], rows: str, model: str, n: int, tenant: str | None = None
 ) -> list[dict]:
     """The next ``n`` rows matching ``rows`` (:data:`REEMBED_ROWS` or :data:`FILL_ROWS`), by priority."""
-    code = get_settings().code
+    settings = get_settings()
+    code = settings.code
     params = {
+        **pending_vectors.VectorBudget.from_settings(settings).params(),
         "model": model,
         "tenant": tenant,
         "n": n,
@@ -176,9 +180,10 @@ def run_fill(
             conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (FILL_LOCK_KEY,))
             conn.commit()
         # after the unlock: a row stored while the lock was held, whose own fill was skipped, is seen here
-        more = db.one(conn.execute(f"SELECT EXISTS (SELECT 1 FROM chunks c WHERE {FILL_ROWS}) AS more"))[
-            "more"
-        ]
+        layers = pending_vectors.VectorBudget.from_settings(settings).params()
+        more = db.one(
+            conn.execute(f"SELECT EXISTS (SELECT 1 FROM chunks c WHERE {FILL_ROWS}) AS more", layers)
+        )["more"]
         conn.commit()
     log.info("vector fill: %d rows written, %d texts embedded, more: %s", written, sent, more)
     return {"state": "succeeded", "rows": written, "embedded": sent, "more": bool(more)}

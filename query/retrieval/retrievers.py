@@ -10,6 +10,8 @@ returns rows; :func:`corpus_plan` and :func:`document_chunks` open their own rea
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import psycopg
 
@@ -26,6 +28,7 @@ from ragline.query.retrieval.transaction import (
 )
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest
+from ragline.shared.worker import pending_vectors
 from ragline.shared.worker.identifiers import code_terms, code_tsquery, or_tsquery, whole_tsquery
 
 
@@ -87,28 +90,48 @@ def vector_rows(
 
 
 def pending_statement(req: SearchRequest, settings: Settings) -> tuple[str, dict]:
-    """The count of the scope's rows awaiting their vectors (same scope and filters as the vector
-    statement) and its parameters (pure)."""
+    """The count of the scope's rows without a vector (same scope and filters as the vector
+    statement): those awaiting the fill (``n``) and those the embedding budget keeps lexical
+    (``lexical_only``), and its parameters (pure)."""
     f = filters_for(req, settings)
-    params = {"tenant": req.tenant, "groups": req.groups, **f.params}
+    params = {
+        "tenant": req.tenant,
+        "groups": req.groups,
+        **f.params,
+        **pending_vectors.VectorBudget.from_settings(settings).params(),
+    }
     return sql.render(sql.UNEMBEDDED_SQL, "", f.where_sql()), params
 
 
+class Coverage(NamedTuple):
+    """What the vector statement could see of a request's scope."""
+
+    #: rows awaiting their vectors (the fill): found only lexically until it reaches them
+    unembedded: int = 0
+    #: rows the embedding budget keeps lexical + structural: never embedded, by design
+    lexical_only: int = 0
+    #: the share of the rows the budget embeds that have their vector (1 once the fill is done)
+    share: float = 1.0
+
+
 def vector_coverage(
-    conn: psycopg.Connection, req: SearchRequest, settings: Settings, pending: int | None = None
-) -> tuple[int, float]:
-    """``(rows the vector statement could not see, share of the scope it could)`` for this request
-    (same scope and filters); ``pending``: the count of :func:`pending_statement`, when the caller
-    already read it. The scope is counted only when some rows await their vectors, so a fully
-    embedded tenant pays one index-only count of nothing."""
-    if pending is None:
-        pending = int(conn.execute(*pending_statement(req, settings)).fetchone()["n"])
+    conn: psycopg.Connection, req: SearchRequest, settings: Settings, counted: dict | None = None
+) -> Coverage:
+    """The vector statement's :class:`Coverage` of this request (same scope and filters);
+    ``counted``: the row of :func:`pending_statement`, when the caller already read it. The scope is
+    counted only when some rows await their vectors, so a fully embedded tenant pays one count over
+    its rows without a vector (the partial index of those rows). Lexical-only rows are left out of
+    the share: a layer the budget never embeds must not scale the vector list down for good."""
+    if counted is None:
+        counted = conn.execute(*pending_statement(req, settings)).fetchone()
+    pending, lexical_only = int(counted["n"]), int(counted["lexical_only"])
     if not pending:
-        return 0, 1.0
+        return Coverage(0, lexical_only, 1.0)
     f = filters_for(req, settings)
     params = {"tenant": req.tenant, "groups": req.groups, **f.params}
     total = int(conn.execute(sql.render(sql.SCOPE_ROWS_SQL, "", f.where_sql()), params).fetchone()["n"])
-    return pending, 1.0 - pending / total if total > pending else 0.0
+    embeddable = total - lexical_only
+    return Coverage(pending, lexical_only, 1.0 - pending / embeddable if embeddable > pending else 0.0)
 
 
 def vector_search(
@@ -118,8 +141,8 @@ def vector_search(
     n: int,
     settings: Settings,
     path: VectorPath,
-) -> tuple[list[dict], int, float]:
-    """The vector statement's rows with :func:`vector_coverage`'s two numbers. The vector statement
+) -> tuple[list[dict], Coverage]:
+    """The vector statement's rows with :func:`vector_coverage`'s :class:`Coverage`. The vector statement
     and the count of rows awaiting their vectors go out together and come back in one round trip
     (a pipeline: two statements, each under the transaction's timeout, one wait for the server);
     the scope's size is read after, only when some rows await their vectors."""
@@ -127,7 +150,7 @@ def vector_search(
         rows = conn.execute(*vector_statement(req, qvec, n, settings, path))
         pending = conn.execute(*pending_statement(req, settings))
     found = rows.fetchall()
-    return found, *vector_coverage(conn, req, settings, int(pending.fetchone()["n"]))
+    return found, vector_coverage(conn, req, settings, pending.fetchone())
 
 
 def lexical_rows(

@@ -56,7 +56,7 @@ def search(
     vector: list[dict] = []
     lexical: list[dict] = []
     named: list[dict] = []
-    unembedded, share = 0, 1.0
+    coverage = retrievers.Coverage()
     stage = "the retrieval settings"
     statements = StatementLimit(settings)
     try:
@@ -75,7 +75,7 @@ def search(
             if vector_search:
                 t = time.perf_counter()
                 stage = "the vector search"
-                vector, unembedded, share = retrievers.vector_search(
+                vector, coverage = retrievers.vector_search(
                     conn, req, qvec, n, settings, statements.vector_path(settings)
                 )
                 timings["vector"] = elapsed_ms(t)
@@ -113,7 +113,7 @@ def search(
         raise statements.error(stage) from None
     if req.ordering == "contract" or named or structural(req, vector, lexical, settings):
         t = time.perf_counter()
-        hits = fuse(vector, lexical, settings, n * 2, req.query, share)
+        hits = fuse(vector, lexical, settings, n * 2, req.query, coverage.share)
         if named:
             hits = structure.with_named(
                 hits,
@@ -124,13 +124,14 @@ def search(
         hits = ranked_by_structure(req, hits, settings)[:limit]
         timings["structure"] = elapsed_ms(t)
     else:
-        hits = fuse(vector, lexical, settings, limit, req.query, share)
+        hits = fuse(vector, lexical, settings, limit, req.query, coverage.share)
     return SearchResponse(
         hits=hits,
         timings_ms=timings,
-        unembedded_rows=unembedded,
-        vectors_complete=not unembedded,
-        vector_share=round(share, 6),
+        unembedded_rows=coverage.unembedded,
+        lexical_only_rows=coverage.lexical_only,
+        vectors_complete=not coverage.unembedded,
+        vector_share=round(coverage.share, 6),
     )
 
 

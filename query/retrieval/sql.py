@@ -67,10 +67,13 @@ FROM best b JOIN chunks c ON c.id = b.id
 ORDER BY b.distance, c.doc_id, c.chunk_no
 """
 
-# rows of the caller's scope stored before their vectors (shared/worker/pending_vectors.py): the vector
-# statements skip them, so a vector or hybrid search reports how many it could not see
+# rows of the caller's scope without a vector (shared/worker/pending_vectors.py), in one pass: those
+# awaiting the fill (the vector statements skip them, so a vector or hybrid search reports how many it
+# could not see yet) and those the embedding budget keeps lexical (never embedded: not a degradation)
 UNEMBEDDED_SQL = (
-    "SELECT count(*) AS n FROM chunks c WHERE {scope} AND " + pending_vectors.PREDICATE + "{where}"
+    "SELECT count(*) FILTER (WHERE " + pending_vectors.PREDICATE + ") AS n,"
+    " count(*) FILTER (WHERE " + pending_vectors.LEXICAL_ONLY + ") AS lexical_only"
+    " FROM chunks c WHERE {scope} AND c.embedding IS NULL{where}"
 )
 # the scope's rows, read only while some await their vectors (the share the vector list could see)
 SCOPE_ROWS_SQL = "SELECT count(*) AS n FROM chunks c WHERE {scope}{where}"

@@ -394,7 +394,10 @@ def lifecycle_status(settings) -> dict:
             out["running_jobs"] = jobs.running_jobs(conn)
             out["recent_jobs"] = jobs.recent_jobs(conn, 5)
             out["recent_errors"] = jobs.open_errors(conn, None, 10)
-            out["awaiting_vectors"] = pending_vectors.by_tenant(conn)
+            vectors = pending_vectors.counts_by_tenant(
+                conn, pending_vectors.VectorBudget.from_settings(settings)
+            )
+            out["awaiting_vectors"], out["lexical_only_rows"] = vectors["awaiting"], vectors["lexical_only"]
             from ragline.operations.index import open_deferral
 
             out["index_deferral"] = open_deferral(conn)
@@ -426,6 +429,14 @@ def lifecycle_rows(info: dict) -> list[tuple[str, str]]:
     for tenant, n in info.get("awaiting_vectors", {}).items():
         rows.append(
             (f"vectors {tenant}"[:60], f"{n} rows awaiting vectors (searchable lexically until filled)")
+        )
+    for tenant, n in info.get("lexical_only_rows", {}).items():
+        rows.append(
+            (
+                f"lexical only {tenant}"[:60],
+                f"{n} rows never embedded by the embedding budget (RAGLINE_INGEST_LEXICAL_ONLY_LAYERS):"
+                " searchable lexically and structurally",
+            )
         )
     if info.get("index_deferral"):
         w = info["index_deferral"]

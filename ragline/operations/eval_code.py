@@ -125,7 +125,9 @@ def snapshot_tenant(snap: Snapshot, commit: str, config: str) -> str:
 
 
 def ingest_config_key(include: Iterable[str], exclude: Iterable[str], settings: Settings) -> str:
-    """A short hash of what decides a snapshot's chunks (globs, chunk sizes, layers, symbols)."""
+    """A short hash of what decides a snapshot's chunks (globs, chunk sizes, layers, symbols) and
+    which of them get vectors (the embedding budget): a snapshot stored under another budget is
+    another tenant, not one whose vectors a rerun would silently reuse."""
     code = settings.code
     key = json.dumps(
         [
@@ -138,6 +140,7 @@ def ingest_config_key(include: Iterable[str], exclude: Iterable[str], settings: 
             code.symbols_layer,
             code.symbols,
             settings.embed.model_name,
+            sorted(settings.ingest.lexical_only_layers),
         ]
     )
     return hashlib.sha256(key.encode()).hexdigest()[:8]

@@ -426,6 +426,13 @@ class IngestSettings(_Group):
         " embedded before it is stored); deferred rows get their vectors from the fill task on the"
         " ingest pool, source chunks first, and search responses count the rows still without one",
     )
+    lexical_only_layers: list[str] = Field(
+        default_factory=lambda: ["C1_SYMBOLS"],
+        description="the embedding budget: layers whose rows are never embedded, searchable lexically and"
+        " structurally only (the symbol records by default: on swe-loc-dev, source chunks alone ranked"
+        " files as well as source chunks + symbol records in vector mode, docs/evaluation.md); the fill"
+        " skips them and search counts them as lexical_only_rows, not as awaiting vectors",
+    )
     fill_batch_rows: int = Field(
         128,
         ge=1,

@@ -1,24 +1,78 @@
-"""Rows stored before their vectors: the one definition of "not yet embedded".
+"""Which rows get vectors and which still await them: the one definition of the embedding budget
+and of "not yet embedded".
 
 A document stored searchable before it is embedded (``RAGLINE_INGEST_DEFER_VECTORS``) has rows
 with a NULL ``embedding`` (and ``embed_model``) until the fill task on the ingest pool writes
-them; the vector search skips them, the lexical search finds them. Search responses count them
-in the caller's scope, ``ragline status`` per tenant; the partial index of migration 0014 keeps
-both counts to the pending rows alone.
+them; the vector search skips them, the lexical search finds them. Rows of a layer the budget keeps
+lexical (``RAGLINE_INGEST_LEXICAL_ONLY_LAYERS``, :class:`VectorBudget`) are never embedded, by the
+ingest or by the fill: they are searchable lexically and structurally for good, so they are not
+"awaiting" anything and must not make a search or ``ragline status`` report a fill that will never
+come. Search responses count both kinds in the caller's scope, ``ragline status`` per tenant; the
+partial index of migration 0016 keeps both counts to the rows without a vector.
+
+The rule lives here, below both pools, because the ingest side (what to embed, what the fill
+picks) and the query side (what a search reports as not yet embedded) must read the same one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 import psycopg
 from psycopg.rows import DictRow
 
-#: a chunk row that has no vector yet (``c`` is the chunks alias of every statement using it)
-PREDICATE = "c.embedding IS NULL"
+from ragline.shared.config.settings import Settings, get_settings
+
+#: a chunk row that has no vector yet and will get one (``c`` is the chunks alias of every statement
+#: using it; :meth:`VectorBudget.params` binds the layers)
+PREDICATE = "c.embedding IS NULL AND c.layer <> ALL(%(lexical_only_layers)s::text[])"
+#: a chunk row without a vector that the budget never embeds
+LEXICAL_ONLY = "c.embedding IS NULL AND c.layer = ANY(%(lexical_only_layers)s::text[])"
 
 
-def by_tenant(conn: psycopg.Connection[DictRow]) -> dict[str, int]:
+@dataclass(frozen=True)
+class VectorBudget:
+    """The layers whose rows are kept lexical + structural (never embedded); every other row is
+    embedded, at ingest or by the fill. A layer added to the list keeps the vectors its rows already
+    have until they are stored again; one taken off it is picked up by the next fill."""
+
+    lexical_only: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> VectorBudget:
+        return cls(frozenset((settings or get_settings()).ingest.lexical_only_layers))
+
+    def embeds(self, layer: str) -> bool:
+        """Whether rows of ``layer`` get vectors."""
+        return layer not in self.lexical_only
+
+    def mask(self, layers: Iterable[str]) -> list[bool]:
+        """Per row (by its layer), whether it gets a vector."""
+        return [self.embeds(layer) for layer in layers]
+
+    def params(self) -> dict[str, list[str]]:
+        """The statement parameters :data:`PREDICATE` and :data:`LEXICAL_ONLY` read."""
+        return {"lexical_only_layers": sorted(self.lexical_only)}
+
+
+def by_tenant(conn: psycopg.Connection[DictRow], budget: VectorBudget | None = None) -> dict[str, int]:
     """Rows awaiting their vectors, per tenant (tenants with none are left out)."""
+    return counts_by_tenant(conn, budget)["awaiting"]
+
+
+def counts_by_tenant(
+    conn: psycopg.Connection[DictRow], budget: VectorBudget | None = None
+) -> dict[str, dict[str, int]]:
+    """``{"awaiting": {tenant: rows}, "lexical_only": {tenant: rows}}``: rows the fill will embed
+    and rows the budget keeps lexical, per tenant, in one pass over the rows without a vector."""
+    budget = budget or VectorBudget.from_settings()
     rows = conn.execute(
-        f"SELECT c.tenant, count(*) AS n FROM chunks c WHERE {PREDICATE} GROUP BY c.tenant ORDER BY c.tenant"
+        f"SELECT c.tenant, count(*) FILTER (WHERE {PREDICATE}) AS awaiting,"
+        f" count(*) FILTER (WHERE {LEXICAL_ONLY}) AS lexical_only"
+        " FROM chunks c WHERE c.embedding IS NULL GROUP BY c.tenant ORDER BY c.tenant",
+        budget.params(),
     ).fetchall()
-    return {r["tenant"]: int(r["n"]) for r in rows}
+    return {
+        kind: {r["tenant"]: int(r[kind]) for r in rows if r[kind]} for kind in ("awaiting", "lexical_only")
+    }

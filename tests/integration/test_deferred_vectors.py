@@ -6,6 +6,9 @@ taking its lock, so "during the fill" is a state the test holds, not a race it h
 
 from __future__ import annotations
 
+import json
+import uuid
+
 import pytest
 
 from ragline.shared.worker import db
@@ -104,11 +107,12 @@ def fill(tenant: str) -> None:
     wait_for_vectors(tenant, time.monotonic() + 300)  # a fill sends itself again while rows remain
 
 
-def test_code_is_searchable_before_its_vectors_and_says_so(repo, tenant, fill_lock, loopback):
+def test_code_is_searchable_before_its_vectors_and_says_so(repo, tenant, fill_lock, loopback, use_settings):
     from ragline.cli.lifecycle import lifecycle_status
     from ragline.query.retrieval.fusion import FusionPolicy
     from ragline.shared.config.settings import get_settings
 
+    use_settings(ingest_lexical_only_layers="[]")  # the fill of every layer (the budget: below)
     summary = wait_job(push(tenant, "r", None, "main", 1)["job_id"])
     assert summary["state"] == "succeeded" and summary["failed"] == 0, summary
     stored = vectors_by_path(tenant)
@@ -171,10 +175,89 @@ def test_a_changed_file_keeps_the_vectors_the_cache_holds(repo, tenant, fill_loc
     with db.connection() as c:
         rows = c.execute(
             "SELECT content, embedding IS NOT NULL AS has FROM chunks"
-            " WHERE tenant = %s AND path = 'r/pkg/queue.py'",
+            " WHERE tenant = %s AND path = 'r/pkg/queue.py' AND layer = 'C0_SOURCE_CHUNKS'",
             (tenant,),
         ).fetchall()
     drain = [r["has"] for r in rows if "def drain" in r["content"] and "def flush" not in r["content"]]
     flush = [r["has"] for r in rows if "def flush" in r["content"]]
     assert drain and all(drain), rows
     assert flush and not any(flush), rows
+
+
+def rows_by_layer(tenant: str) -> dict[str, list[bool]]:
+    """Per layer, whether each of its rows has a vector."""
+    with db.connection() as c:
+        rows = c.execute(
+            "SELECT layer, embedding IS NOT NULL AS has FROM chunks WHERE tenant = %s ORDER BY layer, id",
+            (tenant,),
+        ).fetchall()
+    out: dict[str, list[bool]] = {}
+    for r in rows:
+        out.setdefault(r["layer"], []).append(r["has"])
+    return out
+
+
+@pytest.mark.parametrize("defer", ["code", "none"])
+@pytest.mark.parametrize(
+    "lexical_only", [["C1_SYMBOLS"], ["C1_SYMBOLS", "docs"], []], ids=["symbols", "symbols+docs", "none"]
+)
+def test_the_embedding_budget_decides_which_layers_get_vectors(
+    repo, tenant, fill_lock, use_settings, loopback, defer, lexical_only
+):
+    """A layer the budget keeps lexical gets no vector from the ingest or the fill; search and
+    ``ragline status`` count its rows as lexical-only, never as awaiting vectors, so a fully filled
+    repository is complete (share 1) while its symbol records are still found lexically."""
+    from ragline.cli.lifecycle import lifecycle_status
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.names import TASK_INGEST_FILL_VECTORS
+    from ragline.shared.worker.celery_app import app
+
+    use_settings(
+        ingest_defer_vectors=defer,
+        ingest_lexical_only_layers=json.dumps(lexical_only),
+        embed_model=f"voyage-budget-{uuid.uuid4().hex}",  # an empty embedding cache for every case
+    )
+    summary = wait_job(push(tenant, "r", None, "main", 1)["job_id"])
+    assert summary["state"] == "succeeded" and summary["failed"] == 0, summary
+    stored = rows_by_layer(tenant)
+    assert {"C0_SOURCE_CHUNKS", "C1_SYMBOLS", "C0_TEST_CHUNKS", "docs"} <= set(stored), stored
+    kept = sum(len(stored[layer]) for layer in lexical_only)
+    pending = sum(not v for layer, vs in stored.items() if layer not in lexical_only for v in vs)
+    deferred = {"C0_SOURCE_CHUNKS", "C0_TEST_CHUNKS", "C1_SYMBOLS"} - set(
+        lexical_only
+    )  # a source file's rows
+    assert pending == (sum(len(stored[layer]) for layer in deferred) if defer == "code" else 0)
+    assert all(not any(stored[layer]) for layer in lexical_only)
+
+    during = search(tenant, ["dev"])
+    assert during["unembedded_rows"] == pending and during["vectors_complete"] is (pending == 0)
+    assert during["lexical_only_rows"] == kept
+    total = sum(len(vs) for vs in stored.values())
+    assert during["vector_share"] == pytest.approx(1 - pending / (total - kept), abs=1e-6)
+    status = lifecycle_status(get_settings())
+    assert status["awaiting_vectors"].get(tenant, 0) == pending
+    assert status["lexical_only_rows"].get(tenant, 0) == kept
+
+    fill_lock.release()
+    out = app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}]).get(timeout=300)
+    assert out["state"] == "succeeded", out
+    fill(tenant)
+    after_fill = rows_by_layer(tenant)
+    for layer, has in after_fill.items():
+        assert (not any(has)) if layer in lexical_only else all(has), (layer, has)
+    again = app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}]).get(timeout=300)
+    assert again["rows"] == 0 and again["more"] is False, again  # nothing left for any fill
+
+    after = search(tenant, ["dev"])
+    assert after["unembedded_rows"] == 0 and after["vectors_complete"] is True
+    assert after["vector_share"] == 1.0 and after["lexical_only_rows"] == kept
+    records = [h for h in after["hits"] if h["layer"] == "C1_SYMBOLS"]
+    assert records, after["hits"]  # the symbol records are still found
+    if "C1_SYMBOLS" in lexical_only:  # by the lexical search alone
+        assert all(h["lexical_rank"] is not None and h["vector_rank"] is None for h in records)
+    else:
+        assert any(h["vector_rank"] is not None for h in records)
+    assert search(tenant, ["other"])["lexical_only_rows"] == 0  # counted in the caller's scope
+    status = lifecycle_status(get_settings())
+    assert tenant not in status["awaiting_vectors"]
+    assert status["lexical_only_rows"].get(tenant, 0) == kept

@@ -150,7 +150,7 @@ def test_coverage_and_hits_are_those_of_the_statements_run_one_by_one(
                 settings,
                 limit.vector_path(settings),
             )
-            unembedded, share = retrievers.vector_coverage(conn, req, settings)
+            unembedded, _, share = retrievers.vector_coverage(conn, req, settings)
         assert [(h.doc_id, h.chunk_no) for h in resp.hits] == [(r["doc_id"], r["chunk_no"]) for r in rows[:K]]
         assert (resp.unembedded_rows, resp.vector_share, resp.vectors_complete) == (
             unembedded,

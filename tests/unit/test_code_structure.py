@@ -321,6 +321,9 @@ def test_code_query_sets_read_both_shapes(tmp_path):
         read_code_queries(path)
     key = ingest_config_key(["*.py"], [], Settings())
     assert key != ingest_config_key(["*.py", "*.md"], [], Settings())
+    everything = Settings().model_copy(deep=True)
+    everything.ingest.lexical_only_layers = []
+    assert key != ingest_config_key(["*.py"], [], everything)  # the embedding budget decides the vectors
     assert snapshot_tenant(a.snapshot, "0123456789abcdef", key) == f"code-a-0123456789ab-{key}"
 
 

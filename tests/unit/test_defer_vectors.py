@@ -56,3 +56,63 @@ def test_a_fill_starts_no_batch_after_its_time_budget(seconds_per_batch, budget,
 
     written, sent = fill_batches(batch, 4, budget, 0.0, clock=lambda: now[0])
     assert len(ran) == batches and (written, sent) == (128 * batches, 120 * batches)
+
+
+# ------------------------------------------------------------------------------ the embedding budget
+SOURCE, SYMBOLS, TESTS = "C0_SOURCE_CHUNKS", "C1_SYMBOLS", "C0_TEST_CHUNKS"
+
+
+@pytest.mark.parametrize(
+    ("lexical_only", "embedded"),
+    [
+        ((SYMBOLS,), {SOURCE, TESTS, "docs"}),
+        ((), {SOURCE, SYMBOLS, TESTS, "docs"}),
+        ((SYMBOLS, TESTS, "docs"), {SOURCE}),
+    ],
+    ids=["symbols-lexical", "everything-embedded", "source-only"],
+)
+def test_the_budget_decides_per_layer_and_every_path_reads_it(lexical_only, embedded):
+    """What the ingest embeds and caches (``vector_texts``), what it reports as awaiting the fill,
+    and the statement parameters of the fill, search and status counts: one rule."""
+    from ragline.ingest.chunk import Chunk
+    from ragline.ingest.pipeline import Prepared
+    from ragline.shared.sdk.contracts import IngestRequest
+
+    budget = pending_vectors.VectorBudget(frozenset(lexical_only))
+    layers = [SOURCE, SYMBOLS, TESTS, "docs"]
+    assert {layer for layer in layers if budget.embeds(layer)} == embedded
+    assert budget.params() == {"lexical_only_layers": sorted(lexical_only)}
+
+    req = IngestRequest(tenant="t", doc_id="r/a.py", acl=["dev"], content="x", fmt="text")
+    chunks = [Chunk(n, f"row {n}", ()) for n in range(len(layers))]
+    p = Prepared(req, "h", "r/a.py", "py", "", chunks, [""] * len(layers), layer=SOURCE, chunk_layers=layers)
+    texts = p.vector_texts(budget)
+    assert [t is not None for t in texts] == [layer in embedded for layer in layers]
+    assert [t for t in texts if t is not None] == [
+        t for t, layer in zip(p.texts, layers, strict=True) if layer in embedded
+    ]
+    # stored with no vector at all: only the rows the budget embeds wait for the fill
+    assert p.awaiting([None] * len(layers), budget) == len(embedded)
+    assert p.awaiting([None if layer == SOURCE else object() for layer in layers], budget) == 1
+
+
+def test_the_default_budget_keeps_the_symbol_records_lexical():
+    from ragline.shared.config.settings import Settings
+
+    s = Settings()
+    budget = pending_vectors.VectorBudget.from_settings(s)
+    assert not budget.embeds(s.code.symbols_layer)
+    assert budget.embeds(s.code.source_layer) and budget.embeds(s.code.tests_layer) and budget.embeds("docs")
+
+
+def test_awaiting_and_lexical_only_rows_are_disjoint_predicates():
+    """A row without a vector is either the fill's or the budget's lexical-only, never both; the
+    fill picks only the former."""
+    assert "<> ALL(%(lexical_only_layers)s" in pending_vectors.PREDICATE
+    assert "= ANY(%(lexical_only_layers)s" in pending_vectors.LEXICAL_ONLY
+    assert FILL_ROWS == pending_vectors.PREDICATE
+    from ragline.query.retrieval import sql
+
+    assert (
+        pending_vectors.PREDICATE in sql.UNEMBEDDED_SQL and pending_vectors.LEXICAL_ONLY in sql.UNEMBEDDED_SQL
+    )

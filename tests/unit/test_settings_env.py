@@ -431,6 +431,12 @@ NEW_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_SERVICES_REDIS_APPENDFSYNC", "always", "services.redis_appendfsync", "always"),
     ("RAGLINE_INGEST_DEFER_VECTORS", "all", "ingest.defer_vectors", "all"),
     ("RAGLINE_INGEST_FILL_BATCH_ROWS", "64", "ingest.fill_batch_rows", 64),
+    (
+        "RAGLINE_INGEST_LEXICAL_ONLY_LAYERS",
+        '["C0_TEST_CHUNKS"]',
+        "ingest.lexical_only_layers",
+        ["C0_TEST_CHUNKS"],
+    ),
     ("RAGLINE_INGEST_FILL_BATCHES_PER_TASK", "2", "ingest.fill_batches_per_task", 2),
     ("RAGLINE_SERVICES_STACK_CHANGE_WAIT_S", "5", "services.stack_change_wait_s", 5.0),
     ("RAGLINE_RETRIEVAL_CORPUS_TERMS", "false", "retrieval.corpus_terms", False),

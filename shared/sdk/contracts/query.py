@@ -174,6 +174,14 @@ class SearchResponse(BaseModel):
         " the vector search cannot see them yet, the lexical search finds them; counted when the"
         " search ran a vector search",
     )
+    lexical_only_rows: int = Field(
+        default=0,
+        ge=0,
+        description="rows in the caller's scope that the embedding budget never embeds"
+        " (RAGLINE_INGEST_LEXICAL_ONLY_LAYERS, the symbol records by default): found by the lexical"
+        " search and the structural ranking, by design; not counted in unembedded_rows, not a"
+        " degradation; counted when the search ran a vector search",
+    )
     vectors_complete: bool = Field(
         default=True,
         description="false while unembedded_rows > 0: hybrid search is lexical-only for those rows",
@@ -183,8 +191,8 @@ class SearchResponse(BaseModel):
         ge=0.0,
         le=1.0,
         description="the share of the caller's scope the vector search could see (1 - unembedded rows /"
-        " rows); the vector list's fusion weight is scaled by it, so a partly embedded scope ranks"
-        " mostly by the lexical list",
+        " rows the budget embeds); the vector list's fusion weight is scaled by it, so a partly embedded"
+        " scope ranks mostly by the lexical list",
     )
     corpus_names: list[str] = Field(
         default_factory=list,
