@@ -61,7 +61,8 @@ def test_every_stage_is_timed_by_the_layer_of_its_rows(use_settings, tenant, tmp
         )
         for p in (tmp_path / "pkg" / f"queue_{defer}.py", tmp_path / "notes.md")
     ]
-    with loopback_voyage(use_settings, ingest_defer_vectors=defer):
+    # a budget that embeds the symbol records, so their embed time is there to be split by layer
+    with loopback_voyage(use_settings, ingest_defer_vectors=defer, ingest_lexical_only_layers="[]"):
         code = get_settings().code
         source, symbols = code.source_layer, code.symbols_layer
         before = sums()
