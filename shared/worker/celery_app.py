@@ -124,14 +124,20 @@ def _reuse_kombu_clients(**_: object) -> None:
     requeue_lost_deliveries()
 
 
+def _threads_pool(worker: object) -> bool:
+    """Whether a worker runs its tasks in threads of its own process: its ``pool_cls`` is a name
+    before the worker loads it ("threads") and the class after."""
+    pool = getattr(worker, "pool_cls", None)
+    kind = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
+    return "thread" in kind
+
+
 @signals.worker_init.connect
 def _size_pools_for_threads(sender: object = None, **_: object) -> None:
     """A threads worker runs its concurrency's tasks in this one process, each of which may hold two
     connections at once (``db.pool_max_size``); a prefork child or a solo worker runs one."""
-    pool = getattr(sender, "pool_cls", None)
-    kind = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
     concurrency = getattr(sender, "concurrency", None)
-    if "thread" in kind and isinstance(concurrency, int):
+    if _threads_pool(sender) and isinstance(concurrency, int):
         db.set_task_threads(concurrency)
 
 
@@ -148,9 +154,7 @@ def _warm_in_process_pool(sender: object = None, instance: object = None, **_: o
     """A threads pool runs tasks in the worker process itself: warm it before it consumes. A solo pool
     sends ``worker_process_init`` itself (warmed there); a prefork parent never loads anything (a
     model used before a fork hangs the children)."""
-    pool = getattr(instance, "pool_cls", None)
-    kind = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
-    if "thread" in kind:
+    if _threads_pool(instance):
         # a thread whose Postgres answer arrived waits for the GIL until the running thread yields
         # it, up to the switch interval (5 ms by default): a question's tail latency
         sys.setswitchinterval(get_settings().workers.thread_pool_switch_interval_s)
