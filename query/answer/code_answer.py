@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ragline.query.retrieval.filters import DEFAULT_TESTS_LAYER
 from ragline.shared.sdk.contracts import Hit
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[\u0400-\u04FF]+", re.UNICODE)
@@ -65,8 +66,9 @@ def is_code(hit: Hit) -> bool:
     )
 
 
-#: the layer test files are stored in when the settings do not say (``RAGLINE_CODE_TESTS_LAYER``)
-TESTS_LAYER = "C0_TEST_CHUNKS"
+#: the layer test files are stored in when the settings do not say (``RAGLINE_CODE_TESTS_LAYER``):
+#: the settings' default, as search's test penalty reads it
+TESTS_LAYER = DEFAULT_TESTS_LAYER
 _ASKS_TESTS = re.compile(r"\b(?:tests?|tested|testing|unit\s*tests?|тест\w*)\b", re.IGNORECASE)
 
 
