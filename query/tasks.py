@@ -64,6 +64,38 @@ def _forget_abandoned_question(sender=None, request=None, **_: object) -> None:
         sender.backend.forget(request.id)
 
 
+def _forget_control_path_revokes() -> None:
+    """Celery's ``revoke`` control command stores a REVOKED state for a task that is not active on
+    the worker and has no result yet, without the ``task_revoked`` signal. A cancelled question
+    races its own answer there: the worker answers, the client deletes the reply, then the
+    broadcast arrives, reads the deleted key as PENDING and stores a REVOKED nobody reads, until
+    the result expiry. The only tasks ragline revokes are questions (the async client's
+    cancellations), so a REVOKED state found after the command is forgotten (a skip the worker
+    announces itself is forgotten the same way, :func:`_forget_abandoned_question`); a question still
+    to come is skipped by the worker's revoked set, which the command keeps."""
+    from celery import states
+    from celery.utils.functional import maybe_list
+    from celery.worker.control import Panel
+
+    original = Panel.data["revoke"]
+    if getattr(original, "ragline_forgets", False):
+        return
+
+    def revoke(state, task_id, terminate=False, signal=None, **kwargs):  # type: ignore[no-untyped-def]
+        out = original(state, task_id, terminate=terminate, signal=signal, **kwargs)
+        backend = state.app.backend
+        for i in maybe_list(task_id) or []:
+            if backend.get_state(i) == states.REVOKED:
+                backend.forget(i)
+        return out
+
+    revoke.ragline_forgets = True  # type: ignore[attr-defined]
+    Panel.data["revoke"] = revoke
+
+
+_forget_control_path_revokes()
+
+
 def run_question(tenant: str | None, question: Callable[[], BaseModel]) -> dict:
     """``question()`` behind the tenant's admission (``None``: a request without a tenant) and
     within the question's deadline, as the task's result."""

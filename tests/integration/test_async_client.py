@@ -133,11 +133,36 @@ def test_cancelled_question_is_revoked_and_leaves_nothing(celery_worker, corpus,
             return sent.ids[0]  # leaving the block waits for the clean-up of the late reply
 
     task_id = asyncio.run(main())
-    deadline = time.monotonic() + 30  # the broadcast reaches the in-process worker's control thread
-    while task_id not in worker_state.revoked and time.monotonic() < deadline:
+    # the broadcast reaches the in-process worker's control thread, which adds the id to its
+    # revoked set before it handles the backend: wait for both to settle
+    deadline = time.monotonic() + 30
+    while (
+        task_id not in worker_state.revoked or _result_keys(url, [task_id])
+    ) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert task_id in worker_state.revoked
     assert _result_keys(url, [task_id]) == []  # answered or skipped, its reply is not left in Redis
+
+
+def test_a_revoke_arriving_after_the_answer_leaves_nothing(celery_worker, corpus, stack):
+    """The cancellation's race with its own answer, in order: the worker answers, the client
+    deletes the reply, then the revoke reaches the worker (Celery's command stores REVOKED for a
+    task it no longer has, without the signal a skip sends)."""
+    from ragline.shared.worker.celery_app import app
+
+    url = stack.effective_redis_url()
+
+    async def main():
+        async with AsyncRaglineClient(url, timeout=30) as client:
+            sent = Recorder(client)
+            await client.search("изоляция", tenant=corpus, groups=["g"], mode="lexical")
+            return sent.ids[0]
+
+    task_id = asyncio.run(main())
+    assert _result_keys(url, [task_id]) == []  # read once and deleted
+    replies = app.control.revoke(task_id, reply=True, timeout=10)  # returns once the worker handled it
+    assert replies, "the worker did not answer the revoke"
+    assert _result_keys(url, [task_id]) == []
 
 
 @pytest.mark.slow
