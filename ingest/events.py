@@ -195,10 +195,10 @@ def apply_source_acl(
     return sum(1 for o in outcomes.values() if o == "updated")
 
 
-def _selected(src: GitSource, repo, entries, prefix: str) -> tuple[list, list, list]:
+def _selected(src: GitSource, repo, commit: str, entries, prefix: str) -> tuple[list, list, list]:
     """The files of a commit that are ingested (the source's rules, doc-id length, safe names): kept,
     skipped with a reason, refused names."""
-    kept, skipped = src.select(repo, list(entries))
+    kept, skipped = src.select(repo, commit, list(entries))
     too_long = [e for e in kept if len(prefix + e.path) > 512]
     skipped += [(e.path, "path longer than a doc id may be") for e in too_long]
     kept = [e for e in kept if e not in too_long]
@@ -213,6 +213,19 @@ def _not_stored(kept: list, stored: dict, prefix: str) -> list:
         for e in kept
         if (s := stored.get(prefix + e.path)) is None or s["status"] != "ready" or s["fp"] != e.blob
     ]
+
+
+def _changed(changes: list[git.Change], tracked: set[str]) -> tuple[set[str], set[str], dict[str, int]]:
+    """A diff's paths to select again and to prune, and its counts by kind. A change of a
+    ``.gitattributes`` file selects every tracked file: the files it vendors may be others."""
+    touched = {c.path for c in changes if c.status != "D"}
+    gone = {c.path for c in changes if c.status == "D"} | {c.old_path for c in changes if c.status == "R"}
+    counts = dict.fromkeys(("added", "modified", "renamed", "deleted"), 0)
+    for c in changes:
+        counts[{"A": "added", "C": "added", "D": "deleted", "R": "renamed"}.get(c.status, "modified")] += 1
+    if git.has_attributes_file(p for c in changes for p in (c.path, c.old_path) if p):
+        touched |= tracked
+    return touched, {p for p in gone if p is not None}, counts
 
 
 def sync_git_source(
@@ -248,7 +261,9 @@ def _sync_git_source(
     without either (a first ingest, or a recorded commit a force-push removed) every tracked file is
     listed and the source's documents no longer listed are pruned. Added, modified and renamed-to
     files are enqueued in batch tasks of one job (a file whose stored blob is the same is not); deleted
-    files, renamed-from paths and files the skip rules now leave out are pruned at once. Documents
+    files, renamed-from paths and files the skip rules now leave out are pruned at once. A commit
+    that changes a ``.gitattributes`` file selects every file again: the files it vendors may be
+    others than before. Documents
     get a version above every stored one of the source, so these ingests and prunes win over any
     earlier one still in flight. ``event_version`` (a push event's) must exceed the last push's, so a
     replayed or out-of-order push changes nothing; None (``ragline ingest``) always applies.
@@ -279,7 +294,7 @@ def _sync_git_source(
         resume = False
         if rec and rec["commit_id"] == commit:
             stored = _stored(conn, spec.tenant, spec.name)
-            missing = _not_stored(_selected(src, repo, entries.values(), prefix)[0], stored, prefix)
+            missing = _not_stored(_selected(src, repo, commit, entries.values(), prefix)[0], stored, prefix)
             if not missing or jobs.job_state(conn, rec["job_id"]) in jobs.ACTIVE_STATES:
                 ready = [d for d, r in stored.items() if r["status"] == "ready"]
                 return {
@@ -296,22 +311,14 @@ def _sync_git_source(
         if base is not None and (git.ZERO_COMMIT.fullmatch(base) or not git.commit_exists(repo, base)):
             base = None
         stored = _stored(conn, spec.tenant, spec.name)
-        counts = dict.fromkeys(("added", "modified", "renamed", "deleted"), 0)
         if base is None:
             touched = set(entries)
             gone = {d.removeprefix(prefix) for d, r in stored.items() if r["status"] != "deleted"} - touched
-            counts["added"] = len(touched)
+            counts = {"added": len(touched), "modified": 0, "renamed": 0, "deleted": 0}
         else:
-            changes = git.diff(repo, base, commit, src.timeout)
-            touched = {c.path for c in changes if c.status != "D"}
-            gone = {c.path for c in changes if c.status == "D"} | {
-                c.old_path for c in changes if c.status == "R"
-            }
-            for c in changes:
-                key = {"A": "added", "C": "added", "D": "deleted", "R": "renamed"}.get(c.status, "modified")
-                counts[key] += 1
+            touched, gone, counts = _changed(git.diff(repo, base, commit, src.timeout), set(entries))
         kept, skipped, refused = _selected(
-            src, repo, [entries[p] for p in sorted(touched) if p in entries], prefix
+            src, repo, commit, [entries[p] for p in sorted(touched) if p in entries], prefix
         )
         gone |= touched - {e.path for e in kept}  # now skipped: pruned if it was indexed
         todo = _not_stored(kept, stored, prefix)

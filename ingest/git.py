@@ -30,7 +30,8 @@ import os
 import re
 import stat
 import subprocess
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -53,18 +54,23 @@ GENERATED_MARKERS = re.compile(
     rb"|\A\s*(?:#+|//+|[rRuU]?\"\"\"|[rRuU]?''')[^\n]{0,80}\b(?:auto-?generated|automatically generated) by\b"
 )
 
-#: vendored, lock, minified and generated files; a source can turn these off (``skip_defaults``)
+#: vendored trees: GitHub linguist's vendored-dependency paths (``lib/linguist/vendor.yml``, its
+#: "Vendored dependencies" entries and the Node, Bower and Go dependency folders), searched in the
+#: path as linguist does, so ``cextern/``, ``_vendor/`` and ``src/external/`` match as well as a
+#: top-level ``vendor/``. Its broader conventions (``dist/``, ``deps/``, ``tools/``, ``docs/``) are
+#: left out: there they name a repository's own files as often as someone else's.
+VENDORED_PATHS = re.compile(
+    r"node_modules/|bower_components/|Godeps/_workspace/"
+    r"|third[-_]?party/|3rd[-_]?party/|vendors?/|extern(?:al)?/|(?:^|/)[Vv]+endor/"
+)
+#: the ``.gitattributes`` attributes by which a repository declares files not its own (linguist's)
+LINGUIST_ATTRIBUTES = ("linguist-vendored", "linguist-generated")
+#: ``git check-attr`` values that set an attribute, and that a repository un-sets one with
+_ATTR_SET = frozenset({"set", "true"})
+_ATTR_UNSET = frozenset({"unset", "false"})
+
+#: lock, minified and generated files; a source can turn these off (``skip_defaults``)
 DEFAULT_SKIP_GLOBS = (
-    "vendor/*",
-    "*/vendor/*",
-    "node_modules/*",
-    "*/node_modules/*",
-    "third_party/*",
-    "*/third_party/*",
-    "third-party/*",
-    "*/third-party/*",
-    "bower_components/*",
-    "*/bower_components/*",
     "*.lock",
     "package-lock.json",
     "pnpm-lock.yaml",
@@ -159,6 +165,7 @@ def _env(protocols: str = "https:ssh:git:file", ceiling: Path | None = None) -> 
         GIT_ALLOW_PROTOCOL=protocols,
         LC_ALL="C",
         GIT_OPTIONAL_LOCKS="0",
+        GIT_ATTR_NOSYSTEM="1",  # a file's attributes are the repository's, not the machine's
     )
     if ceiling is not None:  # no repository discovered above the folder git runs in
         env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
@@ -268,11 +275,13 @@ def run(
     protocols: str = "https:ssh:git:file",
     config: Iterable[str] = (),
     cwd: Path | None = None,
+    index_file: Path | None = None,
 ) -> bytes:
     """``git [config] --git-dir=... [--work-tree=...] args`` with the safe options; its stdout, or
     :class:`GitError` with its stderr. A path is opened with :func:`open_repository` first; without a
     repository (a clone) git runs in ``cwd`` and discovers nothing above it. ``protocols`` is what
-    ``GIT_ALLOW_PROTOCOL`` permits."""
+    ``GIT_ALLOW_PROTOCOL`` permits; ``index_file`` an index of ragline's own that git reads and
+    writes instead of the repository's (``GIT_INDEX_FILE``)."""
     cmd = ["git", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off", *config]
     if repo is not None:
         opened = _opened(repo)
@@ -281,12 +290,15 @@ def run(
             cmd.append(f"--work-tree={opened.work_tree}")
         cwd = opened.root
     ceiling = cwd.parent if cwd is not None else None
+    env = _env(protocols, ceiling)
+    if index_file is not None:
+        env["GIT_INDEX_FILE"] = str(index_file)
     try:
         out = subprocess.run(
             [*cmd, *args],
             capture_output=True,
             timeout=timeout,
-            env=_env(protocols, ceiling),
+            env=env,
             input=input,
             check=False,
             cwd=cwd,
@@ -347,6 +359,49 @@ def list_tree(repo: Repository | Path, commit: str, timeout: float = 300.0) -> l
             continue
         entries.append(TreeEntry(path.decode("utf-8", "surrogateescape"), blob.decode(), int(size)))
     return entries
+
+
+def linguist_attributes(
+    repo: Repository | Path, commit: str, paths: Iterable[str], timeout: float = 300.0
+) -> dict[str, dict[str, str]]:
+    """The :data:`LINGUIST_ATTRIBUTES` a commit's ``.gitattributes`` files give each of ``paths``
+    that has one set or unset (``git check-attr`` values: ``set``, ``unset`` or the value given).
+
+    git reads the attributes of the commit's tree, not of a work tree: the tree is read into an
+    index of ragline's own (a temporary file; the repository's index is never touched) and
+    ``check-attr --cached`` reads that, with the user's and the system's attribute files off (the
+    repository's ``info/attributes`` still applies: it is the operator's). ``--source`` would do
+    this in one command but needs git 2.40."""
+    paths = list(paths)
+    if not paths:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="ragline-attr-") as tmp:
+        index = Path(tmp) / "index"
+        run(repo, "read-tree", check_ref(commit), timeout=timeout, index_file=index)
+        out = run(
+            repo,
+            "check-attr",
+            "--cached",
+            "--stdin",
+            "-z",
+            *LINGUIST_ATTRIBUTES,
+            timeout=timeout,
+            input=b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths),
+            config=("-c", "core.attributesFile=/dev/null"),
+            index_file=index,
+        )
+    fields = out.split(b"\0")
+    found: dict[str, dict[str, str]] = {}
+    for i in range(0, len(fields) - 2, 3):
+        path, attribute, value = (f.decode("utf-8", "surrogateescape") for f in fields[i : i + 3])
+        if value != "unspecified":
+            found.setdefault(path, {})[attribute] = value
+    return found
+
+
+def has_attributes_file(paths: Iterable[str]) -> bool:
+    """Whether a tree's paths hold a ``.gitattributes`` (else no file has attributes to read)."""
+    return any(p == ".gitattributes" or p.endswith("/.gitattributes") for p in paths)
 
 
 def read_blob(repo: Repository | Path, commit: str, path: str, limit: int, timeout: float = 300.0) -> bytes:
@@ -488,24 +543,48 @@ def sync_clone(
     return dest
 
 
+def vendored_reason(path: str, attributes: Mapping[str, str] | None = None) -> str | None:
+    """Why a tracked file is someone else's code, or None (pure): the repository's own declaration
+    first (``.gitattributes``: ``linguist-generated`` or ``linguist-vendored`` set vendor a file,
+    ``linguist-vendored=false`` or ``-linguist-vendored`` claims one a path rule would vendor), then
+    :data:`VENDORED_PATHS`. ``attributes`` are the file's values from :func:`linguist_attributes`."""
+    attributes = attributes or {}
+    if attributes.get("linguist-generated") in _ATTR_SET:
+        return "generated (.gitattributes linguist-generated)"
+    vendored = attributes.get("linguist-vendored")
+    if vendored in _ATTR_SET:
+        return "vendored (.gitattributes linguist-vendored)"
+    if vendored in _ATTR_UNSET:
+        return None
+    m = VENDORED_PATHS.search(path)
+    return f"vendored ({m.group(0)})" if m else None
+
+
 def path_skip_reason(
     path: str,
     size: int,
     max_bytes: int,
     include: Iterable[str] = (),
     exclude: Iterable[str] = (),
-    skip_globs: Iterable[str] = DEFAULT_SKIP_GLOBS,
+    skip_defaults: bool = True,
+    attributes: Mapping[str, str] | None = None,
 ) -> str | None:
-    """Why a tracked file is not indexed, from its path and size alone, or None (pure)."""
+    """Why a tracked file is not indexed, from its path, size and ``.gitattributes`` values, or
+    None (pure). ``skip_defaults`` False (a source's ``skip_defaults: false``) turns off the
+    vendored, lock, minified and generated rules, the repository's declarations included."""
     include = list(include)
     if include and not matches_any(path, include):
         return "not matched by include"
     for g in exclude:
         if glob_match(path, g):
             return f"excluded ({g})"
-    for g in skip_globs:
-        if glob_match(path, g):
-            return f"vendored, lock, minified or generated ({g})"
+    if skip_defaults:
+        reason = vendored_reason(path, attributes)
+        if reason is not None:
+            return reason
+        for g in DEFAULT_SKIP_GLOBS:
+            if glob_match(path, g):
+                return f"lock, minified or generated ({g})"
     if size > max_bytes:
         return f"larger than {max_bytes} bytes"
     return None

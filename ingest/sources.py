@@ -177,12 +177,17 @@ class GitSource:
             raise SourceUnavailable(git.redact_url(str(exc))) from None
 
     def select(
-        self, repo: git.Repository, entries: list[git.TreeEntry]
+        self, repo: git.Repository, commit: str, entries: list[git.TreeEntry]
     ) -> tuple[list[git.TreeEntry], list[tuple[str, str]]]:
-        """The entries to index and the skipped ones with their reason: path rules first, then the
-        bytes of the rest (read in one ``git cat-file --batch``)."""
+        """The entries of ``commit`` to index and the skipped ones with their reason: path rules
+        first (with the commit's ``.gitattributes``), then the bytes of the rest (read in one
+        ``git cat-file --batch``)."""
         code = get_settings().code
         spec = self.spec
+        supported = [e.path for e in entries if SUPPORTED.get(Path(e.path).suffix.lower())]
+        attributes = (
+            git.linguist_attributes(repo, commit, supported, self.timeout) if spec.skip_defaults else {}
+        )
         candidates, skipped = [], []
         for e in entries:
             reason = (
@@ -193,7 +198,8 @@ class GitSource:
                 code.max_file_bytes,
                 spec.include,
                 spec.exclude,
-                git.DEFAULT_SKIP_GLOBS if spec.skip_defaults else (),
+                spec.skip_defaults,
+                attributes.get(e.path),
             )
             if reason is None and e.size == 0:
                 reason = "empty"
@@ -212,7 +218,7 @@ class GitSource:
         try:
             commit = git.resolve_commit(repo, self.spec.ref, self.timeout)
             version = git.commit_time_ns(repo, commit, self.timeout)
-            kept, skipped = self.select(repo, git.list_tree(repo, commit, self.timeout))
+            kept, skipped = self.select(repo, commit, git.list_tree(repo, commit, self.timeout))
         except git.GitError as exc:
             raise SourceUnavailable(str(exc)) from None
         items = [

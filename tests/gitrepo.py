@@ -68,3 +68,42 @@ def git_sources(tenant: str, name: str, path: Path, acl: list[str]) -> str:
     import json
 
     return json.dumps([{"name": name, "kind": "git", "tenant": tenant, "acl": acl, "path": str(path)}])
+
+
+#: the ways a tracked file is someone else's code (``ingest/git.py``'s ``vendored_reason``), each as
+#: the files a commit adds (a ``.gitattributes`` among them when it declares the file) and the path
+#: that must not be indexed while the source's default skip rules apply
+VENDORED_WAYS = {
+    "linguist-path-cextern": (
+        {"cextern/wcslib/wcs.c": "int wcsset(void)\n{\n  return 0;\n}\n"},
+        "cextern/wcslib/wcs.c",
+    ),
+    "linguist-path-_vendor": (
+        {"pkg/_vendor/six.py": "def with_metaclass(meta):\n    return meta\n"},
+        "pkg/_vendor/six.py",
+    ),
+    "linguist-path-extern": (
+        {"pkg/extern/ply/lex.py": "def lex(data):\n    return data\n"},
+        "pkg/extern/ply/lex.py",
+    ),
+    "gitattributes-vendored": (
+        {
+            "lib/bundled.py": "def bundled():\n    return 1\n",
+            ".gitattributes": "lib/bundled.py linguist-vendored\n",
+        },
+        "lib/bundled.py",
+    ),
+    "gitattributes-generated": (
+        {"pkg/tables.py": "TABLE = {1: 2}\n", ".gitattributes": "pkg/tables.py linguist-generated=true\n"},
+        "pkg/tables.py",
+    ),
+    "nested-gitattributes": (
+        {"pkg/sub/gen_x.py": "X = 1\n", "pkg/sub/.gitattributes": "gen_*.py linguist-generated\n"},
+        "pkg/sub/gen_x.py",
+    ),
+}
+#: a file under a vendored path that the repository claims as its own (``-linguist-vendored``)
+CLAIMED = (
+    {"extern/ours.py": "def ours():\n    return 2\n", "extern/.gitattributes": "* -linguist-vendored\n"},
+    "extern/ours.py",
+)

@@ -11,7 +11,7 @@ import pytest
 from ragline.ingest import git
 from ragline.ingest.parse import ParseError
 from ragline.ingest.sources import GitSource, SourceSpec, SourceUnavailable, git_uri, parse_git_uri
-from tests.gitrepo import commit, write
+from tests.gitrepo import CLAIMED, VENDORED_WAYS, commit, write
 from tests.gitrepo import git as sh
 
 
@@ -102,7 +102,56 @@ def test_default_skip_rules_and_globs():
     assert (
         skip("app.py", 10, 1000, exclude=["**/app.py"]) == "excluded (**/app.py)"
     )  # '**/' may match nothing
-    assert skip("vendor/lib.go", 10, 1000, skip_globs=()) is None  # skip_defaults: false
+    assert skip("vendor/lib.go", 10, 1000, skip_defaults=False) is None
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "vendor/lib.go",
+        "src/Vendor/x.m",
+        "pkg/vendors/a.js",
+        "pip/_vendor/six.py",
+        "third_party/a.c",
+        "lib/3rdparty/b.c",
+        "cextern/wcslib/C/wcs.c",
+        "astropy/extern/ply/lex.py",
+        "src/external/zlib/inflate.c",
+        "web/node_modules/x/index.js",
+        "static/bower_components/y.js",
+        "Godeps/_workspace/src/a.go",
+    ],
+)
+def test_linguist_vendored_paths(path):
+    """linguist's vendored-dependency paths, at any depth and inside a folder name, are vendored."""
+    assert git.vendored_reason(path) is not None
+    assert git.path_skip_reason(path, 10, 1000).startswith("vendored")
+    assert git.path_skip_reason(path, 10, 1000, skip_defaults=False) is None
+
+
+@pytest.mark.parametrize(
+    "path", ["astropy/wcs/wcs.py", "src/extensions/a.py", "docs/vendoring.rst", "tools/build.py", "dist/x.py"]
+)
+def test_own_paths_are_not_vendored(path):
+    assert git.vendored_reason(path) is None and git.path_skip_reason(path, 10, 1000) is None
+
+
+@pytest.mark.parametrize(
+    ("attributes", "vendored"),
+    [
+        ({"linguist-vendored": "set"}, True),
+        ({"linguist-vendored": "true"}, True),
+        ({"linguist-generated": "set"}, True),
+        ({"linguist-vendored": "unset"}, False),
+        ({"linguist-vendored": "false"}, False),
+        ({}, True),
+    ],
+)
+def test_a_repository_declares_vendored_files(attributes, vendored):
+    """``.gitattributes`` decide before the path: set vendors any file, un-set claims a vendored path."""
+    for path in ("cextern/a.c", "pkg/own.py"):
+        expected = vendored if attributes or path == "cextern/a.c" else False
+        assert (git.vendored_reason(path, attributes) is not None) is expected, (path, attributes)
 
 
 def test_content_rules_binary_minified_generated():
@@ -162,7 +211,7 @@ def test_git_source_lists_tracked_files_minus_skipped(repo, tmp_path, configured
     assert paths == {"pkg/app.py", "docs/guide.md", "untracked.py"}
     reasons = dict(listing.skipped)
     assert reasons["vendor/dep.py"].startswith("vendored")
-    assert reasons["web/app.min.js"].startswith("vendored")
+    assert reasons["web/app.min.js"].startswith("lock, minified or generated")
     assert reasons["web/big.js"].startswith("minified")
     assert reasons["gen/api.go"].startswith("generated")
     assert reasons["pkg/__init__.py"] == "empty"
@@ -174,6 +223,24 @@ def test_git_source_lists_tracked_files_minus_skipped(repo, tmp_path, configured
     # the defaults can be turned off, and include/exclude narrow the listing
     paths2 = {i.path for i in GitSource(spec2).list().items}
     assert {"vendor/dep.py", "web/big.js", "gen/api.go"} <= paths2 and "docs/guide.md" not in paths2
+
+
+@pytest.mark.parametrize("skip_defaults", [True, False])
+@pytest.mark.parametrize("way", sorted(VENDORED_WAYS))
+def test_a_git_source_leaves_out_vendored_files(repo, configured, way, skip_defaults):
+    """Every way of being vendored, read at the listed commit (an uncommitted ``.gitattributes``
+    changes nothing); ``skip_defaults: false`` indexes them all."""
+    files, vendored = VENDORED_WAYS[way]
+    commit(repo, {"pkg/core.py": "def core():\n    return 0\n", **CLAIMED[0], **files})
+    write(repo, {".gitattributes": "pkg/core.py linguist-vendored\n"})  # never committed
+    spec = SourceSpec(name="src", kind="git", tenant="t", path=repo, skip_defaults=skip_defaults)
+    configured(spec)
+    listing = GitSource(spec).list()
+    paths = {i.path for i in listing.items}
+    assert {"pkg/core.py", CLAIMED[1]} <= paths
+    assert (vendored in paths) is not skip_defaults
+    if skip_defaults:
+        assert dict(listing.skipped)[vendored].startswith(("vendored", "generated"))
 
 
 def test_git_source_spec_and_uri_validation(tmp_path, configured):
