@@ -263,7 +263,8 @@ def _sync_git_source(
     files are enqueued in batch tasks of one job (a file whose stored blob is the same is not); deleted
     files, renamed-from paths and files the skip rules now leave out are pruned at once. A commit
     that changes a ``.gitattributes`` file selects every file again: the files it vendors may be
-    others than before. Documents
+    others than before. A sync under another selection than the recorded one (``GitSource.selection``:
+    globs, skip rules, formats) lists every file too. Documents
     get a version above every stored one of the source, so these ingests and prunes win over any
     earlier one still in flight. ``event_version`` (a push event's) must exceed the last push's, so a
     replayed or out-of-order push changes nothing; None (``ragline ingest``) always applies.
@@ -288,26 +289,35 @@ def _sync_git_source(
             (f"{spec.tenant}/{spec.name}",),
         )
         rec = conn.execute(
-            "SELECT commit_id, version, event_version, job_id FROM source_commits WHERE tenant = %s AND source = %s",
+            "SELECT commit_id, version, event_version, job_id, selection FROM source_commits"
+            " WHERE tenant = %s AND source = %s",
             (spec.tenant, spec.name),
         ).fetchone()
+        selection = src.selection()
+        reselect = rec is not None and rec["selection"] != selection
         resume = False
         if rec and rec["commit_id"] == commit:
             stored = _stored(conn, spec.tenant, spec.name)
-            missing = _not_stored(_selected(src, repo, commit, entries.values(), prefix)[0], stored, prefix)
-            if not missing or jobs.job_state(conn, rec["job_id"]) in jobs.ACTIVE_STATES:
+            missing = (
+                _not_stored(_selected(src, repo, commit, entries.values(), prefix)[0], stored, prefix)
+                if not reselect
+                else []
+            )
+            if not reselect and (not missing or jobs.job_state(conn, rec["job_id"]) in jobs.ACTIVE_STATES):
                 ready = [d for d, r in stored.items() if r["status"] == "ready"]
                 return {
                     **summary,
                     "outcome": "ignored_duplicate",
                     "acl_updated": apply_source_acl(conn, spec, ready, acl_path),
                 }
-            # the commit's job ended (cancelled, failed, a worker lost) before every file was stored:
-            # list the commit again and ingest what is missing, whatever the push's version
+            # the commit's job ended (cancelled, failed, a worker lost) before every file was stored,
+            # or the selection changed: list the commit again, whatever the push's version
             resume = True
         if not resume and rec and event_version is not None and event_version <= rec["event_version"]:
             return {**summary, "outcome": "ignored_stale", "recorded_commit": rec["commit_id"]}
-        base = None if resume else rec["commit_id"] if rec else before
+        # another selection than the recorded one: the diff says nothing about the files it now
+        # admits or leaves out, so every tracked file is selected again (and the unchanged skipped)
+        base = None if resume or reselect else rec["commit_id"] if rec else before
         if base is not None and (git.ZERO_COMMIT.fullmatch(base) or not git.commit_exists(repo, base)):
             base = None
         stored = _stored(conn, spec.tenant, spec.name)
@@ -352,13 +362,14 @@ def _sync_git_source(
                 pruned += outcome == "deleted"
         conn.execute(
             """
-            INSERT INTO source_commits (tenant, source, repo, commit_id, version, event_version, job_id)
-            VALUES (%s, %s, %s, %s, %s, %s, %s)
+            INSERT INTO source_commits (tenant, source, repo, commit_id, version, event_version, job_id, selection)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
             ON CONFLICT (tenant, source) DO UPDATE SET repo = EXCLUDED.repo, commit_id = EXCLUDED.commit_id,
-                version = EXCLUDED.version, job_id = EXCLUDED.job_id, updated_at = now(),
+                version = EXCLUDED.version, job_id = EXCLUDED.job_id, selection = EXCLUDED.selection,
+                updated_at = now(),
                 event_version = greatest(source_commits.event_version, EXCLUDED.event_version)
             """,
-            (spec.tenant, spec.name, str(repo.root), commit, version, event_version or 0, job_id),
+            (spec.tenant, spec.name, str(repo.root), commit, version, event_version or 0, job_id, selection),
         )
     payloads = [
         IngestRequest(
@@ -386,6 +397,7 @@ def _sync_git_source(
         outcome="synced",
         job_id=job_id,
         base=base,
+        reselected=reselect,
         **counts,
         skipped=len(skipped),
         skipped_files=[{"path": p, "reason": r} for p, r in skipped[:100]],

@@ -543,6 +543,17 @@ def sync_clone(
     return dest
 
 
+def skip_rules() -> dict[str, object]:
+    """The default skip rules themselves (vendored paths, lock/minified/generated globs, generated
+    markers), as a source's selection fingerprint records them (``GitSource.selection``): an
+    upgrade that changes a rule selects every file of a source again at its next sync."""
+    return {
+        "vendored": VENDORED_PATHS.pattern,
+        "globs": list(DEFAULT_SKIP_GLOBS),
+        "generated": GENERATED_MARKERS.pattern.decode(),
+    }
+
+
 def vendored_reason(path: str, attributes: Mapping[str, str] | None = None) -> str | None:
     """Why a tracked file is someone else's code, or None (pure): the repository's own declaration
     first (``.gitattributes``: ``linguist-generated`` or ``linguist-vendored`` set vendor a file,

@@ -18,6 +18,8 @@ taken as "the document vanished", so a network blip or an unmounted disk prunes 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -175,6 +177,26 @@ class GitSource:
             return roots.admit_repository(self.spec.tenant, repo)
         except (git.GitError, FetchRefused, ValueError) as exc:
             raise SourceUnavailable(git.redact_url(str(exc))) from None
+
+    def selection(self) -> str:
+        """A fingerprint of what decides which tracked files this source indexes, recorded with its
+        commit (``source_commits.selection``): the include and exclude globs, whether the default
+        skip rules apply and the rules themselves, the size and line limits, the supported suffixes.
+        A sync whose selection differs from the recorded one lists every file instead of the diff,
+        so a file the new selection leaves out is pruned and one it now admits is ingested although
+        neither changed in git (an edited ``--include``, a new format, other vendored paths)."""
+        code = get_settings().code
+        spec = self.spec
+        parts: dict[str, object] = {
+            "include": spec.include,
+            "exclude": spec.exclude,
+            "skip_defaults": spec.skip_defaults,
+            "max_file_bytes": code.max_file_bytes,
+            "suffixes": sorted(SUPPORTED),
+        }
+        if spec.skip_defaults:
+            parts.update(git.skip_rules(), max_line_chars=code.max_line_chars)
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
     def select(
         self, repo: git.Repository, commit: str, entries: list[git.TreeEntry]

@@ -198,7 +198,8 @@ def record_commit(
     """A git source's listed commit, as a push records it (``source_commits``): the next push diffs
     from it instead of listing the whole tree. Under the source's lock, like a push; the version only
     grows, so a push's later versions stay above every document written here."""
-    repo = str(GitSource(spec).repo_dir())
+    src = GitSource(spec)
+    repo = str(src.repo_dir())
     version = max((v for _, v, _ in p.enqueue), default=0)
     with conn.transaction():
         conn.execute(
@@ -207,13 +208,13 @@ def record_commit(
         )
         conn.execute(
             """
-            INSERT INTO source_commits (tenant, source, repo, commit_id, version, job_id)
-            VALUES (%s, %s, %s, %s, %s, %s)
+            INSERT INTO source_commits (tenant, source, repo, commit_id, version, job_id, selection)
+            VALUES (%s, %s, %s, %s, %s, %s, %s)
             ON CONFLICT (tenant, source) DO UPDATE SET repo = EXCLUDED.repo, commit_id = EXCLUDED.commit_id,
                 version = greatest(source_commits.version, EXCLUDED.version), job_id = EXCLUDED.job_id,
-                updated_at = now()
+                selection = EXCLUDED.selection, updated_at = now()
             """,
-            (spec.tenant, spec.name, repo, commit, version, job_id),
+            (spec.tenant, spec.name, repo, commit, version, job_id, src.selection()),
         )
 
 

@@ -381,3 +381,72 @@ def test_a_commit_whose_job_ended_early_is_completed_by_the_next_sync(
         ).fetchall()
     assert [r["doc_id"] for r in redone] == [f"{name}/app/util.py"]  # only the missing file
     assert _sync(entry, tenant, name, repo, head, 11).get("outcome") == "ignored_duplicate"
+
+
+def _sync_selecting(
+    entry: str, tenant: str, name: str, repo: Path, head: str, version: int, exclude: list[str], voyage
+) -> dict:
+    """One sync like :func:`_sync` under the source's ``exclude`` globs: the configured source's for a
+    push, ``--exclude`` for ``ragline ingest``."""
+    if entry == "push":
+        sources = json.loads(git_sources(tenant, name, repo, ["dev"]))
+        sources[0]["exclude"] = exclude
+        voyage(sources=json.dumps(sources))
+        result = push(tenant, name, None, head, version)
+        return {**result["push"], "outcome": result["outcome"], "job_id": result.get("job_id")}
+    from ragline.cli import app as cli
+
+    args = ["ingest", str(repo), "--tenant", tenant, "--acl", "dev", "--source", name, "--json"]
+    args += [a for g in exclude for a in ("--exclude", g)]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
+#: a selection change: the exclude globs of the first sync and of the next, the file that leaves
+#: the index and the one that joins it
+SELECTION_CHANGES = {
+    "narrowed": ([], ["app/util.py"], "app/util.py", None),
+    "widened": (["docs/*"], [], None, "docs/guide.md"),
+}
+
+
+@pytest.mark.parametrize("entry", ["cli", "push"])
+@pytest.mark.parametrize("moves", [False, True], ids=["same-commit", "next-commit"])
+@pytest.mark.parametrize("change", sorted(SELECTION_CHANGES))
+def test_a_changed_selection_prunes_and_adds_files_the_diff_does_not_name(
+    celery_worker, voyage, loopback, tenant, tmp_path, entry, moves, change
+):
+    """Another selection than the one the recorded commit was indexed with (the exclude globs, at the
+    same commit or with a commit that touches neither file) is applied to every file: a file it now
+    leaves out is pruned, one it now admits is ingested, the unchanged rest is not sent again. The
+    recorded diff names neither (and at the same commit a narrowed selection has nothing missing)."""
+    first_exclude, next_exclude, leaves, joins = SELECTION_CHANGES[change]
+    files = {"app/models.py": MODELS_V1, "app/util.py": UTIL, "docs/guide.md": "# Guide\n\nSaving users.\n"}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    head = commit(repo, files, 1_700_000_000)
+    name = f"{tenant}-sel"[:60]
+    first = _sync_selecting(entry, tenant, name, repo, head, 10, first_exclude, voyage)
+    assert wait_job(first["job_id"])["state"] == "succeeded"
+    ready = {d for d, r in documents(tenant).items() if r["status"] == "ready"}
+    assert ready == {f"{name}/{p}" for p in files if p != joins}
+    if moves:
+        head = commit(repo, {"app/new.py": "def fresh():\n    return 42\n"}, 1_700_000_500)
+    again = _sync_selecting(entry, tenant, name, repo, head, 11, next_exclude, voyage)
+    assert again.get("outcome") == "synced", again
+    if again["job_id"]:
+        assert wait_job(again["job_id"])["state"] == "succeeded"
+    docs = documents(tenant)
+    for path in files:
+        assert docs[f"{name}/{path}"]["status"] == ("deleted" if path == leaves else "ready"), path
+    with db.connection() as c:
+        sent = c.execute("SELECT doc_id FROM job_documents WHERE job_id = %s", (again["job_id"],)).fetchall()
+    expected = {f"{name}/{p}" for p in (joins, "app/new.py" if moves else None) if p}
+    assert {r["doc_id"] for r in sent} == expected  # the unchanged files are not sent again
+    assert (again["pruned"], again["reselected"]) == (int(leaves is not None), True)
+    # the same selection once more: nothing to do
+    assert _sync_selecting(entry, tenant, name, repo, head, 12, next_exclude, voyage)["outcome"] == (
+        "ignored_duplicate"
+    )

@@ -308,3 +308,32 @@ def test_a_repository_is_opened_at_exactly_its_folder(repo, tmp_path):
     with pytest.raises(git.RepositoryRefused, match="alternates"):
         git.open_repository(inner)  # the alternate is outside inner
     assert git.open_repository(repo).root == repo.resolve()  # the outer one holds both
+
+
+def test_a_source_selection_names_every_rule_that_chooses_its_files(tmp_path, monkeypatch):
+    """``GitSource.selection``: the same for the same source, another for each input that changes
+    which files a sync indexes (globs, the default skip rules and the rules themselves, formats)."""
+    from ragline.ingest import git as git_rules
+    from ragline.ingest import sources
+    from ragline.ingest.sources import GitSource, SourceSpec
+
+    def key(**fields) -> str:
+        spec = SourceSpec(name="s", kind="git", tenant="t", path=tmp_path, **fields)
+        return GitSource(spec).selection()
+
+    base = key()
+    assert key() == base
+    variants = {
+        "include": key(include=["src/*"]),
+        "exclude": key(exclude=["docs/*"]),
+        "skip_defaults": key(skip_defaults=False),
+    }
+    monkeypatch.setattr(git_rules, "DEFAULT_SKIP_GLOBS", (*git_rules.DEFAULT_SKIP_GLOBS, "*.gen.py"))
+    variants["skip rules"] = key()
+    monkeypatch.undo()
+    monkeypatch.setattr(sources, "SUPPORTED", {**sources.SUPPORTED, ".zig": "code"})
+    variants["formats"] = key()
+    monkeypatch.undo()
+    assert all(v != base for v in variants.values()), variants
+    assert len(set(variants.values())) == len(variants)
+    assert key(acl=["g"], ref="main") == base  # who may read and which commit: not the selection
