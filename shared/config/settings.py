@@ -427,10 +427,11 @@ class IngestSettings(_Group):
         " ingest pool, source chunks first, and search responses count the rows still without one",
     )
     lexical_only_layers: list[str] = Field(
-        default_factory=lambda: ["C1_SYMBOLS"],
+        default_factory=lambda: ["C1_SYMBOLS", "C0_TEST_CHUNKS"],
         description="the embedding budget: layers whose rows are never embedded, searchable lexically and"
-        " structurally only (the symbol records by default: on swe-loc-dev, source chunks alone ranked"
-        " files as well as source chunks + symbol records in vector mode, docs/evaluation.md); the fill"
+        " structurally only (by default the symbol records and the test files: on swe-loc-dev source"
+        " chunks alone ranked files as well as with symbol records in vector mode, and answers-dev"
+        " answered as well or better without either layer's vectors, docs/evaluation.md); the fill"
         " skips them and search counts them as lexical_only_rows, not as awaiting vectors",
     )
     fill_batch_rows: int = Field(

@@ -98,6 +98,9 @@ def repo_tenant(celery_worker, use_settings, loopback, tenant, tmp_path):
         embed_model=f"voyage-structure-{tenant}"[:60],
         code_min_chars=0,  # one chunk per definition
         sources=git_sources(tenant, "r", repo, ["dev"]),
+        # the tests embedded too (a deployment that answers from them): the structural rules are
+        # checked against a vector list that ranks the test file above the definition
+        ingest_lexical_only_layers='["C1_SYMBOLS"]',
     )
     summary = wait_job(push(tenant, "r", None, "main", 1)["job_id"])
     assert summary["state"] == "succeeded" and summary["failed"] == 0, summary

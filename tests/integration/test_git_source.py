@@ -156,14 +156,19 @@ def test_push_ingests_exactly_what_changed(celery_worker, voyage, loopback, tena
     assert rec["commit_id"] == c1 and str(rec["job_id"]) == first["job_id"]
     first_texts = len(embedded_texts(loopback))
     util_chunks = len(chunks(tenant, f"{name}/app/util.py"))
-    # every row reached the embedder but the symbol records, which the embedding budget keeps lexical
+    # every row reached the embedder but the symbol records and the test file's, which the embedding
+    # budget keeps lexical
     with db.connection() as c:
-        records = c.execute(
-            "SELECT count(*) AS n FROM chunks WHERE tenant = %s AND layer = 'C1_SYMBOLS' AND embedding IS NULL",
-            (tenant,),
-        ).fetchone()["n"]
-    assert records > 0 and util_chunks >= 2
-    assert first_texts == sum(r["chunk_count"] for r in docs.values()) - records
+        lexical = {
+            r["layer"]: r["n"]
+            for r in c.execute(
+                "SELECT layer, count(*) AS n FROM chunks WHERE tenant = %s AND embedding IS NULL GROUP BY layer",
+                (tenant,),
+            ).fetchall()
+        }
+    assert set(lexical) == {"C1_SYMBOLS", "C0_TEST_CHUNKS"} and util_chunks >= 2
+    assert lexical["C0_TEST_CHUNKS"] == docs[f"{name}/tests/test_models.py"]["chunk_count"]
+    assert first_texts == sum(r["chunk_count"] for r in docs.values()) - sum(lexical.values())
 
     # the second commit: one method modified, util.py renamed unchanged, old.py deleted, a file added
     loopback.reset_stats()
