@@ -297,19 +297,18 @@ def _sync_git_source(
         reselect = rec is not None and rec["selection"] != selection
         resume = False
         if rec and rec["commit_id"] == commit:
-            stored = _stored(conn, spec.tenant, spec.name)
-            missing = (
-                _not_stored(_selected(src, repo, commit, entries.values(), prefix)[0], stored, prefix)
-                if not reselect
-                else []
-            )
-            if not reselect and (not missing or jobs.job_state(conn, rec["job_id"]) in jobs.ACTIVE_STATES):
-                ready = [d for d, r in stored.items() if r["status"] == "ready"]
-                return {
-                    **summary,
-                    "outcome": "ignored_duplicate",
-                    "acl_updated": apply_source_acl(conn, spec, ready, acl_path),
-                }
+            if not reselect:
+                stored = _stored(conn, spec.tenant, spec.name)
+                missing = _not_stored(
+                    _selected(src, repo, commit, entries.values(), prefix)[0], stored, prefix
+                )
+                if not missing or jobs.job_state(conn, rec["job_id"]) in jobs.ACTIVE_STATES:
+                    ready = [d for d, r in stored.items() if r["status"] == "ready"]
+                    return {
+                        **summary,
+                        "outcome": "ignored_duplicate",
+                        "acl_updated": apply_source_acl(conn, spec, ready, acl_path),
+                    }
             # the commit's job ended (cancelled, failed, a worker lost) before every file was stored,
             # or the selection changed: list the commit again, whatever the push's version
             resume = True
