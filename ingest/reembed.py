@@ -36,7 +36,18 @@ from ragline.shared.worker.providers import get_embedder
 log = logging.getLogger(__name__)
 
 LOCK_KEY = "ragline.reembed"
+#: the fill's runner slots: the two-key advisory locks (hashtext(FILL_LOCK_KEY), slot)
 FILL_LOCK_KEY = "ragline.fill_vectors"
+SLOT_LOCK_SQL = "SELECT pg_try_advisory_lock(hashtext(%(key)s), %(slot)s) AS ok"
+SLOT_UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtext(%(key)s), %(slot)s)"
+HELD_SLOTS_SQL = (
+    "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2"
+    " AND classid = hashtext(%(key)s)::oid"
+)
+#: a row a fill runner is embedding: the advisory lock (hashtext(ROW_LOCK_KEY), the row's id folded
+#: to int4); two ids that fold alike only make one of them wait for the next batch
+ROW_LOCK_KEY = "ragline.fill_rows"
+ROW_LOCK = "hashtext(%(ns)s), mod(u.id, 2147483647)::int"
 
 #: a model change re-embeds the rows whose vector comes from another model; the fill embeds the rows
 #: stored before their vectors (:data:`ragline.shared.worker.pending_vectors.PREDICATE`). The two sets are
@@ -146,47 +157,138 @@ def fill_batches(
     return written, sent
 
 
+def fill_runners(settings) -> int:
+    """How many fill tasks may embed at once: ``RAGLINE_INGEST_FILL_RUNNERS``, or one per process of
+    the ingest pool. A prefork child runs its model on one core, so one runner leaves the others
+    idle once the ingest batches are done."""
+    return settings.ingest.fill_runners or settings.workers.ingest_concurrency
+
+
+def take_slot(conn: psycopg.Connection[DictRow], runners: int, extra: bool) -> int | None:
+    """A runner slot (a session advisory lock), or None when every slot this runner may take is held.
+    Slot 0 is always open; the others only when ``extra`` (no job is ingesting: a second fill task
+    would otherwise take the process a queued ingest batch is waiting for)."""
+    for slot in range(runners if extra else 1):
+        if db.one(conn.execute(SLOT_LOCK_SQL, {"key": FILL_LOCK_KEY, "slot": slot}))["ok"]:
+            return slot
+    return None
+
+
+def claim(conn: psycopg.Connection[DictRow], rows: list[dict], n: int) -> list[dict]:
+    """The first ``n`` of ``rows`` no other runner holds, each held by this session until
+    :func:`release`: two runners reading the same priority order embed disjoint rows."""
+    got = {
+        r["id"]
+        for r in conn.execute(
+            f"SELECT id FROM unnest(%(ids)s::bigint[]) AS u(id) WHERE pg_try_advisory_lock({ROW_LOCK})",
+            {"ids": [r["id"] for r in rows], "ns": ROW_LOCK_KEY},
+        )
+    }
+    mine = [r for r in rows if r["id"] in got][:n]
+    release(conn, sorted(got - {r["id"] for r in mine}))
+    return mine
+
+
+def release(conn: psycopg.Connection[DictRow], ids: list[int]) -> None:
+    if ids:
+        conn.execute(
+            f"SELECT pg_advisory_unlock({ROW_LOCK}) FROM unnest(%(ids)s::bigint[]) AS u(id)",
+            {"ids": ids, "ns": ROW_LOCK_KEY},
+        )
+
+
+def held_slots(conn: psycopg.Connection[DictRow]) -> int:
+    """Runner slots held now, by any session."""
+    return db.one(conn.execute(HELD_SLOTS_SQL, {"key": FILL_LOCK_KEY}))["n"]
+
+
 def run_fill(
-    max_batches: int | None = None, batch_rows: int | None = None, max_seconds: float | None = None
+    max_batches: int | None = None,
+    batch_rows: int | None = None,
+    max_seconds: float | None = None,
+    ask_for_runner: Callable[[], None] = lambda: None,
 ) -> dict:
     """Embed rows stored before their vectors, by priority: at most ``max_batches`` batches and no
     new batch after ``max_seconds`` (default half the task's soft time limit), then the worker goes
     back to queued ingest batches. The time budget matters on a loaded machine: four batches of 128
     rows at a CPU embedder's 0.8 rows/s outlast a 600 s soft limit, and a fill task stopped by the
-    limit sends no successor. One runner at a time; a runner that finds the lock taken leaves the
-    rows to its holder, which looks again after releasing it (``more``), so no row stored meanwhile
-    is left without a fill."""
+    limit sends no successor.
+
+    Up to :func:`fill_runners` runners at once, each in its own slot, each claiming the rows it
+    embeds (:func:`claim`), so every core of the pool embeds once no job is ingesting; while one is,
+    a single runner, as the ingest batches need the other processes. A runner that gets a slot and
+    sees open ones and rows for more than itself asks for more runners (``ask_for_runner``, once per
+    open slot). A runner that finds no slot leaves the rows to the holders, which look again after
+    releasing theirs (``more``: rows no runner holds), so no row stored meanwhile is left without a
+    fill."""
     settings = get_settings()
     max_batches = max_batches or settings.ingest.fill_batches_per_task
     batch_rows = batch_rows or settings.ingest.fill_batch_rows
     budget = settings.workers.task_soft_time_limit_s / 2 if max_seconds is None else max_seconds
+    runners = fill_runners(settings)
     started = time.monotonic()
     embedder = get_embedder()
+    window = batch_rows * runners
+
+    def free(conn: psycopg.Connection[DictRow]) -> list[dict]:
+        """Rows a runner could claim next: the top of the priority order, wide enough to hold every
+        other runner's batch and one more."""
+        rows = next_rows(conn, FILL_ROWS, embedder.model, window + 1)
+        mine = claim(conn, rows, len(rows))
+        release(conn, [r["id"] for r in mine])
+        return mine
+
     with db.connection() as conn:
-        got = db.one(conn.execute("SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (FILL_LOCK_KEY,)))["ok"]
+        extra = runners > 1 and not jobs.any_active(conn, settings.lifecycle.job_stuck_after_s)
+        slot = take_slot(conn, runners, extra)
         conn.commit()
-        if not got:
-            return {"state": "skipped", "reason": "another fill is running", "more": False}
-
-        def batch() -> tuple[int, int] | None:
-            rows = next_rows(conn, FILL_ROWS, embedder.model, batch_rows)
-            conn.commit()
-            return embed_rows(conn, embedder, rows) if rows else None
-
+        if slot is None:
+            return {"state": "skipped", "reason": "every fill runner is busy", "more": False}
+        siblings = 0
         try:
+            open_slots = runners - held_slots(conn) if extra else 0
+            if open_slots > 0 and len(free(conn)) > batch_rows:
+                siblings = open_slots
+            conn.commit()
+            for _ in range(siblings):
+                ask_for_runner()
+
+            def batch() -> tuple[int, int] | None:
+                rows = claim(conn, next_rows(conn, FILL_ROWS, embedder.model, window), batch_rows)
+                conn.commit()
+                if not rows:
+                    return None
+                try:
+                    return embed_rows(conn, embedder, rows)
+                finally:
+                    conn.rollback()
+                    release(conn, [r["id"] for r in rows])
+                    conn.commit()
+
             written, sent = fill_batches(batch, max_batches, budget, started)
         finally:
             conn.rollback()
-            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (FILL_LOCK_KEY,))
+            conn.execute(SLOT_UNLOCK_SQL, {"key": FILL_LOCK_KEY, "slot": slot})
             conn.commit()
-        # after the unlock: a row stored while the lock was held, whose own fill was skipped, is seen here
-        layers = pending_vectors.VectorBudget.from_settings(settings).params()
-        more = db.one(
-            conn.execute(f"SELECT EXISTS (SELECT 1 FROM chunks c WHERE {FILL_ROWS}) AS more", layers)
-        )["more"]
+        # after the unlock: a row stored while the slot was held, whose own fill was skipped, is seen here
+        more = bool(free(conn))
         conn.commit()
-    log.info("vector fill: %d rows written, %d texts embedded, more: %s", written, sent, more)
-    return {"state": "succeeded", "rows": written, "embedded": sent, "more": bool(more)}
+    log.info(
+        "vector fill, runner %d of %d: %d rows written, %d texts embedded, more: %s",
+        slot + 1,
+        runners,
+        written,
+        sent,
+        more,
+    )
+    return {
+        "state": "succeeded",
+        "rows": written,
+        "embedded": sent,
+        "more": more,
+        "runner": slot,
+        "siblings": siblings,
+    }
 
 
 def column_dim(conn: psycopg.Connection[DictRow]) -> int | None:

@@ -214,7 +214,7 @@ def fill_vectors_task(payload: dict | None = None) -> dict:
     a fill stopped by the soft time limit (one batch slower than the whole budget) sends its successor
     too, so the rows it did not write are not left until the hourly reindex."""
     try:
-        out = run_fill()
+        out = run_fill(ask_for_runner=lambda: app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}]))
     except SoftTimeLimitExceeded:
         app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}])
         raise

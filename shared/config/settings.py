@@ -446,6 +446,14 @@ class IngestSettings(_Group):
         description="batches one fill task runs before it yields the worker to queued ingest batches"
         " (it sends itself again while rows remain)",
     )
+    fill_runners: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="fill tasks that embed at once, each its own rows (0 = one per process of the ingest"
+        " pool, RAGLINE_INGEST_CONCURRENCY): a prefork child runs the local model on one core. Only one"
+        " while an ingest or reindex job is queued or running, so the other processes take its batches",
+    )
 
 
 class ChunkSettings(_Group):

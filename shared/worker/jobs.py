@@ -269,6 +269,18 @@ def mark_stuck(conn: psycopg.Connection[DictRow], older_than_s: float) -> list[d
     return [{**r, "id": str(r["id"])} for r in rows]
 
 
+def any_active(conn: psycopg.Connection[DictRow], stuck_after_s: float) -> bool:
+    """Whether a job is queued or running with a heartbeat younger than ``stuck_after_s`` (an older
+    one is a stuck job that :func:`mark_stuck` will fail, not work in progress)."""
+    return db.one(
+        conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running')"
+            " AND coalesce(heartbeat_at, started_at, created_at) >= now() - make_interval(secs => %s)) AS x",
+            (stuck_after_s,),
+        )
+    )["x"]
+
+
 def running_jobs(conn: psycopg.Connection[DictRow], limit: int = 20) -> list[dict]:
     rows = conn.execute(
         """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 
 import pytest
 
@@ -28,7 +29,9 @@ def loopback():
 
 
 class FillLock:
-    """The fill task's lock, held by the test: every fill task sent meanwhile skips."""
+    """Every slot of the fill's runners, held by the test: every fill task sent meanwhile skips."""
+
+    SLOTS = 64  # the most RAGLINE_INGEST_FILL_RUNNERS allows
 
     def __init__(self, conn) -> None:
         self.conn = conn
@@ -36,13 +39,19 @@ class FillLock:
     def hold(self) -> None:
         from ragline.ingest.reembed import FILL_LOCK_KEY
 
-        self.conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (FILL_LOCK_KEY,))
+        self.conn.execute(
+            "SELECT pg_advisory_lock(hashtext(%s), s) FROM generate_series(0, %s - 1) s",
+            (FILL_LOCK_KEY, self.SLOTS),
+        )
         self.conn.commit()
 
     def release(self) -> None:
         from ragline.ingest.reembed import FILL_LOCK_KEY
 
-        self.conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (FILL_LOCK_KEY,))
+        self.conn.execute(
+            "SELECT pg_advisory_unlock(hashtext(%s), s) FROM generate_series(0, %s - 1) s",
+            (FILL_LOCK_KEY, self.SLOTS),
+        )
         self.conn.commit()
 
 
@@ -261,3 +270,55 @@ def test_the_embedding_budget_decides_which_layers_get_vectors(
     status = lifecycle_status(get_settings())
     assert tenant not in status["awaiting_vectors"]
     assert status["lexical_only_rows"].get(tenant, 0) == kept
+
+
+@pytest.mark.parametrize("ingesting", [False, True], ids=["idle", "a-job-running"])
+@pytest.mark.parametrize("runners", [1, 2, 3])
+def test_the_fill_embeds_on_every_runner_once_no_job_is_ingesting(
+    repo, tenant, fill_lock, use_settings, loopback, runners, ingesting
+):
+    """Up to ``RAGLINE_INGEST_FILL_RUNNERS`` fill tasks embed at once, each its own rows: every row
+    is embedded exactly once and the embedder sees that many requests in flight. While a job is
+    ingesting, one runner only: the pool's other processes are the ingest batches'."""
+    from ragline.ingest.contextualize import embedding_text
+    from ragline.shared.worker import jobs
+
+    use_settings(
+        ingest_lexical_only_layers="[]",  # every layer: rows for several batches
+        ingest_fill_batch_rows="2",
+        ingest_fill_runners=str(runners),
+        embed_model=f"voyage-runners-{uuid.uuid4().hex}",  # an empty embedding cache for every case
+    )
+    modules = {
+        f"pkg/step_{i}.py": f'def step_{i}(value):\n    """Stage {i} of the pipeline."""\n    return value + {i}\n'
+        for i in range(6 * runners)
+    }
+    commit(repo, modules, 1_700_000_100)
+    summary = wait_job(push(tenant, "r", None, "main", 1)["job_id"])
+    assert summary["state"] == "succeeded" and summary["failed"] == 0, summary
+    with db.connection() as c:
+        rows = c.execute(
+            "SELECT context, content FROM chunks WHERE tenant = %s AND embedding IS NULL", (tenant,)
+        ).fetchall()
+        # the state the parallel fill is for: nothing ingesting anywhere (earlier tests' jobs included)
+        c.execute(
+            "UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE state IN ('queued', 'running')"
+        )
+        job = jobs.create_job(c, "ingest", tenant, ["still-coming"]) if ingesting else None
+        c.commit()
+    texts = Counter(embedding_text(r["context"], r["content"]) for r in rows)
+    assert len(rows) >= 4 * runners * 2, len(rows)  # more batches than runners
+    loopback.faults.latency_s = 0.3  # a batch outlasts the time a sibling task needs to start
+    loopback.reset_stats()
+    try:
+        fill_lock.release()
+        fill(tenant)
+    finally:
+        if job:
+            with db.connection() as c:
+                jobs.cancel_job(c, job)
+                c.commit()
+    assert all(v for vs in vectors_by_path(tenant).values() for v in vs)
+    sent = Counter(t for body in loopback.stats.bodies for t in body["input"])
+    assert set(sent) == set(texts) and not sent - texts, sent - texts  # no row embedded twice
+    assert loopback.stats.max_in_flight == (1 if ingesting else runners)

@@ -438,6 +438,7 @@ NEW_VARIABLES: list[tuple[str, str, str, object]] = [
         ["C0_TEST_CHUNKS"],
     ),
     ("RAGLINE_INGEST_FILL_BATCHES_PER_TASK", "2", "ingest.fill_batches_per_task", 2),
+    ("RAGLINE_INGEST_FILL_RUNNERS", "3", "ingest.fill_runners", 3),
     ("RAGLINE_SERVICES_STACK_CHANGE_WAIT_S", "5", "services.stack_change_wait_s", 5.0),
     ("RAGLINE_RETRIEVAL_CORPUS_TERMS", "false", "retrieval.corpus_terms", False),
     ("RAGLINE_ANSWER_EXPAND", "section", "answer.expand", "section"),
