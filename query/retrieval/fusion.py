@@ -11,6 +11,7 @@ what the dev sets reward once the lexical list is real BM25 (docs/evaluation.md,
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
@@ -71,7 +72,9 @@ def normalize(scores: Sequence[float], how: Normalization = "minmax") -> list[fl
         raise ValueError(f"unknown normalization {how!r}")
     if hi <= lo:
         return [1.0 for _ in scores]
-    return [min(1.0, max(0.0, (s - lo) / (hi - lo))) for s in scores]
+    span = hi - lo
+    # the clip as two comparisons: a value already in [0, 1] (every min-max value) skips the calls
+    return [v if 0.0 <= v <= 1.0 else min(1.0, max(0.0, v)) for v in [(s - lo) / span for s in scores]]
 
 
 def convex(
@@ -84,19 +87,24 @@ def convex(
     A hit missing from a list ranked below everything the list returned: it gets the bottom of
     the scale (0; under ``zscore`` the list's lowest score). Ties keep the first appearance (lists in the order given,
     each best first), so the order is stable."""
-    fused: dict[Hashable, float] = {}
     first: dict[Hashable, int] = {}
     for ranked in lists.values():
         for item, _ in ranked:
-            first.setdefault(item, len(first))
+            if item not in first:
+                first[item] = len(first)
+    fused = dict.fromkeys(first, 0.0)
     for name, ranked in lists.items():
         w = weights.get(name, 1.0)
+        if not ranked and math.isfinite(w):
+            continue  # it would add w · 0 = ±0 to every sum, which changes none
         normed = normalize([s for _, s in ranked], how)
         floor = min(normed) if how == "zscore" and normed else 0.0
         present = {item: n for (item, _), n in zip(ranked, normed, strict=True)}
         for item in first:
-            fused[item] = fused.get(item, 0.0) + w * present.get(item, floor)
-    return sorted(fused.items(), key=lambda kv: (-kv[1], first[kv[0]]))
+            fused[item] += w * present.get(item, floor)
+    # items are unique and ``first`` is their order of appearance, so a stable sort by score alone
+    # keeps the first appearance among equal scores
+    return sorted(fused.items(), key=lambda kv: -kv[1])
 
 
 def hybrid_inputs(

@@ -79,24 +79,40 @@ def fuse(
     Scores are computed on the rows; only the ``limit`` kept become :class:`Hit` models: a question
     has many more candidates than hits, and a model per candidate would dominate the task's own time."""
     rows: dict[tuple[str, int], dict] = {}
-    ranks: dict[tuple[str, int], dict[str, float | int]] = {}
-    for rank, row in enumerate(vector, start=1):
-        key = (row["doc_id"], row["chunk_no"])
-        rows.setdefault(key, row)
-        ranks.setdefault(key, {}).update(vector_rank=rank, vector_distance=float(row["distance"]))
-    for rank, row in enumerate(lexical, start=1):
-        key = (row["doc_id"], row["chunk_no"])
-        rows.setdefault(key, row)
-        ranks.setdefault(key, {}).update(lexical_rank=rank, lexical_score=float(row["rank"]))
+    for row in vector:
+        rows.setdefault((row["doc_id"], row["chunk_no"]), row)
+    for row in lexical:
+        rows.setdefault((row["doc_id"], row["chunk_no"]), row)
     fused = fused_keys(vector, lexical, settings, query, vector_share)
     scored = []
     for position, (key, score) in enumerate(fused):
         row = rows[key]
-        final = round(score + float(row["prefer_bonus"]) - float(row["test_penalty"]), 8)
-        scored.append((final, position, key, score))
+        scored.append((round(score + float(row["prefer_bonus"]) - float(row["test_penalty"]), 8), position))
     # a stable sort keeps RRF's own tie-breaking among equal final scores
-    scored.sort(key=lambda t: (-t[0], t[1]))
-    return [
-        sql.hit(rows[key], score=final, fused_score=round(score, 8), **ranks[key])
-        for final, _, key, score in scored[:limit]
-    ]
+    scored.sort(key=lambda t: -t[0])
+    kept = scored[:limit]
+    ranks = _list_ranks(vector, lexical, {fused[position][0] for _, position in kept})
+    hits = []
+    for final, position in kept:
+        key, score = fused[position]
+        hits.append(sql.hit(rows[key], score=final, fused_score=round(score, 8), **ranks[key]))
+    return hits
+
+
+def _list_ranks(
+    vector: list[dict], lexical: list[dict], keys: set[tuple[str, int]]
+) -> dict[tuple[str, int], dict[str, float | int]]:
+    """Each of ``keys``' rank and raw score in the lists that have it (a key a list repeats: its
+    last place there), for the kept hits alone: the other candidates never become hits."""
+    ranks: dict[tuple[str, int], dict[str, float | int]] = {key: {} for key in keys}
+    for rank, row in enumerate(vector, start=1):
+        found = ranks.get((row["doc_id"], row["chunk_no"]))
+        if found is not None:
+            found["vector_rank"] = rank
+            found["vector_distance"] = float(row["distance"])
+    for rank, row in enumerate(lexical, start=1):
+        found = ranks.get((row["doc_id"], row["chunk_no"]))
+        if found is not None:
+            found["lexical_rank"] = rank
+            found["lexical_score"] = float(row["rank"])
+    return ranks

@@ -151,13 +151,17 @@ def structural(req: SearchRequest, vector: list[dict], lexical: list[dict], sett
         return True
     if settings.code.spelled_bonus > 0 and spells_a_definition(req.query, rows):
         return True
-    ranks = {structure.layer_rank(r["layer"], settings.code.layer_ranks) for r in rows}
-    return settings.code.layer_step > 0 and len(ranks) > 1
+    if not settings.code.layer_step > 0:  # no step: layers cannot reorder anything
+        return False
+    layer_ranks = settings.code.layer_ranks
+    return len({structure.layer_rank(r["layer"], layer_ranks) for r in rows}) > 1
 
 
 def spells_a_definition(question: str, rows: list[dict]) -> bool:
     """Whether a candidate defines a name the question spells in words (:func:`structure.spells`)."""
     words = structure.question_words(question)
+    if not words:  # nothing is spelled without words
+        return False
     return any(
         structure.spelled_definitions(
             words, [s for s in sql.metadata(r["metadata"]).get("symbols") or [] if isinstance(s, str)]
