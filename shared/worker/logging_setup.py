@@ -14,6 +14,7 @@ processors, so a worker's log file is one JSON object per line.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
@@ -32,6 +33,13 @@ _SECRET_KEY = re.compile(
 )
 
 _secret_values: tuple[str, ...] = ()
+#: strings the masking found nothing to mask in under ``_secret_values``: every line repeats most of
+#: its values (event, level, logger, tenant, model), and masking one costs two regular expressions
+#: and a search per known secret. Only clean strings are kept (never one that held a secret), short
+#: ones, a bounded number; emptied whenever the known secrets change.
+_clean: set[str] = set()
+_CLEAN_MAX = 1024
+_CLEAN_LEN = 256
 #: deprecated variables already logged by this process
 _deprecations_logged: set[str] = set()
 
@@ -54,12 +62,25 @@ def secret_values_from_settings() -> tuple[str, ...]:
 
 def scrub(text: str) -> str:
     """``text`` masked: known secret values and every password written in it."""
-    return credentials.mask_text(text, _secret_values)
+    if text in _clean:
+        return text
+    masked = credentials.mask_text(text, _secret_values)
+    if masked == text and len(text) <= _CLEAN_LEN:
+        if len(_clean) >= _CLEAN_MAX:
+            _clean.clear()
+        _clean.add(text)
+    return masked
+
+
+@functools.lru_cache(maxsize=1024)
+def _secret_key(key: str) -> bool:
+    """Whether a field's name looks like a credential's (the names are the code's: few, repeated)."""
+    return _SECRET_KEY.search(key) is not None
 
 
 def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     for key, value in list(event.items()):
-        if _SECRET_KEY.search(key) and value is not None:
+        if _secret_key(key) and value is not None:
             event[key] = REDACTED
         elif isinstance(value, SecretStr):
             event[key] = REDACTED
@@ -114,6 +135,7 @@ def configure(
     level = (level or settings.ops.log_level).upper()
     json_output = settings.ops.log_json if json_output is None else json_output
     _secret_values = secret_values_from_settings()
+    _clean.clear()
     shared, renderer = _processors(json_output)
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],

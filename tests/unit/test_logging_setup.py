@@ -82,3 +82,34 @@ def test_celery_per_task_info_lines_are_quiet_but_warnings_pass(captured):
     logging.getLogger("celery.app.trace").warning("Task ragline.ingest.batch[abc] retry: OperationalError")
     events = [line["event"] for line in _lines(captured)]
     assert events == ["Task ragline.ingest.batch[abc] retry: OperationalError"]
+
+
+def test_a_value_logged_clean_is_masked_once_it_becomes_a_known_secret(monkeypatch):
+    """The masking remembers the strings it found clean; a secret configured later is still masked
+    in a string logged clean before, and a string that held a secret is masked every time."""
+    from ragline.shared.config.settings import reset_settings
+
+    buf = io.StringIO()
+    try:
+        reset_settings()
+        logging_setup.configure(level="INFO", json_output=True, stream=buf)
+        for _ in range(3):
+            logging_setup.get_logger("t").info("rotated", tenant="tenant-of-rotated-pw-77")
+            logging_setup.get_logger("t").info("url", target="redis://u:hunter2@127.0.0.1:6379/0")
+        monkeypatch.setenv("RAGLINE_FLOWER_PASSWORD", "rotated-pw-77")
+        reset_settings()
+        logging_setup.configure(level="INFO", json_output=True, stream=buf)
+        logging_setup.get_logger("t").info("rotated", tenant="tenant-of-rotated-pw-77")
+    finally:
+        root = logging.getLogger()
+        for h in [h for h in root.handlers if h.get_name() == "ragline-json"]:
+            root.removeHandler(h)
+        monkeypatch.undo()
+        reset_settings()
+    lines = _lines(buf)
+    assert [line["tenant"] for line in lines if line["event"] == "rotated"] == [
+        "tenant-of-rotated-pw-77"
+    ] * 3 + ["tenant-of-***"]
+    assert [line["target"] for line in lines if line["event"] == "url"] == [
+        "redis://u:***@127.0.0.1:6379/0"
+    ] * 3
