@@ -31,6 +31,7 @@ order (``ordering: "contract"``). Which signals help, by how much, is measured o
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass, replace
 
@@ -107,8 +108,12 @@ def _looks_like_code(word: str, call: bool, quoted: bool) -> bool:
     return quoted or call or "." in word or "_" in bare or bool(_CAMEL.search(word))
 
 
+@functools.lru_cache(maxsize=512)
 def named(question: str) -> Named:
-    """The files and identifiers ``question`` names (pure)."""
+    """The files and identifiers ``question`` names (pure, so memoised: one search asks it of the
+    same question several times, from the structural check, whether it names a file, the fusion's
+    code check and the named files' statement, and it is the costliest reading of the question, up
+    to ~0.15 ms for a sentence of prose). ``Named`` is frozen: no caller can change the shared one."""
     text = question.replace("\\", "/")
     files: dict[str, None] = {}
     for m in _PATH.finditer(text):

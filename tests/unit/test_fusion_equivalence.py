@@ -255,3 +255,17 @@ def test_convex_and_normalize_as_the_reference(how):
             scores = [s for _, s in ranked]
             assert fusion.normalize(scores, how) == _reference_normalize(scores, how)
         assert repr(fusion.convex(lists, weights, how)) == repr(_reference_convex(lists, weights, how))
+
+
+def test_what_a_question_names_is_read_once_and_is_the_same_every_time():
+    """The structural reading of a question is memoised (the search asks it several times): each
+    answer equals a fresh reading, and the shared answer is frozen."""
+    for query in [
+        *QUERIES,
+        "see requests/sessions.py and `Session.request`",
+        "Traceback in models.py line 3",
+    ]:
+        fresh = structure.named.__wrapped__(query)
+        assert structure.named(query) == fresh and structure.named(query) is structure.named(query)
+        with pytest.raises(AttributeError):
+            structure.named(query).files = ()  # type: ignore[misc]
