@@ -70,7 +70,8 @@ LIMIT %(n)s
 UPDATE_SQL = """
 UPDATE chunks c SET embedding = u.embedding, embed_model = %(model)s, updated_at = now()
 FROM unnest(%(ids)s::bigint[], %(hashes)s::text[], %(vecs)s::vector[]) AS u(id, content_hash, embedding)
-WHERE c.id = u.id AND c.content_hash = u.content_hash AND c.embed_model IS DISTINCT FROM %(model)s
+WHERE c.id = u.id AND c.content_hash = u.content_hash
+  AND (c.embedding IS NULL OR c.embed_model IS DISTINCT FROM %(model)s)
 """
 
 DOCS_SQL = """

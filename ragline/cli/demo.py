@@ -28,7 +28,7 @@ CODE_QUESTION = QUESTIONS[2]
 
 #: what the demo indexes of a repository: ragline's docs and its ingestion package, which holds the
 #: code the code question is about. Every chunk and symbol record is embedded on the local CPU (the
-#: code after it is stored, see RAGLINE_INGEST_DEFER_VECTORS), so the other packages (and tests,
+#: repository after it is stored, see RAGLINE_INGEST_DEFER_VECTORS), so the other packages (and tests,
 #: deployment files) would triple a first `make run`; `ragline ingest .` indexes all of it.
 REPOSITORY_INCLUDE = ["ingest/*", "docs/*.md", "README.md"]
 

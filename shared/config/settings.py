@@ -419,10 +419,11 @@ class IngestSettings(_Group):
         validation_alias="RAGLINE_INGEST_TASK_MAX_RETRIES",
         description="task retries on provider/infrastructure outages, then the documents fail",
     )
-    defer_vectors: Literal["code", "all", "none"] = Field(
-        "code",
-        description="which documents are stored searchable before they are embedded: code (source files,"
-        " searchable lexically and structurally as soon as they are parsed), all, or none (every row is"
+    defer_vectors: Literal["repositories", "code", "all", "none"] = Field(
+        "repositories",
+        description="which documents are stored searchable before they are embedded: repositories (every"
+        " file of a git source, its docs too, and source files of any source: searchable lexically and"
+        " structurally as soon as they are parsed), code (source files only), all, or none (every row is"
         " embedded before it is stored); deferred rows get their vectors from the fill task on the"
         " ingest pool, source chunks first, and search responses count the rows still without one",
     )
@@ -451,7 +452,7 @@ class IngestSettings(_Group):
         ge=0,
         le=64,
         description="fill tasks that embed at once, each its own rows (0 = one per process of the ingest"
-        " pool, RAGLINE_INGEST_CONCURRENCY): a prefork child runs the local model on one core. Only one"
+        " pool, RAGLINE_WORKERS_INGEST_CONCURRENCY): a prefork child runs the local model on one core. Only one"
         " while an ingest or reindex job is queued or running, so the other processes take its batches",
     )
 

@@ -206,7 +206,7 @@ def rows_by_layer(tenant: str) -> dict[str, list[bool]]:
     return out
 
 
-@pytest.mark.parametrize("defer", ["code", "none"])
+@pytest.mark.parametrize("defer", ["repositories", "code", "none"])
 @pytest.mark.parametrize(
     "lexical_only", [["C1_SYMBOLS"], ["C1_SYMBOLS", "docs"], []], ids=["symbols", "symbols+docs", "none"]
 )
@@ -232,10 +232,13 @@ def test_the_embedding_budget_decides_which_layers_get_vectors(
     assert {"C0_SOURCE_CHUNKS", "C1_SYMBOLS", "C0_TEST_CHUNKS", "docs"} <= set(stored), stored
     kept = sum(len(stored[layer]) for layer in lexical_only)
     pending = sum(not v for layer, vs in stored.items() if layer not in lexical_only for v in vs)
-    deferred = {"C0_SOURCE_CHUNKS", "C0_TEST_CHUNKS", "C1_SYMBOLS"} - set(
-        lexical_only
-    )  # a source file's rows
-    assert pending == (sum(len(stored[layer]) for layer in deferred) if defer == "code" else 0)
+    # a source file's rows, and under "repositories" the repository's docs too
+    deferred = {
+        "repositories": {"C0_SOURCE_CHUNKS", "C0_TEST_CHUNKS", "C1_SYMBOLS", "docs"},
+        "code": {"C0_SOURCE_CHUNKS", "C0_TEST_CHUNKS", "C1_SYMBOLS"},
+        "none": set(),
+    }[defer] - set(lexical_only)
+    assert pending == sum(len(stored[layer]) for layer in deferred)
     assert all(not any(stored[layer]) for layer in lexical_only)
 
     during = search(tenant, ["dev"])
@@ -322,3 +325,28 @@ def test_the_fill_embeds_on_every_runner_once_no_job_is_ingesting(
     sent = Counter(t for body in loopback.stats.bodies for t in body["input"])
     assert set(sent) == set(texts) and not sent - texts, sent - texts  # no row embedded twice
     assert loopback.stats.max_in_flight == (1 if ingesting else runners)
+
+
+@pytest.mark.parametrize("held_by_other", [0, 4])
+def test_a_runner_claims_only_rows_no_other_runner_holds(stack, held_by_other):
+    """Row claims are advisory locks of the runner's session: a row another runner holds is never
+    claimed, the rest are taken in priority order, at most ``batch`` of them."""
+    from ragline.ingest.reembed import claim, release
+
+    rows = [{"id": 9_000_000 + i} for i in range(10)]
+    with db.connection() as other, db.connection() as mine:
+        taken = claim(other, rows[:held_by_other], held_by_other) if held_by_other else []
+        other.commit()
+        assert len(taken) == held_by_other
+        for batch in (2, 8, 20):
+            got = claim(mine, rows, batch)
+            mine.commit()
+            assert len(got) == min(batch, len(rows) - held_by_other), (batch, got)
+            assert [r["id"] for r in got] == [r["id"] for r in rows if r not in taken][: len(got)]
+            release(mine, [r["id"] for r in got])
+            mine.commit()
+        release(other, [r["id"] for r in taken])
+        other.commit()
+        assert len(claim(mine, rows, 20)) == 10  # released: every row free again
+        mine.execute("SELECT pg_advisory_unlock_all()")
+        mine.commit()

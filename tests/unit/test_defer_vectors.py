@@ -7,20 +7,31 @@ from ragline.ingest.pipeline import defers_vectors
 from ragline.ingest.reembed import BATCH_SQL, FILL_ROWS, REEMBED_ROWS
 from ragline.shared.worker import pending_vectors
 
+#: (policy, what it defers of: a repository's source file, a repository's doc, a source file of a
+#: folder or upload, a document that is no repository's)
+DEFERS = {
+    "repositories": (True, True, True, False),
+    "code": (True, False, True, False),
+    "all": (True, True, True, True),
+    "none": (False, False, False, False),
+}
+KINDS = [(True, True), (False, True), (True, False), (False, False)]  # (code, repository)
 
-@pytest.mark.parametrize(
-    ("policy", "code", "deferred"),
-    [
-        ("code", True, True),
-        ("code", False, False),
-        ("all", True, True),
-        ("all", False, True),
-        ("none", True, False),
-        ("none", False, False),
-    ],
-)
-def test_the_policy_decides_per_document_kind(policy, code, deferred):
-    assert defers_vectors(policy, code) is deferred
+
+@pytest.mark.parametrize("policy", sorted(DEFERS))
+@pytest.mark.parametrize("kind", range(len(KINDS)), ids=["repo-code", "repo-doc", "code", "doc"])
+def test_the_policy_decides_per_document_kind(policy, kind):
+    code, repository = KINDS[kind]
+    assert defers_vectors(policy, code, repository) is DEFERS[policy][kind]
+
+
+def test_every_policy_of_the_setting_is_in_the_matrix():
+    from typing import get_args
+
+    from ragline.shared.config.settings import IngestSettings
+
+    assert set(get_args(IngestSettings.model_fields["defer_vectors"].annotation)) == set(DEFERS)
+    assert IngestSettings().defer_vectors == "repositories"
 
 
 def test_the_fill_and_the_reembedding_share_one_batch_statement():
