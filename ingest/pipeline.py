@@ -213,8 +213,8 @@ def defers_vectors(policy: str, code: bool, repository: bool = False) -> bool:
 def relative_path(req: IngestRequest, path: str) -> str:
     """The document's path inside its source: a repository's file path (``repo_path``), or the
     logical path without its ``<source>/`` prefix, so a source named ``tests`` is not a test."""
-    if isinstance(req.metadata.get("repo_path"), str):
-        return req.metadata["repo_path"]
+    if req.repository_path is not None:
+        return req.repository_path
     source = req.metadata.get("source")
     return path[len(source) + 1 :] if isinstance(source, str) and path.startswith(source + "/") else path
 
@@ -434,11 +434,7 @@ def _ingest_into(
     if not ready:
         return
     policy = get_settings().ingest.defer_vectors
-    defer = {
-        i
-        for i, p in ready
-        if defers_vectors(policy, p.code, isinstance(p.req.metadata.get("repo_path"), str))
-    }
+    defer = {i for i, p in ready if defers_vectors(policy, p.code, p.req.repository_path is not None)}
     later = [(i, p) for i, p in ready if i in defer]
     ready = [(i, p) for i, p in ready if i not in defer]
     # one pooled connection for the cache and every document's own transaction (not one checkout each)

@@ -156,6 +156,12 @@ def _record(req: IngestRequest, result: IngestResult) -> None:
             )
 
 
+def _send_fill() -> None:
+    """One more vector-fill task on the ingest queue: every sender (the first stored row without a
+    vector, a fill's successor, a runner asking for a sibling) sends the same task."""
+    app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}])
+
+
 def _fill_once() -> Callable[[IngestResult], None]:
     """Sends the fill task once, for the first result that stored rows without vectors: as soon as
     they wait, and even when the rest of the batch then fails and is retried (its retry finds these
@@ -165,7 +171,7 @@ def _fill_once() -> Callable[[IngestResult], None]:
     def fill(result: IngestResult) -> None:
         if result.awaiting_vectors and not sent:
             sent.append(True)
-            app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}])
+            _send_fill()
 
     return fill
 
@@ -214,12 +220,12 @@ def fill_vectors_task(payload: dict | None = None) -> dict:
     a fill stopped by the soft time limit (one batch slower than the whole budget) sends its successor
     too, so the rows it did not write are not left until the hourly reindex."""
     try:
-        out = run_fill(ask_for_runner=lambda: app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}]))
+        out = run_fill(ask_for_runner=_send_fill)
     except SoftTimeLimitExceeded:
-        app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}])
+        _send_fill()
         raise
     if out["more"]:  # the rest after the ingest batches queued meanwhile
-        app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}])
+        _send_fill()
     return out
 
 

@@ -45,6 +45,14 @@ class IngestRequest(BaseModel):
             return uri
         return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
+    @property
+    def repository_path(self) -> str | None:
+        """The file's path inside its repository when a git source sent it (``repo_path`` in the
+        metadata), else None: what makes a document "a repository's file" for the defer policy and
+        for its path relative to the source."""
+        value = self.metadata.get("repo_path")
+        return value if isinstance(value, str) else None
+
     @model_validator(mode="after")
     def _one_source(self) -> IngestRequest:
         if (self.uri is None) == (self.content is None):
