@@ -34,13 +34,18 @@ WITH candidates AS MATERIALIZED (
 SELECT * FROM candidates ORDER BY distance, doc_id, chunk_no
 """
 
-# the exact path over the tenant (:func:`vector_path` "tenant"): the tenant's rows sorted by {order} = EXACT_ORDER, which no
-# index serves; only ids and distances go through the sort, the n kept rows are read after
+# the exact path over the tenant (:func:`vector_path` "tenant"): the tenant's rows, each distance
+# computed once in a sub-select kept apart by OFFSET 0 (an ORDER BY over the distance expression would
+# compute it a second time per row, and could be served by the HNSW index), sorted by {order} =
+# EXACT_ORDER; only ids and distances go through the sort, the n kept rows are read after
 EXACT_VECTOR_SQL = """
 WITH best AS MATERIALIZED (
-    SELECT c.id, c.embedding <=> %(qvec)s AS distance
-    FROM chunks c
-    WHERE {scope} AND c.embedding IS NOT NULL{where}
+    SELECT s.id, s.distance FROM (
+        SELECT c.id, c.embedding <=> %(qvec)s AS distance
+        FROM chunks c
+        WHERE {scope} AND c.embedding IS NOT NULL{where}
+        OFFSET 0
+    ) s
     ORDER BY {order}
     LIMIT %(n)s
 )
@@ -55,10 +60,13 @@ ORDER BY b.distance, c.doc_id, c.chunk_no
 # write both in one transaction), and the chunks' own scope condition stays
 VISIBLE_VECTOR_SQL = """
 WITH best AS MATERIALIZED (
-    SELECT c.id, c.embedding <=> %(qvec)s AS distance
-    FROM chunks c
-    WHERE {scope} AND c.embedding IS NOT NULL{where}
-      AND c.doc_id IN (SELECT d.doc_id FROM documents d WHERE d.tenant = %(tenant)s AND d.acl && %(groups)s::text[])
+    SELECT s.id, s.distance FROM (
+        SELECT c.id, c.embedding <=> %(qvec)s AS distance
+        FROM chunks c
+        WHERE {scope} AND c.embedding IS NOT NULL{where}
+          AND c.doc_id IN (SELECT d.doc_id FROM documents d WHERE d.tenant = %(tenant)s AND d.acl && %(groups)s::text[])
+        OFFSET 0
+    ) s
     ORDER BY {order}
     LIMIT %(n)s
 )
@@ -271,9 +279,9 @@ VECTOR_ORDER = {
     "vector": "c.embedding <=> %(qvec)s",
     "halfvec": "c.embedding::halfvec({dim}) <=> %(qvec)s::halfvec({dim})",
 }
-# an expression over the distance, which no index can serve: the planner reads the tenant's rows
-# through the tenant index and sorts them, never walking the HNSW graph
-EXACT_ORDER = "(c.embedding <=> %(qvec)s) + 0"
+# the exact paths' order: the distance their sub-select computed, which no index can serve (the
+# planner reads the rows through the tenant or documents index and sorts them, never walking HNSW)
+EXACT_ORDER = "s.distance"
 
 
 VectorPath = Literal["tenant", "visible", "hnsw"]

@@ -1,4 +1,4 @@
-"""Row-level security (migration 0007): the query pool's role reads only the rows of the tenant and
+"""Row-level security (migrations 0007 and 0020): the query pool's role reads only the rows of the tenant and
 groups its transaction names, even when a statement forgets its own filter, and writes nothing."""
 
 from __future__ import annotations
@@ -188,3 +188,41 @@ def test_lexical_search_keeps_its_index_under_row_level_security(corpus):
         assert row_security.row_security_problem(conn) is None
     with db.connection() as owner:  # a query pool left on DATABASE_URL is told it is not bound
         assert "does not bind" in row_security.row_security_problem(owner)
+
+
+@pytest.mark.parametrize("groups", [["wide"], ["narrow"], ["rare"], ["narrow", "rare"]])
+def test_the_chunks_policy_reads_the_groups_once_and_leaves_the_estimate_to_the_where(corpus, groups):
+    """The policy repeats the statement's own ACL filter, so it must neither multiply the planner's
+    estimate of the caller's rows (a tenant that looks ten or a hundred times smaller is sorted in
+    full instead of walked through HNSW, or read in full for a join) nor parse the groups setting
+    again for every row (migration 0020): the query role's estimate of a scope is the owner's, and
+    its plan reads the groups in an init plan."""
+    import numpy as np
+
+    from bench.synthetic import EmbeddingSpace, load_chunks
+
+    def acl(d: int) -> list[str]:  # 300 documents of 10 chunks: 90 %, 10 % and 1 % of them
+        return ["narrow"] if d % 10 == 0 and d % 100 else ["narrow", "rare"] if d % 100 == 0 else ["wide"]
+
+    with db.connection() as owner:
+        vectors = EmbeddingSpace().sample(3000, np.random.default_rng(1))
+        load_chunks(owner, corpus, vectors, [], start=10, doc_acls=[acl(d) for d in range(300)])
+        owner.commit()
+        owner.execute("ANALYZE chunks")
+        owner.commit()
+    statement = "EXPLAIN (FORMAT JSON) SELECT c.id FROM chunks c WHERE c.tenant = %s AND c.acl && %s::text[]"
+
+    def estimate(conn: psycopg.Connection) -> tuple[float, str]:
+        plan = conn.execute(statement, (corpus, groups)).fetchone()["QUERY PLAN"][0]["Plan"]
+        return plan["Plan Rows"], json.dumps(plan)
+
+    with db.connection() as owner:
+        owners, _ = estimate(owner)
+        try:
+            owner.execute("SET LOCAL ROLE ragline_query_login")
+            scoped(owner, corpus, groups)
+            role, plan = estimate(owner)
+        finally:
+            owner.rollback()
+    assert 0.5 <= role / owners <= 2, (role, owners, plan)
+    assert "InitPlan" in plan and "current_setting" in plan, plan

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from ragline.operations.index import replaced_by
-from ragline.query.retrieval.sql import EXACT_ORDER, VECTOR_ORDER, VECTOR_SQL, VECTOR_TEMPLATES, vector_order
+from ragline.query.retrieval.sql import (
+    EXACT_ORDER,
+    FIELDS,
+    VECTOR_ORDER,
+    VECTOR_SQL,
+    VECTOR_TEMPLATES,
+    render,
+    vector_order,
+)
 from ragline.query.retrieval.transaction import vector_path
 from ragline.query.retrieval.vector_index import INDEX_NAMES, definition, kind_of, problem_with
 from ragline.shared.config.settings import Settings
@@ -60,6 +68,16 @@ def test_each_path_has_its_statement_and_only_hnsw_uses_the_index_order():
     assert VECTOR_TEMPLATES.get("hnsw", VECTOR_SQL) is VECTOR_SQL
     assert "documents d" in VECTOR_TEMPLATES["visible"] and "documents" not in VECTOR_TEMPLATES["tenant"]
     assert all("{scope}" in t for t in VECTOR_TEMPLATES.values())  # the chunks' own scope stays
+
+
+@pytest.mark.parametrize("path", ["tenant", "visible"])
+def test_an_exact_path_computes_each_rows_distance_once(path):
+    """The exact paths read thousands of rows: each distance is computed once (the sort key is the
+    sub-select's column, not the expression again), and the order is one no index serves."""
+    statement = render(VECTOR_TEMPLATES[path], "", "", order=vector_order(settings(), exact=True))
+    best = statement.split(f"SELECT {FIELDS}", 1)[0]
+    assert best.count("<=>") == 1, best
+    assert "ORDER BY s.distance" in best and "OFFSET 0" in best
 
 
 def test_the_order_no_index_serves_and_the_configured_index_serves():
