@@ -13,6 +13,11 @@ Markdown corpus, the same instant loopback embedder and the same machine state.
   ragline through its query queue (what a chat backend gets), ragline's ``service.search`` in this
   process (no queue: what LlamaIndex's in-process call compares to), and ``PGVectorStore.query`` in
   ``HYBRID`` mode. Each embeds the question through the loopback server.
+* **Recall@10 on tydi-ru-dev with the local model**: the 389 passages through each system's
+  ingestion (as above, each passage a document), every one of the 403 questions through each
+  system's hybrid query, both embedding with ragline's local e5 provider (the same model, prefixes
+  and vectors: LlamaIndex gets it as a ``BaseEmbedding``), ten results each, mapped to passages.
+  Quality is not timed; the speed rounds' instant embedder would make every ranking meaningless.
 
 The embedder is ``tests/loopback.py``'s Voyage server answering from a table of pre-serialised
 vectors (bench i's): it costs neither side anything, so what is measured is each system's own
@@ -31,8 +36,10 @@ from bench import common
 
 NAME = "peer"
 TITLE = "Peers side by side: ragline vs LlamaIndex (PGVectorStore) on one Postgres, corpus and embedder"
-SMOKE = {"n_files": 4, "rounds": 2, "n_queries": 4, "warmup": 1}
-DOCS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "ru-docs"
+SMOKE = {"n_files": 4, "rounds": 2, "n_queries": 4, "warmup": 1, "recall_queries": 4}
+DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+DOCS = DATASETS / "ru-docs"
+TYDI = DATASETS / "tydi-ru-dev"
 ACL = ["bench"]
 K = 10
 SIDES = ("ragline queue", "ragline in-process", "llamaindex")
@@ -76,6 +83,22 @@ def questions(docs: list[tuple[str, str]], n: int) -> list[str]:
     return [heads[i % len(heads)] for i in range(n)]
 
 
+def tydi_set(n_queries: int | None = None, root: Path = TYDI) -> tuple[list[tuple[str, str]], list[dict]]:
+    """tydi-ru-dev as (passage id, "title\\n\\ntext") documents and its questions (the first
+    ``n_queries``, all by default); with a limit, only the passages those questions name, so a smoke
+    run embeds little."""
+    from ragline.operations.eval import grades, read_jsonl
+
+    queries = read_jsonl(root / "dev.jsonl")[:n_queries]
+    wanted = None if n_queries is None else {d for q in queries for d in grades(q["relevant"])}
+    docs = []
+    for row in read_jsonl(root / "corpus.jsonl"):
+        if wanted is None or str(row["id"]) in wanted:
+            title = (row.get("title") or "").strip()
+            docs.append((str(row["id"]), f"{title}\n\n{row['text']}" if title else str(row["text"])))
+    return docs, queries
+
+
 def ratios(ragline: dict, peer: dict) -> dict[str, float]:
     """ragline over LlamaIndex: throughput (> 1: ragline faster) and latency (< 1: ragline faster)."""
 
@@ -91,6 +114,7 @@ def ratios(ragline: dict, peer: dict) -> dict[str, float]:
         "query_p95_queue": div(ragline["query_queue"]["p95_ms"], peer["query"]["p95_ms"]),
         "query_p50_in_process": div(ragline["query_in_process"]["p50_ms"], peer["query"]["p50_ms"]),
         "query_p95_in_process": div(ragline["query_in_process"]["p95_ms"], peer["query"]["p95_ms"]),
+        "recall_at_10": div(ragline["recall"]["recall@10"], peer["recall"]["recall@10"]),
     }
 
 
@@ -106,6 +130,9 @@ def targets(r: dict[str, float], failed: int) -> list[common.Target]:
         ),
         common.Target(
             "hybrid query p95, ragline's queue / LlamaIndex in process", r["query_p95_queue"], "<=", 1.0
+        ),
+        common.Target(
+            "hybrid recall@10 on tydi-ru-dev, local model: ragline / LlamaIndex", r["recall_at_10"], ">=", 1.0
         ),
         common.Target("documents failed (ragline, every round)", failed, "<=", 0),
     ]
@@ -123,6 +150,7 @@ def _throughput(chunks: int, chars: int, seconds: float) -> dict:
 
 # ------------------------------------------------------------------------------------ ragline
 def _ragline_ingest(tenant: str, docs: list[tuple[str, str]], batch_docs: int) -> dict:
+    """Every document as ``ragline ingest`` sends it: batch tasks of ``batch_docs``, waited until ready."""
     from ragline.shared.sdk.names import TASK_INGEST_BATCH
     from ragline.shared.worker import db
     from ragline.shared.worker.celery_app import app
@@ -162,10 +190,10 @@ def _ragline_queue(tenant: str, q: str) -> tuple[float, list[str]]:
     return ms, [h["doc_id"] for h in res["hits"]]
 
 
-def _ragline_in_process(tenant: str, q: str) -> tuple[float, list[str]]:
+def _ragline_in_process(tenant: str, q: str, k: int = K) -> tuple[float, list[str]]:
     from ragline.query import service
 
-    req = _search_request(tenant, q)
+    req = _search_request(tenant, q).model_copy(update={"k": k})
     t = time.perf_counter()
     resp = service.search(req)
     return (time.perf_counter() - t) * 1000, [h.doc_id for h in resp.hits]
@@ -198,6 +226,29 @@ def _llama_embedding(url: str, dim: int, batch: int):
             return embed(texts)
 
     return LoopbackEmbedding(model_name="loopback-instant", embed_batch_size=batch)
+
+
+def _llama_local_embedding(batch: int):
+    """ragline's own local e5 provider (one model in this process) as a LlamaIndex embedding: the
+    same model, prefixes and vectors on both sides of the recall comparison."""
+    from llama_index.core.embeddings import BaseEmbedding
+
+    from ragline.shared.worker.providers import get_embedder
+
+    class RaglineLocalEmbedding(BaseEmbedding):
+        def _get_query_embedding(self, query: str) -> list[float]:
+            return get_embedder().embed_query(query)
+
+        async def _aget_query_embedding(self, query: str) -> list[float]:
+            return get_embedder().embed_query(query)
+
+        def _get_text_embedding(self, text: str) -> list[float]:
+            return get_embedder().embed_documents([text])[0]
+
+        def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+            return get_embedder().embed_documents(texts)
+
+    return RaglineLocalEmbedding(model_name="ragline-local-e5", embed_batch_size=batch)
 
 
 def _sqlalchemy_url(conninfo: str, driver: str):
@@ -287,6 +338,45 @@ def _drop_llama_tables(prefix: str) -> None:
             conn.execute(f'DROP TABLE IF EXISTS public."{r["tablename"]}"')
 
 
+# ------------------------------------------------------------------------------------- recall
+def _recall(raw: dict, prefix: str, n_queries: int | None, batch_docs: int) -> None:
+    """Hybrid recall@10 / MRR@10 of both systems on tydi-ru-dev with the local model (untimed), into
+    ``raw["recall"]``; the metrics are ``ragline eval``'s own (``ragline.operations.eval``)."""
+    from ragline.operations.eval import ModeReport, doc_ranking, grades, recall_at_k
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT
+
+    docs, queries = tydi_set(n_queries)
+    with (
+        common.settings_env(embedder="local-e5", reranker="none", ingest_batch_docs=batch_docs),
+        common.prefork_pools({"ingest": (TASK_INGEST_DOCUMENT, {})}),
+    ):
+        s = get_settings()
+        tenant = f"bench-{prefix}-tydi"
+        ingest = _ragline_ingest(tenant, docs, batch_docs)
+        embed_model = _llama_local_embedding(s.embed.batch_size)
+        store = _llama_store(f"{prefix}_tydi", s.embed.dim, s)
+        _llama_ingest(store, embed_model, docs, s)
+        reports = {"ragline": ModeReport("hybrid", K), "llamaindex": ModeReport("hybrid", K)}
+        # PGVectorStore's HYBRID list is its dense top-k, then the full-text top-k it did not hold
+        # (no fusion): its first ten are the dense ten; recall over its whole list is kept beside
+        whole_list: list[float] = []
+        for row in queries:
+            rel = grades(row["relevant"])
+            _, found = _ragline_in_process(tenant, row["query"])
+            reports["ragline"].add(row["query"], doc_ranking(found), rel)
+            _, found = _llama_query(store, embed_model, row["query"])
+            reports["llamaindex"].add(row["query"], doc_ranking(found), rel)
+            whole_list.append(recall_at_k(doc_ranking(found), rel, 2 * K))
+    raw["recall"] = {
+        "passages": len(docs),
+        "questions": len(queries),
+        "ragline_documents_failed": ingest["documents_failed"],
+        **{side: rep.summary() for side, rep in reports.items()},
+        "llamaindex_recall_whole_list": round(sum(whole_list) / len(whole_list), 4) if whole_list else 0.0,
+    }
+
+
 # ------------------------------------------------------------------------------------------ run
 def _compare(
     raw: dict,
@@ -347,6 +437,7 @@ def run(
     warmup: int = 10,
     batch_docs: int = 8,
     concurrency: int | None = None,
+    recall_queries: int | None = None,
 ) -> dict:
     missing = missing_peer()
     if missing:
@@ -389,6 +480,8 @@ def run(
             ),
         ):
             ms = _compare(raw, srv.url, docs, qs, rounds, warmup, batch_docs, prefix)
+        # last: it loads the local model into this process, which nothing forks afterwards
+        _recall(raw, prefix, recall_queries, batch_docs)
     finally:
         _drop_llama_tables(prefix)
         with db.connection() as conn:
@@ -402,13 +495,18 @@ def run(
         "ingest": median_round("ragline"),
         "query_queue": common.latency_summary(ms["ragline queue"]),
         "query_in_process": common.latency_summary(ms["ragline in-process"]),
+        "recall": raw["recall"]["ragline"],
     }
     raw["llamaindex"] = {
         "ingest": median_round("llamaindex"),
         "query": common.latency_summary(ms["llamaindex"]),
+        "recall": raw["recall"]["llamaindex"],
     }
     raw["ratios_ragline_over_llamaindex"] = ratios(raw["ragline"], raw["llamaindex"])
-    failed = sum(x["ragline"]["documents_failed"] for x in raw["rounds"])
+    failed = (
+        sum(x["ragline"]["documents_failed"] for x in raw["rounds"])
+        + raw["recall"]["ragline_documents_failed"]
+    )
     tgs = targets(raw["ratios_ragline_over_llamaindex"], failed)
 
     params, notes = _describe(docs, rounds, n_queries, warmup, batch_docs, concurrency, settings)
@@ -442,6 +540,7 @@ def _describe(docs, rounds, n_queries, warmup, batch_docs, concurrency, settings
         " similarity_top_k = sparse_top_k = 10",
         "ragline": "batch ingest tasks on ragline up's prefork ingest pool; hybrid retrieve through the query"
         " queue and service.search in this process; reranker off",
+        "recall_set": "tydi-ru-dev (../shared/datasets/tydi-ru-dev): its passages and questions, local e5 on both sides",
     }
     notes = [
         "Measured once, at small sizes, on a shared and loaded machine (load_average_start / _end): the"
@@ -451,6 +550,11 @@ def _describe(docs, rounds, n_queries, warmup, batch_docs, concurrency, settings
         "ragline's ingestion runs on its prefork pool (ingest_concurrency processes), LlamaIndex's"
         " IngestionPipeline.run in one process, as each documents its use.",
         "Latency: client-side ms per question, each embedding the question through the same loopback server.",
+        "Recall (untimed): tydi-ru-dev's passages as documents into a fresh tenant and table, each system's"
+        " hybrid query per question with ragline's local e5 provider on both sides, ten results (ragline k=10;"
+        " LlamaIndex similarity_top_k = sparse_top_k = 10, its list's first ten passages), ragline eval's"
+        " recall@10 / MRR@10. PGVectorStore's HYBRID list is its dense top ten followed by the full-text hits"
+        " not among them (no fusion); llamaindex_recall_whole_list scores all of its up to twenty results.",
     ]
     return params, notes
 
@@ -474,7 +578,11 @@ def _plot(out_dir: Path, n_files: int, raw: dict, tgs: list[common.Target]) -> N
                 "ragline via queue": raw["ragline"]["query_queue"]["p95_ms"],
                 "LlamaIndex": raw["llamaindex"]["query"]["p95_ms"],
             },
+            "tydi-ru-dev hybrid recall@10 × 100": {
+                "ragline": raw["ragline"]["recall"]["recall@10"] * 100,
+                "LlamaIndex": raw["llamaindex"]["recall"]["recall@10"] * 100,
+            },
         },
-        "chunks/s ÷ 10 | ms",
+        "chunks/s ÷ 10 | ms | recall × 100",
         tgs,
     )

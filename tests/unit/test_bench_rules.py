@@ -71,7 +71,7 @@ def test_the_no_op_worker_is_the_query_pools_command_on_its_own_app_and_queue():
     assert env == worker_command(settings, "query").env
 
 
-def _sides(r_cps, r_chars, r_q, r_in, p_cps, p_chars, p_q):
+def _sides(r_cps, r_chars, r_q, r_in, p_cps, p_chars, p_q, r_recall=0.9, p_recall=0.9):
     def lat(p95):
         return {"p50_ms": p95 / 2, "p95_ms": p95}
 
@@ -79,8 +79,13 @@ def _sides(r_cps, r_chars, r_q, r_in, p_cps, p_chars, p_q):
         "ingest": {"chunks_per_s": r_cps, "source_chars_per_s": r_chars},
         "query_queue": lat(r_q),
         "query_in_process": lat(r_in),
+        "recall": {"recall@10": r_recall},
     }
-    peer = {"ingest": {"chunks_per_s": p_cps, "source_chars_per_s": p_chars}, "query": lat(p_q)}
+    peer = {
+        "ingest": {"chunks_per_s": p_cps, "source_chars_per_s": p_chars},
+        "query": lat(p_q),
+        "recall": {"recall@10": p_recall},
+    }
     return ragline, peer
 
 
@@ -97,6 +102,10 @@ def test_peer_ratios_are_ragline_over_the_peer():
     assert by_name["hybrid query p95, in process: ragline / LlamaIndex"].passed  # lower latency passes
     assert not by_name["hybrid query p95, ragline's queue / LlamaIndex in process"].passed
     assert by_name["documents failed (ragline, every round)"].passed
+    recall = "hybrid recall@10 on tydi-ru-dev, local model: ragline / LlamaIndex"
+    assert by_name[recall].passed  # equal recall passes
+    worse = peer.ratios(*_sides(300, 90_000, 12.0, 6.0, 200, 120_000, 8.0, r_recall=0.8, p_recall=0.9))
+    assert worse["recall_at_10"] == 0.8889 and not {t.name: t for t in peer.targets(worse, 0)}[recall].passed
     assert not {t.name: t for t in peer.targets(r, failed=1)}[
         "documents failed (ragline, every round)"
     ].passed
@@ -123,6 +132,25 @@ def test_peer_corpus_and_questions_are_the_same_slice_every_time(tmp_path):
     assert [p for p, _ in docs] == ["a.md", "b/two.md"]  # sorted, empty files and READMEs left out
     assert peer.corpus(1, tmp_path) == docs[:1]
     assert peer.questions(docs, 4) == ["Первая", "Вторая глава", "v-model и ссылки", "Первая"]
+
+
+def test_peer_recall_set_is_tydi_with_only_the_named_passages_under_a_limit(tmp_path):
+    import json
+
+    from bench import peer
+
+    rows = [
+        {"id": "p1", "title": "Заголовок", "text": "первый"},
+        {"id": "p2", "text": "второй"},
+        {"id": "p3", "text": "третий"},
+    ]
+    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps(r) for r in rows), "utf-8")
+    qs = [{"query": "один", "relevant": ["p2"]}, {"query": "два", "relevant": {"p3": 1, "p1": 0}}]
+    (tmp_path / "dev.jsonl").write_text("\n".join(json.dumps(q) for q in qs), "utf-8")
+    docs, queries = peer.tydi_set(root=tmp_path)
+    assert docs == [("p1", "Заголовок\n\nпервый"), ("p2", "второй"), ("p3", "третий")] and len(queries) == 2
+    docs, queries = peer.tydi_set(1, root=tmp_path)
+    assert docs == [("p2", "второй")] and [q["query"] for q in queries] == ["один"]
 
 
 def test_peer_without_llama_index_says_so_and_measures_nothing(monkeypatch, tmp_path):
