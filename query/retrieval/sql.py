@@ -230,15 +230,21 @@ WITH q AS MATERIALIZED (
 # from at most %(cap)s of its chunks (a word in more chunks is counted on those: its shares are
 # lower bounds, so a capped count can only keep a word, never drop one); and per source its
 # documents. Only run for a question holding such a word.
+# each word's tsquery is built once, in the materialised list: written inside the lateral, the
+# stemming ran again for every row of the scope it filtered, and no index could take it
 TERM_STATS_SQL = """
-WITH w AS (
-    SELECT t.word, (tsvector_to_array(to_tsvector('russian', t.word)))[1] AS lexeme
-    FROM unnest(%(words)s::text[]) AS t(word)
+WITH w AS MATERIALIZED (
+    SELECT s.word, quote_literal(s.lexeme)::tsquery AS q
+    FROM (
+        SELECT t.word, (tsvector_to_array(to_tsvector('russian', t.word)))[1] AS lexeme
+        FROM unnest(%(words)s::text[]) AS t(word)
+    ) s
+    WHERE s.lexeme IS NOT NULL
 )
 SELECT w.word, split_part(x.path, '/', 1) AS source, count(DISTINCT x.doc_id) AS docs
 FROM w CROSS JOIN LATERAL (
     SELECT c.doc_id, c.path FROM chunks c
-    WHERE w.lexeme IS NOT NULL AND {scope} AND c.tsv @@ quote_literal(w.lexeme)::tsquery
+    WHERE {scope} AND c.tsv @@ w.q
     LIMIT %(cap)s
 ) x
 GROUP BY 1, 2

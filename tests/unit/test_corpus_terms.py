@@ -125,3 +125,12 @@ def test_the_thresholds_are_the_policys():
     assert not plan(q, min_docs=30).changed
     assert not plan(q, min_specific=5).changed
     assert not CorpusTerms(sizes=SIZES, concentration=0.95).names_source(TermStat("DOM", STATS["DOM"]))
+
+
+def test_the_statistics_statement_stems_each_word_once_outside_the_rows_it_filters():
+    from ragline.query.retrieval import sql
+
+    words, rows = sql.TERM_STATS_SQL.split("CROSS JOIN LATERAL")
+    assert "to_tsvector" in words and "MATERIALIZED" in words  # once per word, before the join
+    assert "to_tsvector" not in rows and "quote_literal" not in rows  # not once per chunk it filters
+    assert "c.tsv @@ w.q" in rows
