@@ -213,6 +213,17 @@ def settings_env(**overrides: object) -> Iterator[None]:
         providers.reset()
 
 
+def settle(*tables: str) -> None:
+    """Vacuum and analyse ``tables``, then checkpoint: the timed queries after a load then run on
+    the statistics and visibility a production table has, not under the autovacuum the load set off."""
+    from ragline.shared.worker import db
+
+    with db.connect() as conn:  # autocommit, outside the pool: VACUUM runs in no transaction
+        for table in tables:
+            conn.execute(f"VACUUM (ANALYZE) {table}")
+    checkpoint()
+
+
 def checkpoint() -> None:
     """Flush dirty pages, so a timed phase does not pay for the writes of the one before."""
     from ragline.shared.worker import db

@@ -408,7 +408,9 @@ def _compare(
             else:
                 out[side] = _llama_ingest(store, embed_model, docs, s)
         raw["rounds"].append(out)
-    # ---- hybrid queries on the last round's data, the three sides in a rotating order
+    # ---- hybrid queries on the last round's data, the three sides in a rotating order, both
+    # systems' tables vacuumed and analysed first
+    common.settle("chunks", "documents", f'public."data_{prefix}_{rounds - 1}"')
     calls = {
         "ragline queue": lambda q: _ragline_queue(tenant, q),
         "ragline in-process": lambda q: _ragline_in_process(tenant, q),
