@@ -175,8 +175,7 @@ def run(
     with db.connect() as conn:
         with conn.transaction():
             load_chunks(conn, tenant, EmbeddingSpace().sample(n_chunks, np.random.default_rng(seed)), ACL)
-        conn.execute("VACUUM (ANALYZE) chunks")
-    common.checkpoint()
+    common.settle("chunks")
     ready = {"query": (TASK_QUERY_RETRIEVE, {"query": "", "tenant": tenant, "groups": []})}
     raw: dict = {"rounds": []}
     # a remote embedder makes the pool ragline up's solo processes, no model loaded; lexical

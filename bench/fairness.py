@@ -46,9 +46,7 @@ def _load(tenants: list[str], n_chunks: int, seed: int) -> None:
         with conn.transaction():
             for tenant in tenants:
                 load_chunks(conn, tenant, space.sample(n_chunks, rng), ACL)
-        conn.execute("VACUUM (ANALYZE) chunks")
-        conn.execute("VACUUM (ANALYZE) documents")
-    common.checkpoint()
+    common.settle("chunks", "documents")
 
 
 class Questions:

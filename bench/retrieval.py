@@ -85,9 +85,7 @@ def _load(
                 "ef_construction": 64,
             }
         # leave nothing for autovacuum or the checkpointer to do while latencies are measured
-        conn.execute("VACUUM (ANALYZE) chunks")
-        conn.execute("VACUUM (ANALYZE) documents")
-        common.checkpoint()
+        common.settle("chunks", "documents")
         info["total_chunks_in_table"] = conn.execute("SELECT count(*) AS n FROM chunks").fetchone()["n"]
     return info
 
