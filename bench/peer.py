@@ -545,8 +545,10 @@ def _describe(docs, rounds, n_queries, warmup, batch_docs, concurrency, settings
         "recall_set": "tydi-ru-dev (../shared/datasets/tydi-ru-dev): its passages and questions, local e5 on both sides",
     }
     notes = [
-        "Measured once, at small sizes, on a shared and loaded machine (load_average_start / _end): the"
-        " ratios hold better than the absolute numbers, and even they move with the load.",
+        "One run at small sizes (load_average_start / _end in machine): the ratios hold better than the"
+        " absolute numbers, and even they move with the load; repeat the run and report the spread.",
+        "Before the questions both systems' tables are vacuumed and analysed (bench.common.settle), so"
+        " neither side's tail holds the autovacuum its load set off.",
         "ingest: the median round of each system (rounds alternate which goes first); each round loads the"
         " same files into a fresh tenant (ragline) and a fresh table (LlamaIndex).",
         "ragline's ingestion runs on its prefork pool (ingest_concurrency processes), LlamaIndex's"

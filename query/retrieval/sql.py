@@ -231,7 +231,7 @@ WITH q AS MATERIALIZED (
 # lower bounds, so a capped count can only keep a word, never drop one); and per source its
 # documents. Only run for a question holding such a word.
 # each word's tsquery is built once, in the materialised list: written inside the lateral, the
-# stemming ran again for every row of the scope it filtered, and no index could take it
+# stemming ran again for every row of the scope it filtered
 TERM_STATS_SQL = """
 WITH w AS MATERIALIZED (
     SELECT s.word, quote_literal(s.lexeme)::tsquery AS q
