@@ -104,8 +104,14 @@ def _headline(name: str, raw: dict) -> str:
                 f" source chars/s ragline/LlamaIndex {r['ingest_source_chars_per_s']:g}; hybrid query p50/p95:"
                 f" ragline in process {rg['query_in_process']['p50_ms']:g}/{rg['query_in_process']['p95_ms']:g} ms,"
                 f" through the queue {rg['query_queue']['p50_ms']:g}/{rg['query_queue']['p95_ms']:g} ms,"
-                f" LlamaIndex {li['query']['p50_ms']:g}/{li['query']['p95_ms']:g} ms (measured once, small"
-                " sizes, on a loaded shared machine)"
+                f" LlamaIndex {li['query']['p50_ms']:g}/{li['query']['p95_ms']:g} ms"
+                + (
+                    f"; hybrid recall@10 on tydi-ru-dev (local model, {raw['recall']['questions']} questions):"
+                    f" ragline {rg['recall']['recall@10']:g}, LlamaIndex {li['recall']['recall@10']:g}"
+                    if "recall" in raw
+                    else ""
+                )
+                + " (one run, small sizes)"
             )
         if name == "local_embedder":
             d = ", ".join(f"{k} {v:g}" for k, v in raw["direct_texts_per_s"].items())
