@@ -171,7 +171,7 @@ def summary(results: Path = common.RESULTS) -> str:
             out.append(f"\n{line}.")
         out.append(
             f"\n<sub>{m['started_at']}, {m['cpu_count']} × {m['cpu_model']}, load average at start"
-            f" {m['load_average_start'][0]} (shared with other test runs), PostgreSQL {m.get('postgres', '?')},"
+            f" {m['load_average_start'][0]}, PostgreSQL {m.get('postgres', '?')},"
             f" pgvector {m.get('pgvector', '?')}; raw numbers in `bench/results/{path.name}`.</sub>\n"
         )
     return "\n".join(out)
