@@ -87,16 +87,13 @@ def tydi_set(n_queries: int | None = None, root: Path = TYDI) -> tuple[list[tupl
     """tydi-ru-dev as (passage id, "title\\n\\ntext") documents and its questions (the first
     ``n_queries``, all by default); with a limit, only the passages those questions name, so a smoke
     run embeds little."""
-    from ragline.operations.eval import grades, read_jsonl
+    from ragline.operations.eval import corpus_payloads, grades, read_jsonl
 
     queries = read_jsonl(root / "dev.jsonl")[:n_queries]
     wanted = None if n_queries is None else {d for q in queries for d in grades(q["relevant"])}
-    docs = []
-    for row in read_jsonl(root / "corpus.jsonl"):
-        if wanted is None or str(row["id"]) in wanted:
-            title = (row.get("title") or "").strip()
-            docs.append((str(row["id"]), f"{title}\n\n{row['text']}" if title else str(row["text"])))
-    return docs, queries
+    rows = [r for r in read_jsonl(root / "corpus.jsonl") if wanted is None or str(r["id"]) in wanted]
+    # the document text exactly as ``ragline eval`` ingests the passage
+    return [(d["doc_id"], d["content"]) for d in corpus_payloads(rows, tenant="")], queries
 
 
 def ratios(ragline: dict, peer: dict) -> dict[str, float]:
