@@ -113,7 +113,12 @@ class ThreadedServer:
     ``with Server() as srv: srv.url``. Subclasses build their state, then call ``super().__init__()``."""
 
     def __init__(self) -> None:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        handler = self._handler()
+        # a handler writes its headers and its body separately: with Nagle's algorithm on, the body
+        # of an answer on a kept-alive connection waits for the client's delayed ACK (~40 ms on
+        # Linux), a latency no real provider adds and one every timed call through it would carry
+        handler.disable_nagle_algorithm = True
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
