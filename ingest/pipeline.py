@@ -105,12 +105,16 @@ def prepare(req: IngestRequest, embed_model: str, state: dict | None) -> Prepare
     """
     settings = get_settings()
     timings: dict[str, float] = {}
+    # the stage histogram gets the unrounded seconds: a stage under 5 µs (the contexts of a short
+    # source file) rounds to 0.0 ms in the result's timings and would add nothing to its sum
+    seconds: dict[str, float] = {}
     stage = "load"
     t = time.perf_counter()
 
     def lap(name: str) -> None:
         nonlocal t
         now = time.perf_counter()
+        seconds[name] = now - t
         timings[name] = elapsed_ms(t, now)
         t = now
 
@@ -140,8 +144,8 @@ def prepare(req: IngestRequest, embed_model: str, state: dict | None) -> Prepare
         raise DocumentFailed(stage, _readable(exc)) from exc
     rel = relative_path(req, loaded.path)
     layer, extra_layer = kind.layers(rel, req.layer, LayerRules.from_settings(settings.code))
-    for name, ms in timings.items():
-        observe_stage(name, ms / 1000, {layer: 1})
+    for name, s in seconds.items():
+        observe_stage(name, s, {layer: 1})
     chunk_layers: list[str | None] = [None] * len(chunks)
     if extra_layer is not None:
         t = time.perf_counter()

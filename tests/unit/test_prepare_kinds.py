@@ -289,9 +289,9 @@ INLINE: dict[str, dict] = {
 }
 
 
-def _run(name: str, monkeypatch: pytest.MonkeyPatch) -> dict:
+def _run(name: str, monkeypatch: pytest.MonkeyPatch, seconds: list[float] | None = None) -> dict:
     """One case through ``prepare()``: what it stores (or the stage and message it fails with) and
-    the stages it reports to the metrics."""
+    the stages it reports to the metrics (with their seconds appended to ``seconds`` when given)."""
     if name in INLINE:
         req = IngestRequest(tenant="t", doc_id=name.replace(" ", "-"), **INLINE[name])
         env: dict = {}
@@ -306,7 +306,13 @@ def _run(name: str, monkeypatch: pytest.MonkeyPatch) -> dict:
         monkeypatch.setenv(var, value)
     reset_settings()
     observed: list = []
-    monkeypatch.setattr(pipeline, "observe_stage", lambda stage, _s, layers: observed.append([stage, layers]))
+
+    def observe(stage: str, s: float, layers: dict) -> None:
+        observed.append([stage, layers])
+        if seconds is not None:
+            seconds.append(s)
+
+    monkeypatch.setattr(pipeline, "observe_stage", observe)
     try:
         out = pipeline.prepare(req, "model", None)
     except pipeline.DocumentFailed as exc:
@@ -354,6 +360,19 @@ def golden() -> dict:
 @pytest.mark.parametrize("name", NAMES)
 def test_prepare_makes_what_it_made_before_the_document_kinds(name, golden, monkeypatch):
     assert json.loads(json.dumps(_run(name, monkeypatch), ensure_ascii=False)) == golden[name]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_stage_shorter_than_the_reported_rounding_still_adds_its_time(name, monkeypatch):
+    """The clock moves 1 µs per reading, so every stage lasts a few µs: the result's timings round
+    that to 0.0 ms, the stage histogram must still get the time."""
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(pipeline.time, "perf_counter", lambda: next(ticks) * 1e-6)
+    seconds: list[float] = []
+    out = _run(name, monkeypatch, seconds)
+    assert len(seconds) == len(out["observed"])
+    assert out["observed"] or "failed" in out  # a failed document reports no stage
+    assert all(s > 0 for s in seconds), list(zip(out["observed"], seconds, strict=True))
 
 
 def test_every_registered_format_is_in_the_matrix(golden):
