@@ -556,12 +556,13 @@ def _store_group(
                 outcomes = [_store_alone(conn, p, vectors, model) for _, p, vectors in members]
             else:
                 outcomes = [DocumentFailed("store", _readable(exc))]
-        store_ms = elapsed_ms(t)
+        stored = time.perf_counter()
+        store_ms = elapsed_ms(t, stored)
         layers: dict[str, int] = {}
         for _, p, _ in members:
             for layer in p.layers:
                 layers[layer] = layers.get(layer, 0) + 1
-        observe_stage("store", store_ms / 1000, layers or {members[0][1].layer: 1})
+        observe_stage("store", stored - t, layers or {members[0][1].layer: 1})
         rows = sum(len(p.chunks) for _, p, _ in members) or 1
         for j, (i, p, vectors), outcome in zip(positions, members, outcomes, strict=True):
             # the round's time, shared by its documents in proportion to their rows
