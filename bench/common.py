@@ -387,6 +387,8 @@ def bar_plot(
     log: bool = False,
 ) -> Path:
     """Grouped bars: ``{group: {series: value}}`` (ragline next to its baseline), targets in the caption."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -405,7 +407,8 @@ def bar_plot(
         vals = [v for _, v in present]
         bars = ax.bar(xs, vals, width, label=s)
         ax.bar_label(bars, labels=[f"{v:.3g}" for v in vals], fontsize=8, padding=2)
-    ax.set_xticks(x, list(groups))
+    # long group names wrap instead of running into their neighbours
+    ax.set_xticks(x, [textwrap.fill(g, 22) for g in groups])
     ax.set_ylabel(ylabel)
     if log:
         ax.set_yscale("log")
