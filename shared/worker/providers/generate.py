@@ -92,7 +92,9 @@ class AnthropicGenerator:
             kind = (body.get("error") or {}).get("type") if isinstance(body.get("error"), dict) else None
             raise ProviderError(f"anthropic stream: {kind or type(exc).__name__}") from exc
         except Exception as exc:  # connection errors of the SDK's own HTTP client, a malformed event
-            raise ProviderError(f"anthropic stream: {type(exc).__name__}") from exc
+            raise ProviderError(
+                f"anthropic stream: {_failure_kind(exc, anthropic.APIConnectionError)}"
+            ) from exc
         if not stopped:
             raise ProviderError("anthropic stream: cut before message_stop")
         g = Generation("".join(parts).strip(), input_tokens, output_tokens)
@@ -195,6 +197,16 @@ class OpenAIChatGenerator:
         )
         _count(self.name, g)
         yield g
+
+
+def _failure_kind(exc: BaseException, wrapper: type[BaseException]) -> str:
+    """The kind of a stream's failure, without its message (which may quote the provider's body):
+    the SDK's connection error names the transport error it wraps (``RemoteProtocolError`` for a body
+    cut short, ``ReadTimeout``), which some SDK versions raise bare and others inside ``wrapper``."""
+    cause = exc.__cause__
+    if isinstance(exc, wrapper) and cause is not None:
+        return type(cause).__name__
+    return type(exc).__name__
 
 
 def _count(name: str, g: Generation) -> None:
