@@ -435,6 +435,20 @@ def _code_eval(
                 )
     if result.get("held_out"):
         Console().print(table)
+    _warn_degraded(result["modes"])
+
+
+def _warn_degraded(modes: dict[str, dict]) -> None:
+    """Name each mode whose searches fell back (a timed-out question embedding makes hybrid the
+    lexical list): its numbers then mix in another mode's."""
+    for name, r in modes.items():
+        if r.get("degraded"):
+            reasons = sorted({x for row in r["per_query"] for x in row.get("degraded", [])})
+            console.print(
+                f"[yellow]{escape(name)}: {r['degraded']} of {r['n']} searches degraded"
+                f" ({escape('; '.join(reasons))}): those rows measured a fallback, not this mode"
+                " (a loaded machine: raise RAGLINE_QUERY_EMBED_TIMEOUT_S on the query workers)[/]"
+            )
 
 
 @app.command()

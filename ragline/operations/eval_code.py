@@ -184,18 +184,24 @@ class CodeReport:
     name: str
     rows: list[dict] = field(default_factory=list)
 
-    def add(self, q: CodeQuery, files: list[str]) -> None:
+    def add(self, q: CodeQuery, files: list[str], degraded: list[str] | None = None) -> None:
+        """``degraded``: the search's ``degraded_reasons`` (a hybrid search whose question embedding
+        timed out is the lexical list): kept per query and counted, so a mode's numbers never
+        silently mix in another mode's."""
         row = {"id": q.id, **{f"acc@{k}": accuracy_at(files, q.relevant, k) for k in ACC_AT}}
         row[f"recall@{RECALL_AT}"] = recall_at(files, q.relevant, RECALL_AT)
         row["mrr"] = reciprocal_rank(files, q.relevant)
         row["rank"] = next((i for i, f in enumerate(files, start=1) if f in q.relevant), None)
         row["top"] = files[:3]
+        if degraded:
+            row["degraded"] = list(degraded)
         self.rows.append(row)
 
     def summary(self) -> dict:
         keys = [*(f"acc@{k}" for k in ACC_AT), f"recall@{RECALL_AT}", "mrr"]
         out = {k: round(statistics.fmean(r[k] for r in self.rows), 3) if self.rows else 0.0 for k in keys}
         out["n"] = len(self.rows)
+        out["degraded"] = sum(1 for r in self.rows if r.get("degraded"))
         return out
 
 
@@ -386,7 +392,7 @@ def run_code_eval(
                 files = [file_of(f, source) for f in res.get("files") or []] or file_rank.ranked_paths(
                     res["hits"], text, file_weights, source
                 )
-                reports.setdefault(name, CodeReport(name)).add(q, files)
+                reports.setdefault(name, CodeReport(name)).add(q, files, res.get("degraded_reasons"))
                 for label, fw in file_variants.items():
                     files = file_rank.ranked_paths(res["hits"], text, fw, source)
                     file_ranks.setdefault(name, {}).setdefault(label, CodeReport(label)).add(q, files)

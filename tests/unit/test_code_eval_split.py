@@ -48,3 +48,37 @@ def test_weights_chosen_on_one_half_are_reported_on_the_other():
     assert a["configured_on_held_out_half"]["mrr"] == 0.5
     assert a["none_on_held_out_half"]["mrr"] == 0.333
     assert b["chosen_on_held_out_half"]["mrr"] == 0.5
+
+
+def test_a_degraded_search_is_counted_and_named_in_its_row():
+    """A hybrid search whose question embedding timed out answers with the lexical list: the row
+    keeps the reason and the mode's summary counts it, so a table never passes such a fallback off
+    as the mode it asked for."""
+    from pathlib import Path
+
+    from ragline.operations.eval_code import run_code_eval
+
+    snap = Snapshot(Path("requests.bundle"), "r")
+    queries = [CodeQuery(f"psf__requests-{n}", f"question {n}", snap, ("gold.py",)) for n in (1, 2, 3)]
+
+    def search(query, tenant, mode, layers, structural):
+        slow = mode == "hybrid" and query == "question 2"
+        return {
+            "hits": [{"doc_id": "d", "chunk_no": 0, "path": "requests/gold.py", "score": 1.0}],
+            "degraded_reasons": ["embedder: timeout after 3s"] if slow else [],
+        }
+
+    result = run_code_eval(
+        queries,
+        lambda s, c, n: {"tenant": "t", "commit": "c" * 40},
+        search,
+        ["lexical", "hybrid"],
+        "code",
+        ablate=False,
+    )
+    hybrid, lexical = result["modes"]["hybrid [code]"], result["modes"]["lexical [code]"]
+    assert (hybrid["degraded"], lexical["degraded"]) == (1, 0)
+    rows = {r["id"]: r for r in hybrid["per_query"]}
+    assert rows["psf__requests-2"]["degraded"] == ["embedder: timeout after 3s"]
+    assert "degraded" not in rows["psf__requests-1"] and "degraded" not in rows["psf__requests-3"]
+    assert hybrid["acc@1"] == 1.0  # the fallback's rows still count; the count says how many
