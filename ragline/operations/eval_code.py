@@ -15,11 +15,11 @@ mode's hits, with the held-out split, at no extra retrieval);
 ``acc@k`` is 1 when *all* gold files are within the first k files, ``recall@10`` the share of gold
 files within 10, ``mrr`` the reciprocal rank of the first gold file.
 
-The structural signals (:mod:`ragline.query.retrieval.structure`) are measured one by one on the hits of the
-structural hybrid search of each query (its ``top_n`` best candidates, with their ranks), re-fused
-and re-scored with the same pure functions the retrieval task applies, so an ablation costs no
-extra retrieval; ``none`` is therefore plain fusion over those candidates, close to but not the
-same list as the plain hybrid search.
+The structural signals (:mod:`ragline.query.retrieval.structure`) and the lexical weights are
+measured one by one on each query's whole candidate lists (the vector and the lexical search's
+``top_n`` each, :func:`ablation_candidates`), re-fused and re-scored with the same pure functions
+the retrieval task applies, so an ablation costs no extra retrieval beyond those two lists; a
+re-fusion with a weight reproduces what the retrieval task answers with that weight.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ RECALL_AT = 10
 #: the retrieval contract's question limit (``SearchRequest.query``); longer issue texts are cut
 MAX_QUERY_CHARS = 4000
 #: RRF weights of the lexical list measured beside the default (the vector list's weight is 1)
-LEXICAL_WEIGHTS = (0.0175, 0.05, 0.1, 0.25, 0.5, 1.0)
+LEXICAL_WEIGHTS = (0.0175, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
 #: a mode is a retrieval mode, or one with the structural re-score (``+structure``); lexical with
 #: structure is what a code search answers while the repository's vectors are being filled
 MODES = ("lexical", "lexical+structure", "vector", "hybrid", "hybrid+structure")
@@ -346,6 +346,64 @@ def ingest_snapshots(
     return {q.snapshot: done[q.snapshot] for q in queries}
 
 
+def ablation_candidates(vector: list[dict], lexical: list[dict], structural: list[dict]) -> list[Hit]:
+    """The candidates a re-fusion needs (pure): every chunk of the vector list and of the lexical
+    list (each from its own search, so each list is whole), with its rank in each, and the named
+    files' rank from the structural hybrid search (``structural``: that search's hits, which carry
+    it). The structural search's own hits are not enough: it keeps its best ``top_n``, and under a
+    small lexical weight every chunk only the lexical list found is cut, so no re-fusion with a larger
+    weight could bring it back."""
+    by_key: dict[tuple[str, int], dict] = {}
+    for h in (*structural, *vector, *lexical):
+        by_key.setdefault(
+            (h["doc_id"], h["chunk_no"]), {**h, "vector_rank": None, "lexical_rank": None, "named_rank": None}
+        )
+    for hits, field_name in ((vector, "vector_rank"), (lexical, "lexical_rank"), (structural, "named_rank")):
+        for h in hits:
+            by_key[(h["doc_id"], h["chunk_no"])][field_name] = h.get(field_name)
+    return [Hit.model_validate(h) for h in by_key.values()]
+
+
+def _whole_lists(
+    lists: dict[str, list[dict]], share: float, search: SearchFn, where: tuple[str, str, list[str]]
+) -> tuple[list[Hit], float]:
+    """:func:`ablation_candidates` from the hits of the modes already run (``lists``: mode -> hits),
+    searching the lists a re-fusion needs and the run did not have (``where``: the question, tenant
+    and layers); with the structural search's vector share."""
+    text, tenant, layers = where
+    for mode, structural in (("hybrid+structure", True), ("vector", False), ("lexical", False)):
+        if mode not in lists:
+            res = search(text, tenant, mode.split("+")[0], layers, structural)
+            lists[mode] = res["hits"]
+            share = res.get("vector_share", 1.0) if structural else share
+    return ablation_candidates(lists["vector"], lists["lexical"], lists["hybrid+structure"]), share
+
+
+def _refused(
+    hits: list[Hit], share: float, text: str, source: str, settings: Settings
+) -> Iterable[tuple[str, list[str]]]:
+    """``(label, files)`` of every structural ablation and lexical weight, re-fused from one query's
+    candidates with the retrieval task's pure functions and its file order (the response's
+    ``files``), so ``configured`` at the configured weight is the hybrid+structure mode's row."""
+    weights = structure.weights_from(settings)
+    file_weights = file_rank.file_weights_from(settings)
+    runs = [
+        (label, w, settings.fusion.rrf_weight_lexical_code)
+        for label, w in structure.ablations(weights).items()
+    ]
+    runs += [
+        (f"{label}, lexical weight {wl:g}", w, wl)
+        for wl in LEXICAL_WEIGHTS
+        for label, w in (("none", structure.Weights()), ("configured", weights))
+    ]
+    # the share of the scope the candidates' vector list saw, as the search weighed it
+    code_policy = FusionPolicy.from_settings(settings, code=True).covering(share)
+    for label, w, wl in runs:
+        fused = structure.refuse(hits, w, replace(code_policy, lexical_weight=wl))
+        ranked = structure.rescore(fused, text, w, settings)[: settings.retrieval.top_n]
+        yield label, file_rank.ranked_paths(ranked, text, file_weights, source)
+
+
 def _file_rank_on(settings: Settings) -> Settings:
     """The settings with the file ranking on: its configured weights are measured even while it is off."""
     return settings.model_copy(update={"code": settings.code.model_copy(update={"file_rank": True})})
@@ -384,9 +442,11 @@ def run_code_eval(
         tenant, source = tenants[q.snapshot]
         text = question(q.query)
         for variant, layer_list in variants.items():
-            candidates, share = None, 1.0
+            lists: dict[str, list[dict]] = {}
+            share = 1.0
             for mode in modes:
                 res = search(text, tenant, mode.split("+")[0], layer_list, mode.endswith("+structure"))
+                lists[mode] = res["hits"]
                 name = f"{mode} [{variant}]"
                 # the response's own file order (query/retrieval/file_rank.py), as a caller gets it
                 files = [file_of(f, source) for f in res.get("files") or []] or file_rank.ranked_paths(
@@ -397,28 +457,12 @@ def run_code_eval(
                     files = file_rank.ranked_paths(res["hits"], text, fw, source)
                     file_ranks.setdefault(name, {}).setdefault(label, CodeReport(label)).add(q, files)
                 if mode == "hybrid+structure":
-                    candidates, share = res["hits"], res.get("vector_share", 1.0)
+                    share = res.get("vector_share", 1.0)
             if ablate:
-                if candidates is None:
-                    res = search(text, tenant, "hybrid", layer_list, True)
-                    candidates, share = res["hits"], res.get("vector_share", 1.0)
-                hits = [Hit.model_validate(h) for h in candidates]
-                runs = [
-                    (label, w, settings.fusion.rrf_weight_lexical_code)
-                    for label, w in structure.ablations(weights).items()
-                ]
-                runs += [
-                    (f"{label}, lexical weight {wl:g}", w, wl)
-                    for wl in LEXICAL_WEIGHTS
-                    for label, w in (("none", structure.Weights()), ("configured", weights))
-                ]
-                # the share of the scope the candidates' vector list saw, as the search weighed it
-                code_policy = FusionPolicy.from_settings(settings, code=True).covering(share)
-                for label, w, wl in runs:
-                    fused = structure.refuse(hits, w, replace(code_policy, lexical_weight=wl))
-                    ranked = structure.rescore(fused, text, w, settings)
+                candidates, share = _whole_lists(lists, share, search, (text, tenant, layer_list))
+                for label, files in _refused(candidates, share, text, source, settings):
                     name = f"{label} [{variant}]"
-                    ablations.setdefault(name, CodeReport(name)).add(q, file_ranking(ranked, source))
+                    ablations.setdefault(name, CodeReport(name)).add(q, files)
     say(
         f"{len(queries)} queries x {len(modes)} mode(s) x {len(variants)} layer variant(s) in {time.perf_counter() - t:.0f}s"
     )

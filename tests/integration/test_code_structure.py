@@ -297,6 +297,11 @@ def test_code_eval_on_a_tiny_bundle(celery_worker, use_settings, loopback, tmp_p
     assert ablation["none [all]"] == {
         k: v for k, v in result["modes"]["hybrid [all]"].items() if k != "per_query"
     }
+    # re-fused from both lists at the configured weights, the ablation is what the search answers
+    for variant in ("all", "code"):
+        assert ablation[f"configured [{variant}]"] == {
+            k: v for k, v in result["modes"][f"hybrid+structure [{variant}]"].items() if k != "per_query"
+        }
     # a rerun queries the snapshots ingested before
     again = runner.invoke(cli, ["eval", str(queries), "--mode", "lexical", "--layers", "code", "--json"])
     assert again.exit_code == 0, again.output

@@ -82,3 +82,22 @@ def test_a_degraded_search_is_counted_and_named_in_its_row():
     assert rows["psf__requests-2"]["degraded"] == ["embedder: timeout after 3s"]
     assert "degraded" not in rows["psf__requests-1"] and "degraded" not in rows["psf__requests-3"]
     assert hybrid["acc@1"] == 1.0  # the fallback's rows still count; the count says how many
+
+
+def test_the_ablation_candidates_are_both_whole_lists_with_their_ranks():
+    """A chunk only the lexical list found, which the structural search cut under a small lexical
+    weight, is a candidate with its lexical rank; a chunk both lists found has both ranks; the named
+    files' rank comes from the structural search."""
+    from ragline.operations.eval_code import ablation_candidates
+
+    def hit(doc, **ranks):
+        return {"doc_id": doc, "chunk_no": 0, "path": f"r/{doc}.py", "score": 0.5, **ranks}
+
+    vector = [hit("a", vector_rank=1), hit("b", vector_rank=2)]
+    lexical = [hit("c", lexical_rank=1), hit("a", lexical_rank=2)]
+    structural = [hit("a", vector_rank=1, lexical_rank=2), hit("b", vector_rank=2), hit("n", named_rank=1)]
+    got = {
+        h.doc_id: (h.vector_rank, h.lexical_rank, h.named_rank)
+        for h in ablation_candidates(vector, lexical, structural)
+    }
+    assert got == {"a": (1, 2, None), "b": (2, None, None), "c": (None, 1, None), "n": (None, None, 1)}
