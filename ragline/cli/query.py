@@ -447,7 +447,7 @@ def _warn_degraded(modes: dict[str, dict]) -> None:
             console.print(
                 f"[yellow]{escape(name)}: {r['degraded']} of {r['n']} searches degraded"
                 f" ({escape('; '.join(reasons))}): those rows measured a fallback, not this mode"
-                " (a loaded machine: raise RAGLINE_QUERY_EMBED_TIMEOUT_S on the query workers)[/]"
+                " (a loaded machine: raise RAGLINE_DEADLINES_QUERY_EMBED_TIMEOUT_S on the query workers)[/]"
             )
 
 
