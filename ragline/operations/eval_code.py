@@ -379,14 +379,10 @@ def _whole_lists(
     return ablation_candidates(lists["vector"], lists["lexical"], lists["hybrid+structure"]), share
 
 
-def _refused(
-    hits: list[Hit], share: float, text: str, source: str, settings: Settings
-) -> Iterable[tuple[str, list[str]]]:
-    """``(label, files)`` of every structural ablation and lexical weight, re-fused from one query's
-    candidates with the retrieval task's pure functions and its file order (the response's
-    ``files``), so ``configured`` at the configured weight is the hybrid+structure mode's row."""
+def ablation_runs(settings: Settings) -> list[tuple[str, structure.Weights, float]]:
+    """``(label, structural weights, lexical weight)`` of every structural ablation and lexical
+    weight the eval re-fuses each query's candidates with."""
     weights = structure.weights_from(settings)
-    file_weights = file_rank.file_weights_from(settings)
     runs = [
         (label, w, settings.fusion.rrf_weight_lexical_code)
         for label, w in structure.ablations(weights).items()
@@ -396,6 +392,21 @@ def _refused(
         for wl in LEXICAL_WEIGHTS
         for label, w in (("none", structure.Weights()), ("configured", weights))
     ]
+    return runs
+
+
+def _refused(
+    hits: list[Hit],
+    share: float,
+    text: str,
+    source: str,
+    runs: list[tuple[str, structure.Weights, float]],
+    settings: Settings,
+) -> Iterable[tuple[str, list[str]]]:
+    """``(label, files)`` of each of ``runs`` (:func:`ablation_runs`), re-fused from one query's
+    candidates with the retrieval task's pure functions and its file order (the response's
+    ``files``), so ``configured`` at the configured weight is the hybrid+structure mode's row."""
+    file_weights = file_rank.file_weights_from(settings)
     # the share of the scope the candidates' vector list saw, as the search weighed it
     code_policy = FusionPolicy.from_settings(settings, code=True).covering(share)
     for label, w, wl in runs:
@@ -436,6 +447,7 @@ def run_code_eval(
     file_variants = file_rank.variants(file_rank.file_weights_from(_file_rank_on(settings)))
     file_ranks: dict[str, dict[str, CodeReport]] = {}
     ablations: dict[str, CodeReport] = {}
+    runs = ablation_runs(settings)
     load_before = os.getloadavg()
     t = time.perf_counter()
     for q in queries:
@@ -460,7 +472,7 @@ def run_code_eval(
                     share = res.get("vector_share", 1.0)
             if ablate:
                 candidates, share = _whole_lists(lists, share, search, (text, tenant, layer_list))
-                for label, files in _refused(candidates, share, text, source, settings):
+                for label, files in _refused(candidates, share, text, source, runs, settings):
                     name = f"{label} [{variant}]"
                     ablations.setdefault(name, CodeReport(name)).add(q, files)
     say(
