@@ -143,10 +143,12 @@ def fill_batches(
     budget_s: float,
     started: float,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[int, int]:
+    give_way: Callable[[], bool] = lambda: False,
+) -> tuple[int, int, bool]:
     """Run ``batch`` (rows written and texts embedded, None when nothing is left) up to
     ``max_batches`` times, starting no batch once ``budget_s`` has passed since ``started``
-    (on ``clock``); at least one batch always runs. The totals (rows written, texts embedded)."""
+    (on ``clock``) or once ``give_way`` says so; at least one batch always runs. The totals (rows
+    written, texts embedded) and whether ``give_way`` ended the run."""
     written = sent = 0
     for _ in range(max_batches):
         done = batch()
@@ -155,7 +157,9 @@ def fill_batches(
         written, sent = written + done[0], sent + done[1]
         if clock() - started >= budget_s:
             break
-    return written, sent
+        if give_way():
+            return written, sent, True
+    return written, sent, False
 
 
 def fill_runners(settings) -> int:
@@ -217,7 +221,8 @@ def run_fill(
 
     Up to :func:`fill_runners` runners at once, each in its own slot, each claiming the rows it
     embeds (:func:`claim`), so every core of the pool embeds once no job is ingesting; while one is,
-    a single runner, as the ingest batches need the other processes. A runner that gets a slot and
+    a single runner, as the ingest batches need the other processes (an extra runner that started
+    before the job gives way after its current batch). A runner that gets a slot and
     sees open ones and rows for more than itself asks for more runners (``ask_for_runner``, once per
     open slot). A runner that finds no slot leaves the rows to the holders, which look again after
     releasing theirs (``more``: rows no runner holds), so no row stored meanwhile is left without a
@@ -266,7 +271,13 @@ def run_fill(
                     release(conn, [r["id"] for r in rows])
                     conn.commit()
 
-            written, sent = fill_batches(batch, max_batches, budget, started)
+            def job_waiting() -> bool:
+                """An extra runner's process belongs to ingestion as soon as a job is queued or
+                running: a push that arrives while every process embeds would otherwise wait out
+                the runners' whole tasks (minutes on a CPU embedder) before it is searchable."""
+                return slot > 0 and jobs.any_active(conn, settings.lifecycle.job_stuck_after_s)
+
+            written, sent, gave_way = fill_batches(batch, max_batches, budget, started, give_way=job_waiting)
         finally:
             conn.rollback()
             conn.execute(SLOT_UNLOCK_SQL, {"key": FILL_LOCK_KEY, "slot": slot})
@@ -275,12 +286,13 @@ def run_fill(
         more = bool(free(conn))
         conn.commit()
     log.info(
-        "vector fill, runner %d of %d: %d rows written, %d texts embedded, more: %s",
+        "vector fill, runner %d of %d: %d rows written, %d texts embedded, more: %s%s",
         slot + 1,
         runners,
         written,
         sent,
         more,
+        ", gave way to an ingest job" if gave_way else "",
     )
     return {
         "state": "succeeded",
@@ -289,6 +301,7 @@ def run_fill(
         "more": more,
         "runner": slot,
         "siblings": siblings,
+        "gave_way": gave_way,
     }
 
 

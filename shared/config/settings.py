@@ -453,7 +453,8 @@ class IngestSettings(_Group):
         le=64,
         description="fill tasks that embed at once, each its own rows (0 = one per process of the ingest"
         " pool, RAGLINE_WORKERS_INGEST_CONCURRENCY): a prefork child runs the local model on one core. Only one"
-        " while an ingest or reindex job is queued or running, so the other processes take its batches",
+        " while an ingest or reindex job is queued or running, so the other processes take its batches:"
+        " a runner beyond the first that started before the job gives way after its current batch",
     )
 
 

@@ -350,3 +350,60 @@ def test_a_runner_claims_only_rows_no_other_runner_holds(stack, held_by_other):
         assert len(claim(mine, rows, 20)) == 10  # released: every row free again
         mine.execute("SELECT pg_advisory_unlock_all()")
         mine.commit()
+
+
+@pytest.mark.parametrize("job_arrives", [False, True], ids=["no-job", "a-job-arrives"])
+def test_an_extra_runner_gives_way_to_an_ingest_job_after_its_current_batch(
+    repo, tenant, fill_lock, use_settings, loopback, job_arrives
+):
+    """A runner beyond the first took its process while nothing was ingesting. When a job arrives
+    during its batch (a push while the repository embeds), it finishes that batch and starts no
+    other, so the push's batches get the process; without a job it runs its whole task."""
+    from ragline.ingest.reembed import FILL_LOCK_KEY, run_fill
+    from ragline.shared.worker import jobs, providers
+
+    use_settings(
+        ingest_lexical_only_layers="[]",
+        ingest_fill_runners="3",
+        embed_model=f"voyage-give-way-{uuid.uuid4().hex}",  # an empty embedding cache
+    )
+    modules = {f"pkg/part_{i}.py": f"def part_{i}(value):\n    return value * {i}\n" for i in range(30)}
+    commit(repo, modules, 1_700_000_200)
+    summary = wait_job(push(tenant, "r", None, "main", 1)["job_id"])
+    assert summary["state"] == "succeeded" and summary["failed"] == 0, summary
+    with db.connection() as c:  # nothing ingesting anywhere: extra runners may start
+        c.execute(
+            "UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE state IN ('queued', 'running')"
+        )
+        c.commit()
+    # slot 0 stays the test's: the runner below is an extra one
+    fill_lock.conn.execute(
+        "SELECT pg_advisory_unlock(hashtext(%s), s) FROM generate_series(1, %s - 1) s",
+        (FILL_LOCK_KEY, fill_lock.SLOTS),
+    )
+    fill_lock.conn.commit()
+
+    embedder = providers.get_embedder()
+    embed_documents = embedder.embed_documents
+    created: list[str] = []
+
+    def embed_and_push(texts):  # the job arrives while the runner's first batch embeds
+        if job_arrives and not created:
+            with db.connection() as c:
+                created.append(jobs.create_job(c, "ingest", tenant, ["a-push"]))
+                c.commit()
+        return embed_documents(texts)
+
+    embedder.embed_documents = embed_and_push  # type: ignore[method-assign]
+    try:
+        out = run_fill(max_batches=4, batch_rows=2, max_seconds=1e6)
+    finally:
+        embedder.embed_documents = embed_documents  # type: ignore[method-assign]
+        with db.connection() as c:
+            for job in created:
+                jobs.cancel_job(c, job)
+            c.commit()
+    assert out["state"] == "succeeded" and out["runner"] > 0, out
+    assert out["rows"] == (2 if job_arrives else 8), out
+    assert out["gave_way"] is job_arrives, out
+    assert out["more"] is True, out  # the rest is left to the next fill task

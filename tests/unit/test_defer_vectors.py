@@ -65,8 +65,28 @@ def test_a_fill_starts_no_batch_after_its_time_budget(seconds_per_batch, budget,
         now[0] += seconds_per_batch
         return 128, 120
 
-    written, sent = fill_batches(batch, 4, budget, 0.0, clock=lambda: now[0])
+    written, sent, gave_way = fill_batches(batch, 4, budget, 0.0, clock=lambda: now[0])
     assert len(ran) == batches and (written, sent) == (128 * batches, 120 * batches)
+    assert gave_way is False
+
+
+@pytest.mark.parametrize(("job_after", "batches"), [(None, 4), (0, 1), (2, 3)])
+def test_a_fill_gives_way_after_the_batch_in_which_a_job_arrived(job_after, batches):
+    """``give_way`` is asked after every batch: once it says so, no further batch starts (the one
+    running finishes), and the run says it gave way; never asked, the batch count ends the run."""
+    from ragline.ingest.reembed import fill_batches
+
+    ran: list[int] = []
+
+    def batch():
+        ran.append(1)
+        return 128, 128
+
+    written, sent, gave_way = fill_batches(
+        batch, 4, 1e9, 0.0, clock=lambda: 0.0, give_way=lambda: job_after is not None and len(ran) > job_after
+    )
+    assert len(ran) == batches and written == sent == 128 * batches
+    assert gave_way is (job_after is not None)
 
 
 # ------------------------------------------------------------------------------ the embedding budget
