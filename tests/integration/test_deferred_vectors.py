@@ -360,7 +360,9 @@ def test_an_extra_runner_gives_way_to_an_ingest_job_after_its_current_batch(
     during its batch (a push while the repository embeds), it finishes that batch and starts no
     other, so the push's batches get the process; without a job it runs its whole task."""
     from ragline.ingest.reembed import FILL_LOCK_KEY, run_fill
+    from ragline.shared.sdk.names import TASK_INGEST_FILL_VECTORS
     from ragline.shared.worker import jobs, providers
+    from ragline.shared.worker.celery_app import app
 
     use_settings(
         ingest_lexical_only_layers="[]",
@@ -376,11 +378,12 @@ def test_an_extra_runner_gives_way_to_an_ingest_job_after_its_current_batch(
             "UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE state IN ('queued', 'running')"
         )
         c.commit()
-    # slot 0 stays the test's: the runner below is an extra one
-    fill_lock.conn.execute(
-        "SELECT pg_advisory_unlock(hashtext(%s), s) FROM generate_series(1, %s - 1) s",
-        (FILL_LOCK_KEY, fill_lock.SLOTS),
-    )
+    # the fill tasks the push's batches sent find every slot held and skip; one more, waited for,
+    # is behind them in the queue
+    skipped = app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}]).get(timeout=120)
+    assert skipped["state"] == "skipped", skipped
+    # slot 1 alone is opened: the runner below is an extra one (slot 0 stays the test's)
+    fill_lock.conn.execute("SELECT pg_advisory_unlock(hashtext(%s), 1)", (FILL_LOCK_KEY,))
     fill_lock.conn.commit()
 
     embedder = providers.get_embedder()
@@ -403,7 +406,7 @@ def test_an_extra_runner_gives_way_to_an_ingest_job_after_its_current_batch(
             for job in created:
                 jobs.cancel_job(c, job)
             c.commit()
-    assert out["state"] == "succeeded" and out["runner"] > 0, out
+    assert out["state"] == "succeeded" and out["runner"] == 1, out
     assert out["rows"] == (2 if job_arrives else 8), out
     assert out["gave_way"] is job_arrives, out
     assert out["more"] is True, out  # the rest is left to the next fill task
