@@ -245,7 +245,14 @@ def run_fill(
         return mine
 
     with db.connection() as conn:
-        extra = runners > 1 and not jobs.any_active(conn, settings.lifecycle.job_stuck_after_s)
+
+        def ingesting() -> bool:
+            """A job is queued or running: its batches need every process but one runner's, so no
+            extra runner starts, and one that started before the job gives way after its current
+            batch (a push would otherwise wait out whole fill tasks, minutes on a CPU embedder)."""
+            return jobs.any_active(conn, settings.lifecycle.job_stuck_after_s)
+
+        extra = runners > 1 and not ingesting()
         slot = take_slot(conn, runners, extra)
         conn.commit()
         if slot is None:
@@ -271,13 +278,9 @@ def run_fill(
                     release(conn, [r["id"] for r in rows])
                     conn.commit()
 
-            def job_waiting() -> bool:
-                """An extra runner's process belongs to ingestion as soon as a job is queued or
-                running: a push that arrives while every process embeds would otherwise wait out
-                the runners' whole tasks (minutes on a CPU embedder) before it is searchable."""
-                return slot > 0 and jobs.any_active(conn, settings.lifecycle.job_stuck_after_s)
-
-            written, sent, gave_way = fill_batches(batch, max_batches, budget, started, give_way=job_waiting)
+            written, sent, gave_way = fill_batches(
+                batch, max_batches, budget, started, give_way=ingesting if slot > 0 else lambda: False
+            )
         finally:
             conn.rollback()
             conn.execute(SLOT_UNLOCK_SQL, {"key": FILL_LOCK_KEY, "slot": slot})

@@ -73,7 +73,7 @@ def test_a_fill_starts_no_batch_after_its_time_budget(seconds_per_batch, budget,
 @pytest.mark.parametrize(("job_after", "batches"), [(None, 4), (0, 1), (2, 3)])
 def test_a_fill_gives_way_after_the_batch_in_which_a_job_arrived(job_after, batches):
     """``give_way`` is asked after every batch: once it says so, no further batch starts (the one
-    running finishes), and the run says it gave way; never asked, the batch count ends the run."""
+    running finishes), and the run says it gave way; while it says no, the batch count ends the run."""
     from ragline.ingest.reembed import fill_batches
 
     ran: list[int] = []
