@@ -224,3 +224,22 @@ def test_query_tasks_answer_invalid_payload_not_internal_error(payload, caplog):
         out = app.tasks[task].apply(args=[payload]).get()
         assert out["ok"] is False and out["error"] == "invalid payload", out
     assert "Traceback" not in caplog.text and "internal error" not in caplog.text
+
+
+def test_every_code_point_is_judged_by_its_category():
+    """The printable shortcut of ``unsafe_characters`` must agree with the category rule on every code
+    point, alone and inside an otherwise printable name (a non-printable but safe character, such as
+    a no-break space, must not hide an unsafe one after it)."""
+    import sys
+    import unicodedata
+
+    from ragline.shared.sdk.contracts.common import UNSAFE_CATEGORIES, unsafe_characters
+
+    wrong = [
+        hex(cp)
+        for cp in range(sys.maxunicode + 1)
+        if unsafe_characters(chr(cp)) != ([chr(cp)] if unicodedata.category(chr(cp)) in UNSAFE_CATEGORIES else [])
+    ]
+    assert wrong == []
+    assert unsafe_characters("отчёт\u00a0q\u202e.md") == ["\u202e"]
+    assert unsafe_characters("отчёт\u00a0q.md") == []

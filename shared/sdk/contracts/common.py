@@ -30,6 +30,11 @@ UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 def unsafe_characters(text: str) -> list[str]:
     """The characters of ``text`` an identifier may not hold, in order, once each (pure)."""
+    # every unsafe category is one str.isprintable refuses (Other and Separator, the space aside), so
+    # a printable text has none: one C pass instead of a category lookup per character, which was
+    # most of validating a large permission batch (four identifiers an item)
+    if text.isprintable():
+        return []
     return list(dict.fromkeys(c for c in text if unicodedata.category(c) in UNSAFE_CATEGORIES))
 
 
