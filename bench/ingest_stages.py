@@ -96,16 +96,17 @@ def _repository(corpus: str, workdir: Path) -> tuple[Path, str, list[str]]:
 def _fill(tenant: str, fill_rows: int | None) -> dict:
     """Embed the rows stored before their vectors: all (the fill task's own loop), or at most
     ``fill_rows`` per layer (the same embedding function, a layer at a time)."""
-    from ragline.ingest.reembed import FILL_ROWS, embed_rows, run_fill
+    from ragline.ingest.reembed import embed_rows, run_fill
     from ragline.shared.worker import db
+    from ragline.shared.worker.pending_vectors import PREDICATE, VectorBudget
     from ragline.shared.worker.providers import get_embedder
 
     with db.connection() as conn:
         pending = {
             r["layer"]: r["n"]
             for r in conn.execute(
-                f"SELECT c.layer, count(*) AS n FROM chunks c WHERE {FILL_ROWS} AND c.tenant = %s GROUP BY 1",
-                (tenant,),
+                f"SELECT c.layer, count(*) AS n FROM chunks c WHERE {PREDICATE} AND c.tenant = %(tenant)s GROUP BY 1",
+                {"tenant": tenant, **VectorBudget.from_settings().params()},
             ).fetchall()
         }
     if fill_rows is None:
@@ -118,8 +119,8 @@ def _fill(tenant: str, fill_rows: int | None) -> dict:
         for layer in pending:
             rows = conn.execute(
                 f"SELECT c.id, c.tenant, c.doc_id, c.layer, c.content, c.context, c.content_hash FROM chunks c"
-                f" WHERE {FILL_ROWS} AND c.tenant = %s AND c.layer = %s ORDER BY c.id LIMIT %s",
-                (tenant, layer, fill_rows),
+                f" WHERE {PREDICATE} AND c.tenant = %(tenant)s AND c.layer = %(layer)s ORDER BY c.id LIMIT %(n)s",
+                {"tenant": tenant, "layer": layer, "n": fill_rows, **VectorBudget.from_settings().params()},
             ).fetchall()
             conn.commit()
             done[layer] = embed_rows(conn, embedder, rows)[0]

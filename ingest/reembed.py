@@ -53,7 +53,7 @@ ROW_LOCK = "hashtext(%(ns)s), mod(u.id, 2147483647)::int"
 #: stored before their vectors (:data:`ragline.shared.worker.pending_vectors.PREDICATE`). The two sets are
 #: disjoint, so a re-embedding and a fill running at once never embed the same row twice
 REEMBED_ROWS = "c.embed_model IS DISTINCT FROM %(model)s AND c.embedding IS NOT NULL"
-FILL_ROWS = pending_vectors.PREDICATE
+FILL_ROWS = pending_vectors.FILL_PREDICATE
 
 # by layer (source chunks, then symbol records, then tests and docs), shorter first; rows without
 # any vector before rows of an older model, should one statement ever serve both
@@ -84,9 +84,15 @@ WHERE d.tenant = t.tenant AND d.doc_id = t.doc_id AND d.embed_model IS DISTINCT 
 
 
 def next_rows(
-    conn: psycopg.Connection[DictRow], rows: str, model: str, n: int, tenant: str | None = None
+    conn: psycopg.Connection[DictRow],
+    rows: str,
+    model: str,
+    n: int,
+    tenant: str | None = None,
+    bound: dict | None = None,
 ) -> list[dict]:
-    """The next ``n`` rows matching ``rows`` (:data:`REEMBED_ROWS` or :data:`FILL_ROWS`), by priority."""
+    """The next ``n`` rows matching ``rows`` (:data:`REEMBED_ROWS`, or :data:`FILL_ROWS` through
+    :func:`next_fill_rows`) with ``bound``'s parameters, by priority."""
     settings = get_settings()
     code = settings.code
     params = {
@@ -96,8 +102,18 @@ def next_rows(
         "n": n,
         "source": code.source_layer,
         "symbols": code.symbols_layer,
+        **(bound or {}),
     }
     return conn.execute(BATCH_SQL.format(rows=rows), params).fetchall()
+
+
+def next_fill_rows(conn: psycopg.Connection[DictRow], model: str, n: int) -> list[dict]:
+    """The next ``n`` rows awaiting their vectors, by priority, read by layer
+    (:data:`~ragline.shared.worker.pending_vectors.FILL_PREDICATE`); no batch statement when none await."""
+    layers = pending_vectors.fill_layers(conn)
+    if not layers:
+        return []
+    return next_rows(conn, FILL_ROWS, model, n, bound={"fill_layers": layers})
 
 
 def embed_rows(conn: psycopg.Connection[DictRow], embedder, rows: list[dict]) -> tuple[int, int]:
@@ -239,7 +255,7 @@ def run_fill(
     def free(conn: psycopg.Connection[DictRow]) -> list[dict]:
         """Rows a runner could claim next: the top of the priority order, wide enough to hold every
         other runner's batch and one more."""
-        rows = next_rows(conn, FILL_ROWS, embedder.model, window + 1)
+        rows = next_fill_rows(conn, embedder.model, window + 1)
         mine = claim(conn, rows, len(rows))
         release(conn, [r["id"] for r in mine])
         return mine
@@ -267,7 +283,7 @@ def run_fill(
                 ask_for_runner()
 
             def batch() -> tuple[int, int] | None:
-                rows = claim(conn, next_rows(conn, FILL_ROWS, embedder.model, window), batch_rows)
+                rows = claim(conn, next_fill_rows(conn, embedder.model, window), batch_rows)
                 conn.commit()
                 if not rows:
                     return None

@@ -410,3 +410,106 @@ def test_an_extra_runner_gives_way_to_an_ingest_job_after_its_current_batch(
     assert out["rows"] == (2 if job_arrives else 8), out
     assert out["gave_way"] is job_arrives, out
     assert out["more"] is True, out  # the rest is left to the next fill task
+
+
+def _rows_without_vectors(conn, tenant: str, layers: dict[str, int], embedded: int = 0) -> None:
+    """``layers``: rows without a vector per layer; ``embedded`` source rows with one. Left
+    uncommitted (the test rolls back): the fill looks across tenants, and no other test's fill may
+    find these rows."""
+    rows = [(layer, i, None) for layer, n in layers.items() for i in range(n)]
+    rows += [("C0_SOURCE_CHUNKS", 100_000 + i, "[" + ",".join(["0.1"] * 384) + "]") for i in range(embedded)]
+    params = (tenant, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+    conn.execute(
+        "INSERT INTO documents (tenant, doc_id, path, status, acl)"
+        " SELECT %s, 'd-' || l || '-' || n, 'd-' || l || '-' || n, 'ready', '{dev}'"
+        " FROM unnest(%s::text[], %s::int[], %s::text[]) AS u(l, n, e)",
+        params,
+    )
+    conn.execute(
+        "INSERT INTO chunks (tenant, doc_id, chunk_no, layer, content, content_hash, acl, embedding)"
+        " SELECT %s, 'd-' || l || '-' || n, 0, l, 'text ' || n, l || n, '{dev}', e::vector"
+        " FROM unnest(%s::text[], %s::int[], %s::text[]) AS u(l, n, e)",
+        params,
+    )
+
+
+@pytest.mark.parametrize(
+    "lexical_only",
+    ['["C1_SYMBOLS", "C0_TEST_CHUNKS"]', "[]", '["C1_SYMBOLS", "C0_TEST_CHUNKS", "docs", "notes"]'],
+    ids=["default", "none", "everything"],
+)
+def test_the_fill_selects_exactly_the_rows_awaiting_their_vectors(conn, tenant, use_settings, lexical_only):
+    """The fill and a wait for it read their rows by layer (pending_vectors.FILL_PREDICATE, an index
+    can serve it); the rule is PREDICATE (every layer but the lexical-only ones), which searches and
+    `ragline status` count by: all pick the same rows, whatever the budget, including a layer no
+    setting names."""
+    from ragline.ingest.reembed import next_fill_rows
+    from ragline.shared.worker import pending_vectors
+
+    use_settings(ingest_lexical_only_layers=lexical_only)
+    _rows_without_vectors(
+        conn,
+        tenant,
+        {"C0_SOURCE_CHUNKS": 5, "C1_SYMBOLS": 7, "C0_TEST_CHUNKS": 3, "docs": 2, "notes": 4},
+        embedded=3,
+    )
+    budget = pending_vectors.VectorBudget.from_settings()
+    rule = {
+        r["id"]
+        for r in conn.execute(
+            f"SELECT c.id FROM chunks c WHERE {pending_vectors.PREDICATE} AND c.tenant = %(tenant)s",
+            {"tenant": tenant, **budget.params()},
+        )
+    }
+    picked = {r["id"] for r in next_fill_rows(conn, "any-model", 10_000_000) if r["tenant"] == tenant}
+    assert picked == rule
+    # the count a wait for the fill polls, and the one `ragline status` shows
+    assert pending_vectors.by_tenant(conn).get(tenant, 0) == len(rule)
+    assert pending_vectors.counts_by_tenant(conn)["awaiting"].get(tenant, 0) == len(rule)
+    assert len(rule) == sum(
+        n
+        for layer, n in {
+            "C0_SOURCE_CHUNKS": 5,
+            "C1_SYMBOLS": 7,
+            "C0_TEST_CHUNKS": 3,
+            "docs": 2,
+            "notes": 4,
+        }.items()
+        if budget.embeds(layer)
+    )
+    conn.rollback()
+
+
+def test_the_fill_reads_the_rows_of_its_layers_not_the_table(conn, tenant, use_settings):
+    """With whole layers kept lexical most rows without a vector are not the fill's: its statement
+    finds its rows through the layer index of migration 0021 instead of reading every chunk (a
+    parallel scan of the whole table, three times per fill task, before it)."""
+    from ragline.ingest.reembed import BATCH_SQL, FILL_ROWS
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.worker import pending_vectors
+
+    use_settings(ingest_lexical_only_layers='["C1_SYMBOLS", "C0_TEST_CHUNKS"]')
+    # many rows the fill never takes, few it does: the shape of a code snapshot after its fill
+    _rows_without_vectors(conn, tenant, {"C1_SYMBOLS": 6000, "C0_SOURCE_CHUNKS": 3})
+    conn.execute("ANALYZE chunks")
+    layers = pending_vectors.fill_layers(conn)
+    assert "C0_SOURCE_CHUNKS" in layers and "C1_SYMBOLS" not in layers
+    settings = get_settings()
+    params = {
+        **pending_vectors.VectorBudget.from_settings(settings).params(),
+        "fill_layers": layers,
+        "model": "m",
+        "tenant": None,
+        "n": 257,
+        "source": settings.code.source_layer,
+        "symbols": settings.code.symbols_layer,
+    }
+    plan = json.dumps(
+        conn.execute("EXPLAIN (FORMAT JSON) " + BATCH_SQL.format(rows=FILL_ROWS), params).fetchone()
+    )
+    assert "chunks_awaiting_by_layer" in plan and "Seq Scan" not in plan, plan
+    probe = json.dumps(
+        conn.execute("EXPLAIN (FORMAT JSON) " + pending_vectors.LAYERS_WITHOUT_VECTORS_SQL).fetchone()
+    )
+    assert "chunks_awaiting_by_layer" in probe and "Seq Scan" not in probe, probe
+    conn.rollback()

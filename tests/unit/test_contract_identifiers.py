@@ -238,7 +238,8 @@ def test_every_code_point_is_judged_by_its_category():
     wrong = [
         hex(cp)
         for cp in range(sys.maxunicode + 1)
-        if unsafe_characters(chr(cp)) != ([chr(cp)] if unicodedata.category(chr(cp)) in UNSAFE_CATEGORIES else [])
+        if unsafe_characters(chr(cp))
+        != ([chr(cp)] if unicodedata.category(chr(cp)) in UNSAFE_CATEGORIES else [])
     ]
     assert wrong == []
     assert unsafe_characters("отчёт\u00a0q\u202e.md") == ["\u202e"]

@@ -36,7 +36,7 @@ def test_every_policy_of_the_setting_is_in_the_matrix():
 
 def test_the_fill_and_the_reembedding_share_one_batch_statement():
     fill, reembed = BATCH_SQL.format(rows=FILL_ROWS), BATCH_SQL.format(rows=REEMBED_ROWS)
-    assert pending_vectors.PREDICATE in fill and pending_vectors.PREDICATE not in reembed
+    assert pending_vectors.FILL_PREDICATE in fill and pending_vectors.FILL_PREDICATE not in reembed
     assert "c.embedding IS NOT NULL" in REEMBED_ROWS  # disjoint: a row is the fill's or the re-embedding's
     order = fill[fill.index("ORDER BY") :]
     assert order.index("c.embedding IS NOT NULL") < order.index("%(source)s") < order.index("%(symbols)s")
@@ -143,7 +143,9 @@ def test_awaiting_and_lexical_only_rows_are_disjoint_predicates():
     fill picks only the former."""
     assert "<> ALL(%(lexical_only_layers)s" in pending_vectors.PREDICATE
     assert "= ANY(%(lexical_only_layers)s" in pending_vectors.LEXICAL_ONLY
-    assert FILL_ROWS == pending_vectors.PREDICATE
+    # the fill's form of PREDICATE, by layer (tests/integration/test_deferred_vectors.py checks
+    # that both select the same rows)
+    assert FILL_ROWS == pending_vectors.FILL_PREDICATE
     from ragline.query.retrieval import sql
 
     assert (
