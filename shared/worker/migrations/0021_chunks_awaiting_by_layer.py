@@ -4,9 +4,9 @@ The partial index of 0016 keys the rows without a vector by tenant. Since the em
 keeps whole layers lexical (the symbol records and tests of every code snapshot), most of those rows
 never get a vector, and the fill's statement, which looks across every tenant for the rows that
 will, made Postgres read the whole table (a parallel scan of 350,000 chunks, about a third of a
-second, three times per fill task, while an ingest sends one fill task per batch). Keyed by layer,
+second, two or three times per fill task, while an ingest sends one fill task per batch). Keyed by layer,
 the fill reads the layers holding rows without a vector (a few index probes) and then only the rows
-of the layers it embeds (``ragline.shared.worker.pending_vectors.fill_scope``).
+of the layers it embeds (``ragline.shared.worker.pending_vectors.FILL_PREDICATE``).
 """
 
 from yoyo import step
