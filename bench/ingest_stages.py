@@ -101,12 +101,13 @@ def _fill(tenant: str, fill_rows: int | None) -> dict:
     from ragline.shared.worker.pending_vectors import PREDICATE, VectorBudget
     from ragline.shared.worker.providers import get_embedder
 
+    budget = VectorBudget.from_settings().params()
     with db.connection() as conn:
         pending = {
             r["layer"]: r["n"]
             for r in conn.execute(
                 f"SELECT c.layer, count(*) AS n FROM chunks c WHERE {PREDICATE} AND c.tenant = %(tenant)s GROUP BY 1",
-                {"tenant": tenant, **VectorBudget.from_settings().params()},
+                {"tenant": tenant, **budget},
             ).fetchall()
         }
     if fill_rows is None:
@@ -120,7 +121,7 @@ def _fill(tenant: str, fill_rows: int | None) -> dict:
             rows = conn.execute(
                 f"SELECT c.id, c.tenant, c.doc_id, c.layer, c.content, c.context, c.content_hash FROM chunks c"
                 f" WHERE {PREDICATE} AND c.tenant = %(tenant)s AND c.layer = %(layer)s ORDER BY c.id LIMIT %(n)s",
-                {"tenant": tenant, "layer": layer, "n": fill_rows, **VectorBudget.from_settings().params()},
+                {"tenant": tenant, "layer": layer, "n": fill_rows, **budget},
             ).fetchall()
             conn.commit()
             done[layer] = embed_rows(conn, embedder, rows)[0]

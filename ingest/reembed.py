@@ -83,16 +83,11 @@ WHERE d.tenant = t.tenant AND d.doc_id = t.doc_id AND d.embed_model IS DISTINCT 
 """
 
 
-def next_rows(
-    conn: psycopg.Connection[DictRow],
-    rows: str,
-    model: str,
-    n: int,
-    tenant: str | None = None,
-    bound: dict | None = None,
-) -> list[dict]:
-    """The next ``n`` rows matching ``rows`` (:data:`REEMBED_ROWS`, or :data:`FILL_ROWS` through
-    :func:`next_fill_rows`) with ``bound``'s parameters, by priority."""
+def batch_statement(
+    rows: str, model: str, n: int, tenant: str | None = None, bound: dict | None = None
+) -> tuple[str, dict]:
+    """The statement of the next ``n`` rows matching ``rows`` (:data:`REEMBED_ROWS`, or
+    :data:`FILL_ROWS` with ``bound``'s ``fill_layers``), by priority, and its parameters (pure)."""
     settings = get_settings()
     code = settings.code
     params = {
@@ -104,7 +99,19 @@ def next_rows(
         "symbols": code.symbols_layer,
         **(bound or {}),
     }
-    return conn.execute(BATCH_SQL.format(rows=rows), params).fetchall()
+    return BATCH_SQL.format(rows=rows), params
+
+
+def next_rows(
+    conn: psycopg.Connection[DictRow],
+    rows: str,
+    model: str,
+    n: int,
+    tenant: str | None = None,
+    bound: dict | None = None,
+) -> list[dict]:
+    """The rows of :func:`batch_statement`."""
+    return conn.execute(*batch_statement(rows, model, n, tenant, bound)).fetchall()
 
 
 def next_fill_rows(conn: psycopg.Connection[DictRow], model: str, n: int) -> list[dict]:

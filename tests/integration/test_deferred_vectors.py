@@ -447,12 +447,8 @@ def test_the_fill_selects_exactly_the_rows_awaiting_their_vectors(conn, tenant, 
     from ragline.shared.worker import pending_vectors
 
     use_settings(ingest_lexical_only_layers=lexical_only)
-    _rows_without_vectors(
-        conn,
-        tenant,
-        {"C0_SOURCE_CHUNKS": 5, "C1_SYMBOLS": 7, "C0_TEST_CHUNKS": 3, "docs": 2, "notes": 4},
-        embedded=3,
-    )
+    layers = {"C0_SOURCE_CHUNKS": 5, "C1_SYMBOLS": 7, "C0_TEST_CHUNKS": 3, "docs": 2, "notes": 4}
+    _rows_without_vectors(conn, tenant, layers, embedded=3)
     budget = pending_vectors.VectorBudget.from_settings()
     rule = {
         r["id"]
@@ -466,26 +462,15 @@ def test_the_fill_selects_exactly_the_rows_awaiting_their_vectors(conn, tenant, 
     # the count a wait for the fill polls, and the one `ragline status` shows
     assert pending_vectors.by_tenant(conn).get(tenant, 0) == len(rule)
     assert pending_vectors.counts_by_tenant(conn)["awaiting"].get(tenant, 0) == len(rule)
-    assert len(rule) == sum(
-        n
-        for layer, n in {
-            "C0_SOURCE_CHUNKS": 5,
-            "C1_SYMBOLS": 7,
-            "C0_TEST_CHUNKS": 3,
-            "docs": 2,
-            "notes": 4,
-        }.items()
-        if budget.embeds(layer)
-    )
+    assert len(rule) == sum(n for layer, n in layers.items() if budget.embeds(layer))
     conn.rollback()
 
 
 def test_the_fill_reads_the_rows_of_its_layers_not_the_table(conn, tenant, use_settings):
     """With whole layers kept lexical most rows without a vector are not the fill's: its statement
     finds its rows through the layer index of migration 0021 instead of reading every chunk (a
-    parallel scan of the whole table, three times per fill task, before it)."""
-    from ragline.ingest.reembed import BATCH_SQL, FILL_ROWS
-    from ragline.shared.config.settings import get_settings
+    parallel scan of the whole table, two or three times per fill task, before it)."""
+    from ragline.ingest.reembed import FILL_ROWS, batch_statement
     from ragline.shared.worker import pending_vectors
 
     use_settings(ingest_lexical_only_layers='["C1_SYMBOLS", "C0_TEST_CHUNKS"]')
@@ -494,19 +479,8 @@ def test_the_fill_reads_the_rows_of_its_layers_not_the_table(conn, tenant, use_s
     conn.execute("ANALYZE chunks")
     layers = pending_vectors.fill_layers(conn)
     assert "C0_SOURCE_CHUNKS" in layers and "C1_SYMBOLS" not in layers
-    settings = get_settings()
-    params = {
-        **pending_vectors.VectorBudget.from_settings(settings).params(),
-        "fill_layers": layers,
-        "model": "m",
-        "tenant": None,
-        "n": 257,
-        "source": settings.code.source_layer,
-        "symbols": settings.code.symbols_layer,
-    }
-    plan = json.dumps(
-        conn.execute("EXPLAIN (FORMAT JSON) " + BATCH_SQL.format(rows=FILL_ROWS), params).fetchone()
-    )
+    statement, params = batch_statement(FILL_ROWS, "m", 257, bound={"fill_layers": layers})
+    plan = json.dumps(conn.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone())
     assert "chunks_awaiting_by_layer" in plan and "Seq Scan" not in plan, plan
     probe = json.dumps(
         conn.execute("EXPLAIN (FORMAT JSON) " + pending_vectors.LAYERS_WITHOUT_VECTORS_SQL).fetchone()
