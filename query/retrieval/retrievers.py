@@ -90,17 +90,19 @@ def vector_rows(
 
 
 def pending_statement(req: SearchRequest, settings: Settings) -> tuple[str, dict]:
-    """The count of the scope's rows without a vector (same scope and filters as the vector
-    statement): those awaiting the fill (``n``) and those the embedding budget keeps lexical
-    (``lexical_only``), and its parameters (pure)."""
+    """The count of the scope's rows awaiting their vectors (same scope and filters as the vector
+    statement; :func:`ragline.query.retrieval.sql.awaiting_sql`), and its parameters (pure)."""
+    return count_statement(
+        sql.awaiting_sql(pending_vectors.VectorBudget.from_settings(settings)), req, settings
+    )
+
+
+def count_statement(template: str, req: SearchRequest, settings: Settings) -> tuple[str, dict]:
+    """A count over the request's scope and filters with the embedding budget's parameters (pure)."""
     f = filters_for(req, settings)
-    params = {
-        "tenant": req.tenant,
-        "groups": req.groups,
-        **f.params,
-        **pending_vectors.VectorBudget.from_settings(settings).params(),
-    }
-    return sql.render(sql.UNEMBEDDED_SQL, "", f.where_sql()), params
+    budget = pending_vectors.VectorBudget.from_settings(settings)
+    params = {"tenant": req.tenant, "groups": req.groups, **f.params, **budget.params()}
+    return sql.render(template, "", f.where_sql()), params
 
 
 class Coverage(NamedTuple):
@@ -108,8 +110,10 @@ class Coverage(NamedTuple):
 
     #: rows awaiting their vectors (the fill): found only lexically until it reaches them
     unembedded: int = 0
-    #: rows the embedding budget keeps lexical + structural: never embedded, by design
-    lexical_only: int = 0
+    #: rows the budget keeps lexical + structural (never embedded, by design), counted only while
+    #: some rows await (None otherwise): the share needs them then, and counting them in a fully
+    #: embedded scope would read each of them on every search
+    lexical_only: int | None = None
     #: the share of the rows the budget embeds that have their vector (1 once the fill is done)
     share: float = 1.0
 
@@ -118,19 +122,19 @@ def vector_coverage(
     conn: psycopg.Connection, req: SearchRequest, settings: Settings, counted: dict | None = None
 ) -> Coverage:
     """The vector statement's :class:`Coverage` of this request (same scope and filters);
-    ``counted``: the row of :func:`pending_statement`, when the caller already read it. The scope is
-    counted only when some rows await their vectors, so a fully embedded tenant pays one count over
-    its rows without a vector (the partial index of those rows). Lexical-only rows are left out of
-    the share: a layer the budget never embeds must not scale the vector list down for good."""
+    ``counted``: the row of :func:`pending_statement`, when the caller already read it. A fully
+    embedded scope pays that count alone, which reads only the rows awaiting their vectors (none);
+    while some await, one more pass counts the scope's rows and its lexical-only ones. Lexical-only
+    rows are left out of the share: a layer the budget never embeds must not scale the vector list
+    down for good."""
     if counted is None:
         counted = conn.execute(*pending_statement(req, settings)).fetchone()
-    pending, lexical_only = int(counted["n"]), int(counted["lexical_only"])
+    pending = int(counted["n"])
     if not pending:
-        return Coverage(0, lexical_only, 1.0)
-    f = filters_for(req, settings)
-    params = {"tenant": req.tenant, "groups": req.groups, **f.params}
-    total = int(conn.execute(sql.render(sql.SCOPE_ROWS_SQL, "", f.where_sql()), params).fetchone()["n"])
-    embeddable = total - lexical_only
+        return Coverage(0, None, 1.0)
+    scope = conn.execute(*count_statement(sql.SCOPE_ROWS_SQL, req, settings)).fetchone()
+    lexical_only = int(scope["lexical_only"])
+    embeddable = int(scope["n"]) - lexical_only
     return Coverage(pending, lexical_only, 1.0 - pending / embeddable if embeddable > pending else 0.0)
 
 

@@ -75,16 +75,22 @@ FROM best b JOIN chunks c ON c.id = b.id
 ORDER BY b.distance, c.doc_id, c.chunk_no
 """
 
-# rows of the caller's scope without a vector (shared/worker/pending_vectors.py), in one pass: those
-# awaiting the fill (the vector statements skip them, so a vector or hybrid search reports how many it
-# could not see yet) and those the embedding budget keeps lexical (never embedded: not a degradation)
-UNEMBEDDED_SQL = (
-    "SELECT count(*) FILTER (WHERE " + pending_vectors.PREDICATE + ") AS n,"
-    " count(*) FILTER (WHERE " + pending_vectors.LEXICAL_ONLY + ") AS lexical_only"
-    " FROM chunks c WHERE {scope} AND c.embedding IS NULL{where}"
+
+def awaiting_sql(budget: pending_vectors.VectorBudget) -> str:
+    """The count of the caller's scope's rows that await their vectors (the vector statements skip
+    them, so a vector or hybrid search reports how many it could not see yet), by the budget's ranges
+    of layers (``VectorBudget.awaiting``): it reads only those rows, never the ones the budget keeps
+    lexical; parameters: the scope's, the filters' and ``VectorBudget.params``."""
+    return "SELECT count(*) AS n FROM chunks c WHERE {scope} AND " + budget.awaiting() + "{where}"
+
+
+# the scope's rows and, among them, those the embedding budget keeps lexical (never embedded: not a
+# degradation), in one pass, read only while some rows await their vectors (the share of the rows
+# the budget embeds that the vector list could see)
+SCOPE_ROWS_SQL = (
+    "SELECT count(*) AS n, count(*) FILTER (WHERE " + pending_vectors.LEXICAL_ONLY + ") AS lexical_only"
+    " FROM chunks c WHERE {scope}{where}"
 )
-# the scope's rows, read only while some await their vectors (the share the vector list could see)
-SCOPE_ROWS_SQL = "SELECT count(*) AS n FROM chunks c WHERE {scope}{where}"
 
 # numnode(q) = 0 when the query holds only stop words: no rows, no NOTICE, same round trip;
 # {rank_fn} is ts_rank or ts_rank_cd (a settings Literal, never user text)

@@ -433,7 +433,7 @@ class IngestSettings(_Group):
         " structurally only (by default the symbol records and the test files: on swe-loc-dev source"
         " chunks alone ranked files as well as with symbol records in vector mode, and answers-dev"
         " answered as well or better without either layer's vectors, docs/evaluation.md); the fill"
-        " skips them and search counts them as lexical_only_rows, not as awaiting vectors",
+        " skips them and search never counts them as awaiting vectors (lexical_only_rows while rows await)",
     )
     fill_batch_rows: int = Field(
         128,

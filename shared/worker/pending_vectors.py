@@ -7,9 +7,11 @@ them; the vector search skips them, the lexical search finds them. Rows of a lay
 lexical (``RAGLINE_INGEST_LEXICAL_ONLY_LAYERS``, :class:`VectorBudget`) are never embedded, by the
 ingest or by the fill: they are searchable lexically and structurally for good, so they are not
 "awaiting" anything and must not make a search or ``ragline status`` report a fill that will never
-come. Search responses count both kinds in the caller's scope, ``ragline status`` per tenant; the
-partial index of migration 0016 keeps both counts to the rows without a vector, and the one of 0021
-lets the fill find its rows among them by layer (:data:`FILL_PREDICATE`).
+come. Search responses count the awaiting rows in the caller's scope (and the lexical-only ones
+while some await), ``ragline status`` both kinds per tenant. ``<> ALL`` (:data:`PREDICATE`) is
+the rule, but no index serves it: searches count by :meth:`VectorBudget.awaiting` (ranges of layers,
+the partial index of migration 0022) and the fill finds its rows by layer (:data:`FILL_PREDICATE`,
+migration 0021), so neither reads the rows the budget keeps lexical.
 
 The rule lives here, below both pools, because the ingest side (what to embed, what the fill
 picks) and the query side (what a search reports as not yet embedded) must read the same one.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import pairwise
 
 import psycopg
 from psycopg.rows import DictRow
@@ -71,8 +74,26 @@ class VectorBudget:
         return [self.embeds(layer) for layer in layers]
 
     def params(self) -> dict[str, list[str]]:
-        """The statement parameters :data:`PREDICATE` and :data:`LEXICAL_ONLY` read."""
+        """The statement parameters :data:`PREDICATE`, :data:`LEXICAL_ONLY` and :meth:`awaiting`
+        read: the lexical-only layers in code-point order, the order of ``COLLATE "C"``."""
         return {"lexical_only_layers": sorted(self.lexical_only)}
+
+    def awaiting(self) -> str:
+        """:data:`PREDICATE` as the ranges of layers between the lexical-only ones, which the index
+        of migration 0022 (tenant, layer in "C" order, rows without a vector) reads as a few range
+        scans, visiting only the rows that await their vectors; ``<> ALL`` would visit each
+        lexical-only row of the scope. The bounds are elements of :meth:`params`'s sorted array,
+        so the statement's text depends only on how many layers the budget keeps lexical."""
+        layer = 'c.layer COLLATE "C"'
+        bounds = [f"(%(lexical_only_layers)s::text[])[{i}]" for i in range(1, len(self.lexical_only) + 1)]
+        if not bounds:
+            return "c.embedding IS NULL"
+        ranges = [
+            f"{layer} < {bounds[0]}",
+            *(f"({layer} > {low} AND {layer} < {high})" for low, high in pairwise(bounds)),
+            f"{layer} > {bounds[-1]}",
+        ]
+        return f"c.embedding IS NULL AND ({' OR '.join(ranges)})"
 
 
 def fill_layers(conn: psycopg.Connection[DictRow], budget: VectorBudget | None = None) -> list[str]:
@@ -102,14 +123,15 @@ def counts_by_tenant(
     conn: psycopg.Connection[DictRow], budget: VectorBudget | None = None
 ) -> dict[str, dict[str, int]]:
     """``{"awaiting": {tenant: rows}, "lexical_only": {tenant: rows}}``: rows the fill will embed
-    and rows the budget keeps lexical, per tenant, in one pass over the rows without a vector."""
+    and rows the budget keeps lexical, per tenant. The rows without a vector are counted per tenant
+    and layer (the index of migration 0022, read without the table once vacuum has marked its pages)
+    and each layer is judged by :meth:`VectorBudget.embeds`, the rule :data:`PREDICATE` states."""
     budget = budget or VectorBudget.from_settings()
-    rows = conn.execute(
-        f"SELECT c.tenant, count(*) FILTER (WHERE {PREDICATE}) AS awaiting,"
-        f" count(*) FILTER (WHERE {LEXICAL_ONLY}) AS lexical_only"
-        " FROM chunks c WHERE c.embedding IS NULL GROUP BY c.tenant ORDER BY c.tenant",
-        budget.params(),
-    ).fetchall()
-    return {
-        kind: {r["tenant"]: int(r[kind]) for r in rows if r[kind]} for kind in ("awaiting", "lexical_only")
-    }
+    out: dict[str, dict[str, int]] = {"awaiting": {}, "lexical_only": {}}
+    for r in conn.execute(
+        'SELECT c.tenant, c.layer COLLATE "C" AS layer, count(*) AS n FROM chunks c'
+        ' WHERE c.embedding IS NULL GROUP BY c.tenant, c.layer COLLATE "C" ORDER BY 1, 2'
+    ).fetchall():
+        kind = out["awaiting" if budget.embeds(r["layer"]) else "lexical_only"]
+        kind[r["tenant"]] = kind.get(r["tenant"], 0) + int(r["n"])
+    return out

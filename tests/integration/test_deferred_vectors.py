@@ -243,7 +243,10 @@ def test_the_embedding_budget_decides_which_layers_get_vectors(
 
     during = search(tenant, ["dev"])
     assert during["unembedded_rows"] == pending and during["vectors_complete"] is (pending == 0)
-    assert during["lexical_only_rows"] == kept
+    # counted while rows await (the share leaves them out), not read by every search after the fill
+    assert during["lexical_only_rows"] == (kept if pending else None)
+    other = search(tenant, ["other"])  # counted in the caller's scope
+    assert (other["unembedded_rows"], other["lexical_only_rows"]) == (0, None)
     total = sum(len(vs) for vs in stored.values())
     assert during["vector_share"] == pytest.approx(1 - pending / (total - kept), abs=1e-6)
     status = lifecycle_status(get_settings())
@@ -262,14 +265,13 @@ def test_the_embedding_budget_decides_which_layers_get_vectors(
 
     after = search(tenant, ["dev"])
     assert after["unembedded_rows"] == 0 and after["vectors_complete"] is True
-    assert after["vector_share"] == 1.0 and after["lexical_only_rows"] == kept
+    assert after["vector_share"] == 1.0 and after["lexical_only_rows"] is None
     records = [h for h in after["hits"] if h["layer"] == "C1_SYMBOLS"]
     assert records, after["hits"]  # the symbol records are still found
     if "C1_SYMBOLS" in lexical_only:  # by the lexical search alone
         assert all(h["lexical_rank"] is not None and h["vector_rank"] is None for h in records)
     else:
         assert any(h["vector_rank"] is not None for h in records)
-    assert search(tenant, ["other"])["lexical_only_rows"] == 0  # counted in the caller's scope
     status = lifecycle_status(get_settings())
     assert tenant not in status["awaiting_vectors"]
     assert status["lexical_only_rows"].get(tenant, 0) == kept
@@ -444,10 +446,24 @@ def test_the_fill_selects_exactly_the_rows_awaiting_their_vectors(conn, tenant, 
     `ragline status` count by: all pick the same rows, whatever the budget, including a layer no
     setting names."""
     from ragline.ingest.reembed import next_fill_rows
+    from ragline.query.retrieval import retrievers, sql
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.contracts import SearchRequest
     from ragline.shared.worker import pending_vectors
 
     use_settings(ingest_lexical_only_layers=lexical_only)
-    layers = {"C0_SOURCE_CHUNKS": 5, "C1_SYMBOLS": 7, "C0_TEST_CHUNKS": 3, "docs": 2, "notes": 4}
+    # layers below, between and above the lexical-only ones in code-point order ("C0_X", "api" and
+    # "zz" sort differently in a linguistic collation)
+    layers = {
+        "C0_SOURCE_CHUNKS": 5,
+        "C1_SYMBOLS": 7,
+        "C0_TEST_CHUNKS": 3,
+        "C0_X": 1,
+        "api": 2,
+        "docs": 2,
+        "notes": 4,
+        "zz": 1,
+    }
     _rows_without_vectors(conn, tenant, layers, embedded=3)
     budget = pending_vectors.VectorBudget.from_settings()
     rule = {
@@ -461,8 +477,52 @@ def test_the_fill_selects_exactly_the_rows_awaiting_their_vectors(conn, tenant, 
     assert picked == rule
     # the count a wait for the fill polls, and the one `ragline status` shows
     assert pending_vectors.by_tenant(conn).get(tenant, 0) == len(rule)
-    assert pending_vectors.counts_by_tenant(conn)["awaiting"].get(tenant, 0) == len(rule)
+    counts = pending_vectors.counts_by_tenant(conn)
+    assert counts["awaiting"].get(tenant, 0) == len(rule)
     assert len(rule) == sum(n for layer, n in layers.items() if budget.embeds(layer))
+    kept = sum(n for layer, n in layers.items() if not budget.embeds(layer))
+    assert counts["lexical_only"].get(tenant, 0) == kept
+    # a search's counts, in the caller's scope (the owner's connection sees the uncommitted rows)
+    settings = get_settings()
+    for groups, awaiting, lexical_only in ((["dev"], len(rule), kept), (["other"], 0, 0)):
+        req = SearchRequest(query="x", tenant=tenant, groups=groups)
+        assert conn.execute(*retrievers.pending_statement(req, settings)).fetchone()["n"] == awaiting
+        scope = conn.execute(*retrievers.count_statement(sql.SCOPE_ROWS_SQL, req, settings)).fetchone()
+        assert scope["lexical_only"] == lexical_only
+    conn.rollback()
+
+
+def _plan_nodes(node: dict) -> list[dict]:
+    return [node, *(n for child in node.get("Plans", []) for n in _plan_nodes(child))]
+
+
+def test_a_search_counts_the_awaiting_rows_without_reading_the_lexical_only_ones(conn, tenant, use_settings):
+    """Every vector or hybrid search counts the rows of its scope awaiting their vectors. A code
+    snapshot's symbol records and tests are never embedded, so after the fill they are most of its rows
+    without a vector; the count reads only the awaiting ones (the ranges of layers of
+    ``VectorBudget.awaiting`` on the index of migration 0022), as the query role, under row-level
+    security, where it used to visit each lexical-only row."""
+    from ragline.query.retrieval import retrievers, transaction
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.contracts import SearchRequest
+
+    use_settings(ingest_lexical_only_layers='["C1_SYMBOLS", "C0_TEST_CHUNKS"]')
+    _rows_without_vectors(conn, tenant, {"C1_SYMBOLS": 6000, "C0_TEST_CHUNKS": 500, "C0_SOURCE_CHUNKS": 3})
+    conn.execute("ANALYZE chunks")
+    settings = get_settings()
+    req = SearchRequest(query="x", tenant=tenant, groups=["dev"], mode="hybrid")
+    conn.execute("SET LOCAL ROLE ragline_query_login")
+    transaction.set_transaction_params(conn, req, settings)
+    statement, params = retrievers.pending_statement(req, settings)
+    plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params).fetchone()
+    scans = [n for n in _plan_nodes(next(iter(plan.values()))[0]["Plan"]) if "Scan" in n["Node Type"]]
+    assert scans and all(
+        n.get("Index Name") == "chunks_without_vector" for n in scans if "Index" in n["Node Type"]
+    )
+    assert "Seq Scan" not in {n["Node Type"] for n in scans}, scans
+    index_rows = sum(n["Actual Rows"] for n in scans if n.get("Index Name"))
+    assert index_rows == 3, scans  # the awaiting rows alone, not the 6,500 lexical-only ones
+    assert conn.execute(statement, params).fetchone()["n"] == 3
     conn.rollback()
 
 

@@ -148,6 +148,21 @@ def test_awaiting_and_lexical_only_rows_are_disjoint_predicates():
     assert FILL_ROWS == pending_vectors.FILL_PREDICATE
     from ragline.query.retrieval import sql
 
-    assert (
-        pending_vectors.PREDICATE in sql.UNEMBEDDED_SQL and pending_vectors.LEXICAL_ONLY in sql.UNEMBEDDED_SQL
-    )
+    # a search counts the awaiting rows by ranges of layers (the same rows: the integration tests)
+    # and the lexical-only ones by LEXICAL_ONLY, in the pass over the scope it makes while some await
+    budget = pending_vectors.VectorBudget(frozenset({"C1_SYMBOLS", "C0_TEST_CHUNKS"}))
+    assert budget.awaiting() in sql.awaiting_sql(budget) and "<> ALL" not in sql.awaiting_sql(budget)
+    assert pending_vectors.LEXICAL_ONLY in sql.SCOPE_ROWS_SQL
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5])
+def test_the_awaiting_ranges_are_the_gaps_between_the_lexical_only_layers(n):
+    """One range below the first lexical-only layer, one between each two, one above the last,
+    bounded by the elements of the sorted parameter (code-point order, as ``COLLATE "C"``)."""
+    budget = pending_vectors.VectorBudget(frozenset(f"L{i}" for i in range(n)))
+    predicate = budget.awaiting()
+    assert predicate.startswith("c.embedding IS NULL")
+    assert predicate.count('c.layer COLLATE "C" <') == n and predicate.count('c.layer COLLATE "C" >') == n
+    assert predicate.count(" OR ") == n  # n + 1 ranges
+    assert [f"[{i}]" in predicate for i in range(1, n + 2)] == [True] * n + [False]
+    assert budget.params()["lexical_only_layers"] == sorted(budget.lexical_only)

@@ -174,13 +174,15 @@ class SearchResponse(BaseModel):
         " the vector search cannot see them yet, the lexical search finds them; counted when the"
         " search ran a vector search",
     )
-    lexical_only_rows: int = Field(
-        default=0,
+    lexical_only_rows: int | None = Field(
+        default=None,
         ge=0,
         description="rows in the caller's scope that the embedding budget never embeds"
-        " (RAGLINE_INGEST_LEXICAL_ONLY_LAYERS, the symbol records by default): found by the lexical"
-        " search and the structural ranking, by design; not counted in unembedded_rows, not a"
-        " degradation; counted when the search ran a vector search",
+        " (RAGLINE_INGEST_LEXICAL_ONLY_LAYERS, the symbol records and tests by default): found by the"
+        " lexical search and the structural ranking, by design; not counted in unembedded_rows, not a"
+        " degradation; counted only when the search ran a vector search while rows of the scope"
+        " await their vectors (they are left out of vector_share), null otherwise: counting them"
+        " would read each of them on every search (`ragline status` counts them per tenant)",
     )
     vectors_complete: bool = Field(
         default=True,
