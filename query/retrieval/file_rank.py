@@ -20,15 +20,24 @@ more directly than any text similarity. :func:`rank_files` aggregates, per file:
 
 Bonuses are in units of the best hit's score, so one set of weights applies to every retrieval
 mode (RRF units, BM25 or a cosine similarity). Files no hit comes from are not invented: only the
-candidates are re-ordered. Pure; the weights live in ``settings.code`` (``RAGLINE_CODE_FILE_RANK_*``)
-and their measurement in docs/evaluation.md, "Code retrieval at scale".
+candidates are re-ordered, and the lexical list's first files (below) are candidates too.
+
+**The lexical reserve.** Code fusion gives the lexical list a small RRF weight, under the line below
+which every chunk of the vector list outranks every chunk only the lexical list found; in a large
+repository the vector list (a general text model) often misses the file whose definitions the
+issue names, and the lexical list's first file, cut by that line, is the answer. A weight above
+the line loses where the vector list is the better one (docs/evaluation.md, "Fully embedded"), so
+instead the lexical list's ``reserve`` first files keep a place: its n-th file is listed at place
+n + ``reserve_slack`` at the latest (earlier where the fused order has it earlier), even when the
+fused hits do not hold it. Pure; the weights live in ``settings.code``
+(``RAGLINE_CODE_FILE_RANK_*``) and their measurement in docs/evaluation.md, "Code retrieval at scale".
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ragline.query.retrieval import structure
@@ -52,6 +61,10 @@ class FileWeights:
     frame: float = 0.0
     imports: float = 0.0
     definition: float = 0.0
+    #: the lexical list's first files that keep a place (0: none), and how far below their place
+    #: in that list they may be listed
+    reserve: int = 0
+    reserve_slack: int = 3
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -75,6 +88,8 @@ def file_weights_from(settings: Settings) -> FileWeights:
         c.file_rank_frame_bonus,
         c.file_rank_import_bonus,
         c.file_rank_definition_bonus,
+        c.file_rank_lexical_reserve,
+        c.file_rank_lexical_slack,
     )
 
 
@@ -143,41 +158,101 @@ class FileScore:
     frame: float
     imports: float
     definition: float
-    best: int  # the position of the file's first hit
+    best: int | None  # the position of the file's first hit; None: none among the hits (reserved)
+    #: placed by the lexical reserve (the lexical list's n-th file, listed at n + slack at the latest)
+    reserved: bool = False
 
 
 def rank_files(
-    hits: Iterable[Hit | dict], question: str, w: FileWeights, source: str = ""
+    hits: Iterable[Hit | dict],
+    question: str,
+    w: FileWeights,
+    source: str = "",
+    lexical: Sequence[Hit | dict] = (),
 ) -> list[FileScore]:
     """The files of ``hits``, best first (pure). ``source`` is the git source's name, the prefix of
     the stored paths (``astropy/`` of ``astropy/astropy/io/fits/card.py``), left out of the paths
-    returned and matched. With :class:`FileWeights` defaults the order is the first-hit order."""
+    returned and matched. ``lexical``: the search's lexical list, in its order, whose first
+    ``w.reserve`` files keep a place (the module's docstring). With :class:`FileWeights` defaults
+    the order is the first-hit order."""
     rows = [h if isinstance(h, Hit) else Hit.model_validate(h) for h in hits]
     if not rows:
         return []
     top = max((h.score for h in rows), default=0.0)
     scale = top if top > 0 else 1.0
     ev = evidence(question)
-    by_file: dict[str, list[tuple[int, Hit]]] = {}
+
+    def relative(path: str) -> str:
+        return path[len(source) + 1 :] if source and path.startswith(source + "/") else path
+
+    by_file: dict[str, list[tuple[int | None, Hit]]] = {}
     for pos, h in enumerate(rows):
-        path = h.path[len(source) + 1 :] if source and h.path.startswith(source + "/") else h.path
-        by_file.setdefault(path, []).append((pos, h))
-    depth = max(1, w.depth)
-    out = []
-    for path, items in by_file.items():
-        scores = sorted((max(h.score, 0.0) / scale for _, h in items), reverse=True)[:depth]
-        chunks = sum(s * w.decay**i for i, s in enumerate(scores))
-        named = structure.path_named(ev.named, path, skip=ev.frames)
-        frame = 0.0
-        for depth_no, f in enumerate(reversed(ev.frames)):  # the deepest frame first
-            if structure.file_match(f, path) == 1.0:
-                frame = max(frame, 0.5**depth_no)
-        imported = 1.0 if any(structure.module_match(m, path) for m in ev.imports) else 0.0
-        symbols = [s for _, h in items for s in h.metadata.get("symbols") or [] if isinstance(s, str)]
-        definition = 1.0 - 0.5 ** structure.definitions(ev.named, symbols)
-        score = chunks + w.path * named + w.frame * frame + w.imports * imported + w.definition * definition
-        out.append(FileScore(path, round(score, 8), chunks, named, frame, imported, definition, items[0][0]))
-    out.sort(key=(lambda f: f.best) if w.is_first_hit else (lambda f: (-f.score, f.best)))
+        by_file.setdefault(relative(h.path), []).append((pos, h))
+    out = [_file_score(path, items, ev, w, scale) for path, items in by_file.items()]
+    out.sort(key=(lambda f: f.best or 0) if w.is_first_hit else (lambda f: (-f.score, f.best or 0)))
+    if not w.reserve or not lexical:
+        return out
+    known = {f.path: f for f in out}
+    floors = {}
+    for n, row in enumerate(lead_files(lexical, w.reserve)):
+        h = row if isinstance(row, Hit) else Hit.model_validate(row)
+        path = relative(h.path)
+        floors[path] = (n + w.reserve_slack, known.get(path) or _file_score(path, [(None, h)], ev, w, 0.0))
+    return with_floors(out, floors)
+
+
+def lead_files(rows: Iterable[Hit | dict], n: int) -> list[Hit | dict]:
+    """The first row of each of the first ``n`` files of ``rows``, in their order (pure): the
+    lexical list's files the reserve keeps a place for."""
+    out: dict[str, Hit | dict] = {}
+    for row in rows:
+        path = row.path if isinstance(row, Hit) else row["path"]
+        if path not in out:
+            if len(out) == n:
+                break
+            out[path] = row
+    return list(out.values())
+
+
+def _file_score(
+    path: str, items: list[tuple[int | None, Hit]], ev: IssueEvidence, w: FileWeights, scale: float
+) -> FileScore:
+    """One file's score from its hits (``scale``: the best hit's score; 0 for a file that has no
+    fused hit, whose chunks then count nothing and whose bonuses are its own)."""
+    scores = sorted((max(h.score, 0.0) / scale if scale else 0.0 for _, h in items), reverse=True)
+    chunks = sum(s * w.decay**i for i, s in enumerate(scores[: max(1, w.depth)]))
+    named = structure.path_named(ev.named, path, skip=ev.frames)
+    frame = 0.0
+    for depth_no, f in enumerate(reversed(ev.frames)):  # the deepest frame first
+        if structure.file_match(f, path) == 1.0:
+            frame = max(frame, 0.5**depth_no)
+    imported = 1.0 if any(structure.module_match(m, path) for m in ev.imports) else 0.0
+    symbols = [s for _, h in items for s in h.metadata.get("symbols") or [] if isinstance(s, str)]
+    definition = 1.0 - 0.5 ** structure.definitions(ev.named, symbols)
+    score = chunks + w.path * named + w.frame * frame + w.imports * imported + w.definition * definition
+    return FileScore(path, round(score, 8), chunks, named, frame, imported, definition, items[0][0])
+
+
+def with_floors(ranked: list[FileScore], floors: dict[str, tuple[int, FileScore]]) -> list[FileScore]:
+    """``ranked`` with each file of ``floors`` (path: its 0-based place at the latest, its score)
+    listed no later than that place, and where ``ranked`` has it earlier, there (pure). Built place
+    by place: a file whose floor has come, else the next of ``ranked``. A file moved up, or absent
+    from ``ranked``, is marked ``reserved``."""
+    out: list[FileScore] = []
+    rest = list(ranked)
+    pending = dict(floors)
+    while rest or pending:
+        due = [path for path, (place, _) in pending.items() if place <= len(out)]
+        if due or not rest:
+            path = min(due or pending, key=lambda p: pending[p][0])
+            _, f = pending.pop(path)
+            moved = not (rest and rest[0].path == path)
+            rest = [x for x in rest if x.path != path]
+            out.append(replace(f, reserved=True) if moved else f)
+        else:
+            f = rest.pop(0)
+            pending.pop(f.path, None)
+            out.append(f)
     return out
 
 
@@ -186,11 +261,13 @@ def ranked_paths(hits: Iterable[Hit | dict], question: str, w: FileWeights, sour
     return [f.path for f in rank_files(hits, question, w, source)]
 
 
-def response_files(hits: list[Hit], question: str, settings: Settings) -> list[FileHit]:
+def response_files(
+    hits: list[Hit], question: str, settings: Settings, lexical: Sequence[Hit] = ()
+) -> list[FileHit]:
     """The files a search response lists beside its hits (pure): :func:`rank_files` with the
-    configured weights, when the file ranking is on and some hit is code (a prose search's
-    "files" would be its documents again). The code evaluation scores this list, so what it
-    measures is what a caller gets."""
+    configured weights and the search's lexical leads (``SearchResponse.lexical_leads``), when
+    the file ranking is on and some hit is code (a prose search's "files" would be its documents
+    again). The code evaluation scores this list, so what it measures is what a caller gets."""
     c = settings.code
     if not c.file_rank or not any(h.layer in c.layers for h in hits):
         return []
@@ -204,8 +281,9 @@ def response_files(hits: list[Hit], question: str, settings: Settings) -> list[F
             imports=f.imports,
             definition=round(f.definition, 8),
             first_hit=f.best,
+            reserved=f.reserved,
         )
-        for f in rank_files(hits, question, file_weights_from(settings))
+        for f in rank_files(hits, question, file_weights_from(settings), lexical=lexical)
     ]
 
 

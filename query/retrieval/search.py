@@ -20,7 +20,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from ragline.query import deadline
-from ragline.query.retrieval import retrievers, sql, structure
+from ragline.query.retrieval import file_rank, retrievers, sql, structure
 from ragline.query.retrieval.filters import has_terms
 from ragline.query.retrieval.fusion import FusionPolicy
 from ragline.query.retrieval.hybrid import fuse
@@ -125,7 +125,7 @@ def search(
         timings["structure"] = elapsed_ms(t)
     else:
         hits = fuse(vector, lexical, settings, limit, req.query, coverage.share)
-    return SearchResponse(
+    resp = SearchResponse(
         hits=hits,
         timings_ms=timings,
         unembedded_rows=coverage.unembedded,
@@ -133,6 +133,10 @@ def search(
         vectors_complete=not coverage.unembedded,
         vector_share=round(coverage.share, 6),
     )
+    if vector and lexical and settings.code.file_rank and settings.code.file_rank_lexical_reserve:
+        leads = file_rank.lead_files(lexical, settings.code.file_rank_lexical_reserve)
+        resp.with_lexical_leads([sql.hit(r) for r in leads])
+    return resp
 
 
 def structural(req: SearchRequest, vector: list[dict], lexical: list[dict], settings: Settings) -> bool:

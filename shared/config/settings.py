@@ -631,11 +631,11 @@ class CodeSettings(_Group):
     file_rank: bool = Field(
         True,
         description="rank a code question's files by their aggregated evidence (query/retrieval/file_rank.py) instead"
-        " of their first hit (the code eval's file list); a signal's weight is non-zero only when it beat"
-        ' the first-hit order on both held-out halves (docs/evaluation.md, "Code retrieval at scale")',
+        " of their first hit (the code eval's file list); the weights on are those chosen on each held-out"
+        ' half and reported on the other (docs/evaluation.md, "Code retrieval at scale", "The lexical reserve")',
     )
     file_rank_decay: float = Field(
-        0.0,
+        0.25,
         ge=0,
         le=1,
         description="weight of a file's i-th best chunk relative to its best (decay**i): several matching"
@@ -661,6 +661,16 @@ class CodeSettings(_Group):
         0.0,
         ge=0,
         description="a file whose chunks define identifiers the issue names (1 - 0.5**count of them)",
+    )
+    file_rank_lexical_reserve: int = Field(
+        2,
+        ge=0,
+        description="the lexical list's first files that keep a place in a hybrid code search's files"
+        " (query/retrieval/file_rank.py, the lexical reserve; 0 = off): the n-th is listed at"
+        " n + file_rank_lexical_slack at the latest, even when the fusion cut its chunks",
+    )
+    file_rank_lexical_slack: int = Field(
+        3, ge=0, description="how far below its place in the lexical list a reserved file may be listed"
     )
 
     @property

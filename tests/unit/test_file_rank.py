@@ -150,14 +150,64 @@ def test_settings_switch_the_file_rank_on_and_off():
     on = code_settings(file_rank=True, file_rank_decay=0.5, file_rank_path_bonus=0.25)
     w = file_rank.file_weights_from(on)
     assert not w.is_first_hit and (w.decay, w.depth, w.path) == (0.5, on.code.file_rank_depth, 0.25)
-    # the shipped default: on, the traceback frames alone (the signal that beat the first-hit order)
+    # the shipped default: on, the traceback frames, a file's further chunks at a quarter each, and
+    # the lexical list's first two files kept within three places of theirs (docs/evaluation.md)
     shipped = file_rank.file_weights_from(Settings())
-    assert shipped.frame > 0 and (shipped.decay, shipped.path, shipped.imports, shipped.definition) == (
-        0,
-        0,
-        0,
-        0,
+    assert shipped.frame > 0 and (shipped.path, shipped.imports, shipped.definition) == (0, 0, 0)
+    assert (shipped.decay, shipped.depth, shipped.reserve, shipped.reserve_slack) == (0.25, 3, 2, 3)
+    assert file_rank.file_weights_from(code_settings(file_rank_lexical_reserve=0)).reserve == 0
+
+
+FUSED = [hit(f"r/{p}.py", 1.0 - i / 10) for i, p in enumerate("abcdefg")]
+
+
+@pytest.mark.parametrize(
+    ("lexical", "reserve", "listed", "reserved"),
+    [
+        # absent from the fused hits: listed at its place in the lexical list + 3 at the latest
+        (["x", "c"], 2, "abcxdefg", "x"),
+        # both moved up, each to its own floor (the 1st to the 4th place, the 2nd to the 5th)
+        (["g", "f"], 2, "abcgfde", "gf"),
+        # a file the fused order has above its floor keeps that place
+        (["b", "a"], 2, "abcdefg", ""),
+        # only the first `reserve` files of the lexical list; several chunks of one file are one file
+        (["g", "g", "f", "e"], 1, "abcgdef", "g"),
+        ([], 2, "abcdefg", ""),
+        (["x", "y"], 0, "abcdefg", ""),
+    ],
+)
+def test_the_lexical_reserve_keeps_the_lexical_lists_first_files_near_their_place(
+    lexical, reserve, listed, reserved
+):
+    """Code fusion's small lexical weight cuts every chunk only the lexical list found below every
+    chunk of the vector list; the reserve lists the lexical list's n-th file at n + slack at the
+    latest, whether the fused hits hold it lower or not at all (a file without a fused hit scores
+    its bonuses alone, and has no first hit)."""
+    w = FileWeights(reserve=reserve, reserve_slack=3)
+    leads = [hit(f"r/{p}.py", 5.0) for p in lexical]
+    files = rank_files(FUSED, "an issue", w, "r", lexical=leads)
+    assert "".join(f.path[0] for f in files) == listed
+    assert "".join(f.path[0] for f in files if f.reserved) == reserved
+    assert all((f.best is None) == (f.path == "x.py") for f in files)
+    assert [f.path for f in rank_files(FUSED, "an issue", w, "r")] == [f"{p}.py" for p in "abcdefg"]
+
+
+def test_reserved_files_past_the_end_of_a_short_list_follow_it():
+    w = FileWeights(reserve=2, reserve_slack=3)
+    files = rank_files([hit("a.py", 1.0)], "an issue", w, lexical=[hit("x.py", 1.0), hit("y.py", 1.0)])
+    assert [(f.path, f.reserved, f.best) for f in files] == [
+        ("a.py", False, 0),
+        ("x.py", True, None),
+        ("y.py", True, None),
+    ]
+    # a reserved file's own evidence: the issue's traceback frame is in it
+    frame = rank_files(
+        [hit("a.py", 1.0)],
+        ISSUE,
+        FileWeights(frame=0.5, reserve=1),
+        lexical=[hit("r/astropy/io/fits/card.py", 1.0)],
     )
+    assert frame[-1].frame == 1.0 and frame[-1].chunks == 0.0
 
 
 def test_the_variants_measured_hold_the_first_hit_order_and_the_configured_weights():
@@ -227,3 +277,34 @@ def test_a_search_response_lists_the_files_in_the_file_rankings_order(
     assert [f.path for f in resp.files] == ranked_paths(hits, ISSUE, file_rank.file_weights_from(s))
     assert resp.files[0].path == "r/astropy/io/fits/card.py" and resp.files[0].frame == 1.0
     assert [f.first_hit for f in resp.files] == [1, 0]
+
+
+def test_a_search_response_lists_the_lexical_leads_the_retrieval_kept_and_never_sends_them(monkeypatch):
+    """The retrieval hands service.search the hybrid search's lexical leads beside its hits (a
+    private attribute: not part of the contract, never serialized); the files listed hold them."""
+    from ragline.query import service
+    from ragline.shared.sdk.contracts import SearchRequest, SearchResponse
+
+    s = Settings()
+    hits = [
+        Hit(doc_id=p, chunk_no=0, path=p, score=1.0, layer="C0_SOURCE_CHUNKS") for p in ("r/a.py", "r/b.py")
+    ]
+    lead = Hit(doc_id="r/x.py", chunk_no=3, path="r/x.py", layer="C0_SOURCE_CHUNKS")
+    monkeypatch.setattr(service, "get_settings", lambda: s)
+    monkeypatch.setattr(
+        service,
+        "retrieve",
+        lambda req, limit: SearchResponse(hits=hits, timings_ms={"total": 1.0}).with_lexical_leads([lead]),
+    )
+    resp = service.search(SearchRequest(query="an issue", tenant="t", groups=["g"], rerank=False))
+    assert [(f.path, f.reserved, f.first_hit) for f in resp.files] == [
+        ("r/a.py", False, 0),
+        ("r/b.py", False, 1),
+        ("r/x.py", True, None),
+    ]
+    sent = resp.model_dump_json()
+    assert (
+        "lexical_leads" not in sent
+        and "r/x.py" in sent
+        and SearchResponse.model_validate_json(sent).lexical_leads == []
+    )

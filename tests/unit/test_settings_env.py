@@ -105,7 +105,7 @@ OLD_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_CODE_NAMED_FILES", "5", "code.named_files", 5),
     ("RAGLINE_CODE_NAMED_WEIGHT", "0.5", "code.named_weight", 0.5),
     ("RAGLINE_CODE_FILE_RANK", "false", "code.file_rank", False),
-    ("RAGLINE_CODE_FILE_RANK_DECAY", "0.25", "code.file_rank_decay", 0.25),
+    ("RAGLINE_CODE_FILE_RANK_DECAY", "0.5", "code.file_rank_decay", 0.5),
     ("RAGLINE_CODE_FILE_RANK_DEPTH", "5", "code.file_rank_depth", 5),
     ("RAGLINE_CODE_FILE_RANK_PATH_BONUS", "0.25", "code.file_rank_path_bonus", 0.25),
     ("RAGLINE_CODE_FILE_RANK_FRAME_BONUS", "1.0", "code.file_rank_frame_bonus", 1.0),
@@ -426,6 +426,8 @@ def test_secrets_stay_masked(monkeypatch, tmp_path):
 #: settings added since names were derived: they have the derived name only
 NEW_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_CODE_SPELLED_BONUS", "0.002", "code.spelled_bonus", 0.002),
+    ("RAGLINE_CODE_FILE_RANK_LEXICAL_RESERVE", "0", "code.file_rank_lexical_reserve", 0),
+    ("RAGLINE_CODE_FILE_RANK_LEXICAL_SLACK", "2", "code.file_rank_lexical_slack", 2),
     ("RAGLINE_SERVICES_REDIS_ROLE", "chat", "services.redis_role", "chat"),
     ("RAGLINE_SERVICES_REDIS_AOF_REWRITE_MIN_MB", "2", "services.redis_aof_rewrite_min_mb", 2),
     ("RAGLINE_SERVICES_REDIS_APPENDFSYNC", "always", "services.redis_appendfsync", "always"),

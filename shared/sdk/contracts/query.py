@@ -10,6 +10,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     field_validator,
     model_validator,
 )
@@ -155,7 +156,18 @@ class FileHit(BaseModel):
     frame: float = Field(default=0.0, description="a traceback frame is in it, the deepest weighing 1")
     imports: float = Field(default=0.0, description="the question's quoted code imports its module")
     definition: float = Field(default=0.0, description="its chunks define identifiers the question names")
-    first_hit: int = Field(default=0, ge=0, description="the position of its first hit among `hits`")
+    first_hit: int | None = Field(
+        default=0,
+        ge=0,
+        description="the position of its first hit among `hits`; null for a file the lexical reserve"
+        " listed from the lexical list alone",
+    )
+    reserved: bool = Field(
+        default=False,
+        description="listed by the lexical reserve (RAGLINE_CODE_FILE_RANK_LEXICAL_RESERVE): the lexical"
+        " list's n-th file, placed at n + RAGLINE_CODE_FILE_RANK_LEXICAL_SLACK at the latest, above where"
+        " the fused hits put it, or absent from them",
+    )
 
 
 class SearchResponse(BaseModel):
@@ -202,6 +214,17 @@ class SearchResponse(BaseModel):
         " lists searched without, within that collection's documents (RAGLINE_RETRIEVAL_CORPUS_TERMS)",
     )
     timings_ms: dict[str, float] = Field(default_factory=dict)
+    #: the first chunk of each of the hybrid search's lexical list's first files, for the file
+    #: ranking's lexical reserve (query/retrieval/file_rank.py); kept in the worker, never sent
+    _lexical_leads: list[Hit] = PrivateAttr(default_factory=list)
+
+    @property
+    def lexical_leads(self) -> list[Hit]:
+        return self._lexical_leads
+
+    def with_lexical_leads(self, leads: list[Hit]) -> SearchResponse:
+        self._lexical_leads = leads
+        return self
 
 
 class RerankRequest(BaseModel):
