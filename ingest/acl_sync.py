@@ -90,7 +90,7 @@ FROM items i CROSS JOIN clock c
 WHERE d.tenant = i.tenant AND d.doc_id = i.doc_id
   AND (%(pending)s OR d.status <> 'deleted')
   AND (%(force)s OR coalesce((d.acl_versions ->> i.producer)::bigint, -1) < i.version)
-RETURNING d.tenant, d.doc_id
+RETURNING d.tenant, d.doc_id, d.acl
 """
 
 SYNC_PENDING_SQL = """
@@ -107,7 +107,7 @@ ON CONFLICT (tenant, doc_id) DO UPDATE SET acl = EXCLUDED.acl, acl_seq = EXCLUDE
     acl_versions = d.acl_versions || EXCLUDED.acl_versions, updated_at = now()
 WHERE %(force)s OR (SELECT bool_and(coalesce((d.acl_versions ->> e.key)::bigint, -1) < e.value::bigint)
        FROM jsonb_each_text(EXCLUDED.acl_versions) AS e)
-RETURNING d.tenant, d.doc_id, d.xmax = 0 AS created
+RETURNING d.tenant, d.doc_id, d.acl, d.xmax = 0 AS created
 """
 
 MISSING_SQL = """
@@ -143,25 +143,25 @@ applied AS (
     FROM winners w CROSS JOIN clock c
     WHERE d.tenant = w.tenant AND d.doc_id = w.doc_id
       AND (%(force)s OR coalesce((d.acl_versions ->> w.producer)::bigint, -1) < w.version)
-    RETURNING d.tenant, d.doc_id, w.path_prefix
+    RETURNING d.tenant, d.doc_id, w.path_prefix, d.acl
 )
-SELECT 'applied' AS kind, tenant, doc_id, path_prefix FROM applied
+SELECT 'applied' AS kind, tenant, doc_id, path_prefix, acl FROM applied
 UNION ALL
-SELECT DISTINCT 'matched' AS kind, tenant, doc_id, NULL FROM matched
+SELECT DISTINCT 'matched' AS kind, tenant, doc_id, NULL, NULL::text[] FROM matched
 UNION ALL
-SELECT DISTINCT 'missing' AS kind, i.tenant, NULL, i.path_prefix FROM items i
+SELECT DISTINCT 'missing' AS kind, i.tenant, NULL, i.path_prefix, NULL::text[] FROM items i
 WHERE NOT EXISTS (SELECT 1 FROM matched m WHERE m.tenant = i.tenant AND m.path_prefix = i.path_prefix)
 """
 
 # a separate statement, so its snapshot sees every chunk an ingest committed while the documents
-# statement waited for that ingest's row lock; the ACL comes from the documents row itself. The
-# documents travel as JSON pairs (:func:`doc_keys`): two text arrays of a thousand ids took psycopg
-# several times longer to write than the C JSON encoder
+# statement waited for that ingest's row lock. Each document's ACL is the one the documents
+# statements returned: this transaction holds the row until it commits, so that is the stored one,
+# and the chunks need no second read of ``documents``. The documents travel as JSON (:func:`doc_acls`):
+# text arrays of a thousand ids took psycopg several times longer to write than the C JSON encoder
 SYNC_CHUNKS_SQL = """
-UPDATE chunks c SET acl = d.acl, updated_at = now()
-FROM jsonb_to_recordset(%(docs)s::jsonb) AS u(tenant text, doc_id text)
-JOIN documents d ON d.tenant = u.tenant AND d.doc_id = u.doc_id
-WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id AND c.acl IS DISTINCT FROM d.acl
+UPDATE chunks c SET acl = u.acl, updated_at = now()
+FROM jsonb_to_recordset(%(docs)s::jsonb) AS u(tenant text, doc_id text, acl text[])
+WHERE c.tenant = u.tenant AND c.doc_id = u.doc_id AND c.acl IS DISTINCT FROM u.acl
 """
 
 # the last applied version of each stale change's producer, which the change did not exceed
@@ -261,9 +261,10 @@ def split_items(
     return [r for r in rows if "doc_id" in r], [r for r in rows if "path_prefix" in r]
 
 
-def doc_keys(keys: list[tuple[str, str]]) -> Jsonb:
-    """``(tenant, doc_id)`` pairs as :data:`SYNC_CHUNKS_SQL` reads them (pure)."""
-    return Jsonb([{"tenant": t, "doc_id": d} for t, d in keys])
+def doc_acls(acls: dict[tuple[str, str], list[str]]) -> Jsonb:
+    """Each ``(tenant, doc_id)``'s ACL as :data:`SYNC_CHUNKS_SQL` reads them, in key order, so
+    concurrent batches lock chunks in one order (pure)."""
+    return Jsonb([{"tenant": t, "doc_id": d, "acl": acls[t, d]} for t, d in sorted(acls)])
 
 
 def _rounds(rows: list[dict]) -> list[list[dict]]:
@@ -302,7 +303,7 @@ def apply_acl_sync(
             f"a {sender!r} sender may not force permission changes (only {sorted(MAY_FORCE)})"
         )
     by_doc, by_prefix = split_items(items, sender, default_producer)
-    changed: set[tuple[str, str]] = set()
+    changed: dict[tuple[str, str], list[str]] = {}  # each changed document's ACL as stored
     targeted: set[tuple[str, str]] = set()
     ts_of: dict[tuple[str, str], float] = {}
     created = 0
@@ -313,15 +314,15 @@ def apply_acl_sync(
             docs = {(r["tenant"], r["doc_id"]) for r in by_doc}
             missing: set[tuple[str, str]] = set()
             for n, rows in enumerate(_rounds(by_doc)):
-                with conn.cursor(row_factory=tuple_row) as cur:  # (tenant, doc_id) as the set's keys
+                with conn.cursor(row_factory=tuple_row) as cur:
                     cur.execute(SYNC_DOCS_SQL, {"items": Jsonb(rows), "pending": pending, "force": force})
-                    applied: set[tuple[str, str]] = set(cur)
+                    applied = {(t, d): acl for t, d, acl in cur}
                 rest = [r for r in rows if (r["tenant"], r["doc_id"]) not in applied]
                 if rest and pending:  # new documents, tombstones, stale changes: decided on the row
                     for r in conn.execute(
                         SYNC_PENDING_SQL, {"items": Jsonb(rest), "force": force}
                     ).fetchall():
-                        applied.add((r["tenant"], r["doc_id"]))
+                        applied[r["tenant"], r["doc_id"]] = r["acl"]
                         created += bool(r["created"])
                 elif rest and n == 0:  # a document missing here is missing in every round
                     missing = {
@@ -331,7 +332,7 @@ def apply_acl_sync(
                             {"tenants": [r["tenant"] for r in rest], "docs": [r["doc_id"] for r in rest]},
                         )
                     }
-                changed |= applied
+                changed |= applied  # a later round's ACL is the stored one
             not_found += [
                 {"tenant": t, "doc_id": d, "reason": "no such document"} for t, d in sorted(missing)
             ]
@@ -356,13 +357,13 @@ def apply_acl_sync(
                 key = (r["tenant"], r["doc_id"])
                 targeted.add(key)
                 if r["kind"] == "applied":
-                    changed.add(key)
+                    changed[key] = r["acl"]  # after the doc items' statement: the stored ACL
                     if ts_by_prefix.get((r["tenant"], r["path_prefix"])):
                         ts_of[key] = ts_by_prefix[(r["tenant"], r["path_prefix"])]
         chunks = 0
         ordered = sorted(changed)  # a document hit by a doc item and a prefix item counts once
         if ordered:
-            chunks = conn.execute(SYNC_CHUNKS_SQL, {"docs": doc_keys(ordered)}).rowcount
+            chunks = conn.execute(SYNC_CHUNKS_SQL, {"docs": doc_acls(changed)}).rowcount
         if not_found:
             tenants = sorted({nf["tenant"] for nf in not_found})
             unknown = [
@@ -371,7 +372,7 @@ def apply_acl_sync(
             for nf in not_found:
                 if nf["tenant"] in unknown:
                     nf["reason"] = "unknown tenant (it has no documents)"
-        stale_docs = sorted(targeted - changed)
+        stale_docs = sorted(targeted - changed.keys())
         stale_rows = _stale_versions(conn, stale_docs[:STALE_SHOWN], by_doc, by_prefix) if stale_docs else []
     stale = len(stale_docs)
     now = time.time()
@@ -497,7 +498,8 @@ def apply_ingest_acls(
     clocks: dict[int | None, int] = {}
     with conn.transaction():
         rows = conn.execute(INGEST_LOCK_SQL, {"items": Jsonb(items)}).fetchall()
-        writes, changed = [], []
+        writes: list[dict] = []
+        changed: dict[tuple[str, str], list[str]] = {}
         for r in rows:
             key = (r["tenant"], r["doc_id"])
             acl, seq = asked[key]
@@ -509,14 +511,14 @@ def apply_ingest_acls(
                     clocks[seq] = clock(conn, seq)
                 writes.append({"tenant": key[0], "doc_id": key[1], "acl": acl, "acl_seq": clocks[seq]})
                 if set(acl) != set(r["acl"]):
-                    changed.append(key)
+                    changed[key] = acl
             else:
                 writes.append({"tenant": key[0], "doc_id": key[1], "acl": r["acl"], "acl_seq": r["acl_seq"]})
             writes[-1]["ingest_acl"] = acl
         if writes:
             conn.execute(INGEST_WRITE_SQL, {"rows": Jsonb(writes)})
         if changed:
-            conn.execute(SYNC_CHUNKS_SQL, {"docs": doc_keys(changed)})
+            conn.execute(SYNC_CHUNKS_SQL, {"docs": doc_acls(changed)})
     values = list(outcomes.values())
     _count(path, applied=values.count("updated"), stale=values.count("ignored_stale"))
     return outcomes

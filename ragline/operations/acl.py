@@ -110,7 +110,11 @@ def sync(
     from ragline.shared.sdk.client import raise_for_reply, sync_acl_call  # start-up: as above
     from ragline.shared.worker.celery_app import app  # start-up: as above
 
-    valid = [AclSyncItem.model_validate(it) for it in items]
-    calls = [sync_acl_call(b, missing=missing, force=force) for b in batches(valid, batch_size)]
-    pending = [app.send_task(c.task, args=[c.payload]) for c in calls]
+    valid = [AclSyncItem.model_validate(it) for it in items]  # a bad item refuses the request before any send
+    # each batch goes out as soon as it is built: the control pool starts on the first while the
+    # rest are serialized, instead of after all of them
+    pending = [
+        app.send_task(c.task, args=[c.payload])
+        for c in (sync_acl_call(b, missing=missing, force=force) for b in batches(valid, batch_size))
+    ]
     return add_up([raise_for_reply(read_once(res, timeout)) for res in pending])
