@@ -101,7 +101,8 @@ def sync(
     force: bool = False,
     batch_size: int | None = None,
 ) -> dict:
-    """Send ``items`` in :func:`batches` all at once and add up the replies (:func:`add_up`).
+    """Send ``items`` in :func:`batches`, each as soon as it is built and none waiting for another's
+    reply, and add up the replies (:func:`add_up`).
     ``missing='report'`` (the operator's commands) lists unknown documents, prefixes and tenants in
     ``not_found`` instead of keeping a pending row; ``force`` applies changes whatever their
     producer's last version. A batch the control pool refused raises its
@@ -111,8 +112,6 @@ def sync(
     from ragline.shared.worker.celery_app import app  # start-up: as above
 
     valid = [AclSyncItem.model_validate(it) for it in items]  # a bad item refuses the request before any send
-    # each batch goes out as soon as it is built: the control pool starts on the first while the
-    # rest are serialized, instead of after all of them
     pending = [
         app.send_task(c.task, args=[c.payload])
         for c in (sync_acl_call(b, missing=missing, force=force) for b in batches(valid, batch_size))

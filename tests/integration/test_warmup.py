@@ -60,6 +60,8 @@ def test_prefork_children_warm_before_they_report_up(stack):
         lines = [json.loads(line) for line in pool.log_text().splitlines() if "worker process warmed" in line]
         assert len(lines) == 2  # each child, once
         assert all(line["queues"] == [pool.queue] and "db" in line["seconds"] for line in lines)
+        # what each child loaded is out of the collector's full passes
+        assert all(line["frozen_objects"] > 10_000 for line in lines)
     finally:
         pool.stop()
 
@@ -74,6 +76,7 @@ def test_threads_query_pool_warms_its_process_before_consuming(stack):
         lines = [json.loads(line) for line in pool.log_text().splitlines() if "worker process warmed" in line]
         assert len(lines) == 1  # one process runs every query
         assert lines[0]["queues"] == [pool.queue] and set(lines[0]["seconds"]) == {"db"}
+        assert lines[0]["frozen_objects"] > 10_000
     finally:
         pool.stop()
 
@@ -140,6 +143,7 @@ def test_solo_query_processes_warm_and_answer_with_a_remote_embedder(stack, use_
                     if "worker process warmed" in line
                 ]
                 assert len(warmed) == 1 and set(warmed[0]["seconds"]) == {"db"}
+                assert warmed[0]["frozen_objects"] > 10_000
         finally:
             first.stop()
             second.stop()
