@@ -35,6 +35,7 @@ from ragline.shared.sdk.answer_stream import delta_fields, terminal_fields
 from ragline.shared.sdk.contracts import Hit
 from ragline.shared.sdk.names import answer_stream_key
 from ragline.shared.worker.providers import ProviderError
+from ragline.shared.worker.text import split_sentences
 
 if TYPE_CHECKING:  # every pool imports the query tasks; provider modules load only where used
     from ragline.shared.worker.providers import Generation, StreamingGenerator
@@ -178,7 +179,13 @@ class AnswerPublisher:
         self._add(delta_fields(text))
 
     def end(self, result: dict) -> None:
-        """The terminal entry for the task's result (after any merged deltas)."""
+        """The terminal entry for the task's result (after any merged deltas). An answer no
+        generator streamed (the extractive one, or the fallback after a chat model failed before
+        its first delta) goes out first as deltas, one per sentence (:func:`sentence_deltas`): a
+        reader sees the same shape of stream whatever the generator."""
+        if not self.published_text and result.get("ok") is not False and not result.get("no_answer"):
+            for piece in sentence_deltas(str(result.get("answer") or "")):
+                self.delta(piece)
         if self._held:
             self._add(delta_fields("".join(self._held)))
             self._held = []
@@ -196,6 +203,25 @@ class AnswerPublisher:
         except redis.RedisError as exc:
             self._broken = True
             log.warning("answer stream: Redis refused an entry, not publishing more: %s", type(exc).__name__)
+
+
+def sentence_deltas(text: str) -> list[str]:
+    """``text`` cut after each of its sentences (:func:`ragline.shared.worker.text.split_sentences`):
+    the pieces, whitespace and line breaks included, join back into ``text`` exactly (pure)."""
+    pieces: list[str] = []
+    pos = 0
+    for sentence in split_sentences(text):
+        at = text.find(sentence, pos)
+        if at < 0:  # the splitter normalised something: the rest goes out as one piece
+            break
+        pieces.append(text[pos : at + len(sentence)])
+        pos = at + len(sentence)
+    if pos < len(text):
+        if pieces and not text[pos:].strip():
+            pieces[-1] += text[pos:]
+        else:
+            pieces.append(text[pos:])
+    return pieces
 
 
 _clients: dict[tuple[int, str], redis.Redis] = {}

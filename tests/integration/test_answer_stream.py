@@ -180,10 +180,28 @@ def test_a_provider_error_before_any_delta_falls_back_like_an_unstreamed_questio
     with StreamingChatServer(Script(PIECES, error_after=0)) as srv:
         chat(use_settings, "anthropic", srv)
         events = read(send(corpus).id, timeout=30)
-    assert [e.type for e in events] == [ANSWER], events[0].response.reason  # nothing was shown: extractive
-    resp = events[0].response
+    # nothing of the chat model was shown: the extractive answer, streamed sentence by sentence
+    assert [e.type for e in events] == [DELTA] * (len(events) - 1) + [ANSWER], events[-1].response.reason
+    resp = events[-1].response
     assert resp.trace["generator"]["generator"] == "extractive" and resp.citations
     assert any("generator" in r for r in resp.degraded_reasons)
+    assert text_of(events) == resp.answer
+
+
+@pytest.mark.parametrize("agentic", [False, True])
+def test_the_default_generator_streams_its_answer_sentence_by_sentence(
+    celery_worker, corpus, use_settings, agentic
+):
+    """No chat model: the composed answer still arrives as deltas (one per sentence of the
+    project's splitter), then exactly one terminal entry, as the README promises."""
+    from ragline.shared.worker.text import split_sentences
+
+    use_settings(answer_min_confidence=0, answer_grounding="off")  # the default generator
+    events = read(send(corpus, agentic=agentic).id, timeout=60)
+    assert [e.type for e in events[:-1]] == [DELTA] * (len(events) - 1) and events[-1].type == ANSWER
+    answer = events[-1].response.answer
+    assert answer and text_of(events) == answer
+    assert len(events) - 1 == len(split_sentences(answer)) >= 1
 
 
 def test_citations_that_fail_validation_end_the_stream_with_no_answer(celery_worker, corpus, use_settings):
