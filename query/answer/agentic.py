@@ -19,6 +19,7 @@ from typing import Protocol
 from ragline.query.answer.prompt import PLAN_PROMPT, decompose_messages, render_documents, x
 from ragline.query.question import question_parts
 from ragline.shared.sdk.contracts import Hit
+from ragline.shared.worker.text import stem, stems
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ _WORD = re.compile(r"\w{4,}", re.UNICODE)
 
 
 def _stems(text: str) -> set[str]:
-    return {w[:5] for w in _WORD.findall(text.lower())}
+    return stems(text, min_len=4)
 
 
 class CoveragePlanner:
@@ -113,7 +114,7 @@ class CoveragePlanner:
         found: set[str] = set()
         for h in evidence:
             found |= _stems(f"{h.heading} {h.content}")
-        missing = [w for w in dict.fromkeys(_WORD.findall(question.lower())) if w[:5] not in found]
+        missing = [w for w in dict.fromkeys(_WORD.findall(question.lower())) if stem(w) not in found]
         if not missing:
             return Decision(True)
         return Decision(False, [" ".join(missing)])

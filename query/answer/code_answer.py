@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from ragline.query.retrieval.filters import DEFAULT_TESTS_LAYER
 from ragline.shared.sdk.contracts import Hit
+from ragline.shared.worker import text as text_
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[\u0400-\u04FF]+", re.UNICODE)
-_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _CAMEL_BOUNDARY = re.compile(r"[a-z0-9][A-Z]|[A-Z]{2,}[a-z]")
 _DEFINITION = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
 #: what code a question names as written: snake_case, camelCase, dotted, a call
@@ -27,15 +27,6 @@ _NAMED = re.compile(r"\b\w+(?:[._]\w+)+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\
 PROSE_LANGUAGES = frozenset({"markdown", "text", "rst", "restructuredtext", "html", ""})
 #: the longest quoted window, in lines
 MAX_LINES = 14
-#: words of a question about code that name no part of it
-CODE_STOP = frozenset(
-    """
-    where what which does how the and for are with when from that this into its it is do make
-    should would could over than then there their them they you your can will may must not
-    requests request value default function method parameter argument file code defined happen
-    где как что какой какая какие каким функция метод параметр аргумент
-    """.split()
-)
 
 
 @dataclass(frozen=True)
@@ -97,18 +88,11 @@ def asks_about_tests(question: str) -> bool:
 
 
 def parts(token: str) -> list[str]:
-    """An identifier's lower-cased parts (snake_case and camelCase split), the whole one too."""
-    pieces = [p.lower() for chunk in token.split("_") if chunk for p in _CAMEL.findall(chunk)]
-    return [token.lower(), *pieces]
+    """An identifier's lower-cased parts, the whole one too (:func:`~ragline.shared.worker.text.identifier_parts`)."""
+    return text_.identifier_parts(token)
 
 
-def stem(word: str) -> str:
-    """A word's or identifier part's stem: its first five letters, a final "-ies"/"-ied" read as
-    "-y" first, so the question's "retry" meets the code's ``max_retries`` and "retried"."""
-    word = word.lower()
-    if len(word) > 4 and word.endswith(("ies", "ied")):
-        word = word[:-3] + "y"
-    return word[:5]
+stem = text_.stem
 
 
 def holds(content: str, term: str) -> bool:
@@ -134,7 +118,7 @@ def code_terms(question: str) -> tuple[set[str], set[str]]:
     terms: set[str] = set()
     for token in _IDENT.findall(question):
         for p in parts(token):
-            if len(p) >= 3 and p not in CODE_STOP:
+            if len(p) >= 3 and not text_.is_stop_word(p):
                 terms.add(stem(p))
     return named, terms
 

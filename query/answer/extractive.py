@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ragline.query.answer import code_answer, texts
-from ragline.query.question import STOP_WORDS, compared, definition_subject, question_parts
+from ragline.query.question import compared, definition_subject, question_parts
 from ragline.shared.sdk.contracts import Hit
+from ragline.shared.worker import text as text_
 from ragline.shared.worker.text import split_sentences
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -115,24 +116,19 @@ class Candidate:
 
 
 def stems(text: str) -> set[str]:
-    """Crude Russian-friendly stems: the first five letters of each word of three or more."""
-    return {w[:5] for w in _WORD.findall(text.lower()) if len(w) >= 3}
+    """The Snowball stems of the words of three letters or more (:mod:`ragline.shared.worker.text`)."""
+    return text_.stems(text, min_len=3)
 
 
 def code_stems(text: str) -> set[str]:
     """:func:`stems` of ``text`` and of its identifiers' parts (``TooManyRedirects`` holds
-    ``redirects``, ``REQUESTS_CA_BUNDLE`` holds ``bundle``): code, a docstring and the
-    documentation of code answer in names a question spells as words."""
-    return stems(text) | {
-        p[:5] for token in _WORD.findall(text) for p in code_answer.parts(token) if len(p) >= 3
-    }
+    ``redirects``): code and its documentation answer in names a question spells as words."""
+    return text_.term_stems(text, keep_stop_words=True)
 
 
 def question_terms(question: str) -> set[str]:
     """The question's topic stems (stop words dropped; all words when nothing else is left)."""
-    words = [w for w in _WORD.findall(question.lower()) if len(w) >= 3]
-    topic = {w[:5] for w in words if w not in STOP_WORDS}
-    return topic or {w[:5] for w in words}
+    return text_.topic_stems(question)
 
 
 #: in a subject, what names it exactly: a tag, an identifier, a word in Latin letters among Cyrillic
@@ -628,7 +624,7 @@ def names(side: str, text: str) -> bool:
         if re.search(r"[-._<>]", token) or token.isascii():
             if len(token) >= 2 and re.search(rf"(?<![\w-]){re.escape(token)}(?![\w-])", lower):
                 return True
-        elif len(token) >= 3 and token[:5] in stems(text):
+        elif len(token) >= 3 and text_.stem(token) in stems(text):
             return True
     return False
 

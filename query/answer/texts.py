@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import re
 
-from ragline.query.retrieval.language import own_words
+from ragline.shared.worker.text import FALLBACK, LANGUAGES, language_of
 
-#: the languages ragline speaks; a question in any other falls back to :data:`FALLBACK`
-LANGUAGES = ("ru", "en")
-FALLBACK = "en"
+__all__ = ["FALLBACK", "LANGUAGES", "language_of"]
 
 TEXTS: dict[str, dict[str, str]] = {
     "page": {"ru": "с. {page}", "en": "p. {page}"},
@@ -46,27 +44,6 @@ LANGUAGE_NAMES: dict[str, dict[str, str]] = {
     "ru": {"ru": "на русском", "en": "in Russian"},
     "en": {"ru": "на английском", "en": "in English"},
 }
-
-#: the share of a text's letters in Cyrillic from which it is Russian
-RUSSIAN_SHARE = 0.3
-_CYRILLIC = re.compile(r"[\u0400-\u04FF]")
-_LATIN = re.compile(r"[A-Za-z]")
-# quoted code and markup say nothing about the language either (identifiers and numbers: own_words)
-_MARKUP = re.compile(r"`[^`]*`|<[^<>]*>")
-
-
-def language_of(text: str) -> str:
-    """``ru`` or ``en``: the alphabet most of the text's words are written in (identifiers,
-    paths and numbers left out, so "Как работает computed?" is Russian)."""
-    words = " ".join(own_words(_MARKUP.sub(" ", text or "")))
-    cyrillic, latin = len(_CYRILLIC.findall(words)), len(_LATIN.findall(words))
-    if not cyrillic and not latin:
-        cyrillic, latin = len(_CYRILLIC.findall(text or "")), len(_LATIN.findall(text or ""))
-    if cyrillic == latin == 0:
-        return FALLBACK
-    # a Russian question names English things ("Что такое Composition API?"): its own words are a
-    # smaller share of its letters than an English question's Russian loanwords ever are
-    return "ru" if cyrillic >= RUSSIAN_SHARE * (cyrillic + latin) else "en"
 
 
 def say(key: str, lang: str, **values: str) -> str:
