@@ -150,6 +150,8 @@ def retrieve(req: SearchRequest, limit: int | None = None) -> SearchResponse:
                 mode = "lexical"
         t_embed = time.perf_counter()
         resp = sql_search(conn, req.model_copy(update={"mode": mode}), qvec, settings, limit=limit)
+    if resp.unembedded_rows:
+        reasons.append(awaiting_reason(resp.unembedded_rows))
     resp.degraded = bool(reasons)
     resp.degraded_reasons = reasons
     resp.corpus_names = names
@@ -158,6 +160,12 @@ def retrieve(req: SearchRequest, limit: int | None = None) -> SearchResponse:
     for reason in reasons:
         m.QUERY_DEGRADED.labels(reason=reason.split(":", 1)[0]).inc()
     return resp
+
+
+def awaiting_reason(rows: int) -> str:
+    """The degraded reason of a search whose scope holds rows awaiting their vectors (the fill):
+    they were found by the lexical and structural search only (pure)."""
+    return f"vectors pending: {rows} rows in scope await their vectors, found lexically only until filled"
 
 
 def _use_rerank(req: SearchRequest, settings: Settings) -> bool:
@@ -314,6 +322,8 @@ def ask(req: AskRequest) -> AskResponse:
     empty = NOTHING_RELEVANT
     if not candidates:  # the caller's groups see nothing that matches (or nothing at all)
         empty = "no document visible to the caller's groups matches the question"
+    # the composer's evidence: how many rows of the scope only the lexical search could see
+    run.trace["unembedded_rows"] = unembedded
     resp = respond(run, hits, empty_reason=empty)
     resp.unembedded_rows, resp.vectors_complete = unembedded, not unembedded
     log_query(

@@ -73,12 +73,12 @@ def repo(celery_worker, use_settings, loopback, tenant, tmp_path):
     commit(path, FILES, 1_700_000_000)
     use_settings(
         ingest_defer_vectors="code",
-        embedder="voyage",
-        voyage_base_url=loopback.url + "/v1",
-        voyage_api_key="test-key",
+        embed_provider="voyage",
+        providers_voyage_base_url=loopback.url + "/v1",
+        providers_voyage_api_key="test-key",
         embed_model=f"voyage-deferred-{tenant}"[:60],
         code_min_chars=0,
-        sources=git_sources(tenant, "r", path, ["dev"]),
+        lifecycle_sources=git_sources(tenant, "r", path, ["dev"]),
     )
     return path
 
@@ -90,6 +90,14 @@ def search(tenant: str, groups: list[str], mode: str = "hybrid") -> dict:
 
     payload = {"query": QUERY, "tenant": tenant, "groups": groups, "mode": mode, "k": 20}
     return app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=120)
+
+
+def ask(tenant: str, groups: list[str]) -> dict:
+    from ragline.shared.sdk.names import TASK_QUERY_ASK
+    from ragline.shared.worker.celery_app import app
+
+    payload = {"query": QUERY, "tenant": tenant, "groups": groups, "k": 5}
+    return app.send_task(TASK_QUERY_ASK, args=[payload]).get(timeout=120)
 
 
 def vectors_by_path(tenant: str) -> dict[str, list[bool]]:
@@ -136,6 +144,11 @@ def test_code_is_searchable_before_its_vectors_and_says_so(repo, tenant, fill_lo
     assert hooks, during["hits"]
     assert all(h["lexical_rank"] is not None and h["vector_rank"] is None for h in hooks)
     assert during["unembedded_rows"] == pending and during["vectors_complete"] is False
+    # every search and answer over the scope says so (the answer's confidence reads the count)
+    assert during["degraded"] and [r for r in during["degraded_reasons"] if r.startswith("vectors pending")]
+    answer = ask(tenant, ["dev"])
+    assert answer["degraded"] and any(r.startswith("vectors pending") for r in answer["degraded_reasons"])
+    assert answer["unembedded_rows"] == pending and answer["trace"]["unembedded_rows"] == pending
     # the vector list saw only the embedded share (the Markdown document), and weighs that much: a
     # sample's best is not the scope's best (at full weight it would outrank every lexical hit)
     total = sum(len(vs) for vs in stored.values())
@@ -158,6 +171,8 @@ def test_code_is_searchable_before_its_vectors_and_says_so(repo, tenant, fill_lo
     after = search(tenant, ["dev"])
     assert after["unembedded_rows"] == 0 and after["vectors_complete"] is True
     assert after["vector_share"] == 1.0
+    assert not [r for r in after["degraded_reasons"] if r.startswith("vectors pending")]
+    assert not [r for r in ask(tenant, ["dev"])["degraded_reasons"] if r.startswith("vectors pending")]
     assert any(h["path"] == "r/pkg/hooks.py" and h["vector_rank"] is not None for h in after["hits"])
     assert tenant not in lifecycle_status(get_settings())["awaiting_vectors"]
 
