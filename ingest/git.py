@@ -12,10 +12,16 @@ transports (:func:`clone_target`; the address checks of a source's URL are
 A repository is opened at exactly one folder (:func:`open_repository`): its git dir is that folder's
 ``.git`` directory, or the folder itself when it is bare, and git is told both (``--git-dir``,
 ``--work-tree``), so it never discovers a repository above the folder. A ``.git`` that is a file (a
-worktree, a submodule, any ``gitdir:`` link) or a symlink, and object stores that lead outside the
-folder (``objects/info/alternates``, ``commondir``, a symlinked ``objects`` folder or pack), are
-refused: each of them lets a path name one repository while git reads another's objects. Which
-folders a tenant may open is :func:`ragline.ingest.roots.admit_repository`'s decision.
+worktree, a submodule, any ``gitdir:`` link) or a symlink, a ``commondir`` outside the folder, and
+any link git follows from the git dir out of the folder are refused: a symlink anywhere in the git
+dir (a loose object ``objects/xx/<id>``, a fan-out folder, a pack, ``objects`` or ``objects/info``
+itself, a commit graph, a ref, ``packed-refs``, ``HEAD``, ``info/grafts``, ``config``) and every
+line of ``objects/info/alternates`` and ``http-alternates`` (quoted or not, relative ones read both
+as git resolves them now and as older git did, alternates of alternates): each of them lets a
+path name one repository while git reads another's objects. The check runs when the folder is
+opened, before git starts: a link placed while git runs is not seen (a race only a writer of the
+folder can run). Which folders a tenant may open is
+:func:`ragline.ingest.roots.admit_repository`'s decision.
 
 Which tracked files are indexed is decided here too, from the path and size alone
 (:func:`path_skip_reason`: vendored, lock, minified and generated files, include/exclude globs,
@@ -97,7 +103,7 @@ class GitError(RuntimeError):
 
 class RepositoryRefused(GitError):
     """The folder is not a repository ragline opens: not one at all, or one whose git dir or objects
-    lie elsewhere (a ``.git`` file or symlink, alternates or a ``commondir`` outside it)."""
+    lie elsewhere (a ``.git`` file or symlink, alternates, a ``commondir`` or a symlink outside it)."""
 
 
 @dataclass(frozen=True)
@@ -180,37 +186,100 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
-def _check_objects(objects: Path, root: Path, depth: int = 0) -> None:
-    """``objects`` (an object store of the repository at ``root``) and everything git would read
-    through it lie inside ``root``: the folder itself, its symlinked entries and packs, and its
-    alternates (recursively). :class:`RepositoryRefused` otherwise."""
-    real = _real(objects)
-    if not _inside(real, root):
-        raise RepositoryRefused(f"{root}: its objects folder leads outside it ({real}), refused")
-    for folder in (real, real / "pack"):
+def _unquote(line: bytes) -> bytes | None:
+    """A line of ``objects/info/alternates`` as git reads it: as written, or C-unquoted when it
+    starts with ``"`` (git's ``unquote_c_style``); None for a quoted line git would not accept."""
+    if not line.startswith(b'"'):
+        return line
+    out, i, n = bytearray(), 1, len(line)
+    escapes = {ord(k): v for k, v in zip('abfnrtv\\"', b'\a\b\f\n\r\t\v\\"', strict=True)}
+    while i < n:
+        ch = line[i]
+        if ch == ord('"'):
+            return bytes(out) if i == n - 1 else None
+        if ch != ord("\\"):
+            out.append(ch)
+            i += 1
+        elif i + 1 < n and line[i + 1] in escapes:
+            out.append(escapes[line[i + 1]])
+            i += 2
+        elif i + 3 < n and re.fullmatch(rb"[0-3][0-7][0-7]", line[i + 1 : i + 4]):
+            out.append(int(line[i + 1 : i + 4], 8))
+            i += 4
+        else:
+            return None
+    return None
+
+
+def _check_links(folder: Path, root: Path, seen: set[Path]) -> None:
+    """Every entry git could open below ``folder`` lies inside ``root``: the folder is walked, every
+    symlink in it resolved (a loose object ``xx/<id>``, a fan-out folder ``xx``, a pack, an index,
+    a commit graph, ``info``, a ref, ``packed-refs``, ``info/grafts``, ``HEAD``...) and refused when
+    it leads out; a symlinked folder that stays inside is walked too (``seen`` holds the real
+    folders walked). A hard link needs no check: the kernel lets only a user who may already read
+    and write a file link it (``fs.protected_hardlinks``), and git's own local clones make them."""
+    stack = [_real(folder)]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
         try:
-            entries = list(os.scandir(folder))
+            entries = list(os.scandir(current))
         except OSError:
             continue
         for entry in entries:
-            if entry.is_symlink() and not _inside(_real(Path(entry.path)), root):
-                raise RepositoryRefused(f"{root}: {entry.path} is a symlink out of the repository, refused")
-    try:
-        lines = (real / "info" / "alternates").read_text("utf-8", "replace").splitlines()
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise RepositoryRefused(f"{root}: cannot read its alternates ({exc.strerror}), refused") from None
-    for line in lines:
-        line = line.strip()
-        if not line or line.startswith("#"):
+            if entry.is_symlink():
+                target = _real(Path(entry.path))
+                if not _inside(target, root):
+                    raise RepositoryRefused(
+                        f"{root}: {entry.path} is a symlink out of the repository, refused"
+                    )
+                if target.is_dir():
+                    stack.append(target)
+            elif entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+
+
+def _alternates(real: Path, line: bytes) -> set[Path]:
+    """Where git may look for the objects an alternates line names: a relative line joined to the
+    real objects folder, its symlinks resolved as the kernel does (git since 2.34 resolves the
+    joined path so) and its ``..`` first taken as text (older git normalized it lexically)."""
+    joined = os.path.join(real, os.fsdecode(line))
+    return {_real(Path(joined)), _real(Path(os.path.normpath(joined)))}
+
+
+def _check_objects(objects: Path, root: Path, seen: set[Path] | None = None, depth: int = 0) -> None:
+    """``objects`` (an object store of the repository at ``root``) and everything git would read
+    through it lie inside ``root``: the folder itself, every link below it (:func:`_check_links`),
+    its alternates (recursively, quoted lines unquoted as git does) and its ``http-alternates``
+    (read only by dumb-HTTP clients of the repository, but a link to another store all the same).
+    :class:`RepositoryRefused` otherwise."""
+    seen = set() if seen is None else seen
+    real = _real(objects)
+    if not _inside(real, root):
+        raise RepositoryRefused(f"{root}: its objects folder leads outside it ({real}), refused")
+    _check_links(real, root, seen)
+    for name in ("alternates", "http-alternates"):
+        try:
+            lines = (real / "info" / name).read_bytes().split(b"\n")
+        except (FileNotFoundError, NotADirectoryError):
             continue
-        alternate = _real(real / line)
-        if depth >= _ALTERNATE_DEPTH or not _inside(alternate, root):
-            raise RepositoryRefused(
-                f"{root}: objects/info/alternates reads objects outside the repository ({alternate}), refused"
-            )
-        _check_objects(alternate, root, depth + 1)
+        except OSError as exc:
+            raise RepositoryRefused(f"{root}: cannot read its {name} ({exc.strerror}), refused") from None
+        for raw in lines:
+            if not raw.strip() or raw.startswith(b"#"):
+                continue
+            line = _unquote(raw)
+            found = set() if line is None or b"\0" in line else _alternates(real, line)
+            outside = [str(a) for a in found if not _inside(a, root)]
+            if not found or outside or depth >= _ALTERNATE_DEPTH:
+                raise RepositoryRefused(
+                    f"{root}: objects/info/{name} reads objects outside the repository"
+                    f" ({', '.join(outside) or raw[:200]!r}), refused"
+                )
+            for alternate in found:
+                _check_objects(alternate, root, seen, depth + 1)
 
 
 def _is_bare(path: Path) -> bool:
@@ -259,7 +328,10 @@ def open_repository(path: Path) -> Repository:
         common = _real(repo.git_dir / pointer)
         if not _inside(common, root):
             raise RepositoryRefused(f"{root}: its commondir leads outside it ({common}), refused")
-    _check_objects(common / "objects", root)
+    seen: set[Path] = set()
+    for folder in dict.fromkeys((repo.git_dir, common)):  # refs, packed-refs, info/grafts, HEAD, objects
+        _check_links(folder, root, seen)
+    _check_objects(common / "objects", root, seen)
     return repo
 
 
