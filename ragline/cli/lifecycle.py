@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import time
 from contextlib import nullcontext
 from datetime import datetime
@@ -374,6 +375,16 @@ def cancel(job_id: str = typer.Argument(..., metavar="JOB_ID")) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
+def clip(text: str, width: int) -> str:
+    """``text`` on one line, shortened at a word boundary with an ellipsis (never cut mid-word)."""
+    return textwrap.shorten(text, width, placeholder=" …")
+
+
+def one_line(exc: Exception) -> str:
+    """Why a part of the stack did not answer, whole (it says what to do), on one line."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
 def lifecycle_status(settings) -> dict:
     """Queue depths, running jobs, recent jobs and open errors for ``ragline status``."""
     import psycopg  # start-up: psycopg loads only for commands that use it
@@ -386,7 +397,7 @@ def lifecycle_status(settings) -> dict:
     try:
         out["queues"] = queue_depths(QUEUES, settings.effective_redis_url())
     except Exception as exc:  # the broker is down: status still answers
-        out["queues"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+        out["queues"] = {"error": one_line(exc)}
     try:  # a short-lived connection with a connect timeout: status must answer when Postgres is down
         with psycopg.connect(
             settings.effective_database_url(), connect_timeout=3, row_factory=dict_row
@@ -402,7 +413,7 @@ def lifecycle_status(settings) -> dict:
 
             out["index_deferral"] = open_deferral(conn)
     except Exception as exc:
-        out["jobs_error"] = f"{type(exc).__name__}: {exc}"[:200]
+        out["jobs_error"] = one_line(exc)
     return out
 
 
@@ -425,7 +436,7 @@ def lifecycle_rows(info: dict) -> list[tuple[str, str]]:
             )
         )
     for e in info.get("recent_errors", [])[:5]:
-        rows.append((f"error {e['doc_id']}"[:60], f"tenant {e['tenant']}: {e['error'][:100]}"))
+        rows.append((f"error {e['doc_id']}"[:60], f"tenant {e['tenant']}: {clip(e['error'], 100)}"))
     for tenant, n in info.get("awaiting_vectors", {}).items():
         rows.append(
             (f"vectors {tenant}"[:60], f"{n} rows awaiting vectors (searchable lexically until filled)")

@@ -6,8 +6,10 @@ home; ``ragline down`` signals exactly those groups and waits until they are gon
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,11 +18,15 @@ from pathlib import Path
 
 import psutil
 
-from ragline.shared.config.settings import Settings
+from ragline.shared.config.settings import Settings, env_name
 from ragline.shared.sdk.names import CELERY_APP, POOLS
 from ragline.shared.stack.services import read_pid
 from ragline.shared.worker import credentials
-from ragline.shared.worker.metrics_server import metrics_dir, reset_dir
+from ragline.shared.worker.metrics_server import metrics_dir, metrics_port, reset_dir
+
+#: the process ``ragline up`` leaves running to start and restart the others
+#: (``shared/stack/supervisor.py``); ``ragline down`` stops it first
+SUPERVISOR = "supervisor"
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,77 @@ def specs(settings: Settings) -> list[ProcSpec]:
     return out
 
 
+def supervisor_spec(settings: Settings) -> ProcSpec:
+    """The supervisor's own command line (``ragline up`` starts it; it starts :func:`specs`)."""
+    return ProcSpec(SUPERVISOR, [sys.executable, "-m", "ragline.shared.stack.supervisor"])
+
+
+def pool_of(name: str) -> str:
+    """The pool whose metrics endpoint reports process ``name``'s restarts: a worker's or metrics
+    server's own pool; beat, Flower and the supervisor belong to the control pool (maintenance)."""
+    for pool in POOLS:
+        if name in (f"worker-{pool}", f"metrics-{pool}") or name.startswith(f"worker-{pool}-"):
+            return pool
+    return "control"
+
+
+@dataclass(frozen=True)
+class Port:
+    """A TCP port the stack listens on, who listens and the variable that moves it."""
+
+    owner: str  # a process name of :func:`specs`, or "redis"
+    host: str
+    port: int
+    variable: str
+
+
+def stack_ports(settings: Settings) -> list[Port]:
+    """Every TCP port ``ragline up`` binds. The embedded Postgres listens on a unix socket only; the
+    embedded Redis on a port only when one is set (otherwise a free one is picked at its start)."""
+    out = []
+    if settings.embedded_redis and settings.services.redis_port:
+        out.append(
+            Port("redis", "127.0.0.1", settings.services.redis_port, env_name("services", "redis_port"))
+        )
+    for pool in POOLS:
+        out.append(
+            Port(
+                f"metrics-{pool}",
+                settings.ops.metrics_host,
+                metrics_port(settings, pool),
+                env_name("ops", "metrics_port"),
+            )
+        )
+    out.append(Port("flower", settings.flower.host, settings.flower.port, env_name("flower", "port")))
+    return out
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why a server could not listen on ``host:port`` now, None when it could (bound with
+    SO_REUSEADDR, as Flower, Redis and the metrics servers do: a connection of an earlier run in
+    TIME_WAIT does not count)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return "is in use by another program"
+            return f"cannot be bound ({exc.strerror or exc})"
+    return None
+
+
+def port_problems(settings: Settings, owners_running: set[str]) -> list[tuple[Port, str]]:
+    """The stack's ports that cannot be bound, with why: those of components not running (a
+    running one holds its own port)."""
+    out = []
+    for p in stack_ports(settings):
+        if p.owner not in owners_running and (why := port_problem(p.host, p.port)):
+            out.append((p, why))
+    return out
+
+
 def redis_role(role: str) -> dict[str, str]:
     """The environment that makes a process log in to the embedded Redis as ``role``
     (``shared/sdk/redis_acl.py``); a ``REDIS_URL`` of the operator's wins (its user decides)."""
@@ -158,60 +235,85 @@ def child_env(settings: Settings) -> dict[str, str]:
 
 
 def start_all(settings: Settings, only: set[str] | None = None) -> dict[str, int]:
-    """Start every process (or those named in ``only``) that is not already running."""
-    credentials.secure_home(settings)
-    credentials.private_dir(settings.home_dir / "run")
-    credentials.private_dir(settings.home_dir / "logs")
-    started = {}
-    env = child_env(settings)
+    """Start every process (or those named in ``only``) that is not already running (unsupervised:
+    ``ragline up`` starts them under :mod:`ragline.shared.stack.supervisor` instead)."""
+    prepare_home(settings)
     todo = [s for s in specs(settings) if only is None or s.name in only]
     if any(s.name == "flower" for s in todo):  # Flower cannot check its own password
         credentials.check_exposure(
             "Flower", settings.flower.host, settings.flower.user, credentials.password(settings, "flower")
         )
-    running_now = {s.name for s in specs(settings) if read_pid(_pidfile(settings, s.name)) is not None}
-    for pool in POOLS:  # fresh metrics files for a pool none of whose worker processes runs yet
-        names = set(pool_process_names(settings, pool))
-        if names & {s.name for s in todo} and not names & running_now:
-            reset_dir(metrics_dir(settings, pool))
+    reset_idle_metrics(settings, {s.name for s in todo})
+    started = {}
     for spec in todo:
         pid = read_pid(_pidfile(settings, spec.name))
-        if pid is None:
-            with credentials.open_private_log(_logfile(settings, spec.name)) as log:
-                proc = subprocess.Popen(
-                    spec.argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env={**env, **spec.env},
-                    start_new_session=True,
-                    umask=credentials.PRIVATE_UMASK,  # beat's schedule, metrics files, what a task writes
-                )
-            pid = proc.pid
-            credentials.write_private(_pidfile(settings, spec.name), str(pid))
-        started[spec.name] = pid
+        started[spec.name] = pid if pid is not None else spawn(settings, spec).pid
     return started
 
 
+def prepare_home(settings: Settings) -> None:
+    credentials.secure_home(settings)
+    credentials.private_dir(settings.home_dir / "run")
+    credentials.private_dir(settings.home_dir / "logs")
+
+
+def reset_idle_metrics(settings: Settings, names: set[str]) -> None:
+    """Fresh metrics files for each pool among ``names`` none of whose worker processes runs yet (a
+    worker the supervisor restarts keeps its pool's files: its counters go on)."""
+    running_now = {name for name, pid in running(settings).items() if pid is not None}
+    for pool in POOLS:
+        pool_names = set(pool_process_names(settings, pool))
+        if pool_names & names and not pool_names & running_now:
+            reset_dir(metrics_dir(settings, pool))
+
+
+def spawn(settings: Settings, spec: ProcSpec) -> subprocess.Popen:
+    """Start ``spec`` in its own session, its output appended to its log, its pid in its pid file."""
+    with credentials.open_private_log(_logfile(settings, spec.name)) as log:
+        proc = subprocess.Popen(
+            spec.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**child_env(settings), **spec.env},
+            start_new_session=True,
+            umask=credentials.PRIVATE_UMASK,  # beat's schedule, metrics files, what a task writes
+        )
+    credentials.write_private(_pidfile(settings, spec.name), str(proc.pid))
+    return proc
+
+
+def pid_of(settings: Settings, name: str) -> int | None:
+    """The pid of process ``name`` when it runs."""
+    return read_pid(_pidfile(settings, name))
+
+
 def running(settings: Settings) -> dict[str, int | None]:
-    return {spec.name: read_pid(_pidfile(settings, spec.name)) for spec in specs(settings)}
+    """Each process of the stack (the supervisor first) and its pid, None when it does not run."""
+    return {name: pid_of(settings, name) for name in [SUPERVISOR, *(s.name for s in specs(settings))]}
 
 
 def stop_all(settings: Settings, timeout: float = 30.0, only: set[str] | None = None) -> list[str]:
     """SIGTERM each process group (warm shutdown), then SIGKILL what is left after ``timeout``."""
     stopped = []
+    if only is None or SUPERVISOR in only:  # first, or it would restart what stops next
+        stopped += _stop_groups(settings, [SUPERVISOR], timeout)
+    names = [spec.name for spec in specs(settings) if only is None or spec.name in only]
+    return stopped + _stop_groups(settings, names, timeout)
+
+
+def _stop_groups(settings: Settings, names: list[str], timeout: float) -> list[str]:
+    stopped = []
     groups: list[tuple[str, int]] = []
-    for spec in specs(settings):
-        if only is not None and spec.name not in only:
-            continue
-        pid = read_pid(_pidfile(settings, spec.name))
+    for name in names:
+        pid = read_pid(_pidfile(settings, name))
         if pid is not None:
             try:
                 os.killpg(pid, signal.SIGTERM)
-                groups.append((spec.name, pid))
+                groups.append((name, pid))
             except ProcessLookupError:
                 pass
-        _pidfile(settings, spec.name).unlink(missing_ok=True)
+        _pidfile(settings, name).unlink(missing_ok=True)
     deadline = time.monotonic() + timeout
     for name, pgid in groups:
         while _group_alive(pgid) and time.monotonic() < deadline:

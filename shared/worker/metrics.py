@@ -7,9 +7,10 @@ Every name has the ``rag_`` prefix: the query path's metrics, then ingestion's a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 _MS_BUCKETS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 
@@ -135,6 +136,30 @@ QUERY_SERVER_FALLBACKS = Counter(
     " or no replica was in rotation and the primary answered (primary)",
     ["reason"],
 )
+
+
+class ProcessRestarts:
+    """``rag_process_restarts_total{process}``: how often ``ragline up``'s supervisor restarted each
+    process of the embedded stack (``shared/stack/supervisor.py``). A collector over the supervisor's
+    record, not a Counter: the supervisor is no pool process and a restarted one starts from zero.
+    ``read`` returns the record (None without a supervisor: in a container the orchestrator counts
+    restarts); ``names`` are the processes one pool's endpoint reports."""
+
+    def __init__(self, read: Callable[[], dict | None], names: list[str]) -> None:
+        self.read, self.names = read, names
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        record = self.read()
+        if record is None:
+            return
+        family = CounterMetricFamily(
+            "rag_process_restarts",
+            "Restarts of a dead process by ragline up's supervisor (backoff 1 s doubling to 60 s)",
+            labels=["process"],
+        )
+        for name in self.names:
+            family.add_metric([name], record.get(name, {}).get("restarts", 0))
+        yield family
 
 
 def observe_stage(stage: str, seconds: float, rows_by_layer: Mapping[str, float]) -> None:

@@ -53,6 +53,15 @@ def registry_for(path: Path) -> CollectorRegistry:
     return registry
 
 
+def pool_registry(settings: Settings, pool: str) -> CollectorRegistry:
+    """The pool's files and the supervisor's restarts of its processes."""
+    from ragline.shared.stack.supervisor import restarts_collector  # imports this module
+
+    registry = registry_for(metrics_dir(settings, pool))
+    registry.register(restarts_collector(settings, pool))
+    return registry
+
+
 def queue_depths(queues: Iterable[str], redis_url: str) -> dict[str, int]:
     """Messages waiting per Celery queue (kombu keeps each Redis queue in a list named after it)."""
     import redis  # start-up: redis-py; `ragline worker` imports this module
@@ -90,7 +99,7 @@ def basic_auth(app: Callable, user: str, password: str) -> Callable:
 
 
 def make_app(pool: str, settings: Settings) -> Callable:
-    registry = registry_for(metrics_dir(settings, pool))
+    registry = pool_registry(settings, pool)
     inner = make_wsgi_app(registry)
 
     def app(environ, start_response):
@@ -131,7 +140,7 @@ def snapshot_text(settings: Settings, pools: Iterable[str] | None = None) -> dic
     for pool in pools or POOLS:
         path = metrics_dir(settings, pool)
         if path.is_dir():
-            out[pool] = generate_latest(registry_for(path))
+            out[pool] = generate_latest(pool_registry(settings, pool))
     return out
 
 

@@ -105,7 +105,9 @@ def test_failed_documents_exit_1_and_skipped_files_are_listed(celery_worker, voy
     )
     _no_repr(retry.stdout)
     status = CliRunner().invoke(cli, ["status"], env={"COLUMNS": "200"})
-    assert status.exit_code == 0 and "embedded, running pid" in status.stdout
+    # the session's services run, ragline up's processes do not (the worker runs in this test): exit 1
+    assert status.exit_code == 1 and "embedded, running pid" in status.stdout
+    assert "the stack runs in part: supervisor, worker-ingest" in " ".join(status.stderr.split())
     assert "{'embedded'" not in status.stdout
 
 

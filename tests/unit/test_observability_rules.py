@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
-from rich.console import Console
 
 from ragline.shared.worker import metrics
 
@@ -234,14 +233,20 @@ def assert_whole_names(text: str, rows: list[dict]) -> None:
     assert "1234" in text and "2.50" in text
 
 
-@pytest.mark.parametrize("width", [80, 100])
-def test_metrics_table_prints_every_name_whole(width):
-    from ragline.cli.ops import render_table
+def test_metrics_table_prints_every_name_and_label_whole():
+    from ragline.cli.ops import render_lines
 
     rows = snapshot_rows()
-    console = Console(width=width, record=True, color_system=None)
-    console.print(render_table(rows))
-    assert_whole_names(console.export_text(), rows)
+    rows.append(
+        {"pool": "ingest", "metric": "rag_embed_texts_total", "labels": {"provider": "local-e5"},
+         "type": "counter", "value": 7.0}
+    )  # fmt: skip
+    lines = render_lines(rows)
+    assert_whole_names("\n".join(lines), rows)
+    # issue 52: "provider=lo cal-e5"; every label whole on one line
+    for r in rows:
+        for k, v in r["labels"].items():
+            assert any(f"{k}={v}" in line.split() for line in lines), (k, v)
 
 
 def test_ragline_metrics_command_prints_every_name_whole_when_piped(monkeypatch):
