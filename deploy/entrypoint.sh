@@ -18,7 +18,21 @@ case "$role" in
     : "${RAGLINE_OPS_METRICS_PASSWORD:?set RAGLINE_OPS_METRICS_PASSWORD}"
     export PROMETHEUS_MULTIPROC_DIR="$RAGLINE_SERVICES_HOME/metrics/$pool"
     rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
-    python -m ragline.shared.worker.metrics_server "$pool" &
+    # the pool's metrics endpoint runs beside the worker: restarted when it dies, after 1 s doubling
+    # to 60 s (back to 1 s once it ran a minute), for as long as the worker runs. The worker itself
+    # is the container's process: the orchestrator restarts it (compose `restart: unless-stopped`,
+    # Kubernetes' restartPolicy Always with its crash-loop backoff; docs/operations.md)
+    (
+      delay=1
+      while kill -0 $$ 2>/dev/null; do
+        started=$(date +%s)
+        python -m ragline.shared.worker.metrics_server "$pool" && code=0 || code=$?
+        [ $(( $(date +%s) - started )) -ge 60 ] && delay=1
+        echo "ragline: the $pool metrics server exited with status $code; restarting in ${delay}s" >&2
+        sleep "$delay"
+        delay=$(( delay * 2 > 60 ? 60 : delay * 2 ))
+      done
+    ) &
     exec ragline worker "$pool"
     ;;
   beat)

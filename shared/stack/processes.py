@@ -6,10 +6,8 @@ home; ``ragline down`` signals exactly those groups and waits until they are gon
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +18,7 @@ import psutil
 
 from ragline.shared.config.settings import Settings, env_name
 from ragline.shared.sdk.names import CELERY_APP, POOLS
-from ragline.shared.stack.services import read_pid
+from ragline.shared.stack.services import port_problem, read_pid
 from ragline.shared.worker import credentials
 from ragline.shared.worker.metrics_server import metrics_dir, metrics_port, reset_dir
 
@@ -170,22 +168,6 @@ def stack_ports(settings: Settings) -> list[Port]:
         )
     out.append(Port("flower", settings.flower.host, settings.flower.port, env_name("flower", "port")))
     return out
-
-
-def port_problem(host: str, port: int) -> str | None:
-    """Why a server could not listen on ``host:port`` now, None when it could (bound with
-    SO_REUSEADDR, as Flower, Redis and the metrics servers do: a connection of an earlier run in
-    TIME_WAIT does not count)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return "is in use by another program"
-            return f"cannot be bound ({exc.strerror or exc})"
-    return None
 
 
 def port_problems(settings: Settings, owners_running: set[str]) -> list[tuple[Port, str]]:

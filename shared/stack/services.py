@@ -11,6 +11,7 @@ When ``DATABASE_URL`` / ``REDIS_URL`` are set nothing here starts.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -227,7 +228,9 @@ def start_redis(settings: Settings) -> str:
     runtime = settings.runtime()
     if redis_pid(settings) and runtime.get("redis_url"):
         return runtime["redis_url"]
-    port = settings.services.redis_port or int(runtime.get("redis_port") or 0) or free_port()
+    remembered = int(runtime.get("redis_port") or 0)  # the last start's, unless taken since
+    remembered = remembered if remembered and port_problem("127.0.0.1", remembered) is None else 0
+    port = settings.services.redis_port or remembered or free_port()
     passwords = credentials.redis_passwords(settings)
     if any(not pw for pw in passwords.values()) or set(passwords) != set(redis_acl.ROLES):
         raise credentials.InsecureSecretError(
@@ -322,6 +325,22 @@ def read_pid(path: Path) -> int | None:
     except psutil.NoSuchProcess:
         return None
     return pid
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why a server could not listen on ``host:port`` now, None when it could (bound with
+    SO_REUSEADDR, as Flower, Redis and the metrics servers do: a connection of an earlier run in
+    TIME_WAIT does not count)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return "is in use by another program"
+            return f"cannot be bound ({exc.strerror or exc})"
+    return None
 
 
 def _wait_gone(pid: int, timeout: float) -> None:

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -341,6 +342,54 @@ def test_entrypoint_refuses_to_serve_without_its_password(tmp_path):
     assert lines[0] == "secrets check"
     assert lines[2].startswith("-A ragline.shared.worker.celery_app:app flower") and pw not in lines[2]
     assert lines[3] == f"auth=admin:{pw}"
+
+
+def test_entrypoint_restarts_a_dead_metrics_server_with_backoff(tmp_path):
+    """The worker is the container's process (the orchestrator restarts it); the metrics endpoint
+    beside it is the entrypoint's: one that dies comes back after 1 s, then 2 s, logged each time,
+    and stops with the worker."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    starts = tmp_path / "starts"
+    (fake / "python").write_text('#!/bin/sh\necho "$*" >> "$STARTS"\nexit 3\n')
+    (fake / "ragline").write_text("#!/bin/sh\nsleep 4\n")
+    for tool in ("python", "ragline"):
+        (fake / tool).chmod(0o755)
+    env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "RAGLINE_SERVICES_HOME": str(tmp_path / "home"),
+        "RAGLINE_OPS_METRICS_PASSWORD": secrets.token_hex(8),
+        "STARTS": str(starts),
+    }
+    with (tmp_path / "stderr").open("w") as err:  # a file: the restart loop outlives the worker briefly
+        out = subprocess.run(
+            ["sh", str(DEPLOY / "entrypoint.sh"), "worker", "query"], env=env, stderr=err, timeout=30
+        )
+    said = (tmp_path / "stderr").read_text()
+    assert out.returncode == 0, said
+    assert starts.read_text().splitlines()[:3] == ["-m ragline.shared.worker.metrics_server query"] * 3
+    assert "the query metrics server exited with status 3; restarting in 1s" in said
+    assert "restarting in 2s" in said
+    time.sleep(5)  # the worker is gone: no more restarts
+    n = len(starts.read_text().splitlines())
+    time.sleep(2.5)
+    assert len(starts.read_text().splitlines()) == n
+
+
+def test_every_long_running_process_is_restarted_by_its_process_manager():
+    """compose restarts each long-running service (with Docker's growing delay), the one-shot
+    migration never; in Kubernetes every long-running workload is a Deployment whose pods restart
+    always (crash-loop backoff), the migration a Job."""
+    for name, svc in yaml.safe_load(_compose_file_text())["services"].items():  # anchors merged
+        want = {"no"} if name == "migrate" else {"unless-stopped", "always", "on-failure"}
+        assert svc.get("restart") in want, (name, svc.get("restart"))
+    kinds = {d["metadata"]["name"]: d for _, d in _manifests() if d["kind"] in ("Deployment", "Job", "Pod")}
+    for name, doc in kinds.items():
+        policy = _pod_spec(doc).get("restartPolicy", "Always")
+        if doc["kind"] == "Job":
+            assert policy in ("OnFailure", "Never"), name
+        else:
+            assert doc["kind"] == "Deployment" and policy == "Always", name
 
 
 # ------------------------------------------------------------------------------------ kubernetes
