@@ -249,7 +249,9 @@ def store_prepared(
     outcomes: list[StoreOutcome] = ["excluded"] * len(docs)
     with conn.transaction():
         store.lock_documents(conn, keys)
-        kept_out = exclusions.excluded_pairs(conn, keys)  # excluded while they were embedded
+        kept_out = exclusions.excluded_pairs(  # excluded while they were embedded; by content too
+            conn, keys, [p.req.uri for p, _ in docs], [p.content_hash for p, _ in docs]
+        )
         states = store.locked_states(conn, [k for k in keys if k not in kept_out])
         items, where = [], []
         for j, (key, (p, record, rows)) in enumerate(zip(keys, records, strict=True)):
@@ -408,7 +410,7 @@ def _ingest_into(
     resolve_acl_clocks(reqs)
     keys = [(r.tenant, r.doc_id) for r in reqs]
     with db.connection() as conn:
-        kept_out = exclusions.excluded_pairs(conn, keys)
+        kept_out = exclusions.excluded_pairs(conn, keys, [r.uri for r in reqs])
         states = store.current_states(conn, keys)
     ready: list[tuple[int, Prepared]] = []
     failed: set[int] = set()

@@ -193,8 +193,9 @@ def delete_docs(
     exclude: bool = typer.Option(
         False,
         "--exclude",
-        help="also keep the doc ids out of the index: no later ingest, reindex, push or event stores them"
-        " again until `ragline docs include` (e.g. a file that leaked a secret and is still in its folder)",
+        help="also keep the documents out of the index: no later ingest, reindex, push or event stores them"
+        " again, under any doc id (their file and their content are kept out too), until `ragline docs"
+        " include` (e.g. a file that leaked a secret and is still in its folder)",
     ),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document"),
 ) -> None:
@@ -204,7 +205,8 @@ def delete_docs(
     redelivered event) is not stored again. A delete is not an exclusion: a document whose file is
     still in its folder comes back with the next `ragline ingest` of that folder, and one still in
     a configured source (RAGLINE_LIFECYCLE_SOURCES) with the next reindex; the command warns about each. With
-    --exclude the doc ids stay out until `ragline docs include` (docs/operations.md).
+    --exclude the doc ids, their files and their contents stay out until `ragline docs include`
+    (docs/ingestion.md); other documents already holding the same file or content are named.
     Exits 1 when a doc id is not found (the others are deleted; with --exclude, excluded too).
     """
     from ragline.ingest import catalog  # start-up: psycopg loads only for commands that use it
@@ -255,6 +257,7 @@ def _delete_and_exclude(conn, tenant: str, doc_ids: list[str], exclude: bool) ->
         exclusions.exclude(conn, tenant, doc_ids, "docs delete --exclude")
     res = catalog.delete_documents(conn, tenant, doc_ids)
     res["excluded"] = sorted(doc_ids) if exclude else []
+    res["same_content"] = exclusions.also_stored(conn, tenant, doc_ids) if exclude else []
     res["comes_back"] = (
         [] if exclude else [{"doc_id": d, "why": w} for d, w in returns.items() if d not in res["not_found"]]
     )
@@ -280,6 +283,12 @@ def _print_deleted(tenant: str, res: dict, as_json: bool) -> None:
                 f"excluded {plural(len(res['excluded']), 'doc id')}: no ingest stores them until"
                 " `ragline docs include`"
             )
+    for d in res["same_content"]:
+        typer.echo(
+            f"warning: {d} holds an excluded document's file or content and stays in the index;"
+            f" `ragline docs delete {d} --tenant {tenant}` deletes it",
+            err=True,
+        )
     for c in res["comes_back"]:
         typer.echo(
             f"warning: {c['doc_id']} comes back: {c['why']}; `ragline docs delete --exclude` keeps it out",
