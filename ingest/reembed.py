@@ -29,7 +29,7 @@ from psycopg.rows import DictRow
 from ragline.ingest.contextualize import embedding_text
 from ragline.ingest.embed import embed_with_cache
 from ragline.shared.config.settings import get_settings
-from ragline.shared.worker import db, jobs, pending_vectors
+from ragline.shared.worker import db, jobs, pending_vectors, progress
 from ragline.shared.worker.metrics import observe_stage
 from ragline.shared.worker.providers import get_embedder
 
@@ -129,7 +129,7 @@ def embed_rows(conn: psycopg.Connection[DictRow], embedder, rows: list[dict]) ->
     layers: dict[str, int] = {}
     for r in rows:
         layers[r["layer"]] = layers.get(r["layer"], 0) + 1
-    t = time.perf_counter()
+    t0 = t = time.perf_counter()
     emb = embed_with_cache(
         conn,
         embedder,
@@ -157,6 +157,10 @@ def embed_rows(conn: psycopg.Connection[DictRow], embedder, rows: list[dict]) ->
             },
         )
     observe_stage("store", time.perf_counter() - t, layers)
+    # the rate `ragline status` and `ragline job` show (shared/worker/progress.py)
+    progress.record_fill(
+        get_settings().effective_redis_url(), [r["tenant"] for r in rows], time.perf_counter() - t0
+    )
     return cur.rowcount, emb.embedded
 
 

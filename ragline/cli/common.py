@@ -15,7 +15,6 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ragline.shared.config.settings import get_settings
 
@@ -142,29 +141,6 @@ def send_and_wait(task: str, payload: dict, timeout: float) -> dict:
     return read_once(app.send_task(task, args=[payload]), timeout)
 
 
-def wait_with_progress(job_id: str, total: int, timeout: float, quiet: bool = False) -> dict:
-    """Wait for an ingestion job with a progress bar of its documents and chunks; its summary."""
-    from ragline.shared.worker import jobs  # start-up: psycopg loads only for commands that read jobs
-
-    with Progress(
-        TextColumn("[bold]ingest"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[chunks]} chunks"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=quiet,
-    ) as progress:
-        bar = progress.add_task("docs", total=total, chunks=0)
-        return jobs.wait_for_job(
-            job_id,
-            timeout,
-            on_progress=lambda s: progress.update(
-                bar, completed=jobs.finished_documents(s), chunks=s["chunks"]
-            ),
-        )
-
-
 # --- job summaries ---------------------------------------------------------------------------------
 #: job state -> exit code of a command that waited for it
 JOB_EXIT = {
@@ -193,7 +169,12 @@ def summary_line(s: dict) -> str:
         parts.append(f"{s['acl_updated']} with new permissions only")
     if s.get("acl_ignored_stale"):
         parts.append(f"{s['acl_ignored_stale']} kept newer permissions")
-    return f"{', '.join(parts)}; {plural(s['chunks'], 'chunk')}, {s['embedded']} embedded"
+    vectors = f"{plural(s['chunks'], 'chunk')}, {s['embedded']} embedded"
+    if s.get("vectors_filled"):
+        vectors += f", {s['vectors_filled']} given their vectors after"
+    if s.get("awaiting_vectors"):
+        vectors += f", {s['awaiting_vectors']} awaiting vectors (searchable lexically until filled)"
+    return f"{', '.join(parts)}; {vectors}"
 
 
 def summary_details(s: dict, limit: int = 20) -> list[str]:

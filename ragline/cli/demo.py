@@ -8,8 +8,9 @@ from pathlib import Path
 
 import typer
 
-from ragline.cli.common import EXIT_FAILED, console, echo, reload_app, send_and_wait, wait_with_progress
+from ragline.cli.common import EXIT_FAILED, console, echo, reload_app, send_and_wait
 from ragline.cli.ingest import settle_vanished_files
+from ragline.cli.progress import tenant_awaiting, wait_for_documents, wait_for_vectors
 from ragline.cli.query import print_answer
 from ragline.cli.stack import components, down, stack_state, up
 from ragline.shared.config.settings import get_settings
@@ -102,9 +103,10 @@ def _demo(docs: Path, tenant: str) -> int:
         files = collect_files([docs])
         settle_vanished_files([docs], files, tenant, None)
         job_id = enqueue_files(files, tenant=tenant, acl=["public"])
-        s = wait_with_progress(job_id, len(files), 3600)
+        s = wait_for_documents(job_id, len(files), 3600)
     echo(
-        f"ingested {s['documents']} documents, {s['chunks']} chunks, {s['embedded']} embedded, "
+        f"ingested {s['documents']} documents, {s['chunks']} chunks, {s['embedded']} embedded"
+        f" ({s.get('awaiting_vectors', 0)} awaiting vectors), "
         f"{s['skipped_unchanged']} unchanged, {s['failed']} failed in {time.perf_counter() - t0:.1f}s"
     )
     for e in s["errors"]:
@@ -128,15 +130,13 @@ def _demo(docs: Path, tenant: str) -> int:
 
 def _wait_for_vectors(tenant: str, timeout_s: float) -> None:
     """Until the fill task has embedded the rows stored before their vectors: the code is
-    searchable lexically at once, but the demo's answers are the hybrid ones, so it asks after."""
-    from ragline.operations.snapshots import wait_for_vectors
-
-    def pending(n: int) -> None:
-        echo(f"searchable now (lexically); {n} rows awaiting vectors, filled in the background")
-
-    try:
-        wait_for_vectors(tenant, time.monotonic() + timeout_s, on_pending=pending)
-    except TimeoutError:
+    searchable lexically at once, but the demo's answers are the hybrid ones, so it asks after;
+    meanwhile a progress line (rows, rate, time left) at each change and every half minute."""
+    awaiting = tenant_awaiting(tenant)
+    n = awaiting()
+    if n:
+        echo(f"searchable now (lexically); {n} rows awaiting vectors, filled in the background:")
+    if wait_for_vectors(awaiting, time.monotonic() + timeout_s, first=n):
         echo(
             f"vectors still being filled after {timeout_s:.0f}s: answers use the lexical search for those rows"
         )
@@ -176,5 +176,5 @@ def _ingest_repository(repo: Path, tenant: str) -> dict:
                 "skipped_unchanged": n,
                 "errors": [],
             }
-    s = wait_with_progress(out["job_id"], out["enqueued"], 3600)
+    s = wait_for_documents(out["job_id"], out["enqueued"], 3600)
     return {**s, "skipped_unchanged": s["skipped_unchanged"] + out.get("unchanged", 0)}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import typer
 
 from ragline.cli.common import (
+    EXIT_RUNNING,
     echo,
     fail,
     job_exit_code,
@@ -18,8 +20,8 @@ from ragline.cli.common import (
     state_line,
     summary_details,
     summary_line,
-    wait_with_progress,
 )
+from ragline.cli.progress import job_awaiting, wait_for_documents, wait_for_vectors
 
 app = typer.Typer()
 
@@ -28,6 +30,7 @@ SUMMARY_KEYS = (
     "documents",
     "chunks",
     "embedded",
+    "awaiting_vectors",
     "skipped_unchanged",
     "acl_updated",
     "acl_ignored_stale",
@@ -87,7 +90,14 @@ def ingest(
     wait: bool = typer.Option(
         False,
         "--wait/--no-wait",
-        help="wait for the job and print its summary; exit 1 if a document failed, 3 on --timeout",
+        help="wait for the job and the vectors of its rows, with progress on stderr, then print its"
+        " summary; exit 1 if a document failed, 3 on --timeout",
+    ),
+    lexical_ok: bool = typer.Option(
+        False,
+        "--lexical-ok",
+        help="with --wait: return once the documents are stored and searchable lexically, without"
+        " waiting for the vectors their rows await (filled in the background)",
     ),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document"),
     timeout: float = typer.Option(3600.0, help="seconds to wait with --wait"),
@@ -127,7 +137,7 @@ def ingest(
     from ragline.cli.index import bulk_window  # start-up: psycopg loads on use
 
     with bulk_window(f"ingest {tenant}") if bulk else nullcontext():
-        _ingest(paths, tenant, groups, source, wait, as_json, timeout, ref, include, exclude)
+        _ingest(paths, tenant, groups, source, wait, as_json, timeout, ref, include, exclude, lexical_ok)
 
 
 def _ingest(
@@ -141,6 +151,7 @@ def _ingest(
     ref: str,
     include: list[str],
     exclude: list[str],
+    lexical_ok: bool = False,
 ) -> None:
     from ragline.ingest.enqueue import (  # start-up: Celery, psycopg load on use
         SUFFIXES,
@@ -154,7 +165,9 @@ def _ingest(
     if any(p.is_dir() and is_repository(p) for p in paths):
         if len(paths) > 1:
             fail("a git repository is ingested on its own: give one repository per `ragline ingest`")
-        ingest_repository(paths[0], tenant, groups, source, ref, wait, as_json, timeout, include, exclude)
+        ingest_repository(
+            paths[0], tenant, groups, source, ref, wait, as_json, timeout, include, exclude, lexical_ok
+        )
         return
     try:
         files = collect_files(paths, source)
@@ -215,11 +228,11 @@ def _ingest(
         for line in skipped_lines:
             echo(line)
         return
-    summary = wait_with_progress(job_id, len(files), timeout, quiet=as_json)
+    summary, code = wait_job(job_id, len(files), timeout, as_json, lexical_ok)
     out = {k: summary[k] for k in SUMMARY_KEYS}
     out["job_id"], out["state"] = job_id, summary["state"]
+    out["vectors_filled"] = summary.get("vectors_filled", 0)
     out.update(extra)
-    code = job_exit_code(summary["state"])
     if as_json:
         print_json(out)
     else:
@@ -229,6 +242,22 @@ def _ingest(
             echo(line)
     if code:
         raise typer.Exit(code)
+
+
+def wait_job(job_id: str, total: int, timeout: float, as_json: bool, lexical_ok: bool) -> tuple[dict, int]:
+    """``--wait``: the job's documents, then (unless ``lexical_ok``) the vectors their rows await
+    (``RAGLINE_INGEST_DEFER_VECTORS``: a git source's code is stored searchable before it is
+    embedded), both with progress on stderr; the summary and the exit code. Vectors still awaited
+    at ``timeout`` exit 3, like a job still running: the fill goes on."""
+    deadline = time.monotonic() + timeout
+    summary = wait_for_documents(job_id, total, timeout, as_json)
+    code = job_exit_code(summary["state"])
+    if summary["state"] in ("queued", "running") or lexical_ok or not summary["awaiting_vectors"]:
+        return summary, code
+    left = wait_for_vectors(job_awaiting(job_id), deadline, as_json)
+    summary["vectors_filled"] = summary["awaiting_vectors"] - left
+    summary["awaiting_vectors"] = left
+    return summary, code or (EXIT_RUNNING if left else 0)
 
 
 def sync_line(name: str, out: dict) -> str:
@@ -273,6 +302,7 @@ def ingest_repository(
     timeout: float,
     include: list[str] | None = None,
     exclude: list[str] | None = None,
+    lexical_ok: bool = False,
 ) -> None:
     """`ragline ingest REPO`: the repository as a git source of the tenant (the same path as a push)."""
     from ragline.ingest.enqueue import check_source_name, default_source_name  # start-up: Celery loads on use
@@ -306,18 +336,21 @@ def ingest_repository(
             )
     except (SourceUnavailable, RuntimeError) as exc:
         fail(f"cannot ingest {repo}: {exc}")
+    skipped_lines = _skipped_lines(out.get("skipped_files") or [])
     if not wait or not out["job_id"]:
         if as_json:
             print_json(out)
         else:
             echo(sync_line(name, out))
+            for line in skipped_lines:
+                echo(line)
         return
-    summary = wait_with_progress(out["job_id"], out["enqueued"], timeout, quiet=as_json)
+    summary, code = wait_job(out["job_id"], out["enqueued"], timeout, as_json, lexical_ok)
     result = {k: summary[k] for k in SUMMARY_KEYS}
+    result["vectors_filled"] = summary.get("vectors_filled", 0)
     # the files ingested report their own ACL outcomes; the unchanged ones got theirs from the sync
     result.update({k: v for k, v in out.items() if k != "acl_updated"}, state=summary["state"])
     result["acl_updated"] = summary["acl_updated"] + out.get("acl_updated", 0)
-    code = job_exit_code(summary["state"])
     if as_json:
         print_json(result)
     else:
@@ -325,8 +358,9 @@ def ingest_repository(
         echo(
             summary_line(summary) + f"; source {name} at {out['commit'][:12]}, {out.get('pruned', 0)} pruned,"
             f" {plural(out.get('acl_updated', 0), 'unchanged document')} given the new --acl"
+            + (f", {out['skipped']} files skipped" if out.get("skipped") else "")
         )
-        for line in summary_details(summary):
+        for line in summary_details(summary) + skipped_lines:
             echo(line)
     if code:
         raise typer.Exit(code)

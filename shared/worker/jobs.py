@@ -11,7 +11,7 @@ import psycopg
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from ragline.shared.worker import db
+from ragline.shared.worker import db, pending_vectors
 
 FINAL_DOC_STATES = ("done", "skipped", "failed")
 
@@ -112,9 +112,24 @@ def job_summary(conn: psycopg.Connection[DictRow], job_id: str) -> dict:
         "job_id": job_id,
         "state": job["state"],
         **{k: int(v) for k, v in counts.items()},
+        "awaiting_vectors": awaiting_vectors(conn, job_id),
         "errors": [dict(e) for e in errors],
         "visible_to_no_group": [] if job["state"] in ACTIVE_STATES else visible_to_no_group(conn, job_id),
     }
+
+
+def awaiting_vectors(conn: psycopg.Connection[DictRow], job_id: str) -> int:
+    """Rows of the job's documents that await their vectors (stored searchable before them,
+    ``RAGLINE_INGEST_DEFER_VECTORS``; :data:`pending_vectors.PREDICATE`): the job's documents are
+    done, its vector search is not until the fill has reached these."""
+    budget = pending_vectors.VectorBudget.from_settings()
+    return db.one(
+        conn.execute(
+            "SELECT count(*) AS n FROM job_documents j JOIN chunks c ON c.tenant = j.tenant"
+            f" AND c.doc_id = j.doc_id WHERE j.job_id = %(job)s AND {pending_vectors.PREDICATE}",
+            {"job": job_id, **budget.params()},
+        )
+    )["n"]
 
 
 def visible_to_no_group(conn: psycopg.Connection[DictRow], job_id: str) -> list[str]:

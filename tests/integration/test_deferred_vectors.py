@@ -7,12 +7,16 @@ taking its lock, so "during the fill" is a state the test holds, not a race it h
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections import Counter
 
 import pytest
 
 from ragline.shared.worker import db
+from tests.conftest import REPO
 from tests.gitrepo import commit, git, git_sources
 from tests.integration.lifecycle_helpers import wait_job
 from tests.integration.test_code_structure import FILES
@@ -562,3 +566,65 @@ def test_the_fill_reads_the_rows_of_its_layers_not_the_table(conn, tenant, use_s
     )
     assert "chunks_awaiting_by_layer" in probe and "Seq Scan" not in probe, probe
     conn.rollback()
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ragline.cli", *args],
+        cwd=REPO,
+        env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _events(stderr: str) -> list[dict]:
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+def test_ingest_wait_waits_for_the_vectors_of_a_git_source_with_progress(repo, tenant, fill_lock):
+    """``ingest REPO --wait`` on a git source whose code is stored before its vectors: it waits for
+    the job's rows to get them, with progress events on stderr (``--json``), and lists the files it
+    skipped; ``--lexical-ok`` returns as soon as they are searchable; ``ragline job`` and ``ragline
+    status`` show the rows still awaiting."""
+    from ragline.cli.progress import status_rows
+    from ragline.shared.config.settings import get_settings
+
+    commit(repo, {"assets/logo.bin": b"\x00\x01binary"}, 1_700_000_050)
+    # --lexical-ok: back once the documents are stored (searchable lexically), their vectors pending
+    quick = _cli("ingest", str(repo), "--tenant", tenant, "--acl", "dev", "--wait", "--lexical-ok", "--json")
+    assert quick.returncode == 0, quick.stderr[-2000:]
+    first = json.loads(quick.stdout)
+    awaiting = first["awaiting_vectors"]
+    assert first["state"] == "succeeded" and awaiting > 0 and first["vectors_filled"] == 0, first
+    assert {"path": "assets/logo.bin", "reason": "unsupported file type"} in first["skipped_files"]
+    phases = [e["phase"] for e in _events(quick.stderr)]
+    assert "documents" in phases and "vectors" not in phases, quick.stderr[-2000:]
+    text = _cli("ingest", str(repo), "--tenant", tenant, "--acl", "dev")  # this commit is indexed
+    assert "already indexed" in text.stdout, text.stdout
+
+    job = _cli("job", first["job_id"][:8])
+    assert f"{awaiting} awaiting vectors (searchable lexically until filled)" in job.stdout, job.stdout
+    [(_, row)] = status_rows({tenant: awaiting}, get_settings().effective_redis_url())
+    assert row.startswith(f"{awaiting} rows awaiting vectors")
+
+    # --wait: the documents, then the vectors of the job's rows; the fill is held, so it gives up (3)
+    commit(repo, {"pkg/extra.py": "def extra_hook(event):\n    return event\n"}, 1_700_000_060)
+    run = _cli("ingest", str(repo), "--tenant", tenant, "--acl", "dev", "--wait", "--json", "--timeout", "30")
+    assert run.returncode == 3, run.stderr[-2000:]
+    out = json.loads(run.stdout)
+    assert out["state"] == "succeeded" and out["awaiting_vectors"] > 0, out
+    vectors = [e for e in _events(run.stderr) if e["phase"] == "vectors"]
+    assert vectors, run.stderr[-2000:]
+    assert all(
+        e["total"] == out["awaiting_vectors"] and e["done"] == 0 and e["at"].endswith("Z") for e in vectors
+    )
+    assert {"rate_per_s", "eta_s"} <= set(vectors[0])
+
+    fill_lock.release()
+    fill(tenant)
+    for job_id in (first["job_id"], out["job_id"]):
+        assert json.loads(_cli("job", job_id, "--json").stdout)["awaiting_vectors"] == 0
+    [(_, row)] = status_rows({tenant: 1}, get_settings().effective_redis_url())
+    assert "rows/s" in row or "rows/min" in row, row  # the rate the fill recorded

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import re
 import time
 from contextlib import nullcontext
 
@@ -56,7 +57,7 @@ def test_nothing_pending_returns_at_once(pending):
 
 
 def test_the_demo_waits_through_it_and_prints_its_progress(monkeypatch, pending, capsys):
-    from ragline.cli import demo
+    from ragline.cli import demo, progress
 
     counts, asked = pending
     counts[:] = [7, 2]
@@ -65,7 +66,12 @@ def test_the_demo_waits_through_it_and_prints_its_progress(monkeypatch, pending,
     monkeypatch.setattr(time, "sleep", lambda s: None)
     demo._wait_for_vectors("t", 2)
     assert asked == [7, 2, 2]
-    out = capsys.readouterr().out
-    assert "7 rows awaiting vectors" in out and "2 rows awaiting vectors" in out
-    assert "vectors still being filled after 2s" in out
+    captured = capsys.readouterr()
+    assert "7 rows awaiting vectors" in captured.out
+    assert "vectors still being filled after 2s" in captured.out
+    # the progress lines: a time, rows given their vectors of those awaiting, a rate and time left
+    lines = [line for line in captured.err.splitlines() if " vectors: " in line]
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ vectors: 0/7 rows \(0%\)", lines[0]), lines
+    assert any(" vectors: 5/7 rows (71%)" in line and "left" in line for line in lines[1:]), lines
     assert "pending_vectors" not in inspect.getsource(demo)  # no second copy of the wait
+    assert "Tracker" in inspect.getsource(progress.wait_for_vectors)
