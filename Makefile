@@ -65,7 +65,7 @@ down: $(STAMP)
 IMPORT_GRAPH := $(VENV)/import-graph
 lint-imports: $(STAMP)
 	@rm -rf $(IMPORT_GRAPH) && mkdir -p $(IMPORT_GRAPH)/ragline
-	@ln -s $(CURDIR)/ragline/__init__.py $(CURDIR)/ragline/cli $(CURDIR)/ragline/operations $(IMPORT_GRAPH)/ragline/
+	@ln -s $(CURDIR)/ragline/__init__.py $(CURDIR)/ragline/cli $(CURDIR)/ragline/mcp $(CURDIR)/ragline/operations $(IMPORT_GRAPH)/ragline/
 	@ln -s $(CURDIR)/ingest $(CURDIR)/query $(CURDIR)/shared $(IMPORT_GRAPH)/ragline/
 	cd $(IMPORT_GRAPH) && $(CURDIR)/$(BIN)/lint-imports --no-cache $(CURDIR)/pyproject.toml
 

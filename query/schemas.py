@@ -19,6 +19,8 @@ MODELS = {
     "rerank_response": c.RerankResponse,
     "ask_request": c.AskRequest,
     "ask_response": c.AskResponse,
+    "sources_request": c.SourcesRequest,
+    "sources_response": c.SourcesResponse,
     "error_result": c.ErrorResult,
     # permissions and document events from the chat backend / upstream systems
     "acl_sync_request": c.AclSyncRequest,
@@ -31,6 +33,7 @@ TASKS = {
     names.TASK_QUERY_RETRIEVE: ("search_request", "search_response"),
     names.TASK_QUERY_RERANK: ("rerank_request", "rerank_response"),
     names.TASK_QUERY_ASK: ("ask_request", "ask_response"),
+    names.TASK_QUERY_SOURCES: ("sources_request", "sources_response"),
     names.TASK_ACL_SYNC: ("acl_sync_request", "acl_sync_result"),
     names.TASK_INGEST_EVENT: ("ingest_event", "event_result"),
 }

@@ -24,11 +24,17 @@ from ragline.query import service
 from ragline.query.admission import get_admission
 from ragline.query.answer.stream import answer_publisher, publishing
 from ragline.query.deadline import QueryLimitError, question_deadline
+from ragline.query.retrieval.catalog import indexed_sources
 from ragline.query.retrieval.row_security import row_security_problem
 from ragline.query.retrieval.vector_index import problem as vector_index_problem
 from ragline.shared.config.settings import get_settings
-from ragline.shared.sdk.contracts import AskRequest, ErrorResult, RerankRequest, SearchRequest
-from ragline.shared.sdk.names import TASK_QUERY_ASK, TASK_QUERY_RERANK, TASK_QUERY_RETRIEVE
+from ragline.shared.sdk.contracts import AskRequest, ErrorResult, RerankRequest, SearchRequest, SourcesRequest
+from ragline.shared.sdk.names import (
+    TASK_QUERY_ASK,
+    TASK_QUERY_RERANK,
+    TASK_QUERY_RETRIEVE,
+    TASK_QUERY_SOURCES,
+)
 from ragline.shared.worker import db, warmup
 from ragline.shared.worker.celery_app import app
 from ragline.shared.worker.metrics import QUERY_ERRORS
@@ -50,7 +56,7 @@ QUERY_TASK = {
 
 
 #: the tasks whose caller waits for the reply: nobody reads the reply of one revoked or expired
-QUESTION_TASKS = frozenset({TASK_QUERY_RETRIEVE, TASK_QUERY_RERANK, TASK_QUERY_ASK})
+QUESTION_TASKS = frozenset({TASK_QUERY_RETRIEVE, TASK_QUERY_RERANK, TASK_QUERY_ASK, TASK_QUERY_SOURCES})
 
 
 @signals.task_revoked.connect
@@ -120,6 +126,12 @@ def retrieve_task(req: SearchRequest) -> dict:
 @app.task(name=TASK_QUERY_RERANK, payload_model=RerankRequest, **QUERY_TASK)
 def rerank_task(req: RerankRequest) -> dict:
     return run_question(None, lambda: service.rerank(req))
+
+
+@app.task(name=TASK_QUERY_SOURCES, payload_model=SourcesRequest, **QUERY_TASK)
+def sources_task(req: SourcesRequest) -> dict:
+    """What is indexed for the caller (``ragline mcp``'s ``sources``), behind the same admission."""
+    return run_question(req.tenant, lambda: indexed_sources(req))
 
 
 @app.task(name=TASK_QUERY_ASK, payload_model=AskRequest, **QUERY_TASK)

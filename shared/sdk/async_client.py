@@ -62,6 +62,7 @@ from ragline.shared.sdk.client import (
     rerank_call,
     search_call,
     send_event_call,
+    sources_call,
     sync_acl_call,
     timed_out,
     unavailable,
@@ -76,6 +77,7 @@ from ragline.shared.sdk.contracts import (
     IngestEvent,
     RerankResponse,
     SearchResponse,
+    SourcesResponse,
 )
 
 __all__ = ["AsyncRaglineClient"]
@@ -384,6 +386,12 @@ class AsyncRaglineClient:
         timeout: float | None = None,
     ) -> RerankResponse:
         return await self._run(rerank_call(query, hits, top_k, threshold), timeout)
+
+    async def sources(
+        self, tenant: str, groups: list[str], *, timeout: float | None = None
+    ) -> SourcesResponse:
+        """:meth:`ragline.RaglineClient.sources`, awaited."""
+        return await self._run(sources_call(tenant, groups), timeout)
 
     async def sync_acl(
         self, items: list[AclSyncItem | dict], *, timeout: float | None = None

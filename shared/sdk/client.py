@@ -66,6 +66,8 @@ from ragline.shared.sdk.contracts import (
     RerankResponse,
     SearchRequest,
     SearchResponse,
+    SourcesRequest,
+    SourcesResponse,
 )
 from ragline.shared.sdk.names import (
     TASK_ACL_SYNC,
@@ -73,6 +75,7 @@ from ragline.shared.sdk.names import (
     TASK_QUERY_ASK,
     TASK_QUERY_RERANK,
     TASK_QUERY_RETRIEVE,
+    TASK_QUERY_SOURCES,
     TASK_QUEUES,
     TASK_ROUTES,
 )
@@ -232,6 +235,11 @@ def search_call(
         {"query": query, "tenant": tenant, "groups": groups, "k": k, "mode": mode, **filters}
     )
     return Call(TASK_QUERY_RETRIEVE, req.model_dump(exclude_defaults=True), SearchResponse)
+
+
+def sources_call(tenant: str, groups: list[str]) -> Call:
+    req = SourcesRequest(tenant=tenant, groups=groups)
+    return Call(TASK_QUERY_SOURCES, req.model_dump(), SourcesResponse)
 
 
 def rerank_call(query: str, hits: list[Hit], top_k: int | None, threshold: float | None) -> Call:
@@ -394,6 +402,10 @@ class RaglineClient:
         timeout: float | None = None,
     ) -> RerankResponse:
         return self._run(rerank_call(query, hits, top_k, threshold), timeout)
+
+    def sources(self, tenant: str, groups: list[str], *, timeout: float | None = None) -> SourcesResponse:
+        """What is indexed for the caller: its sources with their documents, chunks and commits."""
+        return self._run(sources_call(tenant, groups), timeout)
 
     def sync_acl(self, items: list[AclSyncItem | dict], *, timeout: float | None = None) -> AclSyncResult:
         """Replace documents' permissions (by ``doc_id`` or ``path_prefix``) without re-embedding.

@@ -15,6 +15,7 @@ TASK_INGEST_EVENT = "ragline.ingest.event"
 TASK_QUERY_RETRIEVE = "ragline.query.retrieve"
 TASK_QUERY_RERANK = "ragline.query.rerank"
 TASK_QUERY_ASK = "ragline.query.ask"
+TASK_QUERY_SOURCES = "ragline.query.sources"
 TASK_ACL_SYNC = "ragline.acl.sync"
 TASK_REINDEX = "ragline.maintenance.reindex"
 TASK_STUCK_JOBS = "ragline.maintenance.stuck_jobs"
@@ -52,6 +53,7 @@ TASK_QUEUES: dict[str, str] = {
     TASK_QUERY_RETRIEVE: "query",
     TASK_QUERY_RERANK: "query",
     TASK_QUERY_ASK: "query",
+    TASK_QUERY_SOURCES: "query",
     TASK_ACL_SYNC: "acl",
     TASK_REINDEX: "maintenance",
     TASK_STUCK_JOBS: "maintenance",
@@ -73,7 +75,7 @@ TASK_ROUTES: dict[str, dict[str, str]] = {
 #: ``ragline`` command) and the workers and beat (retries, fan-out, schedules) send everything.
 ROLE_PREFIX = "ragline-"
 PRODUCER_ROLES: dict[str, frozenset[str]] = {
-    "chat": frozenset({TASK_QUERY_RETRIEVE, TASK_QUERY_RERANK, TASK_QUERY_ASK}),
+    "chat": frozenset({TASK_QUERY_RETRIEVE, TASK_QUERY_RERANK, TASK_QUERY_ASK, TASK_QUERY_SOURCES}),
     "relay": frozenset({TASK_INGEST_EVENT, TASK_ACL_SYNC}),
     "operator": frozenset(ALL_TASKS),
     "worker": frozenset(ALL_TASKS),

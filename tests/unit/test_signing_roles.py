@@ -35,7 +35,12 @@ def test_every_worker_task_is_named_and_builtins_belong_to_no_role():
 
 def test_a_chat_backend_may_ask_but_never_ingest_or_change_permissions():
     chat, relay = names.PRODUCER_ROLES["chat"], names.PRODUCER_ROLES["relay"]
-    assert chat == {names.TASK_QUERY_RETRIEVE, names.TASK_QUERY_RERANK, names.TASK_QUERY_ASK}
+    assert chat == {
+        names.TASK_QUERY_RETRIEVE,
+        names.TASK_QUERY_RERANK,
+        names.TASK_QUERY_ASK,
+        names.TASK_QUERY_SOURCES,
+    }
     assert not chat & {names.TASK_INGEST_DOCUMENT, names.TASK_INGEST_BATCH, names.TASK_ACL_SYNC}
     assert relay == {names.TASK_INGEST_EVENT, names.TASK_ACL_SYNC}
     assert names.PRODUCER_ROLES["operator"] == set(names.ALL_TASKS)

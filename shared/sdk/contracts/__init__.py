@@ -24,6 +24,9 @@ from ragline.shared.sdk.contracts.query import (
     RerankResponse,
     SearchRequest,
     SearchResponse,
+    SourceInfo,
+    SourcesRequest,
+    SourcesResponse,
 )
 
 __all__ = [
@@ -49,5 +52,8 @@ __all__ = [
     "RerankResponse",
     "SearchRequest",
     "SearchResponse",
+    "SourceInfo",
+    "SourcesRequest",
+    "SourcesResponse",
     "pack_vector",
 ]

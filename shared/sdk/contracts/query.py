@@ -322,3 +322,30 @@ class AskResponse(BaseModel):
     removed_sentences: list[str] = Field(default_factory=list)
     timings_ms: dict[str, float] = Field(default_factory=dict)
     trace: dict[str, Any] = Field(default_factory=dict)
+
+
+class SourcesRequest(BaseModel):
+    """What is indexed for a caller: its tenant's sources, counted over the documents its groups read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: Ident
+    groups: list[Group] = Field(max_length=1000, description="caller's ACL groups; empty: nothing is visible")
+
+
+class SourceInfo(BaseModel):
+    """One source (a git source or ingested folder, ``documents.metadata.source``; '' for documents
+    sent without one) as far as the caller may read it."""
+
+    source: str
+    documents: int
+    chunks: int
+    layers: list[str] = Field(default_factory=list)
+    commits: list[str] = Field(default_factory=list, description="the git commits its documents come from")
+    updated_at: str | None = Field(default=None, description="its latest document's ingest time, ISO 8601")
+
+
+class SourcesResponse(BaseModel):
+    sources: list[SourceInfo]
+    documents: int = 0
+    chunks: int = 0
