@@ -47,7 +47,7 @@ from celery import Celery
 from celery.exceptions import ImproperlyConfigured, SecurityError
 
 from ragline.shared.config.settings import Settings
-from ragline.shared.sdk import sender
+from ragline.shared.sdk import decode_gate, sender
 from ragline.shared.sdk.names import ALL_TASKS, CANVAS_ROLES, PRODUCER_ROLES, ROLE_PREFIX
 
 log = logging.getLogger("ragline.signing")
@@ -181,6 +181,14 @@ def configure_signing(app: Celery, settings: Settings) -> bool:
         event_serializer="json",
     )
     app.setup_security(allowed_serializers=["json"], serializer="json")  # registers "auth" itself
+    # ...whose verified body Celery decodes whatever its unsigned content type: ours decodes only JSON
+    decode_gate.register_json_auth(
+        Path(settings.ops.signing_key_file).read_text(),
+        app.conf.security_key_password,
+        Path(settings.ops.signing_cert_file).read_text(),
+        store_glob,
+        app.conf.security_digest,
+    )
     _roles = load_roles(store_glob)
     return True
 
@@ -198,21 +206,26 @@ def _refused_counter():
     )
 
 
-def _count(task: str, role: str, reason: str) -> None:
+def count_refused(task: str, role: str, reason: str) -> None:
+    """One more ``rag_tasks_refused``; a metrics problem never stops the refusal."""
     try:
         _refused_counter().labels(task=task, role=role, reason=reason).inc()
-    except Exception:  # a metrics problem never stops the refusal
+    except Exception:
         log.exception("could not count a refused task")
 
 
 def role_strategy(task, app, consumer, **kwargs):
-    """Celery's default execution strategy behind the admission check (a task's ``Strategy``).
+    """Celery's default execution strategy behind the decode gate and the admission check (a task's
+    ``Strategy``).
 
-    Every message is decoded first (with signing on, its signature verified); unsigned or badly
-    signed messages are counted and then refused by Celery as before (``ContentDisallowed`` rejects,
-    a bad signature is acknowledged and dropped). A message :func:`refusal` refuses (its signer's
-    role may not send this task, or it carries canvas options and its sender is no canvas role) is
-    refused here, before Celery's handler sees it. The others run with their verified sender stamped
+    Every message is decoded first (with signing on, its signature verified, and only a JSON body
+    decoded: :mod:`ragline.shared.sdk.decode_gate`) and its body checked for the shape Celery runs. A
+    message that fails any of it (unsigned on a signed stack, a bad signature, a content type other
+    than JSON, a body that does not decode or is not a task body) is dropped here: acknowledged, never
+    requeued, logged (``message dropped``, with the exception) and counted in ``rag_tasks_refused``
+    by reason; the worker keeps consuming. A message :func:`refusal` refuses (its signer's role may
+    not send this task, or it carries canvas options and its sender is no canvas role) is refused
+    next, before Celery's handler sees it. The others run with their verified sender stamped
     (:mod:`ragline.shared.sdk.sender`): the signer's role, or ``unsigned`` without signing, whatever
     header the producer sent."""
     from celery.worker.strategy import default  # worker side: the consumer's own machinery
@@ -226,12 +239,15 @@ def role_strategy(task, app, consumer, **kwargs):
 
         try:
             payload = message.payload  # decodes (and verifies) once; Celery's handler reuses it
-        except ContentDisallowed:
-            _count(name, NO_ROLE, "unsigned")
-            raise
-        except Exception:
-            _count(name, NO_ROLE, "signature" if roles is not None else "decode")
-            raise
+        except decode_gate.InnerContentRefused as exc:
+            return _drop(consumer, message, name, "content_type", exc)
+        except ContentDisallowed as exc:
+            return _drop(consumer, message, name, "unsigned" if roles is not None else "content_type", exc)
+        except Exception as exc:
+            return _drop(consumer, message, name, "signature" if roles is not None else "decode", exc)
+        problem = decode_gate.body_problem(payload)
+        if problem is not None:
+            return _drop(consumer, message, name, problem, None)
         role = None
         if roles is not None:
             try:
@@ -248,6 +264,25 @@ def role_strategy(task, app, consumer, **kwargs):
         return handle(message, body, ack, reject, callbacks, **kw)
 
     return checked
+
+
+def _drop(consumer, message, name: str, reason: str, exc: BaseException | None) -> None:
+    """Acknowledge a message the decode gate refused without running or requeueing it; logged and
+    counted. No result is written: nothing in an undecodable message names a caller to trust."""
+    import structlog  # worker side: the server extra's structured logs
+
+    info = getattr(message, "delivery_info", None) or {}
+    structlog.get_logger("ragline.signing").warning(
+        "message dropped",
+        task=name,
+        reason=reason,
+        queue=info.get("routing_key"),
+        task_id=(getattr(message, "headers", None) or {}).get("id"),
+        content_type=getattr(message, "content_type", None),
+        error=f"{type(exc).__name__}: {str(exc)[:300]}" if exc is not None else None,
+    )
+    count_refused(name, NO_ROLE, reason)
+    message.reject_log_error(log, consumer.connection_errors, requeue=False)
 
 
 def _refuse(
@@ -271,7 +306,7 @@ def _refuse(
     structlog.get_logger("ragline.signing").warning(
         "task refused", task=name, role=shown, task_id=task_id, reason=why, canvas=list(canvas)
     )
-    _count(name, shown, reason)
+    count_refused(name, shown, reason)
     try:
         message.reject_log_error(log, consumer.connection_errors, requeue=False)
     finally:

@@ -26,6 +26,7 @@ from prometheus_client import multiprocess
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk import redis_acl
 from ragline.shared.sdk.celery_base import RaglineCelery
+from ragline.shared.sdk.decode_gate import unregister_unsafe_serializers
 from ragline.shared.sdk.names import (
     QUEUES,
     TASK_MODULES,
@@ -37,7 +38,7 @@ from ragline.shared.sdk.names import (
 from ragline.shared.sdk.signing import configure_signing
 from ragline.shared.worker import db, providers, redelivery
 from ragline.shared.worker import task_stats as _task_stats  # noqa: F401  (its signal handlers log each task's resources)
-from ragline.shared.worker.kombu_redis import requeue_lost_deliveries, reuse_clients
+from ragline.shared.worker.kombu_redis import gate_deliveries, requeue_lost_deliveries, reuse_clients
 from ragline.shared.worker.logging_setup import configure as configure_logging
 from ragline.shared.worker.logging_setup import get_logger
 from ragline.shared.worker.warmup import warm_process
@@ -118,11 +119,14 @@ def send(name: str, payload: dict) -> str:
 
 @signals.worker_init.connect
 def _reuse_kombu_clients(**_: object) -> None:
-    """Worker processes only: one Redis client per kombu channel, and a delivery the broker lost
-    before it was recorded requeued (``kombu_redis``); producers, including a chat backend that
-    imports the client, keep kombu unpatched."""
+    """Worker processes only: one Redis client per kombu channel, a delivery the broker lost
+    before it was recorded requeued, junk on a queue dropped (``kombu_redis``), and no unsafe
+    decoder left in kombu's registry (``decode_gate``: prefork children inherit it); producers,
+    including a chat backend that imports the client, keep kombu unpatched."""
     reuse_clients()
     requeue_lost_deliveries()
+    gate_deliveries()
+    unregister_unsafe_serializers()
 
 
 def _threads_pool(worker: object) -> bool:

@@ -1,5 +1,16 @@
-"""Two patches of kombu's Redis transport for worker processes: one Redis client per channel, and
-no message lost when the broker goes away between handing it out and recording it as unacked.
+"""Three patches of kombu's Redis transport for worker processes: one Redis client per channel, no
+message lost when the broker goes away between handing it out and recording it as unacked, and no
+consumer stopped by bytes on a queue that are not a message.
+
+**Junk on a queue.** A producer's Redis user may ``LPUSH`` anything onto its queue. kombu's
+``Channel._brpop_read`` decodes what ``BRPOP`` returned with ``json.loads`` and builds a message of it
+without a guard: a 16-byte non-JSON push (or JSON that is not a kombu envelope) raised out of the
+worker's event loop and ended it ("Unrecoverable error: JSONDecodeError"). :func:`gate_deliveries`
+replaces ``_brpop_read`` with the same read whose item goes through
+:func:`ragline.shared.sdk.decode_gate.envelope_problem` first: an item that is not a message is
+dropped (it is already off the queue and in no ``unacked`` hash, so nothing brings it back), logged
+(``broker item dropped``, its queue and size, never its bytes) and counted in ``rag_tasks_refused``
+(``task="-"``, ``reason`` ``not_json`` or ``envelope``), and the worker reads the next one.
 
 **Lost deliveries.** kombu takes a message off its queue with ``BRPOP`` and then, in a second
 round trip, records it in the ``unacked`` hash (``QoS.append``), where ``acks_late`` and
@@ -19,7 +30,7 @@ the largest single cost of the query pool's consumer thread (task events, acks),
 (each command borrows a pooled connection), so one client per channel and pool is enough: it is
 rebuilt when kombu replaces the channel's pool (reconnect after a broker restart).
 
-Both patch private methods, so they are applied only in worker processes (``worker_init``, see
+All three patch private methods, so they are applied only in worker processes (``worker_init``, see
 ``celery_app``), never in a producer that imports the client; client reuse only for the kombu releases
 it was written against (:data:`KOMBU_VERSIONS`), elsewhere kombu runs unpatched. The measurement that
 justified it is in docs/architecture.md ("Performance notes").
@@ -36,7 +47,12 @@ from contextlib import contextmanager
 import kombu
 from kombu.exceptions import OperationalError
 from kombu.transport import redis as kombu_redis
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import loads
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
+
+from ragline.shared.sdk import decode_gate, signing
+from ragline.shared.worker.logging_setup import get_logger
 
 log = logging.getLogger(__name__)
 
@@ -172,4 +188,64 @@ def requeue_lost_deliveries() -> bool:
     append.ragline_requeue = True
     append.__wrapped__ = original
     qos_cls.append = append
+    return True
+
+
+def _envelope(item: bytes) -> tuple[dict | None, str]:
+    """The kombu envelope ``item`` holds, or ``None`` and why not: ``not_json`` (not UTF-8 JSON) or
+    ``envelope`` (JSON that is no kombu message, :func:`decode_gate.envelope_problem`)."""
+    try:
+        raw = loads(bytes_to_str(item))
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        return None, "not_json"
+    problem = decode_gate.envelope_problem(raw)
+    return (raw, "") if problem is None else (None, problem)
+
+
+def _drop_item(queue: str, item: bytes, reason: str) -> None:
+    """Log (queue, reason, size: never the bytes) and count an item that is not a message."""
+    get_logger("ragline.broker").warning("broker item dropped", queue=queue, reason=reason, size=len(item))
+    signing.count_refused("-", signing.NO_ROLE, reason)
+
+
+def _brpop_read(self, **options):
+    """kombu's ``Channel._brpop_read`` (5.3-5.7) with the item checked before it is delivered."""
+    try:
+        try:
+            dest__item = self.client.parse_response(self.client.connection, "BRPOP", **options)
+        except self.connection_errors:
+            self.client.connection.disconnect()  # the next iteration reconnects
+            raise
+        if not dest__item:
+            raise kombu_redis.Empty()
+        dest, item = dest__item
+        dest = bytes_to_str(dest).rsplit(self.sep, 1)[0]
+        self._queue_cycle.rotate(dest)
+        payload, reason = _envelope(item)
+        if payload is None:
+            _drop_item(dest, item, reason)
+        else:
+            self.connection._deliver(payload, dest)
+        return True
+    finally:
+        self._in_poll = None
+        flush = getattr(self, "_flush_brpop_reauth", None)  # kombu 5.7: a pending re-auth token
+        if flush is not None:
+            flush()
+
+
+def gate_deliveries() -> bool:
+    """Patch ``kombu.transport.redis.Channel._brpop_read`` once (see the module docstring); False
+    for a kombu release outside :data:`KOMBU_VERSIONS` (logged: junk on a queue would stop it)."""
+    channel_cls = getattr(kombu_redis, "Channel", None)
+    if not kombu_supported(kombu.__version__) or not hasattr(channel_cls, "_brpop_read"):
+        log.error(
+            "kombu %s is outside %s: junk on a queue can stop this worker", kombu.__version__, KOMBU_VERSIONS
+        )
+        return False
+    if getattr(channel_cls._brpop_read, "ragline_gate", False):
+        return True
+    _brpop_read.ragline_gate = True
+    _brpop_read.__wrapped__ = channel_cls._brpop_read
+    channel_cls._brpop_read = _brpop_read
     return True

@@ -265,7 +265,7 @@ def test_the_strategy_refuses_canvas_before_celery_sees_the_message(role, monkey
     )
     roles = None if role is None else _SignedBy({"signer": role})
     monkeypatch.setattr(signing, "_roles", roles)
-    monkeypatch.setattr(signing, "_count", lambda task, r, reason: counted.append((task, r, reason)))
+    monkeypatch.setattr(signing, "count_refused", lambda task, r, reason: counted.append((task, r, reason)))
     backend = SimpleNamespace(mark_as_failure=lambda tid, exc, call_errbacks: failed.append((tid, str(exc))))
     app, consumer = SimpleNamespace(backend=backend), SimpleNamespace(connection_errors=())
     outer = OWN_TASK[role]
