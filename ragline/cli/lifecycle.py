@@ -27,6 +27,7 @@ from ragline.cli.common import (
     summary_details,
     summary_line,
 )
+from ragline.cli.progress import fill_rates, vector_rows
 from ragline.operations import acl as acl_ops
 from ragline.shared.sdk.contracts import AclSyncItem
 from ragline.shared.sdk.names import QUEUES, TASK_INGEST_REEMBED
@@ -409,6 +410,8 @@ def lifecycle_status(settings) -> dict:
                 conn, pending_vectors.VectorBudget.from_settings(settings)
             )
             out["awaiting_vectors"], out["lexical_only_rows"] = vectors["awaiting"], vectors["lexical_only"]
+            if vectors["awaiting"]:  # rows per second, as the fill recorded them
+                out["vector_fill_rates"] = fill_rates(settings.effective_redis_url())
             from ragline.operations.index import open_deferral
 
             out["index_deferral"] = open_deferral(conn)
@@ -437,10 +440,7 @@ def lifecycle_rows(info: dict) -> list[tuple[str, str]]:
         )
     for e in info.get("recent_errors", [])[:5]:
         rows.append((f"error {e['doc_id']}"[:60], f"tenant {e['tenant']}: {clip(e['error'], 100)}"))
-    for tenant, n in info.get("awaiting_vectors", {}).items():
-        rows.append(
-            (f"vectors {tenant}"[:60], f"{n} rows awaiting vectors (searchable lexically until filled)")
-        )
+    rows += vector_rows(info.get("awaiting_vectors", {}), info.get("vector_fill_rates", {}))
     for tenant, n in info.get("lexical_only_rows", {}).items():
         rows.append(
             (

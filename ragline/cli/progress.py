@@ -116,8 +116,7 @@ def awaiting_text(rows: int, rate: float | None) -> str:
     return f"{text}, {rate_text(rate, 'rows')}, about {duration(rows / rate)} left"
 
 
-def status_rows(awaiting: dict[str, int], redis_url: str) -> list[tuple[str, str]]:
+def vector_rows(awaiting: dict[str, int], rates: dict[str, float]) -> list[tuple[str, str]]:
     """``ragline status``'s section: per tenant, the rows awaiting their vectors with the fill's
-    rate and the time left."""
-    rates = fill_rates(redis_url) if awaiting else {}
+    rate (:func:`fill_rates`) and the time left (pure)."""
     return [(f"vectors {t}"[:60], awaiting_text(n, rates.get(t))) for t, n in awaiting.items()]

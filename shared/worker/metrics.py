@@ -95,6 +95,13 @@ CONTEXTUALIZE_FALLBACK = Counter(
 QUEUE_DEPTH = Gauge(
     "rag_queue_depth", "Messages waiting in a Celery queue", ["queue"], multiprocess_mode="max"
 )
+ROWS_AWAITING_VECTORS = Gauge(
+    "rag_rows_awaiting_vectors",
+    "Rows stored searchable (lexically) that await their vectors from the fill, per tenant; read from"
+    " the database when the ingest pool's endpoint is scraped",
+    ["tenant"],
+    multiprocess_mode="max",
+)
 ACL_SYNC_LAG_S = Histogram(
     "rag_acl_sync_lag_seconds",
     "Time from permission event to applied",

@@ -30,7 +30,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.names import POOLS
 from ragline.shared.worker import credentials
-from ragline.shared.worker.metrics import QUEUE_DEPTH
+from ragline.shared.worker.metrics import QUEUE_DEPTH, ROWS_AWAITING_VECTORS
 
 
 def metrics_dir(settings: Settings, pool: str) -> Path:
@@ -82,6 +82,29 @@ def refresh_queue_depth(pool: str, settings: Settings) -> None:
         QUEUE_DEPTH.labels(queue=queue).set(depth)
 
 
+_awaiting_tenants: set[str] = set()
+
+
+def refresh_awaiting_vectors(settings: Settings) -> None:
+    """``rag_rows_awaiting_vectors{tenant}`` from the database (the rows :mod:`pending_vectors`
+    counts); a tenant whose rows all got their vectors drops to 0. Database down: the last values."""
+    import psycopg  # start-up: only the ingest pool's endpoint reads the database
+    from psycopg.rows import dict_row
+
+    from ragline.shared.worker import pending_vectors
+
+    try:
+        with psycopg.connect(
+            settings.effective_database_url(), connect_timeout=2, autocommit=True, row_factory=dict_row
+        ) as conn:
+            awaiting = pending_vectors.counts_by_tenant(conn)["awaiting"]
+    except Exception:
+        return
+    for tenant in _awaiting_tenants | set(awaiting):
+        ROWS_AWAITING_VECTORS.labels(tenant=tenant).set(awaiting.get(tenant, 0))
+    _awaiting_tenants.update(awaiting)
+
+
 def basic_auth(app: Callable, user: str, password: str) -> Callable:
     """WSGI middleware: 401 unless the request carries the right basic-auth credentials."""
     expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -104,6 +127,8 @@ def make_app(pool: str, settings: Settings) -> Callable:
 
     def app(environ, start_response):
         refresh_queue_depth(pool, settings)
+        if pool == "ingest":
+            refresh_awaiting_vectors(settings)
         return inner(environ, start_response)
 
     return basic_auth(app, settings.ops.metrics_user, credentials.password(settings, "metrics") or "")

@@ -588,8 +588,11 @@ def test_ingest_wait_waits_for_the_vectors_of_a_git_source_with_progress(repo, t
     the job's rows to get them, with progress events on stderr (``--json``), and lists the files it
     skipped; ``--lexical-ok`` returns as soon as they are searchable; ``ragline job`` and ``ragline
     status`` show the rows still awaiting."""
-    from ragline.cli.progress import status_rows
+    from ragline.cli.lifecycle import lifecycle_status
+    from ragline.cli.progress import fill_rates, vector_rows
     from ragline.shared.config.settings import get_settings
+    from ragline.shared.worker.metrics import ROWS_AWAITING_VECTORS
+    from ragline.shared.worker.metrics_server import refresh_awaiting_vectors
 
     commit(repo, {"assets/logo.bin": b"\x00\x01binary"}, 1_700_000_050)
     # --lexical-ok: back once the documents are stored (searchable lexically), their vectors pending
@@ -606,8 +609,13 @@ def test_ingest_wait_waits_for_the_vectors_of_a_git_source_with_progress(repo, t
 
     job = _cli("job", first["job_id"][:8])
     assert f"{awaiting} awaiting vectors (searchable lexically until filled)" in job.stdout, job.stdout
-    [(_, row)] = status_rows({tenant: awaiting}, get_settings().effective_redis_url())
-    assert row.startswith(f"{awaiting} rows awaiting vectors")
+    status = lifecycle_status(get_settings())
+    [(_, row)] = vector_rows({tenant: awaiting}, status.get("vector_fill_rates", {}))
+    assert status["awaiting_vectors"][tenant] == awaiting and row.startswith(
+        f"{awaiting} rows awaiting vectors"
+    )
+    refresh_awaiting_vectors(get_settings())  # the gauge the ingest pool's endpoint serves
+    assert ROWS_AWAITING_VECTORS.labels(tenant=tenant)._value.get() == awaiting
 
     # --wait: the documents, then the vectors of the job's rows; the fill is held, so it gives up (3)
     commit(repo, {"pkg/extra.py": "def extra_hook(event):\n    return event\n"}, 1_700_000_060)
@@ -626,5 +634,7 @@ def test_ingest_wait_waits_for_the_vectors_of_a_git_source_with_progress(repo, t
     fill(tenant)
     for job_id in (first["job_id"], out["job_id"]):
         assert json.loads(_cli("job", job_id, "--json").stdout)["awaiting_vectors"] == 0
-    [(_, row)] = status_rows({tenant: 1}, get_settings().effective_redis_url())
+    refresh_awaiting_vectors(get_settings())
+    assert ROWS_AWAITING_VECTORS.labels(tenant=tenant)._value.get() == 0
+    [(_, row)] = vector_rows({tenant: 1}, fill_rates(get_settings().effective_redis_url()))
     assert "rows/s" in row or "rows/min" in row, row  # the rate the fill recorded
