@@ -23,40 +23,78 @@ STOP_WORDS = frozenset(
     """.split()
 )
 
+# Every pattern here is linear in the question's length (tests/unit/test_regex_linear.py): a run
+# of whitespace is matched possessively and only from its first character (``(?<!\s)\s++``), and
+# no pattern holds two quantifiers that can take the same characters; where a question has two
+# parts of free text (a comparison's sides), the keyword and the connector are found by two
+# searches and the sides are the slices between them.
+
 #: "что такое X?", "what is X?" and close variants; X is the subject to define
 _DEFINITION_QUESTION = re.compile(
-    r"^\s*(?:(?:что|кто)\s+(?:такое|такой|такая|такие|означает|значит)|(?:дай(?:те)?\s+)?определение|"
-    r"what\s+(?:is|are)(?:\s+(?:an?|the))?|define)\s+(?P<subject>.+?)\s*\??\s*$",
+    r"\s*+(?:(?:что|кто)\s++(?:такое|такой|такая|такие|означает|значит)|(?:дай(?:те)?\s++)?определение|"
+    r"what\s++(?:is|are)(?:\s++(?:an?|the))?|define)\s++(?P<subject>.+)",
     re.IGNORECASE,
 )
 #: where the subject of "что такое X и …", "what is X in …" ends: a conjunction, a preposition, a comma
-_SUBJECT_END = re.compile(r"\s+(?:и|или|а|в|во|по|для|and|or|in|of|for|according)\s+|[,;:(]", re.IGNORECASE)
+_SUBJECT_END = re.compile(
+    r"(?<!\s)\s++(?:и|или|а|в|во|по|для|and|or|in|of|for|according)\s|[,;:(]", re.IGNORECASE
+)
 
 
 #: "чем A отличается от B", "разница между A и B", "чем A лучше B", "difference between A and B",
-#: "A vs B", "how does A differ from B", "compare A and B": the two sides
-_COMPARE = [
-    re.compile(r"\bчем\s+(?P<a>.+?)\s+(?:отлича\w*|лучше|хуже|удобнее)\s+(?:от\s+)?(?P<b>.+)", re.I),
-    re.compile(r"\bразниц\w*\s+между\s+(?P<a>.+?)\s+и\s+(?P<b>.+)", re.I),
-    re.compile(r"\bdifference\s+between\s+(?P<a>.+?)\s+and\s+(?P<b>.+)", re.I),
-    re.compile(r"\bhow\s+(?:does|do|is|are)\s+(?P<a>.+?)\s+differ\w*\s+from\s+(?P<b>.+)", re.I),
-    re.compile(r"\bcompare\s+(?P<a>.+?)\s+(?:and|with|to)\s+(?P<b>.+)", re.I),
-    re.compile(r"^(?P<a>[^,]+?)\s+vs\.?\s+(?P<b>.+)", re.I),
+#: "A vs B", "how does A differ from B", "compare A and B": what starts the first side and the
+#: connector that ends it (the second side is the rest); None: the side starts the question
+_COMPARE: list[tuple[re.Pattern[str] | None, re.Pattern[str]]] = [
+    (
+        re.compile(r"\bчем\s++", re.I),
+        re.compile(r"(?<!\s)\s++(?:отлича\w*+|лучше|хуже|удобнее)\s++(?:от\s++)?", re.I),
+    ),
+    (re.compile(r"\bразниц\w*+\s++между\s++", re.I), re.compile(r"(?<!\s)\s++и\s++", re.I)),
+    (re.compile(r"\bdifference\s++between\s++", re.I), re.compile(r"(?<!\s)\s++and\s++", re.I)),
+    (
+        re.compile(r"\bhow\s++(?:does|do|is|are)\s++", re.I),
+        re.compile(r"(?<!\s)\s++differ\w*+\s++from\s++", re.I),
+    ),
+    (re.compile(r"\bcompare\s++", re.I), re.compile(r"(?<!\s)\s++(?:and|with|to)\s++", re.I)),
+    (None, re.compile(r"(?<!\s)\s++vs\.?+\s++", re.I)),
 ]
 #: where the second side ends: the question's next part ("… и когда что лучше использовать?")
 _SIDE_END = re.compile(
-    r"\s+(?:и|а|и\s+когда|and|or)\s+(?:когда|как|зачем|почему|what|when|how|which|why)\b|[,;?]"
+    r"(?<!\s)\s++(?:и|а|and|or)\s++(?:когда|как|зачем|почему|what|when|how|which|why)\b|[,;?]"
 )
+#: "методом во Vue": the side is "методом"
+_SIDE_PLACE = re.compile(r"(?<!\s)\s++(?:в|во|in)\s")
+
+
+def _sides(
+    question: str, start: re.Pattern[str] | None, connector: re.Pattern[str]
+) -> tuple[str, str] | None:
+    """The first side (from ``start`` to the first ``connector`` after at least one character)
+    and the second (the rest of that line), as they are written."""
+    if start is None:
+        a_from = 0
+    elif (m := start.search(question)) is not None:
+        a_from = m.end()
+    else:
+        return None
+    c = connector.search(question, a_from + 1)
+    if c is None:
+        return None
+    a, b = question[a_from : c.start()], question[c.end() :].split("\n", 1)[0]
+    if "\n" in a or (start is None and "," in a) or not b:
+        return None
+    return a, b
 
 
 def compared(question: str) -> tuple[str, str] | None:
     """The two things a comparison question compares, or None for any other question."""
-    for pattern in _COMPARE:
-        m = pattern.search(question.strip())
-        if m:
-            a = m.group("a").strip(" «»\"'")
-            b = _SIDE_END.split(m.group("b"), maxsplit=1)[0].strip(" «»\"'.")
-            b = re.split(r"\s+(?:в|во|in)\s+", b, maxsplit=1)[0]  # "методом во Vue": the side is "методом"
+    question = question.strip()
+    for start, connector in _COMPARE:
+        sides = _sides(question, start, connector)
+        if sides:
+            a = sides[0].strip(" «»\"'")
+            b = _SIDE_END.split(sides[1], maxsplit=1)[0].strip(" «»\"'.")
+            b = _SIDE_PLACE.split(b, maxsplit=1)[0]
             if a and b:
                 return a, b
     return None
@@ -67,19 +105,21 @@ def definition_subject(question: str) -> str | None:
     кто …"), else None; a comparison ("what is the difference between …") is not a definition."""
     if compared(question) is not None:
         return None
-    m = _DEFINITION_QUESTION.match(question.strip())
+    m = _DEFINITION_QUESTION.fullmatch(question.strip())
     if not m:
         return None
-    subject = _SUBJECT_END.split(m.group("subject"), maxsplit=1)[0]
+    subject = m.group("subject").rstrip()
+    subject = subject.removesuffix("?").rstrip()  # one question mark, as the question ends
+    subject = _SUBJECT_END.split(subject, maxsplit=1)[0]
     return subject.strip(" «»\"'") or None
 
 
 #: where a question's second part starts: "…, и как …", "… and what …", "…, and may they …", "…, и
 #: можно ли …" (a second question asked yes or no after a comma)
 _SECOND_PART = re.compile(
-    r"(?:,\s*|\s+)(?:и|а\s+также|and|also)\s+(?=(?:как|какой|какая|какие|каким|где|что|зачем|почему|"
+    r"(?:,\s*+|(?<!\s)\s++)(?:и|а\s++также|and|also)\s++(?=(?:как|какой|какая|какие|каким|где|что|зачем|почему|"
     r"how|what|which|where|why|when)\b)|"
-    r",\s*(?:и|and)\s+(?=(?:можно|нужно|надо|следует|должн\w*|may|can|could|should|must|is|are|does|do|will)\b)",
+    r",\s*+(?:и|and)\s++(?=(?:можно|нужно|надо|следует|должн\w*|may|can|could|should|must|is|are|does|do|will)\b)",
     re.IGNORECASE,
 )
 

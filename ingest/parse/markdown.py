@@ -14,7 +14,9 @@ _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _INFO_WORD = re.compile(r"[\w+#.-]*")
 _TAG_LINE = re.compile(r"^\s*</?[A-Za-z][\w.:-]*(\s[^<>]*)?/?>\s*$")
 _TAG_OPEN = re.compile(r"^\s*<[A-Za-z][\w.:-]*(\s[^<>]*)?$")
-_FRONT_MATTER = re.compile(r"\A---\s*\n.*?\n---\s*\n", re.S)
+#: front matter with the blank lines after it (``\A---\s*\n.*?\n---\s*\n``, written so that a run of
+#: whitespace-only lines is taken whole, never re-split at each of its positions: linear)
+_FRONT_MATTER = re.compile(r"\A---[^\S\n]*+\n(?:(?:[^\S\n]*+\n)++(?:.*?\n)?|.*?\n)---(?:[^\S\n]*+\n)++", re.S)
 _CONTAINER = re.compile(r"^\s*:::+\s*(\w[\w-]*)?\s*(.*)$")
 
 

@@ -16,10 +16,6 @@ A document docutils cannot parse at all is read as plain text (:mod:`.text`).
 
 from __future__ import annotations
 
-import re
-
-_TITLE_REF = re.compile(r"^(.*?)\s*<[^<>]+>$", re.S)
-
 #: docutils settings: no report output, never halt on a markup error, nothing read from disk
 _SETTINGS = {
     "report_level": 5,
@@ -154,15 +150,24 @@ def _generic_directive():
     return Generic
 
 
+def _ref_title(text: str) -> str | None:
+    """``title`` of ``title <target>`` ('' for ``<target>`` alone), None when ``text`` does not end
+    in a ``<target>``; by the last ``<``, where a pattern's lazy title would be tried at every
+    position of the text."""
+    start = text.rfind("<")
+    if start < 0 or not text.endswith(">") or len(text) - start < 3 or ">" in text[start + 1 : -1]:
+        return None
+    return text[:start].rstrip()
+
+
 def _text_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     """An unknown role as its text: ``:class:`~pkg.Name``` as the inline literal ````Name````,
     ``:ref:`title <target>``` as ``title``."""
     from docutils import nodes
 
-    m = _TITLE_REF.match(text)
-    shown = m.group(1) if m and m.group(1) else text
-    shown = shown.lstrip("~!")
-    if text.startswith("~") and not m:
+    title = _ref_title(text)
+    shown = (title or text).lstrip("~!")
+    if text.startswith("~") and title is None:
         shown = shown.rsplit(".", 1)[-1]
     if name.rsplit(":", 1)[-1] in _PROSE_ROLES:
         return [nodes.inline(rawtext, shown)], []

@@ -53,7 +53,8 @@ _IDENT = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_
 _RECEIVERS = ("self.", "cls.", "this.")
 _TRACE_FRAME = re.compile(r"line \d+, in ([A-Za-z_][A-Za-z0-9_]*)")
 _BACKTICKS = re.compile(r"`([^`\n]{1,120})`")
-_CAMEL = re.compile(r"[a-z0-9][A-Z]|[A-Z]{2,}[a-z]")
+#: only searched for: two capitals before a small letter are as good as more, and linear
+_CAMEL = re.compile(r"[a-z0-9][A-Z]|[A-Z]{2}[a-z]")
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+|\bwww\.\S+", re.IGNORECASE)
 #: a dotted name ending in one of these is a host or a page (``httpbin.org``), not a symbol
 _NOT_SYMBOL_ENDINGS = frozenset("com org net io me dev edu gov local html htm".split())
@@ -139,7 +140,9 @@ def named(question: str) -> Named:
     return Named(tuple(files), tuple(idents), tuple(modules))
 
 
-_TOKENS = re.compile(r"[A-Za-z0-9_.]*[A-Za-z0-9]")
+#: a token starts where a run of its characters does (the same tokens as from any position, where
+#: a run without a letter or digit would be rescanned from each of its characters)
+_TOKENS = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z0-9_.]*[A-Za-z0-9]")
 
 
 def question_words(question: str) -> list[str]:

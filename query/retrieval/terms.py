@@ -197,7 +197,7 @@ def _without(question: str, drop: list[re.Match[str]]) -> str:
         pos = m.end()
     out.append(question[pos:])
     text = "".join(out)
-    text = re.sub(r"\s+([,.;:?!)])", r"\1", text)
+    text = re.sub(r"(?<!\s)\s++([,.;:?!)])", r"\1", text)  # from a run's start only: linear
     text = re.sub(r"([,;:])(?:\s*[,;:])+", r"\1", text)
     text = re.sub(r"\(\s*\)", "", text)
     return re.sub(r"\s{2,}", " ", text).strip(" ,;:")
