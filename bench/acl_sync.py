@@ -106,7 +106,11 @@ def run(out_dir: Path = common.RESULTS, n_docs: int = 10_000) -> dict:
     with (
         LoopbackServer() as srv,
         common.settings_env(
-            embedder="voyage", voyage_base_url=srv.url, voyage_api_key="bench-key", embed_rpm=0, embed_tpm=0
+            embed_provider="voyage",
+            providers_voyage_base_url=srv.url,
+            providers_voyage_api_key="bench-key",
+            embed_rpm=0,
+            embed_tpm=0,
         ),
     ):
         from ragline.shared.config.settings import get_settings

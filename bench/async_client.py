@@ -181,7 +181,11 @@ def run(
     # a remote embedder makes the pool ragline up's solo processes, no model loaded; lexical
     # questions never call it
     with LoopbackServer() as srv:
-        embedder = {"embedder": "voyage", "voyage_base_url": srv.url, "voyage_api_key": "bench-key"}
+        embedder = {
+            "embed_provider": "voyage",
+            "providers_voyage_base_url": srv.url,
+            "providers_voyage_api_key": "bench-key",
+        }
         with common.settings_env(**embedder), common.prefork_pools(ready):
             from ragline.shared.config.settings import get_settings
 

@@ -161,14 +161,14 @@ def run(
         with (
             LoopbackServer(Faults(instant_vectors=True, shuffle_embeddings=False)) as srv,
             common.settings_env(
-                embedder="voyage",
-                voyage_api_key="bench-key",
-                voyage_base_url=srv.url,
+                embed_provider="voyage",
+                providers_voyage_api_key="bench-key",
+                providers_voyage_base_url=srv.url,
                 embed_batch_size=batch,
                 embed_rpm=0,
                 embed_tpm=0,
                 ingest_batch_docs=batch,
-                ingest_concurrency=concurrency,
+                workers_ingest_concurrency=concurrency,
             ),
             common.prefork_pools({"ingest": (TASK_INGEST_DOCUMENT, {})}),
         ):

@@ -36,11 +36,10 @@ EXTERNAL_WORKER = False
 
 
 def _variables(*settings: str) -> tuple[str, ...]:
-    """Every environment name of the settings ``group.field``: derived, old and platform ones."""
+    """Every environment name of the settings ``group.field``: derived and platform ones."""
     from ragline.shared.config.settings import Settings
 
-    fields = {f"{group}.{name}": field for group, name, field in Settings.iter_fields()}
-    return tuple(name for setting in settings for name in Settings.env_names(fields[setting]))
+    return tuple(name for setting in settings for name in Settings.env_names(*setting.split(".")))
 
 
 # ------------------------------------------------------------------------------------ machine

@@ -259,14 +259,18 @@ def run(
     raw: dict = {"configs": {}}
     with LoopbackServer(faults=Faults(latency_s=embed_latency_s)) as srv:
         embedder = {
-            "embedder": "voyage",
-            "voyage_base_url": srv.url,
-            "voyage_api_key": "bench-key",
+            "embed_provider": "voyage",
+            "providers_voyage_base_url": srv.url,
+            "providers_voyage_api_key": "bench-key",
             "embed_rpm": 0,
             "embed_tpm": 0,
         }
         fairness: dict[str, dict] = {
-            "off": {"query_tenant_rate": 0, "query_tenant_burst": 0, "query_tenant_max_in_flight": 0}
+            "off": {
+                "admission_tenant_rate": 0,
+                "admission_tenant_burst": 0,
+                "admission_tenant_max_in_flight": 0,
+            }
         }
         for label in ("off", "on"):
             with common.settings_env(**embedder, **fairness[label]), common.prefork_pools(ready):
@@ -282,9 +286,9 @@ def run(
                     tenant_rate = max(1.0, round(capacity["per_s"] / 4, 1))
                     b_interval_s = round(1 / (b_share * tenant_rate), 3)  # B stays within its own rate
                     fairness["on"] = {
-                        "query_tenant_rate": tenant_rate,
-                        "query_tenant_burst": max(1, round(tenant_rate)),
-                        "query_tenant_max_in_flight": tenant_max_in_flight,
+                        "admission_tenant_rate": tenant_rate,
+                        "admission_tenant_burst": max(1, round(tenant_rate)),
+                        "admission_tenant_max_in_flight": tenant_max_in_flight,
                     }
                 else:  # how many over-limit questions the pool turns away per second
                     raw["pool_refusals_per_s"] = _drain(a, questions, 3 * calibration_questions)

@@ -237,13 +237,19 @@ def main(inject_every: int = 2) -> dict:
         desc = machine()
         # embeddings: hashed trigram vectors from the loopback server (no model download, fast);
         # what is measured is the check, not retrieval
-        with settings_env(embedder="voyage", voyage_base_url=emb.url + "/v1", voyage_api_key="k"):
+        with settings_env(
+            embed_provider="voyage", providers_voyage_base_url=emb.url + "/v1", providers_voyage_api_key="k"
+        ):
             t = time.perf_counter()
             ingest(tenant)
             ingest_s = time.perf_counter() - t
             extractive = extractive_check(tenant, cases)
             with LoopbackServer(answer_fn=ScriptedModel(cases, inject_every)) as chat:
-                chat_env = {"generator": "openai", "openai_base_url": chat.url, "openai_api_key": "k"}
+                chat_env = {
+                    "answer_provider": "openai",
+                    "providers_openai_base_url": chat.url,
+                    "providers_openai_api_key": "k",
+                }
                 with settings_env(**chat_env, answer_grounding="lexical"):
                     lexical = run_cases(tenant, cases, chat.url, inject_every)
                 with settings_env(**chat_env, answer_grounding="off", answer_context_merge="false"):

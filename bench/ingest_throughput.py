@@ -190,9 +190,9 @@ def run(
     raw: dict = {}
     targets: list[common.Target] = []
     base = {
-        "embedder": "voyage",
-        "voyage_api_key": "bench-key",
-        "ingest_concurrency": concurrency,
+        "embed_provider": "voyage",
+        "providers_voyage_api_key": "bench-key",
+        "workers_ingest_concurrency": concurrency,
         "embed_max_in_flight": max_in_flight,
         "embed_tpm": 0,
     }
@@ -204,7 +204,7 @@ def run(
             LoopbackServer(Faults(latency_s=latency_s)) as srv,
             common.settings_env(
                 **base,
-                voyage_base_url=srv.url,
+                providers_voyage_base_url=srv.url,
                 embed_batch_size=batch_size,
                 embed_rpm=0,
                 ingest_batch_docs=batch_size,
@@ -243,7 +243,7 @@ def run(
         LoopbackServer(faults) as srv,
         common.settings_env(
             **base,
-            voyage_base_url=srv.url,
+            providers_voyage_base_url=srv.url,
             embed_batch_size=storm_batch_size,
             embed_rpm=storm_rpm,
             ingest_batch_docs=storm_batch_size,

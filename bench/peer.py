@@ -345,7 +345,7 @@ def _recall(raw: dict, prefix: str, n_queries: int | None, batch_docs: int) -> N
 
     docs, queries = tydi_set(n_queries)
     with (
-        common.settings_env(embedder="local-e5", reranker="none", ingest_batch_docs=batch_docs),
+        common.settings_env(embed_provider="local-e5", rerank_provider="none", ingest_batch_docs=batch_docs),
         common.prefork_pools({"ingest": (TASK_INGEST_DOCUMENT, {})}),
     ):
         s = get_settings()
@@ -459,14 +459,14 @@ def run(
         with (
             LoopbackServer(Faults(instant_vectors=True, shuffle_embeddings=False)) as srv,
             common.settings_env(
-                embedder="voyage",
-                voyage_api_key="bench-key",
-                voyage_base_url=srv.url,
+                embed_provider="voyage",
+                providers_voyage_api_key="bench-key",
+                providers_voyage_base_url=srv.url,
                 embed_rpm=0,
                 embed_tpm=0,
                 ingest_batch_docs=batch_docs,
-                ingest_concurrency=concurrency,
-                reranker="none",
+                workers_ingest_concurrency=concurrency,
+                rerank_provider="none",
             ),
             common.prefork_pools(
                 {

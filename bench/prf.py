@@ -31,26 +31,26 @@ QUERIES = {"tydi": DATASETS / "tydi-ru-dev" / "dev.jsonl", "xquad": DATASETS / "
 
 #: keyword overrides of the prf group; "off" first (the baseline of the same run)
 VARIANTS: list[dict] = [
-    {"prf": "off"},
+    {"prf_mode": "off"},
     *(
-        {"prf": "dense", "prf_docs": m, "prf_alpha": 1.0, "prf_beta": beta}
+        {"prf_mode": "dense", "prf_docs": m, "prf_alpha": 1.0, "prf_beta": beta}
         for m in (1, 3, 5)
         for beta in (0.25, 0.5, 1.0)
     ),
     *(
-        {"prf": "lexical", "prf_docs": m, "prf_terms": terms, "prf_term_weight": w}
+        {"prf_mode": "lexical", "prf_docs": m, "prf_terms": terms, "prf_term_weight": w}
         for m in (3, 5)
         for terms in (3, 10)
         for w in (0.2, 0.5)
     ),
-    {"prf": "both", "prf_docs": 3, "prf_beta": 0.25, "prf_terms": 3, "prf_term_weight": 0.2},
+    {"prf_mode": "both", "prf_docs": 3, "prf_beta": 0.25, "prf_terms": 3, "prf_term_weight": 0.2},
 ]
 #: the settings timed in the latency phase
 TIMED: list[dict] = [
-    {"prf": "off"},
-    {"prf": "dense", "prf_docs": 3, "prf_beta": 0.5},
-    {"prf": "lexical", "prf_docs": 3, "prf_terms": 10, "prf_term_weight": 0.5},
-    {"prf": "both", "prf_docs": 3, "prf_beta": 0.5, "prf_terms": 10, "prf_term_weight": 0.5},
+    {"prf_mode": "off"},
+    {"prf_mode": "dense", "prf_docs": 3, "prf_beta": 0.5},
+    {"prf_mode": "lexical", "prf_docs": 3, "prf_terms": 10, "prf_term_weight": 0.5},
+    {"prf_mode": "both", "prf_docs": 3, "prf_beta": 0.5, "prf_terms": 10, "prf_term_weight": 0.5},
 ]
 
 

@@ -303,7 +303,7 @@ def run(
         # threads pool (the default with an in-process model) is measured in the same run for comparison
         for kind in ("solo", "threads"):
             with (
-                common.settings_env(query_pool=kind),
+                common.settings_env(workers_query_pool=kind),
                 common.prefork_pools({"query": (TASK_QUERY_RETRIEVE, _payload("none", queries[0], []))}),
                 noop_worker.bare_worker(),
             ):

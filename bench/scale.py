@@ -513,7 +513,7 @@ def run(
         raw["queue"] = {}
         qs = queries[warmup : warmup + queue_queries]
         with (
-            common.settings_env(query_pool="solo", query_concurrency=1),
+            common.settings_env(workers_query_pool="solo", workers_query_concurrency=1),
             common.prefork_pools(
                 {"query": (TASK_QUERY_RETRIEVE, _request("none", queries[0], []).model_dump())}
             ),

@@ -16,7 +16,7 @@ import pytest
 _HOME = Path(tempfile.mkdtemp(prefix="rl-test-"))
 os.environ["RAGLINE_SERVICES_HOME"] = str(_HOME)
 for var in (
-    "RAGLINE_HOME",  # the deprecated name of the home, shadowed by the derived one anyway
+    "RAGLINE_HOME",  # renamed in 0.2: set, it would stop every settings load
     "DATABASE_URL",
     "REDIS_URL",
     "RAGLINE_DATABASE_URL",
@@ -130,7 +130,11 @@ def loopback():
 def voyage(use_settings, loopback):
     """Settings for the test: the voyage embedder at the loopback server; returns an apply(**more)
     helper that sets more settings on top."""
-    base = {"embedder": "voyage", "voyage_base_url": loopback.url + "/v1", "voyage_api_key": "test-key"}
+    base = {
+        "embed_provider": "voyage",
+        "providers_voyage_base_url": loopback.url + "/v1",
+        "providers_voyage_api_key": "test-key",
+    }
 
     def apply(**more):
         use_settings(**base, **more)

@@ -219,7 +219,7 @@ def best_single_list(runs: list[tuple[dict, dict]], k: int = 10) -> dict:
 
 #: the fusions a sweep scores beside the RRF weights: each normalisation at several lexical shares
 FUSION_GRID: list[dict] = [
-    {"fusion": "convex", "fusion_normalization": norm, "convex_weight_lexical": w}
+    {"fusion_method": "convex", "fusion_normalization": norm, "fusion_convex_weight_lexical": w}
     for norm in ("minmax", "zscore", "dbsf")
     for w in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 ]
@@ -249,7 +249,7 @@ def sweep_fusion(
     runs: list[tuple[dict, dict]] | None = None,
 ) -> list[dict]:
     """Hybrid metrics for several fusion settings (keyword overrides such as
-    ``{"fusion": "convex", "fusion_normalization": "zscore", "convex_weight_lexical": 0.3}``),
+    ``{"fusion_method": "convex", "fusion_normalization": "zscore", "fusion_convex_weight_lexical": 0.3}``),
     recomputed from one run's vector and lexical lists with the retriever's own
     :func:`ragline.query.retrieval.hybrid.fused_keys`, script check included."""
     from ragline.query.retrieval.hybrid import fused_keys  # psycopg and numpy: only when sweeping
@@ -377,7 +377,7 @@ def run_eval(
                 runs,
             )
             meta["fusion_sweep"] = sweep_fusion(
-                queries, search, [{"fusion": "rrf"}, *FUSION_GRID], settings, k, runs
+                queries, search, [{"fusion_method": "rrf"}, *FUSION_GRID], settings, k, runs
             )
             meta["best_single_list"] = best_single_list(runs, k)
         return {"modes": result, "meta": meta}

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 import structlog
 from pydantic import SecretStr
 
-from ragline.shared.config.settings import deprecated_names_set, deprecation_message, get_settings
+from ragline.shared.config.settings import get_settings
 from ragline.shared.worker import credentials
 
 REDACTED = credentials.MASK
@@ -40,8 +40,6 @@ _secret_values: tuple[str, ...] = ()
 _clean: set[str] = set()
 _CLEAN_MAX = 1024
 _CLEAN_LEN = 256
-#: deprecated variables already logged by this process
-_deprecations_logged: set[str] = set()
 
 
 def question_hash(text: str) -> str:
@@ -162,19 +160,6 @@ def configure(
     # pool's consumer thread, for every question: WARNING too.
     for name in ("celery.app.trace", "celery.worker.strategy"):
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
-    log_deprecated_names()
-
-
-def log_deprecated_names() -> None:
-    """One warning line per deprecated variable set, once per process. Every long-running process
-    (worker, beat, metrics server) configures logging at start-up, so this is where an operator sees
-    it: Python hides the DeprecationWarning by default. The name only, never the value."""
-    for old, new, shadowed in deprecated_names_set():
-        if old not in _deprecations_logged:
-            _deprecations_logged.add(old)
-            get_logger("ragline.settings").warning(
-                deprecation_message(old, new, shadowed), variable=old, replacement=new, ignored=shadowed
-            )
 
 
 def get_logger(name: str | None = None) -> structlog.stdlib.BoundLogger:

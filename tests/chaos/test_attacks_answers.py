@@ -33,7 +33,9 @@ def test_hostile_html_answers_come_out_inert(conn, tenant, use_settings):
 
     rows, returned = [], 0
     with LoopbackServer(answer_fn=model(answer)) as srv:
-        use_settings(generator="anthropic", anthropic_api_key="k", anthropic_base_url=srv.url)
+        use_settings(
+            answer_provider="anthropic", providers_anthropic_api_key="k", providers_anthropic_base_url=srv.url
+        )
         for payload in HOSTILE:
             current["payload"] = payload
             res = service.ask(AskRequest(query=QUESTION, tenant=tenant, groups=["g"], k=3, mode="lexical"))

@@ -159,7 +159,9 @@ def test_metacharacters_and_injection_in_queries_and_documents(celery_worker, us
     from ragline.shared.worker import db
     from ragline.shared.worker.celery_app import app
 
-    use_settings(embedder="voyage", voyage_base_url=voyage.url, voyage_api_key=API_KEY)
+    use_settings(
+        embed_provider="voyage", providers_voyage_base_url=voyage.url, providers_voyage_api_key=API_KEY
+    )
     stored = app.send_task(
         TASK_INGEST_DOCUMENT,
         args=[

@@ -119,7 +119,10 @@ def test_rerank_input_holds_only_visible_chunks(corpus, use_settings):
 
     with LoopbackServer() as srv:
         use_settings(
-            reranker="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key", rerank_timeout_s=5
+            rerank_provider="voyage",
+            providers_voyage_base_url=srv.url + "/v1",
+            providers_voyage_api_key="test-key",
+            rerank_timeout_s=5,
         )
         seen = 0
         for tenant, groups in (
@@ -274,7 +277,7 @@ def test_sync_10k_documents_sends_nothing_to_the_embedder(
     from ragline.cli import app as cli
 
     bulk_documents(conn, tenant, 10_000, ["before"])
-    with loopback_voyage(use_settings, acl_sync_batch_size=2000) as srv:
+    with loopback_voyage(use_settings, lifecycle_acl_sync_batch_size=2000) as srv:
         f = tmp_path / "acl.jsonl"
         f.write_text(
             "\n".join(

@@ -201,11 +201,11 @@ def test_reindex_applies_a_changed_source_acl_to_unchanged_documents(
             "glob": "*.md",
         }
         use_settings(
-            embedder="voyage",
-            voyage_base_url=voyage.url + "/v1",
-            voyage_api_key="test-key",
+            embed_provider="voyage",
+            providers_voyage_base_url=voyage.url + "/v1",
+            providers_voyage_api_key="test-key",
             embed_model="voyage-acl-clock",
-            sources=json.dumps([source]),
+            lifecycle_sources=json.dumps([source]),
         )
 
     def reindex() -> dict:

@@ -104,7 +104,7 @@ MATRIX = [
 @pytest.mark.parametrize(("threshold", "case", "path"), MATRIX)
 def test_each_path_returns_the_exact_top_k_of_the_callers_rows(corpus, use_settings, threshold, case, path):
     vectors, queries = corpus
-    use_settings(exact_search_max_rows=threshold, hnsw_ef_search=1000, retrieval_top_n=K)
+    use_settings(vector_exact_search_max_rows=threshold, vector_hnsw_ef_search=1000, retrieval_top_n=K)
     for q in queries:
         took, hits = search(CASES[case], q)
         assert took == path
@@ -114,7 +114,7 @@ def test_each_path_returns_the_exact_top_k_of_the_callers_rows(corpus, use_setti
 def test_a_caller_without_a_matching_group_gets_nothing_on_every_path(corpus, use_settings):
     _, queries = corpus
     for threshold in (DOCS * PER_DOC, 400, 0):
-        use_settings(exact_search_max_rows=threshold)
+        use_settings(vector_exact_search_max_rows=threshold)
         assert search(["nobody"], queries[0])[1] == []
 
 

@@ -54,12 +54,16 @@ def corpus(conn, tenant):
 
 def chat(use_settings, provider: str, srv: StreamingChatServer, **kw) -> None:
     keys = (
-        {"anthropic_api_key": "test-key", "anthropic_base_url": srv.url}
+        {"providers_anthropic_api_key": "test-key", "providers_anthropic_base_url": srv.url}
         if provider == "anthropic"
-        else {"openai_api_key": "k", "openai_base_url": srv.url, "openai_model": "m"}
+        else {
+            "providers_openai_api_key": "k",
+            "providers_openai_base_url": srv.url,
+            "answer_openai_model": "m",
+        }
     )
     # confidence and groundedness are other tests' business: every answer here passes them
-    use_settings(generator=provider, answer_min_confidence=0, answer_grounding="off", **keys, **kw)
+    use_settings(answer_provider=provider, answer_min_confidence=0, answer_grounding="off", **keys, **kw)
 
 
 def send(tenant: str, stream: bool = True, **kw):
@@ -225,7 +229,7 @@ def test_a_refused_question_ends_the_stream_with_its_error(celery_worker, corpus
 
     monkeypatch.setattr(retrievers, "lexical_rows", slow)  # the in-process worker runs this module
     with StreamingChatServer(Script(PIECES)) as srv:
-        chat(use_settings, "anthropic", srv, question_deadline_s=0.001)
+        chat(use_settings, "anthropic", srv, deadlines_question_s=0.001)
         res = send(corpus)
         events = read(res.id, timeout=30)
         result = res.get(timeout=30)

@@ -46,12 +46,12 @@ def backend(celery_worker, conn, tenant, stack, use_settings):
     # the question embedding comes from a loopback Voyage (hashed vectors, as the stored ones)
     with StreamingChatServer(Script(PIECES, delay_s=0.2)) as chat, LoopbackServer() as voyage:
         use_settings(
-            embedder="voyage",
-            voyage_base_url=voyage.url + "/v1",
-            voyage_api_key="test-key",
-            generator="anthropic",
-            anthropic_api_key="test-key",
-            anthropic_base_url=chat.url,
+            embed_provider="voyage",
+            providers_voyage_base_url=voyage.url + "/v1",
+            providers_voyage_api_key="test-key",
+            answer_provider="anthropic",
+            providers_anthropic_api_key="test-key",
+            providers_anthropic_base_url=chat.url,
             answer_min_confidence=0,
             answer_grounding="off",
         )

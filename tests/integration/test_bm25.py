@@ -158,7 +158,7 @@ def assert_reference(hits, expected: dict[str, float], first: str, hidden: str) 
 def test_bm25_scores_and_order_as_the_query_role(conn, tenant):
     store_docs(conn, tenant, DOCS)
     store_docs(conn, tenant + "-other", [{"doc_id": "x.md", "content": "жираф жираф кошка", "acl": ["g"]}])
-    settings = Settings(lexical_rank="bm25", bm25_k1=1.2, bm25_b=0.75)
+    settings = Settings(lexical_rank="bm25", lexical_bm25_k1=1.2, lexical_bm25_b=0.75)
     req = SearchRequest(query=QUESTION, tenant=tenant, groups=["g"], k=10, mode="lexical")
     with db.query_connection() as qconn:  # row-level security binds this role
         hits = search.search(qconn, req, None, settings).hits
@@ -171,7 +171,7 @@ def test_bm25_scores_and_order_as_the_query_role(conn, tenant):
     ts = search.search(conn, req, None, Settings(lexical_rank="ts_rank")).hits
     assert ts[0].doc_id == "cats.md"
     # and b = 0 turns length normalisation off, as in the formula
-    flat = search.search(conn, req, None, Settings(lexical_rank="bm25", bm25_b=0.0)).hits
+    flat = search.search(conn, req, None, Settings(lexical_rank="bm25", lexical_bm25_b=0.0)).hits
     ref = bm25_reference(conn, tenant, ["g"], QUESTION, 1.2, 0.0)
     assert {h.doc_id: round(h.lexical_score, 9) for h in flat} == {d: round(s, 9) for d, s in ref.items()}
 
@@ -186,12 +186,15 @@ def test_hybrid_with_convex_fusion_end_to_end(conn, tenant):
 
     lexical_heavy = run(
         Settings(
-            lexical_rank="bm25", fusion="convex", convex_weight_lexical=0.8, fusion_normalization="minmax"
+            lexical_rank="bm25",
+            fusion_method="convex",
+            fusion_convex_weight_lexical=0.8,
+            fusion_normalization="minmax",
         )
     )
     assert lexical_heavy[0].doc_id == "zoo.md"  # BM25's first, far ahead of the rest
     assert all(0 < h.fused_score <= 1 / 61 for h in lexical_heavy)  # in RRF units
-    vector_only = run(Settings(fusion="convex", convex_weight_lexical=0.0))
+    vector_only = run(Settings(fusion_method="convex", fusion_convex_weight_lexical=0.0))
     assert [h.doc_id for h in vector_only] == [h.doc_id for h in run(Settings(), "vector")]
 
 

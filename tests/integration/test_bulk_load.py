@@ -31,7 +31,7 @@ GROUPS = ["staff"]
 
 @pytest.fixture()
 def voyage(use_settings):
-    with loopback_voyage(use_settings, exact_search_max_rows=0) as srv:
+    with loopback_voyage(use_settings, vector_exact_search_max_rows=0) as srv:
         yield srv
 
 

@@ -181,7 +181,7 @@ def test_reindex_prints_a_summary_and_exits_1_when_a_document_failed(
         "path": str(root),
         "glob": "**/*.md",
     }
-    with loopback_voyage(use_settings, sources=json.dumps([source])):
+    with loopback_voyage(use_settings, lifecycle_sources=json.dumps([source])):
         run = CliRunner().invoke(cli, ["reindex", "--source", name, "--wait"], env={"COLUMNS": "200"})
     assert run.exit_code == 1, run.output
     _no_repr(run.stdout)

@@ -48,7 +48,9 @@ def _generated_secrets_are_private_used_and_never_printed(home: Path, env: dict,
     folder = home / "secrets"
     assert {stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()} == {0o600}
     secrets = {n: (folder / n).read_text().strip() for n in credentials.SECRET_SETTINGS}
-    mode = credentials.home_mode(Settings(home=home))  # 0700; 0711 as root (Postgres runs as pgserver)
+    mode = credentials.home_mode(
+        Settings(services_home=home)
+    )  # 0700; 0711 as root (Postgres runs as pgserver)
     assert stat.S_IMODE(home.stat().st_mode) == mode
     assert "password: `ragline secrets show flower`" in up_output
     shown = run("secrets", "show", "flower")
@@ -75,7 +77,7 @@ def _nothing_in_the_home_is_readable_by_others(home: Path) -> None:
     from ragline.shared.config.settings import Settings
     from ragline.shared.worker import credentials
 
-    assert stat.S_IMODE(home.lstat().st_mode) == credentials.home_mode(Settings(home=home))
+    assert stat.S_IMODE(home.lstat().st_mode) == credentials.home_mode(Settings(services_home=home))
     exposed = []
     for root, dirs, files in os.walk(home):
         for name in dirs + files:
@@ -162,7 +164,7 @@ def _each_component_uses_its_own_redis_user(home: Path, env: dict, doc_id: str) 
     from ragline.shared.config.settings import Settings
     from ragline.shared.worker import credentials
 
-    settings = Settings(home=home)
+    settings = Settings(services_home=home)
     flower = ("admin", credentials.password(settings, "flower"))
     workers = httpx.get(
         f"http://127.0.0.1:{env['RAGLINE_FLOWER_PORT']}/api/workers?refresh=1", auth=flower, timeout=60

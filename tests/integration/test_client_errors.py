@@ -161,7 +161,7 @@ def test_broker_never_there(broker, kind):
 def test_tenant_over_its_rate_is_rate_limited(celery_worker, stack, conn, tenant, use_settings, kind):
     store_docs(conn, tenant, [{"doc_id": "a.md", "content": "Ретраи настраиваются в конфиге."}], dim=384)
     # one question per 10 s window: the second one is refused whatever the machine's load
-    use_settings(query_tenant_rate=0.1, query_tenant_burst=1, query_tenant_max_in_flight=0)
+    use_settings(admission_tenant_rate=0.1, admission_tenant_burst=1, admission_tenant_max_in_flight=0)
     clients = Clients(kind, stack.effective_redis_url(), timeout=60)
     try:
         first = clients.call("search", "ретраи", tenant=tenant, groups=["g"], mode="lexical")

@@ -25,7 +25,7 @@ def test_a_sync_fans_out_by_code_bytes(use_settings, tenant, tmp_path):
     size = len(files["pkg/m0.py"].encode())
     use_settings(
         code_batch_bytes=int(size * 2.5),  # two files a task
-        sources=git_sources(tenant, "r", repo, ["dev"]),
+        lifecycle_sources=git_sources(tenant, "r", repo, ["dev"]),
     )
     sent: list[tuple[str, dict]] = []
     ev = IngestEvent(type="push", tenant=tenant, source="r", after="main", version=1)

@@ -25,11 +25,11 @@ def test_a_never_stored_git_document_keeps_its_source_prefix(
     git(repo, "init", "-q", "-b", "main")
     head = commit(repo, {"pkg/hooks.py": "def register_hook(event, hook):\n    return hook\n"}, 1_700_000_000)
     use_settings(
-        embedder="voyage",
-        voyage_base_url=loopback.url + "/v1",
-        voyage_api_key="test-key",
+        embed_provider="voyage",
+        providers_voyage_base_url=loopback.url + "/v1",
+        providers_voyage_api_key="test-key",
         embed_model=f"voyage-retry-{tenant}"[:60],
-        sources=git_sources(tenant, "r", repo, ["dev"]),
+        lifecycle_sources=git_sources(tenant, "r", repo, ["dev"]),
     )
     # the first attempt failed before anything was stored: what the pipeline records then is a
     # failed document row without path or metadata, and the error

@@ -92,12 +92,12 @@ def repo_tenant(celery_worker, use_settings, loopback, tenant, tmp_path):
     git(repo, "init", "-q", "-b", "main")
     commit(repo, FILES, 1_700_000_000)
     use_settings(
-        embedder="voyage",
-        voyage_base_url=loopback.url + "/v1",
-        voyage_api_key="test-key",
+        embed_provider="voyage",
+        providers_voyage_base_url=loopback.url + "/v1",
+        providers_voyage_api_key="test-key",
         embed_model=f"voyage-structure-{tenant}"[:60],
         code_min_chars=0,  # one chunk per definition
-        sources=git_sources(tenant, "r", repo, ["dev"]),
+        lifecycle_sources=git_sources(tenant, "r", repo, ["dev"]),
         # the tests embedded too (a deployment that answers from them): the structural rules are
         # checked against a vector list that ranks the test file above the definition
         ingest_lexical_only_layers='["C1_SYMBOLS"]',
@@ -233,9 +233,9 @@ def test_code_eval_on_a_tiny_bundle(celery_worker, use_settings, loopback, tmp_p
     from ragline.cli import app as cli
 
     use_settings(
-        embedder="voyage",
-        voyage_base_url=loopback.url + "/v1",
-        voyage_api_key="test-key",
+        embed_provider="voyage",
+        providers_voyage_base_url=loopback.url + "/v1",
+        providers_voyage_api_key="test-key",
         embed_model="voyage-code-eval",
         code_min_chars=0,
     )
@@ -322,11 +322,11 @@ def test_the_scheduled_reindex_records_the_commit_it_indexed(
     c1 = commit(repo, {"pkg/hooks.py": HOOKS, "pkg/queue.py": QUEUE}, 1_700_000_000)
     sources = [{"name": "r", "kind": "git", "tenant": tenant, "acl": ["dev"], "path": str(repo)}]
     use_settings(
-        embedder="voyage",
-        voyage_base_url=loopback.url + "/v1",
-        voyage_api_key="test-key",
+        embed_provider="voyage",
+        providers_voyage_base_url=loopback.url + "/v1",
+        providers_voyage_api_key="test-key",
         embed_model=f"voyage-reindex-{tenant}"[:60],
-        sources=json.dumps(sources),
+        lifecycle_sources=json.dumps(sources),
     )
     with db.connection() as conn:
         out = reindex(conn, select_sources(sources, None), lambda n, p: app.send_task(n, args=[p]))
@@ -358,9 +358,9 @@ def test_demo_on_a_repository_answers_the_code_question_with_its_lines(
     from tests.conftest import REPO
 
     use_settings(
-        embedder="voyage",
-        voyage_base_url=loopback.url + "/v1",
-        voyage_api_key="test-key",
+        embed_provider="voyage",
+        providers_voyage_base_url=loopback.url + "/v1",
+        providers_voyage_api_key="test-key",
         embed_model=f"voyage-demo-{tenant}"[:60],
     )
     repo = tmp_path / "ragline"

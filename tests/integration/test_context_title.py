@@ -10,7 +10,11 @@ from tests.loopback import LoopbackServer
 
 def test_inline_document_without_title_gets_no_doc_id_context(use_settings, tenant):
     with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key")
+        use_settings(
+            embed_provider="voyage",
+            providers_voyage_base_url=srv.url + "/v1",
+            providers_voyage_api_key="test-key",
+        )
         plain = IngestRequest(
             tenant=tenant, doc_id="Super_Bowl_50_p0", content="Защита уступила всего 308 очков.", fmt="text"
         )

@@ -119,7 +119,9 @@ def corpus(celery_worker, use_settings, tenant, tmp_path):
     shutil.copy(REPO / "query" / "retrieval" / "fusion.py", folder / "fusion.py")
     srv = LoopbackServer().start()
     try:
-        use_settings(embedder="voyage", voyage_api_key="k", voyage_base_url=srv.url + "/v1")
+        use_settings(
+            embed_provider="voyage", providers_voyage_api_key="k", providers_voyage_base_url=srv.url + "/v1"
+        )
         out = _cli(
             "ingest", str(folder), "--tenant", tenant, "--acl", "eval", "--source", SOURCE, "--wait", "--json"
         )
@@ -216,12 +218,12 @@ def test_answer_eval_with_a_chat_model_answering_and_judging(corpus, use_setting
 
     with LoopbackServer(answer_fn=chat) as srv:
         use_settings(
-            embedder="voyage",
-            voyage_api_key="k",
-            voyage_base_url=embed_srv.url + "/v1",
-            generator="anthropic",
-            anthropic_api_key="k",
-            anthropic_base_url=srv.url,
+            embed_provider="voyage",
+            providers_voyage_api_key="k",
+            providers_voyage_base_url=embed_srv.url + "/v1",
+            answer_provider="anthropic",
+            providers_anthropic_api_key="k",
+            providers_anthropic_base_url=srv.url,
         )
         out = _cli(
             "eval",
@@ -284,7 +286,9 @@ def test_answer_eval_over_a_corpus_it_ingests_into_a_fresh_tenant(celery_worker,
 
     before = eval_tenants()
     with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_api_key="k", voyage_base_url=srv.url + "/v1")
+        use_settings(
+            embed_provider="voyage", providers_voyage_api_key="k", providers_voyage_base_url=srv.url + "/v1"
+        )
         out = _cli("eval", str(qpath), "--answers", "--corpus", str(corpus), "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     res = json.loads(out.stdout)

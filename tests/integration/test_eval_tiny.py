@@ -49,7 +49,9 @@ def test_eval_command_reports_every_mode(celery_worker, use_settings, tmp_path):
     queries.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in QUERIES) + "\n", encoding="utf-8")
     before = eval_tenants()
     with LoopbackServer() as srv:
-        use_settings(embedder="voyage", voyage_api_key="test-key", voyage_base_url=srv.url)
+        use_settings(
+            embed_provider="voyage", providers_voyage_api_key="test-key", providers_voyage_base_url=srv.url
+        )
         out = run(
             "eval",
             str(queries),

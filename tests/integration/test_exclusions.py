@@ -92,7 +92,7 @@ def test_an_excluded_document_stays_out_until_included(celery_worker, voyage, te
     doc_id = f"{source}/secret.md"
     voyage(
         embed_model="voyage-exclusions",
-        sources=json.dumps(
+        lifecycle_sources=json.dumps(
             [
                 {
                     "name": source,

@@ -44,9 +44,9 @@ def voyage(use_settings, tenant):
 
         def apply(**more):
             use_settings(
-                embedder="voyage",
-                voyage_base_url=srv.url + "/v1",
-                voyage_api_key="test-key",
+                embed_provider="voyage",
+                providers_voyage_base_url=srv.url + "/v1",
+                providers_voyage_api_key="test-key",
                 embed_model=f"voyage-names-{tenant}"[:60],
                 **more,
             )
@@ -80,7 +80,7 @@ def _run(source: str, tenant: str, tmp_path: Path, voyage) -> str:
         return enqueue_files(collect_files([folder], source="docs"), tenant, ["g"])
     kind = "git" if source.startswith("git") else "folder"
     spec = {"name": "docs", "kind": kind, "tenant": tenant, "acl": ["g"], "path": str(folder)}
-    voyage(sources=json.dumps([spec | ({"glob": "**/*.md"} if kind == "folder" else {})]))
+    voyage(lifecycle_sources=json.dumps([spec | ({"glob": "**/*.md"} if kind == "folder" else {})]))
     if source == "git push":
         ev = {"type": "push", "tenant": tenant, "source": "docs", "after": "main", "version": 1}
         out = app.send_task(TASK_INGEST_EVENT, args=[ev]).get(timeout=120)

@@ -70,9 +70,9 @@ def loopback():
 @pytest.fixture()
 def voyage(use_settings, loopback, tenant):
     base = {
-        "embedder": "voyage",
-        "voyage_base_url": loopback.url + "/v1",
-        "voyage_api_key": "test-key",
+        "embed_provider": "voyage",
+        "providers_voyage_base_url": loopback.url + "/v1",
+        "providers_voyage_api_key": "test-key",
         "embed_model": f"voyage-git-{tenant}"[:60],  # its own embedding cache
         # small chunks: each definition of these small files is a chunk of its own
         "code_max_chars": 400,
@@ -123,7 +123,7 @@ def test_push_ingests_exactly_what_changed(celery_worker, voyage, loopback, tena
     git(repo, "init", "-q", "-b", "main")
     c1 = commit(repo, FILES_V1, 1_700_000_000)
     name = "app-repo"
-    voyage(sources=git_sources(tenant, name, repo, ["dev"]))
+    voyage(lifecycle_sources=git_sources(tenant, name, repo, ["dev"]))
 
     # the first push (a new branch): every tracked file but the vendored one
     first = push(tenant, name, "0" * 40, "main", 1)
@@ -251,7 +251,7 @@ def test_identifier_queries_find_code_lexically(celery_worker, voyage, loopback,
     commit(repo, {"app/models.py": MODELS_V1, "app/net.py": NET}, 1_700_000_000)
     voyage(
         code_min_chars=0,  # every definition a chunk of its own
-        sources=git_sources(tenant, "r", repo, ["dev"]),
+        lifecycle_sources=git_sources(tenant, "r", repo, ["dev"]),
     )
     wait_job(push(tenant, "r", None, "main", 1)["job_id"])
 
@@ -320,7 +320,7 @@ def test_scheduled_reindex_of_a_git_source(celery_worker, voyage, loopback, tena
     git(repo, "init", "-q", "-b", "main")
     commit(repo, {"app/models.py": MODELS_V1, "app/util.py": UTIL, "app/old.py": "OLD = 1\n"}, 1_700_000_000)
     name = f"{tenant}-src"[:60]
-    voyage(sources=git_sources(tenant, name, repo, ["dev"]))
+    voyage(lifecycle_sources=git_sources(tenant, name, repo, ["dev"]))
     first = run_reindex([name])
     assert (first["new"], first["enqueued"]) == (3, 3)
     assert wait_job(first["job_id"])["state"] == "succeeded"
@@ -366,7 +366,7 @@ def test_a_commit_whose_job_ended_early_is_completed_by_the_next_sync(
     git(repo, "init", "-q", "-b", "main")
     head = commit(repo, {"app/models.py": MODELS_V1, "app/util.py": UTIL}, 1_700_000_000)
     name = f"{tenant}-src"[:60]
-    voyage(sources=git_sources(tenant, name, repo, ["dev"]))
+    voyage(lifecycle_sources=git_sources(tenant, name, repo, ["dev"]))
     first = _sync(entry, tenant, name, repo, head, 10)
     assert wait_job(first["job_id"])["state"] == "succeeded"
     # what a job cancelled before its last batch leaves: the commit recorded, one file never stored
@@ -396,7 +396,7 @@ def _sync_selecting(
     if entry == "push":
         sources = json.loads(git_sources(tenant, name, repo, ["dev"]))
         sources[0]["exclude"] = exclude
-        voyage(sources=json.dumps(sources))
+        voyage(lifecycle_sources=json.dumps(sources))
         result = push(tenant, name, None, head, version)
         return {**result["push"], "outcome": result["outcome"], "job_id": result.get("job_id")}
     from ragline.cli import app as cli

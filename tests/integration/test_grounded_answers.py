@@ -69,7 +69,12 @@ def model(answer, judge=None, squeezed=None):
 
 
 def use_chat(use_settings, srv, **kw):
-    use_settings(generator="anthropic", anthropic_api_key="k", anthropic_base_url=srv.url, **kw)
+    use_settings(
+        answer_provider="anthropic",
+        providers_anthropic_api_key="k",
+        providers_anthropic_base_url=srv.url,
+        **kw,
+    )
 
 
 def answer_bodies(srv) -> list[dict]:

@@ -29,12 +29,12 @@ def test_scripted_run_catches_the_injected_sentences(corpus, use_settings):
     assert len(cases) == 5
     with LoopbackServer(answer_fn=bench.ScriptedModel(cases, inject_every=2)) as chat:
         use_settings(
-            embedder="voyage",
-            voyage_base_url=chat.url + "/v1",  # the same loopback server embeds the questions
-            voyage_api_key="k",
-            generator="openai",
-            openai_base_url=chat.url,
-            openai_api_key="k",
+            embed_provider="voyage",
+            providers_voyage_base_url=chat.url + "/v1",  # the same loopback server embeds the questions
+            providers_voyage_api_key="k",
+            answer_provider="openai",
+            providers_openai_base_url=chat.url,
+            providers_openai_api_key="k",
             answer_grounding="lexical",
         )
         out = bench.run_cases(corpus, cases, chat.url, inject_every=2)
@@ -46,6 +46,8 @@ def test_scripted_run_catches_the_injected_sentences(corpus, use_settings):
 
 def test_extractive_answers_hold_structurally_and_are_unchanged_by_the_stages(corpus, use_settings):
     with LoopbackServer() as emb:
-        use_settings(embedder="voyage", voyage_base_url=emb.url + "/v1", voyage_api_key="k")
+        use_settings(
+            embed_provider="voyage", providers_voyage_base_url=emb.url + "/v1", providers_voyage_api_key="k"
+        )
         out = bench.extractive_check(corpus, [c for c in bench.load_cases() if c.doc in FILES])
     assert out["structural_violations"] == 0 and out["answers_changed_by_stages"] == 0, out["changed"]

@@ -275,9 +275,9 @@ def test_provider_outage_retries_the_task_then_records_embed_errors(
     (tmp_path / "b.md").write_text("# Б\n\n" + section("Б", 3), encoding="utf-8")
     with LoopbackServer(faults=Faults(every_nth_500=1)) as srv:
         use_settings(
-            embedder="voyage",
-            voyage_base_url=srv.url + "/v1",
-            voyage_api_key="test-key",
+            embed_provider="voyage",
+            providers_voyage_base_url=srv.url + "/v1",
+            providers_voyage_api_key="test-key",
             embed_backoff_base_s=0.01,
             embed_backoff_max_s=0.02,
             embed_max_retries=0,

@@ -28,12 +28,12 @@ def embed_srv():
 
 def _settings(use_settings, embed_srv, claude, **kw):
     use_settings(
-        embedder="voyage",
-        voyage_base_url=embed_srv.url + "/v1",
-        voyage_api_key="test-key",
-        contextualizer="anthropic",
-        anthropic_base_url=claude.url,
-        anthropic_api_key="claude-key",
+        embed_provider="voyage",
+        providers_voyage_base_url=embed_srv.url + "/v1",
+        providers_voyage_api_key="test-key",
+        context_provider="anthropic",
+        providers_anthropic_base_url=claude.url,
+        providers_anthropic_api_key="claude-key",
         **kw,
     )
 
@@ -74,7 +74,7 @@ def test_chunks_get_situating_context_from_a_cached_document(use_settings, embed
 def test_provider_failure_falls_back_to_headings_and_is_counted(use_settings, embed_srv, tenant):
     before = CONTEXTUALIZE_FALLBACK._value.get()
     with LoopbackServer(faults=Faults(every_nth_500=1)) as claude:
-        _settings(use_settings, embed_srv, claude, contextualize_max_retries=0)
+        _settings(use_settings, embed_srv, claude, context_max_retries=0)
         result = ingest_document(doc(tenant, "guide.md", TEXT))
     rows = _contexts(tenant)
     assert result.status == "stored" and claude.stats.answered_500 == result.chunks
@@ -85,7 +85,7 @@ def test_provider_failure_falls_back_to_headings_and_is_counted(use_settings, em
 def test_document_too_long_for_the_prompt_falls_back_without_calls(use_settings, embed_srv, tenant):
     before = CONTEXTUALIZE_FALLBACK._value.get()
     with LoopbackServer() as claude:
-        _settings(use_settings, embed_srv, claude, contextualize_max_doc_chars=200)
+        _settings(use_settings, embed_srv, claude, context_max_doc_chars=200)
         result = ingest_document(doc(tenant, "guide.md", TEXT))
     assert result.status == "stored" and claude.stats.requests == 0
     assert CONTEXTUALIZE_FALLBACK._value.get() - before == result.chunks

@@ -179,7 +179,7 @@ def test_source_folders_are_roots_of_their_own_tenant(celery_worker, voyage, use
     folder.mkdir()
     (folder / "leave.md").write_text("# Отпуск\n\nПравила отпуска.\n", encoding="utf-8")
     source = {"name": "handbook", "kind": "folder", "tenant": tenant, "acl": ["g"], "path": str(folder)}
-    use_settings(sources=json.dumps([source]))
+    use_settings(lifecycle_sources=json.dumps([source]))
     assert _ingest(_doc(tenant, "leave", str(folder / "leave.md")))["status"] == "stored"
     other = _ingest(_doc(f"{tenant}-x", "leave", str(folder / "leave.md")))
     assert other["status"] == "failed" and "outside the allowed ingest roots" in other["error"]
@@ -245,7 +245,7 @@ def test_url_ingestion_is_refused_inside_and_allowed_explicitly(celery_worker, v
         refused = _ingest(_doc(tenant, "internal", f"{site}/doc.md"))
         assert refused["status"] == "failed" and "127.0.0.1: loopback address" in refused["error"]
         assert _Doc.hits == [] and "loopback" in _errors(tenant)["internal"]
-        use_settings(fetch_allow_private="true")
+        use_settings(ingest_fetch_allow_private="true")
         assert _ingest(_doc(tenant, "internal", f"{site}/doc.md", version=2))["status"] == "stored"
         assert _Doc.hits == ["/doc.md"]
 
@@ -264,7 +264,7 @@ def test_a_request_of_a_url_source_is_held_to_its_allowed_hosts(stack, use_setti
             "urls": [],
             "allowed_hosts": ["localhost"],
         }
-        use_settings(fetch_allow_private="true", sources=json.dumps([source]))
+        use_settings(ingest_fetch_allow_private="true", lifecycle_sources=json.dumps([source]))
         req = IngestRequest(tenant=tenant, doc_id="d", uri=f"{site}/doc.md", metadata={"source": "site"})
         with pytest.raises(FetchRefused, match="allowed_hosts"):
             load(req)
@@ -329,7 +329,9 @@ def test_hostile_documents_fail_alone_with_readable_errors(
 
     from ragline.ingest.enqueue import collect_files, default_source_name, enqueue_files
 
-    use_settings(pdf_max_pages=3, pdf_max_stream_bytes=1 << 20, docx_max_xml_bytes=1 << 20)
+    use_settings(
+        ingest_pdf_max_pages=3, ingest_pdf_max_stream_bytes=1 << 20, ingest_docx_max_xml_bytes=1 << 20
+    )
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "pages.pdf").write_bytes(pdf_pages(4))

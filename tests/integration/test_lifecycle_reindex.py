@@ -54,7 +54,7 @@ def test_folder_reindex_lifecycle(celery_worker, voyage, loopback, tenant, tmp_p
     name = f"{tenant}-wiki"
     voyage(
         embed_model="voyage-reindex",
-        sources=json.dumps(
+        lifecycle_sources=json.dumps(
             [
                 {
                     "name": name,
@@ -140,8 +140,8 @@ def test_reindex_sends_batch_tasks_whose_chunks_share_embedding_requests(
     name = f"{tenant}-many"
     voyage(
         embed_model="voyage-batches",
-        ingest_concurrency=2,
-        sources=json.dumps(
+        workers_ingest_concurrency=2,
+        lifecycle_sources=json.dumps(
             [
                 {
                     "name": name,
@@ -189,7 +189,7 @@ def test_model_switch_reembeds_every_chunk_exactly_once(celery_worker, voyage, l
     total = _count(tenant)
     assert total == _count(tenant, "embed_model = 'model-a'") and total >= 6
 
-    voyage(embed_model="model-b", reembed_batch_size=4)  # several batches
+    voyage(embed_model="model-b", lifecycle_reembed_batch_size=4)  # several batches
     loopback.reset_stats()
     from ragline.shared.worker.celery_app import app
 
@@ -251,8 +251,8 @@ def test_url_list_source_reindex(celery_worker, voyage, loopback, tenant):
     try:
         voyage(
             embed_model="voyage-urls",
-            fetch_allow_private="true",  # the site is on 127.0.0.1: an explicit allowance
-            sources=json.dumps(
+            ingest_fetch_allow_private="true",  # the site is on 127.0.0.1: an explicit allowance
+            lifecycle_sources=json.dumps(
                 [
                     {
                         "name": name,

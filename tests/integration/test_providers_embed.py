@@ -23,9 +23,9 @@ def _voyage(use_settings, srv, **kw):
     from ragline.shared.worker.providers import get_embedder
 
     use_settings(
-        embedder="voyage",
-        voyage_base_url=srv.url + "/v1",
-        voyage_api_key="test-key",
+        embed_provider="voyage",
+        providers_voyage_base_url=srv.url + "/v1",
+        providers_voyage_api_key="test-key",
         embed_backoff_base_s=0.01,
         embed_backoff_max_s=0.05,
         **kw,
@@ -218,7 +218,7 @@ def test_ollama_embedder(use_settings):
     from ragline.shared.worker.providers import get_embedder
 
     with LoopbackServer(faults=Faults(fail_first_n=1)) as srv:
-        use_settings(embedder="ollama", ollama_base_url=srv.url, embed_backoff_base_s=0.01)
+        use_settings(embed_provider="ollama", providers_ollama_base_url=srv.url, embed_backoff_base_s=0.01)
         emb = get_embedder()
         vectors = emb.embed_documents(TEXTS[:3])
         q = emb.embed_query("вопрос")

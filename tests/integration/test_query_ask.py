@@ -38,7 +38,12 @@ def ask(tenant: str, query: str = "ретраи после ошибки 429", **
 
 
 def anthropic(use_settings, srv, **kw):
-    use_settings(generator="anthropic", anthropic_api_key="test-key", anthropic_base_url=srv.url, **kw)
+    use_settings(
+        answer_provider="anthropic",
+        providers_anthropic_api_key="test-key",
+        providers_anthropic_base_url=srv.url,
+        **kw,
+    )
 
 
 def test_answer_citing_a_missing_document_is_not_returned(corpus, use_settings):
@@ -77,7 +82,12 @@ def test_valid_citations_map_to_documents_with_full_response_shape(corpus, use_s
 
 def test_openai_compatible_chat_generator(corpus, use_settings):
     with LoopbackServer(answer_text="Ответ [3].") as srv:
-        use_settings(generator="openai", openai_base_url=srv.url, openai_api_key="k", openai_model="m")
+        use_settings(
+            answer_provider="openai",
+            providers_openai_base_url=srv.url,
+            providers_openai_api_key="k",
+            answer_openai_model="m",
+        )
         res = ask(corpus)
         body = srv.stats.bodies[-1]
     assert body["path"] == "/v1/chat/completions" and body["messages"][0]["role"] == "system"
@@ -237,7 +247,7 @@ def test_agentic_ask_stops_on_budget_and_says_partial(conn, tenant, use_settings
             {"doc_id": "payments", "content": "Командой Payments руководит Анна Смирнова."},
         ],
     )
-    use_settings(agentic_max_rounds=2, agentic_max_searches=3)
+    use_settings(answer_agentic_max_rounds=2, answer_agentic_max_searches=3)
     # "зарплата" is in no document: the offline planner keeps asking for it until the budget ends
     res = service.ask(
         AskRequest(

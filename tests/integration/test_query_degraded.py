@@ -25,9 +25,9 @@ def corpus(conn, tenant):
 
 def voyage(use_settings, srv, **kw):
     use_settings(
-        embedder="voyage",
-        voyage_api_key="test-key",
-        voyage_base_url=srv.url,
+        embed_provider="voyage",
+        providers_voyage_api_key="test-key",
+        providers_voyage_base_url=srv.url,
         embed_max_retries=1,
         embed_backoff_base_s=0.01,
         embed_backoff_max_s=0.05,
@@ -56,7 +56,7 @@ def test_embedder_500_falls_back_to_lexical_with_degraded_flag(corpus, use_setti
 
 def test_hanging_embedder_is_cut_at_the_query_deadline(corpus, use_settings):
     with LoopbackServer(faults=Faults(hang_s=3)) as srv:
-        voyage(use_settings, srv, query_embed_timeout_s=0.3)
+        voyage(use_settings, srv, deadlines_query_embed_timeout_s=0.3)
         resp = search(corpus)
     assert resp.degraded and "timeout" in resp.degraded_reasons[0]
     assert [h.doc_id for h in resp.hits] == ["r.md"]

@@ -44,7 +44,7 @@ def slow_statements(monkeypatch):
 
 
 def test_a_slow_statement_is_cancelled_with_a_typed_error(corpus, client, use_settings, slow_statements):
-    use_settings(retrieval_statement_timeout_ms=300, question_deadline_s=30)
+    use_settings(deadlines_statement_timeout_ms=300, deadlines_question_s=30)
     t = time.perf_counter()
     with pytest.raises(RaglineError) as err:
         client.search(WORD, tenant=corpus, groups=["g"], mode="lexical")
@@ -62,7 +62,7 @@ def test_a_slow_statement_is_cancelled_with_a_typed_error(corpus, client, use_se
 
 
 def test_the_question_deadline_bounds_the_statement_too(corpus, client, use_settings, slow_statements):
-    use_settings(retrieval_statement_timeout_ms=10_000, question_deadline_s=0.5)
+    use_settings(deadlines_statement_timeout_ms=10_000, deadlines_question_s=0.5)
     t = time.perf_counter()
     with pytest.raises(RaglineError) as err:
         client.search(WORD, tenant=corpus, groups=["g"], mode="lexical")
@@ -71,7 +71,7 @@ def test_the_question_deadline_bounds_the_statement_too(corpus, client, use_sett
 
 def test_the_direct_call_keeps_its_own_limit(corpus, use_settings, slow_statements):
     """Outside a task (no question deadline) the setting alone bounds each statement."""
-    use_settings(retrieval_statement_timeout_ms=200)
+    use_settings(deadlines_statement_timeout_ms=200)
     from ragline.query import service
     from ragline.query.deadline import RetrievalTimeout
 
@@ -80,12 +80,18 @@ def test_the_direct_call_keeps_its_own_limit(corpus, use_settings, slow_statemen
 
 
 def openai(use_settings, srv, **kw) -> None:
-    use_settings(generator="openai", openai_base_url=srv.url, openai_api_key="k", openai_model="m", **kw)
+    use_settings(
+        answer_provider="openai",
+        providers_openai_base_url=srv.url,
+        providers_openai_api_key="k",
+        answer_openai_model="m",
+        **kw,
+    )
 
 
 def test_a_hanging_generator_is_cut_at_the_question_deadline_threads_pool(corpus, client, use_settings):
     with LoopbackServer(faults=Faults(hang_s=4)) as srv:
-        openai(use_settings, srv, question_deadline_s=1.0)
+        openai(use_settings, srv, deadlines_question_s=1.0)
         t = time.perf_counter()
         res = client.ask(f"{WORD} после ошибки", tenant=corpus, groups=["g"], mode="lexical")
         took = time.perf_counter() - t
@@ -101,7 +107,7 @@ def test_the_question_deadline_holds_in_a_solo_pool(corpus, use_settings):
     from tests.pools import start_pool, wait_ready
 
     with LoopbackServer(faults=Faults(hang_s=4)) as srv:
-        openai(use_settings, srv, question_deadline_s=1.0, query_pool="solo", worker_warmup="false")
+        openai(use_settings, srv, deadlines_question_s=1.0, workers_query_pool="solo", workers_warmup="false")
         pool = start_pool(get_settings(), "query")
         try:
             assert pool.proc.args[pool.proc.args.index("--pool") + 1] == "solo"
@@ -121,7 +127,7 @@ def test_the_question_deadline_holds_in_a_solo_pool(corpus, use_settings):
 def test_a_flooding_tenant_is_rate_limited_and_the_other_is_not(corpus, client, conn, use_settings):
     quiet = corpus + "-quiet"
     store_docs(conn, quiet, DOCS)
-    use_settings(query_tenant_rate=1, query_tenant_burst=2)
+    use_settings(admission_tenant_rate=1, admission_tenant_burst=2)
     outcomes = []
     for _ in range(5):
         try:
@@ -139,7 +145,7 @@ def test_a_flooding_tenant_is_rate_limited_and_the_other_is_not(corpus, client, 
 
 def test_questions_in_flight_are_counted_across_workers(corpus, client, use_settings):
     """A slot held here (another worker, as far as Redis knows) refuses the task's question."""
-    use_settings(query_tenant_max_in_flight=1)
+    use_settings(admission_tenant_max_in_flight=1)
     admission = get_admission()
     with admission.admit(corpus):
         with pytest.raises(RaglineError) as err:

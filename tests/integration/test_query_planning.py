@@ -99,9 +99,9 @@ def as_in_a_million_rows():
 def test_small_tenant_gets_the_exact_top_k(corpus, use_settings):
     vectors, queries = corpus
     with as_in_a_million_rows() as conn:
-        use_settings(hnsw_ef_search=1, retrieval_top_n=K, exact_search_max_rows=0)
+        use_settings(vector_hnsw_ef_search=1, retrieval_top_n=K, vector_exact_search_max_rows=0)
         hnsw = recall(SMALL_TENANT, vectors[SMALL_TENANT], queries, conn)
-        use_settings(hnsw_ef_search=1, retrieval_top_n=K, exact_search_max_rows=SMALL)
+        use_settings(vector_hnsw_ef_search=1, retrieval_top_n=K, vector_exact_search_max_rows=SMALL)
         exact = recall(SMALL_TENANT, vectors[SMALL_TENANT], queries, conn)
         q = queries[0]
         hits = search(SMALL_TENANT, q, conn).hits
@@ -127,7 +127,7 @@ def test_the_small_tenant_never_walks_hnsw_and_the_big_one_does(corpus, use_sett
     from ragline.shared.config.settings import get_settings
 
     _, queries = corpus
-    use_settings(exact_search_max_rows=1000)
+    use_settings(vector_exact_search_max_rows=1000)
     settings = get_settings()
     with db.connection() as owner:
         # statistics that know the big tenant's size in a database the whole suite shares
@@ -161,7 +161,7 @@ def test_vector_rows_counts_the_tenant_when_not_told(corpus, use_settings):
     from ragline.shared.config.settings import get_settings
 
     vectors, queries = corpus
-    use_settings(hnsw_ef_search=1, retrieval_top_n=K, exact_search_max_rows=SMALL)
+    use_settings(vector_hnsw_ef_search=1, retrieval_top_n=K, vector_exact_search_max_rows=SMALL)
     settings = get_settings()
     with as_in_a_million_rows() as conn, transaction.read_only_transaction(conn):
         req = request(SMALL_TENANT, queries[1])
@@ -179,7 +179,7 @@ def test_halfvec_rebuild_while_searches_answer(corpus, use_settings):
 
     vectors, queries = corpus
     dim = get_settings().embed.dim
-    use_settings(vector_index="halfvec", exact_search_max_rows=0)
+    use_settings(vector_index="halfvec", vector_exact_search_max_rows=0)
     with db.connection() as conn:
         found = problem(conn, "halfvec", dim)
     assert found and "ragline index rebuild --type halfvec" in found
@@ -187,7 +187,7 @@ def test_halfvec_rebuild_while_searches_answer(corpus, use_settings):
     assert status.exit_code == 1 and json.loads(status.stdout)["problem"] == found
 
     # searches of the configured (vector) index go on from another thread during the rebuild
-    use_settings(exact_search_max_rows=0)
+    use_settings(vector_exact_search_max_rows=0)
     answered, failed, stop = [], [], threading.Event()
 
     def searching() -> None:
@@ -215,7 +215,7 @@ def test_halfvec_rebuild_while_searches_answer(corpus, use_settings):
         assert not failed and {n for _, n in answered} == {K}, (failed, answered)
         assert any(started < t < finished for t, _ in answered)  # answered while the index was built
 
-        use_settings(vector_index="halfvec", exact_search_max_rows=0)
+        use_settings(vector_index="halfvec", vector_exact_search_max_rows=0)
         settings = get_settings()
         assert invoke("index", "status").exit_code == 0
         # the statement can walk the new index; whether the planner would rather sort a tenant of

@@ -47,7 +47,9 @@ def fused_order(tenant: str, query: str = QUERY) -> list[str]:
 
 
 def voyage(use_settings, srv, **kw):
-    use_settings(reranker="voyage", voyage_api_key="test-key", voyage_base_url=srv.url, **kw)
+    use_settings(
+        rerank_provider="voyage", providers_voyage_api_key="test-key", providers_voyage_base_url=srv.url, **kw
+    )
 
 
 def test_rerank_reorders_with_scores_and_threshold(corpus, use_settings):
@@ -125,7 +127,7 @@ def test_missing_optional_cross_encoder_degrades_with_a_clear_reason(corpus, use
         pytest.skip("sentence-transformers is installed here")
     except ImportError:
         pass
-    use_settings(reranker="cross-encoder", rerank_model_dir=tmp_path)
+    use_settings(rerank_provider="cross-encoder", rerank_model_dir=tmp_path)
     resp = search(corpus)
     assert resp.degraded and "sentence-transformers" in " ".join(resp.degraded_reasons)
     assert [h.doc_id for h in resp.hits] == fused_order(corpus)[:3]

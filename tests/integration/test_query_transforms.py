@@ -36,12 +36,17 @@ def corpus(conn, tenant):
 
 
 def chat(use_settings, srv, **kw):
-    use_settings(generator="anthropic", anthropic_api_key="k", anthropic_base_url=srv.url, **kw)
+    use_settings(
+        answer_provider="anthropic",
+        providers_anthropic_api_key="k",
+        providers_anthropic_base_url=srv.url,
+        **kw,
+    )
 
 
 def test_history_rewrite_makes_a_standalone_question(corpus, use_settings):
     with LoopbackServer(answer_fn=script) as srv:
-        chat(use_settings, srv, query_rewrite=True)
+        chat(use_settings, srv, transform_rewrite=True)
         res = service.ask(
             AskRequest(
                 query="а для 429?",
@@ -81,7 +86,7 @@ def test_without_the_setting_history_is_not_rewritten(corpus, use_settings):
 
 def test_multi_query_variants_are_fused(corpus, use_settings):
     with LoopbackServer(answer_fn=script) as srv:
-        chat(use_settings, srv, multi_query=3)
+        chat(use_settings, srv, transform_multi_query=3)
         res = service.ask(AskRequest(query="ретраи после 429", tenant=corpus, groups=["g"], mode="lexical"))
     # numbering stripped, duplicates dropped, the original question first
     assert res.trace["queries"] == ["ретраи после 429", "повтор запроса при 429", "очереди воркеров"]
@@ -94,7 +99,14 @@ def test_multi_query_variants_are_fused(corpus, use_settings):
 
 def test_hyde_embeds_the_hypothetical_passage(corpus, use_settings):
     with LoopbackServer(answer_fn=script) as srv:
-        chat(use_settings, srv, hyde=True, embedder="voyage", voyage_api_key="k", voyage_base_url=srv.url)
+        chat(
+            use_settings,
+            srv,
+            transform_hyde=True,
+            embed_provider="voyage",
+            providers_voyage_api_key="k",
+            providers_voyage_base_url=srv.url,
+        )
         res = service.ask(AskRequest(query="что делать при 429", tenant=corpus, groups=["g"], mode="vector"))
         embedded = [b["input"] for b in srv.stats.bodies if b["path"] == "/v1/embeddings"]
     assert res.trace["hyde"] is True and [HYDE_TEXT] in embedded

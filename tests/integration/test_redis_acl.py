@@ -191,7 +191,7 @@ ALLOWED: dict[str, set[str]] = {
 def acl_redis() -> Iterator[tuple[Settings, str]]:
     """A private embedded Redis started by ``services.start_redis`` (the real ``redis.conf``)."""
     home = Path(tempfile.mkdtemp(prefix="rl-acl-")) / "home"
-    settings = Settings(home=home)
+    settings = Settings(services_home=home)
     base = services.start_redis(settings)
     try:
         yield settings, base

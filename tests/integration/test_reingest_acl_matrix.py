@@ -52,7 +52,7 @@ class _Site(MarkdownSite):
 
 @pytest.fixture()
 def voyage(use_settings):
-    with loopback_voyage(use_settings, embed_model=MODEL, fetch_allow_private="true") as srv:
+    with loopback_voyage(use_settings, embed_model=MODEL, ingest_fetch_allow_private="true") as srv:
         yield srv
 
 
@@ -107,7 +107,7 @@ class Entry:
             source |= {"kind": "urls", "urls": [f"{self.site}/alpha.md", f"{self.site}/beta.md"]}
         else:
             source |= {"kind": "git", "path": str(self.folder)}
-        self.use_settings(sources=json.dumps([source]))
+        self.use_settings(lifecycle_sources=json.dumps([source]))
         return name
 
     def ingest(self, acl: list[str], broken: bool = False) -> None:

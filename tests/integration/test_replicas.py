@@ -71,10 +71,10 @@ def routed(stack, replica, use_settings):
     query_url, owner_url, _, name = replica
     primary = _primary_query_url(stack)
     use_settings(
-        query_database_url=f"{primary},{query_url}",
-        replica_max_lag_s=0.5,
-        replica_retry_s=0.1,
-        query_primary_reads="fallback",
+        services_query_database_url=f"{primary},{query_url}",
+        services_replica_max_lag_s=0.5,
+        services_replica_retry_s=0.1,
+        services_query_primary_reads="fallback",
     )
     db.reset()
     replicas._redis(stack).delete(replicas.MARK_PREFIX + name)

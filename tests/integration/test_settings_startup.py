@@ -1,40 +1,29 @@
-"""A worker started with a deprecated variable says so in its log: one warning line per variable,
-by name, never with the value (Python hides the DeprecationWarning, so the log is what an operator
-sees). A real control worker, started as ``ragline up`` starts it."""
+"""A worker started with a variable renamed in 0.2 does not start: it exits with an error naming the
+variable to set instead, by name, never with the value (a silently ignored setting would run the
+pool on a default the operator did not choose). A real control worker, started as ``ragline up``
+starts it."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.pools import start_pool, wait_ready
+from tests.pools import start_pool
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_worker_logs_each_deprecated_variable_once_without_its_value(stack):
-    from ragline.shared.worker.celery_app import app
-
+def test_a_worker_with_a_renamed_variable_exits_naming_its_replacement(stack):
     env = {
-        "RAGLINE_WORKER_WARMUP": "false",  # old name of workers.warmup
-        "RAGLINE_METRICS_PASSWORD": "old-name-metrics-pw-7f3a",  # old name of a secret
-        "RAGLINE_OPS_LOG_JSON": "true",
+        "RAGLINE_WORKER_WARMUP": "false",  # renamed: workers.warmup
+        "RAGLINE_METRICS_PASSWORD": "old-name-metrics-pw-7f3a",  # renamed, and a secret
     }
     worker = start_pool(stack, "control", env=env)
     try:
-        wait_ready(app, worker)
+        code = worker.proc.wait(60)
     finally:
         worker.stop()
     text = worker.log_text()
-    records = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-    notices = sorted(
-        (r["variable"], r["replacement"], r["level"])
-        for r in records
-        if r.get("logger") == "ragline.settings"
-    )
-    assert notices == [
-        ("RAGLINE_METRICS_PASSWORD", "RAGLINE_OPS_METRICS_PASSWORD", "warning"),
-        ("RAGLINE_WORKER_WARMUP", "RAGLINE_WORKERS_WARMUP", "warning"),
-    ]
+    assert code != 0
+    assert "RAGLINE_METRICS_PASSWORD is no longer read: set RAGLINE_OPS_METRICS_PASSWORD" in text
+    assert "RAGLINE_WORKER_WARMUP is no longer read: set RAGLINE_WORKERS_WARMUP" in text
     assert "old-name-metrics-pw-7f3a" not in text

@@ -71,7 +71,7 @@ def test_relisting_settles_errors_of_gone_files(celery_worker, voyage, tenant, t
     name = f"{tenant[-40:]}-kb" if path.startswith("reindex") else default_source_name(root)
     voyage(
         embed_model="voyage-vanished",
-        sources=json.dumps(
+        lifecycle_sources=json.dumps(
             [
                 {
                     "name": name,

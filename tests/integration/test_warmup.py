@@ -94,7 +94,10 @@ def test_solo_query_processes_warm_and_answer_with_a_remote_embedder(stack, use_
 
     with LoopbackServer() as srv:
         use_settings(
-            embedder="voyage", voyage_base_url=srv.url + "/v1", voyage_api_key="test-key", query_concurrency=2
+            embed_provider="voyage",
+            providers_voyage_base_url=srv.url + "/v1",
+            providers_voyage_api_key="test-key",
+            workers_query_concurrency=2,
         )
         settings = get_settings()
         assert settings.effective_query_pool == "solo"

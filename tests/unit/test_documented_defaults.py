@@ -1,8 +1,8 @@
 """Every default the README states is the default of the setting it names.
 
 The README's defaults table (between the ``documented-defaults`` markers) names each setting by an
-environment variable; the variable is resolved through the settings object itself, so a renamed
-variable that is still accepted keeps working, and one that is no longer accepted fails here.
+environment variable; the variable is resolved through the settings object itself, so a variable
+that is no longer read fails here.
 """
 
 import re
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ragline.shared.config.settings import DEPRECATED_NAMES, Settings, env_name
+from ragline.shared.config.renamed import RENAMED
+from ragline.shared.config.settings import Settings, env_name
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- documented-defaults:begin -->", "<!-- documented-defaults:end -->"
@@ -31,7 +32,7 @@ def _fields() -> dict[str, tuple[str, str, object]]:
     """Every accepted environment variable -> (group, name, default)."""
     out = {}
     for group, name, field in Settings.iter_fields():
-        for variable in Settings.env_names(field):
+        for variable in Settings.env_names(group, name):
             out[variable] = (group, name, field.get_default(call_default_factory=True))
     return out
 
@@ -51,7 +52,7 @@ def test_readme_default_is_the_settings_default(variable, written):
 
 
 def test_the_readme_names_each_setting_by_its_current_variable():
-    old = {variable: DEPRECATED_NAMES[variable] for variable in documented() if variable in DEPRECATED_NAMES}
+    old = {variable: RENAMED[variable] for variable in documented() if variable in RENAMED}
     assert old == {}, f"README documents old names: {old}"
 
 
@@ -66,7 +67,7 @@ def test_the_fusion_defaults_are_documented():
 def test_the_table_parser_reads_a_wrong_default_as_wrong(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(
-        f"{BEGIN}\n| variable | default | meaning |\n|---|---|---|\n| `RAGLINE_RRF_K` | `61` | x |\n{END}\n"
+        f"{BEGIN}\n| variable | default | meaning |\n|---|---|---|\n| `RAGLINE_FUSION_RRF_K` | `61` | x |\n{END}\n"
     )
-    (group, name, default) = _fields()["RAGLINE_RRF_K"]
-    assert documented(page) == {"RAGLINE_RRF_K": "61"} and _as_written(default) != "61"
+    (group, name, default) = _fields()["RAGLINE_FUSION_RRF_K"]
+    assert documented(page) == {"RAGLINE_FUSION_RRF_K": "61"} and _as_written(default) != "61"

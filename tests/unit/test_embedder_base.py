@@ -66,7 +66,7 @@ def make(faults=None, **overrides) -> FakeEmbedder:
         embed_dim=DIM,
         embed_backoff_base_s=0.01,
         embed_backoff_max_s=0.05,
-        query_embed_timeout_s=2.5,
+        deadlines_query_embed_timeout_s=2.5,
         **overrides,
     )
     return FakeEmbedder(settings, faults)

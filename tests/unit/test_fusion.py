@@ -43,7 +43,7 @@ def test_fuse_scores_rows_then_builds_only_the_kept_hits():
     from ragline.query.retrieval.hybrid import fuse
     from ragline.shared.config.settings import Settings
 
-    s = Settings(rrf_weight_vector=1.0, rrf_weight_lexical=1.0, fusion="rrf")
+    s = Settings(fusion_rrf_weight_vector=1.0, fusion_rrf_weight_lexical=1.0, fusion_method="rrf")
     vector = [_row("a", distance=0.1), _row("b", distance=0.2), _row("t", distance=0.3, test_penalty=1.0)]
     lexical = [_row("b", rank=0.9), _row("c", rank=0.4, prefer_bonus=0.5)]
     hits = fuse(vector, lexical, s, limit=3)
@@ -130,7 +130,7 @@ def test_fuse_keeps_the_vector_order_for_an_english_question_over_russian_passag
     from ragline.query.retrieval.hybrid import fuse
     from ragline.shared.config.settings import Settings
 
-    s = Settings(fusion="rrf")  # the RRF defaults: 1 : 0.0175, cross-script 0
+    s = Settings(fusion_method="rrf")  # the RRF defaults: 1 : 0.0175, cross-script 0
     vector, lexical = _noise_lists()
     hits = fuse(vector, lexical, s, limit=2, query=EN_QUESTION)
     assert [h.doc_id for h in hits] == ["Martin_Luther_p3", "United_Methodist_Church_p4"]
@@ -139,7 +139,7 @@ def test_fuse_keeps_the_vector_order_for_an_english_question_over_russian_passag
     # match lifts the second passage over the first
     for query, settings in (
         (RU_QUESTION, s),
-        (EN_QUESTION, Settings(rrf_weight_lexical_cross_script=1.0, fusion="rrf")),
+        (EN_QUESTION, Settings(fusion_rrf_weight_lexical_cross_script=1.0, fusion_method="rrf")),
     ):
         hits = fuse(vector, lexical, settings, limit=2, query=query)
         assert [h.doc_id for h in hits] == ["United_Methodist_Church_p4", "Martin_Luther_p3"], query

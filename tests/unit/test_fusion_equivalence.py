@@ -182,7 +182,7 @@ def _lists(seed: int, code: bool, lexical_share: float) -> tuple[list[dict], lis
 
 
 def _settings(method: str, method_code: str, norm: str, layer_step: float, spelled: float) -> Settings:
-    s = Settings(fusion=method, fusion_code=method_code, fusion_normalization=norm)
+    s = Settings(fusion_method=method, fusion_method_code=method_code, fusion_normalization=norm)
     code = CodeSettings().model_copy(update={"layer_step": layer_step, "spelled_bonus": spelled})
     return s.model_copy(update={"code": code})
 

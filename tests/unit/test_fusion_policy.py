@@ -132,14 +132,14 @@ def _unique(rows: list[dict]) -> list[dict]:
 
 SETTINGS = st.builds(
     lambda fusion, fusion_code, norm, w_lex, w_code, w_cross, share, k: Settings(
-        fusion=fusion,
-        fusion_code=fusion_code,
+        fusion_method=fusion,
+        fusion_method_code=fusion_code,
         fusion_normalization=norm,
-        rrf_weight_lexical=w_lex,
-        rrf_weight_lexical_code=w_code,
-        rrf_weight_lexical_cross_script=w_cross,
-        convex_weight_lexical=share,
-        rrf_k=k,
+        fusion_rrf_weight_lexical=w_lex,
+        fusion_rrf_weight_lexical_code=w_code,
+        fusion_rrf_weight_lexical_cross_script=w_cross,
+        fusion_convex_weight_lexical=share,
+        fusion_rrf_k=k,
     ),
     st.sampled_from(["rrf", "convex"]),
     st.sampled_from(["rrf", "convex"]),
@@ -295,7 +295,9 @@ def _rrf_sweep(spy):
 
 
 def _fusion_sweep(spy):
-    evaluation.sweep_fusion([], None, [{"fusion": "rrf"}, {"fusion": "convex"}], Settings(), runs=_runs(0))
+    evaluation.sweep_fusion(
+        [], None, [{"fusion_method": "rrf"}, {"fusion_method": "convex"}], Settings(), runs=_runs(0)
+    )
     return "hybrid"
 
 
@@ -314,14 +316,14 @@ def test_every_path_that_fuses_calls_the_policy(path, monkeypatch):
 
 def test_the_policy_is_built_from_the_settings():
     s = Settings(
-        fusion="convex",
-        fusion_code="rrf",
-        rrf_k=42,
-        rrf_weight_vector=0.9,
-        rrf_weight_lexical=0.02,
-        rrf_weight_lexical_code=0.2,
-        rrf_weight_lexical_cross_script=0.001,
-        convex_weight_lexical=0.4,
+        fusion_method="convex",
+        fusion_method_code="rrf",
+        fusion_rrf_k=42,
+        fusion_rrf_weight_vector=0.9,
+        fusion_rrf_weight_lexical=0.02,
+        fusion_rrf_weight_lexical_code=0.2,
+        fusion_rrf_weight_lexical_cross_script=0.001,
+        fusion_convex_weight_lexical=0.4,
         fusion_normalization="dbsf",
     )
     assert FusionPolicy.from_settings(s) == FusionPolicy("convex", 42, 0.9, 0.02, 0.001, 0.4, "dbsf")
@@ -339,7 +341,7 @@ def _partly_embedded() -> tuple[list[dict], list[dict]]:
 
 @pytest.mark.parametrize("fusion", ["rrf", "convex"])
 def test_a_vector_list_over_a_sliver_of_the_scope_does_not_outrank_the_lexical_list(fusion):
-    s = Settings(fusion=fusion, fusion_code=fusion)
+    s = Settings(fusion_method=fusion, fusion_method_code=fusion)
     vector, lexical = _partly_embedded()
     query = "where is register_hook defined?"
     sliver = [h.doc_id for h in hybrid.fuse(vector, lexical, s, 10, query, vector_share=0.02)]

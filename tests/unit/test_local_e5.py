@@ -17,8 +17,8 @@ def test_groups_keep_input_order() -> None:
         "Celery распределяет задачи по очередям ingest и query. " * 2,
         "Последний.",
     ]
-    grouped = LocalE5Embedder(Settings(local_embed_batch=4)).embed_documents(texts)
-    single = LocalE5Embedder(Settings(local_embed_batch=1))
+    grouped = LocalE5Embedder(Settings(embed_local_batch=4)).embed_documents(texts)
+    single = LocalE5Embedder(Settings(embed_local_batch=1))
     assert len(grouped) == len(texts)
     for text, vec in zip(texts, grouped, strict=True):
         alone = np.array(single.embed_documents([text])[0])

@@ -12,7 +12,7 @@ from ragline.shared.stack import processes
 
 
 def _settings(tmp_path: Path, **kw) -> Settings:
-    return Settings(home=tmp_path, **kw)
+    return Settings(services_home=tmp_path, **kw)
 
 
 def _worker_specs(s: Settings) -> dict[str, processes.ProcSpec]:
@@ -39,14 +39,19 @@ def _worker_specs(s: Settings) -> dict[str, processes.ProcSpec]:
     ],
 )
 def test_auto_query_pool_follows_where_the_model_runs(tmp_path, embedder, reranker, expected):
-    assert _settings(tmp_path, embedder=embedder, reranker=reranker).effective_query_pool == expected
-    explicit = _settings(tmp_path, embedder=embedder, reranker=reranker, query_pool="prefork")
+    assert (
+        _settings(tmp_path, embed_provider=embedder, rerank_provider=reranker).effective_query_pool
+        == expected
+    )
+    explicit = _settings(
+        tmp_path, embed_provider=embedder, rerank_provider=reranker, workers_query_pool="prefork"
+    )
     assert explicit.effective_query_pool == "prefork"
 
 
 def test_solo_query_pool_is_one_process_per_concurrent_question(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    s = _settings(tmp_path, query_pool="solo", query_concurrency=3)
+    s = _settings(tmp_path, workers_query_pool="solo", workers_query_concurrency=3)
     specs = _worker_specs(s)
     names = processes.pool_process_names(s, "query")
     assert names == ["worker-query", "worker-query-2", "worker-query-3"]
@@ -64,7 +69,7 @@ def test_solo_query_pool_is_one_process_per_concurrent_question(tmp_path, monkey
 
 def test_threads_query_pool_is_one_process(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    s = _settings(tmp_path, query_pool="threads", query_concurrency=3)
+    s = _settings(tmp_path, workers_query_pool="threads", workers_query_concurrency=3)
     assert processes.pool_process_names(s, "query") == ["worker-query"]
     spec = _worker_specs(s)["worker-query"]
     assert (

@@ -18,7 +18,7 @@ ROUNDS = 40
 
 
 def _writer(home: str, index: int) -> None:
-    settings = Settings(home=home)
+    settings = Settings(services_home=home)
     for round_no in range(ROUNDS):
         services._write_runtime(settings, **{f"key{index}": str(round_no)})
 
@@ -32,7 +32,7 @@ def test_concurrent_writers_keep_each_others_keys(tmp_path):
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
-    data = Settings(home=str(tmp_path)).runtime()
+    data = Settings(services_home=str(tmp_path)).runtime()
     assert data == {f"key{i}": str(ROUNDS - 1) for i in range(WRITERS)}
     assert oct((tmp_path / "runtime.json").stat().st_mode & 0o777) == "0o600"
 
@@ -40,7 +40,7 @@ def test_concurrent_writers_keep_each_others_keys(tmp_path):
 def test_a_reader_waits_for_a_stack_that_is_starting(tmp_path, monkeypatch):
     """`ragline up` writes the Postgres URL, then starts Redis (slow under load): a command reading
     the runtime file between the two gets the Redis URL once it is written, not "not up"."""
-    settings = Settings(home=str(tmp_path), services_stack_change_wait_s=60)
+    settings = Settings(services_home=str(tmp_path), services_stack_change_wait_s=60)
     postgres_written, redis_may_start = threading.Event(), threading.Event()
 
     def start_postgres(s):
@@ -72,7 +72,7 @@ def test_a_stack_that_is_not_starting_is_reported_at_once_with_where_it_looked(t
     from ragline.shared.config import runtime
     from ragline.shared.config.settings import StackNotUp
 
-    settings = Settings(home=str(tmp_path / "home"), services_stack_change_wait_s=3600)
+    settings = Settings(services_home=str(tmp_path / "home"), services_stack_change_wait_s=3600)
     assert runtime.wait_while_changing(settings.home_dir, 3600) is False  # nobody holds the lock
     with pytest.raises(StackNotUp) as err:
         settings.effective_redis_url()
@@ -82,7 +82,7 @@ def test_a_stack_that_is_not_starting_is_reported_at_once_with_where_it_looked(t
 
 def test_a_half_written_file_of_an_older_writer_reads_as_empty(tmp_path):
     (tmp_path / "runtime.json").write_text('{"redis_url": "redis://', encoding="utf-8")
-    assert Settings(home=str(tmp_path)).runtime() == {}
+    assert Settings(services_home=str(tmp_path)).runtime() == {}
 
 
 def test_the_process_starting_the_stack_never_waits_for_itself(tmp_path):
@@ -91,7 +91,7 @@ def test_the_process_starting_the_stack_never_waits_for_itself(tmp_path):
     from ragline.shared.config import runtime
     from ragline.shared.config.settings import StackNotUp
 
-    settings = Settings(home=str(tmp_path), services_stack_change_wait_s=3600)
+    settings = Settings(services_home=str(tmp_path), services_stack_change_wait_s=3600)
     with runtime.changing(settings.home_dir):
         services._write_runtime(settings, database_url="postgresql://postgres@/ragline?host=/x")
         assert settings.effective_database_url() == "postgresql://postgres@/ragline?host=/x"

@@ -65,7 +65,12 @@ def _row(doc: str, **kw) -> dict:
 def test_fuse_convex_in_rrf_units_then_bonus_and_penalty():
     from ragline.query.retrieval.hybrid import fuse
 
-    s = Settings(fusion="convex", convex_weight_lexical=0.6, fusion_normalization="minmax", rrf_k=60)
+    s = Settings(
+        fusion_method="convex",
+        fusion_convex_weight_lexical=0.6,
+        fusion_normalization="minmax",
+        fusion_rrf_k=60,
+    )
     vector = [_row("a", distance=0.10), _row("b", distance=0.12), _row("t", distance=0.11, test_penalty=1.0)]
     lexical = [_row("b", rank=9.0), _row("c", rank=1.0, prefer_bonus=0.5)]
     hits = fuse(vector, lexical, s, limit=4, query="погода в городе")
@@ -80,11 +85,11 @@ def test_fuse_convex_in_rrf_units_then_bonus_and_penalty():
 def test_questions_naming_code_use_the_code_fusion():
     from ragline.query.retrieval.hybrid import fusion_for
 
-    s = Settings(fusion="convex", fusion_code="rrf")
+    s = Settings(fusion_method="convex", fusion_method_code="rrf")
     assert fusion_for("какая погода в Москве", s) == "convex"
     assert fusion_for("where is register_hook defined?", s) == "rrf"
     assert fusion_for("error in requests/sessions.py", s) == "rrf"
-    assert fusion_for("register_hook", Settings(fusion="rrf", fusion_code="rrf")) == "rrf"
+    assert fusion_for("register_hook", Settings(fusion_method="rrf", fusion_method_code="rrf")) == "rrf"
     # a prose question whose candidates are code, or point at code, is code retrieval too
     assert (
         fusion_for("как зарегистрировать хук", s, [_row("a"), _row("b", layer="C0_SOURCE_CHUNKS")]) == "rrf"
@@ -99,13 +104,21 @@ def test_code_retrieval_fuses_with_the_code_lexical_weight():
     ``rrf_weight_lexical_code``; prose keeps ``rrf_weight_lexical``."""
     from ragline.query.retrieval.hybrid import fuse, fusion_plan
 
-    s = Settings(fusion="convex", fusion_code="rrf", rrf_weight_lexical=0.0175, rrf_weight_lexical_code=1.0)
+    s = Settings(
+        fusion_method="convex",
+        fusion_method_code="rrf",
+        fusion_rrf_weight_lexical=0.0175,
+        fusion_rrf_weight_lexical_code=1.0,
+    )
     vector = [_row("a", distance=0.10), _row("b", distance=0.11), _row("c", distance=0.12)]
     lexical = [_row("c", rank=3.0)]
     # c: 1/63 + w/61 beats a's 1/61 only at the code weight (at 0.0175 a stays first)
     assert [h.doc_id for h in fuse(vector, lexical, s, 3, "where is register_hook defined?")][0] == "c"
     rrf_only = Settings(
-        fusion="rrf", fusion_code="rrf", rrf_weight_lexical=0.0175, rrf_weight_lexical_code=1.0
+        fusion_method="rrf",
+        fusion_method_code="rrf",
+        fusion_rrf_weight_lexical=0.0175,
+        fusion_rrf_weight_lexical_code=1.0,
     )
     assert [h.doc_id for h in fuse(vector, lexical, rrf_only, 3, "как зарегистрировать хук")][0] == "a"
     code_rows = [_row("a", layer="C0_SOURCE_CHUNKS")]
@@ -123,7 +136,7 @@ def test_cross_script_question_keeps_the_vector_order_under_convex_too():
     ru = "Лютер писал, что двое монахов были сожжены на костре в Брюсселе, и это было началом."
     vector = [_row("Martin_Luther_p3", content=ru, distance=0.15), _row("UMC_p4", content=ru, distance=0.151)]
     lexical = [_row("UMC_p4", content=ru, rank=5.0)]
-    s = Settings(fusion="convex", convex_weight_lexical=0.6, fusion_normalization="minmax")
+    s = Settings(fusion_method="convex", fusion_convex_weight_lexical=0.6, fusion_normalization="minmax")
     english = "Why were Johann Esch and Heinrich Voes executed by the Catholic Church?"
     assert [h.doc_id for h in fuse(vector, lexical, s, 2, english)] == ["Martin_Luther_p3", "UMC_p4"]
     russian = "Почему монахи были сожжены в Брюсселе?"
@@ -153,15 +166,19 @@ def test_sweep_fusion_recomputes_hybrid_from_the_scored_lists():
         queries,
         search,
         [
-            {"fusion": "rrf"},
-            {"fusion": "convex", "convex_weight_lexical": 0.6, "fusion_normalization": "minmax"},
+            {"fusion_method": "rrf"},
+            {
+                "fusion_method": "convex",
+                "fusion_convex_weight_lexical": 0.6,
+                "fusion_normalization": "minmax",
+            },
         ],
-        Settings(rrf_weight_lexical=0.0175),
+        Settings(fusion_rrf_weight_lexical=0.0175),
         runs=runs,
     )
     # rrf keeps b behind a (1/63 + 0.0175/61 < 1/61), convex trusts its lexical score
     assert [r["mrr@10"] for r in rows] == [0.5, 1.0]
-    assert rows[1]["fusion"] == "convex" and rows[1]["n"] == 1
+    assert rows[1]["fusion_method"] == "convex" and rows[1]["n"] == 1
     assert sweep_rrf(queries, search, [(1.0, 0.0175)], runs=runs)[0]["mrr@10"] == 0.5
     assert calls == ["vector", "lexical"]  # one run of each list served every sweep
 

@@ -1,16 +1,16 @@
-"""Every environment variable of the flat settings still reaches its field in the grouped settings.
+"""Every environment variable reaches its field in the grouped settings, and every variable of 0.1
+either still does (its name was already derived) or stops the settings with an error naming the
+variable that replaced it.
 
-``OLD_VARIABLES`` is the list of variables the flat ``Settings`` read before the settings were
-grouped (taken from that class and the generated table in docs/configuration.md): the name, a valid
-non-default value as it would be written in the environment, where the value lands now, and the
-value expected there.
+``OLD_VARIABLES`` is the list of variables ragline 0.1 read (taken from the flat ``Settings`` and the
+generated table in docs/configuration.md): the name, a valid non-default value as it would be
+written in the environment, where the value lands, and the value expected there.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import warnings
 from pathlib import Path
 
 import pytest
@@ -18,12 +18,13 @@ from pydantic import SecretStr, ValidationError
 from typer.testing import CliRunner
 
 from ragline.cli.config import app as config_app
-from ragline.shared.config import settings as settings_module
+from ragline.shared.config.renamed import RENAMED
 from ragline.shared.config.settings import (
-    DEPRECATED_NAMES,
     PLATFORM_NAMES,
+    RenamedVariables,
     Settings,
     env_name,
+    renamed_message,
     reset_settings,
 )
 
@@ -326,31 +327,82 @@ def _plain(value: object) -> object:
     return value.get_secret_value() if isinstance(value, SecretStr) else value
 
 
-def test_every_old_variable_is_still_declared():
-    declared = {name for *_, field in Settings.iter_fields() for name in Settings.env_names(field)}
-    derived = {env_name(group, name) for group, name, _ in Settings.iter_fields()}
-    assert declared == {row[0] for row in OLD_VARIABLES} | derived
-    targets = {f"{group}.{name}" for group, name, _ in Settings.iter_fields()}
-    assert targets == {row[2] for row in OLD_VARIABLES + NEW_VARIABLES}
+def test_every_old_variable_is_derived_or_renamed_to_the_derived_name():
+    """The table of renamed variables is exactly the 0.1 names that are not derived, each mapped to
+    the derived name of the setting it set (a table that forgot one would let it be ignored)."""
+    renamed = {}
+    for variable, _raw, path, _expected in OLD_VARIABLES:
+        derived = env_name(*path.split("."))
+        if variable in PLATFORM_NAMES:
+            assert Settings.env_names(*path.split(".")) == (derived, variable)
+        elif variable != derived:
+            renamed[variable] = derived
+    assert renamed == RENAMED
 
 
+RENAMED_ROWS = [row for row in OLD_VARIABLES if row[0] in RENAMED]
+
+
+@pytest.mark.parametrize("where", ["env", ".env"])
 @pytest.mark.parametrize(
-    ("variable", "raw", "path", "expected"), OLD_VARIABLES, ids=[r[0] for r in OLD_VARIABLES]
+    ("variable", "raw", "path", "expected"), RENAMED_ROWS, ids=[r[0] for r in RENAMED_ROWS]
 )
-def test_old_variable_reaches_its_nested_field(monkeypatch, tmp_path, variable, raw, path, expected):
+def test_a_renamed_variable_stops_the_settings_naming_its_replacement(
+    monkeypatch, tmp_path, where, variable, raw, path, expected
+):
     _clean_env(monkeypatch, tmp_path)
-    default = _at(Settings(), path)
-    assert _plain(default) != _plain(expected), "the test value must differ from the default"
-    monkeypatch.setenv(variable, raw)
-    value = _at(Settings(), path)
-    assert type(value) is type(expected)
-    assert _plain(value) == _plain(expected)
+    if where == "env":
+        monkeypatch.setenv(variable, raw)
+    else:
+        (tmp_path / ".env").write_text(f"{variable}={raw}\n")
+    with pytest.raises(RenamedVariables) as caught:
+        Settings()
+    assert caught.value.renamed == [(variable, RENAMED[variable])]
+    assert f"{variable} is no longer read: set {RENAMED[variable]}" in str(caught.value)
+    if len(raw) > 3:  # the value is never shown (a short one may occur in the text by chance)
+        assert raw not in str(caught.value)
 
 
-def test_prefixed_url_wins_over_the_platform_one(monkeypatch, tmp_path):
+def test_a_renamed_variable_stops_the_settings_even_beside_its_replacement(monkeypatch, tmp_path):
+    _clean_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("RAGLINE_EMBEDDER", "voyage")
+    monkeypatch.setenv("RAGLINE_EMBED_PROVIDER", "ollama")
+    (tmp_path / ".env").write_text("RAGLINE_RRF_K=61\n")
+    with pytest.raises(RenamedVariables) as caught:
+        Settings()
+    assert caught.value.renamed == [
+        ("RAGLINE_EMBEDDER", "RAGLINE_EMBED_PROVIDER"),
+        ("RAGLINE_RRF_K", "RAGLINE_FUSION_RRF_K"),
+    ]
+
+
+def test_a_renamed_variable_whose_setting_was_removed_is_named_as_removed():
+    assert renamed_message("RAGLINE_EMBEDDER", "RAGLINE_EMBED_PROVIDER") == (
+        "RAGLINE_EMBEDDER is no longer read: set RAGLINE_EMBED_PROVIDER"
+    )
+    assert renamed_message("RAGLINE_OLD", "RAGLINE_CHUNK_NO_SUCH_SETTING") == (
+        "RAGLINE_OLD is no longer read, and its setting (RAGLINE_CHUNK_NO_SUCH_SETTING) was removed: unset it"
+    )
+
+
+def test_ragline_config_names_each_renamed_variable_and_fails(monkeypatch, tmp_path):
+    _clean_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("RAGLINE_QUERY_POOL", "solo")
+    monkeypatch.setenv("RAGLINE_METRICS_PASSWORD", "metrics-old-name-pw")
+    result = CliRunner().invoke(config_app, [])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "error: RAGLINE_METRICS_PASSWORD is no longer read: set RAGLINE_OPS_METRICS_PASSWORD",
+        "error: RAGLINE_QUERY_POOL is no longer read: set RAGLINE_WORKERS_QUERY_POOL",
+    ]
+    assert "metrics-old-name-pw" not in result.output
+
+
+def test_the_prefixed_url_wins_over_the_platform_one(monkeypatch, tmp_path):
     _clean_env(monkeypatch, tmp_path)
     monkeypatch.setenv("DATABASE_URL", "postgresql://platform/db")
-    monkeypatch.setenv("RAGLINE_DATABASE_URL", "postgresql://ragline/db")
+    monkeypatch.setenv("RAGLINE_SERVICES_DATABASE_URL", "postgresql://ragline/db")
     monkeypatch.setenv("REDIS_URL", "redis://platform:6379/0")
     s = Settings()
     assert s.services.database_url == "postgresql://ragline/db"
@@ -365,7 +417,7 @@ def test_dotenv_file_is_read_and_the_environment_wins(monkeypatch, tmp_path):
         "RAGLINE_CHUNK_MAX_CHARS=950\n"
         "RAGLINE_EMBED_RPM=120\n"
         "DATABASE_URL=postgresql://dotenv/db\n"
-        "RAGLINE_VOYAGE_API_KEY=pa-from-dotenv\n"
+        "RAGLINE_PROVIDERS_VOYAGE_API_KEY=pa-from-dotenv\n"
         'RAGLINE_INGEST_ALLOWED_ROOTS=["/data/docs"]\n'
     )
     monkeypatch.setenv("RAGLINE_EMBED_RPM", "60")
@@ -381,7 +433,7 @@ def test_keyword_overrides_take_variable_names_or_groups(monkeypatch, tmp_path):
     _clean_env(monkeypatch, tmp_path)
     monkeypatch.setenv("RAGLINE_CHUNK_MAX_CHARS", "950")
     monkeypatch.setenv("RAGLINE_CHUNK_HARD_MAX_CHARS", "4500")
-    flat = Settings(chunk_max_chars=700, embedder="ollama", home=tmp_path)
+    flat = Settings(chunk_max_chars=700, embed_provider="ollama", services_home=tmp_path)
     assert (flat.chunk.max_chars, flat.chunk.hard_max_chars) == (700, 4500)
     assert flat.embed.provider == "ollama" and flat.services.home == tmp_path
     nested = Settings(chunk={"max_chars": 700}, embed={"provider": "ollama"})
@@ -389,6 +441,10 @@ def test_keyword_overrides_take_variable_names_or_groups(monkeypatch, tmp_path):
     assert nested.embed.provider == "ollama"
     with pytest.raises(ValidationError, match="no_such_setting"):
         Settings(no_such_setting=1)
+    with pytest.raises(ValidationError, match="embedder"):  # a keyword of 0.1
+        Settings(embedder="ollama")
+    with pytest.raises(ValidationError, match="max_charz"):
+        Settings(chunk={"max_charz": 1})
 
 
 def test_constraints_are_checked(monkeypatch, tmp_path):
@@ -398,24 +454,24 @@ def test_constraints_are_checked(monkeypatch, tmp_path):
         Settings()
     monkeypatch.delenv("RAGLINE_EMBED_BATCH_SIZE")
     with pytest.raises(ValidationError):
-        Settings(multi_query=6)
+        Settings(transform_multi_query=6)
     with pytest.raises(ValidationError):
         Settings(lifecycle={"purge_schedule_s": 0})
-    monkeypatch.setenv("RAGLINE_QUERY_POOL", "gevent")
-    with pytest.raises(ValidationError, match="RAGLINE_QUERY_POOL"):  # the name that was set
+    monkeypatch.setenv("RAGLINE_WORKERS_QUERY_POOL", "gevent")
+    with pytest.raises(ValidationError, match="RAGLINE_WORKERS_QUERY_POOL"):  # the name that was set
         Settings()
 
 
 def test_secrets_stay_masked(monkeypatch, tmp_path):
     _clean_env(monkeypatch, tmp_path)
-    monkeypatch.setenv("RAGLINE_VOYAGE_API_KEY", "pa-very-secret-key")
+    monkeypatch.setenv("RAGLINE_PROVIDERS_VOYAGE_API_KEY", "pa-very-secret-key")
     monkeypatch.setenv("RAGLINE_FLOWER_PASSWORD", "flower-very-secret")
     s = Settings()
     assert isinstance(s.providers.voyage_api_key, SecretStr)
     assert "pa-very-secret-key" not in repr(s) and "flower-very-secret" not in str(s)
 
     out = CliRunner().invoke(config_app, []).output
-    shown = json.loads(CliRunner().invoke(config_app, []).stdout)  # stderr names the old variables
+    shown = json.loads(CliRunner().invoke(config_app, []).stdout)
     assert shown["providers"]["voyage_api_key"] == "***"
     assert shown["flower"]["password"] == "***"
     assert shown["chunk"]["max_chars"] == 800
@@ -441,6 +497,7 @@ NEW_VARIABLES: list[tuple[str, str, str, object]] = [
     ),
     ("RAGLINE_INGEST_FILL_BATCHES_PER_TASK", "2", "ingest.fill_batches_per_task", 2),
     ("RAGLINE_INGEST_FILL_RUNNERS", "3", "ingest.fill_runners", 3),
+    ("RAGLINE_INGEST_PARSE_TIMEOUT_S", "5", "ingest.parse_timeout_s", 5.0),
     ("RAGLINE_SERVICES_STACK_CHANGE_WAIT_S", "5", "services.stack_change_wait_s", 5.0),
     ("RAGLINE_RETRIEVAL_CORPUS_TERMS", "false", "retrieval.corpus_terms", False),
     ("RAGLINE_ANSWER_EXPAND", "section", "answer.expand", "section"),
@@ -451,7 +508,7 @@ NEW_VARIABLES: list[tuple[str, str, str, object]] = [
 DERIVED_VARIABLES = (
     list(
         {
-            path: (DEPRECATED_NAMES.get(variable, variable), raw, path, expected)
+            path: (RENAMED.get(variable, variable), raw, path, expected)
             for variable, raw, path, expected in OLD_VARIABLES
             if variable not in PLATFORM_NAMES
         }.values()
@@ -461,75 +518,16 @@ DERIVED_VARIABLES = (
 
 
 def test_every_name_is_derived_from_its_group_and_field():
-    for group, name, field in Settings.iter_fields():
-        assert Settings.env_names(field)[0] == f"RAGLINE_{group.upper()}_{name.upper()}"
+    for group, name, _field in Settings.iter_fields():
+        assert Settings.env_names(group, name)[0] == f"RAGLINE_{group.upper()}_{name.upper()}"
     assert {row[2] for row in DERIVED_VARIABLES} == {f"{g}.{n}" for g, n, _ in Settings.iter_fields()}
 
 
 @pytest.mark.parametrize(
     ("variable", "raw", "path", "expected"), DERIVED_VARIABLES, ids=[r[0] for r in DERIVED_VARIABLES]
 )
-def test_derived_variable_reaches_its_field_without_a_warning(
-    monkeypatch, tmp_path, variable, raw, path, expected
-):
+def test_derived_variable_reaches_its_field(monkeypatch, tmp_path, variable, raw, path, expected):
     _clean_env(monkeypatch, tmp_path)
-    monkeypatch.setattr(settings_module, "_warned", set())
     monkeypatch.setenv(variable, raw)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        value = _at(Settings(), path)
+    value = _at(Settings(), path)
     assert type(value) is type(expected) and _plain(value) == _plain(expected)
-    assert [w for w in caught if issubclass(w.category, DeprecationWarning)] == []
-
-
-DEPRECATED_ROWS = [row for row in OLD_VARIABLES if row[0] in DEPRECATED_NAMES]
-
-
-@pytest.mark.parametrize(
-    ("variable", "raw", "path", "expected"), DEPRECATED_ROWS, ids=[r[0] for r in DEPRECATED_ROWS]
-)
-def test_an_old_variable_is_read_and_warned_about(monkeypatch, tmp_path, variable, raw, path, expected):
-    _clean_env(monkeypatch, tmp_path)
-    monkeypatch.setattr(settings_module, "_warned", set())
-    monkeypatch.setenv(variable, raw)
-    with pytest.warns(
-        DeprecationWarning, match=f"{variable} is deprecated: set {DEPRECATED_NAMES[variable]}"
-    ):
-        value = _at(Settings(), path)
-    assert _plain(value) == _plain(expected)
-
-
-def test_the_derived_name_wins_and_an_old_name_in_dotenv_warns_too(monkeypatch, tmp_path):
-    _clean_env(monkeypatch, tmp_path)
-    monkeypatch.setattr(settings_module, "_warned", set())
-    (tmp_path / ".env").write_text("RAGLINE_RRF_K=61\n")
-    monkeypatch.setenv("RAGLINE_EMBEDDER", "voyage")
-    monkeypatch.setenv("RAGLINE_EMBED_PROVIDER", "ollama")
-    with pytest.warns(DeprecationWarning) as caught:
-        s = Settings()
-    assert s.embed.provider == "ollama" and s.fusion.rrf_k == 61
-    messages = sorted(str(w.message) for w in caught)
-    assert messages == [
-        "RAGLINE_EMBEDDER is deprecated (ignored: both are set): set RAGLINE_EMBED_PROVIDER",
-        "RAGLINE_RRF_K is deprecated: set RAGLINE_FUSION_RRF_K",
-    ]
-
-
-def test_platform_names_are_not_warned_about(monkeypatch, tmp_path):
-    _clean_env(monkeypatch, tmp_path)
-    monkeypatch.setattr(settings_module, "_warned", set())
-    monkeypatch.setenv("DATABASE_URL", "postgresql://platform/db")
-    monkeypatch.setenv("REDIS_URL", "redis://platform:6379/0")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        s = Settings()
-    assert s.services.database_url == "postgresql://platform/db"
-    assert [w for w in caught if issubclass(w.category, DeprecationWarning)] == []
-
-
-def test_keyword_overrides_take_derived_and_old_keys(monkeypatch, tmp_path):
-    _clean_env(monkeypatch, tmp_path)
-    assert Settings(embed_provider="voyage").embed.provider == "voyage"
-    assert Settings(embedder="voyage").embed.provider == "voyage"
-    assert Settings(fusion_rrf_k=7, chunk_max_chars=500).fusion.rrf_k == 7
-    assert Settings(retrieval_rrf_k=8).fusion.rrf_k == 8  # the derived name before the split
