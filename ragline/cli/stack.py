@@ -29,9 +29,11 @@ app = typer.Typer(
 def up(
     wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until every worker pool answers a ping"),
 ) -> None:
-    """Start the stack: Postgres, Redis, workers, beat, Flower.
+    """Start the stack: Postgres, Redis, workers, beat, Flower, under a supervisor.
 
-    Migrations are applied before the worker pools start.
+    Every port is checked first (one taken: exit 4, naming the variable that moves it). Migrations
+    are applied before the worker pools start; the supervisor restarts a process that dies, with
+    backoff. One that dies right after its start is reported (exit 1), not taken for a success.
 
     Embedded Postgres and Redis start unless DATABASE_URL / REDIS_URL are set. Passwords that are
     not set are generated into the ragline home first (ragline secrets show);
@@ -239,7 +241,10 @@ def _service_row(info: dict, variable: str) -> str:
 def status(
     as_json: bool = typer.Option(False, "--json", help="print the status as one JSON document"),
 ) -> None:
-    """Show services, processes, queues, jobs and open errors."""
+    """Show services, processes and their restarts, queues, jobs and open errors.
+
+    Exits 0 when everything runs, 1 when the stack runs in part (what is stopped is named on
+    stderr), 4 when it is not running or its Postgres / Redis is down."""
     from ragline.shared.stack import supervisor  # start-up: psutil and prometheus_client
     from ragline.shared.worker import credentials  # start-up: psutil and prometheus_client
 

@@ -1,7 +1,9 @@
-"""Background processes of ``ragline up``: worker pools, beat and Flower.
+"""Background processes of ``ragline up``: worker pools, their metrics servers, beat and Flower,
+started and restarted by the supervisor (``shared/stack/supervisor.py``), and the ports they bind.
 
 Each runs in its own session (process group) with a pid file and a log under the ragline
-home; ``ragline down`` signals exactly those groups and waits until they are gone.
+home; ``ragline down`` stops the supervisor, then signals exactly those groups and waits until they
+are gone.
 """
 
 from __future__ import annotations
