@@ -19,45 +19,6 @@
   every stage checks) and ``question`` (what a question asks, read from its words).
 
 ``pyproject.toml``'s import contracts state it: tasks > service > answer > retrieval > deadline |
-question. The modules were once all in this folder; their old names (``ragline.query.extractive``,
-``ragline.query.retrieve``) still import, as the module of the new name with a DeprecationWarning
-(:data:`MOVED`, served by the finder of ``ragline.shared``).
+question. The modules were once all in this folder; their old module names were removed in 0.2
+(docs/upgrading.md lists each with its new one).
 """
-
-from __future__ import annotations
-
-_RETRIEVAL = (
-    "cache",
-    "expand",
-    "feedback",
-    "file_rank",
-    "filters",
-    "fusion",
-    "language",
-    "rerank",
-    "structure",
-    "terms",
-    "vector_index",
-)
-_ANSWER = (
-    "agentic",
-    "citations",
-    "code_answer",
-    "context",
-    "extractive",
-    "generate",
-    "grounding",
-    "prompt",
-    "sanitize",
-    "stream",
-    "texts",
-    "transforms",
-)
-
-#: old module name -> its home now
-MOVED: dict[str, str] = {
-    **{f"ragline.query.{name}": f"ragline.query.retrieval.{name}" for name in _RETRIEVAL},
-    **{f"ragline.query.{name}": f"ragline.query.answer.{name}" for name in _ANSWER},
-    # split by job; the old module's names, each from its new home
-    "ragline.query.retrieve": "ragline.query.retrieval.compat",
-}

@@ -1,10 +1,9 @@
-"""Every module path the repository names exists, and the old names of moved modules still import.
+"""Every module path the repository names exists, and the module names removed in 0.2 are gone and
+each is named with its new home in the upgrade note.
 
 The docs, deploy files, examples, comments and patch targets name modules by dotted name
 (``ragline.shared.worker.db``) and by file (``shared/worker/db.py``); after a module moves, a stale
-name is a wrong map for the next reader. The names from before a move still work for code outside
-the repository (the ``MOVED`` aliases of ``shared/__init__.py`` and ``query/__init__.py``) and are
-checked here too.
+name is a wrong map for the next reader.
 """
 
 from __future__ import annotations
@@ -13,26 +12,19 @@ import ast
 import importlib
 import re
 import subprocess
-import sys
-import warnings
 from functools import cache
 from pathlib import Path
 
 import pytest
 
-import ragline.query
-import ragline.shared
-from ragline.shared import new_name
 from ragline.shared.sdk.names import ALL_TASKS
-
-#: every package's old module names -> their homes now
-MOVED = ragline.shared.MOVED | ragline.query.MOVED
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIRS = {"ragline": ROOT / "ragline", "ragline.ingest": ROOT / "ingest"}
 PACKAGE_DIRS |= {"ragline.query": ROOT / "query", "ragline.shared": ROOT / "shared"}
 #: the files that name the old module paths on purpose
-OLD_NAMES_ON_PURPOSE = {"shared/__init__.py", "query/__init__.py", "tests/unit/test_module_names.py"}
+OLD_NAMES_ON_PURPOSE = {"docs/upgrading.md", "tests/unit/test_module_names.py"}
+UPGRADING = ROOT / "docs" / "upgrading.md"
 DOTTED = re.compile(r"(?<![\w.])ragline\.(?:cli|ingest|query|shared)(?:\.[A-Za-z_]\w*)+")
 #: a module imported by name: an old name here is stale even when it is also a task's name
 IMPORTED = re.compile(r"(?:^|\s)(?:from|import)\s+(ragline\.[\w.]+)", re.M)
@@ -113,11 +105,11 @@ def test_every_module_the_repository_names_exists():
             dotted = match.group(0).rstrip(".")
             if dotted in ALL_TASKS:  # a task name (``ragline.query.retrieve``), not a module's
                 continue
-            if new_name(dotted) is not None or stale(dotted):
-                missing.append(f"{name}: {dotted} (now {new_name(dotted) or '?'})")
+            if stale(dotted) or _removed(dotted):
+                missing.append(f"{name}: {dotted}")
         for match in IMPORTED.finditer(text):
-            if new_name(match.group(1)) is not None:
-                missing.append(f"{name}: {match.group(1)} (now {new_name(match.group(1))})")
+            if _removed(match.group(1)):
+                missing.append(f"{name}: {match.group(1)}")
         for match in FILE.finditer(text):
             if not (ROOT / match.group(0)).is_file():
                 missing.append(f"{name}: {match.group(0)}")
@@ -129,67 +121,89 @@ def test_the_stale_check_sees_a_moved_module():
     assert stale("ragline.shared.settings")
     assert stale("ragline.shared.no_such_module")
     assert not stale("ragline.shared.config.settings.get_settings")
-    assert not stale("ragline.shared.MOVED")
     assert not stale("ragline.query.ask")  # a task name
     assert stale("ragline.query.extractive.extract")
-    assert new_name("ragline.query.extractive.extract") == "ragline.query.answer.extractive.extract"
+    assert _removed("ragline.query.extractive.extract") and not _removed("ragline.query.answer.extractive")
 
 
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_an_old_module_name_imports_the_same_module(old):
-    first_time = old not in sys.modules
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(MOVED[old])
-    assert sys.modules[old] is module
-    if first_time:
-        assert [w for w in caught if w.category is DeprecationWarning and MOVED[old] in str(w.message)]
+#: the module names 0.1 still imported through a finder of aliases (``MOVED``), removed in 0.2 ->
+#: their homes (``ragline.query.retrieve``'s names were split among the retrieval modules)
+REMOVED_IN_0_2: dict[str, str] = {
+    "ragline.query.agentic": "ragline.query.answer.agentic",
+    "ragline.query.cache": "ragline.query.retrieval.cache",
+    "ragline.query.citations": "ragline.query.answer.citations",
+    "ragline.query.code_answer": "ragline.query.answer.code_answer",
+    "ragline.query.context": "ragline.query.answer.context",
+    "ragline.query.expand": "ragline.query.retrieval.expand",
+    "ragline.query.extractive": "ragline.query.answer.extractive",
+    "ragline.query.feedback": "ragline.query.retrieval.feedback",
+    "ragline.query.file_rank": "ragline.query.retrieval.file_rank",
+    "ragline.query.filters": "ragline.query.retrieval.filters",
+    "ragline.query.fusion": "ragline.query.retrieval.fusion",
+    "ragline.query.generate": "ragline.query.answer.generate",
+    "ragline.query.grounding": "ragline.query.answer.grounding",
+    "ragline.query.language": "ragline.query.retrieval.language",
+    "ragline.query.prompt": "ragline.query.answer.prompt",
+    "ragline.query.rerank": "ragline.query.retrieval.rerank",
+    "ragline.query.retrieve": "ragline.query.retrieval.search",
+    "ragline.query.sanitize": "ragline.query.answer.sanitize",
+    "ragline.query.stream": "ragline.query.answer.stream",
+    "ragline.query.structure": "ragline.query.retrieval.structure",
+    "ragline.query.terms": "ragline.query.retrieval.terms",
+    "ragline.query.texts": "ragline.query.answer.texts",
+    "ragline.query.transforms": "ragline.query.answer.transforms",
+    "ragline.query.vector_index": "ragline.query.retrieval.vector_index",
+    "ragline.shared.answer_stream": "ragline.shared.sdk.answer_stream",
+    "ragline.shared.async_client": "ragline.shared.sdk.async_client",
+    "ragline.shared.celery_app": "ragline.shared.worker.celery_app",
+    "ragline.shared.celery_base": "ragline.shared.sdk.celery_base",
+    "ragline.shared.client": "ragline.shared.sdk.client",
+    "ragline.shared.contracts": "ragline.shared.sdk.contracts",
+    "ragline.shared.credentials": "ragline.shared.worker.credentials",
+    "ragline.shared.db": "ragline.shared.worker.db",
+    "ragline.shared.formats": "ragline.shared.sdk.formats",
+    "ragline.shared.identifiers": "ragline.shared.worker.identifiers",
+    "ragline.shared.jobs": "ragline.shared.worker.jobs",
+    "ragline.shared.kombu_redis": "ragline.shared.worker.kombu_redis",
+    "ragline.shared.logging_setup": "ragline.shared.worker.logging_setup",
+    "ragline.shared.metrics": "ragline.shared.worker.metrics",
+    "ragline.shared.metrics_server": "ragline.shared.worker.metrics_server",
+    "ragline.shared.migrate": "ragline.shared.worker.migrate",
+    "ragline.shared.migrations": "ragline.shared.worker.migrations",
+    "ragline.shared.names": "ragline.shared.sdk.names",
+    "ragline.shared.offline_nlp": "ragline.ingest.parse.offline_nlp",
+    "ragline.shared.pending_vectors": "ragline.shared.worker.pending_vectors",
+    "ragline.shared.processes": "ragline.shared.stack.processes",
+    "ragline.shared.providers": "ragline.shared.worker.providers",
+    "ragline.shared.redelivery": "ragline.shared.worker.redelivery",
+    "ragline.shared.replicas": "ragline.shared.worker.replicas",
+    "ragline.shared.runtime": "ragline.shared.config.runtime",
+    "ragline.shared.sender": "ragline.shared.sdk.sender",
+    "ragline.shared.services": "ragline.shared.stack.services",
+    "ragline.shared.settings": "ragline.shared.config.settings",
+    "ragline.shared.signing": "ragline.shared.sdk.signing",
+    "ragline.shared.task_base": "ragline.shared.worker.task_base",
+    "ragline.shared.task_stats": "ragline.shared.worker.task_stats",
+    "ragline.shared.text": "ragline.shared.worker.text",
+    "ragline.shared.timing": "ragline.shared.worker.timing",
+    "ragline.shared.transient": "ragline.shared.worker.transient",
+    "ragline.shared.warmup": "ragline.shared.worker.warmup",
+}
 
 
-def test_a_submodule_of_an_old_package_is_not_loaded_twice():
-    from ragline.shared.worker.providers import retry
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        old = importlib.import_module("ragline.shared.providers.retry")
-        old_contracts = importlib.import_module("ragline.shared.contracts.query")
-    assert old is retry
-    assert old_contracts is importlib.import_module("ragline.shared.sdk.contracts.query")
+def _removed(dotted: str) -> bool:
+    return any(dotted == old or dotted.startswith(old + ".") for old in REMOVED_IN_0_2)
 
 
-def test_python_dash_m_runs_a_module_by_its_old_name():
-    """``python -m ragline.shared.metrics_server`` (a deployment from before the split) runs the
-    new module's code: without a pool it prints the usage, which names the new module."""
-    done = subprocess.run(
-        [sys.executable, "-W", "ignore::DeprecationWarning", "-m", "ragline.shared.metrics_server"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 1
-    assert "usage: python -m ragline.shared.worker.metrics_server" in done.stderr
+@pytest.mark.parametrize("old", sorted(REMOVED_IN_0_2))
+def test_a_removed_module_name_no_longer_imports(old):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
-def test_the_split_retrieve_module_keeps_its_names():
-    """``ragline.query.retrieve`` was split by job: its old public names are each the object of
-    their new home, so code written against it calls the same functions."""
-    import ragline.query.retrieval.compat as compat
-    from ragline.query.retrieval import hybrid, retrievers, row_security, search, sql, transaction
-
-    homes = (hybrid, retrievers, row_security, search, sql, transaction)
-    for name in compat.__all__:
-        owners = [m for m in homes if name in vars(m) and vars(m)[name] is getattr(compat, name)]
-        assert owners, name
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        old = importlib.import_module("ragline.query.retrieve")
-    assert old.vector_rows is retrievers.vector_rows and old.search is search.search
-
-
-def test_a_moved_module_keeps_its_own_spec():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        module = importlib.import_module("ragline.shared.timing")
-    assert module.__spec__.name == "ragline.shared.worker.timing"
-    assert module.__name__ == "ragline.shared.worker.timing"
+def test_the_upgrade_note_names_each_removed_module_with_its_home():
+    text = UPGRADING.read_text(encoding="utf-8")
+    for old, new in REMOVED_IN_0_2.items():
+        assert f"| `{old}` | `{new}` |" in text, old
+    for new in set(REMOVED_IN_0_2.values()):
+        assert not stale(new), new
