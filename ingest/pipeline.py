@@ -46,6 +46,7 @@ from ragline.shared.worker.identifiers import code_tsvector
 from ragline.shared.worker.metrics import ACL_CHANGES, observe_stage
 from ragline.shared.worker.pending_vectors import VectorBudget
 from ragline.shared.worker.providers import get_embedder
+from ragline.shared.worker.time_limit import TimeLimitExceeded, time_limit
 from ragline.shared.worker.timing import elapsed_ms
 
 #: errors that mean "this document is bad", not "the system is down"
@@ -129,19 +130,27 @@ def prepare(req: IngestRequest, embed_model: str, state: dict | None) -> Prepare
             return IngestResult(tenant=req.tenant, doc_id=req.doc_id, status="skipped_unchanged")
         lap("load")
         stage = "parse"
-        parsed = parse_bytes(loaded.data, loaded.fmt, default_title=loaded.title)
-        meta = _front_matter(loaded, parsed)
-        lap("parse")
-        kind = kind_of(parsed)
-        stage = "chunk"
-        chunks = kind.chunks(settings)
-        meta.update(kind.metadata())
+        # the document's own bytes decide how long parsing and chunking take (a parser quadratic on
+        # some input): past the limit this document fails, named, and the batch goes on
+        with time_limit(settings.ingest.parse_timeout_s):
+            parsed = parse_bytes(loaded.data, loaded.fmt, default_title=loaded.title)
+            meta = _front_matter(loaded, parsed)
+            lap("parse")
+            kind = kind_of(parsed)
+            stage = "chunk"
+            chunks = kind.chunks(settings)
+            meta.update(kind.metadata())
         lap("chunk")
         stage = "contextualize"
         contexts = kind.contexts(chunks, req)
         lap("contextualize")
     except DOCUMENT_ERRORS as exc:
         raise DocumentFailed(stage, _readable(exc)) from exc
+    except TimeLimitExceeded:
+        limit = settings.ingest.parse_timeout_s
+        raise DocumentFailed(
+            stage, f"{stage} time limit: stopped after {limit:g} s (RAGLINE_INGEST_PARSE_TIMEOUT_S)"
+        ) from None
     rel = relative_path(req, loaded.path)
     layer, extra_layer = kind.layers(rel, req.layer, LayerRules.from_settings(settings.code))
     for name, s in seconds.items():
@@ -427,6 +436,10 @@ def _ingest_into(
         except identity.IdentityConflict as exc:
             settle(i, identity.record_refusal(req, str(exc)))
             continue
+        except SoftTimeLimitExceeded:  # a stage outside the parse limit, or one stuck in a C call
+            message = "timeout: the task's time limit struck while preparing this document"
+            settle(i, record_failure(req, "timeout", message))
+            raise
         finally:
             alive()
         if isinstance(out, IngestResult):
