@@ -4,14 +4,16 @@ Provider clients have their own timeouts and retry policies (tuned for ingestion
 is fine); a question must not wait for them. The call runs on a per-process thread pool and the
 caller stops waiting at the deadline (the thread finishes in the background).
 
-The question's deadline (:func:`question_deadline`) is cooperative, because nothing else works in
-every query pool: Celery enforces ``soft_time_limit`` and ``time_limit`` only in the prefork pool
-(its solo and threads pools ignore them), and a question must not be killed mid-statement anyway.
-Within a question, every provider call waits at most the time left (:func:`run_with_deadline`),
-every retrieval statement gets at most the time left as its ``statement_timeout``
-(:func:`statement_timeout_ms`), and a stage that would start after the deadline raises
-:class:`QuestionDeadlineExceeded` (:func:`check`). The deadline lives in a context variable, so
-each question of a threads pool has its own.
+The question's deadline (:func:`question_deadline`) holds in every query pool (Celery enforces
+``soft_time_limit`` and ``time_limit`` only in the prefork pool; its solo and threads pools ignore
+them). Within a question, every provider call waits at most the time left
+(:func:`run_with_deadline`), every retrieval statement gets at most the time left as its
+``statement_timeout`` (:func:`statement_timeout_ms`), and a stage that would start after the
+deadline raises :class:`QuestionDeadlineExceeded` (:func:`check`). A CPU-bound stage (reading a
+long question, choosing sentences, fusing lists) is stopped where it is when the deadline passes
+(:func:`ragline.shared.worker.time_limit.time_limit`, in the question's own thread), with the
+same error. The deadline lives in a context variable, so each question of a threads pool has its
+own.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from concurrent.futures import TimeoutError as DeadlineExceeded
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
+
+from ragline.shared.worker.time_limit import TimeLimitExceeded, time_limit
 
 T = TypeVar("T")
 
@@ -42,6 +46,9 @@ __all__ = [
 
 _lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None
+#: how long after the deadline a stage still running is interrupted: a statement or a provider
+#: call ends at the deadline itself (its own timeout is the time left) and says so more precisely
+INTERRUPT_AFTER_S = 0.2
 #: monotonic time at which the current question's budget ends; None outside a question
 _deadline: ContextVar[float | None] = ContextVar("ragline_question_deadline", default=None)
 
@@ -80,15 +87,22 @@ def _executor() -> ThreadPoolExecutor:
 
 @contextmanager
 def question_deadline(seconds: float) -> Iterator[None]:
-    """Everything inside is one question that must end within ``seconds`` (0: no deadline). A
-    nested deadline never extends an enclosing one."""
+    """Everything inside is one question that must end within ``seconds`` (0: no deadline), or
+    raises :class:`QuestionDeadlineExceeded`, a CPU-bound stage stopped where it is. A nested
+    deadline never extends an enclosing one."""
     outer = _deadline.get()
-    end = time.monotonic() + seconds if seconds > 0 else None
+    now = time.monotonic()
+    end = now + seconds if seconds > 0 else None
     if outer is not None:
         end = outer if end is None else min(end, outer)
     token = _deadline.set(end)
     try:
-        yield
+        with time_limit(None if end is None else max(end - now + INTERRUPT_AFTER_S, 1e-3)):
+            yield
+    except TimeLimitExceeded:
+        raise QuestionDeadlineExceeded(
+            "the question's deadline passed during a stage", stage="cpu-bound stage"
+        ) from None
     finally:
         _deadline.reset(token)
 
