@@ -19,6 +19,31 @@ from ragline.shared.sdk.names import TASK_QUERY_ASK, TASK_QUERY_RETRIEVE
 
 app = typer.Typer()
 
+# the scope of a question or search, the same options on both (shared/sdk/client.py, scope_filters)
+SOURCE = typer.Option(None, "--source", help="only this source (the first segment of every doc id)")
+PREFIX = typer.Option(
+    [], "--prefix", "--path-prefix", help="only paths with this prefix, inside --source if given (repeatable)"
+)
+EXCLUDE = typer.Option([], "--exclude", help="leave out paths with this prefix (repeatable)")
+PREFER = typer.Option(
+    [], "--prefer", help="rank paths with this prefix higher, e.g. docs/ over code (repeatable)"
+)
+LAYERS = typer.Option(
+    [], "--layers", "--layer", help="only these layers, comma-separated or repeated (e.g. source,symbols)"
+)
+
+
+def scope(
+    source: str | None, prefix: list[str], exclude: list[str], prefer: list[str], layers: list[str]
+) -> dict:
+    """The contract's filters for the scope options (the clients' own mapping)."""
+    from ragline.shared.sdk.client import scope_filters  # start-up: Celery loads with the client
+
+    out: dict = scope_filters(source, prefix, exclude, prefer)
+    if layers:
+        out["layers"] = [name for value in layers for name in split_csv(value)]
+    return out
+
 
 @app.command()
 def search(
@@ -29,10 +54,11 @@ def search(
     mode: Literal["hybrid", "vector", "lexical", "lexical_code"] = typer.Option(
         "hybrid", "--mode", help="retrieval mode; lexical_code: lexical search of the source-code layer only"
     ),
-    path_prefix: list[str] = typer.Option(
-        [], "--path-prefix", help="only paths with this prefix (repeatable)"
-    ),
-    layer: list[str] = typer.Option([], "--layer", help="only this layer (repeatable)"),
+    source: str | None = SOURCE,
+    prefix: list[str] = PREFIX,
+    exclude: list[str] = EXCLUDE,
+    prefer: list[str] = PREFER,
+    layers: list[str] = LAYERS,
     rerank: bool | None = typer.Option(
         None, "--rerank/--no-rerank", help="default: when a reranker is configured"
     ),
@@ -45,9 +71,8 @@ def search(
         "groups": split_csv(groups),
         "k": k,
         "mode": mode,
-        "path_prefixes": path_prefix,
-        "layers": layer,
         "rerank": rerank,
+        **scope(source, prefix, exclude, prefer, layers),
     }
     res = send_and_wait(TASK_QUERY_RETRIEVE, payload, 60)
     if as_json:
@@ -85,6 +110,11 @@ def ask(
         "--expand",
         help="also send the hits' sections or documents to the answer (RAGLINE_ANSWER_EXPAND)",
     ),
+    source: str | None = SOURCE,
+    prefix: list[str] = PREFIX,
+    exclude: list[str] = EXCLUDE,
+    prefer: list[str] = PREFER,
+    layers: list[str] = LAYERS,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Ask a question through the query queue; prints the answer with [N] citations."""
@@ -98,6 +128,7 @@ def ask(
             "mode": mode,
             "agentic": agentic,
             "expand": expand,
+            **scope(source, prefix, exclude, prefer, layers),
         },
         120,
     )

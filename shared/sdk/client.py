@@ -204,6 +204,47 @@ class Call(NamedTuple):
         return TASK_QUEUES[self.task]
 
 
+#: the convenience names of a scope, each a string or a list of them (:func:`scope_filters`)
+SCOPE_KEYS = ("source", "prefix", "exclude", "prefer")
+
+
+def scope_filters(
+    source: str | None = None,
+    prefix: str | Sequence[str] = (),
+    exclude: str | Sequence[str] = (),
+    prefer: str | Sequence[str] = (),
+) -> dict[str, list[str]]:
+    """The retrieval contract's path filters for a scope named the way a user thinks of it (pure):
+    ``source`` (the first segment of every doc id and path: ``ragline ingest --source``, a git
+    source's name) restricts to that source; ``prefix``, ``exclude`` and ``prefer`` are paths
+    inside it (or whole stored paths without ``source``) that the search keeps only, leaves out,
+    or ranks first (``path_prefixes``, ``exclude_path_prefixes``, ``prefer_path_prefixes``).
+    The CLI's ``ask``/``search`` options and both clients' ``source=``, ``prefix=``, ``exclude=``,
+    ``prefer=`` keywords all go through here."""
+
+    def paths(value: str | Sequence[str]) -> list[str]:
+        items = [value] if isinstance(value, str) else list(value)
+        root = f"{source.strip('/')}/" if source else ""
+        return [root + p.lstrip("/") for p in items if p]
+
+    out = {
+        "path_prefixes": paths(prefix) or ([f"{source.strip('/')}/"] if source else []),
+        "exclude_path_prefixes": paths(exclude),
+        "prefer_path_prefixes": paths(prefer),
+    }
+    return {k: v for k, v in out.items() if v}
+
+
+def with_scope(filters: dict[str, Any]) -> dict[str, Any]:
+    """``filters`` with the convenience names of :data:`SCOPE_KEYS` replaced by the contract's
+    fields (added to any given directly)."""
+    scope = scope_filters(**{k: filters[k] for k in SCOPE_KEYS if filters.get(k)})
+    out = {k: v for k, v in filters.items() if k not in SCOPE_KEYS}
+    for key, values in scope.items():
+        out[key] = [*out.get(key, []), *values]
+    return out
+
+
 def ask_call(
     question: str,
     tenant: str,
@@ -222,7 +263,7 @@ def ask_call(
             "k": k,
             "mode": mode,
             "history": [ChatTurn.model_validate(t) for t in history or []],
-            **filters,
+            **with_scope(filters),
         }
     )
     return Call(TASK_QUERY_ASK, req.model_dump(exclude_defaults=True), AskResponse)
@@ -232,7 +273,7 @@ def search_call(
     query: str, tenant: str, groups: list[str], k: int, mode: str, filters: dict[str, Any]
 ) -> Call:
     req = SearchRequest.model_validate(
-        {"query": query, "tenant": tenant, "groups": groups, "k": k, "mode": mode, **filters}
+        {"query": query, "tenant": tenant, "groups": groups, "k": k, "mode": mode, **with_scope(filters)}
     )
     return Call(TASK_QUERY_RETRIEVE, req.model_dump(exclude_defaults=True), SearchResponse)
 
@@ -242,8 +283,8 @@ def sources_call(tenant: str, groups: list[str]) -> Call:
     return Call(TASK_QUERY_SOURCES, req.model_dump(), SourcesResponse)
 
 
-def rerank_call(query: str, hits: list[Hit], top_k: int | None, threshold: float | None) -> Call:
-    req = RerankRequest(query=query, hits=hits, top_k=top_k, threshold=threshold)
+def rerank_call(query: str, hits: list[Hit], tenant: str, top_k: int | None, threshold: float | None) -> Call:
+    req = RerankRequest(query=query, tenant=tenant, hits=hits, top_k=top_k, threshold=threshold)
     return Call(TASK_QUERY_RERANK, req.model_dump(exclude_none=True), RerankResponse)
 
 
@@ -397,11 +438,12 @@ class RaglineClient:
         query: str,
         hits: list[Hit],
         *,
+        tenant: str,
         top_k: int | None = None,
         threshold: float | None = None,
         timeout: float | None = None,
     ) -> RerankResponse:
-        return self._run(rerank_call(query, hits, top_k, threshold), timeout)
+        return self._run(rerank_call(query, hits, tenant, top_k, threshold), timeout)
 
     def sources(self, tenant: str, groups: list[str], *, timeout: float | None = None) -> SourcesResponse:
         """What is indexed for the caller: its sources with their documents, chunks and commits."""
