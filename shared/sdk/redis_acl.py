@@ -9,10 +9,16 @@ external Redis) and the tests all read it.
 
 Redis 6.2 (the embedded server) has no read/write key permissions: a user's commands apply to every
 key its patterns match. So a producer's commands are chosen to be harmless on the keys it must
-reach but not consume: it pushes to its queues with ``LPUSH`` and reads and deletes its results with
-``GET``/``GETDEL`` (a queue is a list: ``GETDEL`` on it is a type error) and its answer streams with
-``XREAD``/``XTRIM`` (the same on a list); it has no ``DEL``, ``LPOP``, ``LRANGE``, ``SET``, ``XADD``
-or ``PUBLISH`` at all.
+reach but not consume: it reads and deletes its results with ``GET``/``GETDEL`` (a queue is a list:
+``GETDEL`` on it is a type error) and its answer streams with ``XREAD``/``XTRIM`` (the same on a
+list); it has no ``DEL``, ``LPOP``, ``LRANGE``, ``SET``, ``XADD`` or ``PUBLISH`` at all. Its one
+command that creates a key, ``LPUSH``, is granted for its queue's name alone (``+lpush|<queue>``, a
+rule on the command's first argument, which Redis 6.2 and 7 both apply): a producer cannot grow a
+never-expiring list under its result or answer-stream patterns, nor put a list where the worker
+will ``XADD`` an answer stream.
+
+What is left is its queue itself, which it must be able to fill. Redis has no per-user memory
+quota, so the server's ``maxmemory`` bounds it, with :data:`MAXMEMORY_POLICY`.
 
 "Its results": a producer whose URL names a role with :attr:`RedisRole.owns_results` sends its
 tasks with ids ``<role>-<uuid>`` (:func:`task_id`), and the worker writes a task's result and answer
@@ -84,13 +90,27 @@ def _own(role: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return keys, (f"{RESULT_KEY_PREFIX}{role}-*",)
 
 
-#: the commands of a producer that sends tasks and reads its own replies once: push a message
-#: (LPUSH), wait for the reply on its result channel (SUBSCRIBE) and read it (GET), delete it as it
-#: reads it (GETDEL), read and empty an answer stream (XREAD, XTRIM). Nothing here can take a
-#: message off a queue, read a queue, or write a result.
-PRODUCER_COMMANDS = (
+#: the server's eviction policy past ``maxmemory``: only keys with a TTL are evicted, least recently
+#: used first. Results and answer streams carry one (``result_expires``, the stream's ``EXPIRE``);
+#: queues, the ``unacked`` bookkeeping and kombu's bindings carry none, so no queued message is ever
+#: evicted: with nothing left to evict, a write is refused with an OOM error its sender sees. LRU
+#: rather than ``volatile-ttl``: the workers' liveness heartbeats (``shared/worker/redelivery.py``)
+#: carry the shortest TTLs and are refreshed every few seconds, so by TTL they would go first (their
+#: owner's messages restored while it runs), by recent use last; an abandoned result goes first.
+MAXMEMORY_POLICY = "volatile-lru"
+
+
+def producer_commands(queue: str) -> tuple[str, ...]:
+    """The commands of a producer that sends tasks to ``queue`` and reads its own replies once: push
+    a message onto ``queue`` and no other key (LPUSH), wait for the reply on its result channel
+    (SUBSCRIBE) and read it (GET), delete it as it reads it (GETDEL), read and empty an answer
+    stream (XREAD, XTRIM). Nothing here can take a message off a queue, read a queue, write a
+    result, or create any key but ``queue``."""
+    return (f"+lpush|{queue}", *_PRODUCER_READS)
+
+
+_PRODUCER_READS = (
     "+ping",
-    "+lpush",
     "+subscribe",
     "+unsubscribe",
     "+get",
@@ -140,16 +160,16 @@ ROLES: dict[str, RedisRole] = {
         RedisRole(
             "chat",
             "a chat backend (RaglineClient asking): pushes questions, reads its own answers",
-            PRODUCER_COMMANDS,
-            (*queue_keys("query"), *_CHAT_KEYS),
+            producer_commands("query"),
+            ("query", *_CHAT_KEYS),
             _CHAT_CHANNELS,
             owns_results=True,
         ),
         RedisRole(
             "relay",
             "an event relay / connector: pushes document events and ACL syncs, reads its own results",
-            PRODUCER_COMMANDS,
-            (*queue_keys("acl"), *_RELAY_KEYS),
+            producer_commands("acl"),
+            ("acl", *_RELAY_KEYS),
             _RELAY_CHANNELS,
             owns_results=True,
         ),

@@ -177,7 +177,8 @@ def redis_pid(settings: Settings) -> int | None:
 
 def redis_command(settings: Settings, conf: Path, port: int) -> list[str]:
     """The embedded redis-server's command line: loopback only, behind ``conf`` (its password and
-    disabled commands), AOF persistence with the configured fsync policy, no RDB snapshots. (The
+    disabled commands), AOF persistence with the configured fsync policy, no RDB snapshots, a
+    memory limit that evicts only what carries a TTL (``redis_acl.MAXMEMORY_POLICY``). (The
     server's own CONFIG command is disabled, so this is where its settings can be read.)"""
     rdir = _redis_dir(settings)
     return [
@@ -202,6 +203,11 @@ def redis_command(settings: Settings, conf: Path, port: int) -> list[str]:
         f"{settings.services.redis_aof_rewrite_min_mb}mb",
         "--save",
         "",
+        # bounded memory: past it results and answer streams are evicted, never a queue (redis_acl)
+        "--maxmemory",
+        f"{settings.services.redis_maxmemory_mb}mb",
+        "--maxmemory-policy",
+        redis_acl.MAXMEMORY_POLICY,
         "--daemonize",
         "no",
         "--logfile",
