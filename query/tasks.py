@@ -17,7 +17,9 @@ import logging
 from collections.abc import Callable
 from contextlib import nullcontext
 
-from celery import signals
+from celery import signals, states
+from celery.utils.functional import maybe_list
+from celery.worker.control import control_command, revoke
 from pydantic import BaseModel
 
 from ragline.query import service
@@ -30,6 +32,7 @@ from ragline.query.retrieval.vector_index import problem as vector_index_problem
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import AskRequest, ErrorResult, RerankRequest, SearchRequest, SourcesRequest
 from ragline.shared.sdk.names import (
+    CONTROL_CANCEL_QUESTION,
     TASK_QUERY_ASK,
     TASK_QUERY_RERANK,
     TASK_QUERY_RETRIEVE,
@@ -70,36 +73,22 @@ def _forget_abandoned_question(sender=None, request=None, **_: object) -> None:
         sender.backend.forget(request.id)
 
 
-def _forget_control_path_revokes() -> None:
-    """Celery's ``revoke`` control command stores a REVOKED state for a task that is not active on
-    the worker and has no result yet, without the ``task_revoked`` signal. A cancelled question
-    races its own answer there: the worker answers, the client deletes the reply, then the
-    broadcast arrives, reads the deleted key as PENDING and stores a REVOKED nobody reads, until
-    the result expiry. The only tasks ragline revokes are questions (the async client's
-    cancellations), so a REVOKED state found after the command is forgotten (a skip the worker
-    announces itself is forgotten the same way, :func:`_forget_abandoned_question`); a question still
-    to come is skipped by the worker's revoked set, which the command keeps."""
-    from celery import states
-    from celery.utils.functional import maybe_list
-    from celery.worker.control import Panel
-
-    original = Panel.data["revoke"]
-    if getattr(original, "ragline_forgets", False):
-        return
-
-    def revoke(state, task_id, terminate=False, signal=None, **kwargs):  # type: ignore[no-untyped-def]
-        out = original(state, task_id, terminate=terminate, signal=signal, **kwargs)
-        backend = state.app.backend
-        for i in maybe_list(task_id) or []:
-            if backend.get_state(i) == states.REVOKED:
-                backend.forget(i)
-        return out
-
-    revoke.ragline_forgets = True  # type: ignore[attr-defined]
-    Panel.data["revoke"] = revoke
-
-
-_forget_control_path_revokes()
+@control_command(name=CONTROL_CANCEL_QUESTION, variadic="task_id", signature="[id1 [id2 [... [idN]]]]")
+def cancel_question(state, task_id, **kwargs):  # type: ignore[no-untyped-def]
+    """The async client's cancellation of a question, a remote control command of its own (Celery's
+    documented way to add one): Celery's ``revoke`` (a question still to come is skipped, through
+    the worker's revoked set), then the REVOKED state forgotten. Celery's ``revoke`` stores that
+    state for a task that is not active on the worker and has no result yet, without the
+    ``task_revoked`` signal: a cancelled question races its own answer there (the worker answers,
+    the client deletes the reply, then the broadcast arrives, reads the deleted key as PENDING and
+    stores a REVOKED nobody reads, until the result expiry). A skip the worker announces itself is
+    forgotten by :func:`_forget_abandoned_question`."""
+    out = revoke(state, task_id, **kwargs)
+    backend = state.app.backend
+    for i in maybe_list(task_id) or []:
+        if backend.get_state(i) == states.REVOKED:
+            backend.forget(i)
+    return out
 
 
 def run_question(tenant: str | None, question: Callable[[], BaseModel]) -> dict:

@@ -47,7 +47,7 @@ from celery.backends.redis import RedisBackend
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from ragline.shared.sdk import redis_acl
+from ragline.shared.sdk import names, redis_acl
 from ragline.shared.sdk.answer_stream import ERROR, AnswerEvent, read_answer
 from ragline.shared.sdk.celery_base import RaglineCelery
 from ragline.shared.sdk.client import (
@@ -288,7 +288,9 @@ class AsyncRaglineClient:
         broadcast (``redis_acl.may_broadcast``): its question is not revoked, and expires when its
         caller's wait would have ended."""
         if redis_acl.may_broadcast(self.backend_url):
-            self._publisher.submit(self.app.control.revoke, task_id)
+            self._publisher.submit(
+                self.app.control.broadcast, names.CONTROL_CANCEL_QUESTION, arguments={"task_id": task_id}
+            )
         cleanup = asyncio.get_running_loop().create_task(self._delete_when_done(key, timeout))
         self._cleanups.add(cleanup)
         cleanup.add_done_callback(self._cleanups.discard)

@@ -16,6 +16,9 @@ TASK_QUERY_RETRIEVE = "ragline.query.retrieve"
 TASK_QUERY_RERANK = "ragline.query.rerank"
 TASK_QUERY_ASK = "ragline.query.ask"
 TASK_QUERY_SOURCES = "ragline.query.sources"
+#: the query workers' remote control command that cancels a question (``ragline.query.tasks``,
+#: ``cancel_question``): Celery's revoke, then its REVOKED state forgotten
+CONTROL_CANCEL_QUESTION = "ragline_cancel_question"
 TASK_ACL_SYNC = "ragline.acl.sync"
 TASK_REINDEX = "ragline.maintenance.reindex"
 TASK_STUCK_JOBS = "ragline.maintenance.stuck_jobs"

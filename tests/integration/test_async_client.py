@@ -12,6 +12,7 @@ import redis
 
 from ragline.shared.sdk.async_client import AsyncRaglineClient
 from ragline.shared.sdk.client import RaglineError
+from ragline.shared.sdk.names import CONTROL_CANCEL_QUESTION
 from tests.integration.query_corpus import ISOLATION_DOCS, store_docs
 
 
@@ -146,8 +147,8 @@ def test_cancelled_question_is_revoked_and_leaves_nothing(celery_worker, corpus,
 
 def test_a_revoke_arriving_after_the_answer_leaves_nothing(celery_worker, corpus, stack):
     """The cancellation's race with its own answer, in order: the worker answers, the client
-    deletes the reply, then the revoke reaches the worker (Celery's command stores REVOKED for a
-    task it no longer has, without the signal a skip sends)."""
+    deletes the reply, then the cancellation reaches the worker (Celery's revoke, which it runs,
+    stores REVOKED for a task it no longer has, without the signal a skip sends)."""
     from ragline.shared.worker.celery_app import app
 
     url = stack.effective_redis_url()
@@ -160,8 +161,11 @@ def test_a_revoke_arriving_after_the_answer_leaves_nothing(celery_worker, corpus
 
     task_id = asyncio.run(main())
     assert _result_keys(url, [task_id]) == []  # read once and deleted
-    replies = app.control.revoke(task_id, reply=True, timeout=10)  # returns once the worker handled it
-    assert replies, "the worker did not answer the revoke"
+    replies = app.control.broadcast(  # returns once the worker handled it
+        CONTROL_CANCEL_QUESTION, arguments={"task_id": task_id}, reply=True, timeout=10
+    )
+    assert replies, "the worker did not answer the cancellation"
+    assert all("error" not in reply for answer in replies for reply in answer.values()), replies
     assert _result_keys(url, [task_id]) == []
 
 
