@@ -200,7 +200,7 @@ def _refused_counter():
 
     return Counter(
         "rag_tasks_refused",
-        "Task messages a worker refused before running them: unsigned, bad signature, a producer"
+        "Messages a worker dropped or refused before running them: undecodable or not JSON, unsigned, bad signature, a producer"
         " role that may not send the task, or canvas options from a sender that may not send them",
         ["task", "role", "reason"],
     )
