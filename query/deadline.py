@@ -47,8 +47,9 @@ __all__ = [
 _lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None
 #: how long after the deadline a stage still running is interrupted: a statement or a provider
-#: call ends at the deadline itself (its own timeout is the time left) and says so more precisely
-INTERRUPT_AFTER_S = 0.2
+#: call ends at the deadline itself (its own timeout is the time left) and says so more precisely,
+#: and the fallback it leads to (the fused order, an extractive answer) gets this long to answer
+INTERRUPT_AFTER_S = 1.0
 #: monotonic time at which the current question's budget ends; None outside a question
 _deadline: ContextVar[float | None] = ContextVar("ragline_question_deadline", default=None)
 
