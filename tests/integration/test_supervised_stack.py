@@ -27,12 +27,9 @@ from tests.pools import free_port_run
 RAGLINE = [sys.executable, "-m", "ragline.cli"]
 
 
-@contextmanager
-def cli_stack() -> Iterator[tuple[Path, Callable[..., subprocess.CompletedProcess]]]:
-    """``ragline up`` in a fresh home (ports of its own); ``ragline down`` and nothing left after."""
-    # not under tmp_path: the embedded Postgres runs as another user that must traverse the home's parents
-    home = Path(tempfile.mkdtemp(prefix="rl-sup-")) / "home"
-    env = {
+def stack_env(home: Path) -> dict[str, str]:
+    """The environment of a ``ragline up`` in ``home`` with ports of its own and one process per pool."""
+    return {
         **os.environ,
         "RAGLINE_SERVICES_HOME": str(home),
         "RAGLINE_FLOWER_PORT": str(free_port()),
@@ -40,6 +37,14 @@ def cli_stack() -> Iterator[tuple[Path, Callable[..., subprocess.CompletedProces
         "RAGLINE_WORKERS_INGEST_CONCURRENCY": "1",
         "RAGLINE_WORKERS_QUERY_CONCURRENCY": "1",
     }
+
+
+@contextmanager
+def cli_stack() -> Iterator[tuple[Path, Callable[..., subprocess.CompletedProcess]]]:
+    """``ragline up`` in a fresh home (ports of its own); ``ragline down`` and nothing left after."""
+    # not under tmp_path: the embedded Postgres runs as another user that must traverse the home's parents
+    home = Path(tempfile.mkdtemp(prefix="rl-sup-")) / "home"
+    env = stack_env(home)
 
     def run(*a: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run([*RAGLINE, *a], env=env, capture_output=True, text=True, timeout=timeout)
