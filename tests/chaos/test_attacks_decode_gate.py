@@ -237,3 +237,36 @@ def drops_every_bad_message(stack, tmp_path: Path, pool: str, signed: bool) -> h
         " the next task",
         extra={"reasons": expected, "cases": [c for c, _, _ in cases]},
     )
+
+
+@pytest.mark.parametrize(("pool", "role", "queue"), [("query", "chat", "query"), ("control", "relay", "acl")])
+def test_junk_a_producer_user_pushes_onto_its_queue_never_stops_the_pool(stack, pool, role, queue):
+    """The review's reproduction: 16 bytes of non-JSON ``LPUSH``ed by the producer's own Redis user
+    onto the queue its pool consumes (it ended the worker: "Unrecoverable error: JSONDecodeError"),
+    then a task from the same user, which the pool still runs."""
+    from ragline.shared.worker.metrics_server import metrics_dir, reset_dir
+
+    task = POOLS[pool][0]
+    reset_dir(metrics_dir(stack, pool))
+    worker = start_pool(stack, pool, queue=queue, env={"RAGLINE_WORKERS_WARMUP": "false"})
+    producer = redis.Redis.from_url(
+        stack.redis_role_url(stack.runtime()["redis_url"], role), socket_timeout=10
+    )
+    admin = redis.Redis.from_url(stack.effective_redis_url(), socket_timeout=10)
+    try:
+        wait_log(worker, " ready.")
+        task_id = f"{role}-{uuid.uuid4()}"
+        body = json.dumps([[{"not": "a payload"}], {}, EMBED]).encode()
+        producer.lpush(queue, b"\x00not json \xff\xfe!!")  # 16 bytes
+        producer.lpush(queue, _envelope(queue, task, body, "application/json", "utf-8", task_id))
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not admin.exists(f"celery-task-meta-{task_id}"):
+            assert worker.proc.poll() is None, worker.log_text()[-3000:]
+            time.sleep(0.2)
+        assert json.loads(admin.get(f"celery-task-meta-{task_id}"))["result"]["ok"] is False
+        assert worker.proc.poll() is None
+        assert '"broker item dropped"' in worker.log_text()
+        counted = refused_metric(stack, pool)
+        assert counted.get(("-", "none", "not_json")) == 1, counted
+    finally:
+        worker.stop()
