@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from contextlib import nullcontext
 
 from celery import signals, states
 from celery.utils.functional import maybe_list
@@ -91,13 +90,12 @@ def cancel_question(state, task_id, **kwargs):  # type: ignore[no-untyped-def]
     return out
 
 
-def run_question(tenant: str | None, question: Callable[[], BaseModel]) -> dict:
-    """``question()`` behind the tenant's admission (``None``: a request without a tenant) and
-    within the question's deadline, as the task's result."""
+def run_question(tenant: str, question: Callable[[], BaseModel]) -> dict:
+    """``question()`` behind the tenant's admission and within the question's deadline, as the
+    task's result: every query task (search, rerank, ask, sources) is a tenant's question."""
     settings = get_settings()
-    admitted = nullcontext() if tenant is None else get_admission().admit(tenant)
     try:
-        with admitted, question_deadline(settings.deadlines.question_s):
+        with get_admission().admit(tenant), question_deadline(settings.deadlines.question_s):
             return question().model_dump()
     except QueryLimitError as exc:
         QUERY_ERRORS.labels(error=exc.error).inc()
@@ -114,7 +112,7 @@ def retrieve_task(req: SearchRequest) -> dict:
 
 @app.task(name=TASK_QUERY_RERANK, payload_model=RerankRequest, **QUERY_TASK)
 def rerank_task(req: RerankRequest) -> dict:
-    return run_question(None, lambda: service.rerank(req))
+    return run_question(req.tenant, lambda: service.rerank(req))
 
 
 @app.task(name=TASK_QUERY_SOURCES, payload_model=SourcesRequest, **QUERY_TASK)

@@ -383,11 +383,12 @@ class AsyncRaglineClient:
         query: str,
         hits: list[Hit],
         *,
+        tenant: str,
         top_k: int | None = None,
         threshold: float | None = None,
         timeout: float | None = None,
     ) -> RerankResponse:
-        return await self._run(rerank_call(query, hits, top_k, threshold), timeout)
+        return await self._run(rerank_call(query, hits, tenant, top_k, threshold), timeout)
 
     async def sources(
         self, tenant: str, groups: list[str], *, timeout: float | None = None

@@ -140,7 +140,8 @@ def test_rerank_task_contract(celery_worker, corpus, use_settings):
     with LoopbackServer() as srv:
         voyage(use_settings, srv, rerank_timeout_s=5)
         res = app.send_task(
-            TASK_QUERY_RERANK, args=[{"query": QUERY, "hits": [h.model_dump() for h in hits], "top_k": 2}]
+            TASK_QUERY_RERANK,
+            args=[{"query": QUERY, "tenant": corpus, "hits": [h.model_dump() for h in hits], "top_k": 2}],
         ).get(timeout=30)
         assert [h["doc_id"] for h in res["hits"]] == ["b", res["hits"][1]["doc_id"]] and len(res["hits"]) == 2
         assert res["degraded"] is False and "rerank" in res["timings_ms"]

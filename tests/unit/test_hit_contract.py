@@ -41,7 +41,7 @@ def test_given_fields_win_and_every_model_holding_hits_fills_them():
     }
     hit = SearchResponse.model_validate(reply).hits[0]
     assert (hit.span_start, hit.span_end, hit.title) == (3, 5, "a")
-    rerank = RerankRequest.model_validate({"query": "q", "hits": reply["hits"]})
+    rerank = RerankRequest.model_validate({"query": "q", "tenant": "t", "hits": reply["hits"]})
     assert rerank.hits[0].span_end == 5
 
 

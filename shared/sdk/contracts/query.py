@@ -227,15 +227,35 @@ class SearchResponse(BaseModel):
         return self
 
 
+#: the most characters one candidate of a rerank request may carry (its content, context, heading,
+#: path and metadata together): a chat turn's limit, and five times a chunk of the default hard limit
+RERANK_HIT_MAX_CHARS = 20_000
+
+
 class RerankRequest(BaseModel):
-    """Rerank given candidates (e.g. the hits of a retrieve call) for a query."""
+    """Rerank given candidates (e.g. the hits of a retrieve call) for a query: a tenant's question
+    like a search, through the same admission and at most as many candidates as a search returns."""
 
     model_config = ConfigDict(extra="forbid")
 
     query: Text = Field(min_length=1, max_length=4000)
-    hits: list[Hit] = Field(max_length=1000)
+    tenant: Ident = Field(description="the tenant asking: its admission (rate, questions in flight) applies")
+    hits: list[Hit] = Field(
+        max_length=200,
+        description=f"at most a search's k; each at most {RERANK_HIT_MAX_CHARS} characters"
+        " (content, context, heading, path and metadata)",
+    )
     top_k: int | None = Field(default=None, ge=1, le=200, description="default: RAGLINE_RERANK_TOP_K")
     threshold: float | None = Field(default=None, description="default: RAGLINE_RERANK_THRESHOLD")
+
+    @field_validator("hits")
+    @classmethod
+    def _bounded_hits(cls, hits: list[Hit]) -> list[Hit]:
+        for i, h in enumerate(hits):
+            size = len(h.content) + len(h.context) + len(h.heading) + len(h.path) + len(repr(h.metadata))
+            if size > RERANK_HIT_MAX_CHARS:
+                raise ValueError(f"hit {i} carries {size} characters, more than {RERANK_HIT_MAX_CHARS}")
+        return hits
 
 
 class RerankResponse(SearchResponse):
