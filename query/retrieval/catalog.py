@@ -11,6 +11,7 @@ and commit never named.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import psycopg
 
@@ -41,7 +42,7 @@ ORDER BY 1
 """
 
 
-def sources(conn: psycopg.Connection, req: SourcesRequest, settings: Settings) -> SourcesResponse:
+def sources(conn: psycopg.Connection[Any], req: SourcesRequest, settings: Settings) -> SourcesResponse:
     """The caller's sources, counted over the documents its groups admit."""
     if not req.groups:
         return SourcesResponse(sources=[])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict
 from datetime import UTC, datetime
 
 import typer
@@ -104,18 +105,11 @@ def token_list(as_json: bool = typer.Option(False, "--json")) -> None:
     """The tokens: id, tenant, groups, creation time, note (never the token)."""
     from ragline.mcp.tokens import TokenStore
 
-    rows = [
-        {
-            "id": r.id,
-            "tenant": r.tenant,
-            "groups": r.groups,
-            "created_at": iso(datetime.fromtimestamp(r.created_at, UTC)),
-            "note": r.note,
-        }
-        for r in TokenStore(get_settings()).records().values()
-    ]
+    records = TokenStore(get_settings()).records().values()
     if as_json:
-        print(json.dumps(rows, indent=2))
+        rows = [{**asdict(r), "created_at": iso(datetime.fromtimestamp(r.created_at, UTC))} for r in records]
+        print(json.dumps([{k: v for k, v in r.items() if k != "sha256"} for r in rows], indent=2))
         return
-    for r in rows:
-        echo(f"{r['id']}  {r['tenant']}  {','.join(r['groups'])}  {r['created_at']}  {r['note']}")
+    for r in records:
+        created = iso(datetime.fromtimestamp(r.created_at, UTC))
+        echo(f"{r.id}  {r.tenant}  {','.join(r.groups)}  {created}  {r.note}")

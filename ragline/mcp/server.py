@@ -293,11 +293,13 @@ def tool(name: str, args: type[ToolArgs], out: type[BaseModel], description: str
         return Tool(
             fn=run,
             name=name,
+            title=None,
             description=description,
             parameters=args.model_json_schema(by_alias=True),
             fn_metadata=FuncMetadata(arg_model=args, output_model=out),
             is_async=True,
-            annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+            context_kwarg=None,
+            annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
         )
 
     return register
