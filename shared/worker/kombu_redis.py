@@ -10,7 +10,9 @@ replaces ``_brpop_read`` with the same read whose item goes through
 :func:`ragline.shared.sdk.decode_gate.envelope_problem` first: an item that is not a message is
 dropped (it is already off the queue and in no ``unacked`` hash, so nothing brings it back), logged
 (``broker item dropped``, its queue and size, never its bytes) and counted in ``rag_tasks_refused``
-(``task="-"``, ``reason`` ``not_json`` or ``envelope``), and the worker reads the next one.
+(``task="-"``, ``reason`` ``not_json`` or ``envelope``), and the worker reads the next one. A
+message published to a fanout exchange (remote control, by the ``flower`` user among others) is
+checked the same way before kombu delivers it.
 
 **Lost deliveries.** kombu takes a message off its queue with ``BRPOP`` and then, in a second
 round trip, records it in the ``unacked`` hash (``QoS.append``), where ``acks_late`` and
@@ -234,6 +236,17 @@ def _brpop_read(self, **options):
             flush()
 
 
+def _deliver_fanout_message(self, message, exchange):
+    """kombu's fanout delivery (remote control, events) with the decoded item checked first: its
+    own reader skips what is not JSON but delivers any JSON, and a non-message ended the worker."""
+    problem = decode_gate.envelope_problem(message)
+    if problem is not None:
+        get_logger("ragline.broker").warning("broker item dropped", exchange=exchange, reason=problem)
+        signing.count_refused("-", signing.NO_ROLE, problem)
+        return True
+    return _deliver_fanout_message.__wrapped__(self, message, exchange)
+
+
 def gate_deliveries() -> bool:
     """Patch ``kombu.transport.redis.Channel._brpop_read`` once (see the module docstring); False
     for a kombu release outside :data:`KOMBU_VERSIONS` (logged: junk on a queue would stop it)."""
@@ -248,4 +261,7 @@ def gate_deliveries() -> bool:
     _brpop_read.ragline_gate = True
     _brpop_read.__wrapped__ = channel_cls._brpop_read
     channel_cls._brpop_read = _brpop_read
+    if hasattr(channel_cls, "_deliver_fanout_message"):  # kombu 5.7; 5.3 delivers inline (unguarded)
+        _deliver_fanout_message.__wrapped__ = channel_cls._deliver_fanout_message
+        channel_cls._deliver_fanout_message = _deliver_fanout_message
     return True

@@ -270,3 +270,30 @@ def test_junk_a_producer_user_pushes_onto_its_queue_never_stops_the_pool(stack, 
         assert counted.get(("-", "none", "not_json")) == 1, counted
     finally:
         worker.stop()
+
+
+def test_a_non_message_on_the_remote_control_channel_never_stops_a_pool(stack):
+    """JSON that is no kombu message, published by the ``flower`` user (which may publish remote
+    control broadcasts) on the workers' broadcast channel: dropped and counted, the worker still
+    answers a ping."""
+    from ragline.shared.worker.celery_app import app
+    from ragline.shared.worker.metrics_server import metrics_dir, reset_dir
+    from tests.pools import wait_ready
+
+    reset_dir(metrics_dir(stack, "query"))
+    worker = start_pool(stack, "query", env={"RAGLINE_WORKERS_WARMUP": "false"})
+    flower = redis.Redis.from_url(
+        stack.redis_role_url(stack.runtime()["redis_url"], "flower"), socket_timeout=10
+    )
+    try:
+        wait_ready(app, worker)
+        assert flower.publish("/0.celery.pidbox", json.dumps(["not", "a", "message"])) >= 1
+        deadline = time.monotonic() + 30
+        while '"broker item dropped"' not in worker.log_text() and time.monotonic() < deadline:
+            assert worker.proc.poll() is None, worker.log_text()[-3000:]
+            time.sleep(0.2)
+        wait_ready(app, worker)
+        assert worker.proc.poll() is None
+        assert refused_metric(stack, "query").get(("-", "none", "envelope")) == 1
+    finally:
+        worker.stop()
