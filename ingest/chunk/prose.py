@@ -23,6 +23,7 @@ class _Unit:
     kind: str  # sentence | table | code
     page: int | None
     block_start: bool  # first unit of its block: joined with a newline, not a space
+    lines: tuple[int, int] | None = None  # its block's source lines (Block.lines)
 
 
 def _split_lines(text: str, limit: int, repeat_header: bool) -> list[str]:
@@ -57,14 +58,16 @@ def _units(blocks: Iterable[Block], max_chars: int, hard_max: int) -> list[_Unit
                 if len(block.text) <= hard_max
                 else _split_lines(block.text, hard_max, repeat_header=block.kind == "table")
             )
-            units.extend(_Unit(p, block.kind, block.page, True) for p in pieces)
+            units.extend(_Unit(p, block.kind, block.page, True, block.lines) for p in pieces)
             continue
         for i, sent in enumerate(split_sentences(block.text)):
             # a single sentence longer than the limit is cut at whitespace (rare: URLs, lists)
             pieces = (
                 [sent] if len(sent) <= max_chars else _split_lines(_wrap(sent, max_chars), max_chars, False)
             )
-            units.extend(_Unit(p, "sentence", block.page, i == 0 and j == 0) for j, p in enumerate(pieces))
+            units.extend(
+                _Unit(p, "sentence", block.page, i == 0 and j == 0, block.lines) for j, p in enumerate(pieces)
+            )
     return units
 
 
@@ -140,6 +143,16 @@ def chunk_blocks(
                     heading_path,
                     kind if len(kinds) == 1 else "mixed",
                     pages[0] if pages else None,
+                    line_span([u.lines for u in packed]),
                 )
             )
     return chunks
+
+
+def line_span(lines: list[tuple[int, int] | None]) -> dict:
+    """A chunk's ``start_line``/``end_line`` (the metadata a citation reads, as for code) from
+    its units' source lines; {} when none of them was placed (pure)."""
+    placed = [span for span in lines if span is not None]
+    if not placed:
+        return {}
+    return {"start_line": min(a for a, _ in placed), "end_line": max(b for _, b in placed)}

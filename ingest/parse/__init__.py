@@ -33,6 +33,7 @@ from ragline.ingest.parse.common import (
     blocks_from_elements,
     decode_text,
     install_fast_classifier,
+    locate_lines,
     table_text,
 )
 from ragline.ingest.parse.docx import DOCX_MAX_RATIO, DOCX_MAX_UNCOMPRESSED
@@ -64,6 +65,8 @@ __all__ = [
 #: every suffix ragline ingests -> its format: the document formats of ragline.shared.sdk.formats, and
 #: source files, whose format is their language (``.py`` -> "python", parsed by :mod:`.code`)
 SUPPORTED: dict[str, str] = {**DOCUMENT_SUFFIXES, **code.EXTENSIONS}
+#: the text formats whose blocks carry the source lines they came from (:func:`locate_lines`)
+LINE_FORMATS = frozenset({"md", "rst"})
 #: each document format's parser module, as the format declares it
 _PARSERS = {f.name: importlib.import_module(f"{__name__}.{f.parser}").elements for f in formats.FORMATS}
 
@@ -101,6 +104,8 @@ def parse_bytes(data: bytes, fmt: str, default_title: str = "") -> ParsedDocumen
         ]
     if not doc.blocks:
         raise ParseError("no text found in document")
+    if fmt in LINE_FORMATS:  # cited as path:start-end, like code
+        doc.blocks = locate_lines(decode_text(data), doc.blocks)
     return doc
 
 

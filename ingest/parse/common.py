@@ -9,7 +9,8 @@ chunker can split them by rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from bisect import bisect_left
+from dataclasses import dataclass, field, replace
 
 from ragline.shared.sdk import formats
 
@@ -30,6 +31,9 @@ class Block:
     kind: str = "text"  # text | table | code | list
     heading_path: tuple[str, ...] = ()
     page: int | None = None
+    #: the 1-based first and last line of the source file the block came from (text formats whose
+    #: parser loses them: :func:`locate_lines`); None when it could not be placed
+    lines: tuple[int, int] | None = None
 
     @property
     def heading(self) -> str:
@@ -119,11 +123,87 @@ def blocks_from_elements(elements: list, default_title: str) -> ParsedDocument:
 
 
 def _clean_heading(text: str) -> str:
-    """Drop VitePress-style ``{#anchor}`` ids and collapse whitespace in headings."""
+    """A heading without its attribute list and with its whitespace collapsed: VitePress'
+    ``{#anchor}``, MkDocs' (attr_list) ``{ #handling-errors }``, ``{: #id .class key=value }``,
+    Pandoc's ``{#id .class}`` are the page's markup, never its title."""
     text = " ".join(text.split())
-    if text.endswith("}") and "{#" in text:
-        text = text[: text.rindex("{#")].rstrip()
+    if text.endswith("}") and "{" in text:
+        at = text.rindex("{")
+        if is_attribute_list(text[at + 1 : -1]):
+            text = text[:at].rstrip()
     return text
+
+
+def is_attribute_list(inner: str) -> bool:
+    """Whether the text between ``{`` and ``}`` is an attribute list: an optional ``:``, then only
+    ``#id``, ``.class`` or ``key=value`` items (pure, no regular expression)."""
+    items = inner.strip().removeprefix(":").split()
+    return bool(items) and all(
+        (i[0] in "#." and len(i) > 1) or ("=" in i and not i.startswith("=")) for i in items
+    )
+
+
+#: a block is placed by its first words, found in this order within this many words of the
+#: source (markup the parser dropped, a link's address, sits between them there)
+_LEAD_WORDS = 3
+_LEAD_SPAN = 12
+#: at most this many places of a block's first word are tried (a common word in a long file)
+_MAX_CANDIDATES = 64
+
+
+def locate_lines(source: str, blocks: list[Block]) -> list[Block]:
+    """The blocks with the source lines they came from (:attr:`Block.lines`), found in order:
+    a parser that renders the markup (Markdown, reStructuredText) keeps the words, not the line
+    numbers, so each block is placed where its first words occur after the previous block, and
+    ends on the line of its last word. A block that cannot be placed keeps ``lines=None`` (its
+    chunk is cited by its heading, as before). Linear in the source's words."""
+    from ragline.shared.worker.text import words
+
+    positions: list[tuple[str, int]] = []  # every word of the source, lower-cased, with its line
+    for no, line in enumerate(source.splitlines(), start=1):
+        positions.extend((w.lower(), no) for w in words(line))
+    index: dict[str, list[int]] = {}
+    for i, (w, _) in enumerate(positions):
+        index.setdefault(w, []).append(i)
+    cursor = 0
+    out = []
+    for b in blocks:
+        ws = [w.lower() for w in words(b.text)]
+        at = _place(ws, index, cursor) if ws else None
+        if at is None:
+            out.append(b)
+            continue
+        end = at
+        for w in ws[1:]:  # the block's words in order, each within the span after the last one
+            nxt = _next(index.get(w, []), end + 1, end + _LEAD_SPAN)
+            if nxt is not None:
+                end = nxt
+        out.append(replace(b, lines=(positions[at][1], positions[end][1])))
+        cursor = end + 1
+    return out
+
+
+def _place(ws: list[str], index: dict[str, list[int]], cursor: int) -> int | None:
+    """The position of the first word of ``ws`` at or after ``cursor`` followed by its next
+    words in order within :data:`_LEAD_SPAN` words."""
+    places = index.get(ws[0], [])
+    start = bisect_left(places, cursor)
+    for at in places[start : start + _MAX_CANDIDATES]:
+        pos, ok = at, True
+        for w in ws[1:_LEAD_WORDS]:
+            nxt = _next(index.get(w, []), pos + 1, at + _LEAD_SPAN)
+            if nxt is None:
+                ok = False
+                break
+            pos = nxt
+        if ok:
+            return at
+    return None
+
+
+def _next(places: list[int], low: int, high: int) -> int | None:
+    i = bisect_left(places, low)
+    return places[i] if i < len(places) and places[i] <= high else None
 
 
 def table_text(html: str) -> str:

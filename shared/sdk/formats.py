@@ -38,7 +38,13 @@ class DocumentFormat:
 
 FORMATS: tuple[DocumentFormat, ...] = (
     DocumentFormat(
-        "md", (".md", ".markdown"), ("text/markdown",), binary=False, parser="markdown", label="Markdown"
+        "md",
+        (".md", ".markdown"),
+        ("text/markdown",),
+        binary=False,
+        parser="markdown",
+        label="Markdown",
+        version=2,  # 2: chunks carry their source lines; attribute lists leave the headings
     ),
     DocumentFormat("html", (".html", ".htm"), ("text/html",), binary=False, parser="html", label="HTML"),
     DocumentFormat("text", (".txt", ".text"), ("text/plain",), binary=False, parser="text", label="text"),
@@ -50,6 +56,7 @@ FORMATS: tuple[DocumentFormat, ...] = (
         binary=False,
         parser="rst",
         label="reStructuredText",
+        version=2,  # 2: chunks carry their source lines
     ),
     DocumentFormat("pdf", (".pdf",), ("application/pdf",), binary=True, parser="pdf", label="PDF"),
     DocumentFormat(
