@@ -52,8 +52,10 @@ class TokenRecord:
 
 
 def grant(tenant: str, groups: list[str] | tuple[str, ...], token_id: str | None = None) -> Grant:
-    """A grant with the contracts' own validation of its tenant and groups (``ValueError``)."""
-    return Grant(_tenant.validate_python(tenant), tuple(_groups.validate_python(list(groups))), token_id)
+    """A grant with the contracts' own validation of its tenant and groups (``ValueError``), the
+    groups sorted and once each as ``SearchRequest`` keeps them."""
+    valid = _groups.validate_python(list(groups))
+    return Grant(_tenant.validate_python(tenant), tuple(sorted(set(valid))), token_id)
 
 
 def _digest(token: str) -> str:
