@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -156,7 +157,7 @@ def markdown_table(path: Path = RESULTS) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for section, rows in data.items():
-        if section.startswith(("_", "bad_input", "attacks", "acl_reingest")):
+        if section.startswith(("_", "bad_input", "attacks", "acl_reingest", "redos")):
             continue
         for r in rows:
             lines.append(
@@ -180,6 +181,16 @@ def markdown_table(path: Path = RESULTS) -> str:
         for r in attacks:
             result = r["status"] + (f": {r['error'][:100]}" if r.get("error") else "")
             lines.append(f"| {r['attack']} | {result.replace('|', '/')} | {r.get('peak_rss_mb') or ''} |")
+    redos = data.get("redos", [])
+    if redos:
+        lines += [
+            "",
+            f"ReDoS: {len(redos)} worst-case 4,000-character questions (entry point x shape) on a threads "
+            f"pool: slowest {max(r['hostile_s'] for r in redos)} s, the other tenant's slowest search "
+            f"meanwhile {max(r['other_tenant_search_s'] for r in redos)} s; "
+            + ", ".join(f"{n} {res}" for res, n in sorted(Counter(r["result"] for r in redos).items()))
+            + ".",
+        ]
     matrix = data.get("acl_reingest_matrix", [])
     if matrix:
         right = sum(r["on_new_acl"] == r["documents"] for r in matrix)

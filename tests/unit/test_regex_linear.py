@@ -33,6 +33,8 @@ from re import _parser as sre_parse
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("ingest", "query", "shared")
 #: the calls of ``re`` that take a pattern as their first argument
@@ -51,7 +53,7 @@ MAX_GROWTH = 24
 #: below this at LONG the growth is timer noise (a quadratic pattern takes tens of ms there)
 NOISE_S = 0.003
 #: a pattern whose worst inputs do not finish in this long is cut off (and fails)
-HANG_S = 10.0
+HANG_S = 5.0
 #: characters tried as the repeated run: separators, letters of both scripts, digits, punctuation
 POOL = " \t\n\r\u00a0aAzZяЯ09_.-/,;:@'\"()[]{}<>`#*=&?!\\|+~$%^\u0301"
 FAIL = "\x00"
