@@ -53,12 +53,12 @@ def test_links_and_urls_absent_from_the_cited_documents_are_removed():
     assert "evil.example" not in clean
     assert clean.count(REMOVED) == 3
     assert "Источник [2]." in clean  # "[2](url)" keeps its citation
-    assert removed == [
+    assert removed == [  # in order of appearance
         "https://evil.example/login",
-        "https://evil.example/cite",
         "https://evil.example/a",
         "https://evil.example/b",
         "www.evil.example/c",
+        "https://evil.example/cite",
     ]
 
 
