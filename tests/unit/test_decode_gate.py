@@ -225,3 +225,59 @@ def test_a_kombu_envelope_passes():
 )
 def test_only_a_task_body_celery_can_run_passes(payload, problem):
     assert decode_gate.body_problem(payload) == problem
+
+
+class _Channel:
+    """What kombu's ``Channel._brpop_read`` touches, with ``item`` as the one ``BRPOP`` reply."""
+
+    sep = "\x06\x16"
+    connection_errors = ()
+
+    def __init__(self, item: bytes) -> None:
+        from types import SimpleNamespace
+
+        self.delivered: list[object] = []
+        self._in_poll = None
+        self.client = SimpleNamespace(connection=None, parse_response=lambda *a, **k: (b"query", item))
+        self._queue_cycle = SimpleNamespace(rotate=lambda queue: None)
+        self.connection = SimpleNamespace(_deliver=self._deliver)
+
+    def _deliver(self, payload, queue) -> None:
+        """What kombu's consumer callback does first: build its message of the payload."""
+        from kombu.transport.virtual.base import Message
+
+        Message(payload, channel=self)
+        self.delivered.append(payload)
+
+    def decode_body(self, body, encoding=None):
+        import base64
+
+        return base64.b64decode(body) if encoding == "base64" else body
+
+    def _flush_brpop_reauth(self) -> None:
+        pass
+
+
+JUNK = [b"\x00not json \xff\xfe!!", b'["not", "a", "message"]', b'{"body": 5}', b"null"]
+
+
+@pytest.mark.parametrize("item", JUNK)
+def test_upstream_brpop_read_still_fails_on_junk(item):
+    """Pins upstream's shape: kombu's own ``_brpop_read`` raises on an item that is not a message
+    (out of the worker's event loop: "Unrecoverable error"). When this fails, kombu guards it itself
+    and ``kombu_redis.gate_deliveries`` can go."""
+    from kombu.transport import redis as kombu_redis
+
+    upstream = getattr(kombu_redis.Channel._brpop_read, "__wrapped__", kombu_redis.Channel._brpop_read)
+    with pytest.raises((ValueError, TypeError, KeyError, AttributeError)):
+        upstream(_Channel(item))
+
+
+@pytest.mark.parametrize("item", JUNK)
+def test_the_gated_read_drops_junk_and_delivers_the_next_message(item):
+    from ragline.shared.worker import kombu_redis
+
+    junk = _Channel(item)
+    assert kombu_redis._brpop_read(junk) is True and junk.delivered == []
+    good = _Channel(json.dumps(ENVELOPE).encode())
+    assert kombu_redis._brpop_read(good) is True and good.delivered == [ENVELOPE]
