@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ragline.query.answer.code_answer import is_code
 from ragline.query.answer.extractive import stems
 from ragline.query.answer.prompt import SQUEEZE_PROMPT
 from ragline.query.deadline import QuestionDeadlineExceeded
@@ -76,14 +77,20 @@ class Passage:
         chunk's metadata with the merged (or squeezed; ``full``: the merged) text."""
         best = max(self.hits, key=lambda h: h.score)
         first = self.hits[0]
-        return best.model_copy(
-            update={
-                "content": self.text if full else self.shown,
-                "chunk_no": first.chunk_no,
-                "heading": first.heading,
-                "page": first.page,
+        update = {
+            "content": self.text if full else self.shown,
+            "chunk_no": first.chunk_no,
+            "heading": first.heading,
+            "page": first.page,
+        }
+        if is_code(first):  # the excerpt's lines are numbered from its first chunk's (merged: they meet)
+            ends = [h.metadata.get("end_line") for h in self.hits]
+            update["metadata"] = {
+                **best.metadata,
+                "start_line": first.metadata["start_line"],
+                "end_line": max((e for e in ends if isinstance(e, int)), default=None),
             }
-        )
+        return best.model_copy(update=update)
 
 
 @dataclass
@@ -144,10 +151,14 @@ def merge_hits(hits: list[Hit]) -> list[list[Hit]]:
         run: list[Hit] = []
         for h in sorted(doc_hits, key=lambda h: h.chunk_no):
             prev = run[-1] if run else None
-            if prev is not None and (
-                h.chunk_no == prev.chunk_no + 1
-                or h.chunk_no == prev.chunk_no
-                or overlap_len(prev.content, h.content)
+            if (
+                prev is not None
+                and not lines_apart(prev, h)
+                and (
+                    h.chunk_no == prev.chunk_no + 1
+                    or h.chunk_no == prev.chunk_no
+                    or overlap_len(prev.content, h.content)
+                )
             ):
                 run.append(h)
             else:
@@ -158,6 +169,17 @@ def merge_hits(hits: list[Hit]) -> list[list[Hit]]:
     rank = {id(h): i for i, h in enumerate(hits)}
     groups.sort(key=lambda g: min(rank[id(h)] for h in g))
     return groups
+
+
+def lines_apart(a: Hit, b: Hit) -> bool:
+    """Two code chunks whose lines do not meet (a symbol record's signature at line 129, a body at
+    316-327): one passage would glue them into one excerpt whose lines the citation numbers from
+    the first, so each stays its own passage with its own ``path:start-end``."""
+    if not (is_code(a) and is_code(b)):
+        return False
+    first, second = sorted((a, b), key=lambda h: int(h.metadata["start_line"]))
+    end = first.metadata.get("end_line")
+    return isinstance(end, int) and int(second.metadata["start_line"]) > end + 1
 
 
 def lost_in_the_middle(n: int) -> list[int]:
