@@ -310,12 +310,14 @@ class _Judge:
 
 
 def _bare_edits(judge: _Judge, src: str, lo: int, hi: int) -> list[tuple[int, int, str]]:
-    """Bare URLs in ``src[lo:hi]`` (prose), one line at a time: an edit never crosses a line."""
+    """Bare URLs in ``src[lo:hi]`` (prose), one line at a time (an edit never crosses a line), and
+    every ``<`` that could open markup escaped there too: text the parser left as text may still be
+    a tag to a renderer that is not CommonMark's."""
     edits = []
     while lo < hi:
         end = src.find("\n", lo, hi)
         end = hi if end < 0 else end
-        new = judge.bare(src[lo:end])
+        new = judge.bare(_MARKUP_START.sub("&lt;", src[lo:end]))
         if new != src[lo:end]:
             edits.append((lo, end, new))
         lo = end + 1

@@ -154,3 +154,9 @@ def test_a_long_answer_of_brackets_is_sanitized_in_linear_time():
             assert sum(parsed) <= (sanitize.MAX_PASSES + 1) * (2 * n + 40) * 2
     finally:
         sanitize._MD.parse = original
+
+
+def test_markup_the_parser_leaves_as_text_is_escaped_for_other_renderers():
+    """An unclosed tag is text to CommonMark, a tag to a renderer that hands text to a browser."""
+    clean, _ = sanitize_links("Ответ [1]. <img src=x onerror=alert(1)\nдальше <b", [HONEST])
+    assert "<img" not in clean and "<b" not in clean and "&lt;img" in clean
