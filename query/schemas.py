@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from ragline.shared.sdk import contracts as c
 from ragline.shared.sdk import names
 
 #: file stem -> model; the task each one belongs to is in docs/schemas/README.md
-MODELS = {
+MODELS: dict[str, type[BaseModel]] = {
     "search_request": c.SearchRequest,
     "search_response": c.SearchResponse,
     "rerank_request": c.RerankRequest,

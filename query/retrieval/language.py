@@ -66,7 +66,9 @@ def letters_script(text: str, majority: float = MAJORITY) -> str | None:
         if len(others.sub("", letters)) >= majority * len(letters):
             return script
     counts = Counter(s for s in map(char_script, letters) if s)
-    script, n = counts.most_common(1)[0] if counts else (None, 0)
+    if not counts:
+        return None
+    script, n = counts.most_common(1)[0]
     return script if n >= majority * len(letters) else None
 
 

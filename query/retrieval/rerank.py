@@ -111,12 +111,12 @@ def rerank_hits(
         out = fallback(hits, top_k, "invalid", f"no valid index in {len(raw)} item(s)")
         out.ms, out.dropped = ms, dropped
         return out
-    out: list[Hit] = []
+    kept: list[Hit] = []
     for index, score in ranked:
-        if score < threshold or len(out) == top_k:
+        if score < threshold or len(kept) == top_k:
             break
         h = hits[index].model_copy()
         h.rerank_score = score
         h.score = score
-        out.append(h)
-    return RerankOutcome(hits=out, dropped=dropped, ms=ms)
+        kept.append(h)
+    return RerankOutcome(hits=kept, dropped=dropped, ms=ms)

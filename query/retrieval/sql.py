@@ -11,7 +11,7 @@ transaction of :mod:`ragline.query.retrieval.transaction`, whose own statements 
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
 
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit
@@ -362,7 +362,7 @@ def metadata(value: object) -> dict:
     return {}
 
 
-def hit(row: dict, **ranking: float | int) -> Hit:
+def hit(row: dict, **ranking: Any) -> Hit:
     """The hit of a row selected with :data:`FIELDS` and the filters' ranking columns."""
     return Hit(
         doc_id=row["doc_id"],

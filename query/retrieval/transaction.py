@@ -29,6 +29,7 @@ from ragline.query.retrieval import sql
 from ragline.query.retrieval.sql import VectorPath
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import SearchRequest
+from ragline.shared.worker.db import DictConnection, one
 
 
 def vector_path(settings: Settings, tenant_rows: int | None, visible_rows: int | None) -> VectorPath:
@@ -107,7 +108,7 @@ class StatementLimit:
 
 
 def set_transaction_params(
-    conn: psycopg.Connection,
+    conn: DictConnection,
     req: SearchRequest,
     settings: Settings,
     n: int | None = None,
@@ -124,22 +125,22 @@ def set_transaction_params(
     if n is not None:
         statement += sql.HNSW_SQL + (sql.TENANT_ROWS_SQL if count else "")
         params["ef_search"] = str(int(max(settings.vector.hnsw_ef_search, n)))
-    row = conn.execute(statement, params).fetchone()
+    row = one(conn.execute(statement, params))
     if count:
         limit.tenant_rows = int(row["tenant_rows"])
         limit.visible_rows = int(row["visible_rows"])
     return limit
 
 
-def tenant_rows(conn: psycopg.Connection, tenant: str) -> int:
+def tenant_rows(conn: DictConnection, tenant: str) -> int:
     """The tenant's number of chunks (every chunk, with or without its embedding yet): the sum of
     its counter slots of migration 0009, a few rows of one index whatever the tenant's size."""
-    row = conn.execute(f"SELECT ({sql.TENANT_ROWS}) AS n", {"tenant": tenant}).fetchone()
+    row = one(conn.execute(f"SELECT ({sql.TENANT_ROWS}) AS n", {"tenant": tenant}))
     return int(row["n"])
 
 
-def scope_rows(conn: psycopg.Connection, req: SearchRequest) -> tuple[int, int]:
+def scope_rows(conn: DictConnection, req: SearchRequest) -> tuple[int, int]:
     """The tenant's chunks and those the caller's groups admit (:func:`vector_path`'s inputs)."""
     params = {"tenant": req.tenant, "groups": req.groups}
-    row = conn.execute(f"SELECT ({sql.TENANT_ROWS}) AS t, ({sql.VISIBLE_ROWS}) AS v", params).fetchone()
+    row = one(conn.execute(f"SELECT ({sql.TENANT_ROWS}) AS t, ({sql.VISIBLE_ROWS}) AS v", params))
     return int(row["t"]), int(row["v"])

@@ -1133,27 +1133,27 @@ class Settings(BaseSettings):
         extra="ignore",
     )
 
-    services: ServicesSettings = Field(default_factory=ServicesSettings)
-    workers: WorkersSettings = Field(default_factory=WorkersSettings)
-    flower: FlowerSettings = Field(default_factory=FlowerSettings)
-    ops: OpsSettings = Field(default_factory=OpsSettings)
-    providers: ProvidersSettings = Field(default_factory=ProvidersSettings)
-    ingest: IngestSettings = Field(default_factory=IngestSettings)
-    chunk: ChunkSettings = Field(default_factory=ChunkSettings)
-    code: CodeSettings = Field(default_factory=CodeSettings)
-    context: ContextSettings = Field(default_factory=ContextSettings)
-    embed: EmbedSettings = Field(default_factory=EmbedSettings)
-    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
-    vector: VectorSettings = Field(default_factory=VectorSettings)
-    lexical: LexicalSettings = Field(default_factory=LexicalSettings)
-    fusion: FusionSettings = Field(default_factory=FusionSettings)
-    prf: PrfSettings = Field(default_factory=PrfSettings)
-    transform: TransformSettings = Field(default_factory=TransformSettings)
-    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
-    deadlines: DeadlineSettings = Field(default_factory=DeadlineSettings)
-    rerank: RerankSettings = Field(default_factory=RerankSettings)
-    answer: AnswerSettings = Field(default_factory=AnswerSettings)
-    lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
+    services: ServicesSettings = Field(default_factory=lambda: ServicesSettings.model_validate({}))
+    workers: WorkersSettings = Field(default_factory=lambda: WorkersSettings.model_validate({}))
+    flower: FlowerSettings = Field(default_factory=lambda: FlowerSettings.model_validate({}))
+    ops: OpsSettings = Field(default_factory=lambda: OpsSettings.model_validate({}))
+    providers: ProvidersSettings = Field(default_factory=lambda: ProvidersSettings.model_validate({}))
+    ingest: IngestSettings = Field(default_factory=lambda: IngestSettings.model_validate({}))
+    chunk: ChunkSettings = Field(default_factory=lambda: ChunkSettings.model_validate({}))
+    code: CodeSettings = Field(default_factory=lambda: CodeSettings.model_validate({}))
+    context: ContextSettings = Field(default_factory=lambda: ContextSettings.model_validate({}))
+    embed: EmbedSettings = Field(default_factory=lambda: EmbedSettings.model_validate({}))
+    retrieval: RetrievalSettings = Field(default_factory=lambda: RetrievalSettings.model_validate({}))
+    vector: VectorSettings = Field(default_factory=lambda: VectorSettings.model_validate({}))
+    lexical: LexicalSettings = Field(default_factory=lambda: LexicalSettings.model_validate({}))
+    fusion: FusionSettings = Field(default_factory=lambda: FusionSettings.model_validate({}))
+    prf: PrfSettings = Field(default_factory=lambda: PrfSettings.model_validate({}))
+    transform: TransformSettings = Field(default_factory=lambda: TransformSettings.model_validate({}))
+    admission: AdmissionSettings = Field(default_factory=lambda: AdmissionSettings.model_validate({}))
+    deadlines: DeadlineSettings = Field(default_factory=lambda: DeadlineSettings.model_validate({}))
+    rerank: RerankSettings = Field(default_factory=lambda: RerankSettings.model_validate({}))
+    answer: AnswerSettings = Field(default_factory=lambda: AnswerSettings.model_validate({}))
+    lifecycle: LifecycleSettings = Field(default_factory=lambda: LifecycleSettings.model_validate({}))
 
     def __init__(self, **values: Any) -> None:
         environment, dotenv = _names_in_environment()
@@ -1187,8 +1187,8 @@ class Settings(BaseSettings):
     @classmethod
     def iter_fields(cls) -> Iterator[tuple[str, str, FieldInfo]]:
         """Every setting as ``(group, name, field)``, in declaration order."""
-        for group, group_field in cls.model_fields.items():
-            yield from ((group, name, field) for name, field in group_field.annotation.model_fields.items())
+        for group in cls.model_fields:
+            yield from ((group, name, field) for name, field in _group_model(group).model_fields.items())
 
     @staticmethod
     def env_names(group: str, name: str) -> tuple[str, ...]:
@@ -1285,6 +1285,13 @@ class Settings(BaseSettings):
         return "threads" if local_model else "solo"
 
 
+def _group_model(group: str) -> type[_Group]:
+    """The model of the group ``group`` (every field of :class:`Settings` is one)."""
+    model = Settings.model_fields[group].annotation
+    assert isinstance(model, type) and issubclass(model, _Group), group
+    return model
+
+
 #: a keyword override's name (a variable's name without the prefix, lower case) -> (group, field)
 _BY_KEY: dict[str, tuple[str, str]] = {
     env_name(group, name).removeprefix(ENV_PREFIX).lower(): (group, name)
@@ -1356,7 +1363,7 @@ def _grouped(values: dict[str, Any]) -> dict[str, Any]:
     for key, value in values.items():
         if key in Settings.model_fields:
             if isinstance(value, dict):
-                fields = Settings.model_fields[key].annotation.model_fields  # type: ignore[union-attr]
+                fields = _group_model(key).model_fields
                 for name in value.keys() - fields.keys():
                     raise _extra((key, name), value[name])
                 groups[key] = {**groups.get(key, {}), **value}
