@@ -1,6 +1,7 @@
-"""Every default the README states is the default of the setting it names.
+"""Every default the README and the docs state is the default of the setting it names.
 
-The README's defaults table (between the ``documented-defaults`` markers) names each setting by an
+A page's defaults table (between the ``documented-defaults`` markers: the README's, and every page
+of docs/ that has one) names each setting by an
 environment variable; the variable is resolved through the settings object itself, so a variable
 that is no longer read fails here.
 """
@@ -41,19 +42,41 @@ def _as_written(value: object) -> str:
     return str(value)
 
 
-@pytest.mark.parametrize("variable,written", sorted(documented().items()))
-def test_readme_default_is_the_settings_default(variable, written):
+#: the pages with a defaults table: the README and each page of docs/ with the markers
+PAGES = [ROOT / "README.md"] + sorted(
+    p for p in (ROOT / "docs").glob("*.md") if BEGIN in p.read_text(encoding="utf-8")
+)
+ROWS = [(page, variable, written) for page in PAGES for variable, written in sorted(documented(page).items())]
+
+
+@pytest.mark.parametrize(
+    "page,variable,written", ROWS, ids=[f"{page.name}:{variable}" for page, variable, _ in ROWS]
+)
+def test_a_documented_default_is_the_settings_default(page, variable, written):
     fields = _fields()
-    assert variable in fields, f"README names {variable}, which no setting reads"
+    assert variable in fields, f"{page.name} names {variable}, which no setting reads"
     group, name, default = fields[variable]
     assert _as_written(default) == written, (
-        f"README says {variable} defaults to {written!r}; settings.{group}.{name} defaults to {default!r}"
+        f"{page.name} says {variable} defaults to {written!r}; settings.{group}.{name} defaults to {default!r}"
     )
 
 
-def test_the_readme_names_each_setting_by_its_current_variable():
-    old = {variable: RENAMED[variable] for variable in documented() if variable in RENAMED}
-    assert old == {}, f"README documents old names: {old}"
+def test_the_pages_name_each_setting_by_its_current_variable():
+    old = {
+        variable: RENAMED[variable] for page in PAGES for variable in documented(page) if variable in RENAMED
+    }
+    assert old == {}, f"pages document old names: {old}"
+
+
+def test_the_architecture_page_states_its_defaults_in_a_checked_table():
+    """docs/architecture.md names the settings whose defaults it relies on, not their numbers in
+    prose (where a changed default would leave the page wrong), and its table is among those checked."""
+    assert ROOT / "docs" / "architecture.md" in PAGES
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    prose = text[: text.index(BEGIN)] + text[text.index(END) :]
+    for variable in documented(ROOT / "docs" / "architecture.md"):
+        assert f"`{variable}`" in prose, f"the table lists {variable}, which the page does not refer to"
+    assert not re.search(r"\bk\s*=\s*\d", prose), "the RRF constant stated in prose"
 
 
 def test_the_fusion_defaults_are_documented():

@@ -487,6 +487,7 @@ NEW_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_SERVICES_REDIS_ROLE", "chat", "services.redis_role", "chat"),
     ("RAGLINE_SERVICES_REDIS_AOF_REWRITE_MIN_MB", "2", "services.redis_aof_rewrite_min_mb", 2),
     ("RAGLINE_SERVICES_REDIS_APPENDFSYNC", "always", "services.redis_appendfsync", "always"),
+    ("RAGLINE_SERVICES_REDIS_MAXMEMORY_MB", "64", "services.redis_maxmemory_mb", 64),
     ("RAGLINE_INGEST_DEFER_VECTORS", "all", "ingest.defer_vectors", "all"),
     ("RAGLINE_INGEST_FILL_BATCH_ROWS", "64", "ingest.fill_batch_rows", 64),
     (
