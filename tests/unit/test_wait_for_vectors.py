@@ -75,3 +75,35 @@ def test_the_demo_waits_through_it_and_prints_its_progress(monkeypatch, pending,
     assert any(" vectors: 5/7 rows (71%)" in line and "left" in line for line in lines[1:]), lines
     assert "pending_vectors" not in inspect.getsource(demo)  # no second copy of the wait
     assert "Tracker" in inspect.getsource(progress.wait_for_vectors)
+
+
+def test_the_demo_answers_first_while_the_vectors_fill_then_with_them(monkeypatch, capsys, tmp_path):
+    """``make run`` on a repository: the first answers come right after the ingest, from the lexical
+    and structural search, before the wait for the fill; then the answers with every vector."""
+    from ragline.cli import demo
+    from ragline.ingest import git as git_mod
+
+    events: list[str] = []
+    awaiting = [40]
+    summary = dict.fromkeys(("chunks", "embedded", "failed", "skipped_unchanged"), 0)
+    monkeypatch.setattr(demo, "reload_app", lambda: None)
+    monkeypatch.setattr("ragline.ingest.roots.grant_roots", lambda *a: None)
+    monkeypatch.setattr(git_mod, "is_repository", lambda p: True)
+    monkeypatch.setattr(demo, "_ingest_repository", lambda *a: summary | {"documents": 3, "errors": []})
+    monkeypatch.setattr(demo, "tenant_awaiting", lambda t: lambda: awaiting[0])
+
+    def wait(tenant, timeout_s):
+        events.append("wait")
+        awaiting[0] = 0
+
+    def ask(task, payload, timeout):
+        events.append(f"ask:{awaiting[0]}")
+        return {"answer": "a [1]", "citations": [{"n": 1, "doc_id": "d", "start_line": 1}], "timings_ms": {}}
+
+    monkeypatch.setattr(demo, "_wait_for_vectors", wait)
+    monkeypatch.setattr(demo, "send_and_wait", ask)
+    monkeypatch.setattr(demo, "print_answer", lambda q, res: None)
+    assert demo._demo(tmp_path, "t") == 0
+    n = len(demo.QUESTIONS)
+    assert events == [*["ask:40"] * n, "wait", *["ask:0"] * n]
+    assert "first answers" in capsys.readouterr().out
