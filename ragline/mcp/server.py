@@ -116,15 +116,7 @@ class SearchHit(BaseModel):
     @classmethod
     def of(cls, hit: Hit) -> SearchHit:
         return cls(
-            doc_id=hit.doc_id,
-            chunk_no=hit.chunk_no,
-            path=hit.path,
-            title=hit.title,
-            span_start=hit.span_start,
-            span_end=hit.span_end,
-            layer=hit.layer,
-            score=round(hit.score, 6),
-            snippet=hit.content[:SNIPPET_CHARS],
+            **hit.model_dump(include=set(cls.model_fields) - {"snippet"}), snippet=hit.content[:SNIPPET_CHARS]
         )
 
 
@@ -206,14 +198,7 @@ def read_result(hits: list[Hit], args: ReadArgs) -> ReadResult:
         path=first.path,
         layer=first.layer,
         chunks=[
-            ReadChunk(
-                chunk_no=h.chunk_no,
-                title=h.title,
-                span_start=h.span_start,
-                span_end=h.span_end,
-                page=h.page,
-                text=h.content,
-            )
+            ReadChunk(**h.model_dump(include=set(ReadChunk.model_fields) - {"text"}), text=h.content)
             for h in chunks
         ],
         start_line=start,
@@ -329,14 +314,7 @@ def build_server(
     @tool("ask", AskArgs, AskResult, "A grounded answer with validated citations, or no_answer.", grant)
     async def ask(who: Grant, query: str, k: int, mode: str, **filters: Any) -> AskResult:
         resp = await client.ask(query, who.tenant, list(who.groups), k=k, mode=mode, **filters)
-        return AskResult(
-            answer=resp.answer,
-            citations=resp.citations,
-            no_answer=resp.no_answer,
-            confidence=resp.confidence,
-            reason=resp.reason,
-            degraded=resp.degraded,
-        )
+        return AskResult.model_validate(resp, from_attributes=True)
 
     @tool(
         "read",
