@@ -7,20 +7,17 @@ taking its lock, so "during the fill" is a state the test holds, not a race it h
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections import Counter
 
 import pytest
 
 from ragline.shared.worker import db
-from tests.conftest import REPO
 from tests.gitrepo import commit, git, git_sources
 from tests.integration.lifecycle_helpers import wait_job
 from tests.integration.test_code_structure import FILES
 from tests.integration.test_git_source import push
+from tests.integration.test_ingest_cli import _cli
 from tests.loopback import LoopbackServer
 
 QUERY = "register_hook remember a callback for an event"
@@ -566,17 +563,6 @@ def test_the_fill_reads_the_rows_of_its_layers_not_the_table(conn, tenant, use_s
     )
     assert "chunks_awaiting_by_layer" in probe and "Seq Scan" not in probe, probe
     conn.rollback()
-
-
-def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ragline.cli", *args],
-        cwd=REPO,
-        env=os.environ.copy(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _events(stderr: str) -> list[dict]:

@@ -11,11 +11,13 @@ from ragline.query.answer.context import assemble
 from ragline.shared.sdk.contracts import Hit
 
 
+def hit(doc_id: str, chunk_no: int, start: int, end: int, content: str, score: float = 1.0, **meta) -> Hit:
+    meta = {"start_line": start, "end_line": end, **meta}
+    return Hit(doc_id=doc_id, path=doc_id, chunk_no=chunk_no, content=content, score=score, metadata=meta)
+
+
 def code(chunk_no: int, start: int, end: int, content: str, score: float = 1.0) -> Hit:
-    meta = {"start_line": start, "end_line": end, "language": "python"}
-    return Hit(
-        doc_id="r/enc.py", path="r/enc.py", chunk_no=chunk_no, content=content, score=score, metadata=meta
-    )
+    return hit("r/enc.py", chunk_no, start, end, content, score, language="python")
 
 
 SIGNATURE = code(3, 129, 131, "def jsonable_encoder(\n    obj,\n):", 0.9)
@@ -43,20 +45,5 @@ def test_code_chunks_are_merged_only_when_their_lines_meet(hits, passages):
 
 
 def test_prose_neighbours_still_merge():
-    a = Hit(
-        doc_id="d.md",
-        path="d.md",
-        chunk_no=0,
-        content="Первый абзац.",
-        score=1.0,
-        metadata={"start_line": 1, "end_line": 1},
-    )
-    b = Hit(
-        doc_id="d.md",
-        path="d.md",
-        chunk_no=1,
-        content="Второй абзац.",
-        score=0.5,
-        metadata={"start_line": 9, "end_line": 9},
-    )
+    a, b = hit("d.md", 0, 1, 1, "Первый абзац."), hit("d.md", 1, 9, 9, "Второй абзац.", 0.5)
     assert [[h.chunk_no for h in p.hits] for p in assemble([a, b]).passages] == [[0, 1]]
