@@ -13,15 +13,13 @@ import math
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragline.query.retrieval.fusion import FusionPolicy, hybrid_inputs
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
-from ragline.shared.worker import db, jobs
-from ragline.shared.worker.celery_app import app
 
 EVAL_GROUP = "eval"
 FAIL_AT = 20
@@ -62,22 +60,18 @@ def corpus_payloads(corpus: Iterable[dict], tenant: str, job_id: str | None = No
 
 # --------------------------------------------------------------------------------------- metrics
 def doc_ranking(hit_doc_ids: Iterable[str]) -> list[str]:
-    """Hits (chunks) mapped to documents; the first occurrence of a document counts."""
-    seen: dict[str, None] = {}
-    for d in hit_doc_ids:
-        seen.setdefault(d, None)
-    return list(seen)
+    """Hits (chunks) mapped to documents (or files); the first occurrence of each counts."""
+    return list(dict.fromkeys(hit_doc_ids))
 
 
-def recall_at_k(found: list[str], rel: dict[str, int], k: int) -> float:
-    return len(set(found[:k]) & rel.keys()) / len(rel) if rel else 0.0
+def recall_at_k(found: list[str], rel: Collection[str], k: int) -> float:
+    """The share of the relevant documents (a grade map's keys, or any collection) in the first ``k``."""
+    return len(set(found[:k]) & set(rel)) / len(rel) if rel else 0.0
 
 
-def reciprocal_rank(found: list[str], rel: dict[str, int], k: int) -> float:
-    for i, doc in enumerate(found[:k], start=1):
-        if doc in rel:
-            return 1 / i
-    return 0.0
+def reciprocal_rank(found: list[str], rel: Collection[str], k: int | None = None) -> float:
+    """1 / the rank of the first relevant document within the first ``k`` (all: ``None``), else 0."""
+    return next((1 / i for i, doc in enumerate(found[:k], start=1) if doc in rel), 0.0)
 
 
 def ndcg_at_k(found: list[str], rel: dict[str, int], k: int) -> float:
@@ -271,6 +265,9 @@ def ingest_corpus(
     corpus: list[dict], tenant: str, timeout: float = 3600.0, progress: Callable[[dict], None] | None = None
 ) -> dict:
     """Send the corpus through the ingest queue under one job and wait for it to finish."""
+    from ragline.shared.worker import db, jobs  # start-up: Celery and psycopg load only for an eval run
+    from ragline.shared.worker.celery_app import app
+
     ids = [str(r["id"]) for r in corpus]
     with db.connection() as conn:
         job_id = jobs.create_job(conn, "ingest", tenant, ids, {"eval": True, "documents": len(ids)})
@@ -301,12 +298,24 @@ def task_search(tenant: str, rerank: bool = False, timeout: float = 120.0) -> Se
             "mode": mode,
             "rerank": rerank,
         }
-        return app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=timeout)
+        return retrieve(payload, timeout)
 
     return run
 
 
+def retrieve(payload: dict, timeout: float) -> dict:
+    """One search through the real ``ragline.query.retrieve`` task; a failed one raises."""
+    from ragline.shared.worker.celery_app import app
+
+    res = app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=timeout)
+    if res.get("ok") is False:
+        raise RuntimeError(f"retrieval failed for {payload['query']!r}: {res}")
+    return res
+
+
 def drop_tenant(tenant: str) -> None:
+    from ragline.shared.worker import db
+
     with db.connection() as conn:
         conn.execute("DELETE FROM documents WHERE tenant = %s", (tenant,))
 

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ragline.operations.eval import doc_ranking, recall_at_k, reciprocal_rank, retrieve
 from ragline.query.retrieval import file_rank, structure
 from ragline.query.retrieval.fusion import FusionPolicy
 from ragline.shared.config.settings import Settings, get_settings
@@ -159,22 +160,12 @@ def file_of(hit: Hit | dict, source: str) -> str:
 
 def file_ranking(hits: Iterable[Hit | dict], source: str) -> list[str]:
     """Files in the order of their best hit."""
-    return list(dict.fromkeys(file_of(h, source) for h in hits))
+    return doc_ranking(file_of(h, source) for h in hits)
 
 
 def accuracy_at(files: list[str], relevant: Iterable[str], k: int) -> float:
     """1 when every relevant file is within the first ``k`` files."""
     return float(set(relevant) <= set(files[:k]))
-
-
-def recall_at(files: list[str], relevant: Iterable[str], k: int) -> float:
-    rel = set(relevant)
-    return len(rel & set(files[:k])) / len(rel) if rel else 0.0
-
-
-def reciprocal_rank(files: list[str], relevant: Iterable[str]) -> float:
-    rel = set(relevant)
-    return next((1 / i for i, f in enumerate(files, start=1) if f in rel), 0.0)
 
 
 @dataclass
@@ -189,7 +180,7 @@ class CodeReport:
         timed out is the lexical list): kept per query and counted, so a mode's numbers never
         silently mix in another mode's."""
         row = {"id": q.id, **{f"acc@{k}": accuracy_at(files, q.relevant, k) for k in ACC_AT}}
-        row[f"recall@{RECALL_AT}"] = recall_at(files, q.relevant, RECALL_AT)
+        row[f"recall@{RECALL_AT}"] = recall_at_k(files, q.relevant, RECALL_AT)
         row["mrr"] = reciprocal_rank(files, q.relevant)
         row["rank"] = next((i for i, f in enumerate(files, start=1) if f in q.relevant), None)
         row["top"] = files[:3]
@@ -294,8 +285,6 @@ def layer_variants(which: str, settings: Settings) -> dict[str, list[str]]:
 
 def task_search(timeout: float = 300.0) -> SearchFn:
     """Search through the real ``ragline.query.retrieve`` task (the caller points the app at the broker)."""
-    from ragline.shared.sdk.names import TASK_QUERY_RETRIEVE
-    from ragline.shared.worker.celery_app import app  # start-up: Celery loads only when an eval runs
 
     def run(query: str, tenant: str, mode: str, layers: list[str], structural: bool) -> dict:
         payload = {
@@ -308,10 +297,7 @@ def task_search(timeout: float = 300.0) -> SearchFn:
             "rerank": False,
             "structure": structural,
         }
-        res = app.send_task(TASK_QUERY_RETRIEVE, args=[payload]).get(timeout=timeout)
-        if res.get("ok") is False:
-            raise RuntimeError(f"retrieval failed: {res}")
-        return res
+        return retrieve(payload, timeout)
 
     return run
 

@@ -14,7 +14,7 @@ from ragline.operations.eval_code import (
     file_ranking,
     ingest_config_key,
     read_code_queries,
-    recall_at,
+    recall_at_k,
     reciprocal_rank,
     snapshot_tenant,
 )
@@ -294,7 +294,7 @@ def test_file_level_metrics():
     assert files == ["requests/api.py", "requests/models.py", "docs/api.rst"]
     gold = ["requests/models.py", "docs/api.rst"]
     assert [accuracy_at(files, gold, k) for k in (1, 2, 3)] == [0.0, 0.0, 1.0]
-    assert recall_at(files, gold, 2) == 0.5
+    assert recall_at_k(files, gold, 2) == 0.5
     assert reciprocal_rank(files, gold) == 0.5
     assert reciprocal_rank(files, ["missing.py"]) == 0.0
 
