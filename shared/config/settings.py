@@ -371,9 +371,8 @@ class IngestSettings(_Group):
     lexical_only_layers: list[str] = Field(
         default_factory=lambda: ["C1_SYMBOLS", "C0_TEST_CHUNKS"],
         description="the embedding budget: layers whose rows are never embedded, searchable lexically and"
-        " structurally only (by default the symbol records and the test files: on swe-loc-dev source"
-        " chunks alone ranked files as well as with symbol records in vector mode, and answers-dev"
-        " answered as well or better without either layer's vectors, docs/evaluation.md); the fill"
+        " structurally only (by default the symbol records and the test files, whose vectors do not"
+        " improve what is found or answered: docs/evaluation.md); the fill"
         " skips them and search never counts them as awaiting vectors (lexical_only_rows while rows await)",
     )
     fill_batch_rows: int = Field(
@@ -730,7 +729,7 @@ class LexicalSettings(_Group):
     )
     rank: Literal["bm25", "ts_rank", "ts_rank_cd"] = Field(
         "ts_rank",
-        description='bm25: idf and length normalisation computed in Postgres (migration 0009); it scores every matched row, so its cost grows with the tenant (docs/evaluation.md, "Retrieval quality": bench/lexical_cost.py) while in hybrid search ts_rank fused by score does as well on the dev sets',
+        description='bm25: idf and length normalisation computed in Postgres (migration 0009); it scores every matched row, so its cost grows with the tenant (docs/evaluation.md, "Retrieval quality": bench/lexical_cost.py); ts_rank: the rank Postgres computes per row, which hybrid search fuses as well (docs/evaluation.md)',
     )
     bm25_k1: float = Field(
         1.2,
