@@ -31,10 +31,10 @@ def test_git_addresses_outside_the_tenants_repositories(stack, conn, tmp_path):
     from ragline.shared.worker.celery_app import app
 
     tenant = "acme-chaos-git"
-    globex, commit = globex_repository(tmp_path / "globex-home")
-    folders = {form: escape(form, globex, tmp_path) for form in FORMS}
+    globex, _ = globex_repository(tmp_path / "globex-home")
+    folders = {form: escape(form, globex, tmp_path) for form in FORMS}  # form -> (folder, commit)
     own, own_commit = globex_repository(tmp_path / "acme-own")  # acme's own repository: read as before
-    grant_roots(tenant, [*folders.values(), own])
+    grant_roots(tenant, [*(f for f, _ in folders.values()), own])
 
     with LoopbackServer() as voyage:
         env = {
@@ -64,7 +64,7 @@ def test_git_addresses_outside_the_tenants_repositories(stack, conn, tmp_path):
                 assert out.outcome == "enqueued", out
                 return app.AsyncResult(out.task_id).get(timeout=300)
 
-            results = {form: upsert(f"attack-{form}", folder, commit) for form, folder in folders.items()}
+            results = {form: upsert(f"attack-{form}", *where) for form, where in folders.items()}
             good = upsert("own", own, own_commit)
             alive = pool.proc.poll() is None
         finally:

@@ -27,7 +27,20 @@ from tests.integration.lifecycle_helpers import wait_job
 from tests.loopback import loopback_voyage
 
 SECRET = "GLOBEX-BOARD-ONLY-4711"
-FORMS = ("parent_work_tree", "gitdir_file", "symlinked_git", "worktree_file", "alternates", "commondir")
+#: the layouts that make git read another repository's objects: the first six lead the whole git dir
+#: elsewhere; the last two keep acme's own repository and reach one object or store through its
+#: object folder (a symlinked loose object named by acme's own tree, a quoted alternates line; the
+#: links that lead no git version here to another's objects are tests/unit/test_git_links.py's)
+FORMS = (
+    "parent_work_tree",
+    "gitdir_file",
+    "symlinked_git",
+    "worktree_file",
+    "alternates",
+    "commondir",
+    "loose_object_symlink",
+    "quoted_alternates",
+)
 ENTRIES = ("upsert_event", "cli_ingest", "reindex_source", "push_event", "fetch_clone")
 
 
@@ -43,29 +56,42 @@ def globex_repository(base: Path) -> tuple[Path, str]:
     return repo, sh(repo, "rev-parse", "HEAD")
 
 
-def escape(form: str, globex: Path, base: Path) -> Path:
-    """acme's folder, built so that git run in it (or on its ``.git``) reads globex's objects."""
+def escape(form: str, globex: Path, base: Path) -> tuple[Path, str]:
+    """acme's folder, built so that git run in it (or on its ``.git``) reads globex's objects, and
+    the commit to read there: globex's, or acme's own whose tree names globex's blob."""
+    commit = sh(globex, "rev-parse", "HEAD")
     if form == "parent_work_tree":
-        return globex / "acme-area"
+        return globex / "acme-area", commit
     folder = base / "acme" / form
     folder.parent.mkdir(parents=True, exist_ok=True)
     if form == "worktree_file":
         sh(globex, "worktree", "add", "-q", "--detach", str(folder))
-        return folder
+        return folder, commit
     folder.mkdir()
     (folder / "readme.md").write_text("# Acme\n\nПапка арендатора acme.\n")
+    objects = folder / ".git" / "objects"
     if form == "gitdir_file":
         (folder / ".git").write_text(f"gitdir: {globex / '.git'}\n")
     elif form == "symlinked_git":
         os.symlink(globex / ".git", folder / ".git")
-    elif form == "alternates":
-        sh(folder, "init", "-q", "-b", "main")
-        (folder / ".git" / "objects" / "info" / "alternates").write_text(f"{globex / '.git' / 'objects'}\n")
     elif form == "commondir":
         (folder / ".git").mkdir()
         (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
         (folder / ".git" / "commondir").write_text(f"{globex / '.git'}\n")
-    return folder
+    else:
+        sh(folder, "init", "-q", "-b", "main")
+    if form == "alternates":
+        (objects / "info" / "alternates").write_text(f"{globex / '.git' / 'objects'}\n")
+    elif form == "quoted_alternates":  # git unquotes a line that starts with '"'
+        (objects / "info" / "alternates").write_text(f'"{globex / ".git" / "objects"}"\n')
+    elif form == "loose_object_symlink":
+        blob = sh(globex, "rev-parse", "HEAD:board.md")
+        (objects / blob[:2]).mkdir()
+        (objects / blob[:2] / blob[2:]).symlink_to(globex / ".git" / "objects" / blob[:2] / blob[2:])
+        sh(folder, "update-index", "--add", "--cacheinfo", f"100644,{blob},board.md")
+        sh(folder, "commit", "-q", "-m", "acme's tree naming globex's blob")
+        commit = sh(folder, "rev-parse", "HEAD")
+    return folder, commit
 
 
 def stored(tenant: str) -> list[dict]:
@@ -136,8 +162,8 @@ def attempt(entry: str, tenant: str, folder: Path, commit: str, use_settings) ->
 @pytest.mark.parametrize("form", FORMS)
 def test_no_entry_point_reads_another_repository(celery_worker, voyage, use_settings, tmp_path, form, entry):
     tenant = f"acme-{form}-{entry}"  # the tenant fixture's name is cut at 60 characters
-    globex, commit = globex_repository(tmp_path)
-    folder = escape(form, globex, tmp_path)
+    globex, _ = globex_repository(tmp_path)
+    folder, commit = escape(form, globex, tmp_path)
     error = attempt(entry, tenant, folder, commit, use_settings)
     assert leaked(tenant) == [], f"{form} via {entry}: globex's document stored in acme"
     if entry == "cli_ingest" and form == "parent_work_tree":
