@@ -209,7 +209,7 @@ def search(req: SearchRequest) -> SearchResponse:
         resp.degraded_reasons += out.reasons
         resp.timings_ms["rerank"] = elapsed_ms(t)
         resp.timings_ms["total"] = elapsed_ms(t0)
-    resp.files = file_rank.response_files(resp.hits, req.query, settings, resp.lexical_leads)
+    resp.files = file_rank.response_files(resp.hits, req.query, settings, resp.list_leads)
     m.RETRIEVED_CHUNKS.observe(len(resp.hits))
     log_query(
         "search",

@@ -20,17 +20,20 @@ more directly than any text similarity. :func:`rank_files` aggregates, per file:
 
 Bonuses are in units of the best hit's score, so one set of weights applies to every retrieval
 mode (RRF units, BM25 or a cosine similarity). Files no hit comes from are not invented: only the
-candidates are re-ordered, and the lexical list's first files (below) are candidates too.
+candidates are re-ordered, and each single list's first files (below) are candidates too.
 
-**The lexical reserve.** Code fusion gives the lexical list a small RRF weight, under the line below
-which every chunk of the vector list outranks every chunk only the lexical list found; in a large
-repository the vector list (a general text model) often misses the file whose definitions the
-issue names, and the lexical list's first file, cut by that line, is the answer. A weight above
-the line loses where the vector list is the better one (docs/evaluation.md, "Fully embedded"), so
-instead the lexical list's ``reserve`` first files keep a place: its n-th file is listed at place
-n + ``reserve_slack`` at the latest (earlier where the fused order has it earlier), even when the
-fused hits do not hold it. Pure; the weights live in ``settings.code``
-(``RAGLINE_CODE_FILE_RANK_*``) and their measurement in docs/evaluation.md, "Code retrieval at scale".
+**Each list's first files keep a place.** The fused hits are one list; the vector and the lexical
+list each rank files their own way, and on a repository nobody tuned for either may be the better
+one (a general text model misses the file whose definitions the issue names; the lexical list is
+misled by a common word). Whatever the fusion's weights, the file list therefore keeps every single
+list's first files within reach (:func:`rank_files`, :func:`with_floors`): with ``m`` lists (vector and lexical: 2), the
+n-th file (from 1) of each is listed at place ``m·n`` at the latest, earlier where the fused order
+has it earlier. **The guarantee**, for every ``k`` up to :data:`LEADS`: the first ``m·k`` files
+listed hold the first ``k`` files of every list, so the file list's Acc@2k is at least each
+single list's Acc@k (a file either list ranks first is within the first two), and the fused order
+decides every place no list's floor claims. ``2k`` is the least that can be promised: the two lists'
+first ``k`` files may all differ. Pure; the weights live in ``settings.code``
+(``RAGLINE_CODE_FILE_RANK_*``) and their measurement in docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -61,10 +64,6 @@ class FileWeights:
     frame: float = 0.0
     imports: float = 0.0
     definition: float = 0.0
-    #: the lexical list's first files that keep a place (0: none), and how far below their place
-    #: in that list they may be listed
-    reserve: int = 0
-    reserve_slack: int = 3
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -88,8 +87,6 @@ def file_weights_from(settings: Settings) -> FileWeights:
         c.file_rank_frame_bonus,
         c.file_rank_import_bonus,
         c.file_rank_definition_bonus,
-        c.file_rank_lexical_reserve,
-        c.file_rank_lexical_slack,
     )
 
 
@@ -147,6 +144,12 @@ def evidence(question: str) -> IssueEvidence:
     return IssueEvidence(n, tuple(dict.fromkeys(frames)), tuple(_imports(text)))
 
 
+#: how many of each single list's first files the file list keeps a place for (the guarantee's
+#: largest ``k``): the code evaluation scores up to Acc@10, which twice 5 covers, and 10 leaves
+#: room for a caller reading deeper
+LEADS = 10
+
+
 @dataclass(frozen=True)
 class FileScore:
     """A file's score and what it is made of (for the response and for measuring)."""
@@ -158,8 +161,8 @@ class FileScore:
     frame: float
     imports: float
     definition: float
-    best: int | None  # the position of the file's first hit; None: none among the hits (reserved)
-    #: placed by the lexical reserve (the lexical list's n-th file, listed at n + slack at the latest)
+    best: int | None  # the position of the file's first hit; None: none among the hits (a lead)
+    #: placed by a single list's floor (:func:`with_floors`) above where the fused hits put it
     reserved: bool = False
 
 
@@ -168,13 +171,13 @@ def rank_files(
     question: str,
     w: FileWeights,
     source: str = "",
-    lexical: Sequence[Hit | dict] = (),
+    leads: Sequence[Sequence[Hit | dict]] = (),
 ) -> list[FileScore]:
     """The files of ``hits``, best first (pure). ``source`` is the git source's name, the prefix of
     the stored paths (``astropy/`` of ``astropy/astropy/io/fits/card.py``), left out of the paths
-    returned and matched. ``lexical``: the search's lexical list, in its order, whose first
-    ``w.reserve`` files keep a place (the module's docstring). With :class:`FileWeights` defaults
-    the order is the first-hit order."""
+    returned and matched. ``leads``: each single list of the search (vector, lexical), in its
+    order, whose first files keep a place (the module's docstring). With :class:`FileWeights` defaults
+    and no leads the order is the first-hit order."""
     rows = [h if isinstance(h, Hit) else Hit.model_validate(h) for h in hits]
     if not rows:
         return []
@@ -190,20 +193,25 @@ def rank_files(
         by_file.setdefault(relative(h.path), []).append((pos, h))
     out = [_file_score(path, items, ev, w, scale) for path, items in by_file.items()]
     out.sort(key=(lambda f: f.best or 0) if w.is_first_hit else (lambda f: (-f.score, f.best or 0)))
-    if not w.reserve or not lexical:
+    lists = [lead_files(rows_of, LEADS) for rows_of in leads]
+    lists = [one for one in lists if one]
+    if len(lists) < 2:  # one list alone is the fused order's own
         return out
     known = {f.path: f for f in out}
-    floors = {}
-    for n, row in enumerate(lead_files(lexical, w.reserve)):
-        h = row if isinstance(row, Hit) else Hit.model_validate(row)
-        path = relative(h.path)
-        floors[path] = (n + w.reserve_slack, known.get(path) or _file_score(path, [(None, h)], ev, w, 0.0))
+    floors: dict[str, tuple[int, FileScore]] = {}
+    for one in lists:
+        for n, row in enumerate(one, start=1):
+            h = row if isinstance(row, Hit) else Hit.model_validate(row)
+            path = relative(h.path)
+            place = len(lists) * n - 1  # 0-based: the n-th file within the first m·n
+            if path not in floors or place < floors[path][0]:
+                floors[path] = (place, known.get(path) or _file_score(path, [(None, h)], ev, w, 0.0))
     return with_floors(out, floors)
 
 
 def lead_files(rows: Iterable[Hit | dict], n: int) -> list[Hit | dict]:
-    """The first row of each of the first ``n`` files of ``rows``, in their order (pure): the
-    lexical list's files the reserve keeps a place for."""
+    """The first row of each of the first ``n`` files of ``rows``, in their order (pure): a single
+    list's files the file list keeps a place for."""
     out: dict[str, Hit | dict] = {}
     for row in rows:
         path = row.path if isinstance(row, Hit) else row["path"]
@@ -236,15 +244,20 @@ def _file_score(
 def with_floors(ranked: list[FileScore], floors: dict[str, tuple[int, FileScore]]) -> list[FileScore]:
     """``ranked`` with each file of ``floors`` (path: its 0-based place at the latest, its score)
     listed no later than that place, and where ``ranked`` has it earlier, there (pure). Built place
-    by place: a file whose floor has come, else the next of ``ranked``. A file moved up, or absent
-    from ``ranked``, is marked ``reserved``."""
+    by place: the next of ``ranked``, unless the files still waiting for their floor would no longer
+    fit (``j + 1`` of them due by a place only ``j`` places away): then the one whose floor comes
+    first. Every floor is met whenever at most ``p + 1`` files have a floor at or before each place
+    ``p`` (earliest deadline first), which :func:`rank_files`' floors ensure. A file moved up, or
+    absent from ``ranked``, is marked ``reserved``."""
     out: list[FileScore] = []
     rest = list(ranked)
     pending = dict(floors)
+    fused = {f.path: i for i, f in enumerate(ranked)}  # equal floors: the fused order first
     while rest or pending:
-        due = [path for path, (place, _) in pending.items() if place <= len(out)]
-        if due or not rest:
-            path = min(due or pending, key=lambda p: pending[p][0])
+        waiting = sorted((place, fused.get(path, len(fused)), path) for path, (place, _) in pending.items())
+        tight = any(place <= len(out) + j for j, (place, _, _) in enumerate(waiting))
+        if waiting and (tight or not rest):
+            path = waiting[0][2]
             _, f = pending.pop(path)
             moved = not (rest and rest[0].path == path)
             rest = [x for x in rest if x.path != path]
@@ -256,16 +269,22 @@ def with_floors(ranked: list[FileScore], floors: dict[str, tuple[int, FileScore]
     return out
 
 
-def ranked_paths(hits: Iterable[Hit | dict], question: str, w: FileWeights, source: str = "") -> list[str]:
+def ranked_paths(
+    hits: Iterable[Hit | dict],
+    question: str,
+    w: FileWeights,
+    source: str = "",
+    leads: Sequence[Sequence[Hit | dict]] = (),
+) -> list[str]:
     """The file paths of :func:`rank_files`, best first."""
-    return [f.path for f in rank_files(hits, question, w, source)]
+    return [f.path for f in rank_files(hits, question, w, source, leads)]
 
 
 def response_files(
-    hits: list[Hit], question: str, settings: Settings, lexical: Sequence[Hit] = ()
+    hits: list[Hit], question: str, settings: Settings, leads: Sequence[Sequence[Hit]] = ()
 ) -> list[FileHit]:
     """The files a search response lists beside its hits (pure): :func:`rank_files` with the
-    configured weights and the search's lexical leads (``SearchResponse.lexical_leads``), when
+    configured weights and the search's single lists' leads (``SearchResponse.list_leads``), when
     the file ranking is on and some hit is code (a prose search's "files" would be its documents
     again). The code evaluation scores this list, so what it measures is what a caller gets."""
     c = settings.code
@@ -283,7 +302,7 @@ def response_files(
             first_hit=f.best,
             reserved=f.reserved,
         )
-        for f in rank_files(hits, question, file_weights_from(settings), lexical=lexical)
+        for f in rank_files(hits, question, file_weights_from(settings), leads=leads)
     ]
 
 

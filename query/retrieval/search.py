@@ -133,9 +133,11 @@ def search(
         vectors_complete=not coverage.unembedded,
         vector_share=round(coverage.share, 6),
     )
-    if vector and lexical and settings.code.file_rank and settings.code.file_rank_lexical_reserve:
-        leads = file_rank.lead_files(lexical, settings.code.file_rank_lexical_reserve)
-        resp.with_lexical_leads([sql.hit(r) for r in leads])
+    if vector and lexical and settings.code.file_rank:
+        # each single list's first files keep a place in the file list (file_rank's guarantee)
+        resp.with_list_leads(
+            [[sql.hit(r) for r in file_rank.lead_files(rows, file_rank.LEADS)] for rows in (vector, lexical)]
+        )
     return resp
 
 

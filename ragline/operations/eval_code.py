@@ -395,10 +395,15 @@ def _refused(
     file_weights = file_rank.file_weights_from(settings)
     # the share of the scope the candidates' vector list saw, as the search weighed it
     code_policy = FusionPolicy.from_settings(settings, code=True).covering(share)
+    # each single list in its own order, whose first files the file list keeps (as the search does)
+    leads = [
+        sorted((h for h in hits if getattr(h, rank) is not None), key=lambda h: getattr(h, rank))
+        for rank in ("vector_rank", "lexical_rank")
+    ]
     for label, w, wl in runs:
         fused = structure.refuse(hits, w, replace(code_policy, lexical_weight=wl))
         ranked = structure.rescore(fused, text, w, settings)[: settings.retrieval.top_n]
-        yield label, file_rank.ranked_paths(ranked, text, file_weights, source)
+        yield label, file_rank.ranked_paths(ranked, text, file_weights, source, leads)
 
 
 def _file_rank_on(settings: Settings) -> Settings:
@@ -472,6 +477,10 @@ def run_code_eval(
     return {
         "modes": {name: {**r.summary(), "per_query": r.rows} for name, r in reports.items()},
         "structure_ablation": {name: r.summary() for name, r in ablations.items()},
+        # per query, for choosing the lexical weight leaving one repository out (bench/code_loro.py)
+        "lexical_weight_per_query": {
+            name: r.rows for name, r in ablations.items() if ", lexical weight " in name
+        },
         "file_rank": {
             name: {label: r.summary() for label, r in by_label.items()}
             for name, by_label in file_ranks.items()

@@ -577,16 +577,6 @@ class CodeSettings(_Group):
         ge=0,
         description="a file whose chunks define identifiers the issue names (1 - 0.5**count of them)",
     )
-    file_rank_lexical_reserve: int = Field(
-        2,
-        ge=0,
-        description="the lexical list's first files that keep a place in a hybrid code search's files"
-        " (query/retrieval/file_rank.py, the lexical reserve; 0 = off): the n-th is listed at"
-        " n + file_rank_lexical_slack at the latest, even when the fusion cut its chunks",
-    )
-    file_rank_lexical_slack: int = Field(
-        3, ge=0, description="how far below its place in the lexical list a reserved file may be listed"
-    )
 
     @property
     def layers(self) -> frozenset[str]:

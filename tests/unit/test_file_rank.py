@@ -4,6 +4,9 @@ file's evidence adds up."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 
 from ragline.operations.eval_code import file_ranking
 from ragline.query.retrieval import file_rank
@@ -150,62 +153,84 @@ def test_settings_switch_the_file_rank_on_and_off():
     on = code_settings(file_rank=True, file_rank_decay=0.5, file_rank_path_bonus=0.25)
     w = file_rank.file_weights_from(on)
     assert not w.is_first_hit and (w.decay, w.depth, w.path) == (0.5, on.code.file_rank_depth, 0.25)
-    # the shipped default: on, the traceback frames, a file's further chunks at a quarter each, and
-    # the lexical list's first two files kept within three places of theirs (docs/evaluation.md)
+    # the shipped default: on, the traceback frames, a file's further chunks at a quarter each
     shipped = file_rank.file_weights_from(Settings())
     assert shipped.frame > 0 and (shipped.path, shipped.imports, shipped.definition) == (0, 0, 0)
-    assert (shipped.decay, shipped.depth, shipped.reserve, shipped.reserve_slack) == (0.25, 3, 2, 3)
-    assert file_rank.file_weights_from(code_settings(file_rank_lexical_reserve=0)).reserve == 0
+    assert (shipped.decay, shipped.depth) == (0.25, 3)
 
 
 FUSED = [hit(f"r/{p}.py", 1.0 - i / 10) for i, p in enumerate("abcdefg")]
 
 
 @pytest.mark.parametrize(
-    ("lexical", "reserve", "listed", "reserved"),
+    ("vector", "lexical", "listed", "reserved"),
     [
-        # absent from the fused hits: listed at its place in the lexical list + 3 at the latest
-        (["x", "c"], 2, "abcxdefg", "x"),
-        # both moved up, each to its own floor (the 1st to the 4th place, the 2nd to the 5th)
-        (["g", "f"], 2, "abcgfde", "gf"),
+        # each list's 1st file within the first 2, its 2nd within the first 4: the lexical list's
+        # first file, absent from the fused hits, takes the 2nd place
+        ("ab", "xc", "axbcdefg", "x"),
+        # both lists' first files low in the fused order: the 1st and 2nd places are theirs
+        ("ga", "fe", "fgaebcd", "fge"),
         # a file the fused order has above its floor keeps that place
-        (["b", "a"], 2, "abcdefg", ""),
-        # only the first `reserve` files of the lexical list; several chunks of one file are one file
-        (["g", "g", "f", "e"], 1, "abcgdef", "g"),
-        ([], 2, "abcdefg", ""),
-        (["x", "y"], 0, "abcdefg", ""),
+        ("ab", "ba", "abcdefg", ""),
+        # several chunks of one file are one file
+        ("aab", "ggfe", "agbfced", "gfe"),
+        # one list alone is the fused order's own: nothing to keep
+        ("", "xy", "abcdefg", ""),
     ],
 )
-def test_the_lexical_reserve_keeps_the_lexical_lists_first_files_near_their_place(
-    lexical, reserve, listed, reserved
-):
-    """Code fusion's small lexical weight cuts every chunk only the lexical list found below every
-    chunk of the vector list; the reserve lists the lexical list's n-th file at n + slack at the
-    latest, whether the fused hits hold it lower or not at all (a file without a fused hit scores
-    its bonuses alone, and has no first hit)."""
-    w = FileWeights(reserve=reserve, reserve_slack=3)
-    leads = [hit(f"r/{p}.py", 5.0) for p in lexical]
-    files = rank_files(FUSED, "an issue", w, "r", lexical=leads)
+def test_each_lists_first_files_keep_a_place_in_the_file_list(vector, lexical, listed, reserved):
+    """Whatever the fusion's weights, the vector and the lexical list's n-th file is listed within
+    the first 2n files, whether the fused hits hold it lower or not at all (a file without a fused
+    hit scores its bonuses alone, and has no first hit)."""
+    w = FileWeights()
+    leads = [[hit(f"r/{p}.py", 5.0) for p in one] for one in (vector, lexical)]
+    files = rank_files(FUSED, "an issue", w, "r", leads=leads)
     assert "".join(f.path[0] for f in files) == listed
     assert "".join(f.path[0] for f in files if f.reserved) == reserved
-    assert all((f.best is None) == (f.path == "x.py") for f in files)
+    assert all((f.best is None) == (f.path[0] not in "abcdefg") for f in files)
     assert [f.path for f in rank_files(FUSED, "an issue", w, "r")] == [f"{p}.py" for p in "abcdefg"]
 
 
-def test_reserved_files_past_the_end_of_a_short_list_follow_it():
-    w = FileWeights(reserve=2, reserve_slack=3)
-    files = rank_files([hit("a.py", 1.0)], "an issue", w, lexical=[hit("x.py", 1.0), hit("y.py", 1.0)])
+#: a search's fused hits and its two lists, none empty (a search with one list has nothing to keep)
+FILES = st.lists(st.sampled_from("abcdefghijklmnopqrstuvwxyz"), min_size=1, max_size=30)
+
+
+@given(fused=FILES, vector=FILES, lexical=FILES)
+@examples(max_examples=300, deadline=None)
+def test_the_file_list_holds_every_lists_first_k_files_within_2k(fused, vector, lexical):
+    """The guarantee, for every k up to LEADS: the first 2k files listed hold the first k files of
+    the vector and of the lexical list (so Acc@2k of the file list is at least each list's Acc@k);
+    every fused file is listed once, and the files no floor moved keep the fused order."""
+    fused_hits = [hit(f"{p}.py", 1.0 - i / 100, chunk_no=i) for i, p in enumerate(fused)]
+    leads = [[hit(f"{p}.py", 1.0) for p in one] for one in (vector, lexical)]
+    files = [f.path for f in rank_files(fused_hits, "an issue", FileWeights(), leads=leads)]
+    assert len(files) == len(set(files)) and {f"{p}.py" for p in fused} <= set(files)
+    firsts = [list(dict.fromkeys(one))[: file_rank.LEADS] for one in (vector, lexical)]
+    for k in range(1, file_rank.LEADS + 1):
+        for first in firsts:
+            assert {f"{p}.py" for p in first[:k]} <= set(files[: 2 * k]), (k, first)
+    floored = {f"{p}.py" for first in firsts for p in first}
+    assert [f for f in files if f not in floored] == [
+        f"{p}.py" for p in dict.fromkeys(fused) if f"{p}.py" not in floored
+    ]
+
+
+def test_lead_files_absent_from_the_fused_hits_are_listed_with_their_own_evidence():
+    files = rank_files(
+        [hit("a.py", 1.0)], "an issue", FileWeights(), leads=[[hit("x.py", 1.0)], [hit("y.py", 1.0)]]
+    )
+    # both lists' first files within the first two places, the fused hits' file after them
     assert [(f.path, f.reserved, f.best) for f in files] == [
-        ("a.py", False, 0),
         ("x.py", True, None),
         ("y.py", True, None),
+        ("a.py", False, 0),
     ]
-    # a reserved file's own evidence: the issue's traceback frame is in it
+    # a lead file's own evidence: the issue's traceback frame is in it
     frame = rank_files(
         [hit("a.py", 1.0)],
         ISSUE,
-        FileWeights(frame=0.5, reserve=1),
-        lexical=[hit("r/astropy/io/fits/card.py", 1.0)],
+        FileWeights(frame=0.5),
+        leads=[[hit("a.py", 1.0)], [hit("r/astropy/io/fits/card.py", 1.0)]],
     )
     assert frame[-1].frame == 1.0 and frame[-1].chunks == 0.0
 
@@ -279,9 +304,9 @@ def test_a_search_response_lists_the_files_in_the_file_rankings_order(
     assert [f.first_hit for f in resp.files] == [1, 0]
 
 
-def test_a_search_response_lists_the_lexical_leads_the_retrieval_kept_and_never_sends_them(monkeypatch):
-    """The retrieval hands service.search the hybrid search's lexical leads beside its hits (a
-    private attribute: not part of the contract, never serialized); the files listed hold them."""
+def test_a_search_response_lists_the_list_leads_the_retrieval_kept_and_never_sends_them(monkeypatch):
+    """The retrieval hands service.search the hybrid search's single lists' leads beside its hits
+    (a private attribute: not part of the contract, never serialized); the files listed hold them."""
     from ragline.query import service
     from ragline.shared.sdk.contracts import SearchRequest, SearchResponse
 
@@ -294,17 +319,19 @@ def test_a_search_response_lists_the_lexical_leads_the_retrieval_kept_and_never_
     monkeypatch.setattr(
         service,
         "retrieve",
-        lambda req, limit: SearchResponse(hits=hits, timings_ms={"total": 1.0}).with_lexical_leads([lead]),
+        lambda req, limit: SearchResponse(hits=hits, timings_ms={"total": 1.0}).with_list_leads(
+            [[hits[0]], [lead]]
+        ),
     )
     resp = service.search(SearchRequest(query="an issue", tenant="t", groups=["g"], rerank=False))
     assert [(f.path, f.reserved, f.first_hit) for f in resp.files] == [
         ("r/a.py", False, 0),
-        ("r/b.py", False, 1),
         ("r/x.py", True, None),
+        ("r/b.py", False, 1),
     ]
     sent = resp.model_dump_json()
     assert (
-        "lexical_leads" not in sent
+        "list_leads" not in sent
         and "r/x.py" in sent
-        and SearchResponse.model_validate_json(sent).lexical_leads == []
+        and SearchResponse.model_validate_json(sent).list_leads == []
     )

@@ -482,8 +482,6 @@ def test_secrets_stay_masked(monkeypatch, tmp_path):
 #: settings added since names were derived: they have the derived name only
 NEW_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_CODE_SPELLED_BONUS", "0.002", "code.spelled_bonus", 0.002),
-    ("RAGLINE_CODE_FILE_RANK_LEXICAL_RESERVE", "0", "code.file_rank_lexical_reserve", 0),
-    ("RAGLINE_CODE_FILE_RANK_LEXICAL_SLACK", "2", "code.file_rank_lexical_slack", 2),
     ("RAGLINE_SERVICES_REDIS_ROLE", "chat", "services.redis_role", "chat"),
     ("RAGLINE_SERVICES_REDIS_AOF_REWRITE_MIN_MB", "2", "services.redis_aof_rewrite_min_mb", 2),
     ("RAGLINE_SERVICES_REDIS_APPENDFSYNC", "always", "services.redis_appendfsync", "always"),

@@ -159,14 +159,14 @@ class FileHit(BaseModel):
     first_hit: int | None = Field(
         default=0,
         ge=0,
-        description="the position of its first hit among `hits`; null for a file the lexical reserve"
-        " listed from the lexical list alone",
+        description="the position of its first hit among `hits`; null for a file listed from a single"
+        " list's leads alone (the vector or the lexical list's first files)",
     )
     reserved: bool = Field(
         default=False,
-        description="listed by the lexical reserve (RAGLINE_CODE_FILE_RANK_LEXICAL_RESERVE): the lexical"
-        " list's n-th file, placed at n + RAGLINE_CODE_FILE_RANK_LEXICAL_SLACK at the latest, above where"
-        " the fused hits put it, or absent from them",
+        description="placed by a single list's floor (query/retrieval/file_rank.py): the vector or the"
+        " lexical list's n-th file is listed within the first 2n files, here above where the fused hits"
+        " put it, or absent from them",
     )
 
 
@@ -214,16 +214,17 @@ class SearchResponse(BaseModel):
         " lists searched without, within that collection's documents (RAGLINE_RETRIEVAL_CORPUS_TERMS)",
     )
     timings_ms: dict[str, float] = Field(default_factory=dict)
-    #: the first chunk of each of the hybrid search's lexical list's first files, for the file
-    #: ranking's lexical reserve (query/retrieval/file_rank.py); kept in the worker, never sent
-    _lexical_leads: list[Hit] = PrivateAttr(default_factory=list)
+    #: the first chunk of each of the first files of the hybrid search's single lists (vector,
+    #: lexical), which the file ranking keeps a place for (query/retrieval/file_rank.py); kept in
+    #: the worker, never sent
+    _list_leads: list[list[Hit]] = PrivateAttr(default_factory=list)
 
     @property
-    def lexical_leads(self) -> list[Hit]:
-        return self._lexical_leads
+    def list_leads(self) -> list[list[Hit]]:
+        return self._list_leads
 
-    def with_lexical_leads(self, leads: list[Hit]) -> SearchResponse:
-        self._lexical_leads = leads
+    def with_list_leads(self, leads: list[list[Hit]]) -> SearchResponse:
+        self._list_leads = leads
         return self
 
 
