@@ -81,7 +81,7 @@ def _sides(
     if c is None:
         return None
     a, b = question[a_from : c.start()], question[c.end() :].split("\n", 1)[0]
-    if "\n" in a or (start is None and "," in a) or not b:
+    if (start is None and "," in a) or (start is not None and "\n" in a) or not b:
         return None
     return a, b
 

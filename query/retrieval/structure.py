@@ -45,8 +45,11 @@ FILE_EXTENSIONS = frozenset(
     """py pyi pyx js mjs cjs jsx ts mts cts tsx go java rs c h cc cpp cxx hpp hh hxx cs rb php kt kts
     sh bash sql toml yaml yml ini cfg proto gradle scala swift lua pl r md rst txt html json xml""".split()
 )
+#: a path starts where a run of path characters and slashes does, its leading slashes left out (one
+#: attempt per run: tried from each "+", "@" or "/" of a run, a long run would be rescanned once per
+#: character)
 _PATH = re.compile(
-    r"(?<![\w.-])((?:[A-Za-z]:)?(?:[\w.+@-]+/)*[\w.+@-]*[A-Za-z0-9_]\.([A-Za-z][A-Za-z0-9]{0,4}))\b"
+    r"(?<![\w.+@/-])/*((?:[A-Za-z]:)?(?:[\w.+@-]+/)*[\w.+@-]*[A-Za-z0-9_]\.([A-Za-z][A-Za-z0-9]{0,4}))\b"
 )
 _IDENT = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(\()?")
 #: receivers that say nothing about where a method is defined (``self.send``: some class's ``send``)

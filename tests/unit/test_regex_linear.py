@@ -143,6 +143,21 @@ def _match_only(tree: ast.AST) -> set[str]:
     return {name for name, attrs in used.items() if attrs and attrs <= {"match", "fullmatch"}}
 
 
+def _import_problems(tree: ast.AST, rel: str) -> list[str]:
+    """Imports that would hide a pattern from the audit: another engine, ``re`` under other names."""
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "regex" or (alias.name == "re" and alias.asname):
+                    problems.append(
+                        f"{rel}:{node.lineno}: import {alias.name} as {alias.asname}: use re.<fn>"
+                    )
+        elif isinstance(node, ast.ImportFrom) and node.module in ("re", "regex"):
+            problems.append(f"{rel}:{node.lineno}: from {node.module} import: use re.<fn>")
+    return problems
+
+
 def source_uses(path: Path) -> tuple[list[Use], list[str]]:
     """The literal patterns ``path`` applies, and the problems (built patterns not in BUILT, other
     regex engines)."""
@@ -162,13 +177,8 @@ def source_uses(path: Path) -> tuple[list[Use], list[str]]:
         and any(isinstance(t, ast.Name) and t.id in match_only for t in node.targets)
     }
     uses: list[Use] = []
-    problems: list[str] = []
+    problems = _import_problems(tree, rel)
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            problems += [f"{rel}:{node.lineno}: imports {n}: audit it here" for n in names if n == "regex"]
-            if isinstance(node, ast.ImportFrom) and node.module == "re":
-                problems.append(f"{rel}:{node.lineno}: `from re import`: call re.<fn> so the audit sees it")
         if not (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
