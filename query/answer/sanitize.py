@@ -35,6 +35,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from markdown_it import MarkdownIt
@@ -75,10 +76,17 @@ def source_urls(sources: list[str]) -> set[str]:
     """Every URL written in the cited chunks (bare, autolinked or as a markdown destination)."""
     found: set[str] = set()
     for text in sources:
-        found.update(_norm(m.group(0)) for m in _BARE.finditer(text))
-        found.update(_norm(span.url) for span in _parse(text)[1] if span.url is not None)
+        found.update(_urls_of(text))
     found.discard("")
     return found
+
+
+@lru_cache(maxsize=256)
+def _urls_of(text: str) -> frozenset[str]:
+    """One chunk's URLs, parsed once: a streamed answer is sanitized at every release against the
+    same cited chunks."""
+    bare = {_norm(m.group(0)) for m in _BARE.finditer(text)}
+    return frozenset(bare | {_norm(span.url) for span in _parse(text)[1] if span.url is not None})
 
 
 def allowed(url: str, sources: list[str], urls: set[str] | None = None) -> bool:
