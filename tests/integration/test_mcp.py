@@ -109,9 +109,9 @@ def _make_token(tenant: str, groups: str) -> str:
         capture_output=True,
         text=True,
         env=_env(),
-        check=True,
         timeout=60,
     )
+    assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
 
@@ -267,6 +267,11 @@ def test_http_tokens_isolation_matrix(http_server):
     assert [r for r in rows if r[2]] == []
     assert len(rows) == 2 * (1 + sum(len(v) for v in HOSTILE.values()))
     assert proc.poll() is None
+    # every call logged as one JSON line with its tool, tenant and token, the question only hashed
+    calls = [json.loads(line) for line in log.read_text().splitlines() if '"mcp_call"' in line]
+    assert {(c["tool"], c["tenant"]) for c in calls} >= {(t, x) for t in TOOLS for x in (A, B)}
+    assert {c["grant_id"] for c in calls} >= {tokens[A].split("_")[1], tokens[B].split("_")[1]}
+    assert "ретраи" not in log.read_text()
 
 
 def _values(own: str, other: str) -> dict:
@@ -338,3 +343,19 @@ def test_stopped_query_pool_is_a_clear_timeout(tmp_path):
         broker.stop()
     assert r.is_error and "timeout" in _text(r), _text(r)
     assert took < 15
+
+
+def test_admission_applies_to_agent_calls(corpus, use_settings):
+    """The tenant's admission of the query pool refuses an agent's call over its rate, as a chat
+    backend's question: one call per 10 s window, the second is refused whatever the load."""
+    use_settings(admission_tenant_rate=0.1, admission_tenant_burst=1, admission_tenant_max_in_flight=0)
+
+    async def main():
+        async with stdio_session(f"t-mcp-rate-{RUN}", "g") as session:
+            first = await session.call_tool("sources", {})
+            second = await session.call_tool("search", {"query": "ретраи"})
+            return first, second
+
+    first, second = anyio.run(main)
+    assert not first.is_error, _text(first)
+    assert second.is_error and "rate limited: retry after 10.0 s" in _text(second), _text(second)
