@@ -7,12 +7,15 @@ the host must be allowed (a source's ``allowed_hosts``) and every address it res
 or allowed by ``RAGLINE_INGEST_FETCH_ALLOW_PRIVATE`` / ``RAGLINE_INGEST_FETCH_ALLOWED_NETWORKS``; otherwise
 :class:`~ragline.ingest.fetch.FetchRefused`, and git never starts. git then may use only the URL's
 own transport (``GIT_ALLOW_PROTOCOL``: no redirect into ``file://`` or another scheme), follows no
-HTTP redirect (``http.followRedirects=false``: its target was never checked), never runs ``ext::``
+HTTP redirect (``http.followRedirects=false``: its target was never checked; git's dumb-HTTP walker
+reads a server's ``http-alternates`` and ``alternates`` only when redirects are followed, so a
+remote cannot send it to another store either), never runs ``ext::``
 helpers, and over http(s) connects to the addresses checked here (``http.curloptResolve``), not to
 a second answer of the resolver. An ssh or git:// connection resolves the name again inside git:
 a name whose record changes between the check and the connection is not caught there
-(docs/code.md). A local path or ``file://`` URL is the operator's own repository and is not
-checked.
+(docs/code.md). A local path or ``file://`` URL has no address to check; git copies its objects, so
+it is opened like any repository first (:func:`ragline.ingest.git.open_repository` in
+:func:`~ragline.ingest.git.sync_clone`: a link out of its git dir is refused).
 """
 
 from __future__ import annotations

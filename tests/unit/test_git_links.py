@@ -170,3 +170,16 @@ def test_a_quoted_alternates_line_is_read_as_git_unquotes_it():
     assert git._unquote(b"/srv/plain") == b"/srv/plain"
     for bad in (b'"/srv/unterminated', b'"/srv/x"trailing', b'"/srv/\\q"'):
         assert git._unquote(bad) is None
+
+
+def test_a_clone_follows_no_redirect_nor_a_remotes_alternates():
+    """git's dumb-HTTP walker follows a server's ``http-alternates`` only with redirects on: the
+    clone guard's options keep both off for every transport (pinned: the rule lives in git)."""
+    from ragline.ingest import clone_guard
+    from ragline.ingest.fetch import FetchPolicy
+    from ragline.shared.config.settings import get_settings
+
+    policy = FetchPolicy.from_settings(get_settings())
+    for url in ("https://93.184.216.34/r.git", "http://93.184.216.34/r.git", "/srv/r.git"):
+        options, _ = clone_guard.guarded_options(url, policy)
+        assert "http.followRedirects=false" in options and "protocol.ext.allow=never" in options, url
