@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import typer
 
-from ragline.cli.common import EXIT_UNREACHABLE, echo, fail, iso, split_csv
+from ragline.cli.common import EXIT_UNREACHABLE, console, echo, fail, iso, split_csv
 from ragline.shared.config.settings import get_settings, reset_settings
 
 app = typer.Typer()
@@ -46,7 +46,7 @@ def serve(
     for the tenants of the tokens `ragline mcp token create` made. Tools cannot change either."""
     if ctx.invoked_subcommand is not None:
         return
-    if http == (tenant is not None):
+    if http == (tenant is not None) or (tenant is None) != (groups is None):
         fail("give --tenant and --groups (stdio) or --http (tokens), not both", 2)
     os.environ.setdefault("RAGLINE_SERVICES_REDIS_ROLE", PRODUCER_ROLE)
     reset_settings()
@@ -54,7 +54,7 @@ def serve(
     from ragline.mcp.tokens import TokenStore, grant
     from ragline.shared.sdk.async_client import AsyncRaglineClient
     from ragline.shared.sdk.client import RaglineUnavailable
-    from ragline.shared.worker import logging_setup
+    from ragline.shared.worker import credentials, logging_setup
 
     logging_setup.configure()  # JSON lines on stderr: stdout is the stdio transport's
     try:
@@ -68,6 +68,12 @@ def serve(
             fail(str(exc), 2)
         build_server(client, grant=fixed).run("stdio")
         return
+    if not credentials.is_loopback(host):
+        console.print(
+            f"warning: serving MCP on {host} without TLS: bearer tokens cross the network in clear; put a TLS proxy in front",
+            markup=False,
+            highlight=False,
+        )
     url = f"http://{host}:{port}"
     server = build_server(client, tokens=TokenStore(get_settings()), url=url)
     server.run("streamable-http", host=host, port=port)

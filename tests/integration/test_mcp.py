@@ -359,3 +359,12 @@ def test_admission_applies_to_agent_calls(corpus, use_settings):
     first, second = anyio.run(main)
     assert not first.is_error, _text(first)
     assert second.is_error and "rate limited: retry after 10.0 s" in _text(second), _text(second)
+
+
+@pytest.mark.parametrize(
+    "args", [[], ["--tenant", "acme"], ["--groups", "g"], ["--http", "--tenant", "acme", "--groups", "g"]]
+)
+def test_the_server_starts_only_with_one_scope_source(args):
+    """stdio needs both --tenant and --groups; --http takes its scopes from tokens, never from both."""
+    done = subprocess.run([RAGLINE, "mcp", *args], capture_output=True, text=True, env=_env(), timeout=60)
+    assert done.returncode == 2 and "--tenant and --groups" in done.stderr, done.stderr
