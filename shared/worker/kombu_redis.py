@@ -198,7 +198,7 @@ def _envelope(item: bytes) -> tuple[dict | None, str]:
     ``envelope`` (JSON that is no kombu message, :func:`decode_gate.envelope_problem`)."""
     try:
         raw = loads(bytes_to_str(item))
-    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; "[" nested 100,000 deep
         return None, "not_json"
     problem = decode_gate.envelope_problem(raw)
     return (raw, "") if problem is None else (None, problem)
@@ -247,6 +247,17 @@ def _deliver_fanout_message(self, message, exchange):
     return _deliver_fanout_message.__wrapped__(self, message, exchange)
 
 
+def _receive_one(self, c):
+    """kombu's fanout read, whose own guard catches ``ValueError`` only: JSON nested deeper than
+    the interpreter's recursion limit raised ``RecursionError`` out of the event loop."""
+    try:
+        return _receive_one.__wrapped__(self, c)
+    except RecursionError:
+        get_logger("ragline.broker").warning("broker item dropped", reason="not_json")
+        signing.count_refused("-", signing.NO_ROLE, "not_json")
+        raise kombu_redis.Empty() from None
+
+
 def gate_deliveries() -> bool:
     """Patch ``kombu.transport.redis.Channel._brpop_read`` once (see the module docstring); False
     for a kombu release outside :data:`KOMBU_VERSIONS` (logged: junk on a queue would stop it)."""
@@ -264,4 +275,6 @@ def gate_deliveries() -> bool:
     if hasattr(channel_cls, "_deliver_fanout_message"):  # kombu 5.7; 5.3 delivers inline (unguarded)
         _deliver_fanout_message.__wrapped__ = channel_cls._deliver_fanout_message
         channel_cls._deliver_fanout_message = _deliver_fanout_message
+    _receive_one.__wrapped__ = channel_cls._receive_one
+    channel_cls._receive_one = _receive_one
     return True

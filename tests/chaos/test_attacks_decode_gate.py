@@ -5,7 +5,8 @@ Redis user or signing key can put on its queue: pickle, YAML and msgpack bodies,
 the role allowed to send the task whose inner content type is pickle (Celery's ``auth`` serializer
 decodes it with ``force=True`` upstream), 16 bytes of garbage, JSON that is no kombu envelope, an
 envelope whose body is not base64, a JSON body that is no task body, and a task whose payload fails
-validation. Each pickle (outer and inner) would create a marker directory if it were ever unpickled.
+validation, and JSON nested deeper than the recursion limit. Each pickle (outer and inner) would
+create a marker directory if it were ever unpickled.
 
 Every pool must drop each bad message (logged, counted in ``rag_tasks_refused`` by reason, gone from
 its queue and from the ``unacked`` hash, so it never comes back), never create the marker, stay up,
@@ -143,6 +144,7 @@ def _cases(queue: str, task: str, marker: Path, sign) -> list[tuple[str, str | b
         ),
         ("16 bytes of garbage", os.urandom(15) + b"\xff", "not_json"),
         ("JSON that is no envelope", json.dumps(["not", "a", "message"]), "envelope"),
+        ("JSON nested 100,000 deep", "[" * 100_000, "not_json"),
         (
             "envelope whose body is not base64",
             json.loads(message(b"x", json_type)) | {"body": "%%%not base64%%%"},
@@ -273,9 +275,9 @@ def test_junk_a_producer_user_pushes_onto_its_queue_never_stops_the_pool(stack, 
 
 
 def test_a_non_message_on_the_remote_control_channel_never_stops_a_pool(stack):
-    """JSON that is no kombu message, published by the ``flower`` user (which may publish remote
-    control broadcasts) on the workers' broadcast channel: dropped and counted, the worker still
-    answers a ping."""
+    """JSON that is no kombu message and JSON nested 100,000 deep, published by the ``flower`` user
+    (which may publish remote control broadcasts) on the workers' broadcast channel: dropped and
+    counted, the worker still answers a ping."""
     from ragline.shared.worker.celery_app import app
     from ragline.shared.worker.metrics_server import metrics_dir, reset_dir
     from tests.pools import wait_ready
@@ -288,12 +290,14 @@ def test_a_non_message_on_the_remote_control_channel_never_stops_a_pool(stack):
     try:
         wait_ready(app, worker)
         assert flower.publish("/0.celery.pidbox", json.dumps(["not", "a", "message"])) >= 1
+        assert flower.publish("/0.celery.pidbox", "[" * 100_000) >= 1
         deadline = time.monotonic() + 30
-        while '"broker item dropped"' not in worker.log_text() and time.monotonic() < deadline:
+        while worker.log_text().count('"broker item dropped"') < 2 and time.monotonic() < deadline:
             assert worker.proc.poll() is None, worker.log_text()[-3000:]
             time.sleep(0.2)
         wait_ready(app, worker)
         assert worker.proc.poll() is None
-        assert refused_metric(stack, "query").get(("-", "none", "envelope")) == 1
+        counted = refused_metric(stack, "query")
+        assert counted.get(("-", "none", "envelope")) == 1 and counted.get(("-", "none", "not_json")) == 1
     finally:
         worker.stop()

@@ -258,7 +258,7 @@ class _Channel:
         pass
 
 
-JUNK = [b"\x00not json \xff\xfe!!", b'["not", "a", "message"]', b'{"body": 5}', b"null"]
+JUNK = [b"\x00not json \xff\xfe!!", b'["not", "a", "message"]', b'{"body": 5}', b"null", b"[" * 100_000]
 
 
 @pytest.mark.parametrize("item", JUNK)
@@ -269,7 +269,7 @@ def test_upstream_brpop_read_still_fails_on_junk(item):
     from kombu.transport import redis as kombu_redis
 
     upstream = getattr(kombu_redis.Channel._brpop_read, "__wrapped__", kombu_redis.Channel._brpop_read)
-    with pytest.raises((ValueError, TypeError, KeyError, AttributeError)):
+    with pytest.raises((ValueError, TypeError, KeyError, AttributeError, RecursionError)):
         upstream(_Channel(item))
 
 
