@@ -33,12 +33,15 @@ EVENT = {"type": "upsert", "tenant": "t", "doc_id": "d", "uri": "https://x/d", "
 #: (model, a valid payload, the field to spoil, whether it is a list); every identifier-carrying field
 CASES = [
     (contracts.SearchRequest, SEARCH, "tenant", False),
+    (contracts.SourcesRequest, {"tenant": "t", "groups": ["g"]}, "tenant", False),
+    (contracts.SourcesRequest, {"tenant": "t", "groups": ["g"]}, "groups", True),
     (contracts.SearchRequest, SEARCH, "groups", True),
     (contracts.SearchRequest, SEARCH, "doc_ids", True),
     (contracts.SearchRequest, SEARCH, "paths", True),
     (contracts.SearchRequest, SEARCH, "layers", True),
     (contracts.SearchRequest, SEARCH, "path_prefixes", True),
     (contracts.AskRequest, SEARCH, "tenant", False),
+    (contracts.RerankRequest, {"query": "q", "tenant": "t", "hits": []}, "tenant", False),
     (contracts.AskRequest, SEARCH, "groups", True),
     (contracts.AskRequest, SEARCH, "doc_ids", True),
     (contracts.AskRequest, SEARCH, "paths", True),
@@ -80,6 +83,7 @@ IDENTIFIER_FIELDS = {
 }
 REQUESTS = [
     contracts.SearchRequest,
+    contracts.SourcesRequest,
     contracts.AskRequest,
     contracts.RerankRequest,
     contracts.IngestRequest,
