@@ -54,6 +54,13 @@ _IMPORT = re.compile(
 )
 
 
+#: a file whose chunks define identifiers the issue quotes as code (``quoted``, 1 - 0.5**count of
+#: them), in units of the best hit's score: the one file-level weight by kind of what the issue
+#: names that is on (bare identifiers lost: an issue names many, its traceback every function on the
+#: way); chosen leaving one repository out (docs/evaluation.md, "Each list's first files keep a place")
+QUOTED_BONUS = 0.0
+
+
 @dataclass(frozen=True)
 class FileWeights:
     """How a file's evidence adds up (bonuses in units of the best hit's score)."""
@@ -64,6 +71,7 @@ class FileWeights:
     frame: float = 0.0
     imports: float = 0.0
     definition: float = 0.0
+    quoted: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -72,7 +80,7 @@ class FileWeights:
     def is_first_hit(self) -> bool:
         """Whether these weights give the first-hit order (one chunk per file, no bonus)."""
         return (self.depth <= 1 or self.decay == 0) and not (
-            self.path or self.frame or self.imports or self.definition
+            self.path or self.frame or self.imports or self.definition or self.quoted
         )
 
 
@@ -87,6 +95,7 @@ def file_weights_from(settings: Settings) -> FileWeights:
         c.file_rank_frame_bonus,
         c.file_rank_import_bonus,
         c.file_rank_definition_bonus,
+        QUOTED_BONUS,
     )
 
 
@@ -161,6 +170,7 @@ class FileScore:
     frame: float
     imports: float
     definition: float
+    quoted: float
     best: int | None  # the position of the file's first hit; None: none among the hits (a lead)
     #: placed by a single list's floor (:func:`with_floors`) above where the fused hits put it
     reserved: bool = False
@@ -237,8 +247,16 @@ def _file_score(
     imported = 1.0 if any(structure.module_match(m, path) for m in ev.imports) else 0.0
     symbols = [s for _, h in items for s in h.metadata.get("symbols") or [] if isinstance(s, str)]
     definition = 1.0 - 0.5 ** structure.definitions(ev.named, symbols)
-    score = chunks + w.path * named + w.frame * frame + w.imports * imported + w.definition * definition
-    return FileScore(path, round(score, 8), chunks, named, frame, imported, definition, items[0][0])
+    quoted = 1.0 - 0.5 ** structure.definitions(structure.Named(identifiers=ev.named.quoted), symbols)
+    score = (
+        chunks
+        + w.path * named
+        + w.frame * frame
+        + w.imports * imported
+        + w.definition * definition
+        + w.quoted * quoted
+    )
+    return FileScore(path, round(score, 8), chunks, named, frame, imported, definition, quoted, items[0][0])
 
 
 def with_floors(ranked: list[FileScore], floors: dict[str, tuple[int, FileScore]]) -> list[FileScore]:
@@ -319,10 +337,12 @@ def variants(configured: FileWeights, depth: int = 3) -> dict[str, FileWeights]:
     out = {"none": FileWeights(), "configured": configured}
     for d in DECAYS:
         out[f"only decay={d:g}"] = FileWeights(decay=d, depth=depth)
-    for f in ("path", "frame", "imports", "definition"):
+    for f in ("path", "frame", "imports", "definition", "quoted"):
         for v in GRID:
             one: dict[str, Any] = {f: v}  # a bonus field by name (all floats)
             out[f"only {f}={v:g}"] = FileWeights(**one)
     mid = GRID[len(GRID) // 2]
     out["all"] = FileWeights(DECAYS[0], depth, mid, mid, mid / 2, mid / 2)
+    for v in GRID:  # the quoted identifiers' weight on top of the configured ones
+        out[f"configured plus quoted={v:g}"] = replace(configured, quoted=v)
     return out

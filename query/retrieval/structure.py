@@ -71,6 +71,10 @@ class Named:
     files: tuple[str, ...] = ()
     identifiers: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
+    #: the identifiers among them the question writes inside backticks (```Session.resolve_redirects```,
+    #: ```flask.Config.from_file()```): code quoted on purpose, where a bare snake_case word or a
+    #: traceback's frames name every function on the way
+    quoted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,18 @@ def named(question: str) -> Named:
     for m in _TRACE_FRAME.finditer(text):
         if m.group(1) != "module":
             idents.setdefault(m.group(1), None)
-    return Named(tuple(files), tuple(idents), tuple(modules))
+    return Named(tuple(files), tuple(idents), tuple(modules), _quoted(quoted, idents))
+
+
+def _quoted(spans: set[str], identifiers: dict[str, None]) -> tuple[str, ...]:
+    """The ``identifiers`` that occur inside the backtick ``spans``, read as in the text (receivers
+    left out), in the question's order."""
+    inside: set[str] = set()
+    for span in spans:
+        for m in _IDENT.finditer(span):
+            word = m.group(1)
+            inside.add(next((word[len(r) :] for r in _RECEIVERS if word.startswith(r)), word))
+    return tuple(i for i in identifiers if i in inside)
 
 
 #: a token starts where a run of its characters does (the same tokens as from any position, where

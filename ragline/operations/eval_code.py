@@ -456,8 +456,14 @@ def run_code_eval(
                     res["hits"], text, file_weights, source
                 )
                 reports.setdefault(name, CodeReport(name)).add(q, files, res.get("degraded_reasons"))
+                # a hybrid search's file list keeps its single lists' first files (as the task does)
+                leads = (
+                    [lists[m] for m in ("vector", "lexical") if m in lists]
+                    if mode.startswith("hybrid")
+                    else []
+                )
                 for label, fw in file_variants.items():
-                    files = file_rank.ranked_paths(res["hits"], text, fw, source)
+                    files = file_rank.ranked_paths(res["hits"], text, fw, source, leads)
                     file_ranks.setdefault(name, {}).setdefault(label, CodeReport(label)).add(q, files)
                 if mode == "hybrid+structure":
                     share = res.get("vector_share", 1.0)
@@ -484,6 +490,12 @@ def run_code_eval(
         "file_rank": {
             name: {label: r.summary() for label, r in by_label.items()}
             for name, by_label in file_ranks.items()
+        },
+        # per query, for choosing a file weight leaving one repository out (bench/code_loro.py)
+        "file_rank_per_query": {
+            name: {label: r.rows for label, r in by_label.items()}
+            for name, by_label in file_ranks.items()
+            if name.startswith("hybrid+structure")
         },
         "file_rank_held_out": {
             name: held_out({label: r.rows for label, r in by_label.items()}, ids)

@@ -1,0 +1,175 @@
+"""The code evaluation per repository, and the lexical weight chosen leaving one repository out.
+
+Reads the JSON of ``ragline eval <instances.jsonl> --mode all`` (a code query set: ``modes`` with
+per-query rows, ``lexical_weight_per_query`` with the rows of every lexical weight the eval
+re-fused the same candidates with) and prints Markdown: every mode x every repository (file Acc@1 /
+Acc@5 / Acc@10), a baseline run's default beside it, and for each repository left out in turn the
+lexical weight the other repositories choose with the left-out repository's own numbers at that
+weight (never the fitted ones). ``--docs FILE`` writes the tables between the markers
+``<!-- code-loro:start -->`` and ``<!-- code-loro:end -->`` of FILE, so the docs' table is this
+script's output.
+
+    python -m bench.code_loro bench/results/eval-swe-loc-dev-guarantee.json \\
+        --baseline bench/results/eval-swe-loc-dev-baseline-1207.json --docs docs/evaluation.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+from pathlib import Path
+
+from ragline.operations.eval_code import repository_of
+
+MODES = ("lexical", "lexical+structure", "vector", "hybrid", "hybrid+structure")
+#: what a left-out repository's weight is chosen by on the others (pooled over their issues), in order
+SELECT_BY = ("acc@5", "acc@10", "mrr")
+START, END = "<!-- code-loro:start -->", "<!-- code-loro:end -->"
+_WEIGHT = re.compile(r"^configured, lexical weight ([0-9.]+) \[(\w+)\]$")
+
+
+def _mean(rows: list[dict], key: str) -> float:
+    return statistics.fmean(r[key] for r in rows) if rows else 0.0
+
+
+def by_repository(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(repository_of(r["id"]).split("__")[-1], []).append(r)
+    return dict(sorted(out.items()))
+
+
+def cell(rows: list[dict]) -> str:
+    return " / ".join(f"{_mean(rows, k):.3f}" for k in ("acc@1", "acc@5", "acc@10"))
+
+
+def mode_table(result: dict, variant: str, baseline: dict | None) -> list[str]:
+    """Every mode x every repository (and all issues), Acc@1 / Acc@5 / Acc@10."""
+    modes = {
+        m: result["modes"][f"{m} [{variant}]"]["per_query"]
+        for m in MODES
+        if f"{m} [{variant}]" in result["modes"]
+    }
+    if baseline and f"hybrid+structure [{variant}]" in baseline["modes"]:
+        modes["hybrid+structure, before"] = baseline["modes"][f"hybrid+structure [{variant}]"]["per_query"]
+    repos = list(by_repository(next(iter(modes.values()))))
+    head = ["mode", *(f"{r} ({len(by_repository(next(iter(modes.values())))[r])})" for r in repos), "all"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, rows in modes.items():
+        grouped = by_repository(rows)
+        lines.append("| " + " | ".join([name, *(cell(grouped.get(r, [])) for r in repos), cell(rows)]) + " |")
+    return lines
+
+
+def lexical_weights(result: dict, variant: str) -> dict[float, list[dict]]:
+    """Per-query rows of the default re-fused at each lexical weight (the eval's re-fusions)."""
+    out: dict[float, list[dict]] = {}
+    for name, rows in result.get("lexical_weight_per_query", {}).items():
+        m = _WEIGHT.match(name)
+        if m and m.group(2) == variant:
+            out[float(m.group(1))] = rows
+    return out
+
+
+def quoted_weights(result: dict, variant: str) -> dict[float, list[dict]]:
+    """Per-query rows of the default's file list with the quoted identifiers' weight at each size
+    (0: the configured file ranking)."""
+    labels = result.get("file_rank_per_query", {}).get(f"hybrid+structure [{variant}]", {})
+    out = {0.0: labels["configured"]} if "configured" in labels else {}
+    for label, rows in labels.items():
+        if label.startswith("configured plus quoted="):
+            out[float(label.rsplit("=", 1)[1])] = rows
+    return out
+
+
+def leave_one_out(weights: dict[float, list[dict]], lexical_rows: list[dict]) -> tuple[list[str], dict]:
+    """For each repository: the weight the others choose (:data:`SELECT_BY`, pooled over their
+    issues; the larger weight wins a tie) and the left-out repository's numbers at it, beside its
+    lexical list."""
+    if not weights:
+        return ["(no per-query rows for these weights in this result)"], {}
+    lexical = by_repository(lexical_rows)
+    repos = list(by_repository(next(iter(weights.values()))))
+    lines = [
+        "| left out | weight chosen on the others | default, left out: Acc@1 / Acc@5 / Acc@10 | lexical list | ≥ lexical at 5 and 10 |",
+        "|---|---|---|---|---|",
+    ]
+    summary: dict = {"repositories": {}}
+    for left in repos:
+
+        def score(w: float, left: str = left) -> tuple:
+            rows = [r for r in weights[w] if repository_of(r["id"]).split("__")[-1] != left]
+            return (*(round(_mean(rows, k), 6) for k in SELECT_BY), w)
+
+        chosen = max(weights, key=score)
+        rows = by_repository(weights[chosen])[left]
+        lex = lexical.get(left, [])
+        holds = all(_mean(rows, k) >= _mean(lex, k) for k in ("acc@5", "acc@10"))
+        lines.append(f"| {left} | {chosen:g} | {cell(rows)} | {cell(lex)} | {'yes' if holds else 'no'} |")
+        summary["repositories"][left] = {
+            "weight": chosen,
+            **{k: round(_mean(rows, k), 3) for k in ("acc@1", "acc@5", "acc@10", "mrr")},
+            "holds": holds,
+        }
+    per_repo = summary["repositories"].values()
+    summary["mean_acc@5"] = round(statistics.fmean(r["acc@5"] for r in per_repo), 3)
+    summary["mean_acc@10"] = round(statistics.fmean(r["acc@10"] for r in per_repo), 3)
+    lines.append(
+        f"| mean over the left-out repositories | | Acc@5 {summary['mean_acc@5']:.3f}, Acc@10 {summary['mean_acc@10']:.3f} | | |"
+    )
+    return lines, summary
+
+
+def _load(meta: dict) -> str:
+    before = meta.get("load_average", {}).get("before_queries")
+    return f"{before[0]:.1f}" if before else "not recorded"
+
+
+def render(result: dict, variant: str, baseline: dict | None, source: str) -> str:
+    lexical_rows = result["modes"][f"lexical [{variant}]"]["per_query"]
+    loro, _ = leave_one_out(lexical_weights(result, variant), lexical_rows)
+    quoted, _ = leave_one_out(quoted_weights(result, variant), lexical_rows)
+    meta = result.get("meta", {})
+    return "\n".join(
+        [
+            f"Generated by `python -m bench.code_loro` from `{source}` (layers `{variant}`, "
+            f"{meta.get('queries', '?')} issues, load average {_load(meta)}).",
+            "",
+            "File Acc@1 / Acc@5 / Acc@10 per repository (issues in brackets):",
+            "",
+            *mode_table(result, variant, baseline),
+            "",
+            "The lexical RRF weight of code fusion chosen leaving one repository out (on the other",
+            "repositories' issues, by Acc@5, then Acc@10, then MRR), reported on the repository left out:",
+            "",
+            *loro,
+            "",
+            "The file-level weight of identifiers the issue quotes as code (`file_rank.QUOTED_BONUS`),",
+            "chosen the same way on the default's file list (0: off):",
+            "",
+            *quoted,
+        ]
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("result", type=Path)
+    ap.add_argument("--baseline", type=Path)
+    ap.add_argument("--variant", default="code", help="the layer variant (the eval's --layers)")
+    ap.add_argument("--docs", type=Path, help="write between the code-loro markers of this file")
+    args = ap.parse_args()
+    result = json.loads(args.result.read_text())
+    baseline = json.loads(args.baseline.read_text()) if args.baseline else None
+    text = render(result, args.variant, baseline, str(args.result))
+    if args.docs:
+        doc = args.docs.read_text()
+        a, b = doc.index(START) + len(START), doc.index(END)
+        args.docs.write_text(doc[:a] + "\n" + text + "\n" + doc[b:])
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

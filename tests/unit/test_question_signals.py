@@ -1,0 +1,93 @@
+"""What an issue names, by kind, read from real issue texts (../shared/datasets/swe-loc-dev/instances.jsonl)
+and weighed by the file ranking (query/retrieval/structure.py ``named``, query/retrieval/file_rank.py):
+a path, a bare file name, a traceback frame's file (the deepest first), an identifier quoted as code."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragline.query.retrieval import file_rank, structure
+from ragline.query.retrieval.file_rank import FileWeights, rank_files
+from ragline.shared.sdk.contracts import Hit
+from tests.conftest import DATASETS
+
+INSTANCES = DATASETS / "swe-loc-dev" / "instances.jsonl"
+pytestmark = pytest.mark.skipif(not INSTANCES.is_file(), reason="datasets not present")
+
+
+def issue(instance_id: str) -> str:
+    for line in INSTANCES.read_text().splitlines():
+        row = json.loads(line)
+        if row["instance_id"] == instance_id:
+            return row["query"][:4000]
+    raise KeyError(instance_id)
+
+
+def hit(path: str, score: float, symbols: tuple[str, ...] = ()) -> Hit:
+    return Hit(doc_id=path, chunk_no=0, path=path, score=score, metadata={"symbols": list(symbols)})
+
+
+def test_a_path_the_issue_writes_names_its_file_and_a_bare_file_name_half():
+    n = structure.named(issue("psf__requests-2317"))  # "... in requests/sessions.py ..."
+    assert "requests/sessions.py" in n.files
+    assert structure.path_named(n, "requests/sessions.py") == 1.0
+    assert structure.path_named(n, "requests/models.py") == 0.0
+    bare = structure.named(issue("pydicom__pydicom-1256"))  # "... in `jsonrep.py` ..."
+    assert structure.path_named(bare, "pydicom/jsonrep.py") == 0.5
+
+
+def test_a_traceback_frame_names_its_file_the_deepest_weighing_most():
+    text = issue("marshmallow-code__marshmallow-1343")
+    ev = file_rank.evidence(text)
+    # site-packages paths are the repository's files; the frames outermost first
+    assert ev.frames[-1].endswith("marshmallow/fields.py") and any(
+        f.endswith("marshmallow/schema.py") for f in ev.frames
+    )
+    files = rank_files(
+        [
+            hit("src/marshmallow/utils.py", 1.0),
+            hit("src/marshmallow/schema.py", 0.6),
+            hit("src/marshmallow/fields.py", 0.6),
+        ],
+        text,
+        FileWeights(frame=0.5),
+    )
+    by_path = {f.path: f for f in files}
+    assert by_path["src/marshmallow/fields.py"].frame == 1.0 > by_path["src/marshmallow/schema.py"].frame > 0
+    assert files[0].path == "src/marshmallow/fields.py" and by_path["src/marshmallow/utils.py"].frame == 0
+
+
+@pytest.mark.parametrize(
+    ("instance_id", "quoted", "defined_in"),
+    [
+        # "`Session.resolve_redirects` copies the original request ..."
+        (
+            "psf__requests-1963",
+            "Session.resolve_redirects",
+            ("requests/sessions.py", "Session.resolve_redirects"),
+        ),
+        # "... `flask.Config.from_file()` ..."
+        ("pallets__flask-4992", "flask.Config.from_file", ("src/flask/config.py", "Config.from_file")),
+        # "`Dataset.to_json_dict(suppress_invalid_tags=True)` ..."
+        ("pydicom__pydicom-1694", "Dataset.to_json_dict", ("pydicom/dataset.py", "Dataset.to_json_dict")),
+    ],
+)
+def test_an_identifier_quoted_as_code_lifts_the_file_that_defines_it(instance_id, quoted, defined_in):
+    """Quoted identifiers are their own kind: only they count for ``quoted``, and with its weight
+    the file that defines one outranks a file whose chunk matched better."""
+    text = issue(instance_id)
+    n = structure.named(text)
+    assert quoted in n.quoted and set(n.quoted) <= set(n.identifiers)
+    path, symbol = defined_in
+    hits = [hit("pkg/other.py", 1.0, ("helper",)), hit(path, 0.6, (symbol,))]
+    plain = rank_files(hits, text, FileWeights())
+    lifted = rank_files(hits, text, FileWeights(quoted=1.0))
+    assert plain[0].path == "pkg/other.py" and lifted[0].path == path and lifted[0].quoted == 0.5
+
+
+def test_identifiers_written_bare_are_not_quoted():
+    """An issue in prose naming functions without backticks quotes none of them."""
+    n = structure.named(issue("psf__requests-2317"))
+    assert n.identifiers and n.quoted == ()
