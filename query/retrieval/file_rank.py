@@ -41,7 +41,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 from ragline.query.retrieval import structure
 from ragline.shared.config.settings import Settings
@@ -322,27 +321,3 @@ def response_files(
         )
         for f in rank_files(hits, question, file_weights_from(settings), leads=leads)
     ]
-
-
-#: the bonus sizes measured for each signal alone (units of the best hit's score)
-GRID = (0.25, 0.5, 1.0)
-#: the chunk weights measured alone (``decay``; the first ``depth`` chunks of a file count)
-DECAYS = (0.25, 0.5, 0.75)
-
-
-def variants(configured: FileWeights, depth: int = 3) -> dict[str, FileWeights]:
-    """The file rankings an evaluation measures: ``none`` (the first-hit order), ``configured``, each
-    chunk decay alone, each bonus alone at every size of :data:`GRID`, and every signal together at
-    the middle sizes."""
-    out = {"none": FileWeights(), "configured": configured}
-    for d in DECAYS:
-        out[f"only decay={d:g}"] = FileWeights(decay=d, depth=depth)
-    for f in ("path", "frame", "imports", "definition", "quoted"):
-        for v in GRID:
-            one: dict[str, Any] = {f: v}  # a bonus field by name (all floats)
-            out[f"only {f}={v:g}"] = FileWeights(**one)
-    mid = GRID[len(GRID) // 2]
-    out["all"] = FileWeights(DECAYS[0], depth, mid, mid, mid / 2, mid / 2)
-    for v in GRID:  # the quoted identifiers' weight on top of the configured ones
-        out[f"configured plus quoted={v:g}"] = replace(configured, quoted=v)
-    return out

@@ -39,17 +39,6 @@ def fusion_policy(query: str, settings: Settings, rows: Iterable[dict] = ()) -> 
     return code if code_retrieval(query, settings, rows) else prose
 
 
-def fusion_plan(query: str, settings: Settings, rows: Iterable[dict] = ()) -> tuple[str, float]:
-    """``(method, lexical weight before the script check)`` of :func:`fusion_policy`."""
-    policy = fusion_policy(query, settings, rows)
-    return policy.method, policy.lexical_weight
-
-
-def fusion_for(query: str, settings: Settings, rows: Iterable[dict] = ()) -> str:
-    """``fusion_code`` for code retrieval (:func:`code_retrieval`), else ``fusion``."""
-    return fusion_policy(query, settings, rows).method
-
-
 def fused_keys(
     vector: list[dict], lexical: list[dict], settings: Settings, query: str = "", vector_share: float = 1.0
 ) -> list[tuple[tuple[str, int], float]]:

@@ -26,7 +26,8 @@ signals, per hit, from the question and the candidate set:
 :func:`rescore` adds the bonuses (in RRF units, settings ``RAGLINE_CODE_*_BONUS``) to each hit's
 fused score: the default hybrid's re-score. :func:`contract_order` is the contract's lexicographic
 order (``ordering: "contract"``). Which signals help, by how much, is measured on swe-loc-dev
-(docs/evaluation.md, "Code retrieval (swe-loc-dev)"); :func:`ablations` gives the variants measured.
+(docs/evaluation.md, "Code retrieval (swe-loc-dev)"); the variants measured are
+:mod:`ragline.operations.code_ablations`'s.
 """
 
 from __future__ import annotations
@@ -403,49 +404,3 @@ def contract_order(hits: list[Hit], question: str, w: Weights, settings: Setting
         keyed.append((key, replace_hit(h, structural, s.layer_rank)))
     keyed.sort(key=lambda t: t[0])
     return [h for _, h in keyed]
-
-
-#: the bonus sizes measured for each signal alone (RRF units)
-GRID = (0.001, 0.002, 0.004, 0.008, 0.016)
-
-
-def ablations(w: Weights, grid: tuple[float, ...] = GRID) -> dict[str, Weights]:
-    """The variants measured: no structure, the configured weights, each configured signal left out,
-    each signal that is off added to them, and each signal alone at every size of ``grid`` (the layer
-    step at a tenth of it, the named files' RRF weight at 62.5 times it)."""
-    out = {"none": Weights(), "configured": w}
-    configured = [k for k, v in w.as_dict().items() if v]
-    if len(configured) > 1:
-        for f in configured:
-            out[f"configured but {f}"] = replace(w, **{f: 0.0})
-    for f in Weights.__dataclass_fields__:  # each signal that is off, added to the configured ones
-        if f not in configured:
-            size = grid[len(grid) // 2]
-            size = size / 10 if f == "layer_step" else size * 62.5 if f == "named" else size
-            out[f"configured plus {f}={size:g}"] = replace(w, **{f: size})
-    for f in Weights.__dataclass_fields__:
-        for v in grid:
-            size = v / 10 if f == "layer_step" else v * 62.5 if f == "named" else v
-            out[f"only {f}={size:g}"] = Weights(**{f: size})
-    return out
-
-
-def refuse(hits: list[Hit], w: Weights, policy: FusionPolicy) -> list[Hit]:
-    """Candidates of a structural search with their fused score recomputed from their ranks (vector,
-    lexical, named files) with the RRF terms of ``policy`` (its ``vector_rrf_weight`` and
-    ``lexical_weight``, ``w.named`` for the named files), sorted; a chunk only a zero-weight list
-    found is dropped. For measuring, with :func:`rescore`; prefer bonus and test penalty are kept."""
-    out = []
-    for pos, h in enumerate(hits):
-        parts = [
-            (policy.vector_rrf_weight, h.vector_rank),
-            (policy.lexical_weight, h.lexical_rank),
-            (w.named, h.named_rank),
-        ]
-        if not any(weight and rank for weight, rank in parts):
-            continue
-        fused = round(sum(policy.rank_term(weight, rank) for weight, rank in parts if rank), 8)
-        score = round(fused + h.prefer_bonus - h.test_penalty, 8)
-        out.append((score, pos, h.model_copy(update={"score": score, "fused_score": fused})))
-    out.sort(key=lambda t: (-t[0], t[1]))
-    return [h for _, _, h in out]

@@ -10,7 +10,7 @@ query then goes through the real retrieval task, in every mode and layer variant
 Metrics are file-level, as in the localisation literature (SWE-bench Lite file localisation, the
 SweRank tables): hits (chunks) map to the file they come from, in the order of
 :func:`ragline.query.retrieval.file_rank.ranked_paths` (the first occurrence while ``RAGLINE_CODE_FILE_RANK``
-is off; the file rankings of :func:`ragline.query.retrieval.file_rank.variants` are measured beside it on every
+is off; the file rankings of :func:`ragline.operations.code_ablations.file_variants` are measured beside it on every
 mode's hits, with the held-out split, at no extra retrieval);
 ``acc@k`` is 1 when *all* gold files are within the first k files, ``recall@10`` the share of gold
 files within 10, ``mrr`` the reciprocal rank of the first gold file.
@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ragline.operations import code_ablations
 from ragline.operations.eval import doc_ranking, recall_at_k, reciprocal_rank, retrieve
 from ragline.query.retrieval import file_rank, structure
 from ragline.query.retrieval.fusion import FusionPolicy
@@ -371,7 +372,7 @@ def ablation_runs(settings: Settings) -> list[tuple[str, structure.Weights, floa
     weights = structure.weights_from(settings)
     runs = [
         (label, w, settings.fusion.rrf_weight_lexical_code)
-        for label, w in structure.ablations(weights).items()
+        for label, w in code_ablations.ablations(weights).items()
     ]
     runs += [
         (f"{label}, lexical weight {wl:g}", w, wl)
@@ -401,7 +402,7 @@ def _refused(
         for rank in ("vector_rank", "lexical_rank")
     ]
     for label, w, wl in runs:
-        fused = structure.refuse(hits, w, replace(code_policy, lexical_weight=wl))
+        fused = code_ablations.refuse(hits, w, replace(code_policy, lexical_weight=wl))
         ranked = structure.rescore(fused, text, w, settings)[: settings.retrieval.top_n]
         yield label, file_rank.ranked_paths(ranked, text, file_weights, source, leads)
 
@@ -425,7 +426,8 @@ def run_code_eval(
 ) -> dict:
     """Ingest every snapshot the queries name (once each, oldest query first), then run every query
     in every mode and layer variant; also score each structural signal alone and each one left out
-    (on the hybrid candidates, recomputed with :func:`ragline.query.retrieval.structure.rescore`)."""
+    (on the hybrid candidates, recomputed with :func:`ragline.query.retrieval.structure.rescore`;
+    the variants are :mod:`ragline.operations.code_ablations`')."""
     settings = settings or get_settings()
     say = progress or (lambda _msg: None)
     summaries = ingest_snapshots(queries, ingest, config, say, parallel)
@@ -435,7 +437,7 @@ def run_code_eval(
     reports: dict[str, CodeReport] = {}
     weights = structure.weights_from(settings)
     file_weights = file_rank.file_weights_from(settings)
-    file_variants = file_rank.variants(file_rank.file_weights_from(_file_rank_on(settings)))
+    file_variants = code_ablations.file_variants(file_rank.file_weights_from(_file_rank_on(settings)))
     file_ranks: dict[str, dict[str, CodeReport]] = {}
     ablations: dict[str, CodeReport] = {}
     runs = ablation_runs(settings)

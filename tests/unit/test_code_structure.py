@@ -8,6 +8,7 @@ import json
 import pytest
 
 from ragline.ingest.layers import LayerRules
+from ragline.operations import code_ablations
 from ragline.operations.eval_code import (
     Snapshot,
     accuracy_at,
@@ -190,7 +191,7 @@ def test_contract_order_is_lexicographic_over_the_seed_fields():
 
 def test_ablations_cover_each_signal_alone_and_left_out():
     w = structure.Weights(file=0.004, definition=0.002)
-    out = structure.ablations(w, grid=(0.001, 0.01))
+    out = code_ablations.ablations(w, grid=(0.001, 0.01))
     assert out["none"] == structure.Weights() and out["configured"] == w
     assert out["configured but file"] == structure.Weights(definition=0.002)
     assert out["only file=0.01"] == structure.Weights(file=0.01)
@@ -226,16 +227,16 @@ def test_named_files_join_the_candidates_as_a_third_list_and_can_be_refused():
     assert [(h.path, h.named_rank) for h in out] == [("r/a.py", None), ("r/b.py", 2), ("r/c.py", 1)]
     assert out[1].score == pytest.approx(0.0161 + 0.5 / 62) and out[2].score == pytest.approx(0.5 / 61)
     # re-fused from the ranks: at weight 0 the named-only chunk drops out
-    plain = structure.refuse(out, structure.Weights(named=0.0), _rrf(1.0, 0.0))
+    plain = code_ablations.refuse(out, structure.Weights(named=0.0), _rrf(1.0, 0.0))
     assert [(h.path, round(h.score, 6)) for h in plain] == [
         ("r/a.py", round(1 / 61, 6)),
         ("r/b.py", round(1 / 62, 6)),
     ]
-    heavier = structure.refuse(out, structure.Weights(named=2.0), _rrf(1.0, 0.0))
+    heavier = code_ablations.refuse(out, structure.Weights(named=2.0), _rrf(1.0, 0.0))
     assert [h.path for h in heavier] == ["r/b.py", "r/c.py", "r/a.py"]
     # a lexical list that ranks b first outweighs the vector list at equal weights
     lex = [h.model_copy(update={"lexical_rank": {"r/b.py": 1, "r/a.py": 5}.get(h.path)}) for h in out]
-    both = structure.refuse(lex, structure.Weights(), _rrf(1.0, 1.0))
+    both = code_ablations.refuse(lex, structure.Weights(), _rrf(1.0, 1.0))
     assert [h.path for h in both] == ["r/b.py", "r/a.py"]
 
 

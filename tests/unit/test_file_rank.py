@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import settings as examples
 from hypothesis import strategies as st
 
+from ragline.operations import code_ablations
 from ragline.operations.eval_code import file_ranking
 from ragline.query.retrieval import file_rank
 from ragline.query.retrieval.file_rank import FileWeights, evidence, rank_files, ranked_paths
@@ -237,7 +238,7 @@ def test_lead_files_absent_from_the_fused_hits_are_listed_with_their_own_evidenc
 
 def test_the_variants_measured_hold_the_first_hit_order_and_the_configured_weights():
     configured = FileWeights(frame=0.5)
-    v = file_rank.variants(configured)
+    v = code_ablations.file_variants(configured)
     assert v["none"].is_first_hit and v["configured"] == configured
     assert {"only frame=0.5", "only decay=0.25", "only path=1", "all"} <= set(v)
 

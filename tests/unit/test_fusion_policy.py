@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from ragline.operations import code_ablations
 from ragline.operations import eval as evaluation
 from ragline.query import service
 from ragline.query.retrieval import hybrid, structure
@@ -198,7 +199,7 @@ def test_code_ablations_recompute_the_same_rrf_scores_as_before():
         _hit("d", named_rank=2),
     ]
     for wv, wl, wn in [(1.0, 0.1, 0.5), (1.0, 0.0, 0.0), (0.5, 2.0, 1.0)]:
-        out = structure.refuse(
+        out = code_ablations.refuse(
             hits, structure.Weights(named=wn), FusionPolicy(rrf_k=60, vector_weight=wv, lexical_weight=wl)
         )
         expected = []
@@ -276,7 +277,7 @@ def _named_files(spy):
 
 
 def _code_ablation(spy):
-    structure.refuse([_hit("a", vector_rank=1)], structure.Weights(), FusionPolicy())
+    code_ablations.refuse([_hit("a", vector_rank=1)], structure.Weights(), FusionPolicy())
     return "rank_term"
 
 
@@ -373,6 +374,6 @@ def test_the_vector_weight_scales_with_the_share_in_every_method(share):
 def test_the_code_ablation_weighs_the_vector_list_by_the_share_it_saw():
     hits = [_hit("v", vector_rank=1), _hit("l", lexical_rank=1)]
     policy = FusionPolicy(method="rrf", vector_weight=1.0, lexical_weight=0.1)
-    assert [h.doc_id for h in structure.refuse(hits, structure.Weights(), policy)] == ["v", "l"]
-    partly = structure.refuse(hits, structure.Weights(), policy.covering(0.02))
+    assert [h.doc_id for h in code_ablations.refuse(hits, structure.Weights(), policy)] == ["v", "l"]
+    partly = code_ablations.refuse(hits, structure.Weights(), policy.covering(0.02))
     assert [h.doc_id for h in partly] == ["l", "v"]

@@ -83,7 +83,10 @@ def test_fuse_convex_in_rrf_units_then_bonus_and_penalty():
 
 
 def test_questions_naming_code_use_the_code_fusion():
-    from ragline.query.retrieval.hybrid import fusion_for
+    from ragline.query.retrieval.hybrid import fusion_policy
+
+    def fusion_for(query, settings, rows=()):
+        return fusion_policy(query, settings, rows).method
 
     s = Settings(fusion_method="convex", fusion_method_code="rrf")
     assert fusion_for("какая погода в Москве", s) == "convex"
@@ -102,7 +105,11 @@ def test_questions_naming_code_use_the_code_fusion():
 def test_code_retrieval_fuses_with_the_code_lexical_weight():
     """A question naming an identifier, or code candidates, give the lexical list
     ``rrf_weight_lexical_code``; prose keeps ``rrf_weight_lexical``."""
-    from ragline.query.retrieval.hybrid import fuse, fusion_plan
+    from ragline.query.retrieval.hybrid import fuse, fusion_policy
+
+    def fusion_plan(query, settings, rows=()):
+        policy = fusion_policy(query, settings, rows)
+        return policy.method, policy.lexical_weight
 
     s = Settings(
         fusion_method="convex",
