@@ -38,6 +38,28 @@ JSON = "application/json"
 UNSAFE_SERIALIZERS = ("pickle", "yaml", "msgpack")
 #: the body encodings kombu's virtual transports write (``properties.body_encoding``)
 BODY_ENCODINGS = (None, "base64", "utf-8")
+#: how deeply a message may nest lists and objects: ragline's payloads nest a handful of levels, and
+#: JSON that parses just under the interpreter's recursion limit fails later (re-encoded for the
+#: ``unacked`` hash, pickled to a prefork child) where nothing catches it
+MAX_DEPTH = 32
+
+
+def too_deep(value: object, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests lists, tuples or mappings more than ``limit`` deep (iterative: no
+    recursion of its own)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 class InnerContentRefused(ContentDisallowed):
@@ -102,6 +124,8 @@ def body_problem(payload: object) -> str | None:
     no decoder is registered for, such as ``application/data`` on an unsigned stack) is refused too."""
     if isinstance(payload, str | bytes | bytearray | memoryview):
         return "content_type"
+    if too_deep(payload):
+        return "invalid"
     if isinstance(payload, Mapping):
         args, kwargs = payload.get("args", ()), payload.get("kwargs", {})
         ok = isinstance(args, list | tuple) and isinstance(kwargs, Mapping | None)
@@ -118,7 +142,7 @@ def envelope_problem(raw: object) -> str | None:
     body, its encoding, headers and properties) is not one kombu can turn into a message, or ``None``.
     Everything kombu's ``Message`` and its acknowledgement bookkeeping read is checked here, so none
     of it can raise in the consumer."""
-    if not isinstance(raw, Mapping):
+    if not isinstance(raw, Mapping) or too_deep(raw):
         return "envelope"
     props, headers, body = raw.get("properties"), raw.get("headers"), raw.get("body")
     if not isinstance(props, Mapping) or not isinstance(headers, Mapping | None):

@@ -195,6 +195,7 @@ def _with(d: dict, path: tuple[str, ...], value: object) -> dict:
         _with(ENVELOPE, ("headers",), "x"),
         _with(ENVELOPE, ("content-type",), 5),
         _with(ENVELOPE, ("properties",), []),
+        _with(ENVELOPE, ("headers",), {"x": json.loads("[" * 40 + "]" * 40)}),
     ],
 )
 def test_an_envelope_kombu_cannot_build_a_message_of_is_refused(raw):
@@ -221,6 +222,8 @@ def test_a_kombu_envelope_passes():
         ({"args": "x"}, "invalid"),
         (None, "invalid"),
         (7, "invalid"),
+        ([[json.loads("[" * 40 + "]" * 40)], {}, None], "invalid"),
+        ([[{"q": [[[1]]]}], {"k": {"v": [1, {"w": 2}]}}, {"callbacks": None}], None),
     ],
 )
 def test_only_a_task_body_celery_can_run_passes(payload, problem):
