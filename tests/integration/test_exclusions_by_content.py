@@ -192,3 +192,32 @@ def test_excluding_names_the_documents_already_holding_the_content(celery_worker
     assert gone.exit_code == 0, gone.output
     assert _json(gone)["same_content"] == [copy_id]
     assert copy_id in " ".join(gone.stderr.split())
+
+
+def test_the_migration_gives_existing_exclusions_the_source_of_their_tombstone(conn, tenant):
+    """Migration 0023's back-fill names a source as ``source_key`` does, so an exclusion made before
+    it keeps the file out under another doc id too (its content hash is gone with the tombstone)."""
+    from yoyo import read_migrations
+
+    from ragline.ingest.exclusions import source_key
+    from ragline.shared.worker.migrate import MIGRATIONS_DIR
+
+    uris = {
+        "file": "/srv/kb/secret.md",
+        "file-url": "file:///srv/kb/other.md",
+        "git": f"git:/srv/repo@{'a' * 40}:docs/secret.md",
+        "url": "https://docs.example.org/secret.html#part",
+    }
+    for doc_id, uri in uris.items():
+        conn.execute(
+            "INSERT INTO documents (tenant, doc_id, source_uri, status, version) VALUES (%s, %s, %s, 'deleted', 1)",
+            (tenant, doc_id, uri),
+        )
+        conn.execute("INSERT INTO document_exclusions (tenant, doc_id) VALUES (%s, %s)", (tenant, doc_id))
+    (migration,) = [m for m in read_migrations(str(MIGRATIONS_DIR)) if m.id.startswith("0023")]
+    migration.load()
+    conn.execute(migration.steps[1].step._apply)
+    rows = conn.execute(
+        "SELECT doc_id, source FROM document_exclusions WHERE tenant = %s", (tenant,)
+    ).fetchall()
+    assert {r["doc_id"]: r["source"] for r in rows} == {d: source_key(u) for d, u in uris.items()}
