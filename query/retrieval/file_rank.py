@@ -316,6 +316,7 @@ def response_files(
             frame=f.frame,
             imports=f.imports,
             definition=round(f.definition, 8),
+            quoted=round(f.quoted, 8),
             first_hit=f.best,
             reserved=f.reserved,
         )

@@ -156,6 +156,9 @@ class FileHit(BaseModel):
     frame: float = Field(default=0.0, description="a traceback frame is in it, the deepest weighing 1")
     imports: float = Field(default=0.0, description="the question's quoted code imports its module")
     definition: float = Field(default=0.0, description="its chunks define identifiers the question names")
+    quoted: float = Field(
+        default=0.0, description="its chunks define identifiers the question quotes as code (in backticks)"
+    )
     first_hit: int | None = Field(
         default=0,
         ge=0,
