@@ -16,13 +16,14 @@ app = typer.Typer()
 def summarize(settings: Settings) -> list[dict]:
     """One row per (pool, metric, labels): counters and gauges as values, histograms as count/sum/mean;
     per pool only the metrics it records (:func:`recorded`)."""
+    from ragline.shared.stack.metrics_endpoint import collectors  # start-up: psutil
     from ragline.shared.worker.metrics_server import (  # start-up: loads prometheus_client
         queue_depths,
         snapshot_text,
     )
 
     rows: list[dict] = []
-    for pool, text in snapshot_text(settings).items():
+    for pool, text in snapshot_text(settings, extra=collectors).items():
         rows += pool_rows(pool, text.decode())
     try:  # live queue depth straight from the broker, whether or not a metrics server scraped it
         depths = queue_depths([q for qs in POOLS.values() for q in qs], settings.effective_redis_url())
@@ -123,6 +124,7 @@ def metrics(
 
     Retrieval latency, tokens, chunks, 429s, queue depth, read from the metrics files.
     """
+    from ragline.shared.stack.metrics_endpoint import collectors  # start-up: psutil
     from ragline.shared.worker.metrics_server import (  # start-up: loads prometheus_client
         metrics_port,
         snapshot_text,
@@ -130,7 +132,7 @@ def metrics(
 
     settings = get_settings()
     if raw:
-        for pool, text in snapshot_text(settings).items():
+        for pool, text in snapshot_text(settings, extra=collectors).items():
             print(f"# pool {pool} (served on {settings.ops.metrics_host}:{metrics_port(settings, pool)})")
             print(text.decode())
         return

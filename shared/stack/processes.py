@@ -101,7 +101,7 @@ def specs(settings: Settings) -> list[ProcSpec]:
         penv = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(settings, pool)), **redis_role("metrics")}
         out.append(
             ProcSpec(
-                f"metrics-{pool}", [sys.executable, "-m", "ragline.shared.worker.metrics_server", pool], penv
+                f"metrics-{pool}", [sys.executable, "-m", "ragline.shared.stack.metrics_endpoint", pool], penv
             )
         )
     out.append(

@@ -26,6 +26,7 @@ from wsgiref.simple_server import make_server
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.names import POOLS
@@ -53,12 +54,12 @@ def registry_for(path: Path) -> CollectorRegistry:
     return registry
 
 
-def pool_registry(settings: Settings, pool: str) -> CollectorRegistry:
-    """The pool's files and the supervisor's restarts of its processes."""
-    from ragline.shared.stack.supervisor import restarts_collector  # imports this module
-
+def pool_registry(settings: Settings, pool: str, extra: Iterable[Collector] = ()) -> CollectorRegistry:
+    """The pool's files, and ``extra`` collectors of the layer that runs this endpoint (the embedded
+    stack adds its supervisor's restarts: ``shared/stack/metrics_endpoint.py``)."""
     registry = registry_for(metrics_dir(settings, pool))
-    registry.register(restarts_collector(settings, pool))
+    for collector in extra:
+        registry.register(collector)
     return registry
 
 
@@ -121,8 +122,8 @@ def basic_auth(app: Callable, user: str, password: str) -> Callable:
     return wrapped
 
 
-def make_app(pool: str, settings: Settings) -> Callable:
-    registry = pool_registry(settings, pool)
+def make_app(pool: str, settings: Settings, extra: Iterable[Collector] = ()) -> Callable:
+    registry = pool_registry(settings, pool, extra)
     inner = make_wsgi_app(registry)
 
     def app(environ, start_response):
@@ -134,7 +135,7 @@ def make_app(pool: str, settings: Settings) -> Callable:
     return basic_auth(app, settings.ops.metrics_user, credentials.password(settings, "metrics") or "")
 
 
-def serve(pool: str, settings: Settings | None = None, block: bool = True):
+def serve(pool: str, settings: Settings | None = None, block: bool = True, extra: Iterable[Collector] = ()):
     """Serve the pool's aggregated metrics; returns the server when ``block`` is false."""
     settings = settings or get_settings()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR") != str(metrics_dir(settings, pool)):
@@ -148,7 +149,7 @@ def serve(pool: str, settings: Settings | None = None, block: bool = True):
     httpd = make_server(
         settings.ops.metrics_host,
         metrics_port(settings, pool),
-        make_app(pool, settings),
+        make_app(pool, settings, extra),
         ThreadingWSGIServer,
         handler_class=_SilentHandler,
     )
@@ -159,17 +160,24 @@ def serve(pool: str, settings: Settings | None = None, block: bool = True):
     return None
 
 
-def snapshot_text(settings: Settings, pools: Iterable[str] | None = None) -> dict[str, bytes]:
-    """Prometheus text of each pool, read straight from its metrics files (no HTTP needed)."""
+def snapshot_text(
+    settings: Settings,
+    pools: Iterable[str] | None = None,
+    extra: Callable[[str], Iterable[Collector]] = lambda pool: (),
+) -> dict[str, bytes]:
+    """Prometheus text of each pool, read straight from its metrics files (no HTTP needed);
+    ``extra(pool)`` as in :func:`pool_registry`."""
     out = {}
     for pool in pools or POOLS:
         path = metrics_dir(settings, pool)
         if path.is_dir():
-            out[pool] = generate_latest(pool_registry(settings, pool))
+            out[pool] = generate_latest(pool_registry(settings, pool, extra(pool)))
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(
+    argv: list[str] | None = None, extra: Callable[[str], Iterable[Collector]] = lambda pool: ()
+) -> None:
     args = argv if argv is not None else sys.argv[1:]
     if len(args) != 1 or args[0] not in POOLS:
         raise SystemExit(f"usage: python -m ragline.shared.worker.metrics_server {{{','.join(POOLS)}}}")
@@ -179,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
 
     configure()
     try:
-        serve(args[0])
+        serve(args[0], extra=extra(args[0]))
     except credentials.InsecureSecretError as exc:
         raise SystemExit(f"ragline metrics server: {exc}") from None
 
