@@ -17,7 +17,13 @@ def main() -> None:
         if (exc.name or "ragline").partition(".")[0] == "ragline":
             raise  # a bug in ragline, not a missing extra
         sys.exit(SERVER_EXTRA.format(exc.name))
+    from ragline.shared.config.settings import RenamedVariables, renamed_message
+
     try:
         app()
     except KeyboardInterrupt:  # pragma: no cover
         sys.exit(130)
+    except RenamedVariables as exc:  # an operator's deployment to fix, not a bug: no traceback
+        for old, new in exc.renamed:
+            print(f"error: {renamed_message(old, new)}", file=sys.stderr)
+        sys.exit(2)

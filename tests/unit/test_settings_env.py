@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -530,3 +532,22 @@ def test_derived_variable_reaches_its_field(monkeypatch, tmp_path, variable, raw
     monkeypatch.setenv(variable, raw)
     value = _at(Settings(), path)
     assert type(value) is type(expected) and _plain(value) == _plain(expected)
+
+
+def test_any_ragline_command_names_the_renamed_variables_without_a_traceback(tmp_path):
+    """The console script reports a renamed variable as the operator's error (exit 2), whichever
+    command loaded the settings."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RAGLINE_")}
+    env |= {"RAGLINE_EMBEDDER": "voyage", "RAGLINE_SERVICES_HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [sys.executable, "-m", "ragline.cli", "status"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "error: RAGLINE_EMBEDDER is no longer read: set RAGLINE_EMBED_PROVIDER"
+    ]
