@@ -24,6 +24,11 @@ marked redelivered) by a thread that retries until Redis answers again, and the 
 reaches kombu, which reconnects as before. A worker that exits while Redis is still down loses
 the message it holds (logged at ERROR with the task id).
 
+**A full broker.** Past ``maxmemory`` with nothing left to evict (``redis_acl.MAXMEMORY_POLICY``:
+a producer filled its queue), ``QoS.append`` is refused with an OOM error after ``BRPOP`` took the
+message; raised, it ended the worker and lost the message. The message runs instead, without its
+``unacked`` record (logged at ERROR with the task id).
+
 **Client reuse.** kombu 5.x's Redis transport wraps every publish, ack and unacked-bookkeeping call in
 ``Channel.conn_or_acquire()``, which constructs a new ``redis.Redis`` each time. With redis-py 7
 that constructor fills a case-insensitive dict of a few hundred response callbacks, which makes it
@@ -49,8 +54,10 @@ from contextlib import contextmanager
 import kombu
 from kombu.exceptions import OperationalError
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
+from redis.exceptions import OutOfMemoryError
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
 from ragline.shared.sdk import decode_gate, signing
@@ -178,6 +185,12 @@ def requeue_lost_deliveries() -> bool:
     def append(self, message, delivery_tag):
         try:
             return original(self, message, delivery_tag)
+        except OutOfMemoryError:
+            # Redis is past maxmemory with nothing left to evict (a queue filled by a producer): the
+            # message, already taken off its queue, runs without its unacked record rather than
+            # ending the consumer (which would lose it all the same)
+            log.error("broker out of memory: task %s runs without its unacked record", _task_id(message._raw))
+            return virtual.QoS.append(self, message, delivery_tag)  # kombu's in-process bookkeeping
         except tuple(self.channel.connection_errors):
             info = message.delivery_info
             broker = self.channel.connection.client.clone()  # the consumer's broker, password included

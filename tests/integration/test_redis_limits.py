@@ -151,3 +151,47 @@ def test_a_producer_still_sends_its_tasks_through_celery(limited_redis, role):
     worker = _client(settings, base, "worker")
     assert worker.llen(QUEUE[role]) == 1
     worker.delete(QUEUE[role])
+
+
+def test_a_worker_consumes_from_a_full_redis():
+    """A chat backend fills an 8 MB Redis: a 2 MB message first, then 1 KB ones until Redis refuses
+    one. The first message taken frees its 2 MB and its unacked record takes them back, so from the
+    second on Redis is past ``maxmemory`` when the consumer records a message as unacked (``HSET``):
+    refused with OOM, which ended the consumer. With ``kombu_redis``'s patches every message is
+    delivered, the consumer never raises, and once acknowledged nothing is left in ``unacked``."""
+    from kombu import Connection, Consumer, Exchange, Queue
+
+    from ragline.shared.worker.kombu_redis import gate_deliveries, requeue_lost_deliveries
+    from tests.chaos.test_attacks_decode_gate import _envelope
+
+    assert requeue_lost_deliveries() and gate_deliveries()
+    gen = _redis(maxmemory_mb=8)
+    settings, base = next(gen)
+
+    def message(i: int, size: int) -> str:
+        return _envelope("query", "t", b'"' + b"x" * size + b'"', "application/json", "utf-8", f"m{i}")
+
+    try:
+        chat = _client(settings, base, "chat")
+        chat.lpush("query", message(0, 2**21))
+        pushed = 1
+        try:
+            while pushed < 20_000:
+                chat.lpush("query", message(pushed, 1024))
+                pushed += 1
+        except redis.exceptions.OutOfMemoryError:
+            pass
+        got = []
+        with Connection(settings.redis_role_url(base, "worker")) as conn:
+            queue = Queue("query", Exchange("query", type="direct"), routing_key="query", no_declare=True)
+            with Consumer(conn, queues=[queue], callbacks=[lambda body, m: got.append(m)], accept=["json"]):
+                for _ in range(20):
+                    conn.drain_events(timeout=5)
+            recorded = _client(settings, base, "worker").hlen("unacked")
+            for m in got:
+                m.ack()
+        assert pushed > 1000 and len(got) == 20
+        assert recorded < 20  # some were taken while Redis refused their unacked record
+        assert _client(settings, base, "worker").hlen("unacked") == 0
+    finally:
+        gen.close()
