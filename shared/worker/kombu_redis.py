@@ -1,6 +1,6 @@
-"""Three patches of kombu's Redis transport for worker processes: one Redis client per channel, no
-message lost when the broker goes away between handing it out and recording it as unacked, and no
-consumer stopped by bytes on a queue that are not a message.
+"""Patches of kombu's Redis transport for worker processes: one Redis client per channel, no message
+lost when the broker goes away between handing it out and recording it as unacked, and no consumer
+stopped by bytes on a queue that are not a message or by a broker past ``maxmemory``.
 
 **Junk on a queue.** A producer's Redis user may ``LPUSH`` anything onto its queue. kombu's
 ``Channel._brpop_read`` decodes what ``BRPOP`` returned with ``json.loads`` and builds a message of it
@@ -37,7 +37,7 @@ the largest single cost of the query pool's consumer thread (task events, acks),
 (each command borrows a pooled connection), so one client per channel and pool is enough: it is
 rebuilt when kombu replaces the channel's pool (reconnect after a broker restart).
 
-All three patch private methods, so they are applied only in worker processes (``worker_init``, see
+All patch private methods, so they are applied only in worker processes (``worker_init``, see
 ``celery_app``), never in a producer that imports the client; client reuse only for the kombu releases
 it was written against (:data:`KOMBU_VERSIONS`), elsewhere kombu runs unpatched. The measurement that
 justified it is in docs/architecture.md ("Performance notes").
