@@ -132,6 +132,50 @@ def test_a_hostile_question_ends_in_its_deadline_and_another_tenant_stays_fast(
     assert other_s < deadline, (hostile_s, other_s)
 
 
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_the_deadline_stops_a_cpu_bound_stage_on_every_entry_point(
+    tenants, url, use_settings, monkeypatch, entry
+):
+    """A stage that computes without ever reaching a cooperative check (here the rerank stage,
+    which every entry point reaches, replaced by a loop of pure Python) is stopped by the question's
+    deadline: the question answers ``deadline exceeded`` soon after it, and another tenant's search
+    meanwhile completes before it. Without the interrupt the loop runs its full minute."""
+    import ragline.query.service as service
+
+    def spin(*_args, **_kw):
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            pass
+
+    deadline = 3.0
+    tenant, other = tenants
+    hits = RaglineClient(url, timeout=60).search(WORD, tenant, ["g"], mode="lexical", rerank=False).hits
+    with LoopbackServer() as srv:
+        voyage(use_settings, srv, deadlines_question_s=deadline)
+        monkeypatch.setattr(service, "rerank_stage", spin)
+        call = entry_call(url, entry, hits, timeout=120)
+        outcome: dict[str, object] = {}
+
+        def hostile() -> None:
+            try:
+                call(f"{WORD} после ошибки", tenant)
+                outcome["result"] = "answered"
+            except RaglineError as exc:
+                outcome["result"] = exc.error
+            outcome["s"] = time.monotonic() - t0
+
+        t0 = time.monotonic()
+        thread = threading.Thread(target=hostile, daemon=True)
+        thread.start()
+        time.sleep(0.2)
+        RaglineClient(url, timeout=60).search(WORD, other, ["g"], mode="lexical", rerank=False)
+        other_s = time.monotonic() - t0
+        thread.join(90)
+    assert outcome.get("result") == "deadline exceeded", outcome
+    assert outcome["s"] < deadline + INTERRUPT_AFTER_S + 5, outcome  # the loop alone would take 60 s
+    assert other_s < deadline, other_s
+
+
 # ------------------------------------------------------------------------------ rerank limits
 
 
