@@ -38,6 +38,19 @@ def cited_numbers(answer: str) -> list[int]:
     return seen
 
 
+def renumber(answer: str) -> tuple[str, list[int]]:
+    """The answer with its citations numbered 1, 2, … in the order they first appear (an answer
+    quoting passages 1 and 3 cites [1] and [2]: no gaps), and the old number of each new one.
+    Brackets inside code are code and stay as written."""
+    order = cited_numbers(answer)
+    new = {old: i for i, old in enumerate(order, start=1)}
+    out, pos = [], 0
+    for m in _CITE.finditer(outside_code(answer)):
+        out += [answer[pos : m.start()], f"[{new[int(m.group(1))]}]"]
+        pos = m.end()
+    return "".join(out) + answer[pos:], order
+
+
 def invalid_citations(answer: str, n_documents: int) -> list[int]:
     """Numbers cited that do not name a document in the prompt (1..n_documents)."""
     return [n for n in cited_numbers(answer) if not 1 <= n <= n_documents]

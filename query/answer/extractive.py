@@ -13,12 +13,14 @@ the sentence that defines X comes first.
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ragline.query.answer import code_answer, texts
-from ragline.query.question import compared, definition_subject, question_parts
 from ragline.shared.sdk.contracts import Hit
 from ragline.shared.worker import text as text_
 from ragline.shared.worker.text import split_sentences
@@ -55,21 +57,6 @@ _DOCSTRING_OPEN = re.compile(r"^[rRuUbBfF]{0,2}(?:\"{3}|'{3})\s*")
 _DOCSTRING_CLOSE = re.compile(r"\s*(?:\"{3}|'{3})[,;)]*$")
 _END = (".", "!", "?", "…", ";", '."', ".»", "!»", "?»")
 
-#: "X — это …", "X is a …": the marker after the subject of a definition; the weaker markers
-#: ("X является экспериментальной функцией") describe as often as they define
-_DEFINES = re.compile(
-    r"\s(?:[—–-]\s*это|это|представляет\s+собой|представляют\s+собой|is\s+an?|is\s+the|refers\s+to)\s",
-    re.IGNORECASE,
-)
-#: "X не является …", "X is not …": a negation right before the marker
-_NEGATED = re.compile(r"\s(?:не|not)\s*$", re.IGNORECASE)
-#: a glossary entry: "Term (ABBR) –перевод– definition", "Term — definition"
-_GLOSSARY = re.compile(r"\s[—–]\s?|\s?[—–]\s")
-_DESCRIBES = re.compile(
-    r"\s(?:является|являются|называется|называются|означает|are|means)\s",
-    re.IGNORECASE,
-)
-
 
 #: what a question names exactly (a version, a name with digits, an identifier, a path): the
 #: passages answering it spell it the same way, in any language
@@ -99,22 +86,6 @@ def mentions(text: str, term: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(term)}(?![\w]|\.\d)", text, re.IGNORECASE) is not None
 
 
-@dataclass(frozen=True)
-class Candidate:
-    n: int  # the hit's number in the prompt, 1-based
-    pos: int  # the sentence's place in its chunk
-    text: str
-    score: float
-    defines: bool = False
-    #: for a question of two parts (:func:`~ragline.query.question.question_parts`), how many of
-    #: each part's own terms the sentence holds
-    parts: tuple[int, ...] = ()
-    #: how many of them answer that part (0: the part has no terms of its own)
-    needs: tuple[int, ...] = ()
-    #: the document and heading of the sentence's chunk
-    section: str = ""
-
-
 def stems(text: str) -> set[str]:
     """The Snowball stems of the words of three letters or more (:mod:`ragline.shared.worker.text`)."""
     return text_.stems(text, min_len=3)
@@ -129,17 +100,6 @@ def code_stems(text: str) -> set[str]:
 def question_terms(question: str) -> set[str]:
     """The question's topic stems (stop words dropped; all words when nothing else is left)."""
     return text_.topic_stems(question)
-
-
-#: in a subject, what names it exactly: a tag, an identifier, a word in Latin letters among Cyrillic
-_NAME = re.compile(r"<[\w.-]+>|\b\w+(?:[._-]\w+)+\b|\b[A-Za-z]\w+\b")
-
-
-def subject_terms(subject: str) -> set[str]:
-    """The stems that name a subject: its names when it has any ("встроенный компонент <Teleport>"
-    is named by Teleport; a Latin word counts only among Cyrillic ones), else its topic stems."""
-    names = [n for n in _NAME.findall(subject) if not n.isascii() or not subject.isascii() or "<" in n]
-    return question_terms(" ".join(names)) if names else question_terms(subject)
 
 
 def is_code_line(line: str) -> bool:
@@ -298,24 +258,6 @@ def sentence_key(sentence: str) -> str:
     return " ".join(_WORD.findall(clean_sentence(sentence).lower()))
 
 
-def definition_weight(sentence: str, subject: str) -> float:
-    """How surely ``sentence`` defines ``subject`` (0 when it does not): the subject's words come
-    before a defining marker ("— это", "is a"; weaker: "является") near the sentence's start."""
-    wanted = subject_terms(subject)
-    for pattern, weight in ((_DEFINES, 2.0), (_GLOSSARY, 1.8), (_DESCRIBES, 1.5)):
-        m = pattern.search(f" {sentence} ")
-        if not m or m.start() > 120 or _NEGATED.search(f" {sentence} "[: m.start() + 1]):
-            continue
-        head = stems(sentence[: m.start()])
-        # a bare "это" defines only right after its subject ("Однако, когда мы изменяем X, <Y> это
-        # корректно обрабатывает" does not define Y)
-        if m.group(0).strip().lower() == "это" and len(_WORD.findall(sentence[: m.start()])) > 5:
-            continue
-        if wanted and len(wanted & head) >= max(1, (len(wanted) + 1) // 2):
-            return weight
-    return 0.0
-
-
 #: ``:param int name:`` of a docstring: the field list's marker, the parameter's name stays
 _FIELD = re.compile(r"^:(?:param|arg|keyword|kwarg)\s+(?:[\w.\[\], ]+\s)?(\w+):\s*")
 
@@ -357,68 +299,17 @@ def sentences_of(hits: list[Hit]) -> list[tuple[int, int, str]]:
     return out
 
 
-def corpus_terms(hits: list[Hit]) -> set[str]:
-    """The stems of the sources the hits come from (``asvs`` of ``asvs/0x11-V2-….md``, ``vue`` of
-    ``vue3/guide/…``): a question naming its corpus ("… according to ASVS") names no topic, and
-    the sentences repeating the corpus's name (a preface) do not answer it."""
-    out: set[str] = set()
-    for h in hits:
-        m = re.match(r"[^\W\d_]+", h.doc_id.split("/", 1)[0].lower())
-        if m and len(m.group(0)) >= 3:
-            out.add(m.group(0)[:5])
-    return out
+@dataclass(frozen=True)
+class Candidate:
+    """A quotable sentence of the hits and what the composer read in it."""
 
-
-def topic_specific_terms(question: str, hits: list[Hit]) -> list[str]:
-    """:func:`specific_terms` without the corpus's own name ("Vue", "ASVS": every passage of it
-    is about it, few repeat it)."""
-    corpus = corpus_terms(hits)
-    return [t for t in specific_terms(question) if t[:5] not in corpus]
-
-
-def topic_terms(question: str, hits: list[Hit]) -> set[str]:
-    """The question's topic stems without the names of the corpus it asks (all of them when that
-    leaves nothing)."""
-    terms = question_terms(question)
-    return (terms - corpus_terms(hits)) or terms
-
-
-def candidates(question: str, hits: list[Hit]) -> list[Candidate]:
-    """Every quotable sentence sharing a term with the question, de-duplicated (the better
-    ranked chunk keeps it), scored."""
-    subject = definition_subject(question)
-    terms = topic_terms(question, hits)
-    if subject is not None:  # "что такое ASVS": the corpus's name is the subject here
-        terms |= subject_terms(subject)
-    own = part_terms(question, hits)
-    # a sentence answers a part when it holds more than half of the part's own terms (one of one,
-    # two of two or three): one shared word ("tuples" for "how is a tuple interpreted") is a tangent
-    needs = tuple(len(t) // 2 + 1 if t else 0 for t in own)
-    out: list[Candidate] = []
-    for n, pos, sent in sentences_of(hits):
-        said = code_stems(sent)
-        overlap = len(terms & said)
-        if not overlap:
-            continue
-        weight = definition_weight(sent, subject) if subject is not None else 0.0
-        # better-ranked chunks and earlier sentences win ties; very long sentences read badly
-        score = overlap + weight - 0.05 * (n - 1) - 0.001 * pos
-        score -= 0.5 if len(sent) > 350 else 0.0
-        parts = tuple(len(t & said) for t in own)
-        section = f"{hits[n - 1].doc_id}\n{hits[n - 1].heading}"
-        out.append(Candidate(n, pos, clean_sentence(sent), score, weight > 0, parts, needs, section))
-    return out
-
-
-def part_terms(question: str, hits: list[Hit]) -> list[set[str]]:
-    """For a question asking two things, each part's own topic stems (those the other part does not
-    share: "How do I make requests verify … CA bundle, and which environment variables can set it?"
-    asks for ``envir``, ``varia`` in its second part); empty for a question of one part."""
-    parts = question_parts(question)
-    if len(parts) < 2:
-        return []
-    terms = [topic_terms(p, hits) for p in parts]
-    return [t - set().union(*(o for j, o in enumerate(terms) if j != i)) for i, t in enumerate(terms)]
+    n: int  # the hit's number in the prompt, 1-based
+    pos: int  # the sentence's place in its chunk
+    text: str
+    score: float = 0.0  # the composer's one score (:func:`score_candidates`)
+    similarity: float | None = None  # the embedder's question-sentence similarity, in its own scale
+    lexical: float = 0.0  # the question's terms the sentence holds, weighted by rarity, in [0, 1]
+    overlap: int = 0  # how many of the question's term stems it holds
 
 
 def near_duplicate(a: str, b: str, threshold: float = 0.6) -> bool:
@@ -426,111 +317,6 @@ def near_duplicate(a: str, b: str, threshold: float = 0.6) -> bool:
     their word stems are shared."""
     sa, sb = stems(a), stems(b)
     return bool(sa and sb) and len(sa & sb) / len(sa | sb) >= threshold
-
-
-def answering_parts(cands: list[Candidate], max_sentences: int) -> list[Candidate]:
-    """For a question asking two things, the best sentence for each part (most of the part's own
-    terms, then the better score), each once: quoting the three best sentences of the whole
-    question answers its first part three times when the passage says the first at length
-    ("verify … CA bundle …") and the second in one sentence ("… the ``REQUESTS_CA_BUNDLE``
-    environment variable")."""
-    out: list[Candidate] = []
-    for i, need in enumerate(cands[0].needs if cands else ()):
-        if not need:
-            continue
-        named = [c for c in cands if c.parts[i] >= need and c not in out]
-        if named and len(out) < max_sentences:
-            out.append(max(named, key=lambda c: (c.parts[i], c.score)))
-    return out
-
-
-def select(cands: list[Candidate], max_sentences: int = 3, min_share: float = 0.5) -> list[Candidate]:
-    """The best sentences (each scoring at least ``min_share`` of the best one: no tangents), in
-    reading order: a defining sentence first, then chunk by chunk, the chunk holding the best
-    sentence first, each chunk's sentences in their own order."""
-    if not cands:
-        return []
-    top = max(c.score for c in cands)
-    best = answering_parts(cands, max_sentences)
-    for c in sorted((c for c in cands if c.score >= min_share * top), key=lambda c: -c.score):
-        if c in best:
-            continue
-        if len(best) == max_sentences:
-            break
-        if not any(near_duplicate(c.text, b.text) for b in best):
-            best.append(c)
-    definition = next((c for c in best if c.defines), None)
-    rest = [c for c in best if c is not definition]
-    chunk_score: dict[int, float] = {}
-    for c in rest:
-        chunk_score[c.n] = max(chunk_score.get(c.n, c.score), c.score)
-    if definition is not None:
-        chunk_score[definition.n] = float("inf")  # the definition's chunk goes on first
-    rest.sort(key=lambda c: (-chunk_score[c.n], c.n, c.pos))
-    return ([definition] if definition else []) + rest
-
-
-#: a sentence drawing its conclusion from the points before it ("В связи с этими ограничениями мы
-#: рекомендуем …", "По указанным выше причинам …", "For these reasons, …"): quoted alone, it says
-#: neither what the limitations nor what the reasons are
-_REFERS_BACK = re.compile(
-    r"^(?:в\s+связи\s+с\s+(?:этими|этим|вышеуказанными|указанными|перечисленными)|"
-    r"по\s+(?:этим|указанным(?:\s+выше)?|перечисленным(?:\s+выше)?|вышеуказанным)\s+причинам|"
-    r"из-за\s+(?:этих|указанных|перечисленных)|"
-    r"(?:for|because\s+of|due\s+to|given)\s+(?:these|those|the\s+above|all\s+these)(?:\s+\w+)?)(?!\w)",
-    re.IGNORECASE,
-)
-#: a list item's mark as the chunk may still hold it ("3. ", "- ")
-_ITEM_MARK = re.compile(r"^(?:\d{1,2}[.)]|[-*+•])\s+")
-
-
-def point_sentence(line: str) -> str | None:
-    """The first sentence of a labelled point ("3. **Не дружелюбен к деструктуризации:** когда мы
-    …, мы теряем связь с реактивностью:" → "Не дружелюбен к деструктуризации: когда мы …, мы
-    теряем связь с реактивностью."), its list mark and emphasis dropped and the colon announcing
-    its example read as a full stop; None for a line that is no labelled point."""
-    text = _ITEM_MARK.sub("", line.strip()).replace("**", "").replace("__", "")
-    if not labelled(text):
-        return None
-    first = split_sentences(text)[0].strip() if split_sentences(text) else ""
-    first = first[:-1].rstrip() + "." if first.endswith(":") else first
-    return first if is_answer_sentence(first) else None
-
-
-def referred_points(content: str, sentence: str, max_points: int = 3) -> list[str]:
-    """The labelled points (:func:`point_sentence`) that come before ``sentence`` in ``content``,
-    up to the section's heading, the nearest ``max_points`` in reading order; empty unless the
-    sentence refers back to them (:data:`_REFERS_BACK`)."""
-    if not _REFERS_BACK.match(sentence):
-        return []
-    lines = content.splitlines()
-    key = sentence_key(sentence)[:40]
-    at = next((i for i, line in enumerate(lines) if key and key in sentence_key(line)), None)
-    if at is None:
-        return []
-    points: list[str] = []
-    for line in reversed(lines[:at]):
-        if line.lstrip().startswith("#"):
-            break
-        point = point_sentence(line)
-        if point is not None:
-            points.append(point)
-            if len(points) == max_points:
-                break
-    return points[::-1]
-
-
-def with_referred_points(chosen: list[Candidate], hits: list[Hit]) -> list[Candidate]:
-    """``chosen`` with the points each sentence drawing a conclusion refers back to quoted before it
-    (:func:`referred_points`, from its own chunk), each point once."""
-    out: list[Candidate] = []
-    for c in chosen:
-        if 1 <= c.n <= len(hits):
-            for point in referred_points(hits[c.n - 1].content, c.text):
-                if not any(sentence_key(point) == sentence_key(o.text) for o in out + chosen):
-                    out.append(replace(c, text=point, defines=False))
-        out.append(c)
-    return out
 
 
 def render(chosen: list[Candidate]) -> str:
@@ -541,6 +327,16 @@ def render(chosen: list[Candidate]) -> str:
         if i + 1 == len(chosen) or chosen[i + 1].n != c.n:
             parts[-1] += f" [{c.n}]"
     return " ".join(parts)
+
+
+def asks_list(question: str) -> bool:
+    """The answer is a list: the rows under one heading (:data:`_LIST_QUESTION`)."""
+    return _LIST_QUESTION.match(question) is not None
+
+
+def asks_place(question: str) -> bool:
+    """The answer is a place in code (:data:`_PLACE_QUESTION`)."""
+    return _PLACE_QUESTION.match(question) is not None
 
 
 #: "перечисли …", "list the …", "какие X …", "which Xs …": the answer is a list, often one table or
@@ -561,19 +357,6 @@ MAX_ITEMS = 6
 CODE_HITS = 5
 
 
-def question_kind(question: str) -> str:
-    """``compare``, ``definition``, ``place``, ``list`` or ``other``: what shape the answer takes."""
-    if compared(question) is not None:
-        return "compare"
-    if definition_subject(question) is not None:
-        return "definition"
-    if _PLACE_QUESTION.match(question):
-        return "place"
-    if _LIST_QUESTION.match(question):
-        return "list"
-    return "other"
-
-
 @dataclass
 class Extract:
     """An extractive answer and what it is made of: the confidence is judged from what was quoted,
@@ -584,114 +367,12 @@ class Extract:
     lang: str  # the question's language: the framing's and the refusal's
     framing: list[str] = field(default_factory=list)
     quoted: list[tuple[int, str]] = field(default_factory=list)  # (hit number, quoted text)
+    #: what the confidence model reads (:data:`FEATURES`), measured while composing
+    features: dict[str, float] = field(default_factory=dict)
 
     @property
     def no_answer(self) -> bool:
         return self.kind == "none"
-
-
-def select_list(
-    cands: list[Candidate], max_items: int = MAX_ITEMS, min_share: float = 0.34
-) -> list[Candidate]:
-    """A list answer: the items of the chunk holding the best sentence (a list is written in one
-    place), in their order, each scoring at least ``min_share`` of the best; other chunks fill in
-    when that chunk has fewer than two."""
-    if not cands:
-        return []
-    top = max(cands, key=lambda c: c.score)
-    same = [c for c in cands if c.n == top.n and c.score >= min_share * top.score]
-    same.sort(key=lambda c: c.pos)
-    # the rows of a table are items of their own however alike they read ("… attribute Secure",
-    # "… attribute HttpOnly"); a row's second sentence is not an item
-    numbered = [c for c in same if _ROW_ID.match(c.text.split(" ", 1)[0])]
-    if len(numbered) >= 2:
-        same = numbered
-    chosen: list[Candidate] = []
-    for c in same:
-        if len(chosen) < max_items and (numbered or not any(near_duplicate(c.text, b.text) for b in chosen)):
-            chosen.append(c)
-    if len(chosen) < 2:
-        rest = [c for c in select(cands, 3) if c.n != top.n]
-        chosen += rest[: 3 - len(chosen)]
-    return chosen
-
-
-def names(side: str, text: str) -> bool:
-    """``text`` speaks of ``side`` (one side of a comparison): it holds one of the side's names as
-    written (``v-if``, ``computed``) or one of its words' stems (``вычисляемым`` → ``вычис``)."""
-    lower = text.lower()
-    for token in re.findall(r"[\w<>.-]+", side.lower()):
-        if re.search(r"[-._<>]", token) or token.isascii():
-            if len(token) >= 2 and re.search(rf"(?<![\w-]){re.escape(token)}(?![\w-])", lower):
-                return True
-        elif len(token) >= 3 and text_.stem(token) in stems(text):
-            return True
-    return False
-
-
-#: a sentence that states how two things differ ("Однако разница заключается в том, что …", "Unlike
-#: A, B …", "… в то время как …"), not one that only names both
-_CONTRAST = re.compile(
-    r"(?<!\w)(?:разниц\w*|отлича\w*|отличи\w*|в\s+отличие|в\s+то\s+время\s+как|тогда\s+как|"
-    r"для\s+сравнения|по\s+сравнению|differen\w*|differs?|unlike|whereas|in\s+contrast|by\s+contrast|"
-    r"compared\s+(?:to|with))(?!\w)",
-    re.IGNORECASE,
-)
-#: a labelled point of an enumeration: "Неясный источник свойств: при использовании …", "Implicit
-#: coupling: several …" (a list item whose bold term the parser kept as text before a colon)
-_LABELLED = re.compile(r"^(?P<label>[^\W\d_][^:.!?;()`]{2,60}?):\s+\S")
-
-
-def labelled(text: str) -> bool:
-    """``text`` opens with a label of two to six words and a colon (:data:`_LABELLED`)."""
-    m = _LABELLED.match(text)
-    return m is not None and 2 <= len(_WORD.findall(m.group("label"))) <= 6
-
-
-def labelled_points(cands: list[Candidate], sides: tuple[str, str], max_points: int = 3) -> list[Candidate]:
-    """The labelled points (:func:`labelled`) of the section holding the best sentence naming a
-    side, when it has two or more, in reading order: "чем A лучше B" is answered by a section
-    listing B's drawbacks point by point ("Неясный источник свойств: …", "Коллизии в пространстве
-    имён: …"), and its best sentence alone states one of them."""
-    named = [c for c in cands if names(sides[0], c.text) or names(sides[1], c.text)]
-    if not named:
-        return []
-    section = max(named, key=lambda c: c.score).section
-    points = [c for c in cands if c.section == section and labelled(c.text)]
-    if len(points) < 2:
-        return []
-    return sorted(points, key=lambda c: (c.n, c.pos))[:max_points]
-
-
-def select_compared(
-    cands: list[Candidate], sides: tuple[str, str], max_sentences: int = 3
-) -> list[Candidate]:
-    """A comparison's answer: the labelled points of a section enumerating the differences
-    (:func:`labelled_points`), or else the best sentence stating a contrast (:data:`_CONTRAST`)
-    and naming a side or naming both sides, then the best naming each side, in reading order as
-    :func:`select` orders them."""
-    points = labelled_points(cands, sides, max_sentences)
-    if points:
-        return points
-    a, b = sides
-    both = [c for c in cands if names(a, c.text) and names(b, c.text)]
-    contrast = [c for c in cands if _CONTRAST.search(c.text) and (names(a, c.text) or names(b, c.text))]
-    first = sorted(
-        {id(c): c for c in both + contrast}.values(),
-        key=lambda c: (-bool(_CONTRAST.search(c.text)), -(c in both), -c.score),
-    )
-    only_a = sorted((c for c in cands if names(a, c.text)), key=lambda c: -c.score)
-    only_b = sorted((c for c in cands if names(b, c.text)), key=lambda c: -c.score)
-    picked: list[Candidate] = []
-    for group in (first, only_a, only_b, first[1:]):
-        for c in group:
-            if c in picked or any(near_duplicate(c.text, p.text) for p in picked):
-                continue
-            picked.append(c)
-            break
-        if len(picked) == max_sentences:
-            break
-    return select(picked, max_sentences, min_share=0.0) if picked else []
 
 
 def render_list(chosen: list[Candidate]) -> str:
@@ -744,7 +425,7 @@ def default_lines(question: str, hits: list[Hit], n: int, h: Hit, w: code_answer
     """(window, hit number, hit) of the line giving a parameter the question names its default,
     in the quoted chunk or another chunk of its file, or (None, n, h): "what does parameter X do"
     is answered by what it does and what it is. Not for "where" questions."""
-    if question_kind(question) == "place":
+    if asks_place(question):
         return None, n, h
     same_file = [(k, x) for k, x in enumerate(hits[:CODE_HITS], start=1) if x.doc_id == h.doc_id]
     for k, x in sorted(same_file, key=lambda t: t[0] != n):
@@ -768,8 +449,8 @@ def code_extract(
     if best is None:
         return None
     n, h, w = best
-    best_prose = max((c.score for c in prose), default=0.0)
-    if question_kind(question) != "place" and not w.example and w.peak < best_prose:
+    best_prose = max((c.overlap for c in prose), default=0)
+    if not asks_place(question) and not w.example and w.peak < best_prose:
         return None  # the documents say it in words better than the code shows it (not how to call it)
     symbol = texts.say("code_symbol", lang, symbol=w.symbol) if w.symbol else ""
     framing = texts.say("code_place", lang, place=code_answer.place(h, w), symbol=symbol) + f" [{n}]:"
@@ -799,106 +480,199 @@ def code_extract(
 Ranker = Callable[[str, list[str]], list[float]]
 
 
-def crosslingual_extract(
-    question: str, hits: list[Hit], lang: str, rank: Ranker | None, max_sentences: int = 3
-) -> Extract | None:
-    """A question in another language than the passages shares no words with them: the sentences
-    of the first three hits ranked by ``rank`` (the embedder's similarity of each to the question),
-    the best ones quoted in their own language under framing in the question's. A question of two
-    parts gets the best sentence for each part first (ranked against the whole question, the
-    sentences on its first part crowd out the one answering the second); a list question gets
-    the items of the chunk holding the best one, as :func:`select_list` picks them. Without a
-    ranker the first hit's opening sentences stand for it (the vector list ranked that chunk
-    first)."""
-    pool = [(n, pos, s) for n, pos, s in sentences_of(hits[:3])]
-    if not pool:
-        return None
-    texts_ = [s for _, _, s in pool]
-    if rank is not None:
-        sims = rank(question, texts_)
-        parts = question_parts(question)
-        keep: list[int] = []
-        if len(parts) > 1:
-            for part in parts:
-                part_sims = rank(part, texts_)
-                best = max((i for i in range(len(pool)) if i not in keep), key=lambda i: part_sims[i])
-                keep.append(best)
-        order = sorted(range(len(pool)), key=lambda i: -sims[i])
-        top = sims[order[0]]
-        keep += [i for i in order if sims[i] >= top - 0.02 and i not in keep]
-        keep = keep[:max_sentences]
-        scored = [Candidate(n, pos, clean_sentence(s), sims[i]) for i, (n, pos, s) in enumerate(pool)]
-    else:
-        keep = [i for i, (n, _, _) in enumerate(pool) if n == pool[0][0]][:max_sentences]
-        scored = [Candidate(n, pos, clean_sentence(s), -0.001 * i) for i, (n, pos, s) in enumerate(pool)]
-    source = texts.language_of(" ".join(h.content[:300] for h in hits[:3]))
-    framing = texts.say("quoted_in", lang, language=texts.language_name(source, lang))
-    if question_kind(question) == "list":
-        # a similarity is no share of the best one's: every row of the best one's table is an item
-        ranked = sorted(scored, key=lambda c: -c.score)
-        by_place = [replace(c, score=float(len(ranked) - i)) for i, c in enumerate(ranked)]
-        items = select_list(by_place, min_share=0.0)
-        if len(items) >= 2:
-            return Extract(
-                f"{framing}\n{render_list(items)}",
-                "crosslingual",
-                lang,
-                [framing],
-                [(c.n, c.text) for c in items],
-            )
-    chosen = [scored[i] for i in keep]
-    chosen.sort(key=lambda c: (c.n, c.pos))
-    chosen = with_referred_points(chosen, hits)
-    return Extract(
-        f"{framing}\n{render(chosen)}", "crosslingual", lang, [framing], [(c.n, c.text) for c in chosen]
-    )
-
-
 def passages_language(hits: list[Hit]) -> str:
     """The language the first hits are written in (their prose, code left out)."""
     prose = [s for _, _, s in sentences_of(hits[:3])]
     return texts.language_of(" ".join(prose) if prose else " ".join(h.content[:300] for h in hits[:3]))
 
 
+# ------------------------------------------------------------------------------ the composer
+#: how the three signals make a sentence's score, each standardised over the candidate sentences of
+#: the question first (a z-score: no constant assumes one embedding model's cosine scale, nor one
+#: corpus's term weights): the embedder's question-sentence similarity (the only signal across
+#: languages), the question's terms the sentence holds weighted by their rarity among the
+#: candidates, and the rank of the hit it comes from
+SIMILARITY_WEIGHT = 1.0
+LEXICAL_WEIGHT = 0.5
+RANK_WEIGHT = 0.25
+#: a sentence joins the best one when its score is within this many standard deviations of it
+KEEP_WITHIN = 1.5
+MAX_SENTENCES = 3
+#: the candidate sentences embedded for one question, at most (the best ranked chunks' first)
+MAX_POOL = 64
+#: what the confidence model reads, in order (query/answer/confidence.json holds its coefficients)
+FEATURES = (
+    "similarity",
+    "similarity_gap",
+    "lexical",
+    "passage_lexical",
+    "hit_similarity",
+    "names",
+    "cross",
+    "code",
+)
+
+
+def _standardised(values: list[float]) -> list[float]:
+    """``values`` as z-scores over themselves (all 0 when they do not vary)."""
+    if len(values) < 2:
+        return [0.0] * len(values)
+    mean, sd = statistics.fmean(values), statistics.pstdev(values)
+    return [(v - mean) / sd if sd > 1e-9 else 0.0 for v in values]
+
+
+def term_weights(question: str, said: list[set[str]]) -> dict[str, float]:
+    """The question's term stems (words and identifier parts, stop words out), each weighted by its
+    inverse document frequency among the candidate sentences: a term every sentence holds tells
+    none of them apart, one that only the answer holds does."""
+    terms = question_terms(question) | text_.term_stems(question)
+    df = Counter(t for s in said for t in terms & s)
+    n = len(said)
+    return {t: math.log(1.0 + n / (1.0 + df[t])) for t in terms}
+
+
+def lexical_coverage(weights: dict[str, float], said: set[str]) -> float:
+    """The weighted share of the question's terms that ``said`` holds, in [0, 1]."""
+    total = sum(weights.values())
+    return sum(w for t, w in weights.items() if t in said) / total if total else 0.0
+
+
+def score_candidates(question: str, pool: list[tuple[int, int, str]], rank: Ranker | None) -> list[Candidate]:
+    """Every candidate sentence scored by the one function of the module: the standardised
+    similarity, lexical coverage and hit rank, weighted (:data:`SIMILARITY_WEIGHT` …)."""
+    # a question the passage asks (a heading, a FAQ's entry) answers nothing
+    pool = [p for p in pool if not p[2].rstrip().endswith("?")][:MAX_POOL]
+    if not pool:
+        return []
+    sentences = [clean_sentence(s) for _, _, s in pool]
+    said = [code_stems(s) for s in sentences]
+    weights = term_weights(question, said)
+    lexical = [lexical_coverage(weights, s) for s in said]
+    sims = rank(question, sentences) if rank is not None else None
+    z_sim = _standardised(sims) if sims is not None else [0.0] * len(pool)
+    z_lex = _standardised(lexical)
+    z_rank = _standardised([-math.log(n) for n, _, _ in pool])
+    out = []
+    for i, (n, pos, _) in enumerate(pool):
+        score = SIMILARITY_WEIGHT * z_sim[i] + LEXICAL_WEIGHT * z_lex[i] + RANK_WEIGHT * z_rank[i]
+        out.append(
+            Candidate(
+                n,
+                pos,
+                sentences[i],
+                score,
+                sims[i] if sims is not None else None,
+                lexical[i],
+                len(set(weights) & said[i]),
+            )
+        )
+    return out
+
+
+def select(cands: list[Candidate], max_sentences: int = MAX_SENTENCES) -> list[Candidate]:
+    """The best sentence and those scoring within :data:`KEEP_WITHIN` of it, near-duplicates left
+    out, in reading order: the best one's chunk first, each chunk's sentences in their own order."""
+    if not cands:
+        return []
+    ranked = sorted(cands, key=lambda c: -c.score)
+    best = [ranked[0]]
+    for c in ranked[1:]:
+        if len(best) == max_sentences or c.score < ranked[0].score - KEEP_WITHIN:
+            break
+        if not any(near_duplicate(c.text, b.text) for b in best):
+            best.append(c)
+    chunk_score: dict[int, float] = {}
+    for c in best:
+        chunk_score[c.n] = max(chunk_score.get(c.n, c.score), c.score)
+    return sorted(best, key=lambda c: (-chunk_score[c.n], c.n, c.pos))
+
+
+def select_list(cands: list[Candidate], max_items: int = MAX_ITEMS) -> list[Candidate]:
+    """A list answer: the sentences (items, table rows) of the chunk holding the best one, in their
+    order, each scoring within twice :data:`KEEP_WITHIN` of the best (a list is written under one
+    heading); the best other sentences when that chunk holds fewer than two."""
+    if not cands:
+        return []
+    top = max(cands, key=lambda c: c.score)
+    same = sorted(
+        (c for c in cands if c.n == top.n and c.score >= top.score - 2 * KEEP_WITHIN), key=lambda c: c.pos
+    )[:max_items]
+    if len(same) >= 2:
+        return same
+    return select(cands)
+
+
+def features(
+    question: str,
+    hits: list[Hit],
+    cands: list[Candidate],
+    chosen: list[Candidate],
+    lang: str,
+    cited: set[int],
+) -> dict[str, float]:
+    """What the confidence model reads (:data:`FEATURES`): the best quoted sentence's similarity
+    (the model's own scale: the fit is per model) and its gap over the median candidate, its and
+    its passages' lexical coverage, the first hit's vector similarity, the share of the names and
+    numbers the question spells that the cited passages hold, whether the quotes are in another
+    language than the question, whether the answer is code (``chosen`` empty: the code lines of
+    the ``cited`` hits were quoted, the best sentence of those hits stands for them)."""
+    code = not chosen
+    chosen = chosen or [c for c in cands if c.n in cited]
+    best = max(chosen, key=lambda c: c.score) if chosen else None
+    sims = [c.similarity for c in cands if c.similarity is not None]
+    sim = best.similarity if best is not None and best.similarity is not None else 0.0
+    passages = " ".join(hits[n - 1].content for n in cited if 1 <= n <= len(hits))
+    said = [code_stems(c.text) for c in cands]
+    weights = term_weights(question, said)
+    named = specific_terms(question)
+    first = hits[0].vector_distance if hits else None
+    return {
+        "similarity": sim,
+        "similarity_gap": sim - statistics.median(sims) if sims else 0.0,
+        "lexical": best.lexical if best is not None else 0.0,
+        "passage_lexical": lexical_coverage(weights, code_stems(passages)),
+        "hit_similarity": 1.0 - first if first is not None else 0.0,
+        "names": sum(code_answer.holds(passages, t) for t in named) / len(named) if named else 1.0,
+        "cross": float(passages_language(hits) != lang),
+        "code": float(code),
+    }
+
+
 def extract(
     question: str,
     hits: list[Hit],
     rank: Ranker | None = None,
-    max_sentences: int = 3,
+    max_sentences: int = MAX_SENTENCES,
     tests_layer: str = code_answer.TESTS_LAYER,
 ) -> Extract:
-    """The offline answer to ``question`` from ``hits`` (``[N]`` = ``hits[N-1]``), shaped by the
-    question: a place and code lines for code, a list for a list question, the defining sentence
-    first for a definition, quotes under framing in the question's language when the passages are
-    in another, else the best sentences. ``tests_layer``: the layer of test files' chunks."""
+    """The offline answer to ``question`` from ``hits`` (``[N]`` = ``hits[N-1]``): the candidate
+    sentences scored by :func:`score_candidates`; a place and the code lines for code; the rows
+    under the best heading for a list question; else the best sentences. Quotes in another
+    language than the question's stand under framing in the question's language."""
     lang = texts.language_of(question)
     if not hits:
         return Extract(texts.no_answer(lang), "none", lang)
-    cands = candidates(question, hits)
+    cands = score_candidates(question, sentences_of(hits), rank)
     code = code_extract(question, hits, lang, cands, tests_layer)
     if code is not None:
+        code.features = features(question, hits, cands, [], lang, {n for n, _ in code.quoted})
         return code
-    if passages_language(hits) != lang:
-        cross = crosslingual_extract(question, hits, lang, rank, max_sentences)
-        if cross is not None:
-            return cross
-    kind = question_kind(question)
-    sides = compared(question)
-    if sides is not None:
-        chosen = select_compared(cands, sides)
-        if chosen:
-            return Extract(render(chosen), "compare", lang, [], [(c.n, c.text) for c in chosen])
-    if kind == "list":
-        chosen = select_list(cands)
-        if chosen:
-            return Extract(render_list(chosen), "list", lang, [], [(c.n, c.text) for c in chosen])
-    chosen = with_referred_points(select(cands, max_sentences), hits)
+    listed = asks_list(question)
+    chosen = select_list(cands) if listed else select(cands, max_sentences)
     if not chosen:
         return Extract(texts.no_answer(lang), "none", lang)
-    shape = "definition" if any(c.defines for c in chosen) else "sentences"
-    return Extract(render(chosen), shape, lang, [], [(c.n, c.text) for c in chosen])
+    feats = features(question, hits, cands, chosen, lang, {c.n for c in chosen})
+    body = render_list(chosen) if listed else render(chosen)
+    framing = []
+    if feats["cross"]:
+        source = texts.language_of(" ".join(c.text for c in chosen))
+        framing = [texts.say("quoted_in", lang, language=texts.language_name(source, lang))]
+    text = "\n".join([*framing, body])
+    kind = "crosslingual" if framing else "list" if listed else "sentences"
+    ex = Extract(text, kind, lang, framing, [(c.n, c.text) for c in chosen], feats)
+    return ex
 
 
-def extractive_answer(question: str, hits: list[Hit], max_sentences: int = 3) -> str:
+def extractive_answer(question: str, hits: list[Hit], max_sentences: int = MAX_SENTENCES) -> str:
     """Quote the sentences of the retrieved chunks that best answer ``question``, each cited."""
     return extract(question, hits, max_sentences=max_sentences).text

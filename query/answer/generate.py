@@ -129,26 +129,31 @@ def resolve(settings: Settings) -> tuple[AnswerGenerator, Exception | None]:
     return ChatGenerator(completion, settings), None
 
 
+#: the sentences' vectors, kept across questions of the worker (the same chunks answer many)
+SENTENCE_CACHE = 20_000
+_SENTENCE_VECTORS: dict[str, np.ndarray] = {}
+
+
 def sentence_ranker() -> extractive.Ranker | None:
-    """The embedder's similarity of a question to each of a few sentences (the extractive answer to
-    a question in another language than its passages), or None when no embedder can be built."""
+    """The embedder's similarity of a question to each candidate sentence of the extractive answer
+    (cross-lingual), or None when no embedder can be built. The embedder is the configured one,
+    already loaded in the query worker; sentence vectors are cached by text (bounded)."""
     try:
         embedder = providers.get_embedder()
     except Exception:
         return None
     timeout_s = get_settings().deadlines.query_embed_timeout_s
 
-    # a question of two parts ranks the same sentences once a part: each is embedded once
-    seen: dict[str, np.ndarray] = {}
-
     def rank(question: str, sentences: list[str]) -> list[float]:
         q = np.asarray(embedder.embed_query(embedding_form(question)), dtype=np.float32)
-        new = [s for s in dict.fromkeys(sentences) if s not in seen]
+        new = [s for s in dict.fromkeys(sentences) if s not in _SENTENCE_VECTORS]
         if new:
             docs = run_with_deadline(
                 embedder.embed_documents, 4 * timeout_s, [embedding_form(s) for s in new]
             )
-            seen.update(zip(new, np.asarray(docs, dtype=np.float32), strict=True))
-        return [float(seen[s] @ q) for s in sentences]
+            if len(_SENTENCE_VECTORS) + len(new) > SENTENCE_CACHE:
+                _SENTENCE_VECTORS.clear()
+            _SENTENCE_VECTORS.update(zip(new, np.asarray(docs, dtype=np.float32), strict=True))
+        return [float(_SENTENCE_VECTORS[s] @ q) for s in sentences]
 
     return rank

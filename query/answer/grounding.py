@@ -24,18 +24,15 @@ import html
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 
 from ragline.query.answer.citations import FENCED
-from ragline.query.answer.code_answer import holds
 from ragline.query.answer.extractive import (
-    code_stems,
-    mentions,
     question_terms,
     stems,
-    topic_specific_terms,
-    topic_terms,
 )
 from ragline.query.answer.prompt import judge_messages
 from ragline.query.retrieval.language import passages_script, script_of
@@ -405,128 +402,24 @@ def most_consistent(samples: list[str], doc_of: Callable[[int], str]) -> tuple[i
 
 
 # ------------------------------------------------------------------- confidence of a quoted answer
-#: the share of an answer's quoted text whose passages must hold a specific term of the question
-TOPIC_SHARE = 0.25
-#: an extractive answer's confidence lies in [FLOOR, FLOOR + SPAN] (:func:`relevance_confidence`)
-CONFIDENCE_FLOOR = 0.1
-CONFIDENCE_SPAN = 0.7
-#: how much the cited passages' vector similarity to the question counts beside word coverage
-SIMILARITY_WEIGHT = 0.8
-#: the coverage an answer quoting a definition of the subject asked about is given at least
-DEFINED_COVERAGE = 0.75
-_VERSION = re.compile(r"^v?\d+(?:\.\d+)+$")
+#: the fitted model: ``bench/answer_calibration.py`` writes it (docs/evaluation.md, "Confidence")
+CONFIDENCE_MODEL = Path(__file__).with_name("confidence.json")
 
 
-@dataclass
-class Relevance:
-    """How well an extractive answer's quotes answer the question (each in [0, 1], None when it
-    cannot be measured) and the confidence made of them."""
-
-    coverage: float | None  # the question's topic stems in the quotes and their headings
-    topic: float  # the question's specific terms in the cited passages
-    missing: list[str]
-    similarity: float | None  # the best cited passage's vector similarity to the question
-    confidence: float
-
-    def trace(self) -> dict:
-        return {
-            "coverage": None if self.coverage is None else round(self.coverage, 3),
-            "topic": round(self.topic, 3),
-            "missing_terms": self.missing,
-            "similarity": None if self.similarity is None else round(self.similarity, 3),
-            "confidence": self.confidence,
-        }
+@lru_cache(maxsize=1)
+def confidence_model() -> dict:
+    """The logistic model of an extractive answer being right: feature names, their means and
+    scales, coefficients and intercept, fitted on held-apart questions."""
+    return json.loads(CONFIDENCE_MODEL.read_text(encoding="utf-8"))
 
 
-def extractive_relevance(
-    question: str,
-    quoted: list[tuple[int, str]],
-    hits: Sequence[Hit],
-    defined: bool = False,
-    collection: Iterable[str] = (),
-) -> Relevance:
-    """The confidence of an extractive answer from the relevance of what it quoted (it only
-    quotes, so the share of supported sentences says nothing): the question's topic stems found
-    in the quotes and their passages' headings, the question's specific terms found in the cited
-    passages (an answer about a neighbouring topic lacks the name or version asked about), and
-    the cited passages' vector similarity to the question (the only measure across languages).
-    ``collection``: the names of the collection asked about (and its edition) that retrieval
-    searched within (``SearchResponse.corpus_names``): every passage it found is about them."""
-    cited = sorted({n for n, _ in quoted if 1 <= n <= len(hits)})
-    if not cited:
-        return Relevance(0.0, 0.0, [], None, 0.0)
-    passages = [hits[n - 1] for n in cited]
-    said = " ".join(q for _, q in quoted)
-    around = " ".join(f"{h.heading} {h.path} {h.doc_id}" for h in passages)
-    known = {c.lower() for c in collection}
-    terms = [t for t in topic_specific_terms(question, list(hits)) if t.lower() not in known]
-    # each quote counts by its length: a long code block from a file about something else is not
-    # made relevant by a short sentence that names the topic
-    weight: dict[int, int] = {}
-    for n, q in quoted:
-        if 1 <= n <= len(hits):
-            weight[n] = weight.get(n, 0) + len(q)
-    total = sum(weight.values()) or 1
-    held: dict[str, float] = {t: 0.0 for t in terms}  # the share of the quoted text whose passage holds t
-    for n, w in weight.items():
-        h = hits[n - 1]
-        text = f"{h.content} {h.context} {h.heading} {h.path} {h.doc_id}"
-        for t in terms:
-            if holds(text, t):  # the code answer's own reading: "CA" is held by REQUESTS_CA_BUNDLE
-                held[t] += w / total
-    # a comparison quotes each side from its own passage: a term held by a quarter of the quoted
-    # text is the answer's topic; less is a mention beside an answer about something else
-    present = {t: min(1.0, share / TOPIC_SHARE) for t, share in held.items()}
-    # the edition a question names ("по ASVS 4.0.3") is written in its corpus's preface, not in
-    # each chapter: a version another passage of the cited sources holds is the corpus's, and a
-    # version none of them holds ("ASVS 5.0") is another edition's
-    sources = {h.doc_id.split("/", 1)[0] for h in passages}
-    for t in terms:
-        if present[t] < 1.0 and _VERSION.match(t):
-            if any(h.doc_id.split("/", 1)[0] in sources and mentions(h.content, t) for h in hits):
-                present[t] = 1.0
-    missing = [t for t in terms if present[t] < 1.0]
-    topic = sum(present.values()) / len(terms) if terms else 1.0
-    sims = [1.0 - h.vector_distance for h in passages if h.vector_distance is not None]
-    similarity = max(sims) if sims else None
-    asked, written = script_of(question), passages_script([h.content for h in passages])
-    coverage = None
-    if not (asked and written and asked != written):
-        # the question's topic in what was quoted, and in the passages it was quoted from (a
-        # quote answers a part; the passage holding the rest is still the place to read on)
-        wanted = topic_terms(question, list(passages))
-        quoted_stems = code_stems(said) | stems(around)
-        passage_stems = quoted_stems | code_stems(" ".join(h.content for h in passages))
-        if wanted:
-            coverage = 0.5 * (len(wanted & quoted_stems) + len(wanted & passage_stems)) / len(wanted)
-        else:
-            coverage = 0.0
-        if defined:  # a sentence defining the subject asked about was quoted: the question's core
-            coverage = max(coverage, DEFINED_COVERAGE)
-    return Relevance(coverage, topic, missing, similarity, relevance_confidence(coverage, topic, similarity))
-
-
-def relevance_confidence(coverage: float | None, topic: float, similarity: float | None) -> float:
-    """The confidence of an extractive answer: its coverage of the question (the vector similarity
-    where words cannot be compared), scaled down by every specific term of the question its
-    passages lack, then mapped onto ``[FLOOR, FLOOR + SPAN]``.
-
-    Calibrated on answers-dev (docs/evaluation.md, "The offline answer"): word coverage tells a
-    quote about the question's topic from one about another (those fall below the minimum 0.4),
-    not a quote of the right chapter from one of its neighbour, so it never reaches 1.0; only a
-    quote covering nearly all of the question, or a definition of its subject with the rest of it,
-    reaches 0.7."""
-    # a paraphrase shares few words with the question but is near it in the embedding; the
-    # similarity alone never makes an answer confident (its weight keeps it below 0.7)
-    near = SIMILARITY_WEIGHT * _similarity_unit(similarity) if similarity is not None else 0.0
-    base = max(coverage, near) if coverage is not None else _similarity_unit(similarity)
-    raw = max(0.0, min(1.0, base * topic * topic))
-    return round(CONFIDENCE_FLOOR + CONFIDENCE_SPAN * raw, 3)
-
-
-def _similarity_unit(similarity: float | None) -> float:
-    """A cosine similarity of multilingual-e5 (question to passage, about 0.75 for unrelated text
-    and 0.9 for the answer) on [0, 1]."""
-    if similarity is None:
-        return 0.5
-    return max(0.0, min(1.0, (similarity - 0.75) / 0.15))
+def answer_probability(features: dict[str, float], model: dict | None = None) -> float:
+    """The probability that an extractive answer with these ``features`` is right (the fitted
+    logistic model): what ``RAGLINE_ANSWER_MIN_CONFIDENCE`` is compared with."""
+    model = model or confidence_model()
+    z = model["intercept"]
+    for name, mean, scale, coef in zip(
+        model["features"], model["mean"], model["scale"], model["coef"], strict=True
+    ):
+        z += coef * (float(features.get(name, 0.0)) - mean) / scale
+    return round(1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z)))), 3)

@@ -24,7 +24,13 @@ import time
 from dataclasses import dataclass, field
 
 from ragline.query.answer import grounding, texts
-from ragline.query.answer.citations import build_citations, cited_numbers, claims, invalid_citations
+from ragline.query.answer.citations import (
+    build_citations,
+    cited_numbers,
+    claims,
+    invalid_citations,
+    renumber,
+)
 from ragline.query.answer.context import Assembly, assemble, chunk_for, squeeze
 from ragline.query.answer.generate import (
     AnswerGenerator,
@@ -172,7 +178,8 @@ def respond(run: QuestionRun, hits: list[Hit], empty_reason: str = NOTHING_RELEV
             **refused.fields,
         )
     said = claims(answer)  # a merged passage's citation names the chunk holding what was said
-    cite_hits = [chunk_for(p, said.get(p.n, [])) for p in asm.passages]
+    answer, order = renumber(answer)
+    cite_hits = [chunk_for(asm.passages[n - 1], said.get(n, [])) for n in order]
     return run.done(
         answer=answer,
         citations=build_citations(answer, cite_hits, run.lang),
@@ -365,12 +372,15 @@ def confidence(
     ex = gen.extract
     if ex is not None:
         # an extractive answer only quotes (its support is 1.0 by construction): how far to trust
-        # it is how well what it quoted answers the question
-        rel = grounding.extractive_relevance(
-            run.question, ex.quoted, hits, ex.kind == "definition", run.trace.get("corpus_names", ())
-        )
-        run.trace["confidence"] = {**rel.trace(), "min": a.min_confidence, "judged": True}
-        return rel.confidence, True
+        # it is the fitted probability that what it quoted answers the question
+        conf = grounding.answer_probability(ex.features)
+        run.trace["confidence"] = {
+            "features": {k: round(v, 3) for k, v in ex.features.items()},
+            "confidence": conf,
+            "min": a.min_confidence,
+            "judged": True,
+        }
+        return conf, True
     signal = grounding.retrieval_signal(run.question, cited)
     conf = grounding.confidence(signal, g.support if g else None)
     # withheld only on evidence: a groundedness result or a reranker's scores; the share of the

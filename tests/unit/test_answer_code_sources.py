@@ -11,13 +11,13 @@ import pytest
 
 from ragline.query.answer import code_answer
 from ragline.query.answer.extractive import (
-    candidates,
     code_stems,
     extract,
     is_answer_sentence,
     is_code_or_markup,
     prose_sentences,
     prose_view,
+    score_candidates,
     select,
     sentences_of,
     statements,
@@ -181,11 +181,11 @@ def test_a_sentence_naming_an_identifier_answers_the_words_of_its_parts():
         content=VERIFY,
     )
     question = "How can I set the bundle requests verifies certificates with, and which environment variable sets it?"
-    best = [c.text for c in select(candidates(question, [docs]), 2)]
+    best = [c.text for c in select(score_candidates(question, sentences_of([docs]), None), 2)]
     # REQUESTS_CA_BUNDLE is the bundle the question asks about, in words
     assert any("``REQUESTS_CA_BUNDLE`` environment variable." in t for t in best), best
-    assert code_stems("``REQUESTS_CA_BUNDLE``") >= {"bundl", "reque"}
-    assert code_stems("Используйте publishedBooksMessage") == {"испол", "publi", "books", "messa"}
+    assert code_stems("``REQUESTS_CA_BUNDLE``") >= {"bundl", "request"}
+    assert code_stems("Используйте publishedBooksMessage") >= {"использ", "publish", "book", "messag"}
 
 
 LIST_7 = (

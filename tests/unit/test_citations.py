@@ -149,3 +149,13 @@ def test_the_cli_prints_where_to_look_not_the_chunk_number(capsys):
     old = {k: res["citations"][0][k] for k in ("n", "doc_id", "chunk_no", "heading", "path")}
     print_answer("q", {**res, "citations": [old], "removed_links": []})
     assert "· chunk 68 ·" in " ".join(capsys.readouterr().out.split())
+
+
+def test_citation_numbers_have_no_gaps_and_code_keeps_its_brackets():
+    from ragline.query.answer.citations import renumber
+
+    answer = "First [3]. Second [1][3].\n```python\ncodes[2] = x\n```\nThird [5]."
+    text, order = renumber(answer)
+    assert order == [3, 1, 5]
+    assert text == "First [1]. Second [2][1].\n```python\ncodes[2] = x\n```\nThird [3]."
+    assert renumber("No citation.") == ("No citation.", [])

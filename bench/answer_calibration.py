@@ -1,0 +1,193 @@
+"""Fit the extractive answer's confidence: a logistic model of "this answer is right" over the
+composer's features (``query/answer/extractive.py``, ``FEATURES``), fitted on one half of the
+questions and reported on the other, written as data next to the code
+(``query/answer/confidence.json``), with its reliability table and plot for docs/evaluation.md.
+
+    python -m bench.answer_calibration \
+        QUESTIONS.jsonl ANSWERS.jsonl [QUESTIONS2.jsonl ANSWERS2.jsonl ...] --write
+
+ANSWERS come from ``bench/answers_inprocess.py`` run with ``RAGLINE_ANSWER_MIN_CONFIDENCE=0`` (every
+question answered, so each answer's features and verdict are known). An answerable question is
+labelled 1 when its answer is right, an unanswerable one 0 (any answer to it is wrong). The halves
+are split by source: a question's article (XQuAD: the paragraph's article; an unanswerable question:
+the article it asks about; answers-dev: its document's top folder), hashed, so no paragraph of the
+report half was seen by the fit. The minimum confidence is then the probability that maximises the
+fit half's right answers (an answer below it is refused: right for an unanswerable question).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ragline.operations.eval_answers import read_jsonl, score_one
+from ragline.query.answer.extractive import FEATURES
+from ragline.query.answer.grounding import CONFIDENCE_MODEL
+
+RESULTS = Path(__file__).with_name("results")
+BUCKETS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0001)
+#: the L2 penalty of the fit (standardised features): small, the features are few
+L2 = 1.0
+
+
+def source_of(q: dict) -> str:
+    """The unit the halves are split by: the article or document folder the question is about."""
+    if q.get("must_cite_any"):
+        doc = q["must_cite_any"][0]
+        return doc.rsplit("_p", 1)[0] if doc.startswith("xquad/") else "/".join(doc.split("/")[:2])
+    return q.get("evidence", "").split(" ", 1)[0] or q["id"]
+
+
+def half(q: dict) -> int:
+    return hashlib.sha256(source_of(q).encode()).digest()[0] % 2
+
+
+def rows_of(pairs: list[tuple[Path, Path]]) -> list[dict]:
+    out = []
+    for qpath, apath in pairs:
+        answers = {r["id"]: r["response"] for r in read_jsonl(apath)}
+        for q in read_jsonl(qpath):
+            resp = answers.get(q["id"])
+            feats = (((resp or {}).get("trace") or {}).get("confidence") or {}).get("features")
+            if resp is None or feats is None:
+                continue  # no extractive answer at all (nothing retrieved): nothing to calibrate
+            verdict = score_one(q, {**resp, "no_answer": False, "confidence": None})
+            label = int(bool(q["answerable"]) and verdict["right"])
+            out.append(
+                {
+                    "id": q["id"],
+                    "kind": q["kind"],
+                    "answerable": q["answerable"],
+                    "half": half(q),
+                    "x": [float(feats.get(f, 0.0)) for f in FEATURES],
+                    "y": label,
+                }
+            )
+    return out
+
+
+def fit(x: np.ndarray, y: np.ndarray, l2: float = L2, steps: int = 50) -> tuple[np.ndarray, float]:
+    """Logistic regression by Newton's method with an L2 penalty (intercept unpenalised)."""
+    xb = np.hstack([np.ones((len(x), 1)), x])
+    w = np.zeros(xb.shape[1])
+    penalty = np.eye(xb.shape[1]) * l2
+    penalty[0, 0] = 0.0
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-xb @ w))
+        grad = xb.T @ (p - y) + penalty @ w
+        hess = xb.T @ (xb * (p * (1 - p))[:, None]) + penalty
+        w -= np.linalg.solve(hess, grad)
+    return w[1:], float(w[0])
+
+
+def predict(model: dict, x: np.ndarray) -> np.ndarray:
+    z = model["intercept"] + ((x - np.array(model["mean"])) / np.array(model["scale"])) @ np.array(
+        model["coef"]
+    )
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def right_at(rows: list[dict], p: np.ndarray, threshold: float) -> int:
+    """Right answers when those below ``threshold`` are refused."""
+    return sum(
+        bool((r["answerable"] and r["y"] and pi >= threshold) or (not r["answerable"] and pi < threshold))
+        for r, pi in zip(rows, p, strict=True)
+    )
+
+
+def reliability(rows: list[dict], p: np.ndarray) -> list[dict]:
+    out = []
+    for lo, hi in zip(BUCKETS, BUCKETS[1:], strict=False):
+        inside = [r["y"] for r, pi in zip(rows, p, strict=True) if lo <= pi < hi]
+        out.append(
+            {
+                "bucket": f"{lo:.1f}-{min(hi, 1.0):.1f}",
+                "n": len(inside),
+                "right_share": round(sum(inside) / len(inside), 3) if inside else None,
+                "mean_confidence": round(float(np.mean([pi for pi in p if lo <= pi < hi])), 3)
+                if inside
+                else None,
+            }
+        )
+    return out
+
+
+def plot(table: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    pts = [(t["mean_confidence"], t["right_share"], t["n"]) for t in table if t["n"]]
+    ax.plot([0, 1], [0, 1], "--", color="grey", label="perfect calibration")
+    ax.plot([a for a, _, _ in pts], [b for _, b, _ in pts], "o-", label="report half")
+    for a, b, n in pts:
+        ax.annotate(str(n), (a, b), textcoords="offset points", xytext=(4, -10), fontsize=8)
+    ax.set_xlabel("confidence (predicted probability of a right answer)")
+    ax.set_ylabel("share right")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("files", nargs="+", type=Path, help="QUESTIONS.jsonl ANSWERS.jsonl pairs")
+    ap.add_argument("--write", action="store_true", help="write the model, the results and the plot")
+    args = ap.parse_args()
+    pairs = list(zip(args.files[::2], args.files[1::2], strict=True))
+    rows = rows_of(pairs)
+    x = np.array([r["x"] for r in rows])
+    y = np.array([r["y"] for r in rows], dtype=float)
+    train = np.array([r["half"] == 0 for r in rows])
+    mean, scale = x[train].mean(axis=0), x[train].std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    coef, intercept = fit((x[train] - mean) / scale, y[train])
+    model = {
+        "features": list(FEATURES),
+        "mean": mean.round(6).tolist(),
+        "scale": scale.round(6).tolist(),
+        "coef": coef.round(6).tolist(),
+        "intercept": round(intercept, 6),
+    }
+    p = predict(model, x)
+    fit_rows = [r for r, t in zip(rows, train, strict=True) if t]
+    thresholds = np.round(np.arange(0.05, 0.95, 0.01), 2)
+    best = max(thresholds, key=lambda t: right_at(fit_rows, p[train], t))
+    model["min_confidence"] = float(best)
+    report = [r for r, t in zip(rows, train, strict=True) if not t]
+    pr = p[~train]
+    by_kind: dict[str, dict] = {}
+    for r, pi in zip(report, pr, strict=True):
+        k = by_kind.setdefault(r["kind"], {"n": 0, "right": 0, "confident_wrong": 0})
+        k["n"] += 1
+        answered = pi >= best
+        k["right"] += int((r["answerable"] and r["y"] and answered) or (not r["answerable"] and not answered))
+        k["confident_wrong"] += int(answered and not r["y"] and pi >= 0.7)
+    result = {
+        "model": model,
+        "n_fit": int(train.sum()),
+        "n_report": int((~train).sum()),
+        "report_right": int(right_at(report, pr, best)),
+        "by_kind": by_kind,
+        "reliability": reliability(report, pr),
+        "inputs": [[str(a), str(b)] for a, b in pairs],
+    }
+    print(json.dumps(result, indent=1))
+    if args.write:
+        CONFIDENCE_MODEL.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
+        (RESULTS / "answer-calibration.json").write_text(
+            json.dumps(result, indent=1) + "\n", encoding="utf-8"
+        )
+        plot(result["reliability"], Path(__file__).parents[1] / "docs" / "img" / "answer-calibration.png")
+
+
+if __name__ == "__main__":
+    main()

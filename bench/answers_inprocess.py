@@ -1,0 +1,108 @@
+"""The answer path in process, over retrieval cached per question: iterate on the answer composer and
+fit its confidence without a Celery round trip or a second search per question.
+
+    RAGLINE_SERVICES_HOME=/tmp/rl-answers python -m bench.answers_inprocess QUESTIONS.jsonl \
+        --tenant xq --groups dev --cache /tmp/xq-hits.json --out /tmp/xq-answers.jsonl
+
+The first run of a set searches each question as ``ragline.query.service.ask`` does (transforms,
+router, retrieval, rerank, expansion: the real function, in this process, against the running
+stack's database) and records the hits the answer stages read; later runs read them from
+``--cache`` and run only the answer stages (:func:`ragline.query.answer.run.respond`). Each response
+is written as ``{"id", "response"}`` (the format of ``score.py`` and ``ragline eval --answers
+--responses``), with the retrieval's trace kept for the confidence features.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import time
+from pathlib import Path
+
+from ragline.operations.eval_answers import aggregate, read_jsonl, score_one
+from ragline.query import service
+from ragline.query.answer import generate
+from ragline.query.answer import run as answer_run
+from ragline.shared.sdk.contracts import AskRequest, Hit
+
+
+def search_hits(question: str, tenant: str, groups: list[str]) -> dict:
+    """The hits ``service.ask`` hands to the answer stages, and the retrieval trace."""
+    seen: dict = {}
+    real = service.respond
+
+    def record(run: answer_run.QuestionRun, hits: list[Hit], empty_reason: str = answer_run.NOTHING_RELEVANT):
+        seen["hits"] = [h.model_dump(mode="json") for h in hits]
+        seen["question"] = run.question
+        seen["trace"] = {k: run.trace.get(k) for k in ("retrieved", "reranked", "corpus_names")}
+        seen["empty_reason"] = empty_reason
+        return real(run, hits, empty_reason)
+
+    service.respond = record
+    try:
+        service.ask(AskRequest(query=question, tenant=tenant, groups=groups))
+    finally:
+        service.respond = real
+    return seen
+
+
+def answer(cached: dict) -> dict:
+    """The answer stages over the cached hits, timed."""
+    run = answer_run.QuestionRun.start(cached["question"])
+    run.trace.update({k: v for k, v in cached["trace"].items() if v is not None})
+    hits = [Hit(**h) for h in cached["hits"]]
+    t = time.perf_counter()
+    resp = answer_run.respond(run, hits, cached["empty_reason"]).model_dump(mode="json")
+    resp["timings_ms"]["answer_in_process"] = (time.perf_counter() - t) * 1000
+    return resp
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("questions", type=Path)
+    ap.add_argument("--tenant", required=True)
+    ap.add_argument("--groups", required=True)
+    ap.add_argument("--cache", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--vectors", type=Path, help="a pickle of the sentence vectors, read and extended")
+    args = ap.parse_args()
+    if args.vectors and args.vectors.exists():
+        generate._SENTENCE_VECTORS.update(pickle.loads(args.vectors.read_bytes()))
+    questions = read_jsonl(args.questions)
+    cache = json.loads(args.cache.read_text()) if args.cache.exists() else {}
+    groups = args.groups.split(",")
+    for i, q in enumerate(questions):
+        if q["id"] not in cache:
+            cache[q["id"]] = search_hits(q["question"], args.tenant, groups)
+            if i % 20 == 0:
+                args.cache.write_text(json.dumps(cache, ensure_ascii=False))
+    args.cache.write_text(json.dumps(cache, ensure_ascii=False))
+    rows = []
+    with args.out.open("w", encoding="utf-8") as f:
+        for q in questions:
+            resp = answer(cache[q["id"]])
+            f.write(json.dumps({"id": q["id"], "response": resp}, ensure_ascii=False) + "\n")
+            rows.append(score_one(q, resp))
+    if args.vectors:
+        args.vectors.write_bytes(pickle.dumps(generate._SENTENCE_VECTORS))
+    print(json.dumps(summary(questions, rows), ensure_ascii=False))
+
+
+def summary(questions: list[dict], rows: list[dict]) -> dict:
+    """The scorer's totals, and right / partial / no-answer / confident-wrong by kind."""
+    out: dict = {"all": dict(aggregate(rows))}
+    for kind in sorted({q["kind"] for q in questions}):
+        mine = [r for q, r in zip(questions, rows, strict=True) if q["kind"] == kind]
+        out[kind] = {
+            "n": len(mine),
+            "right": sum(r["right"] for r in mine),
+            "partial": sum(r["partial"] for r in mine),
+            "no_answer": sum(r["no_answer"] for r in mine),
+            "confident_wrong": sum(r["confident_wrong"] for r in mine),
+        }
+    return out
+
+
+if __name__ == "__main__":
+    main()
