@@ -187,17 +187,22 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def acl_redis() -> Iterator[tuple[Settings, str]]:
-    """A private embedded Redis started by ``services.start_redis`` (the real ``redis.conf``)."""
+def private_redis(**values: object) -> Iterator[tuple[Settings, str]]:
+    """A private embedded Redis started by ``services.start_redis`` (the real ``redis.conf``), with
+    settings ``values`` (e.g. ``services_redis_maxmemory_mb``)."""
     home = Path(tempfile.mkdtemp(prefix="rl-acl-")) / "home"
-    settings = Settings(services_home=home)
+    settings = Settings(services_home=home, **values)
     base = services.start_redis(settings)
     try:
         yield settings, base
     finally:
         services.stop_redis(settings)
         shutil.rmtree(home.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def acl_redis() -> Iterator[tuple[Settings, str]]:
+    yield from private_redis()
 
 
 def _client(settings: Settings, base: str, role: str) -> redis.Redis:

@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from ragline.shared.config.settings import Settings
 from ragline.shared.sdk import redis_acl
 from ragline.shared.sdk.names import answer_stream_key
 from ragline.shared.stack import services
+from tests.integration.test_redis_acl import private_redis
 
 PRODUCERS = {name: role for name, role in redis_acl.ROLES.items() if role.owns_results}
 #: each producer's queue (the one key it may create)
@@ -45,14 +44,7 @@ WRITES = {
 
 
 def _redis(maxmemory_mb: int = 512) -> Iterator[tuple[Settings, str]]:
-    home = Path(tempfile.mkdtemp(prefix="rl-limits-")) / "home"
-    settings = Settings(services={"home": home, "redis_maxmemory_mb": maxmemory_mb})
-    base = services.start_redis(settings)
-    try:
-        yield settings, base
-    finally:
-        services.stop_redis(settings)
-        shutil.rmtree(home.parent, ignore_errors=True)
+    return private_redis(services_redis_maxmemory_mb=maxmemory_mb)
 
 
 def _client(settings: Settings, base: str, role: str) -> redis.Redis:
