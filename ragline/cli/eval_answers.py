@@ -32,6 +32,10 @@ COLUMNS = (
     ("relevance", "answer_relevance", ".2f"),
     ("ctx prec", "context_precision", ".2f"),
     ("ctx recall", "context_recall", ".2f"),
+    ("ceiling", "ceiling", "d"),
+    ("right/ceil%", "right_of_ceiling_pct", ".0f"),
+    ("miss search", "miss_search", "d"),
+    ("miss answer", "miss_answer", "d"),
     ("p50 ms", "latency_ms_p50", ".0f"),
     ("gen calls", "generator_calls_mean", ".1f"),
 )
@@ -188,7 +192,7 @@ def answer_eval(
             )
         )
         return
-    show = Console(width=max(Console().width, 190))  # the per-kind table has 18 columns
+    show = Console(width=max(Console().width, 190))  # the per-kind table has 22 columns
     show.print(summary_table("kind", result["by_kind"]))
     show.print(summary_table("language", result["by_lang"]))
     show.print(summary_table("total", {"all": result["total"]}))
@@ -206,6 +210,8 @@ def answer_eval(
     if show_failures:
         for r in result["questions"]:
             if not r["right"]:
+                where = f"  ctx facts {r['ctx_facts']} doc {r['ctx_doc']}: {r['miss']}'s miss" if r.get("miss") else ""
                 show.print(
                     f"{r['id']:14} {r['kind']:13} {escape(ev.failure_reason(r))}  cited: {escape(', '.join(r['cited'][:3]))}"
+                    + where
                 )

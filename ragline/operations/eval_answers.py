@@ -415,6 +415,35 @@ def context_recall(q: dict, passages: Sequence[Passage]) -> float | None:
     return round(sum(fact_hits(q, text)) / len(facts), 3)
 
 
+#: the hits whose text the ceiling reads (the extractive composer's and a chat model's context)
+CEILING_HITS = 5
+
+
+def ceiling(q: dict, passages: Sequence[Passage] | None) -> dict:
+    """What the search handed the answer, per question: the share of key facts in the first
+    :data:`CEILING_HITS` passages' text (``ctx_facts``), whether an expected document is among them
+    (``ctx_doc``), and whether a right answer was reachable from them (``reachable``: both, or an
+    unanswerable question: a refusal is always reachable). A miss where the answer was reachable is
+    the composer's (or the generator's); one where it was not is the search's. None each when the
+    context is unknown."""
+    if passages is None:
+        return {"ctx_facts": None, "ctx_doc": None, "reachable": None}
+    top = list(passages)[:CEILING_HITS]
+    if not q.get("answerable", True):
+        return {"ctx_facts": None, "ctx_doc": None, "reachable": True}
+    facts = context_recall(q, top)
+    doc = any(p.doc_id.startswith(m) for p in top for m in q.get("must_cite_any") or [])
+    return {"ctx_facts": facts, "ctx_doc": doc, "reachable": doc and (facts is None or facts >= FACT_THRESHOLD)}
+
+
+def miss_of(r: dict) -> str | None:
+    """Whose miss a question that is not right is: ``search`` (the answer was not reachable from
+    the hits), ``answer`` (it was), None (right, or unknown context)."""
+    if r["right"] or r.get("reachable") is None:
+        return None
+    return "answer" if r["reachable"] else "search"
+
+
 def faithfulness(answer: str, passages: Sequence[Passage], judge: str, call=None) -> float | None:
     """Share of the answer's sentences that the passages they cite support (``query/answer/grounding.py``:
     ``structural`` quoting, ``lexical`` word support, ``generator`` the chat model). ``[n]`` names
@@ -599,6 +628,12 @@ def summarize(rows: list[dict]) -> OrderedDict:
         if any(v is not None for v in vals):
             out[f"{name}.{judge}"] = _mean(vals)
     latency = [r["cost"]["latency_ms"] for r in rows if r.get("cost", {}).get("latency_ms") is not None]
+    known = [r for r in rows if r.get("reachable") is not None]
+    reachable = [r for r in known if r["reachable"]]
+    out["ceiling"] = len(reachable) if known else None
+    out["right_of_ceiling_pct"] = _pct(sum(r["right"] for r in reachable), len(reachable)) if known else None
+    out["miss_search"] = sum(r.get("miss") == "search" for r in rows) if known else None
+    out["miss_answer"] = sum(r.get("miss") == "answer" for r in rows) if known else None
     out["latency_ms_mean"] = round(statistics.fmean(latency), 1) if latency else None
     out["latency_ms_p50"] = _p(latency, 0.5)
     out["latency_ms_p95"] = _p(latency, 0.95)
@@ -638,6 +673,8 @@ def score(
                 "generator_calls": generator_calls(resp),
             }
             r["metrics"] = generation_metrics(q, resp, passages.get(q["id"]), call)
+        r.update(ceiling(q, passages.get(q["id"])))
+        r["miss"] = miss_of(r)
         results.append(r)
     kinds = [k for k in KINDS if any(r["kind"] == k for r in results)]
     kinds += sorted({r["kind"] for r in results} - set(KINDS), key=str)

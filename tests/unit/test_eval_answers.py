@@ -326,6 +326,39 @@ def test_context_recall_is_the_share_of_key_facts_in_the_context():
     assert ev.context_recall(NONE_Q, PASSAGES) is None
 
 
+def test_the_ceiling_attributes_each_miss_to_the_search_or_the_answer():
+    """Beside each verdict: were the key facts and an expected document in the first five hits?
+    A miss with both there is the answer's, one without is the search's; totals per summary."""
+    assert ev.ceiling(DOC_Q, PASSAGES) == {"ctx_facts": 1.0, "ctx_doc": True, "reachable": True}
+    assert ev.ceiling(DOC_Q, PASSAGES[:1]) == {"ctx_facts": 0.0, "ctx_doc": False, "reachable": False}
+    assert ev.ceiling(NONE_Q, PASSAGES)["reachable"] is True  # a refusal is always reachable
+    assert ev.ceiling(DOC_Q, None)["reachable"] is None
+    wrong = {
+        "answer": "Стандарт ASVS описывает требования [1].",
+        "no_answer": False,
+        "confidence": 0.2,
+        "citations": [{"doc_id": "asvs/0x02-Preface.md"}],
+    }
+    right = {
+        "answer": "Хэш с солью, PBKDF2, от 12 символов [1].",
+        "no_answer": False,
+        "confidence": 0.9,
+        "citations": [{"doc_id": "asvs/0x11-V2-Authentication.md"}],
+    }
+    other = {**DOC_Q, "id": "d2"}
+    third = {**DOC_Q, "id": "d3"}
+    res = ev.score(
+        [DOC_Q, other, third],
+        {"d1": wrong, "d2": wrong, "d3": right},
+        passages={"d1": PASSAGES, "d2": PASSAGES[:1], "d3": PASSAGES},
+    )
+    misses = {r["id"]: r["miss"] for r in res["questions"]}
+    assert misses == {"d1": "answer", "d2": "search", "d3": None}
+    total = res["total"]
+    assert (total["ceiling"], total["miss_search"], total["miss_answer"]) == (2, 1, 1)
+    assert total["right_of_ceiling_pct"] == 50.0
+
+
 def test_faithfulness_counts_unsupported_sentences():
     quoted = "Пароли хранят как хэш с солью, например PBKDF2 [2]."
     invented = "Пароли хранят в открытом виде на сервере Марса [3]."
