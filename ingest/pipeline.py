@@ -409,6 +409,19 @@ def _apply_kept_acls(
         results[i].acl_outcome = outcomes.get((r.tenant, r.doc_id))  # type: ignore[union-attr]
 
 
+def _prepare_named(
+    i: int, req: IngestRequest, embed_model: str, state: dict | None, settle: OnResult
+) -> Prepared | IngestResult:
+    """:func:`prepare`; when the task's soft time limit strikes during it (a stage outside the parse
+    limit, or one stuck in a C call), this document is recorded as the one it struck on."""
+    try:
+        return prepare(req, embed_model, state)
+    except SoftTimeLimitExceeded:
+        message = "timeout: the task's time limit struck while preparing this document"
+        settle(i, record_failure(req, "timeout", message))
+        raise
+
+
 def _ingest_into(
     results: list[IngestResult | None],
     reqs: list[IngestRequest],
@@ -428,7 +441,7 @@ def _ingest_into(
             settle(i, excluded_result(req))
             continue
         try:
-            out = prepare(req, embedder.model, states.get((req.tenant, req.doc_id)))
+            out = _prepare_named(i, req, embedder.model, states.get((req.tenant, req.doc_id)), settle)
         except DocumentFailed as exc:
             results[i] = record_failure(req, exc.stage, str(exc))  # settled below, with its ACL
             failed.add(i)
@@ -436,10 +449,6 @@ def _ingest_into(
         except identity.IdentityConflict as exc:
             settle(i, identity.record_refusal(req, str(exc)))
             continue
-        except SoftTimeLimitExceeded:  # a stage outside the parse limit, or one stuck in a C call
-            message = "timeout: the task's time limit struck while preparing this document"
-            settle(i, record_failure(req, "timeout", message))
-            raise
         finally:
             alive()
         if isinstance(out, IngestResult):

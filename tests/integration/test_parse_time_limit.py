@@ -53,3 +53,36 @@ def test_a_slow_document_fails_alone_and_its_batch_goes_on(
             "SELECT doc_id FROM documents WHERE tenant = %s AND status = 'ready' ORDER BY doc_id", (tenant,)
         ).fetchall()
     assert [r["doc_id"] for r in ready] == [f"{prefix}/a.md", f"{prefix}/b.md", f"{prefix}/c.txt"]
+
+
+def test_the_task_time_limit_names_the_document_it_struck_on(voyage, monkeypatch, tenant):
+    """A stage the parse limit cannot stop (one C call) is left to the task's soft time limit: the
+    document being prepared when it strikes is recorded as the one it struck on, the others of the
+    batch (prepared or not, none stored yet) as not stored in time."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from ragline.ingest import pipeline
+    from ragline.shared.sdk.contracts import IngestRequest
+
+    real = pipeline.prepare
+
+    def prepare(req, *args):
+        if req.doc_id == "stuck.md":
+            raise SoftTimeLimitExceeded()
+        return real(req, *args)
+
+    monkeypatch.setattr(pipeline, "prepare", prepare)
+    reqs = [
+        IngestRequest(
+            tenant=tenant, doc_id=d, content=f"# {d}\n\nText of {d}.\n", fmt="md", version=1, acl=["g"]
+        )
+        for d in ("first.md", "stuck.md", "last.md")
+    ]
+    results = pipeline.ingest_batch(reqs)
+    errors = {r.doc_id: r.error for r in results if r.status == "failed"}
+    assert errors.pop("stuck.md") == "timeout: the task's time limit struck while preparing this document"
+    assert sorted(errors) == ["first.md", "last.md"]
+    assert all(
+        e.startswith("timeout: task time limit exceeded before this document was stored")
+        for e in errors.values()
+    )
