@@ -66,11 +66,14 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--vectors", type=Path, help="a pickle of the sentence vectors, read and extended")
+    ap.add_argument("--cached-only", action="store_true", help="answer only the questions already searched")
     args = ap.parse_args()
     if args.vectors and args.vectors.exists():
         generate._SENTENCE_VECTORS.update(pickle.loads(args.vectors.read_bytes()))
     questions = read_jsonl(args.questions)
     cache = json.loads(args.cache.read_text()) if args.cache.exists() else {}
+    if args.cached_only:
+        questions = [q for q in questions if q["id"] in cache]
     groups = args.groups.split(",")
     for i, q in enumerate(questions):
         if q["id"] not in cache:

@@ -175,18 +175,23 @@ def is_answer_sentence(sentence: str) -> bool:
     )
 
 
-def prose_sentences(content: str) -> list[str]:
+def prose_sentences(content: str, carry: bool = True) -> list[str]:
     """The quotable sentences of a chunk, in order (as written; :func:`clean_sentence` tidies them).
 
     Lines are the chunker's block boundaries: each is code, a table row or a paragraph. Labels
     and headings (lines that do not end like a sentence) and code never reach the sentence
-    splitter, so neither can be glued onto a neighbouring sentence.
+    splitter, so neither can be glued onto a neighbouring sentence. A sentence introducing a
+    block (:func:`introduced_block`) is also read with it, when ``carry``.
     """
     out: list[str] = []
-    for raw in content.splitlines():
+    lines = content.splitlines()
+    for i, raw in enumerate(lines):
         line = strip_docstring_quotes(raw.strip())
         if not line:
             continue
+        block = introduced_block(line, lines[i + 1 :]) if carry else ""
+        if block:
+            out.append(f"{split_sentences(line)[-1].strip()}\n{block}")
         cells = _table_cells(line)
         if cells and len(cells) > 1 and _ROW_ID.match(cells[0]):
             row = numbered_row(cells)
@@ -210,6 +215,33 @@ _BACK_REFERENCE = re.compile(
     r"then|to\s+do\s+(?:so|this))\b",
     re.IGNORECASE,
 )
+
+
+#: the lines of a block a sentence introduces that are quoted with it, at most
+BLOCK_LINES = 12
+
+
+def introduced_block(line: str, after: list[str]) -> str:
+    """The code, list or table lines right after a prose ``line`` ending with a colon ("pass the
+    proxy URL to the client:"), which that sentence introduces and carries; empty otherwise."""
+    if not line.endswith(":") or is_code_line(line):
+        return ""
+    block: list[str] = []
+    for raw in after:
+        s = raw.strip()
+        if not s and not block:
+            continue
+        if not s or not (is_code_line(s) or _BULLET.match(s) or _table_cells(s) is not None or names_code(s)):
+            break
+        block.append(raw.rstrip())
+        if len(block) == BLOCK_LINES:
+            break
+    return "\n".join(block)
+
+
+def names_code(line: str) -> bool:
+    """A line that is no sentence and spells an identifier or a call (``requests.get(url)``)."""
+    return not line.endswith(_END) and any(text_.is_neutral(w) for w in line.split())
 
 
 def statements(sentences: list[str]) -> list[str]:
@@ -290,8 +322,9 @@ def sentences_of(hits: list[Hit]) -> list[tuple[int, int, str]]:
     seen: set[str] = set()
     out: list[tuple[int, int, str]] = []
     for n, h in enumerate(hits, start=1):
-        content = docstring_paragraphs(h.content) if code_answer.is_code(h) else h.content
-        for pos, sent in enumerate(prose_sentences(content)):
+        code = code_answer.is_code(h)  # a code chunk's lines are the code answer's to quote
+        content = docstring_paragraphs(h.content) if code else h.content
+        for pos, sent in enumerate(prose_sentences(content, carry=not code)):
             key = sentence_key(sent)
             if key not in seen and not any(k.startswith(key + " ") for k in seen):
                 seen.add(key)
@@ -320,13 +353,16 @@ def near_duplicate(a: str, b: str, threshold: float = 0.6) -> bool:
 
 
 def render(chosen: list[Candidate]) -> str:
-    """Sentences with their citation; consecutive sentences of one chunk share one [N]."""
+    """Sentences with their citation; consecutive sentences of one chunk share one [N]; a sentence
+    carrying the block it introduces is cited at its colon, the block fenced below it."""
     parts: list[str] = []
     for i, c in enumerate(chosen):
-        parts.append(c.text)
-        if i + 1 == len(chosen) or chosen[i + 1].n != c.n:
-            parts[-1] += f" [{c.n}]"
-    return " ".join(parts)
+        head, _, block = c.text.partition("\n")
+        last = i + 1 == len(chosen) or chosen[i + 1].n != c.n
+        parts.append(head + (f" [{c.n}]" if last or block else ""))
+        if block:
+            parts[-1] += f"\n```\n{block}\n```\n"
+    return " ".join(parts).replace("\n ", "\n").strip()
 
 
 def asks_list(question: str) -> bool:

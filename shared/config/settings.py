@@ -1045,10 +1045,10 @@ class AnswerSettings(_Group):
         description="self-consistency: this many answers sampled from a chat generator, the most consistent kept (1 = off; each sample is one more generator call)",
     )
     min_confidence: float = Field(
-        0.4,
+        0.3,
         ge=0,
         le=1,
-        description="answers below this confidence (retrieval signal and supported share, query/answer/grounding.py) are returned as no answer with the reason; a fully supported answer scores at least 0.5",
+        description="answers below this confidence are returned as no answer with the reason; for the offline answer it is the probability of being right (query/answer/confidence.json, fitted by bench/answer_calibration.py, which also reports the threshold that maximises right answers)",
     )
 
 
