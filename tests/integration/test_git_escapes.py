@@ -144,13 +144,13 @@ def attempt(entry: str, tenant: str, folder: Path, commit: str, use_settings) ->
         return "" if run.exit_code == 0 else run.output
     if entry in ("reindex_source", "fetch_clone"):
         source |= {"path": str(folder)} if entry == "reindex_source" else {"url": str(folder)}
-        use_settings(sources=json.dumps([source]))
+        use_settings(lifecycle_sources=json.dumps([source]))
         out = run_reindex([name])
         if out["job_id"]:
             wait_job(out["job_id"])
         return out["sources"][name].get("error") or ""
     assert entry == "push_event"
-    use_settings(sources=json.dumps([source | {"path": str(folder)}]))
+    use_settings(lifecycle_sources=json.dumps([source | {"path": str(folder)}]))
     ev = {"type": "push", "tenant": tenant, "source": name, "after": commit, "version": 1}
     out = app.send_task(TASK_INGEST_EVENT, args=[ev]).get(timeout=120)
     if out.get("job_id"):
