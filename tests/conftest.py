@@ -97,7 +97,7 @@ def tenant(request) -> str:
 
 @pytest.fixture()
 def use_settings(stack, monkeypatch):
-    """Override settings for one test: ``use_settings(embedder="voyage", voyage_base_url=...)``.
+    """Override settings for one test: ``use_settings(embed_provider="voyage", providers_voyage_base_url=...)``.
 
     Sets ``RAGLINE_*`` variables and drops cached settings and provider instances, so the
     in-process worker sees the same values. Everything is restored after the test.
