@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -171,7 +172,7 @@ def main() -> None:
         answered = pi >= best
         k["right"] += int((r["answerable"] and r["y"] and answered) or (not r["answerable"] and not answered))
         k["confident_wrong"] += int(answered and not r["y"] and pi >= 0.7)
-    result = {
+    result: dict[str, Any] = {
         "model": model,
         "n_fit": int(train.sum()),
         "n_report": int((~train).sum()),

@@ -352,17 +352,24 @@ def near_duplicate(a: str, b: str, threshold: float = 0.6) -> bool:
     return bool(sa and sb) and len(sa & sb) / len(sa | sb) >= threshold
 
 
-def render(chosen: list[Candidate]) -> str:
-    """Sentences with their citation; consecutive sentences of one chunk share one [N]; a sentence
-    carrying the block it introduces is cited at its colon, the block fenced below it."""
-    parts: list[str] = []
+def render_segments(chosen: list[Candidate]) -> list[str]:
+    """The answer's segments, one a quoted sentence (with the block it carries), whose concatenation
+    is the answer: consecutive sentences of one chunk share one [N]; a sentence carrying the block it
+    introduces is cited at its colon, the block fenced below it."""
+    out: list[str] = []
     for i, c in enumerate(chosen):
         head, _, block = c.text.partition("\n")
         last = i + 1 == len(chosen) or chosen[i + 1].n != c.n
-        parts.append(head + (f" [{c.n}]" if last or block else ""))
+        piece = head + (f" [{c.n}]" if last or block else "")
         if block:
-            parts[-1] += f"\n```\n{block}\n```\n"
-    return " ".join(parts).replace("\n ", "\n").strip()
+            piece += f"\n```\n{block}\n```"
+        out.append(piece + ("" if i + 1 == len(chosen) else "\n" if block else " "))
+    return out
+
+
+def render(chosen: list[Candidate]) -> str:
+    """The quoted sentences as one text (:func:`render_segments`)."""
+    return "".join(render_segments(chosen))
 
 
 def asks_list(question: str) -> bool:
@@ -405,19 +412,27 @@ class Extract:
     quoted: list[tuple[int, str]] = field(default_factory=list)  # (hit number, quoted text)
     #: what the confidence model reads (:data:`FEATURES`), measured while composing
     features: dict[str, float] = field(default_factory=dict)
+    #: the answer in the pieces a stream sends (framing, each quoted sentence or item); their
+    #: concatenation is ``text``; empty: one piece, the whole text
+    segments: list[str] = field(default_factory=list)
 
     @property
     def no_answer(self) -> bool:
         return self.kind == "none"
 
 
-def render_list(chosen: list[Candidate]) -> str:
+def render_list_segments(chosen: list[Candidate]) -> list[str]:
     """One item a line; an item's citation after the last consecutive item of its chunk."""
-    lines: list[str] = []
+    out: list[str] = []
     for i, c in enumerate(chosen):
-        last_of_chunk = i + 1 == len(chosen) or chosen[i + 1].n != c.n
-        lines.append(f"- {c.text}" + (f" [{c.n}]" if last_of_chunk else ""))
-    return "\n".join(lines)
+        last = i + 1 == len(chosen)
+        cite = f" [{c.n}]" if last or chosen[i + 1].n != c.n else ""
+        out.append(f"- {c.text}{cite}" + ("" if last else "\n"))
+    return out
+
+
+def render_list(chosen: list[Candidate]) -> str:
+    return "".join(render_list_segments(chosen))
 
 
 def best_code_window(
@@ -698,15 +713,15 @@ def extract(
     if not chosen:
         return Extract(texts.no_answer(lang), "none", lang)
     feats = features(question, hits, cands, chosen, lang, {c.n for c in chosen})
-    body = render_list(chosen) if listed else render(chosen)
+    segments = render_list_segments(chosen) if listed else render_segments(chosen)
     framing = []
     if feats["cross"]:
         source = texts.language_of(" ".join(c.text for c in chosen))
         framing = [texts.say("quoted_in", lang, language=texts.language_name(source, lang))]
-    text = "\n".join([*framing, body])
+        segments = [framing[0] + "\n", *segments]
     kind = "crosslingual" if framing else "list" if listed else "sentences"
-    ex = Extract(text, kind, lang, framing, [(c.n, c.text) for c in chosen], feats)
-    return ex
+    quoted = [(c.n, c.text) for c in chosen]
+    return Extract("".join(segments), kind, lang, framing, quoted, feats, segments)
 
 
 def extractive_answer(question: str, hits: list[Hit], max_sentences: int = MAX_SENTENCES) -> str:

@@ -246,3 +246,15 @@ def test_a_sentence_introducing_a_code_block_carries_it():
 
     g = grounding.check(ex.text, [chunk], "structural", 0.5, None, ex.framing)
     assert g.removed == [] and g.support == 1.0
+
+
+def test_the_composed_answer_comes_in_segments_that_make_its_text():
+    docs = hits(COMPUTED_0, COMPUTED_6)
+    for question in ("Как в шаблоне отображать, есть ли у author книги?", "Перечисли, что кэшируется."):
+        ex = extract(question, docs)
+        assert len(ex.segments) >= 1 and "".join(ex.segments) == ex.text
+    cross = extract(
+        "Why are templates with much logic hard to maintain?", docs, lambda q, ss: [0.5] * len(ss)
+    )
+    assert cross.segments[0] == "From the documentation (in Russian):\n"
+    assert "".join(cross.segments) == cross.text
