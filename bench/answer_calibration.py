@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from ragline.operations.eval_answers import read_jsonl, score_one
-from ragline.query.answer.extractive import FEATURES
+from ragline.query.answer.extractive import EMBEDDER_FEATURES, FEATURES
 from ragline.query.answer.grounding import CONFIDENCE_MODEL
+from ragline.shared.config.settings import get_settings
 
 RESULTS = Path(__file__).with_name("results")
 BUCKETS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0001)
@@ -64,7 +65,7 @@ def rows_of(pairs: list[tuple[Path, Path]]) -> list[dict]:
                     "kind": q["kind"],
                     "answerable": q["answerable"],
                     "half": half(q),
-                    "x": [float(feats.get(f, 0.0)) for f in FEATURES],
+                    "x": {f: float(feats.get(f, 0.0)) for f in EMBEDDER_FEATURES},
                     "y": label,
                 }
             )
@@ -138,21 +139,17 @@ def plot(table: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    ap.add_argument("files", nargs="+", type=Path, help="QUESTIONS.jsonl ANSWERS.jsonl pairs")
-    ap.add_argument("--write", action="store_true", help="write the model, the results and the plot")
-    args = ap.parse_args()
-    pairs = list(zip(args.files[::2], args.files[1::2], strict=True))
-    rows = rows_of(pairs)
-    x = np.array([r["x"] for r in rows])
+def calibrate(rows: list[dict], names: tuple[str, ...]) -> dict[str, Any]:
+    """The model over the features ``names`` fitted on half 0, its minimum confidence (the threshold
+    maximising the fit half's right answers) and its report on half 1."""
+    x = np.array([[r["x"][f] for f in names] for r in rows])
     y = np.array([r["y"] for r in rows], dtype=float)
     train = np.array([r["half"] == 0 for r in rows])
     mean, scale = x[train].mean(axis=0), x[train].std(axis=0)
     scale[scale < 1e-9] = 1.0
     coef, intercept = fit((x[train] - mean) / scale, y[train])
     model = {
-        "features": list(FEATURES),
+        "features": list(names),
         "mean": mean.round(6).tolist(),
         "scale": scale.round(6).tolist(),
         "coef": coef.round(6).tolist(),
@@ -172,22 +169,42 @@ def main() -> None:
         answered = pi >= best
         k["right"] += int((r["answerable"] and r["y"] and answered) or (not r["answerable"] and not answered))
         k["confident_wrong"] += int(answered and not r["y"] and pi >= 0.7)
-    result: dict[str, Any] = {
+    return {
         "model": model,
         "n_fit": int(train.sum()),
         "n_report": int((~train).sum()),
         "report_right": int(right_at(report, pr, best)),
         "by_kind": by_kind,
         "reliability": reliability(report, pr),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("files", nargs="+", type=Path, help="QUESTIONS.jsonl ANSWERS.jsonl pairs")
+    ap.add_argument("--write", action="store_true", help="write the models, the results and the plot")
+    args = ap.parse_args()
+    pairs = list(zip(args.files[::2], args.files[1::2], strict=True))
+    rows = rows_of(pairs)
+    embedder = get_settings().embed.model_name
+    result: dict[str, Any] = {
+        "embedder": embedder,
         "inputs": [[str(a), str(b)] for a, b in pairs],
+        "portable": calibrate(rows, FEATURES),
+        "by_embedder": {embedder: calibrate(rows, EMBEDDER_FEATURES)},
     }
     print(json.dumps(result, indent=1))
     if args.write:
-        CONFIDENCE_MODEL.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
+        models = {
+            "portable": result["portable"]["model"],
+            "by_embedder": {embedder: result["by_embedder"][embedder]["model"]},
+        }
+        CONFIDENCE_MODEL.write_text(json.dumps(models, indent=1) + "\n", encoding="utf-8")
         (RESULTS / "answer-calibration.json").write_text(
             json.dumps(result, indent=1) + "\n", encoding="utf-8"
         )
-        plot(result["reliability"], Path(__file__).parents[1] / "docs" / "img" / "answer-calibration.png")
+        img = Path(__file__).parents[1] / "docs" / "img"
+        plot(result["by_embedder"][embedder]["reliability"], img / "answer-calibration.png")
 
 
 if __name__ == "__main__":

@@ -552,16 +552,9 @@ MAX_SENTENCES = 3
 #: the candidate sentences embedded for one question, at most (the best ranked chunks' first)
 MAX_POOL = 64
 #: what the confidence model reads, in order (query/answer/confidence.json holds its coefficients)
-FEATURES = (
-    "similarity",
-    "similarity_gap",
-    "lexical",
-    "passage_lexical",
-    "hit_similarity",
-    "names",
-    "cross",
-    "code",
-)
+FEATURES = ("similarity", "lexical", "passage_lexical", "names", "cross", "code")
+#: and, for a model fitted to one embedder, its similarities in that embedder's own scale
+EMBEDDER_FEATURES = (*FEATURES, "raw_similarity", "hit_similarity")
 
 
 def _standardised(values: list[float]) -> list[float]:
@@ -661,28 +654,33 @@ def features(
     lang: str,
     cited: set[int],
 ) -> dict[str, float]:
-    """What the confidence model reads (:data:`FEATURES`): the best quoted sentence's similarity
-    (the model's own scale: the fit is per model) and its gap over the median candidate, its and
-    its passages' lexical coverage, the first hit's vector similarity, the share of the names and
-    numbers the question spells that the cited passages hold, whether the quotes are in another
-    language than the question, whether the answer is code (``chosen`` empty: the code lines of
-    the ``cited`` hits were quoted, the best sentence of those hits stands for them)."""
+    """What the confidence models read (:data:`EMBEDDER_FEATURES`): free of the embedding model's
+    scale (:data:`FEATURES`, for the model that holds for any embedder): how far the best quoted sentence's
+    similarity stands above the other candidates' (a z-score), its and its passages' lexical
+    coverage, the share of the names and numbers the question spells that the cited passages hold,
+    whether the quotes are in another language than the question, whether the answer is code
+    (``chosen`` empty: the code lines of the ``cited`` hits were quoted, the best sentence of those
+    hits stands for them); in the embedder's own scale, for the model fitted to it: the best
+    sentence's similarity and the first hit's."""
     code = not chosen
     chosen = chosen or [c for c in cands if c.n in cited]
     best = max(chosen, key=lambda c: c.score) if chosen else None
     sims = [c.similarity for c in cands if c.similarity is not None]
-    sim = best.similarity if best is not None and best.similarity is not None else 0.0
+    sd = statistics.pstdev(sims) if len(sims) > 1 else 0.0
+    above = 0.0
+    if best is not None and best.similarity is not None and sd > 1e-9:
+        above = (best.similarity - statistics.fmean(sims)) / sd
     passages = " ".join(hits[n - 1].content for n in cited if 1 <= n <= len(hits))
     said = [code_stems(c.text) for c in cands]
     weights = term_weights(question, said)
     named = specific_terms(question)
     first = hits[0].vector_distance if hits else None
     return {
-        "similarity": sim,
-        "similarity_gap": sim - statistics.median(sims) if sims else 0.0,
+        "similarity": above,
+        "raw_similarity": best.similarity if best is not None and best.similarity is not None else 0.0,
+        "hit_similarity": 1.0 - first if first is not None else 0.0,
         "lexical": best.lexical if best is not None else 0.0,
         "passage_lexical": lexical_coverage(weights, code_stems(passages)),
-        "hit_similarity": 1.0 - first if first is not None else 0.0,
         "names": sum(code_answer.holds(passages, t) for t in named) / len(named) if named else 1.0,
         "cross": float(passages_language(hits) != lang),
         "code": float(code),

@@ -373,7 +373,7 @@ def confidence(
     if ex is not None:
         # an extractive answer only quotes (its support is 1.0 by construction): how far to trust
         # it is the fitted probability that what it quoted answers the question
-        conf = grounding.answer_probability(ex.features)
+        conf = grounding.answer_probability(ex.features, run.settings.embed.model_name)
         run.trace["confidence"] = {
             "features": {k: round(v, 3) for k, v in ex.features.items()},
             "confidence": conf,

@@ -140,7 +140,7 @@ def test_a_config_question_is_answered_from_the_lines_reading_the_environment(co
     assert first.startswith("It is `requests/requests/sessions.py:"), res.answer
     assert "merge_environment_settings" in first, first
     assert "REQUESTS_CA_BUNDLE" in res.answer and "CURL_CA_BUNDLE" in res.answer, res.answer
-    assert "ca" not in res.trace["confidence"]["missing_terms"]
+    assert res.trace["confidence"]["features"]["names"] > 0
 
 
 def test_a_how_to_question_over_code_is_answered_by_the_usage_example(corpus):
