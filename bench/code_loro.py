@@ -52,6 +52,9 @@ def mode_table(result: dict, variant: str, baseline: dict | None) -> list[str]:
         for m in MODES
         if f"{m} [{variant}]" in result["modes"]
     }
+    unfloored = result.get("file_rank_per_query", {}).get(f"hybrid+structure [{variant}]", {})
+    if "configured without the floors" in unfloored:
+        modes["hybrid+structure without the floors"] = unfloored["configured without the floors"]
     if baseline and f"hybrid+structure [{variant}]" in baseline["modes"]:
         modes["hybrid+structure, before"] = baseline["modes"][f"hybrid+structure [{variant}]"]["per_query"]
     repos = list(by_repository(next(iter(modes.values()))))
@@ -73,20 +76,22 @@ def lexical_weights(result: dict, variant: str) -> dict[float, list[dict]]:
     return out
 
 
-def quoted_weights(result: dict, variant: str) -> dict[float, list[dict]]:
-    """Per-query rows of the default's file list with the quoted identifiers' weight at each size
-    (0: the configured file ranking)."""
+def file_variants(
+    result: dict, variant: str, prefix: str, off: float | None = None
+) -> dict[float, list[dict]]:
+    """Per-query rows of the default's file list at each value of one file weight (the labels
+    ``prefix`` + value; ``off``: the configured file ranking counts as that value)."""
     labels = result.get("file_rank_per_query", {}).get(f"hybrid+structure [{variant}]", {})
-    out = {0.0: labels["configured"]} if "configured" in labels else {}
+    out = {off: labels["configured"]} if off is not None and "configured" in labels else {}
     for label, rows in labels.items():
-        if label.startswith("configured plus quoted="):
-            out[float(label.rsplit("=", 1)[1])] = rows
+        if label.startswith(prefix):
+            out[float(label[len(prefix) :])] = rows
     return out
 
 
 def leave_one_out(weights: dict[float, list[dict]], lexical_rows: list[dict]) -> tuple[list[str], dict]:
     """For each repository: the weight the others choose (:data:`SELECT_BY`, pooled over their
-    issues; the larger weight wins a tie) and the left-out repository's numbers at it, beside its
+    issues; the smaller value wins a tie: a weight that changes nothing stays off) and the left-out repository's numbers at it, beside its
     lexical list."""
     if not weights:
         return ["(no per-query rows for these weights in this result)"], {}
@@ -101,7 +106,7 @@ def leave_one_out(weights: dict[float, list[dict]], lexical_rows: list[dict]) ->
 
         def score(w: float, left: str = left) -> tuple:
             rows = [r for r in weights[w] if repository_of(r["id"]).split("__")[-1] != left]
-            return (*(round(_mean(rows, k), 6) for k in SELECT_BY), w)
+            return (*(round(_mean(rows, k), 6) for k in SELECT_BY), -w)
 
         chosen = max(weights, key=score)
         rows = by_repository(weights[chosen])[left]
@@ -130,7 +135,8 @@ def _load(meta: dict) -> str:
 def render(result: dict, variant: str, baseline: dict | None, source: str) -> str:
     lexical_rows = result["modes"][f"lexical [{variant}]"]["per_query"]
     loro, _ = leave_one_out(lexical_weights(result, variant), lexical_rows)
-    quoted, _ = leave_one_out(quoted_weights(result, variant), lexical_rows)
+    quoted, _ = leave_one_out(file_variants(result, variant, "configured plus quoted=", 0.0), lexical_rows)
+    slack, _ = leave_one_out(file_variants(result, variant, "configured, floor slack "), lexical_rows)
     meta = result.get("meta", {})
     return "\n".join(
         [
@@ -150,6 +156,11 @@ def render(result: dict, variant: str, baseline: dict | None, source: str) -> st
             "chosen the same way on the default's file list (0: off):",
             "",
             *quoted,
+            "",
+            "Where the single lists' files are floored (`FileWeights.floor_slack`: the n-th file of each",
+            "within the first 2n + slack), chosen the same way:",
+            "",
+            *slack,
         ]
     )
 

@@ -26,14 +26,17 @@ candidates are re-ordered, and each single list's first files (below) are candid
 list each rank files their own way, and on a repository nobody tuned for either may be the better
 one (a general text model misses the file whose definitions the issue names; the lexical list is
 misled by a common word). Whatever the fusion's weights, the file list therefore keeps every single
-list's first files within reach (:func:`rank_files`, :func:`with_floors`): with ``m`` lists (vector and lexical: 2), the
-n-th file (from 1) of each is listed at place ``m·n`` at the latest, earlier where the fused order
-has it earlier. **The guarantee**, for every ``k`` up to :data:`LEADS`: the first ``m·k`` files
-listed hold the first ``k`` files of every list, so the file list's Acc@2k is at least each
-single list's Acc@k (a file either list ranks first is within the first two), and the fused order
-decides every place no list's floor claims. ``2k`` is the least that can be promised: the two lists'
-first ``k`` files may all differ. Pure; the weights live in ``settings.code``
-(``RAGLINE_CODE_FILE_RANK_*``) and their measurement in docs/evaluation.md.
+list's first files within reach (:func:`rank_files`, :func:`with_floors`): with ``m`` lists (vector
+and lexical: 2), the n-th file (from 1) of each is listed at place ``m·n + floor_slack`` at the
+latest (``FileWeights.floor_slack``, 1), earlier where the fused order has it earlier. **The
+guarantee**, for every ``k`` up to :data:`LEADS`: the first ``m·k + slack`` files listed hold the
+first ``k`` files of every list, so the file list's Acc@(2k+1) is at least each single list's
+Acc@k; with a slack of 1 the fused order's first file keeps the first place (the structural
+evidence decides Acc@1); every place no floor claims is the fused order's. Without the slack
+(``2k``, the least any list can promise, since the two lists' first ``k`` files may all differ)
+both lists' first files would push the fused first file to third place, which cost Acc@1 on
+swe-loc-dev (docs/evaluation.md, "Each list's first files keep a place"). Pure; the weights live
+in ``settings.code`` (``RAGLINE_CODE_FILE_RANK_*``) and their measurement in docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ class FileWeights:
     imports: float = 0.0
     definition: float = 0.0
     quoted: float = 0.0
+    #: each single list's n-th file is listed within the first m·n + ``floor_slack`` files (m lists)
+    floor_slack: int = 1
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -212,7 +217,7 @@ def rank_files(
         for n, row in enumerate(one, start=1):
             h = row if isinstance(row, Hit) else Hit.model_validate(row)
             path = relative(h.path)
-            place = len(lists) * n - 1  # 0-based: the n-th file within the first m·n
+            place = len(lists) * n - 1 + w.floor_slack  # 0-based: within the first m·n + slack
             if path not in floors or place < floors[path][0]:
                 floors[path] = (place, known.get(path) or _file_score(path, [(None, h)], ev, w, 0.0))
     return with_floors(out, floors)

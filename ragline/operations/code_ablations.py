@@ -80,6 +80,8 @@ def file_variants(configured: FileWeights, depth: int = 3) -> dict[str, FileWeig
             out[f"only {f}={v:g}"] = FileWeights(**one)
     mid = FILE_GRID[len(FILE_GRID) // 2]
     out["all"] = FileWeights(DECAYS[0], depth, mid, mid, mid / 2, mid / 2)
+    for slack in (0, 1, 2):  # where the single lists' files are floored: within m·n + slack
+        out[f"configured, floor slack {slack}"] = replace(configured, floor_slack=slack)
     for v in FILE_GRID:  # the quoted identifiers' weight on top of the configured ones
         out[f"configured plus quoted={v:g}"] = replace(configured, quoted=v)
     return out

@@ -168,8 +168,8 @@ class FileHit(BaseModel):
     reserved: bool = Field(
         default=False,
         description="placed by a single list's floor (query/retrieval/file_rank.py): the vector or the"
-        " lexical list's n-th file is listed within the first 2n files, here above where the fused hits"
-        " put it, or absent from them",
+        " lexical list's n-th file is listed within the first 2n + 1 files, here above where the fused"
+        " hits put it, or absent from them",
     )
 
 
