@@ -547,7 +547,7 @@ class CodeSettings(_Group):
         True,
         description="rank a code question's files by their aggregated evidence (query/retrieval/file_rank.py) instead"
         " of their first hit (the code eval's file list); the weights on are those chosen on each held-out"
-        ' half and reported on the other (docs/evaluation.md, "Code retrieval at scale", "The lexical reserve")',
+        ' half and reported on the other (docs/evaluation.md, "Code retrieval at scale", "Each list\'s first files keep a place")',
     )
     file_rank_decay: float = Field(
         0.25,
@@ -769,7 +769,7 @@ class FusionSettings(_Group):
     rrf_weight_lexical_code: float = Field(
         0.1,
         ge=0,
-        description='the lexical weight for code retrieval (a question naming a file or an identifier, or code candidates: query/retrieval/hybrid.py code_retrieval): identifiers match exactly, so the lexical list is a strong partner there; chosen on swe-loc-dev (docs/evaluation.md, "Code retrieval")',
+        description='the lexical weight for code retrieval (a question naming a file or an identifier, or code candidates: query/retrieval/hybrid.py code_retrieval): identifiers match exactly, so the lexical list is a strong partner there; chosen leaving one repository of swe-loc-dev out (docs/evaluation.md, "Each list\'s first files keep a place")',
     )
     method: Literal["rrf", "convex"] = Field(
         "convex",
