@@ -671,6 +671,11 @@ def features(
     if best is not None and best.similarity is not None and sd > 1e-9:
         above = (best.similarity - statistics.fmean(sims)) / sd
     passages = " ".join(hits[n - 1].content for n in cited if 1 <= n <= len(hits))
+    # a name is held by a passage's text, context, heading or source ("ASVS" by asvs/…: a collection
+    # names itself in its ids more than in each chunk)
+    around = " ".join(
+        f"{h.context} {h.heading} {h.path} {h.doc_id}" for n, h in enumerate(hits, 1) if n in cited
+    )
     said = [code_stems(c.text) for c in cands]
     weights = term_weights(question, said)
     named = specific_terms(question)
@@ -681,7 +686,9 @@ def features(
         "hit_similarity": 1.0 - first if first is not None else 0.0,
         "lexical": best.lexical if best is not None else 0.0,
         "passage_lexical": lexical_coverage(weights, code_stems(passages)),
-        "names": sum(code_answer.holds(passages, t) for t in named) / len(named) if named else 1.0,
+        "names": sum(code_answer.holds(f"{passages} {around}", t) for t in named) / len(named)
+        if named
+        else 1.0,
         "cross": float(passages_language(hits) != lang),
         "code": float(code),
     }

@@ -1,9 +1,7 @@
 """The sentences an offline answer quotes when the passage holding the answer says other things
 too, through the real ingest and ask paths: a question asking two things gets a sentence for each
-part; a comparison quotes the sentence stating the difference, or the labelled points of a
-section enumerating them; a list question asked in English over Russian documents gets the rows
-of the table, under English framing; a conclusion drawn from the points before it ("В связи с
-этими ограничениями …") is quoted with them.
+part; a comparison quotes the sentence stating the difference; a list question asked in English
+over Russian documents gets the rows of the table, under English framing.
 
 Embedding goes through the ``voyage`` provider against the loopback server (hashed trigram
 vectors), as in test_answer_kinds.py: the questions are asked of the lexical list, whose order does
@@ -108,15 +106,7 @@ def test_each_part_of_a_two_part_question_gets_its_sentence(corpus):
 def test_a_comparison_quotes_the_sentence_stating_the_difference(corpus):
     res = ask(corpus, "В чём разница между вычисляемым свойством (computed) и методом во Vue?")
     assert cited(res, "guide/essentials/computed.md")
-    assert res.trace["extractive"]["kind"] == "compare"
     assert "кэшируются на основе своих реактивных зависимостей" in res.answer, res.answer
-
-
-def test_a_comparison_quotes_the_points_a_section_enumerates(corpus):
-    res = ask(corpus, "Чем composables лучше миксинов во Vue 3?")
-    assert cited(res, "guide/reusability/composables.md")
-    for label in ("Неясный источник свойств:", "Коллизии в пространстве имён:", "Неявное взаимодействие"):
-        assert label in res.answer, res.answer
 
 
 def test_a_list_question_in_english_over_russian_documents_gets_the_rows(corpus):
@@ -134,11 +124,3 @@ def test_a_list_question_in_english_over_russian_documents_gets_the_rows(corpus)
     assert len(rows) >= 4, res.answer
     for header in ("Content Security Policy", "X-Content-Type-Options", "Strict-Transport-Security"):
         assert header in res.answer
-
-
-def test_a_conclusion_is_quoted_with_the_point_it_draws_on(corpus):
-    res = ask(corpus, "Почему для объявления реактивного состояния рекомендуется ref(), а не reactive()?")
-    assert cited(res, "guide/essentials/reactivity-fundamentals.md")
-    conclusion = res.answer.index("В связи с этими ограничениями")
-    point = res.answer.find("Не дружелюбен к деструктуризации:")
-    assert 0 <= point < conclusion, res.answer
