@@ -2,10 +2,9 @@
 
 :func:`search` is the orchestrator: it runs the retrievers the request's mode asks for
 (:mod:`ragline.query.retrieval.retrievers`) in one read-only transaction scoped to the caller
-(:mod:`ragline.query.retrieval.transaction`), fuses their lists
-(:mod:`ragline.query.retrieval.hybrid`: by default a convex combination of normalised scores for
-prose, weighted RRF for code retrieval) and, for code, re-ranks the fused hits by structure
-(:func:`ranked_by_structure`). The statements' texts are :mod:`ragline.query.retrieval.sql`'s.
+(:mod:`ragline.query.retrieval.transaction`), hands their lists
+to :mod:`ragline.query.retrieval.ranking`, the one place their order is decided (fusion, the named
+files, the structural re-score, the file list's leads). The statements' texts are :mod:`ragline.query.retrieval.sql`'s.
 
 The retrievers are called through their module, so a test that replaces one
 (``monkeypatch.setattr(retrievers, "lexical_rows", ...)``) replaces it for every search.
@@ -20,13 +19,11 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from ragline.query import deadline
-from ragline.query.retrieval import file_rank, retrievers, sql, structure
+from ragline.query.retrieval import ranking, retrievers, sql
 from ragline.query.retrieval.filters import has_terms
-from ragline.query.retrieval.fusion import FusionPolicy
-from ragline.query.retrieval.hybrid import fuse
 from ragline.query.retrieval.transaction import StatementLimit, read_only_transaction, set_transaction_params
 from ragline.shared.config.settings import Settings
-from ragline.shared.sdk.contracts import Hit, SearchRequest, SearchResponse
+from ragline.shared.sdk.contracts import SearchRequest, SearchResponse
 from ragline.shared.worker.timing import elapsed_ms
 
 
@@ -101,7 +98,11 @@ def search(
                     statements.vector_path(settings),
                 )
                 timings["feedback"] = elapsed_ms(t)
-            if (vector_search or lexical_search) and structure_on(req, settings) and names_a_file(req):
+            if (
+                (vector_search or lexical_search)
+                and ranking.structure_on(req, settings)
+                and ranking.names_a_file(req)
+            ):
                 t = time.perf_counter()
                 statements.tighten(conn, "the named files")
                 stage = "the named files"
@@ -111,20 +112,10 @@ def search(
         if "statement timeout" not in str(exc):
             raise
         raise statements.error(stage) from None
-    if req.ordering == "contract" or named or structural(req, vector, lexical, settings):
-        t = time.perf_counter()
-        hits = fuse(vector, lexical, settings, n * 2, req.query, coverage.share)
-        if named:
-            hits = structure.with_named(
-                hits,
-                [sql.hit(r) for r in named],
-                settings.code.named_weight,
-                FusionPolicy.from_settings(settings, code=True),  # a question naming files is code retrieval
-            )
-        hits = ranked_by_structure(req, hits, settings)[:limit]
+    t = time.perf_counter()
+    hits, structured = ranking.order(req, vector, lexical, named, settings, limit, n, coverage.share)
+    if structured:
         timings["structure"] = elapsed_ms(t)
-    else:
-        hits = fuse(vector, lexical, settings, limit, req.query, coverage.share)
     resp = SearchResponse(
         hits=hits,
         timings_ms=timings,
@@ -133,47 +124,7 @@ def search(
         vectors_complete=not coverage.unembedded,
         vector_share=round(coverage.share, 6),
     )
-    if vector and lexical and settings.code.file_rank:
-        # each single list's first files keep a place in the file list (file_rank's guarantee)
-        resp.with_list_leads(
-            [[sql.hit(r) for r in file_rank.lead_files(rows, file_rank.LEADS)] for rows in (vector, lexical)]
-        )
-    return resp
-
-
-def structural(req: SearchRequest, vector: list[dict], lexical: list[dict], settings: Settings) -> bool:
-    """Whether the structural re-score can change anything: it is on (the request, else the
-    setting), and the question names a file or an identifier, a candidate carries ``related_code``
-    or defines a name the question spells in words, or layers of different rank compete with a
-    layer step. Otherwise the fused order stands and no
-    candidate beyond the kept ones becomes a model."""
-    if not structure_on(req, settings):
-        return False
-    named = structure.named(req.query)
-    if named.files or named.identifiers:
-        return True
-    rows = [*vector, *lexical]
-    if any(sql.metadata(r["metadata"]).get("related_code") for r in rows):
-        return True
-    if settings.code.spelled_bonus > 0 and spells_a_definition(req.query, rows):
-        return True
-    if not settings.code.layer_step > 0:  # no step: layers cannot reorder anything
-        return False
-    layer_ranks = settings.code.layer_ranks
-    return len({structure.layer_rank(r["layer"], layer_ranks) for r in rows}) > 1
-
-
-def spells_a_definition(question: str, rows: list[dict]) -> bool:
-    """Whether a candidate defines a name the question spells in words (:func:`structure.spells`)."""
-    words = structure.question_words(question)
-    if not words:  # nothing is spelled without words
-        return False
-    return any(
-        structure.spelled_definitions(
-            words, [s for s in sql.metadata(r["metadata"]).get("symbols") or [] if isinstance(s, str)]
-        )
-        for r in rows
-    )
+    return resp.with_list_leads(ranking.leads(vector, lexical, settings))
 
 
 def lexical_code_search(
@@ -189,19 +140,3 @@ def lexical_code_search(
         return SearchResponse(hits=[], timings_ms={})
     source = req.model_copy(update={"mode": "lexical", "layers": [settings.code.source_layer]})
     return search(conn, source, None, settings, limit)
-
-
-def structure_on(req: SearchRequest, settings: Settings) -> bool:
-    return settings.code.structure if req.structure is None else req.structure
-
-
-def names_a_file(req: SearchRequest) -> bool:
-    return bool(structure.named(req.query).files)
-
-
-def ranked_by_structure(req: SearchRequest, hits: list[Hit], settings: Settings) -> list[Hit]:
-    """The candidates re-scored by structure, or in the retrieval contract's order (pure)."""
-    weights = structure.weights_from(settings)
-    if req.ordering == "contract":
-        return structure.contract_order(hits, req.query, weights, settings)
-    return structure.rescore(hits, req.query, weights, settings)

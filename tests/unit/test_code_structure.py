@@ -26,7 +26,7 @@ from ragline.query.retrieval.filters import (
     glob_pattern,
 )
 from ragline.query.retrieval.fusion import FusionPolicy
-from ragline.query.retrieval.search import ranked_by_structure, structural
+from ragline.query.retrieval.ranking import ranked_by_structure, structural
 from ragline.shared.config.settings import CodeSettings, Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest
 

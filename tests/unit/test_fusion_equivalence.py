@@ -3,7 +3,7 @@ it was made cheaper than.
 
 The references below compute what :func:`ragline.query.retrieval.hybrid.fuse`,
 :func:`ragline.query.retrieval.fusion.convex` / :func:`~ragline.query.retrieval.fusion.normalize`
-and :func:`ragline.query.retrieval.search.structural` computed before the queue path's per-search
+and :func:`ragline.query.retrieval.ranking.structural` computed before the queue path's per-search
 cost was cut: every candidate keeps its ranks, every list is added to every sum, the clip is two
 calls, every structural signal is evaluated. The matrix covers both fusion methods, the three
 normalizations, prose, code and empty questions, an empty lexical or vector list, repeated keys,
@@ -19,7 +19,7 @@ import statistics
 
 import pytest
 
-from ragline.query.retrieval import fusion, hybrid, search, sql, structure
+from ragline.query.retrieval import fusion, hybrid, ranking, sql, structure
 from ragline.shared.config.settings import CodeSettings, Settings
 from ragline.shared.sdk.contracts import SearchRequest
 
@@ -114,7 +114,7 @@ def _reference_fuse(vector, lexical, settings, limit, query, vector_share):
 
 
 def _reference_structural(req, vector, lexical, settings):
-    if not search.structure_on(req, settings):
+    if not ranking.structure_on(req, settings):
         return False
     named = structure.named(req.query)
     if named.files or named.identifiers:
@@ -233,7 +233,7 @@ def test_structural_decides_as_the_reference(s):
                 for structure_on in (None, False, True):
                     req = SearchRequest(tenant="t", query=query, groups=["g"], structure=structure_on)
                     expected = _reference_structural(req, vector, lexical, s)
-                    assert search.structural(req, vector, lexical, s) == expected
+                    assert ranking.structural(req, vector, lexical, s) == expected
                     decisions.add(expected)
     assert decisions == {True, False}
 
