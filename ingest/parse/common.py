@@ -185,20 +185,26 @@ def locate_lines(source: str, blocks: list[Block]) -> list[Block]:
 
 def _place(ws: list[str], index: dict[str, list[int]], cursor: int) -> int | None:
     """The position of the first word of ``ws`` at or after ``cursor`` followed by its next
-    words in order within :data:`_LEAD_SPAN` words."""
+    words in order within :data:`_LEAD_SPAN` words; of the candidates, the one whose lead words lie
+    closest together (a word of front matter or a heading that happens to start the block's text a
+    few words earlier is not where the block is), the earliest on a tie."""
     places = index.get(ws[0], [])
     start = bisect_left(places, cursor)
+    lead = ws[1:_LEAD_WORDS]
+    best: tuple[int, int] | None = None  # (spread, position)
     for at in places[start : start + _MAX_CANDIDATES]:
         pos, ok = at, True
-        for w in ws[1:_LEAD_WORDS]:
+        for w in lead:
             nxt = _next(index.get(w, []), pos + 1, at + _LEAD_SPAN)
             if nxt is None:
                 ok = False
                 break
             pos = nxt
-        if ok:
-            return at
-    return None
+        if ok and (best is None or pos - at < best[0]):
+            best = (pos - at, at)
+            if best[0] == len(lead):  # the lead words side by side: nothing can be closer
+                break
+    return None if best is None else best[1]
 
 
 def _next(places: list[int], low: int, high: int) -> int | None:

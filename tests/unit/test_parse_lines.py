@@ -99,3 +99,11 @@ def test_a_block_not_in_the_source_is_left_unplaced_and_later_ones_still_placed(
     blocks = [Block("совсем другой текст"), Block("вторая строка здесь")]
     out = locate_lines("первая строка\nвторая строка здесь\n", blocks)
     assert out[0].lines is None and out[1].lines == (2, 2)
+
+
+def test_a_word_of_the_front_matter_does_not_pull_a_block_up_to_it():
+    """The block's first word also occurs in the front matter a few words before its paragraph:
+    the block is placed where its lead words lie together, not at the first occurrence."""
+    source = "---\ntitle: Retrieval guide\ntags: [search]\n---\n# Overview\n\nRetrieval finds the chunks.\n"
+    block = Block(text="Retrieval finds the chunks.", heading_path=("Overview",))
+    assert locate_lines(source, [block])[0].lines == (7, 7)
