@@ -180,6 +180,13 @@ def respond(run: QuestionRun, hits: list[Hit], empty_reason: str = NOTHING_RELEV
     said = claims(answer)  # a merged passage's citation names the chunk holding what was said
     answer, order = renumber(answer)
     cite_hits = [chunk_for(asm.passages[n - 1], said.get(n, [])) for n in order]
+    # the trace names the passages as the answer now does: the cited ones 1…k, then the others
+    new = {old: i for i, old in enumerate(order + [p.n for p in asm.passages if p.n not in order], 1)}
+    for doc in run.trace.get("answer_documents", []):
+        doc["n"] = new.get(doc["n"], doc["n"])
+    run.trace.get("answer_documents", []).sort(key=lambda d: d["n"])
+    if "extractive" in run.trace:
+        run.trace["extractive"]["quoted"] = sorted(new.get(n, n) for n in run.trace["extractive"]["quoted"])
     return run.done(
         answer=answer,
         citations=build_citations(answer, cite_hits, run.lang),

@@ -192,7 +192,7 @@ def answer_eval(
             )
         )
         return
-    show = Console(width=max(Console().width, 190))  # the per-kind table has 22 columns
+    show = Console(width=max(Console().width, 240))  # the per-kind table has 22 columns
     show.print(summary_table("kind", result["by_kind"]))
     show.print(summary_table("language", result["by_lang"]))
     show.print(summary_table("total", {"all": result["total"]}))
