@@ -210,7 +210,11 @@ def answer_eval(
     if show_failures:
         for r in result["questions"]:
             if not r["right"]:
-                where = f"  ctx facts {r['ctx_facts']} doc {r['ctx_doc']}: {r['miss']}'s miss" if r.get("miss") else ""
+                where = (
+                    f"  ctx facts {r['ctx_facts']} doc {r['ctx_doc']}: {r['miss']}'s miss"
+                    if r.get("miss")
+                    else ""
+                )
                 show.print(
                     f"{r['id']:14} {r['kind']:13} {escape(ev.failure_reason(r))}  cited: {escape(', '.join(r['cited'][:3]))}"
                     + where

@@ -145,7 +145,9 @@ DEFINITION_FIRST_LOST = {"Что такое плагины?", "Что такое
 @pytest.mark.parametrize(
     "case",
     [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="issue 50: definition-first rule deleted"))
+        pytest.param(
+            c, marks=pytest.mark.xfail(strict=True, reason="issue 50: definition-first rule deleted")
+        )
         if c.question in DEFINITION_FIRST_LOST
         else c
         for c in CASES
