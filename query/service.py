@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Hashable
 
 import numpy as np
 import psycopg
@@ -106,7 +107,7 @@ def _embed_query(req: SearchRequest, reasons: list[str]) -> np.ndarray | None:
 
 # ------------------------------------------------------------------------------------ retrieval
 def _without_corpus_names(
-    conn: psycopg.Connection, req: SearchRequest, reasons: list[str]
+    conn: db.DictConnection, req: SearchRequest, reasons: list[str]
 ) -> tuple[SearchRequest, list[str]]:
     """The request both lists search with: the question without the names of the collection it
     asks about, within that collection's documents (:mod:`ragline.query.retrieval.terms`). A failed
@@ -245,7 +246,9 @@ def gather(
     the collection names the searches left out (``SearchResponse.corpus_names``)."""
     settings = get_settings()
     lists: dict[str, list[Hit]] = {}
-    degraded, reasons, timings, unembedded = False, [], {}, 0
+    degraded, unembedded = False, 0
+    reasons: list[str] = []
+    timings: dict[str, float] = {}
     names: list[str] = []
     for i, q in enumerate(queries):
         sub = req.model_copy(
@@ -264,7 +267,7 @@ def gather(
             timings[f"retrieve.{k}"] = round(timings.get(f"retrieve.{k}", 0.0) + v, 2)
     if len(lists) == 1:
         return lists["0"], degraded, reasons, timings, unembedded, names
-    by_key = {}
+    by_key: dict[Hashable, Hit] = {}
     for hits in lists.values():
         for h in hits:
             by_key.setdefault((h.doc_id, h.chunk_no), h)

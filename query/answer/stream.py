@@ -25,6 +25,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from ragline.query import deadline
 from ragline.query.answer import texts
@@ -196,7 +197,9 @@ class AnswerPublisher:
             return
         try:
             pipe = self.client.pipeline(transaction=False)
-            pipe.xadd(self.key, fields, maxlen=self.maxlen, approximate=False)
+            # redis' stub takes a dict of its own key and value types (a dict[str, str] is not one)
+            entry: dict[FieldT, EncodableT] = {k: v for k, v in fields.items()}
+            pipe.xadd(self.key, entry, maxlen=self.maxlen, approximate=False)
             pipe.expire(self.key, self.ttl_s)
             pipe.execute()
             self.entries += 1

@@ -44,10 +44,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import TypeVar
 
 from ragline.query.retrieval import structure
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import FileHit, Hit
+
+#: a list's row: a hit, or a statement's row
+Row = TypeVar("Row", bound=Hit | dict)
 
 _FRAME = re.compile(r"""File\s+["']([^"'\n]+?\.py)["'],\s+line\s+\d+""")
 _IMPORT = re.compile(
@@ -223,10 +227,10 @@ def rank_files(
     return with_floors(out, floors)
 
 
-def lead_files(rows: Iterable[Hit | dict], n: int) -> list[Hit | dict]:
+def lead_files(rows: Iterable[Row], n: int) -> list[Row]:
     """The first row of each of the first ``n`` files of ``rows``, in their order (pure): a single
     list's files the file list keeps a place for."""
-    out: dict[str, Hit | dict] = {}
+    out: dict[str, Row] = {}
     for row in rows:
         path = row.path if isinstance(row, Hit) else row["path"]
         if path not in out:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import psycopg
 
 from ragline.query.retrieval import feedback, sql, structure, terms
 from ragline.query.retrieval.filters import clean_paths, compile_filters, has_terms, lexical_query
@@ -29,6 +28,7 @@ from ragline.query.retrieval.transaction import (
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest
 from ragline.shared.worker import pending_vectors
+from ragline.shared.worker.db import DictConnection, one
 from ragline.shared.worker.identifiers import code_terms, code_tsquery, or_tsquery, whole_tsquery
 
 
@@ -39,7 +39,7 @@ def filters_for(req: SearchRequest, settings: Settings):
     )
 
 
-def corpus_plan(conn: psycopg.Connection, req: SearchRequest, settings: Settings) -> terms.TermPlan:
+def corpus_plan(conn: DictConnection, req: SearchRequest, settings: Settings) -> terms.TermPlan:
     """Which names of a collection to leave out of the question (:mod:`ragline.query.retrieval.terms`), from
     the statistics of the caller's scope; no statement when the question has no name-like word or
     the setting is off. Runs its own read-only transaction (the connection must be idle)."""
@@ -72,7 +72,7 @@ def vector_statement(
 
 
 def vector_rows(
-    conn: psycopg.Connection,
+    conn: DictConnection,
     req: SearchRequest,
     qvec: np.ndarray,
     n: int,
@@ -119,7 +119,7 @@ class Coverage(NamedTuple):
 
 
 def vector_coverage(
-    conn: psycopg.Connection, req: SearchRequest, settings: Settings, counted: dict | None = None
+    conn: DictConnection, req: SearchRequest, settings: Settings, counted: dict | None = None
 ) -> Coverage:
     """The vector statement's :class:`Coverage` of this request (same scope and filters);
     ``counted``: the row of :func:`pending_statement`, when the caller already read it. A fully
@@ -128,18 +128,18 @@ def vector_coverage(
     rows are left out of the share: a layer the budget never embeds must not scale the vector list
     down for good."""
     if counted is None:
-        counted = conn.execute(*pending_statement(req, settings)).fetchone()
+        counted = one(conn.execute(*pending_statement(req, settings)))
     pending = int(counted["n"])
     if not pending:
         return Coverage(0, None, 1.0)
-    scope = conn.execute(*count_statement(sql.SCOPE_ROWS_SQL, req, settings)).fetchone()
+    scope = one(conn.execute(*count_statement(sql.SCOPE_ROWS_SQL, req, settings)))
     lexical_only = int(scope["lexical_only"])
     embeddable = int(scope["n"]) - lexical_only
     return Coverage(pending, lexical_only, 1.0 - pending / embeddable if embeddable > pending else 0.0)
 
 
 def vector_search(
-    conn: psycopg.Connection,
+    conn: DictConnection,
     req: SearchRequest,
     qvec: np.ndarray,
     n: int,
@@ -154,11 +154,11 @@ def vector_search(
         rows = conn.execute(*vector_statement(req, qvec, n, settings, path))
         pending = conn.execute(*pending_statement(req, settings))
     found = rows.fetchall()
-    return found, vector_coverage(conn, req, settings, pending.fetchone())
+    return found, vector_coverage(conn, req, settings, one(pending))
 
 
 def lexical_rows(
-    conn: psycopg.Connection | None, req: SearchRequest, n: int, settings: Settings, expansion: str = ""
+    conn: DictConnection | None, req: SearchRequest, n: int, settings: Settings, expansion: str = ""
 ) -> list[dict]:
     """Empty without touching the database when the query has no terms. A query with identifiers
     (``register_hook``, ``HTTPAdapter.send``) also matches code chunks by their identifier terms;
@@ -207,7 +207,7 @@ def lexical_expands(req: SearchRequest, settings: Settings) -> bool:
 
 
 def feedback_pass(
-    conn: psycopg.Connection,
+    conn: DictConnection,
     req: SearchRequest,
     qvec: np.ndarray | None,
     vector: list[dict],
@@ -243,7 +243,7 @@ def feedback_pass(
     rows = [found[k] for k in keys if k in found]
     if not rows:
         return vector, lexical
-    if dense:
+    if dense and qvec is not None:
         moved = feedback.rocchio(
             qvec,
             [row["embedding"] for row in rows if row["embedding"] is not None],
@@ -262,7 +262,7 @@ def feedback_pass(
     return vector, lexical
 
 
-def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Settings) -> list[dict]:
+def exact_rows(conn: DictConnection | None, req: SearchRequest, settings: Settings) -> list[dict]:
     """The chunks of the given documents or paths, in the order asked, no vectors; empty paths dropped."""
     doc_ids = [d.strip() for d in req.doc_ids if d.strip()]
     paths = clean_paths(req.paths)
@@ -282,7 +282,7 @@ def exact_rows(conn: psycopg.Connection | None, req: SearchRequest, settings: Se
 
 
 def document_chunks(
-    conn: psycopg.Connection, req: SearchRequest, doc_ids: list[str], settings: Settings, n: int
+    conn: DictConnection, req: SearchRequest, doc_ids: list[str], settings: Settings, n: int
 ) -> list[Hit]:
     """Every chunk of ``doc_ids`` the caller may read (at most ``n``), for the expansion of the top
     hits (:mod:`ragline.query.retrieval.expand`); its own read-only transaction under the caller's scope."""
@@ -305,7 +305,7 @@ def document_chunks(
 
 
 def named_rows(
-    conn: psycopg.Connection, req: SearchRequest, qvec: np.ndarray | None, settings: Settings
+    conn: DictConnection, req: SearchRequest, qvec: np.ndarray | None, settings: Settings
 ) -> list[dict]:
     """Chunks of the files the question names (the retrieval contract's exact-file path), at most
     ``RAGLINE_CODE_NAMED_FILES``; empty without touching the database when it names none."""

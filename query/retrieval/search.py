@@ -24,11 +24,12 @@ from ragline.query.retrieval.filters import has_terms
 from ragline.query.retrieval.transaction import StatementLimit, read_only_transaction, set_transaction_params
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import SearchRequest, SearchResponse
+from ragline.shared.worker.db import DictConnection
 from ragline.shared.worker.timing import elapsed_ms
 
 
 def search(
-    conn: psycopg.Connection,
+    conn: DictConnection,
     req: SearchRequest,
     qvec: np.ndarray | None,
     settings: Settings,
@@ -65,15 +66,16 @@ def search(
                 hits = [sql.hit(r) for r in retrievers.exact_rows(conn, req, settings)]
                 timings["exact"] = elapsed_ms(t)
                 return SearchResponse(hits=hits, timings_ms=timings)
-            vector_search = req.mode in ("hybrid", "vector") and qvec is not None
+            query_vector = qvec if req.mode in ("hybrid", "vector") else None
+            vector_search = query_vector is not None
             lexical_search = req.mode in ("hybrid", "lexical") and has_terms(req.query)
             if vector_search or lexical_search:
                 set_transaction_params(conn, req, settings, n if vector_search else None, statements)
-            if vector_search:
+            if query_vector is not None:
                 t = time.perf_counter()
                 stage = "the vector search"
                 vector, coverage = retrievers.vector_search(
-                    conn, req, qvec, n, settings, statements.vector_path(settings)
+                    conn, req, query_vector, n, settings, statements.vector_path(settings)
                 )
                 timings["vector"] = elapsed_ms(t)
             if lexical_search:
@@ -90,7 +92,7 @@ def search(
                 vector, lexical = retrievers.feedback_pass(
                     conn,
                     req,
-                    qvec if vector_search else None,
+                    query_vector,
                     vector,
                     lexical,
                     n,
@@ -106,7 +108,7 @@ def search(
                 t = time.perf_counter()
                 statements.tighten(conn, "the named files")
                 stage = "the named files"
-                named = retrievers.named_rows(conn, req, qvec if vector_search else None, settings)
+                named = retrievers.named_rows(conn, req, query_vector, settings)
                 timings["named"] = elapsed_ms(t)
     except psycopg.errors.QueryCanceled as exc:
         if "statement timeout" not in str(exc):
@@ -128,7 +130,7 @@ def search(
 
 
 def lexical_code_search(
-    conn: psycopg.Connection, req: SearchRequest, settings: Settings, limit: int | None = None
+    conn: DictConnection, req: SearchRequest, settings: Settings, limit: int | None = None
 ) -> SearchResponse:
     """The retrieval contract's lexical code fallback (mode ``lexical_code``): lexical search of the
     source layer (``RAGLINE_CODE_SOURCE_LAYER``) alone, whatever layers the request names, for a

@@ -59,7 +59,7 @@ def vector_path(settings: Settings, tenant_rows: int | None, visible_rows: int |
 
 
 @contextmanager
-def read_only_transaction(conn: psycopg.Connection) -> Iterator[None]:
+def read_only_transaction(conn: DictConnection) -> Iterator[None]:
     """A read-only transaction whose mode travels with BEGIN (one round trip less than
     ``SET TRANSACTION READ ONLY``); the connection must be idle."""
     conn.read_only = True
@@ -86,7 +86,7 @@ class StatementLimit:
         """The vector search's path (:func:`vector_path`) from the counts this transaction read."""
         return vector_path(settings, self.tenant_rows, self.visible_rows)
 
-    def tighten(self, conn: psycopg.Connection, stage: str) -> None:
+    def tighten(self, conn: DictConnection, stage: str) -> None:
         """Before a further statement: stop when the question has no time left, and lower the
         timeout when the deadline is now nearer than it (a round trip only near the deadline)."""
         deadline.check(stage)
