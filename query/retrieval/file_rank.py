@@ -92,19 +92,16 @@ class FileWeights:
         )
 
 
+#: the file ranking a code search uses (0.2; were settings until 0.1): a file scores its best hit plus
+#: a quarter of each of its next two and its traceback frames; each weight chosen on one held-out half
+#: of swe-loc-dev and reported on the other (docs/evaluation.md, "Code retrieval at scale"); an
+#: evaluation measures others with ``dataclasses.replace(WEIGHTS, ...)``
+WEIGHTS = FileWeights(decay=0.25, depth=3, frame=0.5, quoted=QUOTED_BONUS)
+
+
 def file_weights_from(settings: Settings) -> FileWeights:
-    c = settings.code
-    if not c.file_rank:
-        return FileWeights()
-    return FileWeights(
-        c.file_rank_decay,
-        c.file_rank_depth,
-        c.file_rank_path_bonus,
-        c.file_rank_frame_bonus,
-        c.file_rank_import_bonus,
-        c.file_rank_definition_bonus,
-        QUOTED_BONUS,
-    )
+    """:data:`WEIGHTS`, or the first-hit order while ``RAGLINE_CODE_FILE_RANK`` is off."""
+    return WEIGHTS if settings.code.file_rank else FileWeights()
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def order(
         hits = structure.with_named(
             hits,
             [sql.hit(r) for r in named],
-            settings.code.named_weight,
+            structure.WEIGHTS.named,
             FusionPolicy.from_settings(settings, code=True),  # a question naming files is code retrieval
         )
     return ranked_by_structure(req, hits, settings)[:limit], True
@@ -67,9 +67,9 @@ def structural(req: SearchRequest, vector: list[dict], lexical: list[dict], sett
     rows = [*vector, *lexical]
     if any(sql.metadata(r["metadata"]).get("related_code") for r in rows):
         return True
-    if settings.code.spelled_bonus > 0 and spells_a_definition(req.query, rows):
+    if structure.WEIGHTS.spelled > 0 and spells_a_definition(req.query, rows):
         return True
-    if not settings.code.layer_step > 0:  # no step: layers cannot reorder anything
+    if not structure.WEIGHTS.layer_step > 0:  # no step: layers cannot reorder anything
         return False
     layer_ranks = settings.code.layer_ranks
     return len({structure.layer_rank(r["layer"], layer_ranks) for r in rows}) > 1
@@ -98,7 +98,7 @@ def names_a_file(req: SearchRequest) -> bool:
 
 def ranked_by_structure(req: SearchRequest, hits: list[Hit], settings: Settings) -> list[Hit]:
     """The candidates re-scored by structure, or in the retrieval contract's order (pure)."""
-    weights = structure.weights_from(settings)
+    weights = structure.WEIGHTS
     if req.ordering == "contract":
         return structure.contract_order(hits, req.query, weights, settings)
     return structure.rescore(hits, req.query, weights, settings)

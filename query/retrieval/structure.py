@@ -23,7 +23,7 @@ signals, per hit, from the question and the candidate set:
   describes (``related_code``) lifts those files' hits;
 * **layer rank**: ``settings.code.layer_ranks`` (source, symbols, docs, tests), never SQL literals.
 
-:func:`rescore` adds the bonuses (in RRF units, settings ``RAGLINE_CODE_*_BONUS``) to each hit's
+:func:`rescore` adds the bonuses (in RRF units, :data:`WEIGHTS`) to each hit's
 fused score: the default hybrid's re-score. :func:`contract_order` is the contract's lexicographic
 order (``ordering: "contract"``). Which signals help, by how much, is measured on swe-loc-dev
 (docs/evaluation.md, "Code retrieval (swe-loc-dev)"); the variants measured are
@@ -96,17 +96,12 @@ class Weights:
         return asdict(self)
 
 
-def weights_from(settings: Settings) -> Weights:
-    c = settings.code
-    return Weights(
-        c.file_bonus,
-        c.definition_bonus,
-        c.mention_bonus,
-        c.related_bonus,
-        c.layer_step,
-        c.named_weight,
-        c.spelled_bonus,
-    )
+#: the weights a search ranks code with (0.2; were settings until 0.1). An evaluation measures others
+#: with ``dataclasses.replace(WEIGHTS, ...)`` (:mod:`ragline.operations.code_ablations`). file, related,
+#: named: measured on swe-loc-dev; spelled: chosen on answers-dev, checked on swe-loc-dev; definition,
+#: mention and the layer step are off: they lost on swe-loc-dev (its issues name many identifiers,
+#: tracebacks common ones) (docs/evaluation.md, "Code retrieval (swe-loc-dev)")
+WEIGHTS = Weights(file=0.004, related=0.004, named=0.25, spelled=0.006)
 
 
 def _looks_like_code(word: str, call: bool, quoted: bool) -> bool:

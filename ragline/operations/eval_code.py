@@ -369,7 +369,7 @@ def _whole_lists(
 def ablation_runs(settings: Settings) -> list[tuple[str, structure.Weights, float]]:
     """``(label, structural weights, lexical weight)`` of every structural ablation and lexical
     weight the eval re-fuses each query's candidates with."""
-    weights = structure.weights_from(settings)
+    weights = structure.WEIGHTS
     runs = [
         (label, w, settings.fusion.rrf_weight_lexical_code)
         for label, w in code_ablations.ablations(weights).items()
@@ -407,11 +407,6 @@ def _refused(
         yield label, file_rank.ranked_paths(ranked, text, file_weights, source, leads)
 
 
-def _file_rank_on(settings: Settings) -> Settings:
-    """The settings with the file ranking on: its configured weights are measured even while it is off."""
-    return settings.model_copy(update={"code": settings.code.model_copy(update={"file_rank": True})})
-
-
 def run_code_eval(
     queries: list[CodeQuery],
     ingest: IngestFn,
@@ -435,9 +430,9 @@ def run_code_eval(
     ingests = [{"repo": str(snap.repo), "ref": snap.ref, **s} for snap, s in summaries.items()]
     variants = layer_variants(layers, settings)
     reports: dict[str, CodeReport] = {}
-    weights = structure.weights_from(settings)
+    weights = structure.WEIGHTS
     file_weights = file_rank.file_weights_from(settings)
-    file_variants = code_ablations.file_variants(file_rank.file_weights_from(_file_rank_on(settings)))
+    file_variants = code_ablations.file_variants(file_rank.WEIGHTS)
     file_ranks: dict[str, dict[str, CodeReport]] = {}
     ablations: dict[str, CodeReport] = {}
     runs = ablation_runs(settings)
@@ -521,7 +516,7 @@ def run_code_eval(
             "load_average": {"before_queries": load_before, "after_queries": os.getloadavg()},
             "structure_weights": weights.as_dict(),
             "file_rank": settings.code.file_rank,
-            "file_rank_weights": file_rank.file_weights_from(_file_rank_on(settings)).as_dict(),
+            "file_rank_weights": file_rank.WEIGHTS.as_dict(),
             "max_query_chars": MAX_QUERY_CHARS,
             "layers": {k: v for k, v in variants.items()},
         },

@@ -33,7 +33,7 @@ from pydantic_settings import (
 
 from ragline.shared.config import redis_roles, runtime, secret_files
 from ragline.shared.config.redis_roles import RoleName
-from ragline.shared.config.renamed import RENAMED
+from ragline.shared.config.renamed import REMOVED, RENAMED
 
 ENV_PREFIX = "RAGLINE_"
 #: the names platforms hand out, read as they are (below the derived names): name -> services field
@@ -500,82 +500,18 @@ class CodeSettings(_Group):
     )
     structure: bool = Field(
         True,
-        description='structural re-score of hybrid and vector results (docs/code.md, "Structural ranking"): added to the fused score in RRF units (one rank near the top is ~0.0003, rank 1 scores ~0.016); measured on swe-loc-dev, docs/evaluation.md, "Code retrieval (swe-loc-dev)"',
-    )
-    file_bonus: float = Field(
-        0.004,
-        ge=0,
-        description="a hit from a file the question names (a path, a traceback line; a bare file name counts half)",
-    )
-    definition_bonus: float = Field(
-        0.0,
-        ge=0,
-        description="a hit that defines an identifier the question names (``register_hook``, ``Session.request``): off by default, it lost on swe-loc-dev (issues name many identifiers, tracebacks common ones)",
-    )
-    mention_bonus: float = Field(
-        0.0,
-        ge=0,
-        description="a hit that only mentions such an identifier",
-    )
-    spelled_bonus: float = Field(
-        0.006,
-        ge=0,
-        description='a hit that defines a name the question spells in words, its parts in order ("the default headers" and ``default_headers``): a question in prose names a function by what it is called; chosen on answers-dev, checked on swe-loc-dev (docs/evaluation.md)',
-    )
-    related_bonus: float = Field(
-        0.004,
-        ge=0,
-        description="a hit from a file that a retrieved document's ``related_code`` front matter points at",
-    )
-    layer_step: float = Field(
-        0.0,
-        ge=0,
-        description="subtracted per step of layer rank (source 0, symbols 1, docs 2, tests 3)",
+        description='structural re-score of hybrid and vector results (docs/code.md, "Structural ranking"): bonuses added to the fused score in RRF units, their sizes the constants query/retrieval/structure.py WEIGHTS',
     )
     named_files: int = Field(
         20,
         ge=0,
         le=200,
-        description="the contract's exact-file path: chunks of the files a question names (nearest to the question first) join the candidates as a third RRF list of this weight, even when neither retriever found them; 0 chunks turns the lookup off",
-    )
-    named_weight: float = Field(
-        0.25,
-        ge=0,
-        description="the RRF weight of the named files' chunks, the third list of code retrieval (0 = off)",
+        description="the contract's exact-file path: chunks of the files a question names (nearest to the question first) join the candidates as a third RRF list (its weight: query/retrieval/structure.py WEIGHTS.named), even when neither retriever found them; 0 chunks turns the lookup off",
     )
     file_rank: bool = Field(
         True,
-        description="rank a code question's files by their aggregated evidence (query/retrieval/file_rank.py) instead"
-        " of their first hit (the code eval's file list); the weights on are those chosen on each held-out"
-        ' half and reported on the other (docs/evaluation.md, "Code retrieval at scale", "Each list\'s first files keep a place")',
-    )
-    file_rank_decay: float = Field(
-        0.25,
-        ge=0,
-        le=1,
-        description="weight of a file's i-th best chunk relative to its best (decay**i): several matching"
-        " chunks count, each less (0: the best chunk alone)",
-    )
-    file_rank_depth: int = Field(3, ge=1, description="chunks per file that count (with `file_rank_decay`)")
-    file_rank_path_bonus: float = Field(
-        0.0,
-        ge=0,
-        description="a file the issue names by path or dotted module name (units of the best hit's score)",
-    )
-    file_rank_frame_bonus: float = Field(
-        0.5,
-        ge=0,
-        description="a file of the issue's traceback, the deepest frame in full, each outer one half the next",
-    )
-    file_rank_import_bonus: float = Field(
-        0.0,
-        ge=0,
-        description="a module the issue's quoted code imports",
-    )
-    file_rank_definition_bonus: float = Field(
-        0.0,
-        ge=0,
-        description="a file whose chunks define identifiers the issue names (1 - 0.5**count of them)",
+        description="rank a code question's files by their aggregated evidence (query/retrieval/file_rank.py, its"
+        " weights the constants WEIGHTS there) instead of their first hit (the code eval's file list)",
     )
 
     @property
@@ -1312,16 +1248,20 @@ class RenamedVariables(ValueError):
     def __init__(self, renamed: list[tuple[str, str]]) -> None:
         self.renamed = renamed
         lines = "\n".join(f"  {renamed_message(old, new)}" for old, new in renamed)
-        super().__init__(f"variables renamed in ragline 0.2 are set (docs/upgrading.md):\n{lines}")
+        super().__init__(f"variables renamed or removed in ragline 0.2 are set (docs/upgrading.md):\n{lines}")
 
 
 def renamed_in_use(present: set[str]) -> list[tuple[str, str]]:
-    """``(old name, its replacement)`` for every renamed variable among ``present``, sorted (pure)."""
-    return [(old, RENAMED[old]) for old in sorted(present & RENAMED.keys())]
+    """``(old name, its replacement)`` for every renamed variable among ``present``, and ``(name, where
+    its constant is)`` for every removed one, sorted (pure)."""
+    table = RENAMED | REMOVED
+    return [(old, table[old]) for old in sorted(present & table.keys())]
 
 
 def renamed_message(old: str, new: str) -> str:
-    """The one wording of a renamed variable in use: the settings' error and ``ragline config``."""
+    """The one wording of a renamed or removed variable in use: the settings' error and ``ragline config``."""
+    if old in REMOVED:
+        return f"{old} is no longer read, it is now a constant ({new}): unset it"
     if new.removeprefix(ENV_PREFIX).lower() in _BY_KEY:
         return f"{old} is no longer read: set {new}"
     return f"{old} is no longer read, and its setting ({new}) was removed: unset it"

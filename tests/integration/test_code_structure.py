@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -140,10 +141,12 @@ def test_symbol_records_are_a_layer_of_their_own(repo_tenant):
     assert (hook["metadata"]["span_start"], hook["metadata"]["span_end"]) == (7, 9)
 
 
-def test_structure_moves_the_definition_above_mentions_and_tests(repo_tenant, use_settings):
-    # the definition bonus is off by default (it lost on swe-loc-dev, whose issues name many
-    # identifiers); a deployment whose questions name one symbol turns it on
-    use_settings(code_definition_bonus=0.004)
+def test_structure_moves_the_definition_above_mentions_and_tests(repo_tenant, monkeypatch):
+    # the definition weight is off in the shipped weights (it lost on swe-loc-dev, whose issues name
+    # many identifiers); its path still works when an evaluation turns it on
+    from ragline.query.retrieval import structure
+
+    monkeypatch.setattr(structure, "WEIGHTS", replace(structure.WEIGHTS, definition=0.004))
     paths = lambda hits: [h.path for h in hits]  # noqa: E731
     plain = search(repo_tenant, QUESTION, structure=False)
     # text similarity alone: the caller and the test look most like the question
@@ -168,9 +171,9 @@ def test_a_name_spelled_in_words_lifts_its_definition(repo_tenant):
     """A question in prose names ``register_hook`` by its words: the chunks defining it (its source
     chunk and its symbol record) get the spelled bonus, the caller and the test that only call it
     do not, and the definition leads; words that do not spell it in order lift nothing."""
-    from ragline.shared.config.settings import get_settings
+    from ragline.query.retrieval import structure
 
-    bonus = get_settings().code.spelled_bonus
+    bonus = structure.WEIGHTS.spelled
     assert bonus > 0
     ranked = search(repo_tenant, "Where is the register hook function, and what does it remember per event?")
     defining = [h for h in ranked if "register_hook" in (h.metadata.get("symbols") or [])]
@@ -183,11 +186,14 @@ def test_a_name_spelled_in_words_lifts_its_definition(repo_tenant):
     assert all(not h.structural_score for h in control if h.path == "r/pkg/hooks.py")
 
 
-def test_a_file_named_in_a_traceback_joins_the_candidates(repo_tenant, use_settings):
+def test_a_file_named_in_a_traceback_joins_the_candidates(repo_tenant, use_settings, monkeypatch):
     """The contract's exact-file path: with lists of two, pkg/registry.py is no hit; the traceback
     names it, so its chunks join the candidates (nearest to the question first) and it leads."""
+    from ragline.query.retrieval import structure
+
     question = QUESTION + '\n  File "/srv/app/pkg/registry.py", line 3, in run'
-    use_settings(retrieval_top_n=2, code_named_files=0, code_named_weight=2)
+    monkeypatch.setattr(structure, "WEIGHTS", replace(structure.WEIGHTS, named=2.0))
+    use_settings(retrieval_top_n=2, code_named_files=0)
     assert "r/pkg/registry.py" not in [h.path for h in search(repo_tenant, question, structure=True, k=2)]
     use_settings(code_named_files=20)
     hits = search(repo_tenant, question, structure=True, k=2)

@@ -4,6 +4,7 @@ file-level metrics of the code evaluation (ragline/operations/eval_code.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -355,7 +356,7 @@ def test_a_question_spells_a_name_with_its_parts_in_order(question, symbol, spel
     assert structure.spells(structure.question_words(question), symbol) is spelled
 
 
-def test_a_definition_spelled_in_words_gets_the_spelled_bonus_its_mentions_do_not():
+def test_a_definition_spelled_in_words_gets_the_spelled_bonus_its_mentions_do_not(monkeypatch):
     w = structure.Weights(spelled=0.006)
     hits = [
         hit("r/requests/sessions.py", 0.0180, ["Session.__init__"], "self.headers = default_headers()"),
@@ -370,7 +371,8 @@ def test_a_definition_spelled_in_words_gets_the_spelled_bonus_its_mentions_do_no
     # the re-score runs for such a question only when a candidate defines the spelled name
     row = lambda symbols: {"metadata": {"symbols": symbols}, "layer": "C0_SOURCE_CHUNKS"}  # noqa: E731
     req = SearchRequest(query=DEFAULT_HEADERS_Q, tenant="t", groups=["g"])
-    on = settings(spelled_bonus=0.006)
-    assert structural(req, [row(["Session.__init__"])], [row(["default_headers"])], on)
-    assert not structural(req, [row(["Session.__init__"])], [row(["default_user_agent"])], on)
-    assert not structural(req, [], [row(["default_headers"])], settings(spelled_bonus=0.0))
+    assert structure.WEIGHTS.spelled > 0  # the shipped weights spell names
+    assert structural(req, [row(["Session.__init__"])], [row(["default_headers"])], settings())
+    assert not structural(req, [row(["Session.__init__"])], [row(["default_user_agent"])], settings())
+    monkeypatch.setattr(structure, "WEIGHTS", replace(structure.WEIGHTS, spelled=0.0))
+    assert not structural(req, [], [row(["default_headers"])], settings())

@@ -151,9 +151,7 @@ def code_settings(**code) -> Settings:
 
 def test_settings_switch_the_file_rank_on_and_off():
     assert file_rank.file_weights_from(code_settings(file_rank=False)).is_first_hit
-    on = code_settings(file_rank=True, file_rank_decay=0.5, file_rank_path_bonus=0.25)
-    w = file_rank.file_weights_from(on)
-    assert not w.is_first_hit and (w.decay, w.depth, w.path) == (0.5, on.code.file_rank_depth, 0.25)
+    assert file_rank.file_weights_from(code_settings(file_rank=True)) == file_rank.WEIGHTS
     # the shipped default: on, the traceback frames, a file's further chunks at a quarter each
     shipped = file_rank.file_weights_from(Settings())
     assert shipped.frame > 0 and (shipped.path, shipped.imports, shipped.definition) == (0, 0, 0)

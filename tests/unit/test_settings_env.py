@@ -9,6 +9,8 @@ written in the environment, where the value lands, and the value expected there.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 import os
 import subprocess
@@ -20,7 +22,7 @@ from pydantic import SecretStr, ValidationError
 from typer.testing import CliRunner
 
 from ragline.cli.config import app as config_app
-from ragline.shared.config.renamed import RENAMED
+from ragline.shared.config.renamed import REMOVED, RENAMED
 from ragline.shared.config.settings import (
     PLATFORM_NAMES,
     RenamedVariables,
@@ -106,21 +108,9 @@ OLD_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_CODE_SYMBOLS_LAYER", "map", "code.symbols_layer", "map"),
     ("RAGLINE_CODE_SYMBOL_DOC_CHARS", "120", "code.symbol_doc_chars", 120),
     ("RAGLINE_CODE_NAMED_FILES", "5", "code.named_files", 5),
-    ("RAGLINE_CODE_NAMED_WEIGHT", "0.5", "code.named_weight", 0.5),
     ("RAGLINE_CODE_FILE_RANK", "false", "code.file_rank", False),
-    ("RAGLINE_CODE_FILE_RANK_DECAY", "0.5", "code.file_rank_decay", 0.5),
-    ("RAGLINE_CODE_FILE_RANK_DEPTH", "5", "code.file_rank_depth", 5),
-    ("RAGLINE_CODE_FILE_RANK_PATH_BONUS", "0.25", "code.file_rank_path_bonus", 0.25),
-    ("RAGLINE_CODE_FILE_RANK_FRAME_BONUS", "1.0", "code.file_rank_frame_bonus", 1.0),
-    ("RAGLINE_CODE_FILE_RANK_IMPORT_BONUS", "0.5", "code.file_rank_import_bonus", 0.5),
-    ("RAGLINE_CODE_FILE_RANK_DEFINITION_BONUS", "0.75", "code.file_rank_definition_bonus", 0.75),
     ("RAGLINE_CODE_LAYER_RANKS", '{"src": 0, "map": 1}', "code.layer_ranks", {"src": 0, "map": 1}),
     ("RAGLINE_CODE_STRUCTURE", "false", "code.structure", False),
-    ("RAGLINE_CODE_FILE_BONUS", "0.01", "code.file_bonus", 0.01),
-    ("RAGLINE_CODE_DEFINITION_BONUS", "0.002", "code.definition_bonus", 0.002),
-    ("RAGLINE_CODE_MENTION_BONUS", "0.001", "code.mention_bonus", 0.001),
-    ("RAGLINE_CODE_RELATED_BONUS", "0.003", "code.related_bonus", 0.003),
-    ("RAGLINE_CODE_LAYER_STEP", "0.0005", "code.layer_step", 0.0005),
     ("RAGLINE_EMBEDDER", "voyage", "embed.provider", "voyage"),
     ("RAGLINE_EMBED_MODEL", "voyage-4-lite", "embed.model", "voyage-4-lite"),
     ("RAGLINE_EMBED_DIM", "1024", "embed.dim", 1024),
@@ -387,6 +377,25 @@ def test_a_renamed_variable_whose_setting_was_removed_is_named_as_removed():
     )
 
 
+@pytest.mark.parametrize("variable", sorted(REMOVED))
+def test_a_removed_variable_stops_the_settings_naming_the_constant_it_became(monkeypatch, tmp_path, variable):
+    """A ranking weight that became a constant is refused as set, with where the constant is; the
+    place named is a real attribute of that module's constant (no stale pointer)."""
+    _clean_env(monkeypatch, tmp_path)
+    monkeypatch.setenv(variable, "0.5")
+    with pytest.raises(RenamedVariables) as caught:
+        Settings()
+    assert caught.value.renamed == [(variable, REMOVED[variable])]
+    assert f"{variable} is no longer read, it is now a constant ({REMOVED[variable]}): unset it" in str(
+        caught.value
+    )
+    path, attribute = REMOVED[variable].split(" ")
+    module = importlib.import_module("ragline." + path.removesuffix(".py").replace("/", "."))
+    constant, field = attribute.split(".")
+    assert field in {f.name for f in dataclasses.fields(getattr(module, constant))}
+    assert variable.removeprefix("RAGLINE_").lower() not in {f"{g}_{n}" for g, n, _ in Settings.iter_fields()}
+
+
 def test_ragline_config_names_each_renamed_variable_and_fails(monkeypatch, tmp_path):
     _clean_env(monkeypatch, tmp_path)
     monkeypatch.setenv("RAGLINE_QUERY_POOL", "solo")
@@ -483,7 +492,6 @@ def test_secrets_stay_masked(monkeypatch, tmp_path):
 # ------------------------------------------------------------------------------ derived names
 #: settings added since names were derived: they have the derived name only
 NEW_VARIABLES: list[tuple[str, str, str, object]] = [
-    ("RAGLINE_CODE_SPELLED_BONUS", "0.002", "code.spelled_bonus", 0.002),
     ("RAGLINE_SERVICES_REDIS_ROLE", "chat", "services.redis_role", "chat"),
     ("RAGLINE_SERVICES_REDIS_AOF_REWRITE_MIN_MB", "2", "services.redis_aof_rewrite_min_mb", 2),
     ("RAGLINE_SERVICES_REDIS_APPENDFSYNC", "always", "services.redis_appendfsync", "always"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ragline.shared.config.renamed import RENAMED
+from ragline.shared.config.renamed import REMOVED, RENAMED
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "upgrading.md"
 ROW = re.compile(r"^\| `(RAGLINE_[A-Z0-9_]+)` \| `(RAGLINE_[A-Z0-9_]+)` \|$", re.M)
@@ -14,3 +14,10 @@ ROW = re.compile(r"^\| `(RAGLINE_[A-Z0-9_]+)` \| `(RAGLINE_[A-Z0-9_]+)` \|$", re
 
 def test_the_upgrade_note_lists_every_renamed_variable_and_nothing_else():
     assert dict(ROW.findall(DOC.read_text(encoding="utf-8"))) == RENAMED
+
+
+REMOVED_ROW = re.compile(r"^\| `(RAGLINE_[A-Z0-9_]+)` \| `([a-z_/]+\.py [A-Z_]+\.[a-z_]+)` \|$", re.M)
+
+
+def test_the_upgrade_note_lists_every_removed_variable_with_its_constant():
+    assert dict(REMOVED_ROW.findall(DOC.read_text(encoding="utf-8"))) == REMOVED
