@@ -134,10 +134,10 @@ class LLMPlanner:
 
 def parse_decision(text: str) -> Decision:
     """The planner's JSON (possibly inside prose or a code fence); untrusted, so checked field by field."""
-    m = re.search(r"\{.*\}", text, re.S)
-    if not m:
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
         raise ValueError("planner answered without JSON")
-    data = json.loads(m.group(0))
+    data = json.loads(text[start : end + 1])
     if not isinstance(data, dict) or not isinstance(data.get("enough"), bool):
         raise ValueError("planner JSON without a boolean 'enough'")
     queries = data.get("queries") or []

@@ -19,7 +19,8 @@ from ragline.shared.sdk.contracts import Hit
 from ragline.shared.worker import text as text_
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[\u0400-\u04FF]+", re.UNICODE)
-_CAMEL_BOUNDARY = re.compile(r"[a-z0-9][A-Z]|[A-Z]{2,}[a-z]")
+#: an upper-case run is tried from its first letter only and taken whole (possessive): linear
+_CAMEL_BOUNDARY = re.compile(r"[a-z0-9][A-Z]|(?<![A-Z])[A-Z]{2,}+[a-z]")
 _DEFINITION = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
 #: what code a question names as written: snake_case, camelCase, dotted, a call
 _NAMED = re.compile(r"\b\w+(?:[._]\w+)+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b|\b\w+\(\)|\b[A-Z]{2,}\b")
@@ -123,11 +124,30 @@ def code_terms(question: str) -> tuple[set[str], set[str]]:
     return named, terms
 
 
+def dotted_names(line: str) -> list[str]:
+    """The dotted names of a line (``requests.adapters.HTTPAdapter``): runs of word characters and
+    dots cut at empty parts, two parts or more; one pass over the line."""
+    out = []
+    for run in _WORDS_AND_DOTS.findall(line):
+        group: list[str] = []
+        for part in [*run.split("."), ""]:
+            if part:
+                group.append(part)
+                continue
+            if len(group) >= 2:
+                out.append(".".join(group))
+            group = []
+    return out
+
+
+_WORDS_AND_DOTS = re.compile(r"[\w.]+")
+
+
 def line_score(line: str, named: set[str], terms: set[str]) -> float:
     """A line's share of the question: each distinct term stem once, a whole named identifier 2."""
     tokens = _IDENT.findall(line)
     found = {stem(p) for t in tokens for p in parts(t) if len(p) >= 3}
-    whole = {t.lower() for t in tokens} | {m.lower() for m in re.findall(r"\w+(?:\.\w+)+", line)}
+    whole = {t.lower() for t in tokens} | {d.lower() for d in dotted_names(line)}
     return len(found & terms) + 2.0 * len(named & whole)
 
 

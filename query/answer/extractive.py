@@ -34,7 +34,7 @@ _CODE_LINE = re.compile(
         //|/\*|\*/|\#!|<[!/]|<[^<>]*>$|[{}\[\]()]|\$\s|>>>\s|
         (?:import|export)\s.*(?:\bfrom\b|[{*]|\bdefault\b)|
         (?:const|let|var)\s+[\w$]+\s*=|
-        (?:async\s+)?function\s*[\w$]*\s*\(|
+        (?:async\s+)?function\s*+[\w$]*+\s*+\(|
         (?:def|class)\s+\w+\s*[(:{]|
         return\s.*[;)\]}'"]$|
         (?:npm|yarn|pnpm|npx|pip|curl|git)\s+[a-z-]
@@ -54,7 +54,7 @@ _BULLET = re.compile(r"^(?:[•●▪◦‣∙·\-–—*]|\d{1,2}[.)])\s+")
 #: callback."""``, ``r'''``, a closing ``"""`` alone): the prose between them is quotable, the
 #: quotes are not
 _DOCSTRING_OPEN = re.compile(r"^[rRuUbBfF]{0,2}(?:\"{3}|'{3})\s*")
-_DOCSTRING_CLOSE = re.compile(r"\s*(?:\"{3}|'{3})[,;)]*$")
+
 _END = (".", "!", "?", "…", ";", '."', ".»", "!»", "?»")
 
 
@@ -281,7 +281,11 @@ def numbered_row(cells: list[str]) -> str:
 def strip_docstring_quotes(line: str) -> str:
     """A line without the docstring delimiters that open or close it (code chunks: a docstring
     is the prose of a definition, and an answer quoting it must not quote its quotes)."""
-    return _DOCSTRING_CLOSE.sub("", _DOCSTRING_OPEN.sub("", line))
+    line = _DOCSTRING_OPEN.sub("", line)
+    closed = line.rstrip(",;)")
+    if closed.endswith(('"""', "'''")):
+        return closed[:-3].rstrip()
+    return line
 
 
 def sentence_key(sentence: str) -> str:

@@ -208,8 +208,9 @@ def lexical_verdicts(claims: list[Claim], passages: Sequence[str], min_share: fl
 # ------------------------------------------------------------------------------ the model judge
 _YES = {"true", "yes", "да", "supported", "1", "y"}
 _NO = {"false", "no", "нет", "unsupported", "not supported", "0", "n"}
+#: a line ``Claim 2: no`` (matched at a line's start, every run possessive: linear in the reply)
 _LINE_VERDICT = re.compile(
-    r"(?:^|\n)\s*(?:claim\s*|утверждение\s*)?#?(\d{1,3})\s*[:.)\-—]\s*\**\s*"
+    r"\s*+(?:(?:claim|утверждение)\s*+)?#?(\d{1,3})\s*+[:.)\-—]\s*+\**+\s*+"
     r"(not supported|unsupported|supported|yes|no|true|false|да|нет)",
     re.IGNORECASE,
 )
@@ -254,7 +255,7 @@ def parse_verdicts(text: str, n_claims: int) -> dict[int, bool]:
             if isinstance(i, int | str) and str(i).isdigit() and ok is not None and 1 <= int(i) <= n_claims:
                 found[int(i)] = ok
     if not found:
-        for m in _LINE_VERDICT.finditer(text):
+        for m in filter(None, map(_LINE_VERDICT.match, text.splitlines())):
             i, ok = int(m.group(1)), _truth(m.group(2))
             if ok is not None and 1 <= i <= n_claims:
                 found.setdefault(i, ok)

@@ -13,8 +13,6 @@ echoed (:func:`is_refusal`) and replaces it with the refusal of the question's l
 
 from __future__ import annotations
 
-import re
-
 from ragline.shared.worker.text import FALLBACK, LANGUAGES, language_of
 
 __all__ = ["FALLBACK", "LANGUAGES", "language_of"]
@@ -77,15 +75,55 @@ def is_refusal(answer: str) -> bool:
 _FRAMING_KEYS = ("code_place", "quoted_in")
 
 
-def _framing_pattern(form: str) -> re.Pattern[str]:
-    body = re.sub(r"\\\{\w+\\\}", ".*?", re.escape(form))
-    return re.compile(rf"^{body}(?:\s*\[\d{{1,3}}\])*:?$")
+def _form_pieces(form: str) -> list[str]:
+    """A framing form's literal pieces around its ``{placeholder}``s (each matches any text)."""
+    pieces, rest = [], form
+    while (open_ := rest.find("{")) >= 0 and (close := rest.find("}", open_)) >= 0:
+        pieces.append(rest[:open_])
+        rest = rest[close + 1 :]
+    return [*pieces, rest]
 
 
-_FRAMING = [_framing_pattern(form) for key in _FRAMING_KEYS for form in TEXTS[key].values()]
+_FRAMING = [_form_pieces(form) for key in _FRAMING_KEYS for form in TEXTS[key].values()]
+
+
+def _tail_cuts(line: str) -> list[int]:
+    """Where the line's text may end before what may follow a form: a colon announcing a quote,
+    citation markers ``[n]`` (read from the right, one pass)."""
+    end = len(line)
+    cuts = [end]
+    if line.endswith(":"):
+        end -= 1
+        cuts.append(end)
+    while line[:end].endswith("]"):
+        opening = line.rfind("[", 0, end)
+        number = line[opening + 1 : end - 1]
+        if opening < 0 or not (number.isascii() and number.isdigit() and len(number) <= 3):
+            break
+        end = len(line[:opening].rstrip())
+        cuts.append(end)
+    return cuts
+
+
+def _is_form(line: str, pieces: list[str]) -> bool:
+    """``line`` renders the form of ``pieces``: its first piece starts it, the middle ones follow
+    in order, the last ends it before a colon or citation markers (no regex: the line quotes
+    documents)."""
+    if not line.startswith(pieces[0]):
+        return False
+    at = len(pieces[0])
+    for piece in pieces[1:-1]:
+        found = line.find(piece, at)
+        if found < 0:
+            return False
+        at = found + len(piece)
+    if len(pieces) == 1:
+        return at in _tail_cuts(line)
+    last = pieces[-1]
+    return any(line[:cut].endswith(last) and cut - len(last) >= at for cut in _tail_cuts(line))
 
 
 def framing_lines(answer: str) -> list[str]:
     """The lines of an answer that are ragline's framing around quotes (a code answer's place,
     "From the documentation (in Russian):"): a judge of the answer's claims skips them."""
-    return [line for line in answer.splitlines() if any(p.match(line.strip()) for p in _FRAMING)]
+    return [line for line in answer.splitlines() if any(_is_form(line.strip(), p) for p in _FRAMING)]
