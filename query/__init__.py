@@ -3,8 +3,8 @@
 * ``ragline.query.retrieval``: what finds the chunks a question needs: the statements
   (``sql``), the transaction they run in (``transaction``), the retrievers (``retrievers``), their
   fusion (``fusion``: the policy object; ``hybrid``: which policy a search gets and its fused
-  hits), the orchestrator (``search``), filters, structural and file ranking, pseudo-relevance
-  feedback, expansion, the reranker, the query embedding cache and the row-level security check
+  hits), the orchestrator (``search``), filters, structural and file ranking,
+  expansion, the reranker, the query embedding cache and the row-level security check
   of the pool's start-up. It never calls a chat model and never imports ``answer``.
 * ``ragline.query.answer``: what turns hits into an answer: the question's run through the
   answer stages (``run``), context assembly, prompts, the extractive and chat generators behind

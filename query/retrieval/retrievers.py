@@ -1,4 +1,4 @@
-"""The retrievers: the vector, lexical, feedback, exact and named-file statements of a search, and
+"""The retrievers: the vector, lexical, exact and named-file statements of a search, and
 the lookups around them (the collection names of a question, the chunks of given documents).
 
 Each runs its statement (:mod:`ragline.query.retrieval.sql`) in the caller's transaction, whose
@@ -14,9 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ragline.query.retrieval import feedback, sql, structure, terms
+from ragline.query.retrieval import sql, structure, terms
 from ragline.query.retrieval.filters import clean_paths, compile_filters, has_terms, lexical_query
-from ragline.query.retrieval.hybrid import fused_keys
 from ragline.query.retrieval.sql import VectorPath
 from ragline.query.retrieval.transaction import (
     StatementLimit,
@@ -29,7 +28,7 @@ from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest
 from ragline.shared.worker import pending_vectors
 from ragline.shared.worker.db import DictConnection, one
-from ragline.shared.worker.identifiers import code_terms, code_tsquery, or_tsquery, whole_tsquery
+from ragline.shared.worker.identifiers import code_terms, or_tsquery, whole_tsquery
 
 
 def filters_for(req: SearchRequest, settings: Settings):
@@ -157,13 +156,10 @@ def vector_search(
     return found, vector_coverage(conn, req, settings, one(pending))
 
 
-def lexical_rows(
-    conn: DictConnection | None, req: SearchRequest, n: int, settings: Settings, expansion: str = ""
-) -> list[dict]:
+def lexical_rows(conn: DictConnection | None, req: SearchRequest, n: int, settings: Settings) -> list[dict]:
     """Empty without touching the database when the query has no terms. A query with identifiers
     (``register_hook``, ``HTTPAdapter.send``) also matches code chunks by their identifier terms;
-    restricted to the source layer this is the retrieval contract's lexical code fallback.
-    ``expansion``: a tsquery literal of feedback terms (:func:`feedback_pass`; words, not code)."""
+    restricted to the source layer this is the retrieval contract's lexical code fallback."""
     if not has_terms(req.query):
         return []
     assert conn is not None
@@ -181,85 +177,15 @@ def lexical_rows(
         "rank_norm": settings.lexical.rank_normalization,
         "k1": settings.lexical.bm25_k1,
         "b": settings.lexical.bm25_b,
-        "expansion": expansion,
-        "prf_weight": settings.prf.term_weight,
         **f.params,
     }
     bm25 = settings.lexical.rank == "bm25"
     if code_query:
         template = sql.CODE_BM25_SQL if bm25 else sql.CODE_LEXICAL_SQL
-    elif expansion and lexical_expands(req, settings):
-        template = sql.LEXICAL_PRF_SQL
     else:
         template = sql.BM25_SQL if bm25 else sql.LEXICAL_SQL
     statement = sql.render(template, f.columns_sql(), f.where_sql(), settings.lexical.rank)
     return conn.execute(statement, params).fetchall()
-
-
-def lexical_expands(req: SearchRequest, settings: Settings) -> bool:
-    """Whether lexical feedback applies: the words' ts_rank list (a question naming identifiers
-    searches the code terms too, BM25 has its own statistics: neither is expanded)."""
-    return (
-        settings.prf.mode in ("lexical", "both")
-        and settings.lexical.rank != "bm25"
-        and not code_tsquery(req.query, settings.lexical.max_terms)
-    )
-
-
-def feedback_pass(
-    conn: DictConnection,
-    req: SearchRequest,
-    qvec: np.ndarray | None,
-    vector: list[dict],
-    lexical: list[dict],
-    n: int,
-    settings: Settings,
-    path: VectorPath | None = None,
-) -> tuple[list[dict], list[dict]]:
-    """Pseudo-relevance feedback (:mod:`ragline.query.retrieval.feedback`): the first pass's top
-    ``prf_docs`` fused hits steer a second vector search (Rocchio) and/or a second lexical search
-    (expansion terms); the lists it replaces are returned in their place, the others as they were.
-    Its statements run in the caller's transaction, so under the same tenant and ACL scope (and the
-    same filters) as the first pass, and the second vector search takes the first's path
-    (``path``, :func:`vector_path`). No statement when there is nothing to steer."""
-    dense = settings.prf.mode in ("dense", "both") and qvec is not None and bool(vector)
-    lexical_on = bool(lexical) and lexical_expands(req, settings)
-    if not (dense or lexical_on):
-        return vector, lexical
-    keys = feedback.feedback_keys(fused_keys(vector, lexical, settings, req.query), settings.prf.docs)
-    f = filters_for(req, settings)
-    params = {
-        "tenant": req.tenant,
-        "groups": req.groups,
-        "query": req.query,
-        "doc_ids": [k[0] for k in keys],  # type: ignore[index]
-        "chunk_nos": [k[1] for k in keys],  # type: ignore[index]
-        **f.params,
-    }
-    found = {
-        (row["doc_id"], row["chunk_no"]): row
-        for row in conn.execute(sql.render(sql.FEEDBACK_SQL, "", f.where_sql()), params).fetchall()
-    }
-    rows = [found[k] for k in keys if k in found]
-    if not rows:
-        return vector, lexical
-    if dense and qvec is not None:
-        moved = feedback.rocchio(
-            qvec,
-            [row["embedding"] for row in rows if row["embedding"] is not None],
-            settings.prf.alpha,
-            settings.prf.beta,
-        )
-        vector = vector_rows(conn, req, moved, n, settings, path)
-    if lexical_on:
-        terms = feedback.expansion_terms(
-            rows[0]["query_lexemes"],
-            [dict(zip(row["lexemes"], row["counts"], strict=True)) for row in rows],
-            settings.prf.terms,
-        )
-        if terms:
-            lexical = lexical_rows(conn, req, n, settings, feedback.tsquery_literal(terms))
-    return vector, lexical
 
 
 def exact_rows(conn: DictConnection | None, req: SearchRequest, settings: Settings) -> list[dict]:

@@ -85,21 +85,6 @@ def search(
                 stage = "the lexical search"
                 lexical = retrievers.lexical_rows(conn, req, n, settings)
                 timings["lexical"] = elapsed_ms(t)
-            if settings.prf.mode != "off" and (vector or lexical):
-                t = time.perf_counter()
-                statements.tighten(conn, "the feedback pass")
-                stage = "the feedback pass"
-                vector, lexical = retrievers.feedback_pass(
-                    conn,
-                    req,
-                    query_vector,
-                    vector,
-                    lexical,
-                    n,
-                    settings,
-                    statements.vector_path(settings),
-                )
-                timings["feedback"] = elapsed_ms(t)
             if (
                 (vector_search or lexical_search)
                 and ranking.structure_on(req, settings)

@@ -102,27 +102,6 @@ ORDER BY rank DESC, c.doc_id, c.chunk_no
 LIMIT %(n)s
 """
 
-# the lexical list of pseudo-relevance feedback (query/retrieval/feedback.py): the question's terms OR-ed with
-# the expansion terms, which add their own rank at prf_term_weight
-LEXICAL_PRF_SQL = """
-SELECT {fields}{columns}, {rank_fn}(c.tsv, q, %(rank_norm)s) + %(prf_weight)s * {rank_fn}(c.tsv, e, %(rank_norm)s) AS rank
-FROM chunks c, websearch_to_tsquery('russian', %(query)s) q, CAST(%(expansion)s AS tsquery) e
-WHERE {scope} AND c.tsv @@ (q || e){where}
-ORDER BY rank DESC, c.doc_id, c.chunk_no
-LIMIT %(n)s
-"""
-
-# the first pass's best hits for pseudo-relevance feedback: their vectors and their lexemes with
-# occurrence counts, and the question's own lexemes (same configuration as its tsquery)
-FEEDBACK_SQL = """
-SELECT c.doc_id, c.chunk_no, c.embedding::real[] AS embedding,
-       ARRAY(SELECT t.lexeme FROM unnest(c.tsv) t) AS lexemes,
-       ARRAY(SELECT coalesce(cardinality(t.positions), 1) FROM unnest(c.tsv) t) AS counts,
-       tsvector_to_array(to_tsvector('russian', %(query)s)) AS query_lexemes
-FROM chunks c
-WHERE {scope} AND (c.doc_id, c.chunk_no) IN (SELECT * FROM unnest(%(doc_ids)s::text[], %(chunk_nos)s::int[])){where}
-"""
-
 # the scoring half of both BM25 statements: each ``tf`` row (id, config, lexeme, tf, dl) scored with
 # its configuration's N and avgdl from lexical_stats and its lexeme's df among the matched rows;
 # only the n best rows are read back from the table

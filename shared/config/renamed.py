@@ -3,8 +3,8 @@
 ragline 0.1 read these names beside the derived ``RAGLINE_<GROUP>_<FIELD>`` ones; 0.2 reads only the
 derived names, and a process that finds one of these set (in the environment or ``.env``) stops with an
 error naming its replacement (:func:`ragline.shared.config.settings.renamed_in_use`) instead of running
-without it. :data:`REMOVED` does the same for the variables of ranking weights that became constants
-(the error names where each went). The tables go in the release after 0.2.
+without it. :data:`REMOVED` does the same for the variables 0.2 removed (ranking
+weights that became constants, pseudo-relevance feedback), saying what became of each. The tables go in the release after 0.2.
 """
 
 from __future__ import annotations
@@ -151,20 +151,28 @@ RENAMED: dict[str, str] = {
     "RAGLINE_WORKER_WARMUP": "RAGLINE_WORKERS_WARMUP",
 }
 
-#: variables of ranking weights that 0.2 made constants next to their code -> where the constant is
-#: (an evaluation varies them there, with ``dataclasses.replace``; an operator does not set them)
+#: variables 0.2 removed -> what became of them: ranking weights are constants next to their code (an
+#: evaluation varies them there, with ``dataclasses.replace``; an operator does not set them), and
+#: pseudo-relevance feedback, off by default, is gone with its settings
+_FEEDBACK = "pseudo-relevance feedback was removed (it did not help on the dev sets)"
 REMOVED: dict[str, str] = {
-    "RAGLINE_CODE_DEFINITION_BONUS": "query/retrieval/structure.py WEIGHTS.definition",
-    "RAGLINE_CODE_FILE_BONUS": "query/retrieval/structure.py WEIGHTS.file",
-    "RAGLINE_CODE_FILE_RANK_DECAY": "query/retrieval/file_rank.py WEIGHTS.decay",
-    "RAGLINE_CODE_FILE_RANK_DEFINITION_BONUS": "query/retrieval/file_rank.py WEIGHTS.definition",
-    "RAGLINE_CODE_FILE_RANK_DEPTH": "query/retrieval/file_rank.py WEIGHTS.depth",
-    "RAGLINE_CODE_FILE_RANK_FRAME_BONUS": "query/retrieval/file_rank.py WEIGHTS.frame",
-    "RAGLINE_CODE_FILE_RANK_IMPORT_BONUS": "query/retrieval/file_rank.py WEIGHTS.imports",
-    "RAGLINE_CODE_FILE_RANK_PATH_BONUS": "query/retrieval/file_rank.py WEIGHTS.path",
-    "RAGLINE_CODE_LAYER_STEP": "query/retrieval/structure.py WEIGHTS.layer_step",
-    "RAGLINE_CODE_MENTION_BONUS": "query/retrieval/structure.py WEIGHTS.mention",
-    "RAGLINE_CODE_NAMED_WEIGHT": "query/retrieval/structure.py WEIGHTS.named",
-    "RAGLINE_CODE_RELATED_BONUS": "query/retrieval/structure.py WEIGHTS.related",
-    "RAGLINE_CODE_SPELLED_BONUS": "query/retrieval/structure.py WEIGHTS.spelled",
+    "RAGLINE_CODE_DEFINITION_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.definition",
+    "RAGLINE_CODE_FILE_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.file",
+    "RAGLINE_CODE_FILE_RANK_DECAY": "now a constant: query/retrieval/file_rank.py WEIGHTS.decay",
+    "RAGLINE_CODE_FILE_RANK_DEFINITION_BONUS": "now a constant: query/retrieval/file_rank.py WEIGHTS.definition",
+    "RAGLINE_CODE_FILE_RANK_DEPTH": "now a constant: query/retrieval/file_rank.py WEIGHTS.depth",
+    "RAGLINE_CODE_FILE_RANK_FRAME_BONUS": "now a constant: query/retrieval/file_rank.py WEIGHTS.frame",
+    "RAGLINE_CODE_FILE_RANK_IMPORT_BONUS": "now a constant: query/retrieval/file_rank.py WEIGHTS.imports",
+    "RAGLINE_CODE_FILE_RANK_PATH_BONUS": "now a constant: query/retrieval/file_rank.py WEIGHTS.path",
+    "RAGLINE_CODE_LAYER_STEP": "now a constant: query/retrieval/structure.py WEIGHTS.layer_step",
+    "RAGLINE_CODE_MENTION_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.mention",
+    "RAGLINE_CODE_NAMED_WEIGHT": "now a constant: query/retrieval/structure.py WEIGHTS.named",
+    "RAGLINE_CODE_RELATED_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.related",
+    "RAGLINE_CODE_SPELLED_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.spelled",
+    "RAGLINE_PRF_ALPHA": _FEEDBACK,
+    "RAGLINE_PRF_BETA": _FEEDBACK,
+    "RAGLINE_PRF_DOCS": _FEEDBACK,
+    "RAGLINE_PRF_MODE": _FEEDBACK,
+    "RAGLINE_PRF_TERMS": _FEEDBACK,
+    "RAGLINE_PRF_TERM_WEIGHT": _FEEDBACK,
 }

@@ -735,42 +735,6 @@ class FusionSettings(_Group):
     )
 
 
-class PrfSettings(_Group):
-    """Pseudo-relevance feedback: a second pass steered by the first pass's top hits (``query/retrieval/feedback.py``)."""
-
-    mode: Literal["off", "dense", "lexical", "both"] = Field(
-        "off",
-        description='pseudo-relevance feedback (query/retrieval/feedback.py): a second pass steered by the first pass\'s top prf.docs fused hits: "dense" moves the question\'s vector toward theirs (Rocchio: prf.alpha · question + prf.beta · mean of the hits), "lexical" ORs prf.terms of their shared lexemes into the lexical query at prf.term_weight of the question\'s own rank; off: on the dev sets dense feedback moved hybrid by less than the noise, lexical feedback lowered it (docs/evaluation.md, "Retrieval quality", bench/prf.py)',
-    )
-    docs: int = Field(
-        3,
-        ge=1,
-        le=20,
-        description="pseudo-relevance feedback: how many of the first pass's top fused hits steer the second",
-    )
-    alpha: float = Field(
-        1.0,
-        ge=0,
-        description="dense feedback: the question vector's weight (Rocchio alpha)",
-    )
-    beta: float = Field(
-        0.5,
-        ge=0,
-        description="dense feedback: the weight of the mean of the feedback hits' vectors (Rocchio beta)",
-    )
-    terms: int = Field(
-        5,
-        ge=0,
-        le=50,
-        description="lexical feedback: how many shared lexemes of the feedback hits are OR-ed into the lexical query",
-    )
-    term_weight: float = Field(
-        0.3,
-        ge=0,
-        description="lexical feedback: the added terms' weight relative to the question's own",
-    )
-
-
 class TransformSettings(_Group):
     """Query transforms: each is an extra generator call."""
 
@@ -1072,7 +1036,6 @@ class Settings(BaseSettings):
     vector: VectorSettings = Field(default_factory=lambda: VectorSettings.model_validate({}))
     lexical: LexicalSettings = Field(default_factory=lambda: LexicalSettings.model_validate({}))
     fusion: FusionSettings = Field(default_factory=lambda: FusionSettings.model_validate({}))
-    prf: PrfSettings = Field(default_factory=lambda: PrfSettings.model_validate({}))
     transform: TransformSettings = Field(default_factory=lambda: TransformSettings.model_validate({}))
     admission: AdmissionSettings = Field(default_factory=lambda: AdmissionSettings.model_validate({}))
     deadlines: DeadlineSettings = Field(default_factory=lambda: DeadlineSettings.model_validate({}))
@@ -1252,8 +1215,8 @@ class RenamedVariables(ValueError):
 
 
 def renamed_in_use(present: set[str]) -> list[tuple[str, str]]:
-    """``(old name, its replacement)`` for every renamed variable among ``present``, and ``(name, where
-    its constant is)`` for every removed one, sorted (pure)."""
+    """``(old name, its replacement)`` for every renamed variable among ``present``, and ``(name, what
+    became of it)`` for every removed one, sorted (pure)."""
     table = RENAMED | REMOVED
     return [(old, table[old]) for old in sorted(present & table.keys())]
 
@@ -1261,7 +1224,7 @@ def renamed_in_use(present: set[str]) -> list[tuple[str, str]]:
 def renamed_message(old: str, new: str) -> str:
     """The one wording of a renamed or removed variable in use: the settings' error and ``ragline config``."""
     if old in REMOVED:
-        return f"{old} is no longer read, it is now a constant ({new}): unset it"
+        return f"{old} is no longer read ({new}): unset it"
     if new.removeprefix(ENV_PREFIX).lower() in _BY_KEY:
         return f"{old} is no longer read: set {new}"
     return f"{old} is no longer read, and its setting ({new}) was removed: unset it"

@@ -136,7 +136,6 @@ REMOVED_IN_0_2: dict[str, str] = {
     "ragline.query.context": "ragline.query.answer.context",
     "ragline.query.expand": "ragline.query.retrieval.expand",
     "ragline.query.extractive": "ragline.query.answer.extractive",
-    "ragline.query.feedback": "ragline.query.retrieval.feedback",
     "ragline.query.file_rank": "ragline.query.retrieval.file_rank",
     "ragline.query.filters": "ragline.query.retrieval.filters",
     "ragline.query.fusion": "ragline.query.retrieval.fusion",

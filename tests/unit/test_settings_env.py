@@ -332,7 +332,10 @@ def test_every_old_variable_is_derived_or_renamed_to_the_derived_name():
     assert renamed == RENAMED
 
 
-RENAMED_ROWS = [row for row in OLD_VARIABLES if row[0] in RENAMED]
+#: the settings 0.2 removed (:data:`REMOVED`), which old variables may still name
+GONE = {path for _v, _r, path, _e in OLD_VARIABLES if env_name(*path.split(".")) in REMOVED}
+RENAMED_ROWS = [row for row in OLD_VARIABLES if row[0] in RENAMED and row[2] not in GONE]
+RENAMED_TO_REMOVED = [row for row in OLD_VARIABLES if row[0] in RENAMED and row[2] in GONE]
 
 
 @pytest.mark.parametrize("where", ["env", ".env"])
@@ -378,22 +381,37 @@ def test_a_renamed_variable_whose_setting_was_removed_is_named_as_removed():
 
 
 @pytest.mark.parametrize("variable", sorted(REMOVED))
-def test_a_removed_variable_stops_the_settings_naming_the_constant_it_became(monkeypatch, tmp_path, variable):
-    """A ranking weight that became a constant is refused as set, with where the constant is; the
-    place named is a real attribute of that module's constant (no stale pointer)."""
+def test_a_removed_variable_stops_the_settings_saying_what_became_of_it(monkeypatch, tmp_path, variable):
+    """A variable 0.2 removed is refused as set, with what became of it; a ranking weight names its
+    constant, a real field of that module's constant (no stale pointer)."""
     _clean_env(monkeypatch, tmp_path)
     monkeypatch.setenv(variable, "0.5")
     with pytest.raises(RenamedVariables) as caught:
         Settings()
     assert caught.value.renamed == [(variable, REMOVED[variable])]
-    assert f"{variable} is no longer read, it is now a constant ({REMOVED[variable]}): unset it" in str(
-        caught.value
-    )
-    path, attribute = REMOVED[variable].split(" ")
-    module = importlib.import_module("ragline." + path.removesuffix(".py").replace("/", "."))
-    constant, field = attribute.split(".")
-    assert field in {f.name for f in dataclasses.fields(getattr(module, constant))}
+    assert f"{variable} is no longer read ({REMOVED[variable]}): unset it" in str(caught.value)
     assert variable.removeprefix("RAGLINE_").lower() not in {f"{g}_{n}" for g, n, _ in Settings.iter_fields()}
+    if REMOVED[variable].startswith("now a constant: "):
+        path, attribute = REMOVED[variable].removeprefix("now a constant: ").split(" ")
+        module = importlib.import_module("ragline." + path.removesuffix(".py").replace("/", "."))
+        constant, field = attribute.split(".")
+        assert field in {f.name for f in dataclasses.fields(getattr(module, constant))}
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw", "path", "expected"), RENAMED_TO_REMOVED, ids=[r[0] for r in RENAMED_TO_REMOVED]
+)
+def test_a_renamed_variable_whose_setting_0_2_removed_says_so(
+    monkeypatch, tmp_path, variable, raw, path, expected
+):
+    _clean_env(monkeypatch, tmp_path)
+    monkeypatch.setenv(variable, raw)
+    with pytest.raises(RenamedVariables) as caught:
+        Settings()
+    assert (
+        f"{variable} is no longer read, and its setting ({RENAMED[variable]}) was removed: unset it"
+        in str(caught.value)
+    )
 
 
 def test_ragline_config_names_each_renamed_variable_and_fails(monkeypatch, tmp_path):
@@ -519,7 +537,7 @@ DERIVED_VARIABLES = (
         {
             path: (RENAMED.get(variable, variable), raw, path, expected)
             for variable, raw, path, expected in OLD_VARIABLES
-            if variable not in PLATFORM_NAMES
+            if variable not in PLATFORM_NAMES and path not in GONE
         }.values()
     )
     + NEW_VARIABLES

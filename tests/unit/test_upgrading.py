@@ -16,7 +16,7 @@ def test_the_upgrade_note_lists_every_renamed_variable_and_nothing_else():
     assert dict(ROW.findall(DOC.read_text(encoding="utf-8"))) == RENAMED
 
 
-REMOVED_ROW = re.compile(r"^\| `(RAGLINE_[A-Z0-9_]+)` \| `([a-z_/]+\.py [A-Z_]+\.[a-z_]+)` \|$", re.M)
+REMOVED_ROW = re.compile(r"^\| `(RAGLINE_[A-Z0-9_]+)` \| ([^`|]+) \|$", re.M)
 
 
 def test_the_upgrade_note_lists_every_removed_variable_with_its_constant():
