@@ -18,6 +18,12 @@ from ragline.shared.sdk.contracts import SearchRequest
 #: the layer ingestion stores test files in (``ingest/layers.py`` decides, by ``RAGLINE_CODE_TEST_GLOBS``):
 #: a row is a test when it was stored there, so search and ingestion never judge a path differently
 DEFAULT_TESTS_LAYER = CodeSettings.model_fields["tests_layer"].default
+#: added to the fused score of a hit matching the request's ``prefer_path_prefixes`` /
+#: ``prefer_like_patterns``, in RRF units (one rank near the top is ~0.0003): it lifts a preferred
+#: hit over a few ranks, not over the whole list (0.2; a setting until 0.1)
+PREFER_BONUS = 0.005
+#: subtracted from the fused score of a test file's hit when the request sets ``prefer_non_tests``
+TEST_PENALTY = 0.005
 
 
 def like_escape(text: str) -> str:

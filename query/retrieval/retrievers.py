@@ -15,7 +15,14 @@ from typing import NamedTuple
 import numpy as np
 
 from ragline.query.retrieval import sql, structure, terms
-from ragline.query.retrieval.filters import clean_paths, compile_filters, has_terms, lexical_query
+from ragline.query.retrieval.filters import (
+    PREFER_BONUS,
+    TEST_PENALTY,
+    clean_paths,
+    compile_filters,
+    has_terms,
+    lexical_query,
+)
 from ragline.query.retrieval.sql import VectorPath
 from ragline.query.retrieval.transaction import (
     StatementLimit,
@@ -32,10 +39,8 @@ from ragline.shared.worker.identifiers import code_terms, or_tsquery, whole_tsqu
 
 
 def filters_for(req: SearchRequest, settings: Settings):
-    """The request's filters with the configured bonus, penalty and tests layer."""
-    return compile_filters(
-        req, settings.fusion.prefer_bonus, settings.fusion.test_penalty, settings.code.tests_layer
-    )
+    """The request's filters with the preference bonus, the tests' penalty and the tests layer."""
+    return compile_filters(req, PREFER_BONUS, TEST_PENALTY, settings.code.tests_layer)
 
 
 def corpus_plan(conn: DictConnection, req: SearchRequest, settings: Settings) -> terms.TermPlan:

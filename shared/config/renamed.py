@@ -169,6 +169,8 @@ REMOVED: dict[str, str] = {
     "RAGLINE_CODE_NAMED_WEIGHT": "now a constant: query/retrieval/structure.py WEIGHTS.named",
     "RAGLINE_CODE_RELATED_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.related",
     "RAGLINE_CODE_SPELLED_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.spelled",
+    "RAGLINE_FUSION_PREFER_BONUS": "now a constant: query/retrieval/filters.py PREFER_BONUS",
+    "RAGLINE_FUSION_TEST_PENALTY": "now a constant: query/retrieval/filters.py TEST_PENALTY",
     "RAGLINE_PRF_ALPHA": _FEEDBACK,
     "RAGLINE_PRF_BETA": _FEEDBACK,
     "RAGLINE_PRF_DOCS": _FEEDBACK,

@@ -683,7 +683,7 @@ class LexicalSettings(_Group):
 
 
 class FusionSettings(_Group):
-    """Fusing the vector and lexical lists into one (``query/retrieval/fusion.py``, ``FusionPolicy``) and the bonuses added to fused scores."""
+    """Fusing the vector and lexical lists into one (``query/retrieval/fusion.py``, ``FusionPolicy``)."""
 
     rrf_k: int = Field(
         60,
@@ -724,14 +724,6 @@ class FusionSettings(_Group):
         ge=0,
         le=1,
         description="the lexical share of a convex combination (the vector list gets the rest)",
-    )
-    prefer_bonus: float = Field(
-        0.005,
-        description="added to the fused score of a hit matching prefer_path_prefixes / prefer_like_patterns (one RRF step near the top is ~0.0003)",
-    )
-    test_penalty: float = Field(
-        0.005,
-        description="subtracted from the fused score of a test file's hit when a request sets prefer_non_tests",
     )
 
 

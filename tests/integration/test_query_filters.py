@@ -114,19 +114,20 @@ def test_layers(corpus):
 
 
 def test_prefer_bonus_and_test_penalty_change_the_order(corpus):
-    settings = get_settings()
+    from ragline.query.retrieval.filters import PREFER_BONUS, TEST_PENALTY
+
     plain = run(corpus)
     # the test files repeat the word, so lexically they lead
     assert plain.hits[0].doc_id in {"unit", "underscore"}
     preferred = run(corpus, prefer_path_prefixes=["docs/guide"])
     top = preferred.hits[0]
-    assert top.doc_id == "guide" and top.prefer_bonus == pytest.approx(settings.fusion.prefer_bonus)
-    assert top.score == pytest.approx(top.fused_score + settings.fusion.prefer_bonus)
+    assert top.doc_id == "guide" and top.prefer_bonus == pytest.approx(PREFER_BONUS)
+    assert top.score == pytest.approx(top.fused_score + PREFER_BONUS)
     glob = run(corpus, prefer_like_patterns=["*/main.py"])
     assert glob.hits[0].doc_id == "main"
     no_tests = run(corpus, prefer_non_tests=True)
     penalised = {h.doc_id: h.test_penalty for h in no_tests.hits}
-    assert penalised["unit"] == penalised["underscore"] == pytest.approx(settings.fusion.test_penalty)
+    assert penalised["unit"] == penalised["underscore"] == pytest.approx(TEST_PENALTY)
     assert penalised["main"] == penalised["guide"] == 0.0
     assert {h.doc_id for h in no_tests.hits[-2:]} == {"unit", "underscore"}
 
