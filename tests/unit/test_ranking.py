@@ -1,0 +1,112 @@
+"""A search's order, through :func:`ragline.query.retrieval.ranking.order`, the one place it is decided:
+behaviour over the paths a search can take (prose fusion, code fusion with the structural re-score,
+the named files' list, the contract's order, a partly embedded scope, preferences and penalties)."""
+
+from __future__ import annotations
+
+from ragline.query.retrieval import ranking, structure
+from ragline.query.retrieval.filters import PREFER_BONUS, TEST_PENALTY
+from ragline.shared.config.settings import Settings
+from ragline.shared.sdk.contracts import SearchRequest
+
+SETTINGS = Settings()
+
+
+def row(doc: str, *, layer: str = "docs", path: str = "", distance=None, rank=None, **kw) -> dict:
+    return {
+        "doc_id": doc,
+        "chunk_no": 0,
+        "path": path or f"{doc}.md",
+        "layer": layer,
+        "heading_path": "",
+        "content": f"Текст документа {doc} о погоде в городе.",
+        "context": "",
+        "page": None,
+        "metadata": kw.pop("metadata", {}),
+        "prefer_bonus": kw.pop("prefer_bonus", 0.0),
+        "test_penalty": kw.pop("test_penalty", 0.0),
+        **({"distance": distance} if distance is not None else {}),
+        **({"rank": rank} if rank is not None else {}),
+    }
+
+
+def vector_list(*docs: str, **kw) -> list[dict]:
+    return [row(d, distance=0.1 + 0.05 * i, **kw) for i, d in enumerate(docs)]
+
+
+def lexical_list(*docs: str, **kw) -> list[dict]:
+    return [row(d, rank=1.0 - 0.1 * i, **kw) for i, d in enumerate(docs)]
+
+
+def req(query: str, **kw) -> SearchRequest:
+    return SearchRequest(tenant="t", query=query, groups=["g"], **kw)
+
+
+def order(request, vector, lexical, named=(), limit=10, share=1.0):
+    return ranking.order(request, vector, lexical, list(named), SETTINGS, limit, 50, share)
+
+
+def test_a_prose_question_is_fused_and_cut_without_the_structural_pass():
+    hits, structured = order(
+        req("как устроена погода"), vector_list("a", "b", "c"), lexical_list("b", "a"), limit=2
+    )
+    assert not structured
+    assert [h.doc_id for h in hits] == ["a", "b"]  # the vector list leads a prose fusion
+    assert hits[0].score >= hits[1].score and all(h.structural_score is None for h in hits)
+    assert hits[0].vector_rank == 1 and hits[0].lexical_rank == 2
+
+
+def test_the_lexical_list_alone_orders_a_scope_without_vectors():
+    """share 0: the vector list saw none of the scope, so it carries no weight."""
+    hits, _ = order(req("как устроена погода"), vector_list("a", "b"), lexical_list("b", "a"), share=0.0)
+    assert [h.doc_id for h in hits] == ["b", "a"]
+
+
+def test_a_preferred_hit_gains_the_bonus_and_a_penalised_test_loses_the_penalty():
+    vector = [row("a", distance=0.2), row("b", distance=0.2)]  # tied: the bonus and penalty decide
+    vector[1]["prefer_bonus"] = PREFER_BONUS
+    vector[0]["test_penalty"] = TEST_PENALTY
+    hits, _ = order(req("как устроена погода"), vector, [])
+    assert [h.doc_id for h in hits] == ["b", "a"]
+    by_doc = {h.doc_id: h for h in hits}
+    assert by_doc["b"].score == round(by_doc["b"].fused_score + PREFER_BONUS, 8)
+    assert by_doc["a"].score == round(by_doc["a"].fused_score - TEST_PENALTY, 8)
+
+
+def test_a_question_naming_an_identifier_lifts_the_file_it_names_structurally():
+    question = "the error in pkg/hooks.py when registering"
+    vector = [
+        row("caller", layer="C0_SOURCE_CHUNKS", path="pkg/client.py", distance=0.1),
+        row("hooks", layer="C0_SOURCE_CHUNKS", path="pkg/hooks.py", distance=0.2),
+    ]
+    hits, structured = order(req(question), vector, [])
+    assert structured
+    assert hits[0].doc_id == "hooks" and hits[0].structural_score > 0
+    off, structured_off = order(req(question, structure=False), vector, [])
+    assert not structured_off and off[0].doc_id == "caller"
+
+
+def test_the_named_files_join_as_a_third_list_even_when_no_retriever_found_them():
+    question = 'Traceback:\n  File "/srv/app/pkg/registry.py", line 3, in run'
+    vector = [row("caller", layer="C0_SOURCE_CHUNKS", path="pkg/client.py", distance=0.1)]
+    named = [row("registry", layer="C0_SOURCE_CHUNKS", path="pkg/registry.py")]
+    hits, structured = order(req(question), vector, [], named=named)
+    assert structured
+    registry = next(h for h in hits if h.doc_id == "registry")
+    assert registry.named_rank == 1 and registry.vector_rank is None
+    # its fused score is the named list's RRF term alone, the file bonus comes on top
+    assert registry.fused_score == round(structure.WEIGHTS.named / 61, 8)
+    assert registry.structural_score >= structure.WEIGHTS.file
+    assert registry.score == round(registry.fused_score + registry.structural_score, 8)
+
+
+def test_the_contract_order_puts_layers_in_rank_order_whatever_the_fused_scores():
+    vector = [
+        row("guide", layer="docs", distance=0.05),
+        row("test", layer="C0_TEST_CHUNKS", path="tests/test_a.py", distance=0.1),
+        row("source", layer="C0_SOURCE_CHUNKS", path="a.py", distance=0.3),
+    ]
+    hits, structured = order(req("как устроена погода", ordering="contract"), vector, [])
+    assert structured
+    assert [h.doc_id for h in hits] == ["source", "guide", "test"]
+    assert [h.layer_rank for h in hits] == sorted(h.layer_rank for h in hits)
