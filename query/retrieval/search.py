@@ -13,6 +13,7 @@ The retrievers are called through their module, so a test that replaces one
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
@@ -51,54 +52,32 @@ def search(
     deadline.check("retrieval")
     limit = limit or req.k
     n = max(settings.retrieval.top_n, limit)
-    vector: list[dict] = []
-    lexical: list[dict] = []
-    named: list[dict] = []
-    coverage = retrievers.Coverage()
-    stage = "the retrieval settings"
+    lists = _Lists()
     statements = StatementLimit(settings)
     try:
         with read_only_transaction(conn):
             if req.mode == "exact":
                 t = time.perf_counter()
                 set_transaction_params(conn, req, settings, limit=statements)
-                stage = "the exact lookup"
+                lists.stage = "the exact lookup"
                 hits = [sql.hit(r) for r in retrievers.exact_rows(conn, req, settings)]
                 timings["exact"] = elapsed_ms(t)
                 return SearchResponse(hits=hits, timings_ms=timings)
-            query_vector = qvec if req.mode in ("hybrid", "vector") else None
-            vector_search = query_vector is not None
-            lexical_search = req.mode in ("hybrid", "lexical") and has_terms(req.query)
-            if vector_search or lexical_search:
-                set_transaction_params(conn, req, settings, n if vector_search else None, statements)
-            if query_vector is not None:
-                t = time.perf_counter()
-                stage = "the vector search"
-                vector, coverage = retrievers.vector_search(
-                    conn, req, query_vector, n, settings, statements.vector_path(settings)
-                )
-                timings["vector"] = elapsed_ms(t)
-            if lexical_search:
-                t = time.perf_counter()
-                if vector_search:
-                    statements.tighten(conn, "the lexical search")
-                stage = "the lexical search"
-                lexical = retrievers.lexical_rows(conn, req, n, settings)
-                timings["lexical"] = elapsed_ms(t)
-            if (
-                (vector_search or lexical_search)
-                and ranking.structure_on(req, settings)
-                and ranking.names_a_file(req)
-            ):
-                t = time.perf_counter()
-                statements.tighten(conn, "the named files")
-                stage = "the named files"
-                named = retrievers.named_rows(conn, req, query_vector, settings)
-                timings["named"] = elapsed_ms(t)
+            _retrieve(
+                conn,
+                req,
+                qvec if req.mode in ("hybrid", "vector") else None,
+                settings,
+                n,
+                statements,
+                lists,
+                timings,
+            )
     except psycopg.errors.QueryCanceled as exc:
         if "statement timeout" not in str(exc):
             raise
-        raise statements.error(stage) from None
+        raise statements.error(lists.stage) from None
+    vector, lexical, named, coverage = lists.vector, lists.lexical, lists.named, lists.coverage
     t = time.perf_counter()
     hits, structured = ranking.order(req, vector, lexical, named, settings, limit, n, coverage.share)
     if structured:
@@ -112,6 +91,55 @@ def search(
         vector_share=round(coverage.share, 6),
     )
     return resp.with_list_leads(ranking.leads(vector, lexical, settings))
+
+
+@dataclass
+class _Lists:
+    """What a search's retrievers found, and the statement running (named when it times out)."""
+
+    vector: list[dict] = field(default_factory=list)
+    lexical: list[dict] = field(default_factory=list)
+    named: list[dict] = field(default_factory=list)
+    coverage: retrievers.Coverage = field(default_factory=retrievers.Coverage)
+    stage: str = "the retrieval settings"
+
+
+def _retrieve(
+    conn: DictConnection,
+    req: SearchRequest,
+    query_vector: np.ndarray | None,
+    settings: Settings,
+    n: int,
+    statements: StatementLimit,
+    lists: _Lists,
+    timings: dict[str, float],
+) -> None:
+    """The vector, lexical and named-files statements the request asks for, into ``lists``, in the
+    search's transaction (``query_vector`` None: no vector search)."""
+    lexical_search = req.mode in ("hybrid", "lexical") and has_terms(req.query)
+    if query_vector is None and not lexical_search:
+        return
+    set_transaction_params(conn, req, settings, n if query_vector is not None else None, statements)
+    if query_vector is not None:
+        t = time.perf_counter()
+        lists.stage = "the vector search"
+        lists.vector, lists.coverage = retrievers.vector_search(
+            conn, req, query_vector, n, settings, statements.vector_path(settings)
+        )
+        timings["vector"] = elapsed_ms(t)
+    if lexical_search:
+        t = time.perf_counter()
+        if query_vector is not None:
+            statements.tighten(conn, "the lexical search")
+        lists.stage = "the lexical search"
+        lists.lexical = retrievers.lexical_rows(conn, req, n, settings)
+        timings["lexical"] = elapsed_ms(t)
+    if ranking.structure_on(req, settings) and ranking.names_a_file(req):
+        t = time.perf_counter()
+        statements.tighten(conn, "the named files")
+        lists.stage = "the named files"
+        lists.named = retrievers.named_rows(conn, req, query_vector, settings)
+        timings["named"] = elapsed_ms(t)
 
 
 def lexical_code_search(
