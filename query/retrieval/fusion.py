@@ -152,19 +152,11 @@ class FusionPolicy:
 
     @classmethod
     def from_settings(cls, settings: Settings, code: bool = False) -> FusionPolicy:
-        """The policy the retrieval settings configure; ``code`` for code retrieval, whose method and
-        lexical weight are their own (``fusion.method_code``, ``fusion.rrf_weight_lexical_code``)."""
-        return cls(
-            method=settings.fusion.method_code if code else settings.fusion.method,
-            rrf_k=settings.fusion.rrf_k,
-            vector_weight=settings.fusion.rrf_weight_vector,
-            lexical_weight=settings.fusion.rrf_weight_lexical_code
-            if code
-            else settings.fusion.rrf_weight_lexical,
-            cross_script_weight=settings.fusion.rrf_weight_lexical_cross_script,
-            convex_lexical=settings.fusion.convex_weight_lexical,
-            normalization=settings.fusion.normalization,
-        )
+        """:data:`PROSE`, or :data:`CODE` for code retrieval, with the method the settings choose
+        (``fusion.method``, ``fusion.method_code``)."""
+        if code:
+            return replace(CODE, method=settings.fusion.method_code)
+        return replace(PROSE, method=settings.fusion.method)
 
     def covering(self, share: float) -> FusionPolicy:
         """This policy for a scope of which ``share`` (0..1) has vectors (``vector_share``)."""
@@ -221,3 +213,15 @@ class FusionPolicy:
         """Lists whose scores are not comparable (query variants, each already fused) fused by rank
         with this policy's ``rrf_k``."""
         return rrf(rankings, k=self.rrf_k, weights=weights)
+
+
+#: how a prose question's two lists are fused (0.2; the weights were settings until 0.1): a convex
+#: combination of min-max normalised scores with the lexical list's share 0.3, in RRF units of
+#: k = 60; as RRF, vector 1 : lexical 0.0175; a question in another script than its passages gets no
+#: lexical weight. Chosen on tydi-ru-dev and xquad-ru dev (docs/evaluation.md, "Retrieval quality");
+#: an evaluation measures others with ``dataclasses.replace(PROSE, ...)`` (``ragline eval --sweep-rrf``)
+PROSE = FusionPolicy()
+#: code retrieval's: RRF (the structural bonuses are in RRF units) with the lexical list at 0.1, where
+#: identifiers make it a strong partner; chosen leaving one repository of swe-loc-dev out
+#: (docs/evaluation.md, "Each list's first files keep a place")
+CODE = FusionPolicy(method="rrf", lexical_weight=0.1)

@@ -29,10 +29,13 @@ def code_retrieval(query: str, settings: Settings, rows: Iterable[dict] = ()) ->
     )
 
 
-def fusion_policy(query: str, settings: Settings, rows: Iterable[dict] = ()) -> FusionPolicy:
+def fusion_policy(
+    query: str, settings: Settings, rows: Iterable[dict] = (), prose: FusionPolicy | None = None
+) -> FusionPolicy:
     """The fusion of this search: the code policy for code retrieval (:func:`code_retrieval`), else
-    the prose one. Code retrieval is decided once, and not at all when both policies agree."""
-    prose = FusionPolicy.from_settings(settings)
+    the prose one (``prose``: another one, which an evaluation sweep measures). Code retrieval is
+    decided once, and not at all when both policies agree."""
+    prose = prose or FusionPolicy.from_settings(settings)
     code = FusionPolicy.from_settings(settings, code=True)
     if code == prose:
         return prose
@@ -40,12 +43,17 @@ def fusion_policy(query: str, settings: Settings, rows: Iterable[dict] = ()) -> 
 
 
 def fused_keys(
-    vector: list[dict], lexical: list[dict], settings: Settings, query: str = "", vector_share: float = 1.0
+    vector: list[dict],
+    lexical: list[dict],
+    settings: Settings,
+    query: str = "",
+    vector_share: float = 1.0,
+    prose: FusionPolicy | None = None,
 ) -> list[tuple[tuple[str, int], float]]:
     """The candidates' keys, best first, with their fused score in RRF units (pure): the rows
     (:func:`ragline.query.retrieval.fusion.hybrid_inputs`) fused by this search's :func:`fusion_policy`, whose
     vector list saw ``vector_share`` of the scope (:meth:`FusionPolicy.covering`)."""
-    policy = fusion_policy(query, settings, [*vector, *lexical]).covering(vector_share)
+    policy = fusion_policy(query, settings, [*vector, *lexical], prose).covering(vector_share)
     return policy.hybrid(query, *hybrid_inputs(vector, lexical))  # type: ignore[return-value]
 
 

@@ -14,10 +14,10 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ragline.query.retrieval.fusion import FusionPolicy, hybrid_inputs
+from ragline.query.retrieval.fusion import PROSE, FusionPolicy, hybrid_inputs
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.names import TASK_INGEST_DOCUMENT, TASK_QUERY_RETRIEVE
 
@@ -211,9 +211,10 @@ def best_single_list(runs: list[tuple[dict, dict]], k: int = 10) -> dict:
     }
 
 
-#: the fusions a sweep scores beside the RRF weights: each normalisation at several lexical shares
+#: the prose fusions a sweep scores beside the RRF weights (fields of
+#: :class:`~ragline.query.retrieval.fusion.FusionPolicy`): each normalisation at several lexical shares
 FUSION_GRID: list[dict] = [
-    {"fusion_method": "convex", "fusion_normalization": norm, "fusion_convex_weight_lexical": w}
+    {"method": "convex", "normalization": norm, "convex_lexical": w}
     for norm in ("minmax", "zscore", "dbsf")
     for w in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 ]
@@ -242,19 +243,22 @@ def sweep_fusion(
     k: int = 10,
     runs: list[tuple[dict, dict]] | None = None,
 ) -> list[dict]:
-    """Hybrid metrics for several fusion settings (keyword overrides such as
-    ``{"fusion_method": "convex", "fusion_normalization": "zscore", "fusion_convex_weight_lexical": 0.3}``),
-    recomputed from one run's vector and lexical lists with the retriever's own
+    """Hybrid metrics for several prose fusions (fields of the prose
+    :class:`~ragline.query.retrieval.fusion.FusionPolicy` replaced, such as
+    ``{"method": "convex", "normalization": "zscore", "convex_lexical": 0.3}``), recomputed from one
+    run's vector and lexical lists with the retriever's own
     :func:`ragline.query.retrieval.hybrid.fused_keys`, script check included."""
     from ragline.query.retrieval.hybrid import fused_keys  # psycopg and numpy: only when sweeping
 
     runs = runs or candidate_lists(queries, search, settings.retrieval.top_n)
     out = []
     for overrides in variants:
-        varied = settings.overridden(**overrides)
+        prose = replace(FusionPolicy.from_settings(settings), **overrides)
         rep = ModeReport("hybrid " + " ".join(f"{a}={b}" for a, b in overrides.items()), k)
         for row, hits in runs:
-            fused = fused_keys(_rows(hits["vector"]), _rows(hits["lexical"]), varied, row["query"])
+            fused = fused_keys(
+                _rows(hits["vector"]), _rows(hits["lexical"]), settings, row["query"], prose=prose
+            )
             rep.add(row["query"], doc_ranking(key[0] for key, _ in fused), grades(row["relevant"]))
         out.append({**overrides, **rep.summary()})
     return out
@@ -361,14 +365,14 @@ def run_eval(
             "reranker": settings.rerank.provider if rerank else None,
             "tenant": tenant,
             "embedder": settings.embed.model_name,
-            "rrf_weight_vector": settings.fusion.rrf_weight_vector,
-            "rrf_weight_lexical": settings.fusion.rrf_weight_lexical,
-            "rrf_weight_lexical_cross_script": settings.fusion.rrf_weight_lexical_cross_script,
-            "rrf_k": settings.fusion.rrf_k,
+            "rrf_weight_vector": PROSE.vector_weight,
+            "rrf_weight_lexical": PROSE.lexical_weight,
+            "rrf_weight_lexical_cross_script": PROSE.cross_script_weight,
+            "rrf_k": PROSE.rrf_k,
             "lexical_rank": settings.lexical.rank,
             "fusion": settings.fusion.method,
-            "fusion_normalization": settings.fusion.normalization,
-            "convex_weight_lexical": settings.fusion.convex_weight_lexical,
+            "fusion_normalization": PROSE.normalization,
+            "convex_weight_lexical": PROSE.convex_lexical,
             "retrieval_top_n": settings.retrieval.top_n,
             "ingest": {k_: summary[k_] for k_ in ("documents", "chunks", "embedded", "failed")},
             "failed_documents": [e["doc_id"] for e in summary["errors"]],
@@ -380,13 +384,13 @@ def run_eval(
                 search,
                 sweep,
                 k,
-                settings.fusion.rrf_k,
+                PROSE.rrf_k,
                 settings.retrieval.top_n,
-                settings.fusion.rrf_weight_lexical_cross_script,
+                PROSE.cross_script_weight,
                 runs,
             )
             meta["fusion_sweep"] = sweep_fusion(
-                queries, search, [{"fusion_method": "rrf"}, *FUSION_GRID], settings, k, runs
+                queries, search, [{"method": "rrf"}, *FUSION_GRID], settings, k, runs
             )
             meta["best_single_list"] = best_single_list(runs, k)
         return {"modes": result, "meta": meta}

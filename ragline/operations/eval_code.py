@@ -37,7 +37,7 @@ from pathlib import Path
 from ragline.operations import code_ablations
 from ragline.operations.eval import doc_ranking, recall_at_k, reciprocal_rank, retrieve
 from ragline.query.retrieval import file_rank, structure
-from ragline.query.retrieval.fusion import FusionPolicy
+from ragline.query.retrieval.fusion import CODE, PROSE, FusionPolicy
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.contracts import Hit
 
@@ -370,10 +370,7 @@ def ablation_runs(settings: Settings) -> list[tuple[str, structure.Weights, floa
     """``(label, structural weights, lexical weight)`` of every structural ablation and lexical
     weight the eval re-fuses each query's candidates with."""
     weights = structure.WEIGHTS
-    runs = [
-        (label, w, settings.fusion.rrf_weight_lexical_code)
-        for label, w in code_ablations.ablations(weights).items()
-    ]
+    runs = [(label, w, CODE.lexical_weight) for label, w in code_ablations.ablations(weights).items()]
     runs += [
         (f"{label}, lexical weight {wl:g}", w, wl)
         for wl in LEXICAL_WEIGHTS
@@ -509,9 +506,9 @@ def run_code_eval(
             "snapshots": ingests,
             "embedder": settings.embed.model_name,
             "retrieval_top_n": settings.retrieval.top_n,
-            "rrf_weight_vector": settings.fusion.rrf_weight_vector,
-            "rrf_weight_lexical": settings.fusion.rrf_weight_lexical,
-            "rrf_weight_lexical_code": settings.fusion.rrf_weight_lexical_code,
+            "rrf_weight_vector": CODE.vector_weight,
+            "rrf_weight_lexical": PROSE.lexical_weight,
+            "rrf_weight_lexical_code": CODE.lexical_weight,
             "lexical_rank": settings.lexical.rank,
             "load_average": {"before_queries": load_before, "after_queries": os.getloadavg()},
             "structure_weights": weights.as_dict(),

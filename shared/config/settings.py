@@ -683,30 +683,9 @@ class LexicalSettings(_Group):
 
 
 class FusionSettings(_Group):
-    """Fusing the vector and lexical lists into one (``query/retrieval/fusion.py``, ``FusionPolicy``)."""
+    """Which fusion a search runs (``query/retrieval/fusion.py``: the policies' weights are the constants
+    ``PROSE`` and ``CODE`` there)."""
 
-    rrf_k: int = Field(
-        60,
-        description="the k of Reciprocal Rank Fusion",
-    )
-    rrf_weight_vector: float = Field(
-        1.0,
-        description="the vector list's RRF weight",
-    )
-    rrf_weight_lexical: float = Field(
-        0.0175,
-        description='weights of the two lists in the fusion (docs/evaluation.md, "Retrieval quality")',
-    )
-    rrf_weight_lexical_cross_script: float = Field(
-        0.0,
-        ge=0,
-        description="the lexical weight (at most rrf_weight_lexical) for a question written in another script than the passages found for it (English over Russian) and holding no number or identifier: its words can only match stray Latin tokens there, so the vector order stands (query/retrieval/language.py)",
-    )
-    rrf_weight_lexical_code: float = Field(
-        0.1,
-        ge=0,
-        description='the lexical weight for code retrieval (a question naming a file or an identifier, or code candidates: query/retrieval/hybrid.py code_retrieval): identifiers match exactly, so the lexical list is a strong partner there; chosen leaving one repository of swe-loc-dev out (docs/evaluation.md, "Each list\'s first files keep a place")',
-    )
     method: Literal["rrf", "convex"] = Field(
         "convex",
         description="how the vector and lexical lists of a prose question become one: a convex combination of normalised scores, or weighted RRF over ranks (query/retrieval/fusion.py, FusionPolicy); chosen on the dev sets (docs/evaluation.md)",
@@ -714,16 +693,6 @@ class FusionSettings(_Group):
     method_code: Literal["rrf", "convex"] = Field(
         "rrf",
         description="the fusion of code retrieval (a question naming a file or identifier, or code candidates): RRF, because the structural bonuses of code retrieval were tuned in RRF units",
-    )
-    normalization: Literal["minmax", "zscore", "dbsf"] = Field(
-        "minmax",
-        description="how each list's scores are normalised before a convex combination: min-max, z-scores, or distribution-based (mean ± 3 sd)",
-    )
-    convex_weight_lexical: float = Field(
-        0.3,
-        ge=0,
-        le=1,
-        description="the lexical share of a convex combination (the vector list gets the rest)",
     )
 
 
@@ -1086,7 +1055,7 @@ class Settings(BaseSettings):
 
     def overridden(self, **values: Any) -> Settings:
         """A copy with some settings replaced, each named as a keyword override is
-        (``fusion_rrf_k``): what evaluation sweeps and benchmarks vary, without reading the
+        (``retrieval_top_n``): what evaluation sweeps and benchmarks vary, without reading the
         environment again."""
         update: dict[str, dict[str, Any]] = {}
         for key, value in values.items():
@@ -1278,7 +1247,7 @@ def _named_by_variable(exc: ValidationError, present: set[str], overrides: dict[
 
 
 def variable(key: str) -> str:
-    """The variable of a keyword override (``fusion_rrf_k``: ``RAGLINE_FUSION_RRF_K``), for code
+    """The variable of a keyword override (``retrieval_top_n``: ``RAGLINE_RETRIEVAL_TOP_N``), for code
     that hands settings to a process by its environment."""
     group, name = _BY_KEY[key]
     return env_name(group, name)

@@ -176,7 +176,11 @@ def test_bm25_scores_and_order_as_the_query_role(conn, tenant):
     assert {h.doc_id: round(h.lexical_score, 9) for h in flat} == {d: round(s, 9) for d, s in ref.items()}
 
 
-def test_hybrid_with_convex_fusion_end_to_end(conn, tenant):
+def test_hybrid_with_convex_fusion_end_to_end(conn, tenant, monkeypatch):
+    from dataclasses import replace
+
+    from ragline.query.retrieval import fusion
+
     store_docs(conn, tenant, DOCS)
     req = SearchRequest(query=QUESTION, tenant=tenant, groups=["g"], k=3, mode="hybrid")
 
@@ -184,17 +188,13 @@ def test_hybrid_with_convex_fusion_end_to_end(conn, tenant):
         with db.query_connection() as qconn:
             return search.search(qconn, req.model_copy(update={"mode": mode}), vec(QUESTION), settings).hits
 
-    lexical_heavy = run(
-        Settings(
-            lexical_rank="bm25",
-            fusion_method="convex",
-            fusion_convex_weight_lexical=0.8,
-            fusion_normalization="minmax",
-        )
-    )
+    shipped = fusion.PROSE
+    monkeypatch.setattr(fusion, "PROSE", replace(shipped, convex_lexical=0.8, normalization="minmax"))
+    lexical_heavy = run(Settings(lexical_rank="bm25", fusion_method="convex"))
     assert lexical_heavy[0].doc_id == "zoo.md"  # BM25's first, far ahead of the rest
     assert all(0 < h.fused_score <= 1 / 61 for h in lexical_heavy)  # in RRF units
-    vector_only = run(Settings(fusion_method="convex", fusion_convex_weight_lexical=0.0))
+    monkeypatch.setattr(fusion, "PROSE", replace(shipped, convex_lexical=0.0))
+    vector_only = run(Settings(fusion_method="convex"))
     assert [h.doc_id for h in vector_only] == [h.doc_id for h in run(Settings(), "vector")]
 
 

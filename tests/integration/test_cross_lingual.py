@@ -74,10 +74,17 @@ def test_english_question_over_russian_passages_gets_its_passage_first(xquad_ten
 
 
 @pytest.mark.slow
-def test_without_the_script_check_the_stray_lexical_match_wins(xquad_tenant, use_settings):
+def test_without_the_script_check_the_stray_lexical_match_wins(xquad_tenant, use_settings, monkeypatch):
     """The behaviour before the check (a cross-script weight equal to the lexical weight turns it
     off) under RRF: the English question's top hit is the passage whose title shares one English word."""
-    use_settings(fusion_rrf_weight_lexical_cross_script=0.0175, fusion_method="rrf")
+    from dataclasses import replace
+
+    from ragline.query.retrieval import fusion
+
+    monkeypatch.setattr(
+        fusion, "PROSE", replace(fusion.PROSE, cross_script_weight=fusion.PROSE.lexical_weight)
+    )
+    use_settings(fusion_method="rrf")
     search = task_search(xquad_tenant)
     for en in questions("dev-en.jsonl"):
         assert (

@@ -80,17 +80,23 @@ def test_the_architecture_page_states_its_defaults_in_a_checked_table():
 
 
 def test_the_fusion_defaults_are_documented():
-    """The fusion a default search runs is the claim the README got wrong before: it must be stated."""
+    """The fusion a default search runs is the claim the README got wrong before: it must be stated,
+    the methods as settings, the weights as the numbers of the constants the table names."""
+    from ragline.query.retrieval.fusion import CODE, PROSE
+
     rows = documented()
-    for setting in ("method", "method_code", "convex_weight_lexical", "rrf_k"):
+    for setting in ("method", "method_code"):
         variable = env_name("fusion", setting)
         assert variable in rows, f"README's defaults table lacks {variable}"
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"lexical share {PROSE.convex_lexical:g}" in text and PROSE.normalization == "minmax"
+    assert f"lexical weight {CODE.lexical_weight:g}" in text
 
 
 def test_the_table_parser_reads_a_wrong_default_as_wrong(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(
-        f"{BEGIN}\n| variable | default | meaning |\n|---|---|---|\n| `RAGLINE_FUSION_RRF_K` | `61` | x |\n{END}\n"
+        f"{BEGIN}\n| variable | default | meaning |\n|---|---|---|\n| `RAGLINE_RETRIEVAL_TOP_N` | `61` | x |\n{END}\n"
     )
-    (group, name, default) = _fields()["RAGLINE_FUSION_RRF_K"]
-    assert documented(page) == {"RAGLINE_FUSION_RRF_K": "61"} and _as_written(default) != "61"
+    (group, name, default) = _fields()["RAGLINE_RETRIEVAL_TOP_N"]
+    assert documented(page) == {"RAGLINE_RETRIEVAL_TOP_N": "61"} and _as_written(default) != "61"

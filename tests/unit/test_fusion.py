@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 from ragline.query.retrieval.fusion import rrf
 
 
@@ -39,11 +41,13 @@ def _row(doc: str, n: int = 0, **kw) -> dict:
     }
 
 
-def test_fuse_scores_rows_then_builds_only_the_kept_hits():
+def test_fuse_scores_rows_then_builds_only_the_kept_hits(monkeypatch):
+    from ragline.query.retrieval import fusion
     from ragline.query.retrieval.hybrid import fuse
     from ragline.shared.config.settings import Settings
 
-    s = Settings(fusion_rrf_weight_vector=1.0, fusion_rrf_weight_lexical=1.0, fusion_method="rrf")
+    monkeypatch.setattr(fusion, "PROSE", replace(fusion.PROSE, vector_weight=1.0, lexical_weight=1.0))
+    s = Settings(fusion_method="rrf")
     vector = [_row("a", distance=0.1), _row("b", distance=0.2), _row("t", distance=0.3, test_penalty=1.0)]
     lexical = [_row("b", rank=0.9), _row("c", rank=0.4, prefer_bonus=0.5)]
     hits = fuse(vector, lexical, s, limit=3)
@@ -126,7 +130,8 @@ def _noise_lists() -> tuple[list[dict], list[dict]]:
     return vector, lexical
 
 
-def test_fuse_keeps_the_vector_order_for_an_english_question_over_russian_passages():
+def test_fuse_keeps_the_vector_order_for_an_english_question_over_russian_passages(monkeypatch):
+    from ragline.query.retrieval import fusion
     from ragline.query.retrieval.hybrid import fuse
     from ragline.shared.config.settings import Settings
 
@@ -137,11 +142,10 @@ def test_fuse_keeps_the_vector_order_for_an_english_question_over_russian_passag
     assert hits[1].lexical_rank == 1 and hits[1].fused_score == round(1 / 62, 8)  # still reported, weight 0
     # the same lists for the Russian wording, or with the check off, fuse as before: the lexical
     # match lifts the second passage over the first
-    for query, settings in (
-        (RU_QUESTION, s),
-        (EN_QUESTION, Settings(fusion_rrf_weight_lexical_cross_script=1.0, fusion_method="rrf")),
-    ):
-        hits = fuse(vector, lexical, settings, limit=2, query=query)
+    shipped = fusion.PROSE
+    for query, cross_script in ((RU_QUESTION, shipped.cross_script_weight), (EN_QUESTION, 1.0)):
+        monkeypatch.setattr(fusion, "PROSE", replace(shipped, cross_script_weight=cross_script))
+        hits = fuse(vector, lexical, s, limit=2, query=query)
         assert [h.doc_id for h in hits] == ["United_Methodist_Church_p4", "Martin_Luther_p3"], query
         assert hits[0].fused_score == round(1 / 62 + 0.0175 / 61, 8)
 

@@ -9,6 +9,9 @@ ablations) goes through :class:`FusionPolicy`, so a change of the policy reaches
 from __future__ import annotations
 
 import random
+from dataclasses import replace
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 from hypothesis import given
@@ -18,7 +21,7 @@ from hypothesis import strategies as st
 from ragline.operations import code_ablations
 from ragline.operations import eval as evaluation
 from ragline.query import service
-from ragline.query.retrieval import hybrid, structure
+from ragline.query.retrieval import fusion, hybrid, structure
 from ragline.query.retrieval.fusion import FusionPolicy, convex, rrf
 from ragline.query.retrieval.language import PASSAGES, lexical_weight
 from ragline.shared.config.settings import Settings
@@ -29,19 +32,36 @@ QUERIES = ["погода в городе", "what is the weather in the city", "w
 
 
 # ----------------------------------------------------------- the implementations the policy replaced
+def _old_fusion_settings(settings):
+    """0.1's fusion settings, read from today's methods (settings) and weights (the constants)."""
+    p, c = fusion.PROSE, fusion.CODE
+    return SimpleNamespace(
+        method=settings.fusion.method,
+        method_code=settings.fusion.method_code,
+        rrf_k=p.rrf_k,
+        rrf_weight_vector=p.vector_weight,
+        rrf_weight_lexical=p.lexical_weight,
+        rrf_weight_lexical_code=c.lexical_weight,
+        rrf_weight_lexical_cross_script=p.cross_script_weight,
+        convex_weight_lexical=p.convex_lexical,
+        normalization=p.normalization,
+    )
+
+
 def _reference_fused_keys(vector, lexical, settings, query=""):
+    old = _old_fusion_settings(settings)
     rows = [*vector, *lexical]
-    prose = (settings.fusion.method, settings.fusion.rrf_weight_lexical)
-    code = (settings.fusion.method_code, settings.fusion.rrf_weight_lexical_code)
+    prose = (old.method, old.rrf_weight_lexical)
+    code = (old.method_code, old.rrf_weight_lexical_code)
     fusion, base = prose if code == prose else code if hybrid.code_retrieval(query, settings, rows) else prose
     w_lex = lexical_weight(
         query,
         [row["content"] for row in vector[:PASSAGES]] if lexical else [],
         base,
-        settings.fusion.rrf_weight_lexical_cross_script,
+        old.rrf_weight_lexical_cross_script,
     )
     if fusion == "convex":
-        share = settings.fusion.convex_weight_lexical * (w_lex / base if base > 0 else 1.0)
+        share = old.convex_weight_lexical * (w_lex / base if base > 0 else 1.0)
         fused = convex(
             {
                 "vector": [
@@ -49,17 +69,17 @@ def _reference_fused_keys(vector, lexical, settings, query=""):
                 ],
                 "lexical": [((row["doc_id"], row["chunk_no"]), float(row["rank"])) for row in lexical],
             },
-            weights={"vector": 1.0 - settings.fusion.convex_weight_lexical, "lexical": share},
-            how=settings.fusion.normalization,
+            weights={"vector": 1.0 - old.convex_weight_lexical, "lexical": share},
+            how=old.normalization,
         )
-        return [(key, score / (settings.fusion.rrf_k + 1)) for key, score in fused]
+        return [(key, score / (old.rrf_k + 1)) for key, score in fused]
     return rrf(
         {
             "vector": [(row["doc_id"], row["chunk_no"]) for row in vector],
             "lexical": [(row["doc_id"], row["chunk_no"]) for row in lexical],
         },
-        k=settings.fusion.rrf_k,
-        weights={"vector": settings.fusion.rrf_weight_vector, "lexical": w_lex},
+        k=old.rrf_k,
+        weights={"vector": old.rrf_weight_vector, "lexical": w_lex},
     )
 
 
@@ -131,16 +151,18 @@ def _unique(rows: list[dict]) -> list[dict]:
     return out
 
 
+#: the methods (settings) and the policies' weights (the constants an evaluation replaces)
 SETTINGS = st.builds(
-    lambda fusion, fusion_code, norm, w_lex, w_code, w_cross, share, k: Settings(
-        fusion_method=fusion,
-        fusion_method_code=fusion_code,
-        fusion_normalization=norm,
-        fusion_rrf_weight_lexical=w_lex,
-        fusion_rrf_weight_lexical_code=w_code,
-        fusion_rrf_weight_lexical_cross_script=w_cross,
-        fusion_convex_weight_lexical=share,
-        fusion_rrf_k=k,
+    lambda method, method_code, norm, w_lex, w_code, w_cross, share, k: (
+        Settings(fusion_method=method, fusion_method_code=method_code),
+        FusionPolicy(
+            rrf_k=k,
+            lexical_weight=w_lex,
+            cross_script_weight=w_cross,
+            convex_lexical=share,
+            normalization=norm,
+        ),
+        w_code,
     ),
     st.sampled_from(["rrf", "convex"]),
     st.sampled_from(["rrf", "convex"]),
@@ -155,9 +177,16 @@ SETTINGS = st.builds(
 
 @hsettings(max_examples=120, deadline=None)
 @given(SETTINGS, st.integers(0, 10_000), st.sampled_from(QUERIES), st.booleans())
-def test_hybrid_fusion_ranks_and_scores_as_before(s, seed, query, code):
+def test_hybrid_fusion_ranks_and_scores_as_before(configured, seed, query, code):
+    s, prose, w_code = configured
     vector, lexical = _lists(seed, code)
-    assert hybrid.fused_keys(vector, lexical, s, query) == _reference_fused_keys(vector, lexical, s, query)
+    with (
+        mock.patch.object(fusion, "PROSE", prose),
+        mock.patch.object(fusion, "CODE", replace(prose, method="rrf", lexical_weight=w_code)),
+    ):
+        assert hybrid.fused_keys(vector, lexical, s, query) == _reference_fused_keys(
+            vector, lexical, s, query
+        )
 
 
 def test_the_default_settings_fuse_as_before_on_prose_and_code():
@@ -296,9 +325,7 @@ def _rrf_sweep(spy):
 
 
 def _fusion_sweep(spy):
-    evaluation.sweep_fusion(
-        [], None, [{"fusion_method": "rrf"}, {"fusion_method": "convex"}], Settings(), runs=_runs(0)
-    )
+    evaluation.sweep_fusion([], None, [{"method": "rrf"}, {"method": "convex"}], Settings(), runs=_runs(0))
     return "hybrid"
 
 
@@ -315,20 +342,14 @@ def test_every_path_that_fuses_calls_the_policy(path, monkeypatch):
     assert spy.calls.get(entry, 0) >= 1, f"{path.__name__} fused without FusionPolicy.{entry}: {spy.calls}"
 
 
-def test_the_policy_is_built_from_the_settings():
-    s = Settings(
-        fusion_method="convex",
-        fusion_method_code="rrf",
-        fusion_rrf_k=42,
-        fusion_rrf_weight_vector=0.9,
-        fusion_rrf_weight_lexical=0.02,
-        fusion_rrf_weight_lexical_code=0.2,
-        fusion_rrf_weight_lexical_cross_script=0.001,
-        fusion_convex_weight_lexical=0.4,
-        fusion_normalization="dbsf",
-    )
-    assert FusionPolicy.from_settings(s) == FusionPolicy("convex", 42, 0.9, 0.02, 0.001, 0.4, "dbsf")
-    assert FusionPolicy.from_settings(s, code=True) == FusionPolicy("rrf", 42, 0.9, 0.2, 0.001, 0.4, "dbsf")
+def test_the_policy_is_the_constants_with_the_methods_the_settings_choose():
+    s = Settings(fusion_method="rrf", fusion_method_code="convex")
+    assert FusionPolicy.from_settings(s) == replace(fusion.PROSE, method="rrf")
+    assert FusionPolicy.from_settings(s, code=True) == replace(fusion.CODE, method="convex")
+    # the weights 0.1 shipped as settings' defaults (method, rrf_k, vector, lexical, cross-script,
+    # convex share, normalization)
+    assert fusion.PROSE == FusionPolicy("convex", 60, 1.0, 0.0175, 0.0, 0.3, "minmax")
+    assert fusion.CODE == FusionPolicy("rrf", 60, 1.0, 0.1, 0.0, 0.3, "minmax")
 
 
 # ------------------------------------------------------------- a scope only partly embedded yet
@@ -357,7 +378,7 @@ def test_a_vector_list_over_a_sliver_of_the_scope_does_not_outrank_the_lexical_l
 @pytest.mark.parametrize("share", [0.0, 0.02, 0.5, 1.0])
 def test_the_vector_weight_scales_with_the_share_in_every_method(share):
     policy = FusionPolicy.from_settings(Settings(), code=True).covering(share)
-    assert policy.vector_rrf_weight == pytest.approx(Settings().fusion.rrf_weight_vector * share)
+    assert policy.vector_rrf_weight == pytest.approx(fusion.CODE.vector_weight * share)
     vec, lex = [("v", 0.9)], [("l", 5.0)]
     rrf_scores = dict(policy.hybrid("register_hook", vec, lex))
     assert rrf_scores["v"] == pytest.approx(policy.vector_weight * share / (policy.rrf_k + 1))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
+from ragline.query.retrieval import fusion
 from ragline.query.retrieval.fusion import convex, normalize
 from ragline.shared.config.settings import Settings
 
@@ -62,15 +64,11 @@ def _row(doc: str, **kw) -> dict:
     }
 
 
-def test_fuse_convex_in_rrf_units_then_bonus_and_penalty():
+def test_fuse_convex_in_rrf_units_then_bonus_and_penalty(monkeypatch):
     from ragline.query.retrieval.hybrid import fuse
 
-    s = Settings(
-        fusion_method="convex",
-        fusion_convex_weight_lexical=0.6,
-        fusion_normalization="minmax",
-        fusion_rrf_k=60,
-    )
+    monkeypatch.setattr(fusion, "PROSE", replace(fusion.PROSE, convex_lexical=0.6, normalization="minmax"))
+    s = Settings(fusion_method="convex")
     vector = [_row("a", distance=0.10), _row("b", distance=0.12), _row("t", distance=0.11, test_penalty=1.0)]
     lexical = [_row("b", rank=9.0), _row("c", rank=1.0, prefer_bonus=0.5)]
     hits = fuse(vector, lexical, s, limit=4, query="погода в городе")
@@ -102,31 +100,24 @@ def test_questions_naming_code_use_the_code_fusion():
     assert fusion_for("как зарегистрировать хук", s, [_row("a")]) == "convex"
 
 
-def test_code_retrieval_fuses_with_the_code_lexical_weight():
-    """A question naming an identifier, or code candidates, give the lexical list
-    ``rrf_weight_lexical_code``; prose keeps ``rrf_weight_lexical``."""
+def test_code_retrieval_fuses_with_the_code_lexical_weight(monkeypatch):
+    """A question naming an identifier, or code candidates, give the lexical list the code policy's
+    weight; prose keeps the prose policy's."""
     from ragline.query.retrieval.hybrid import fuse, fusion_policy
+
+    monkeypatch.setattr(fusion, "CODE", replace(fusion.CODE, lexical_weight=1.0))
+    assert fusion.PROSE.lexical_weight == 0.0175
 
     def fusion_plan(query, settings, rows=()):
         policy = fusion_policy(query, settings, rows)
         return policy.method, policy.lexical_weight
 
-    s = Settings(
-        fusion_method="convex",
-        fusion_method_code="rrf",
-        fusion_rrf_weight_lexical=0.0175,
-        fusion_rrf_weight_lexical_code=1.0,
-    )
+    s = Settings(fusion_method="convex", fusion_method_code="rrf")
     vector = [_row("a", distance=0.10), _row("b", distance=0.11), _row("c", distance=0.12)]
     lexical = [_row("c", rank=3.0)]
     # c: 1/63 + w/61 beats a's 1/61 only at the code weight (at 0.0175 a stays first)
     assert [h.doc_id for h in fuse(vector, lexical, s, 3, "where is register_hook defined?")][0] == "c"
-    rrf_only = Settings(
-        fusion_method="rrf",
-        fusion_method_code="rrf",
-        fusion_rrf_weight_lexical=0.0175,
-        fusion_rrf_weight_lexical_code=1.0,
-    )
+    rrf_only = Settings(fusion_method="rrf", fusion_method_code="rrf")
     assert [h.doc_id for h in fuse(vector, lexical, rrf_only, 3, "как зарегистрировать хук")][0] == "a"
     code_rows = [_row("a", layer="C0_SOURCE_CHUNKS")]
     assert [h.doc_id for h in fuse(code_rows + vector[1:], lexical, rrf_only, 3, "как зарегистрировать хук")][
@@ -137,13 +128,15 @@ def test_code_retrieval_fuses_with_the_code_lexical_weight():
     assert fusion_plan("HTTPAdapter.send падает", s) == ("rrf", 1.0)
 
 
-def test_cross_script_question_keeps_the_vector_order_under_convex_too():
+def test_cross_script_question_keeps_the_vector_order_under_convex_too(monkeypatch):
     from ragline.query.retrieval.hybrid import fuse
+
+    monkeypatch.setattr(fusion, "PROSE", replace(fusion.PROSE, convex_lexical=0.6, normalization="minmax"))
 
     ru = "Лютер писал, что двое монахов были сожжены на костре в Брюсселе, и это было началом."
     vector = [_row("Martin_Luther_p3", content=ru, distance=0.15), _row("UMC_p4", content=ru, distance=0.151)]
     lexical = [_row("UMC_p4", content=ru, rank=5.0)]
-    s = Settings(fusion_method="convex", fusion_convex_weight_lexical=0.6, fusion_normalization="minmax")
+    s = Settings(fusion_method="convex")
     english = "Why were Johann Esch and Heinrich Voes executed by the Catholic Church?"
     assert [h.doc_id for h in fuse(vector, lexical, s, 2, english)] == ["Martin_Luther_p3", "UMC_p4"]
     russian = "Почему монахи были сожжены в Брюсселе?"
@@ -173,19 +166,15 @@ def test_sweep_fusion_recomputes_hybrid_from_the_scored_lists():
         queries,
         search,
         [
-            {"fusion_method": "rrf"},
-            {
-                "fusion_method": "convex",
-                "fusion_convex_weight_lexical": 0.6,
-                "fusion_normalization": "minmax",
-            },
+            {"method": "rrf"},
+            {"method": "convex", "convex_lexical": 0.6, "normalization": "minmax"},
         ],
-        Settings(fusion_rrf_weight_lexical=0.0175),
+        Settings(),
         runs=runs,
     )
     # rrf keeps b behind a (1/63 + 0.0175/61 < 1/61), convex trusts its lexical score
     assert [r["mrr@10"] for r in rows] == [0.5, 1.0]
-    assert rows[1]["fusion_method"] == "convex" and rows[1]["n"] == 1
+    assert rows[1]["method"] == "convex" and rows[1]["n"] == 1
     assert sweep_rrf(queries, search, [(1.0, 0.0175)], runs=runs)[0]["mrr@10"] == 0.5
     assert calls == ["vector", "lexical"]  # one run of each list served every sweep
 
