@@ -557,8 +557,11 @@ MAX_SENTENCES = 3
 MAX_POOL = 64
 #: what the confidence model reads, in order (query/answer/confidence.json holds its coefficients)
 FEATURES = ("similarity", "lexical", "passage_lexical", "names", "cross", "code")
-#: and, for a model fitted to one embedder, its similarities in that embedder's own scale
-EMBEDDER_FEATURES = (*FEATURES, "raw_similarity", "hit_similarity")
+#: and, for a model fitted to one embedder, how far its first hit stands above the other hits in
+#: that embedder's own scale. Not the cosines themselves: their level says the corpus's genre as
+#: much as the answer's fit, so a model reading them is confident on every answer of a corpus whose
+#: cosines run higher than its fit's (docs/evaluation.md, "Confidence")
+EMBEDDER_FEATURES = (*FEATURES, "hit_margin")
 
 
 def _standardised(values: list[float]) -> list[float]:
@@ -650,6 +653,16 @@ def select_list(cands: list[Candidate], max_items: int = MAX_ITEMS) -> list[Cand
     return select(cands)
 
 
+def hit_margin(hits: list[Hit]) -> float:
+    """How far the first hit's vector similarity stands above the mean of the other hits' (0 with
+    fewer than two hits that have one): a question whose topic the corpus holds has one passage
+    closer than the rest, one it lacks has several about as far."""
+    sims = [1.0 - h.vector_distance for h in hits if h.vector_distance is not None]
+    if len(sims) < 2 or hits[0].vector_distance is None:
+        return 0.0
+    return sims[0] - statistics.fmean(sims[1:])
+
+
 def features(
     question: str,
     hits: list[Hit],
@@ -664,8 +677,8 @@ def features(
     coverage, the share of the names and numbers the question spells that the cited passages hold,
     whether the quotes are in another language than the question, whether the answer is code
     (``chosen`` empty: the code lines of the ``cited`` hits were quoted, the best sentence of those
-    hits stands for them); in the embedder's own scale, for the model fitted to it: the best
-    sentence's similarity and the first hit's."""
+    hits stands for them); in the embedder's own scale, for the model fitted to it: the first hit's
+    similarity less the mean of the other hits' (:func:`hit_margin`)."""
     code = not chosen
     chosen = chosen or [c for c in cands if c.n in cited]
     best = max(chosen, key=lambda c: c.score) if chosen else None
@@ -683,11 +696,9 @@ def features(
     said = [code_stems(c.text) for c in cands]
     weights = term_weights(question, said)
     named = specific_terms(question)
-    first = hits[0].vector_distance if hits else None
     return {
         "similarity": above,
-        "raw_similarity": best.similarity if best is not None and best.similarity is not None else 0.0,
-        "hit_similarity": 1.0 - first if first is not None else 0.0,
+        "hit_margin": hit_margin(hits),
         "lexical": best.lexical if best is not None else 0.0,
         "passage_lexical": lexical_coverage(weights, code_stems(passages)),
         "names": sum(code_answer.holds(f"{passages} {around}", t) for t in named) / len(named)

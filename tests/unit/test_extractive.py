@@ -258,3 +258,32 @@ def test_the_composed_answer_comes_in_segments_that_make_its_text():
     )
     assert cross.segments[0] == "From the documentation (in Russian):\n"
     assert "".join(cross.segments) == cross.text
+
+
+def test_the_confidence_does_not_read_the_corpus_cosine_level():
+    """Every model's confidence is the same for a corpus whose cosines all run higher (a technical
+    manual's against an encyclopaedia's): the level says the genre, not whether the answer is right;
+    how far the first hit and the best sentence stand above the others is what they read."""
+    from ragline.query.answer.extractive import hit_margin
+    from ragline.query.answer.grounding import answer_probability, confidence_models
+
+    question = "Что такое вычисляемые свойства?"
+    contents = (COMPUTED_2, COMPUTED_6, XXE_0)
+
+    def answer(shift: float):
+        found = [
+            h.model_copy(update={"vector_distance": d - shift})
+            for h, d in zip(hits(*contents), (0.14, 0.2, 0.23), strict=True)
+        ]
+
+        def rank(q: str, sentences: list[str]) -> list[float]:
+            return [0.7 + shift + 0.01 * (len(s) % 17) for s in sentences]
+
+        return extract(question, found, rank).features
+
+    low, high = answer(0.0), answer(0.08)
+    assert abs(hit_margin(hits(*contents)) - 0.0) < 1e-12  # no vectors: no margin, no error
+    assert low["hit_margin"] > 0.05 and abs(low["hit_margin"] - high["hit_margin"]) < 1e-9
+    models = confidence_models()
+    for model in [models["portable"], *models["by_embedder"].values()]:
+        assert answer_probability(low, model=model) == answer_probability(high, model=model)
