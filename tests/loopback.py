@@ -399,9 +399,9 @@ def loopback_voyage(use_settings, **settings):
     with LoopbackServer() as srv:
         use_settings(
             **{
-                "embedder": "voyage",
-                "voyage_base_url": srv.url + "/v1",
-                "voyage_api_key": "test-key",
+                "embed_provider": "voyage",
+                "providers_voyage_base_url": srv.url + "/v1",
+                "providers_voyage_api_key": "test-key",
                 **settings,
             }
         )
