@@ -166,7 +166,8 @@ def test_cancel_stops_heartbeats_and_status_shows_jobs_queues_errors(conn, tenan
     store.mark_failed(conn, tenant, "broken.md", "/nowhere/broken.md", "parse", "parse: bad table", job_id)
     conn.commit()
     out = CliRunner().invoke(cli, ["status", "--json"])
-    assert out.exit_code == 0, out.output
+    # the session's stack has Postgres and Redis but none of ragline up's processes: partly running
+    assert out.exit_code == 1, out.output
     info = json.loads(out.stdout)
     assert set(info["queues"]) == {"ingest", "query", "acl", "maintenance"}
     assert all(isinstance(n, int) for n in info["queues"].values())
