@@ -174,7 +174,7 @@ def test_cancel_stops_heartbeats_and_status_shows_jobs_queues_errors(conn, tenan
     assert job_id in {j["id"] for j in info["running_jobs"]}
     assert any(e["doc_id"] == "broken.md" for e in info["recent_errors"])
     human = CliRunner().invoke(cli, ["status"], env={"COLUMNS": "250"})
-    assert human.exit_code == 0 and "queue acl" in human.stdout and "broken.md" in human.stdout
+    assert human.exit_code == 1 and "queue acl" in human.stdout and "broken.md" in human.stdout
     errs = CliRunner().invoke(cli, ["errors", "--tenant", tenant, "--json"])
     assert [e["doc_id"] for e in json.loads(errs.stdout)] == ["broken.md"]
 
