@@ -172,11 +172,11 @@ def settings_for(settings, ef: int | None = None, storage: str | None = None, ex
     ``exact=False`` turns the exact path off (HNSW for every tenant)."""
     upd: dict = {}
     if ef is not None:
-        upd["hnsw_ef_search"] = ef
+        upd["vector_hnsw_ef_search"] = ef
     if storage is not None:
         upd["vector_index"] = storage
     if exact is False:
-        upd["exact_search_max_rows"] = 0
+        upd["vector_exact_search_max_rows"] = 0
     return settings.overridden(**upd)
 
 
