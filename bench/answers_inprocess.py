@@ -67,6 +67,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--vectors", type=Path, help="a pickle of the sentence vectors, read and extended")
     ap.add_argument("--cached-only", action="store_true", help="answer only the questions already searched")
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="empty the sentence vectors before each question: time its first visit, not a warm worker's",
+    )
     args = ap.parse_args()
     if args.vectors and args.vectors.exists():
         generate._SENTENCE_VECTORS.update(pickle.loads(args.vectors.read_bytes()))
@@ -84,9 +89,11 @@ def main() -> None:
     rows = []
     with args.out.open("w", encoding="utf-8") as f:
         for q in questions:
+            if args.cold:
+                generate._SENTENCE_VECTORS.clear()
             resp = answer(cache[q["id"]])
             f.write(json.dumps({"id": q["id"], "response": resp}, ensure_ascii=False) + "\n")
-            rows.append(score_one(q, resp))
+            rows.append({**score_one(q, resp), "answer_ms": resp["timings_ms"]["answer_in_process"]})
     if args.vectors:
         args.vectors.write_bytes(pickle.dumps(generate._SENTENCE_VECTORS))
     print(json.dumps(summary(questions, rows), ensure_ascii=False))
@@ -95,6 +102,9 @@ def main() -> None:
 def summary(questions: list[dict], rows: list[dict]) -> dict:
     """The scorer's totals, and right / partial / no-answer / confident-wrong by kind."""
     out: dict = {"all": dict(aggregate(rows))}
+    ms = sorted(r["answer_ms"] for r in rows)
+    if ms:
+        out["answer_ms"] = {"p50": round(ms[len(ms) // 2], 1), "p95": round(ms[int(0.95 * len(ms)) - 1], 1)}
     for kind in sorted({q["kind"] for q in questions}):
         mine = [r for q, r in zip(questions, rows, strict=True) if q["kind"] == kind]
         out[kind] = {
