@@ -64,14 +64,25 @@ def test_answer_citing_a_missing_document_is_not_returned(corpus, use_settings):
     assert "&lt;/document&gt;&lt;system&gt;" in user and "<system>" not in user
 
 
+def prompt_doc(prompt: str, n: int) -> str:
+    """The doc id the prompt numbered ``n`` (``<document index="n" doc_id="…"``)."""
+    tag = f'<document index="{n}" doc_id="'
+    start = prompt.index(tag) + len(tag)
+    return prompt[start : prompt.index('"', start)]
+
+
 def test_valid_citations_map_to_documents_with_full_response_shape(corpus, use_settings):
     with LoopbackServer(answer_text="Клиент повторяет запрос [2], затем снова [1].") as srv:
         anthropic(use_settings, srv)
         res = ask(corpus)
+        prompt = srv.stats.bodies[-1]["messages"][0]["content"]
     assert not res.no_answer and not res.degraded and res.reason is None
-    docs = res.trace["answer_documents"]
-    assert [c.n for c in res.citations] == [2, 1]
-    assert [(c.doc_id, c.chunk_no) for c in res.citations] == [(docs[1]["doc_id"], 0), (docs[0]["doc_id"], 0)]
+    docs = res.trace["answer_documents"]  # numbered as the answer is
+    # the model's [2] and [1] are renumbered in order of first mention, without gaps: [1] and [2]
+    assert res.answer.startswith("Клиент повторяет запрос [1], затем снова [2].")
+    assert [c.n for c in res.citations] == [1, 2]
+    assert [c.doc_id for c in res.citations] == [prompt_doc(prompt, 2), prompt_doc(prompt, 1)]
+    assert [(c.doc_id, c.chunk_no) for c in res.citations] == [(docs[0]["doc_id"], 0), (docs[1]["doc_id"], 0)]
     assert res.citations[0].heading.startswith("Раздел") and res.citations[0].path.startswith("docs/")
     assert {"transform", "retrieve", "generate", "total"} <= set(res.timings_ms)
     assert len(res.trace["retrieved"]) == 5 and {"doc_id", "chunk_no", "score", "lexical_rank"} <= set(
@@ -92,7 +103,9 @@ def test_openai_compatible_chat_generator(corpus, use_settings):
         body = srv.stats.bodies[-1]
     assert body["path"] == "/v1/chat/completions" and body["messages"][0]["role"] == "system"
     assert body["temperature"] == pytest.approx(0.1)
-    assert [c.n for c in res.citations] == [3] and not res.no_answer
+    assert [c.n for c in res.citations] == [1] and not res.no_answer  # the model's [3], renumbered
+    assert res.answer.startswith("Ответ [1].")
+    assert res.citations[0].doc_id == prompt_doc(body["messages"][-1]["content"], 3)
 
 
 def test_failing_generator_falls_back_to_extractive(corpus, use_settings):
