@@ -69,7 +69,10 @@ def rows_of(pairs: list[tuple[Path, Path]]) -> list[dict]:
                     "half": half(q),
                     "source": source_of(q),
                     "set": set_no,
-                    "x": {f: float(feats.get(f, 0.0)) for f in EMBEDDER_FEATURES},
+                    "x": {
+                        f: None if feats.get(f, 0.0) is None else float(feats.get(f, 0.0))
+                        for f in EMBEDDER_FEATURES
+                    },
                     "y": label,
                 }
             )
@@ -185,7 +188,8 @@ def calibrate(rows: list[dict], names: tuple[str, ...], threshold: float) -> dic
     """The model over the features ``names`` fitted on half 0, its minimum confidence (the threshold
     maximising the fit half's right answers), its report on half 1, and each input set predicted
     with its sources held out (:func:`held_out`, refused below ``threshold``: the deployed minimum)."""
-    x = np.array([[r["x"][f] for f in names] for r in rows])
+    x = np.array([[np.nan if r["x"][f] is None else r["x"][f] for f in names] for r in rows], dtype=float)
+    x = np.where(np.isnan(x), np.nanmean(x, axis=0), x)  # an unknown feature takes its mean, as at run time
     y = np.array([r["y"] for r in rows], dtype=float)
     train = np.array([r["half"] == 0 for r in rows])
     model = {"features": list(names), **standardised_fit(x[train], y[train])}

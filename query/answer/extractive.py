@@ -415,7 +415,7 @@ class Extract:
     framing: list[str] = field(default_factory=list)
     quoted: list[tuple[int, str]] = field(default_factory=list)  # (hit number, quoted text)
     #: what the confidence model reads (:data:`FEATURES`), measured while composing
-    features: dict[str, float] = field(default_factory=dict)
+    features: dict[str, float | None] = field(default_factory=dict)
     #: the answer in the pieces a stream sends (framing, each quoted sentence or item); their
     #: concatenation is ``text``; empty: one piece, the whole text
     segments: list[str] = field(default_factory=list)
@@ -653,13 +653,13 @@ def select_list(cands: list[Candidate], max_items: int = MAX_ITEMS) -> list[Cand
     return select(cands)
 
 
-def hit_margin(hits: list[Hit]) -> float:
-    """How far the first hit's vector similarity stands above the mean of the other hits' (0 with
-    fewer than two hits that have one): a question whose topic the corpus holds has one passage
-    closer than the rest, one it lacks has several about as far."""
+def hit_margin(hits: list[Hit]) -> float | None:
+    """How far the first hit's vector similarity stands above the mean of the other hits' (None,
+    unknown, with fewer than two hits that have one): a question whose topic the corpus holds has
+    one passage closer than the rest, one it lacks has several about as far."""
     sims = [1.0 - h.vector_distance for h in hits if h.vector_distance is not None]
     if len(sims) < 2 or hits[0].vector_distance is None:
-        return 0.0
+        return None
     return sims[0] - statistics.fmean(sims[1:])
 
 
@@ -670,7 +670,7 @@ def features(
     chosen: list[Candidate],
     lang: str,
     cited: set[int],
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """What the confidence models read (:data:`EMBEDDER_FEATURES`): free of the embedding model's
     scale (:data:`FEATURES`, for the model that holds for any embedder): how far the best quoted sentence's
     similarity stands above the other candidates' (a z-score), its and its passages' lexical
@@ -684,7 +684,9 @@ def features(
     best = max(chosen, key=lambda c: c.score) if chosen else None
     sims = [c.similarity for c in cands if c.similarity is not None]
     sd = statistics.pstdev(sims) if len(sims) > 1 else 0.0
-    above = 0.0
+    # unknown (None), not 0, when there are no other candidates to stand above: a lone sentence is
+    # not an average one, and the model then reads the other features alone
+    above = None
     if best is not None and best.similarity is not None and sd > 1e-9:
         above = (best.similarity - statistics.fmean(sims)) / sd
     passages = " ".join(hits[n - 1].content for n in cited if 1 <= n <= len(hits))

@@ -422,13 +422,19 @@ def confidence_model(embedder: str = "") -> dict:
     return models["by_embedder"].get(embedder) or models["portable"]
 
 
-def answer_probability(features: dict[str, float], embedder: str = "", model: dict | None = None) -> float:
+def answer_probability(
+    features: dict[str, float | None], embedder: str = "", model: dict | None = None
+) -> float:
     """The probability that an extractive answer with these ``features`` is right (the fitted
-    logistic model for ``embedder``): what ``RAGLINE_ANSWER_MIN_CONFIDENCE`` is compared with."""
+    logistic model for ``embedder``): what ``RAGLINE_ANSWER_MIN_CONFIDENCE`` is compared with. A
+    feature that is unknown for this answer (None: a relative one with nothing to compare against)
+    takes the fit's mean, so it moves the probability neither way."""
     model = model or confidence_model(embedder)
     z = model["intercept"]
     for name, mean, scale, coef in zip(
         model["features"], model["mean"], model["scale"], model["coef"], strict=True
     ):
-        z += coef * (float(features.get(name, 0.0)) - mean) / scale
+        value = features.get(name, 0.0)
+        if value is not None:
+            z += coef * (float(value) - mean) / scale
     return round(1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z)))), 3)

@@ -382,7 +382,7 @@ def confidence(
         # it is the fitted probability that what it quoted answers the question
         conf = grounding.answer_probability(ex.features, run.settings.embed.model_name)
         run.trace["confidence"] = {
-            "features": {k: round(v, 3) for k, v in ex.features.items()},
+            "features": {k: None if v is None else round(v, 3) for k, v in ex.features.items()},
             "confidence": conf,
             "min": a.min_confidence,
             "judged": True,

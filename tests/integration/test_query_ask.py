@@ -287,4 +287,5 @@ def test_agentic_ask_stops_on_budget_and_says_partial(conn, tenant, use_settings
         )
     )
     assert not full.partial and full.trace["agentic"]["stop"] == "enough"
-    assert full.citations[0].doc_id == "payments"
+    # the composer quotes in the hits' order; what matters is that the answer's fact is quoted and cited
+    assert "Анна Смирнова" in full.answer and "payments" in {c.doc_id for c in full.citations}

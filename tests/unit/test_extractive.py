@@ -282,8 +282,23 @@ def test_the_confidence_does_not_read_the_corpus_cosine_level():
         return extract(question, found, rank).features
 
     low, high = answer(0.0), answer(0.08)
-    assert abs(hit_margin(hits(*contents)) - 0.0) < 1e-12  # no vectors: no margin, no error
+    assert hit_margin(hits(*contents)) is None  # no vectors: the margin is unknown, no error
     assert low["hit_margin"] > 0.05 and abs(low["hit_margin"] - high["hit_margin"]) < 1e-9
     models = confidence_models()
     for model in [models["portable"], *models["by_embedder"].values()]:
         assert answer_probability(low, model=model) == answer_probability(high, model=model)
+
+
+def test_a_lone_candidate_is_not_scored_as_an_average_one():
+    """With one candidate sentence and one hit there is nothing to stand above: the relative
+    features are unknown (None) and move the probability neither way, instead of reading as the
+    lowest similarity the fit ever saw (a one-document folder's obvious answer was refused)."""
+    from ragline.query.answer.grounding import answer_probability, confidence_models
+
+    hit = hits("ragline отвечает на вопросы со ссылками на документы.")[0]
+    found = [hit.model_copy(update={"vector_distance": 0.12})]
+    feats = extract("Что делает ragline?", found, lambda q, ss: [0.9 for _ in ss]).features
+    assert feats["similarity"] is None and feats["hit_margin"] is None
+    for model in [confidence_models()["portable"], *confidence_models()["by_embedder"].values()]:
+        known = {**feats, "similarity": 0.0, "hit_margin": 0.0}
+        assert answer_probability(feats, model=model) > answer_probability(known, model=model)
