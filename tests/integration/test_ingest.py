@@ -406,7 +406,6 @@ def test_unchanged_bytes_are_prepared_again_when_their_preparation_changed(
 ):
     from dataclasses import replace
 
-
     v = formats.get("rst").version
     req = IngestRequest(tenant=tenant, doc_id="retries.rst", content=RST_PAGE, fmt="rst", acl=["staff"])
     assert ingest_document(req).status == "stored"
