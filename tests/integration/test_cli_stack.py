@@ -138,7 +138,7 @@ def _each_component_uses_its_own_redis_user(home: Path, env: dict, doc_id: str) 
     for p in _ours(home):
         with contextlib.suppress(psutil.NoSuchProcess):
             argv = p.cmdline()
-            if "ragline.shared.worker.metrics_server" in argv:
+            if "ragline.shared.stack.metrics_endpoint" in argv:
                 kind = "metrics"
             elif "celery" in argv:
                 kind = next((k for k in ("worker", "beat", "flower") if k in argv), "")
