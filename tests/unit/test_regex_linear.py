@@ -318,9 +318,12 @@ def _child(uses: list[Use], queue: mp.Queue) -> None:
 
 
 def judge(uses: list[Use]) -> list[str]:
-    """Each use's growth measured in a child process (killed when a pattern hangs)."""
+    """Each use's growth measured in a child process (killed when a pattern hangs). Started by a
+    fork server, not forked from this process: in the whole suite this process runs a Celery
+    worker, and a child forked from it runs kombu's after-fork hook, which closes the inherited
+    broker channel by reading the reply to the parent's pending BRPOP: a read that never returns."""
     bad: list[str] = []
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("forkserver")
     todo = list(uses)
     while todo:
         queue: mp.Queue = ctx.Queue()
