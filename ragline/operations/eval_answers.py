@@ -433,7 +433,11 @@ def ceiling(q: dict, passages: Sequence[Passage] | None) -> dict:
         return {"ctx_facts": None, "ctx_doc": None, "reachable": True}
     facts = context_recall(q, top)
     doc = any(p.doc_id.startswith(m) for p in top for m in q.get("must_cite_any") or [])
-    return {"ctx_facts": facts, "ctx_doc": doc, "reachable": doc and (facts is None or facts >= FACT_THRESHOLD)}
+    return {
+        "ctx_facts": facts,
+        "ctx_doc": doc,
+        "reachable": doc and (facts is None or facts >= FACT_THRESHOLD),
+    }
 
 
 def miss_of(r: dict) -> str | None:

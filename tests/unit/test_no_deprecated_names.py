@@ -22,9 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 READ_BY_OPERATORS = ("docs/", "deploy/", "examples/", "README.md", "Makefile")
 CODE = ("shared/", "ingest/", "query/", "ragline/", "bench/", "examples/")
 _DEPRECATED = re.compile(
-    r"(?<![A-Z0-9_])("
-    + "|".join(sorted(map(re.escape, RENAMED), key=len, reverse=True))
-    + r")(?![A-Z0-9_])"
+    r"(?<![A-Z0-9_])(" + "|".join(sorted(map(re.escape, RENAMED), key=len, reverse=True)) + r")(?![A-Z0-9_])"
 )
 _COMPATIBILITY_NOTE = re.compile(r"\b(deprecated|old|older|renamed)\b", re.IGNORECASE)
 
@@ -77,7 +75,9 @@ def test_operator_files_name_the_derived_variables(path):
     )
 
 
-@pytest.mark.parametrize("path", [p for p in _tracked(*CODE) if p.endswith(".py") and p != "shared/config/renamed.py"])
+@pytest.mark.parametrize(
+    "path", [p for p in _tracked(*CODE) if p.endswith(".py") and p != "shared/config/renamed.py"]
+)
 def test_code_strings_name_the_derived_variables(path):
     found = [
         line for s in code_strings((ROOT / path).read_text(encoding="utf-8")) for line in offending_lines(s)
