@@ -380,14 +380,14 @@ def confidence(
     if ex is not None:
         # an extractive answer only quotes (its support is 1.0 by construction): how far to trust
         # it is the fitted probability that what it quoted answers the question
-        conf = grounding.answer_probability(ex.features, run.settings.embed.model_name)
+        probability = grounding.answer_probability(ex.features, run.settings.embed.model_name)
         run.trace["confidence"] = {
             "features": {k: None if v is None else round(v, 3) for k, v in ex.features.items()},
-            "confidence": conf,
+            "confidence": probability,
             "min": a.min_confidence,
             "judged": True,
         }
-        return conf, True
+        return probability, True
     signal = grounding.retrieval_signal(run.question, cited)
     conf = grounding.confidence(signal, g.support if g else None)
     # withheld only on evidence: a groundedness result or a reranker's scores; the share of the

@@ -103,7 +103,7 @@ def render_lines(rows: list[dict]) -> list[str]:
     """The snapshot as aligned lines, never wrapped or cut at the terminal's width: a metric name and
     each label (``provider=local-e5``) stay one word to paste into Prometheus. A series' labels go one
     per line under each other, which keeps the usual snapshot within 80 columns."""
-    table = []
+    table: list[tuple[str, ...]] = []
     for r in rows:
         labels = [f"{k}={v}" for k, v in r["labels"].items()] or [""]
         if r["type"] == "histogram":

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from kombu.exceptions import ContentDisallowed
 from kombu.serialization import loads, registry
@@ -50,6 +51,7 @@ def too_deep(value: object, limit: int = MAX_DEPTH) -> bool:
     stack = [(value, 0)]
     while stack:
         item, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(item, Mapping):
             children = item.values()
         elif isinstance(item, list | tuple):
