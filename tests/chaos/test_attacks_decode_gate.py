@@ -250,6 +250,9 @@ def test_junk_a_producer_user_pushes_onto_its_queue_never_stops_the_pool(stack, 
 
     task = POOLS[pool][0]
     reset_dir(metrics_dir(stack, pool))
+    # the pool under test must be the queue's only consumer: an earlier test of the session may have
+    # started the in-process worker (tests/conftest.py celery_worker), which consumes every queue
+    others = _pause_other_consumers(queue)
     worker = start_pool(stack, pool, queue=queue, env={"RAGLINE_WORKERS_WARMUP": "false"})
     producer = redis.Redis.from_url(
         stack.redis_role_url(stack.runtime()["redis_url"], role), socket_timeout=10
@@ -272,6 +275,25 @@ def test_junk_a_producer_user_pushes_onto_its_queue_never_stops_the_pool(stack, 
         assert counted.get(("-", "none", "not_json")) == 1, counted
     finally:
         worker.stop()
+        _resume_consumers(queue, others)
+
+
+def _pause_other_consumers(queue: str) -> list[str]:
+    """The workers already consuming ``queue``, told to stop consuming it (Celery's remote control)."""
+    from ragline.shared.worker.celery_app import app
+
+    active = app.control.inspect(timeout=2).active_queues() or {}
+    names = [name for name, queues in active.items() if any(q["name"] == queue for q in queues)]
+    if names:
+        app.control.cancel_consumer(queue, destination=names, reply=True, timeout=5)
+    return names
+
+
+def _resume_consumers(queue: str, names: list[str]) -> None:
+    from ragline.shared.worker.celery_app import app
+
+    if names:
+        app.control.add_consumer(queue, destination=names, reply=True, timeout=5)
 
 
 def test_a_non_message_on_the_remote_control_channel_never_stops_a_pool(stack):
