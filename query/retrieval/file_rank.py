@@ -2,21 +2,14 @@
 
 A file's first hit alone (the order the chunks came in) throws away most of the evidence a long
 issue gives: a file with several matching chunks is likelier than one with a single lucky match,
-and an issue names things (a traceback's frames, the modules its quoted code imports, dotted names
-such as ``astropy.io.fits.card``, identifiers a chunk of the file defines) that point at a file
-more directly than any text similarity. :func:`rank_files` aggregates, per file:
+and a traceback's frames point at a file more directly than any text similarity.
+:func:`rank_files` aggregates, per file:
 
 * **chunks**: the file's chunk scores, normalised by the best hit's, summed with diminishing
   weights (``decay`` to the power of the chunk's place in its file, the first ``depth`` chunks);
-* **path**: the file's path matches a file the issue names, or its module a dotted name it
-  mentions (``astropy.io.fits.card`` is ``astropy/io/fits/card.py``);
 * **frame**: a traceback frame (``File ".../astropy/io/fits/card.py", line 12, in value``) is in
   the file, the deepest frame weighing most (the error is raised there; the outer frames are
-  the user's and the callers' code);
-* **import**: the issue's quoted code imports the file's module (``from astropy.modeling.separable
-  import separability_matrix``);
-* **definition**: chunks of the file define identifiers the issue names (their ``symbols``), each
-  distinct identifier adding with diminishing weight.
+  the user's and the callers' code).
 
 Bonuses are in units of the best hit's score, so one set of weights applies to every retrieval
 mode (RRF units, BM25 or a cosine similarity). Files no hit comes from are not invented: only the
@@ -35,8 +28,8 @@ Acc@k; with a slack of 1 the fused order's first file keeps the first place (the
 evidence decides Acc@1); every place no floor claims is the fused order's. Without the slack
 (``2k``, the least any list can promise, since the two lists' first ``k`` files may all differ)
 both lists' first files would push the fused first file to third place, which cost Acc@1 on
-swe-loc-dev (docs/evaluation.md, "Each list's first files keep a place"). Pure; the weights live
-in ``settings.code`` (``RAGLINE_CODE_FILE_RANK_*``) and their measurement in docs/evaluation.md.
+swe-loc-dev (docs/evaluation.md, "Each list's first files keep a place"). Pure; the weights are
+the constant :data:`WEIGHTS` and their measurement is in docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -54,17 +47,6 @@ from ragline.shared.sdk.contracts import FileHit, Hit
 Row = TypeVar("Row", bound=Hit | dict)
 
 _FRAME = re.compile(r"""File\s+["']([^"'\n]+?\.py)["'],\s+line\s+\d+""")
-_IMPORT = re.compile(
-    r"^[ \t>]*(?:from\s+([A-Za-z_][\w.]*)\s+import\s+\(?\s*([\w ,*]+)|import\s+([A-Za-z_][\w., ]*))",
-    re.MULTILINE,
-)
-
-
-#: a file whose chunks define identifiers the issue quotes as code (``quoted``, 1 - 0.5**count of
-#: them), in units of the best hit's score: the one file-level weight by kind of what the issue
-#: names that is on (bare identifiers lost: an issue names many, its traceback every function on the
-#: way); chosen leaving one repository out (docs/evaluation.md, "Each list's first files keep a place")
-QUOTED_BONUS = 0.0
 
 
 @dataclass(frozen=True)
@@ -73,11 +55,7 @@ class FileWeights:
 
     decay: float = 0.0
     depth: int = 1
-    path: float = 0.0
     frame: float = 0.0
-    imports: float = 0.0
-    definition: float = 0.0
-    quoted: float = 0.0
     #: each single list's n-th file is listed within the first m·n + ``floor_slack`` files (m lists)
     floor_slack: int = 1
 
@@ -87,16 +65,14 @@ class FileWeights:
     @property
     def is_first_hit(self) -> bool:
         """Whether these weights give the first-hit order (one chunk per file, no bonus)."""
-        return (self.depth <= 1 or self.decay == 0) and not (
-            self.path or self.frame or self.imports or self.definition or self.quoted
-        )
+        return (self.depth <= 1 or self.decay == 0) and not self.frame
 
 
 #: the file ranking a code search uses (0.2; were settings until 0.1): a file scores its best hit plus
 #: a quarter of each of its next two and its traceback frames; each weight chosen on one held-out half
 #: of swe-loc-dev and reported on the other (docs/evaluation.md, "Code retrieval at scale"); an
 #: evaluation measures others with ``dataclasses.replace(WEIGHTS, ...)``
-WEIGHTS = FileWeights(decay=0.25, depth=3, frame=0.5, quoted=QUOTED_BONUS)
+WEIGHTS = FileWeights(decay=0.25, depth=3, frame=0.5)
 
 
 def file_weights_from(settings: Settings) -> FileWeights:
@@ -104,58 +80,10 @@ def file_weights_from(settings: Settings) -> FileWeights:
     return WEIGHTS if settings.code.file_rank else FileWeights()
 
 
-@dataclass(frozen=True)
-class IssueEvidence:
-    """What an issue text says about files: what it names (:func:`ragline.query.retrieval.structure.named`:
-    paths, identifiers, dotted modules), its traceback frames (outermost first) and the modules its
-    import lines name (``/``-separated module paths)."""
-
-    named: structure.Named = structure.Named()
-    frames: tuple[str, ...] = ()
-    imports: tuple[str, ...] = ()
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        return self.named.files
-
-    @property
-    def modules(self) -> tuple[str, ...]:
-        return self.named.modules
-
-    @property
-    def identifiers(self) -> tuple[str, ...]:
-        return self.named.identifiers
-
-
-def _module_path(dotted: str) -> str | None:
-    parts = dotted.split(".")
-    if len(parts) < 2 or any(p != p.lower() or not p for p in parts):
-        return None  # ``Table.read`` is a method, not a module
-    return "/".join(parts)
-
-
-def _imports(text: str) -> list[str]:
-    """The module paths the text's import lines name: ``from a.b import c`` names ``a/b/c`` (``c``
-    may be a module) and ``a/b``; ``import a.b as x`` names ``a/b``."""
-    out: dict[str, None] = {}
-    for m in _IMPORT.finditer(text):
-        if m.group(1):
-            names = [f"{m.group(1)}.{x.strip().split(' ')[0]}" for x in m.group(2).split(",") if x.strip()]
-            names.append(m.group(1))
-        else:
-            names = [x.strip().split(" ")[0] for x in m.group(3).split(",")]
-        for name in names:
-            if not name.endswith("*") and (p := _module_path(name)) is not None:
-                out.setdefault(p, None)
-    return list(out)
-
-
-def evidence(question: str) -> IssueEvidence:
-    """The file evidence an issue text holds (pure)."""
+def frames(question: str) -> tuple[str, ...]:
+    """The files of an issue text's traceback frames, outermost first, each once (pure)."""
     text = question.replace("\\", "/")
-    n = structure.named(text)
-    frames = [m.group(1).lstrip("/").lower() for m in _FRAME.finditer(text)]
-    return IssueEvidence(n, tuple(dict.fromkeys(frames)), tuple(_imports(text)))
+    return tuple(dict.fromkeys(m.group(1).lstrip("/").lower() for m in _FRAME.finditer(text)))
 
 
 #: how many of each single list's first files the file list keeps a place for (the guarantee's
@@ -171,11 +99,7 @@ class FileScore:
     path: str
     score: float
     chunks: float
-    path_match: float
     frame: float
-    imports: float
-    definition: float
-    quoted: float
     best: int | None  # the position of the file's first hit; None: none among the hits (a lead)
     #: placed by a single list's floor (:func:`with_floors`) above where the fused hits put it
     reserved: bool = False
@@ -198,7 +122,7 @@ def rank_files(
         return []
     top = max((h.score for h in rows), default=0.0)
     scale = top if top > 0 else 1.0
-    ev = evidence(question)
+    traceback = frames(question)
 
     def relative(path: str) -> str:
         return path[len(source) + 1 :] if source and path.startswith(source + "/") else path
@@ -206,7 +130,7 @@ def rank_files(
     by_file: dict[str, list[tuple[int | None, Hit]]] = {}
     for pos, h in enumerate(rows):
         by_file.setdefault(relative(h.path), []).append((pos, h))
-    out = [_file_score(path, items, ev, w, scale) for path, items in by_file.items()]
+    out = [_file_score(path, items, traceback, w, scale) for path, items in by_file.items()]
     out.sort(key=(lambda f: f.best or 0) if w.is_first_hit else (lambda f: (-f.score, f.best or 0)))
     lists = [lead_files(rows_of, LEADS) for rows_of in leads]
     lists = [one for one in lists if one]
@@ -220,7 +144,7 @@ def rank_files(
             path = relative(h.path)
             place = len(lists) * n - 1 + w.floor_slack  # 0-based: within the first m·n + slack
             if path not in floors or place < floors[path][0]:
-                floors[path] = (place, known.get(path) or _file_score(path, [(None, h)], ev, w, 0.0))
+                floors[path] = (place, known.get(path) or _file_score(path, [(None, h)], traceback, w, 0.0))
     return with_floors(out, floors)
 
 
@@ -238,30 +162,18 @@ def lead_files(rows: Iterable[Row], n: int) -> list[Row]:
 
 
 def _file_score(
-    path: str, items: list[tuple[int | None, Hit]], ev: IssueEvidence, w: FileWeights, scale: float
+    path: str, items: list[tuple[int | None, Hit]], traceback: tuple[str, ...], w: FileWeights, scale: float
 ) -> FileScore:
-    """One file's score from its hits (``scale``: the best hit's score; 0 for a file that has no
-    fused hit, whose chunks then count nothing and whose bonuses are its own)."""
+    """One file's score from its hits and the issue's traceback frames (``traceback``; ``scale``: the best
+    hit's score; 0 for a file that has no fused hit, whose chunks then count nothing and whose
+    bonus is its own)."""
     scores = sorted((max(h.score, 0.0) / scale if scale else 0.0 for _, h in items), reverse=True)
     chunks = sum(s * w.decay**i for i, s in enumerate(scores[: max(1, w.depth)]))
-    named = structure.path_named(ev.named, path, skip=ev.frames)
     frame = 0.0
-    for depth_no, f in enumerate(reversed(ev.frames)):  # the deepest frame first
+    for depth_no, f in enumerate(reversed(traceback)):  # the deepest frame first
         if structure.file_match(f, path) == 1.0:
             frame = max(frame, 0.5**depth_no)
-    imported = 1.0 if any(structure.module_match(m, path) for m in ev.imports) else 0.0
-    symbols = [s for _, h in items for s in h.metadata.get("symbols") or [] if isinstance(s, str)]
-    definition = 1.0 - 0.5 ** structure.definitions(ev.named, symbols)
-    quoted = 1.0 - 0.5 ** structure.definitions(structure.Named(identifiers=ev.named.quoted), symbols)
-    score = (
-        chunks
-        + w.path * named
-        + w.frame * frame
-        + w.imports * imported
-        + w.definition * definition
-        + w.quoted * quoted
-    )
-    return FileScore(path, round(score, 8), chunks, named, frame, imported, definition, quoted, items[0][0])
+    return FileScore(path, round(chunks + w.frame * frame, 8), chunks, frame, items[0][0])
 
 
 def with_floors(ranked: list[FileScore], floors: dict[str, tuple[int, FileScore]]) -> list[FileScore]:
@@ -318,11 +230,7 @@ def response_files(
             path=f.path,
             score=f.score,
             chunks=round(f.chunks, 8),
-            path_match=f.path_match,
             frame=f.frame,
-            imports=f.imports,
-            definition=round(f.definition, 8),
-            quoted=round(f.quoted, 8),
             first_hit=f.best,
             reserved=f.reserved,
         )

@@ -1,104 +1,266 @@
 """Where a search's order is decided: its lists in, its hits (and the file list's leads) out; pure.
 
-The retrieval (:mod:`ragline.query.retrieval.search`) runs the retrievers and hands their rows here.
-The order comes from, in this sequence: the fusion of the vector and lexical lists by the search's
-:class:`~ragline.query.retrieval.fusion.FusionPolicy` (code or prose, :mod:`ragline.query.retrieval.hybrid`);
-for a code question, the chunks of the files it names as a third list and the structural re-score
-(:mod:`ragline.query.retrieval.structure`), or the retrieval contract's lexicographic order; then the
-top ``limit``. The file list a response carries (:mod:`ragline.query.retrieval.file_rank`, built in
+A :class:`RankingPolicy` is built once per search from the settings and the question
+(:meth:`RankingPolicy.of`): what the question names and the words it writes are read there, once,
+and every step below reads them from the policy. The retrieval (:mod:`ragline.query.retrieval.search`)
+runs the retrievers and hands their rows to :meth:`RankingPolicy.order`, which goes:
+
+1. **lists**: the vector and the lexical rows (and, for a question naming files, those files'
+   chunks: :attr:`RankingPolicy.reads_named_files`);
+2. **fuse**: the two lists become one by the search's
+   :class:`~ragline.query.retrieval.fusion.FusionPolicy`, the code one or the prose one, decided once
+   (:meth:`RankingPolicy.fusion`), its vector weight scaled by the share of the scope it saw;
+3. **additive signals**: the request's path preferences (the prefer bonus and the tests' penalty,
+   columns the statements compute, :mod:`ragline.query.retrieval.filters`); for a code question the
+   named files as a third RRF list and the structural bonuses
+   (:mod:`ragline.query.retrieval.structure`), or the retrieval contract's lexicographic order;
+4. **top k**: the first ``limit``.
+
+The file list a response carries (:mod:`ragline.query.retrieval.file_rank`, built in
 ``service.search`` after an optional rerank) keeps each single list's first files, whose rows
-:func:`leads` hands over.
+:meth:`RankingPolicy.leads` hands over. An evaluation measures other weights with
+``dataclasses.replace`` on the policy (``prose``, ``code``, ``weights``), so it measures exactly
+this path.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
 from ragline.query.retrieval import file_rank, sql, structure
-from ragline.query.retrieval.fusion import FusionPolicy
-from ragline.query.retrieval.hybrid import fuse
+from ragline.query.retrieval.fusion import FusionPolicy, hybrid_inputs
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest
 
 
-def order(
-    req: SearchRequest,
-    vector: list[dict],
-    lexical: list[dict],
-    named: list[dict],
-    settings: Settings,
-    limit: int,
-    n: int,
-    share: float,
-) -> tuple[list[Hit], bool]:
-    """The search's first ``limit`` hits from its lists (``named``: the rows of the files the
-    question names; ``n``: each list's length; ``share``: the share of the scope the vector list
-    saw), and whether the structural order applied."""
-    if not (req.ordering == "contract" or named or structural(req, vector, lexical, settings)):
-        return fuse(vector, lexical, settings, limit, req.query, share), False
-    hits = fuse(vector, lexical, settings, n * 2, req.query, share)
-    if named:
-        hits = structure.with_named(
-            hits,
-            [sql.hit(r) for r in named],
-            structure.WEIGHTS.named,
-            FusionPolicy.from_settings(settings, code=True),  # a question naming files is code retrieval
+@dataclass(frozen=True)
+class RankingPolicy:
+    """How one search is ordered: the question as read once, the two fusions, the structural
+    weights and the settings' switches. Built by :meth:`of` (a request) or :meth:`for_question`;
+    frozen, so whatever carries it (the query plan, an evaluation) cannot change it under a search."""
+
+    #: the question the lists were searched with
+    question: str
+    #: what it names (files, identifiers, modules): :func:`ragline.query.retrieval.structure.named`
+    named: structure.Named
+    #: the words it writes as words: :func:`ragline.query.retrieval.structure.question_words`
+    words: tuple[str, ...]
+    #: the fusion of a prose search and of code retrieval (:meth:`fusion` chooses)
+    prose: FusionPolicy
+    code: FusionPolicy
+    #: the structural re-score is on (the request, else ``RAGLINE_CODE_STRUCTURE``)
+    structural: bool
+    #: the retrieval contract's lexicographic order (``ordering: "contract"``)
+    contract: bool
+    #: the structural bonuses and the named files' RRF weight
+    weights: structure.Weights
+    #: ``RAGLINE_CODE_LAYER_RANKS``
+    layer_ranks: Mapping[str, int]
+    #: the layers a repository's code is stored in: a candidate there makes the search code retrieval
+    code_layers: frozenset[str]
+    #: ``RAGLINE_CODE_FILE_RANK``: the file list keeps each single list's first files
+    file_rank: bool
+
+    @classmethod
+    def of(cls, req: SearchRequest, settings: Settings) -> RankingPolicy:
+        """The policy of the search ``req`` asks for (its question, ``structure`` and ``ordering``)."""
+        return cls.for_question(
+            req.query, settings, structural=req.structure, contract=req.ordering == "contract"
         )
-    return ranked_by_structure(req, hits, settings)[:limit], True
 
-
-def leads(vector: list[dict], lexical: list[dict], settings: Settings) -> list[list[Hit]]:
-    """The first row of each of the first files of both lists, which the file list keeps a place
-    for (:mod:`ragline.query.retrieval.file_rank`); none unless both lists ran and the file ranking is on."""
-    if not (vector and lexical and settings.code.file_rank):
-        return []
-    return [[sql.hit(r) for r in file_rank.lead_files(rows, file_rank.LEADS)] for rows in (vector, lexical)]
-
-
-def structural(req: SearchRequest, vector: list[dict], lexical: list[dict], settings: Settings) -> bool:
-    """Whether the structural re-score can change anything: it is on (the request, else the
-    setting), and the question names a file or an identifier, a candidate carries ``related_code``
-    or defines a name the question spells in words, or layers of different rank compete with a
-    layer step. Otherwise the fused order stands and no
-    candidate beyond the kept ones becomes a model."""
-    if not structure_on(req, settings):
-        return False
-    named = structure.named(req.query)
-    if named.files or named.identifiers:
-        return True
-    rows = [*vector, *lexical]
-    if any(sql.metadata(r["metadata"]).get("related_code") for r in rows):
-        return True
-    if structure.WEIGHTS.spelled > 0 and spells_a_definition(req.query, rows):
-        return True
-    if not structure.WEIGHTS.layer_step > 0:  # no step: layers cannot reorder anything
-        return False
-    layer_ranks = settings.code.layer_ranks
-    return len({structure.layer_rank(r["layer"], layer_ranks) for r in rows}) > 1
-
-
-def spells_a_definition(question: str, rows: list[dict]) -> bool:
-    """Whether a candidate defines a name the question spells in words (:func:`structure.spells`)."""
-    words = structure.question_words(question)
-    if not words:  # nothing is spelled without words
-        return False
-    return any(
-        structure.spelled_definitions(
-            words, [s for s in sql.metadata(r["metadata"]).get("symbols") or [] if isinstance(s, str)]
+    @classmethod
+    def for_question(
+        cls, question: str, settings: Settings, *, structural: bool | None = None, contract: bool = False
+    ) -> RankingPolicy:
+        """The policy of a search for ``question`` (``structural`` None: the setting's)."""
+        c = settings.code
+        return cls(
+            question=question,
+            named=structure.named(question),
+            words=tuple(structure.question_words(question)),
+            prose=FusionPolicy.from_settings(settings),
+            code=FusionPolicy.from_settings(settings, code=True),
+            structural=c.structure if structural is None else structural,
+            contract=contract,
+            weights=structure.WEIGHTS,
+            layer_ranks=MappingProxyType(dict(c.layer_ranks)),
+            code_layers=c.layers,
+            file_rank=c.file_rank,
         )
-        for r in rows
-    )
+
+    @property
+    def names_code(self) -> bool:
+        """The question names a file or an identifier."""
+        return bool(self.named.files or self.named.identifiers)
+
+    @property
+    def reads_named_files(self) -> bool:
+        """Whether the search reads the chunks of the files the question names (a third list)."""
+        return self.structural and bool(self.named.files)
+
+    def fusion(self, rows: Iterable[dict]) -> FusionPolicy:
+        """The fusion of this search, decided once: the code policy for code retrieval (the question
+        names a file or an identifier, or a candidate row comes from a code layer or points at code,
+        ``related_code``), else the prose one. Code retrieval fuses differently because its
+        structural bonuses are in RRF units and identifiers make the lexical list a strong partner
+        there, where on prose it is weak. Not decided at all when both policies agree."""
+        if self.code == self.prose:
+            return self.prose
+        if self.names_code:
+            return self.code
+        code = any(
+            row.get("layer") in self.code_layers or sql.metadata(row.get("metadata")).get("related_code")
+            for row in rows
+        )
+        return self.code if code else self.prose
+
+    def fused_keys(
+        self, vector: list[dict], lexical: list[dict], vector_share: float = 1.0
+    ) -> list[tuple[tuple[str, int], float]]:
+        """The candidates' keys, best first, with their fused score in RRF units (pure): the rows
+        (:func:`ragline.query.retrieval.fusion.hybrid_inputs`) fused by :meth:`fusion`, whose vector
+        list saw ``vector_share`` of the scope (:meth:`FusionPolicy.covering`)."""
+        policy = self.fusion([*vector, *lexical]).covering(vector_share)
+        return policy.hybrid(self.question, *hybrid_inputs(vector, lexical))  # type: ignore[return-value]
+
+    def fuse(
+        self, vector: list[dict], lexical: list[dict], limit: int, vector_share: float = 1.0
+    ) -> list[Hit]:
+        """The two lists fused (:meth:`fused_keys`), plus the prefer bonus, minus the tests' penalty;
+        the first ``limit`` (pure).
+
+        The lexical weight depends on the question: one written in another script than the passages
+        the vector list found (English over Russian) and holding no number or identifier gets the
+        policy's ``cross_script_weight``, because its words can only match stray tokens of its own
+        script there (:mod:`ragline.query.retrieval.language`).
+
+        Scores are computed on the rows; only the ``limit`` kept become :class:`Hit` models: a
+        question has many more candidates than hits, and a model per candidate would dominate the
+        task's own time."""
+        rows: dict[tuple[str, int], dict] = {}
+        for row in vector:
+            rows.setdefault((row["doc_id"], row["chunk_no"]), row)
+        for row in lexical:
+            rows.setdefault((row["doc_id"], row["chunk_no"]), row)
+        fused = self.fused_keys(vector, lexical, vector_share)
+        scored = []
+        for position, (key, score) in enumerate(fused):
+            row = rows[key]
+            scored.append(
+                (round(score + float(row["prefer_bonus"]) - float(row["test_penalty"]), 8), position)
+            )
+        # a stable sort keeps the fusion's own tie-breaking among equal final scores
+        scored.sort(key=lambda t: -t[0])
+        kept = scored[:limit]
+        ranks = _list_ranks(vector, lexical, {fused[position][0] for _, position in kept})
+        hits = []
+        for final, position in kept:
+            key, score = fused[position]
+            hits.append(sql.hit(rows[key], score=final, fused_score=round(score, 8), **ranks[key]))
+        return hits
+
+    def order(
+        self,
+        vector: list[dict],
+        lexical: list[dict],
+        named: list[dict],
+        limit: int,
+        n: int,
+        share: float,
+    ) -> tuple[list[Hit], bool]:
+        """The search's first ``limit`` hits from its lists (``named``: the rows of the files the
+        question names; ``n``: each list's length; ``share``: the share of the scope the vector list
+        saw), and whether the structural order applied."""
+        if not (self.contract or named or self.restructures(vector, lexical)):
+            return self.fuse(vector, lexical, limit, share), False
+        hits = self.fuse(vector, lexical, n * 2, share)
+        if named:
+            # a question naming files is code retrieval: the named list adds in the code fusion's RRF unit
+            hits = structure.with_named(hits, [sql.hit(r) for r in named], self.weights.named, self.code)
+        return self.restructured(hits)[:limit], True
+
+    def restructures(self, vector: list[dict], lexical: list[dict]) -> bool:
+        """Whether the structural re-score can change anything: it is on, and the question names a
+        file or an identifier, a candidate carries ``related_code`` or defines a name the question
+        spells in words. Otherwise the fused order stands and no candidate beyond the kept ones
+        becomes a model."""
+        if not self.structural:
+            return False
+        if self.names_code:
+            return True
+        rows = [*vector, *lexical]
+        if any(sql.metadata(r["metadata"]).get("related_code") for r in rows):
+            return True
+        return self.weights.spelled > 0 and self._spells_a_definition(rows)
+
+    def _spells_a_definition(self, rows: list[dict]) -> bool:
+        """Whether a candidate defines a name the question spells in words (:func:`structure.spells`)."""
+        if not self.words:  # nothing is spelled without words
+            return False
+        return any(
+            structure.spelled_definitions(
+                self.words,
+                [s for s in sql.metadata(r["metadata"]).get("symbols") or [] if isinstance(s, str)],
+            )
+            for r in rows
+        )
+
+    def restructured(self, hits: list[Hit]) -> list[Hit]:
+        """The candidates re-scored by structure, or in the retrieval contract's order (pure)."""
+        order = structure.contract_order if self.contract else structure.rescore
+        return order(hits, self.named, self.words, self.weights, self.layer_ranks)
+
+    def leads(self, vector: list[dict], lexical: list[dict]) -> list[list[Hit]]:
+        """The first row of each of the first files of both lists, which the file list keeps a place
+        for (:mod:`ragline.query.retrieval.file_rank`); none unless both lists ran and the file
+        ranking is on."""
+        if not (vector and lexical and self.file_rank):
+            return []
+        return [
+            [sql.hit(r) for r in file_rank.lead_files(rows, file_rank.LEADS)] for rows in (vector, lexical)
+        ]
 
 
-def structure_on(req: SearchRequest, settings: Settings) -> bool:
-    return settings.code.structure if req.structure is None else req.structure
+#: the vector list's places that stand for the question's background similarity (:func:`background`):
+#: past the first ten, which hold what the question is about when the scope has it
+BACKGROUND_FROM = 10
+#: the fewest background places a standardised similarity is computed from
+BACKGROUND_MIN = 10
 
 
-def names_a_file(req: SearchRequest) -> bool:
-    return bool(structure.named(req.query).files)
+def background(vector: list[dict]) -> tuple[float, float] | None:
+    """The mean and standard deviation of the question's similarity to the vector list's candidates
+    past :data:`BACKGROUND_FROM`, or None with fewer than :data:`BACKGROUND_MIN` of them (or no
+    spread). A hit's similarity standardised by them (``Hit.vector_z``) says how far it stands out
+    of this question's neighbourhood in this scope, in no model's own cosine scale: an embedder
+    whose cosines run high, or a corpus of one genre, raise the background as much as the hit."""
+    tail = [1.0 - float(r["distance"]) for r in vector[BACKGROUND_FROM:]]
+    if len(tail) < BACKGROUND_MIN:
+        return None
+    mean = sum(tail) / len(tail)
+    sd = (sum((v - mean) ** 2 for v in tail) / len(tail)) ** 0.5
+    return (mean, sd) if sd > 1e-9 else None
 
 
-def ranked_by_structure(req: SearchRequest, hits: list[Hit], settings: Settings) -> list[Hit]:
-    """The candidates re-scored by structure, or in the retrieval contract's order (pure)."""
-    weights = structure.WEIGHTS
-    if req.ordering == "contract":
-        return structure.contract_order(hits, req.query, weights, settings)
-    return structure.rescore(hits, req.query, weights, settings)
+def _list_ranks(
+    vector: list[dict], lexical: list[dict], keys: set[tuple[str, int]]
+) -> dict[tuple[str, int], dict[str, float | int]]:
+    """Each of ``keys``' rank and raw score in the lists that have it (a key a list repeats: its
+    last place there), for the kept hits alone: the other candidates never become hits."""
+    ranks: dict[tuple[str, int], dict[str, float | int]] = {key: {} for key in keys}
+    bg = background(vector)
+    for rank, row in enumerate(vector, start=1):
+        found = ranks.get((row["doc_id"], row["chunk_no"]))
+        if found is not None:
+            found["vector_rank"] = rank
+            found["vector_distance"] = float(row["distance"])
+            if bg is not None:
+                found["vector_z"] = round((1.0 - float(row["distance"]) - bg[0]) / bg[1], 4)
+    for rank, row in enumerate(lexical, start=1):
+        found = ranks.get((row["doc_id"], row["chunk_no"]))
+        if found is not None:
+            found["lexical_rank"] = rank
+            found["lexical_score"] = float(row["rank"])
+    return ranks

@@ -236,11 +236,16 @@ def document_chunks(
 
 
 def named_rows(
-    conn: DictConnection, req: SearchRequest, qvec: np.ndarray | None, settings: Settings
+    conn: DictConnection,
+    req: SearchRequest,
+    qvec: np.ndarray | None,
+    settings: Settings,
+    files: tuple[str, ...] | None = None,
 ) -> list[dict]:
-    """Chunks of the files the question names (the retrieval contract's exact-file path), at most
+    """Chunks of the files the question names (``files``, as the search's ranking policy read them;
+    read from the question when not given: the retrieval contract's exact-file path), at most
     ``RAGLINE_CODE_NAMED_FILES``; empty without touching the database when it names none."""
-    files = structure.named(req.query).files
+    files = structure.named(req.query).files if files is None else files
     patterns = structure.named_file_patterns(files)
     if not patterns or settings.code.named_files == 0:
         return []

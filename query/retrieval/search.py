@@ -35,16 +35,20 @@ def search(
     qvec: np.ndarray | None,
     settings: Settings,
     limit: int | None = None,
+    policy: ranking.RankingPolicy | None = None,
 ) -> SearchResponse:
     """Run the retrievers the mode asks for and fuse them. ``qvec`` None means no vector search.
 
     ``limit`` (default ``req.k``) is how many fused hits to keep: more when a reranker follows.
+    ``policy``: how the search is ordered (:class:`ranking.RankingPolicy`), built from ``req`` when
+    the caller has none.
     """
     timings: dict[str, float] = {}
     if not req.groups:
         return SearchResponse(hits=[], timings_ms=timings)
     if req.mode == "lexical_code":
-        return lexical_code_search(conn, req, settings, limit)
+        return lexical_code_search(conn, req, settings, limit, policy)
+    policy = policy or ranking.RankingPolicy.of(req, settings)
     if conn.info.transaction_status != TransactionStatus.IDLE:
         # inside a caller's transaction this would be a savepoint: SET LOCAL would outlive the search
         # and READ ONLY would bind the caller's transaction
@@ -72,6 +76,7 @@ def search(
                 statements,
                 lists,
                 timings,
+                policy,
             )
     except psycopg.errors.QueryCanceled as exc:
         if "statement timeout" not in str(exc):
@@ -79,7 +84,7 @@ def search(
         raise statements.error(lists.stage) from None
     vector, lexical, named, coverage = lists.vector, lists.lexical, lists.named, lists.coverage
     t = time.perf_counter()
-    hits, structured = ranking.order(req, vector, lexical, named, settings, limit, n, coverage.share)
+    hits, structured = policy.order(vector, lexical, named, limit, n, coverage.share)
     if structured:
         timings["structure"] = elapsed_ms(t)
     resp = SearchResponse(
@@ -90,7 +95,7 @@ def search(
         vectors_complete=not coverage.unembedded,
         vector_share=round(coverage.share, 6),
     )
-    return resp.with_list_leads(ranking.leads(vector, lexical, settings))
+    return resp.with_list_leads(policy.leads(vector, lexical))
 
 
 @dataclass
@@ -113,6 +118,7 @@ def _retrieve(
     statements: StatementLimit,
     lists: _Lists,
     timings: dict[str, float],
+    policy: ranking.RankingPolicy,
 ) -> None:
     """The vector, lexical and named-files statements the request asks for, into ``lists``, in the
     search's transaction (``query_vector`` None: no vector search)."""
@@ -134,16 +140,20 @@ def _retrieve(
         lists.stage = "the lexical search"
         lists.lexical = retrievers.lexical_rows(conn, req, n, settings)
         timings["lexical"] = elapsed_ms(t)
-    if ranking.structure_on(req, settings) and ranking.names_a_file(req):
+    if policy.reads_named_files:
         t = time.perf_counter()
         statements.tighten(conn, "the named files")
         lists.stage = "the named files"
-        lists.named = retrievers.named_rows(conn, req, query_vector, settings)
+        lists.named = retrievers.named_rows(conn, req, query_vector, settings, policy.named.files)
         timings["named"] = elapsed_ms(t)
 
 
 def lexical_code_search(
-    conn: DictConnection, req: SearchRequest, settings: Settings, limit: int | None = None
+    conn: DictConnection,
+    req: SearchRequest,
+    settings: Settings,
+    limit: int | None = None,
+    policy: ranking.RankingPolicy | None = None,
 ) -> SearchResponse:
     """The retrieval contract's lexical code fallback (mode ``lexical_code``): lexical search of the
     source layer (``RAGLINE_CODE_SOURCE_LAYER``) alone, whatever layers the request names, for a
@@ -154,4 +164,4 @@ def lexical_code_search(
     if not has_terms(req.query):
         return SearchResponse(hits=[], timings_ms={})
     source = req.model_copy(update={"mode": "lexical", "layers": [settings.code.source_layer]})
-    return search(conn, source, None, settings, limit)
+    return search(conn, source, None, settings, limit, policy)

@@ -2,7 +2,8 @@
 
 The retrieval contract (``prefer_bonus``, ``test_penalty``, ``layer_rank``, ``lexical_rank``,
 ``structural_rank``, ``distance``) ranks code by where it sits as well as by what it says. Its
-signals, per hit, from the question and the candidate set:
+signals, per hit, from the question (read once per search, :func:`named` and :func:`question_words`)
+and the candidate set:
 
 * **named files** (the contract's exact-file path): the chunks of the files the question names,
   read by the retrieval task (:func:`named_file_patterns`), join the candidates as a third RRF list
@@ -11,17 +12,14 @@ signals, per hit, from the question and the candidate set:
 * **file named**: the question names the hit's file: a path (``requests/sessions.py``), a
   traceback line (``File ".../site-packages/requests/sessions.py", line 335, in request``), or a
   bare file name (``sessions.py``, half the bonus: many folders hold a ``utils.py``);
-* **definition**: the hit defines an identifier the question names (``register_hook``,
-  ``Session.request``, a function named in a traceback frame), from the ``symbols`` its chunk
-  defines; a hit that only *mentions* the identifier gets the (smaller, by default zero) mention
-  bonus, so the definition outranks its callers;
 * **spelled**: the hit defines a name the question spells in words, its parts in order
   ("the default headers" and ``default_headers``, "resolve redirects" and ``resolve_redirects``):
   a question in prose names a function by what it is called more often than by its identifier,
   and the vector list ranks the words around the name, not the name;
 * **related code**: a document among the candidates whose front matter says which files it
   describes (``related_code``) lifts those files' hits;
-* **layer rank**: ``settings.code.layer_ranks`` (source, symbols, docs, tests), never SQL literals.
+* **layer rank**: ``settings.code.layer_ranks`` (source, symbols, docs, tests), never SQL literals:
+  a key of the contract's order, reported on every re-scored hit.
 
 :func:`rescore` adds the bonuses (in RRF units, :data:`WEIGHTS`) to each hit's
 fused score: the default hybrid's re-score. :func:`contract_order` is the contract's lexicographic
@@ -34,10 +32,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 
 from ragline.query.retrieval.fusion import FusionPolicy
-from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit
 from ragline.shared.worker.identifiers import STOP_WORDS, component_parts
 
@@ -72,10 +70,6 @@ class Named:
     files: tuple[str, ...] = ()
     identifiers: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
-    #: the identifiers among them the question writes inside backticks (```Session.resolve_redirects```,
-    #: ```flask.Config.from_file()```): code quoted on purpose, where a bare snake_case word or a
-    #: traceback's frames name every function on the way
-    quoted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,10 +79,7 @@ class Weights:
     when an evaluation varies it)."""
 
     file: float = 0.0
-    definition: float = 0.0
-    mention: float = 0.0
     related: float = 0.0
-    layer_step: float = 0.0
     named: float = 0.0
     spelled: float = 0.0
 
@@ -97,10 +88,10 @@ class Weights:
 
 
 #: the weights a search ranks code with (0.2; were settings until 0.1). An evaluation measures others
-#: with ``dataclasses.replace(WEIGHTS, ...)`` (:mod:`ragline.operations.code_ablations`). file, related,
-#: named: measured on swe-loc-dev; spelled: chosen on answers-dev, checked on swe-loc-dev; definition,
-#: mention and the layer step are off: they lost on swe-loc-dev (its issues name many identifiers,
-#: tracebacks common ones) (docs/evaluation.md, "Code retrieval (swe-loc-dev)")
+#: with ``dataclasses.replace`` on the search's :class:`~ragline.query.retrieval.ranking.RankingPolicy`
+#: (:mod:`ragline.operations.code_ablations`). file, related, named: measured on swe-loc-dev;
+#: spelled: chosen on answers-dev, checked on swe-loc-dev (docs/evaluation.md, "Code retrieval
+#: (swe-loc-dev)")
 WEIGHTS = Weights(file=0.004, related=0.004, named=0.25, spelled=0.006)
 
 
@@ -114,10 +105,10 @@ def _looks_like_code(word: str, call: bool, quoted: bool) -> bool:
 
 @functools.lru_cache(maxsize=512)
 def named(question: str) -> Named:
-    """The files and identifiers ``question`` names (pure, so memoised: one search asks it of the
-    same question several times, from the structural check, whether it names a file, the fusion's
-    code check and the named files' statement, and it is the costliest reading of the question, up
-    to ~0.15 ms for a sentence of prose). ``Named`` is frozen: no caller can change the shared one."""
+    """The files and identifiers ``question`` names (pure). A search reads it once, into its
+    :class:`~ragline.query.retrieval.ranking.RankingPolicy`; memoised for the file list and the
+    evaluation, which read the same question again (up to ~0.15 ms for a sentence of prose).
+    ``Named`` is frozen: no caller can change the shared one."""
     text = question.replace("\\", "/")
     files: dict[str, None] = {}
     for m in _PATH.finditer(text):
@@ -140,18 +131,7 @@ def named(question: str) -> Named:
     for m in _TRACE_FRAME.finditer(text):
         if m.group(1) != "module":
             idents.setdefault(m.group(1), None)
-    return Named(tuple(files), tuple(idents), tuple(modules), _quoted(quoted, idents))
-
-
-def _quoted(spans: set[str], identifiers: dict[str, None]) -> tuple[str, ...]:
-    """The ``identifiers`` that occur inside the backtick ``spans``, read as in the text (receivers
-    left out), in the question's order."""
-    inside: set[str] = set()
-    for span in spans:
-        for m in _IDENT.finditer(span):
-            word = m.group(1)
-            inside.add(next((word[len(r) :] for r in _RECEIVERS if word.startswith(r)), word))
-    return tuple(i for i in identifiers if i in inside)
+    return Named(tuple(files), tuple(idents), tuple(modules))
 
 
 #: a token starts where a run of its characters does (the same tokens as from any position, where
@@ -172,7 +152,7 @@ def question_words(question: str) -> list[str]:
     return words
 
 
-def spells(words: list[str], symbol: str) -> bool:
+def spells(words: Sequence[str], symbol: str) -> bool:
     """Whether the question's ``words`` spell the name of ``symbol`` (its last dotted component):
     all its parts, in order, as consecutive words, the last one in the singular or the plural
     ("default headers" spells ``default_headers``, "proxy header" ``proxy_headers``, "resolve the
@@ -182,15 +162,15 @@ def spells(words: list[str], symbol: str) -> bool:
     parts = component_parts(name)
     if sum(1 for p in parts if len(p) > 2 and p not in STOP_WORDS) < 2:
         return False
-    k = len(parts)
+    k, head = len(parts), tuple(parts[:-1])
     for i in range(len(words) - k + 1):
         last = words[i + k - 1]
-        if words[i : i + k - 1] == parts[:-1] and parts[-1] in (last, last + "s", last.removesuffix("s")):
+        if tuple(words[i : i + k - 1]) == head and parts[-1] in (last, last + "s", last.removesuffix("s")):
             return True
     return False
 
 
-def spelled_definitions(words: list[str], symbols: list[str]) -> int:
+def spelled_definitions(words: Sequence[str], symbols: list[str]) -> int:
     """How many of ``symbols`` (a chunk's definitions) the question's ``words`` spell."""
     return sum(1 for s in symbols if spells(words, s)) if words and symbols else 0
 
@@ -217,20 +197,11 @@ def module_match(module: str, path: str) -> bool:
     return stem.endswith("/" + module)
 
 
-def path_named(n: Named, path: str, skip: tuple[str, ...] = ()) -> float:
+def path_named(n: Named, path: str) -> float:
     """How plainly the question names the file at ``path``: 1 for its path (two or more trailing
-    components) or its dotted module, 0.5 for its bare file name, else 0; the named files in
-    ``skip`` do not count (a traceback's frames, which the file ranking weighs by depth instead).
-    The one reading of "the question names this file", per hit (:func:`signals`) and per file
-    (:func:`ragline.query.retrieval.file_rank.rank_files`)."""
-    named = max((file_match(f, path) for f in n.files if f not in skip), default=0.0)
+    components) or its dotted module, 0.5 for its bare file name, else 0."""
+    named = max((file_match(f, path) for f in n.files), default=0.0)
     return max(named, 1.0 if any(module_match(m, path) for m in n.modules) else 0.0)
-
-
-def definitions(n: Named, symbols: list[str]) -> int:
-    """How many of the identifiers the question names ``symbols`` define (a chunk's, or all of a
-    file's chunks'): the one reading of "defines what the question names", per hit and per file."""
-    return sum(1 for i in n.identifiers if _defines(i, symbols)) if symbols else 0
 
 
 def file_match(named_file: str, path: str) -> float:
@@ -298,22 +269,7 @@ def with_named(hits: list[Hit], named: list[Hit], weight: float, policy: FusionP
     return out
 
 
-def _defines(ident: str, symbols: list[str]) -> bool:
-    want = ident.split(".")
-    for s in symbols:
-        have = s.split(".")
-        if have[-1] != want[-1]:
-            continue
-        if len(want) == 1 or len(have) == 1 or want[-2] == have[-2]:
-            return True
-    return False
-
-
-def _mentions(ident: str, content: str) -> bool:
-    return re.search(rf"(?<![\w]){re.escape(ident.split('.')[-1])}(?![\w])", content) is not None
-
-
-def layer_rank(layer: str, ranks: dict[str, int]) -> int:
+def layer_rank(layer: str, ranks: Mapping[str, int]) -> int:
     """A layer's rank (lower first); a layer not listed ranks after every listed one."""
     return ranks.get(layer, max(ranks.values(), default=-1) + 1)
 
@@ -321,39 +277,25 @@ def layer_rank(layer: str, ranks: dict[str, int]) -> int:
 @dataclass(frozen=True)
 class Signals:
     file: float = 0.0
-    definition: float = 0.0
-    mention: float = 0.0
     related: float = 0.0
     layer_rank: int = 0
     spelled: float = 0.0
 
     def bonus(self, w: Weights) -> float:
-        return (
-            w.file * self.file
-            + w.definition * self.definition
-            + w.mention * self.mention
-            + w.related * self.related
-            + w.spelled * self.spelled
-            - w.layer_step * self.layer_rank
-        )
+        return w.file * self.file + w.related * self.related + w.spelled * self.spelled
 
 
-def signals(hits: list[Hit], question: str, ranks: dict[str, int]) -> list[Signals]:
-    """Each hit's structural signals, given the whole candidate set (``related_code`` of documents
+def signals(hits: list[Hit], n: Named, words: Sequence[str], ranks: Mapping[str, int]) -> list[Signals]:
+    """Each hit's structural signals from what the question names (``n``), the words it writes
+    (``words``, :func:`question_words`) and the whole candidate set (``related_code`` of documents
     among the candidates applies to the files they name)."""
-    n = named(question)
-    words = question_words(question)
     related = {f for h in hits for f in (h.metadata.get("related_code") or []) if isinstance(f, str)}
     out = []
     for h in hits:
         symbols = [s for s in h.metadata.get("symbols") or [] if isinstance(s, str)]
-        defined = definitions(n, symbols) > 0
-        mentioned = not defined and any(_mentions(i, h.content) for i in n.identifiers)
         out.append(
             Signals(
                 file=path_named(n, h.path),
-                definition=float(defined),
-                mention=float(mentioned),
                 related=float(any(file_match(f, h.path) == 1.0 for f in related)),
                 layer_rank=layer_rank(h.layer, ranks),
                 spelled=float(spelled_definitions(words, symbols) > 0),
@@ -362,12 +304,13 @@ def signals(hits: list[Hit], question: str, ranks: dict[str, int]) -> list[Signa
     return out
 
 
-def rescore(hits: list[Hit], question: str, w: Weights, settings: Settings) -> list[Hit]:
+def rescore(
+    hits: list[Hit], n: Named, words: Sequence[str], w: Weights, ranks: Mapping[str, int]
+) -> list[Hit]:
     """Hits re-sorted by fused score plus their structural bonus (stable: equal scores keep their
     order); each hit carries its ``structural_score`` and ``layer_rank``."""
-    sig = signals(hits, question, settings.code.layer_ranks)
     scored = []
-    for pos, (h, s) in enumerate(zip(hits, sig, strict=True)):
+    for pos, (h, s) in enumerate(zip(hits, signals(hits, n, words, ranks), strict=True)):
         bonus = round(s.bonus(w), 8)
         scored.append((round(h.score + bonus, 8), pos, replace_hit(h, bonus, s.layer_rank)))
     scored.sort(key=lambda t: (-t[0], t[1]))
@@ -378,15 +321,15 @@ def replace_hit(h: Hit, structural: float, rank: int) -> Hit:
     return h.model_copy(update={"structural_score": structural, "layer_rank": rank})
 
 
-def contract_order(hits: list[Hit], question: str, w: Weights, settings: Settings) -> list[Hit]:
+def contract_order(
+    hits: list[Hit], n: Named, words: Sequence[str], w: Weights, ranks: Mapping[str, int]
+) -> list[Hit]:
     """The retrieval contract's order: ``prefer_bonus`` (desc), ``test_penalty`` (asc), ``layer_rank``
     (asc), ``lexical_rank`` (asc, hits the lexical list missed last), structural score (desc),
     vector distance (asc, missing last). ``score`` keeps the fused score."""
-    sig = signals(hits, question, settings.code.layer_ranks)
-    no_layer_step = replace(w, layer_step=0.0)  # the layer is its own key here
     keyed = []
-    for pos, (h, s) in enumerate(zip(hits, sig, strict=True)):
-        structural = round(s.bonus(no_layer_step), 8)
+    for pos, (h, s) in enumerate(zip(hits, signals(hits, n, words, ranks), strict=True)):
+        structural = round(s.bonus(w), 8)
         key = (
             -h.prefer_bonus,
             h.test_penalty,

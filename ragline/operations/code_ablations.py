@@ -8,7 +8,6 @@ what a search with those weights would answer.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from ragline.query.retrieval.file_rank import FileWeights
 from ragline.query.retrieval.fusion import FusionPolicy
@@ -21,8 +20,8 @@ GRID = (0.001, 0.002, 0.004, 0.008, 0.016)
 
 def ablations(w: Weights, grid: tuple[float, ...] = GRID) -> dict[str, Weights]:
     """The variants measured: no structure, the configured weights, each configured signal left out,
-    each signal that is off added to them, and each signal alone at every size of ``grid`` (the layer
-    step at a tenth of it, the named files' RRF weight at 62.5 times it)."""
+    each signal that is off added to them, and each signal alone at every size of ``grid`` (the
+    named files' RRF weight at 62.5 times it)."""
     out = {"none": Weights(), "configured": w}
     configured = [k for k, v in w.as_dict().items() if v]
     if len(configured) > 1:
@@ -31,11 +30,11 @@ def ablations(w: Weights, grid: tuple[float, ...] = GRID) -> dict[str, Weights]:
     for f in Weights.__dataclass_fields__:  # each signal that is off, added to the configured ones
         if f not in configured:
             size = grid[len(grid) // 2]
-            size = size / 10 if f == "layer_step" else size * 62.5 if f == "named" else size
+            size = size * 62.5 if f == "named" else size
             out[f"configured plus {f}={size:g}"] = replace(w, **{f: size})
     for f in Weights.__dataclass_fields__:
         for v in grid:
-            size = v / 10 if f == "layer_step" else v * 62.5 if f == "named" else v
+            size = v * 62.5 if f == "named" else v
             out[f"only {f}={size:g}"] = Weights(**{f: size})
     return out
 
@@ -61,7 +60,7 @@ def refuse(hits: list[Hit], w: Weights, policy: FusionPolicy) -> list[Hit]:
     return [h for _, _, h in out]
 
 
-#: the bonus sizes measured for each signal alone (units of the best hit's score)
+#: the frame bonus sizes measured alone (units of the best hit's score)
 FILE_GRID = (0.25, 0.5, 1.0)
 #: the chunk weights measured alone (``decay``; the first ``depth`` chunks of a file count)
 DECAYS = (0.25, 0.5, 0.75)
@@ -69,19 +68,14 @@ DECAYS = (0.25, 0.5, 0.75)
 
 def file_variants(configured: FileWeights, depth: int = 3) -> dict[str, FileWeights]:
     """The file rankings an evaluation measures: ``none`` (the first-hit order), ``configured``, each
-    chunk decay alone, each bonus alone at every size of :data:`FILE_GRID`, and every signal together at
-    the middle sizes."""
+    chunk decay alone, the traceback frames' bonus alone at every size of :data:`FILE_GRID`, both
+    together at the middle sizes, and the configured ones with each floor slack."""
     out = {"none": FileWeights(), "configured": configured}
     for d in DECAYS:
         out[f"only decay={d:g}"] = FileWeights(decay=d, depth=depth)
-    for f in ("path", "frame", "imports", "definition", "quoted"):
-        for v in FILE_GRID:
-            one: dict[str, Any] = {f: v}  # a bonus field by name (all floats)
-            out[f"only {f}={v:g}"] = FileWeights(**one)
-    mid = FILE_GRID[len(FILE_GRID) // 2]
-    out["all"] = FileWeights(DECAYS[0], depth, mid, mid, mid / 2, mid / 2)
+    for v in FILE_GRID:
+        out[f"only frame={v:g}"] = FileWeights(frame=v)
+    out["all"] = FileWeights(DECAYS[0], depth, FILE_GRID[len(FILE_GRID) // 2])
     for slack in (0, 1, 2):  # where the single lists' files are floored: within m·n + slack
         out[f"configured, floor slack {slack}"] = replace(configured, floor_slack=slack)
-    for v in FILE_GRID:  # the quoted identifiers' weight on top of the configured ones
-        out[f"configured plus quoted={v:g}"] = replace(configured, quoted=v)
     return out

@@ -221,7 +221,7 @@ FUSION_GRID: list[dict] = [
 
 
 def _rows(hits: list[dict]) -> list[dict]:
-    """Hits of a single-mode search as the candidate rows :func:`ragline.query.retrieval.hybrid.fused_keys`
+    """Hits of a single-mode search as the candidate rows :meth:`~ragline.query.retrieval.ranking.RankingPolicy.fused_keys`
     reads (its score fields)."""
     return [
         {
@@ -247,8 +247,8 @@ def sweep_fusion(
     :class:`~ragline.query.retrieval.fusion.FusionPolicy` replaced, such as
     ``{"method": "convex", "normalization": "zscore", "convex_lexical": 0.3}``), recomputed from one
     run's vector and lexical lists with the retriever's own
-    :func:`ragline.query.retrieval.hybrid.fused_keys`, script check included."""
-    from ragline.query.retrieval.hybrid import fused_keys  # psycopg and numpy: only when sweeping
+    :meth:`ragline.query.retrieval.ranking.RankingPolicy.fused_keys`, script check included."""
+    from ragline.query.retrieval.ranking import RankingPolicy  # psycopg and numpy: only when sweeping
 
     runs = runs or candidate_lists(queries, search, settings.retrieval.top_n)
     out = []
@@ -256,9 +256,8 @@ def sweep_fusion(
         prose = replace(FusionPolicy.from_settings(settings), **overrides)
         rep = ModeReport("hybrid " + " ".join(f"{a}={b}" for a, b in overrides.items()), k)
         for row, hits in runs:
-            fused = fused_keys(
-                _rows(hits["vector"]), _rows(hits["lexical"]), settings, row["query"], prose=prose
-            )
+            policy = replace(RankingPolicy.for_question(row["query"], settings), prose=prose)
+            fused = policy.fused_keys(_rows(hits["vector"]), _rows(hits["lexical"]))
             rep.add(row["query"], doc_ranking(key[0] for key, _ in fused), grades(row["relevant"]))
         out.append({**overrides, **rep.summary()})
     return out

@@ -38,6 +38,7 @@ from ragline.operations import code_ablations
 from ragline.operations.eval import doc_ranking, recall_at_k, reciprocal_rank, retrieve
 from ragline.query.retrieval import file_rank, structure
 from ragline.query.retrieval.fusion import CODE, PROSE, FusionPolicy
+from ragline.query.retrieval.ranking import RankingPolicy
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.contracts import Hit
 
@@ -398,9 +399,10 @@ def _refused(
         sorted((h for h in hits if getattr(h, rank) is not None), key=lambda h: getattr(h, rank))
         for rank in ("vector_rank", "lexical_rank")
     ]
+    ranking_policy = RankingPolicy.for_question(text, settings, structural=True)
     for label, w, wl in runs:
         fused = code_ablations.refuse(hits, w, replace(code_policy, lexical_weight=wl))
-        ranked = structure.rescore(fused, text, w, settings)[: settings.retrieval.top_n]
+        ranked = replace(ranking_policy, weights=w).restructured(fused)[: settings.retrieval.top_n]
         yield label, file_rank.ranked_paths(ranked, text, file_weights, source, leads)
 
 

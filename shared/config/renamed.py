@@ -155,17 +155,19 @@ RENAMED: dict[str, str] = {
 #: evaluation varies them there, with ``dataclasses.replace``; an operator does not set them), and
 #: pseudo-relevance feedback, off by default, is gone with its settings
 _FEEDBACK = "pseudo-relevance feedback was removed (it did not help on the dev sets)"
+#: a ranking signal shipped at weight 0 (measured, not used), removed with the code that computed it
+_LOST = "removed with its code: it was off (0) by default, it lost on swe-loc-dev"
 REMOVED: dict[str, str] = {
-    "RAGLINE_CODE_DEFINITION_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.definition",
+    "RAGLINE_CODE_DEFINITION_BONUS": _LOST,
     "RAGLINE_CODE_FILE_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.file",
     "RAGLINE_CODE_FILE_RANK_DECAY": "now a constant: query/retrieval/file_rank.py WEIGHTS.decay",
-    "RAGLINE_CODE_FILE_RANK_DEFINITION_BONUS": "now a constant: query/retrieval/file_rank.py WEIGHTS.definition",
+    "RAGLINE_CODE_FILE_RANK_DEFINITION_BONUS": _LOST,
     "RAGLINE_CODE_FILE_RANK_DEPTH": "now a constant: query/retrieval/file_rank.py WEIGHTS.depth",
     "RAGLINE_CODE_FILE_RANK_FRAME_BONUS": "now a constant: query/retrieval/file_rank.py WEIGHTS.frame",
-    "RAGLINE_CODE_FILE_RANK_IMPORT_BONUS": "now a constant: query/retrieval/file_rank.py WEIGHTS.imports",
-    "RAGLINE_CODE_FILE_RANK_PATH_BONUS": "now a constant: query/retrieval/file_rank.py WEIGHTS.path",
-    "RAGLINE_CODE_LAYER_STEP": "now a constant: query/retrieval/structure.py WEIGHTS.layer_step",
-    "RAGLINE_CODE_MENTION_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.mention",
+    "RAGLINE_CODE_FILE_RANK_IMPORT_BONUS": _LOST,
+    "RAGLINE_CODE_FILE_RANK_PATH_BONUS": _LOST,
+    "RAGLINE_CODE_LAYER_STEP": _LOST,
+    "RAGLINE_CODE_MENTION_BONUS": _LOST,
     "RAGLINE_CODE_NAMED_WEIGHT": "now a constant: query/retrieval/structure.py WEIGHTS.named",
     "RAGLINE_CODE_RELATED_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.related",
     "RAGLINE_CODE_SPELLED_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.spelled",

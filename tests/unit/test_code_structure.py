@@ -27,7 +27,7 @@ from ragline.query.retrieval.filters import (
     glob_pattern,
 )
 from ragline.query.retrieval.fusion import FusionPolicy
-from ragline.query.retrieval.ranking import ranked_by_structure, structural
+from ragline.query.retrieval.ranking import RankingPolicy
 from ragline.shared.config.settings import CodeSettings, Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest
 
@@ -47,6 +47,20 @@ def hit(path, score, symbols=(), content="", layer="C0_SOURCE_CHUNKS", **kw) -> 
 
 def settings(**code) -> Settings:
     return Settings().model_copy(update={"code": CodeSettings().model_copy(update=code)})
+
+
+def rescore(hits, question, w, s=None):
+    """The structural re-score of a search for ``question`` with the weights ``w``."""
+    policy = replace(RankingPolicy.for_question(question, s or settings(), structural=True), weights=w)
+    return policy.restructured(hits)
+
+
+def signals(hits, question, ranks=None):
+    return structure.signals(hits, structure.named(question), structure.question_words(question), ranks or {})
+
+
+def structural(req, vector, lexical, s):
+    return RankingPolicy.of(req, s).restructures(vector, lexical)
 
 
 # --------------------------------------------------------------------------------- what is named
@@ -82,29 +96,25 @@ def test_file_match(named, path, score):
 
 
 # ------------------------------------------------------------------------------------- signals
-def test_a_definition_outranks_a_mention_and_a_named_file_is_lifted():
-    w = structure.Weights(file=0.004, definition=0.004)
+def test_a_named_file_is_lifted_by_the_file_bonus():
+    w = structure.Weights(file=0.004)
     hits = [
         hit("r/requests/api.py", 0.0160, ["request"], "def request(method, url): return session.request()"),
         hit("r/requests/hooks.py", 0.0158, ["dispatch_hook"], "hooks = register_hook(x)"),
         hit("r/requests/models.py", 0.0150, ["Request.register_hook"], "def register_hook(self): ..."),
-        hit("r/tests/test_models.py", 0.0149, [], "r.register_hook('response', f)", layer="C0_TEST_CHUNKS"),
     ]
-    q = "register_hook() does not accept a list"
-    out = structure.rescore(hits, q, w, settings())
-    assert [h.path for h in out][:2] == ["r/requests/models.py", "r/requests/api.py"]
+    q = "register_hook() in requests/models.py does not accept a list"
+    out = rescore(hits, q, w)
+    assert [h.path for h in out] == ["r/requests/models.py", "r/requests/api.py", "r/requests/hooks.py"]
     assert out[0].structural_score == pytest.approx(0.004) and out[0].score == pytest.approx(0.019)
-    sig = structure.signals(hits, q, CodeSettings().layer_ranks)
-    assert [s.definition for s in sig] == [0.0, 0.0, 1.0, 0.0]
-    assert [s.mention for s in sig] == [0.0, 1.0, 0.0, 1.0]
     # the file named by a traceback: half for a bare file name, whole for a path
-    sig = structure.signals(hits, 'File "/x/site-packages/requests/api.py", line 3 and models.py', {})
-    assert [s.file for s in sig] == [1.0, 0.0, 0.5, 0.0]
+    sig = signals(hits, 'File "/x/site-packages/requests/api.py", line 3 and models.py')
+    assert [s.file for s in sig] == [1.0, 0.0, 0.5]
 
 
 def test_dotted_module_names_name_their_file():
     hits = [hit("r/requests/utils.py", 0.01), hit("r/requests/models.py", 0.02)]
-    sig = structure.signals(hits, "requests.utils.get_netrc_auth breaks", {})
+    sig = signals(hits, "requests.utils.get_netrc_auth breaks")
     assert [s.file for s in sig] == [1.0, 0.0]
 
 
@@ -127,17 +137,8 @@ def test_a_dotted_module_names_its_file_in_the_one_reading_of_named_files():
     named = structure.named('write(format="ascii.rst") drops a row')
     assert structure.path_named(named, "astropy/io/ascii/rst.py") == 1.0
     assert structure.path_named(named, "astropy/io/ascii/core.py") == 0.0
-    # the frames a file ranking weighs by depth are skipped, a module still names its file
     assert (
         structure.path_named(structure.named("see astropy/io/fits/card.py"), "astropy/io/fits/card.py") == 1.0
-    )
-    assert (
-        structure.path_named(
-            structure.named("see astropy/io/fits/card.py"),
-            "astropy/io/fits/card.py",
-            skip=("astropy/io/fits/card.py",),
-        )
-        == 0.0
     )
 
 
@@ -145,9 +146,7 @@ def test_related_code_of_a_document_among_the_candidates_lifts_that_file():
     doc = hit("repo/docs/retrieval.md", 0.013, layer="docs", metadata={"related_code": ["src/rag/query.py"]})
     code = hit("repo/src/rag/query.py", 0.010, ["build"])
     other = hit("repo/src/rag/other.py", 0.012, ["other"])
-    out = structure.rescore(
-        [doc, other, code], "how is the query built", structure.Weights(related=0.004), settings()
-    )
+    out = rescore([doc, other, code], "how is the query built", structure.Weights(related=0.004))
     assert [h.path for h in out] == [
         "repo/src/rag/query.py",
         "repo/docs/retrieval.md",
@@ -155,16 +154,17 @@ def test_related_code_of_a_document_among_the_candidates_lifts_that_file():
     ]
 
 
-def test_layer_ranks_come_from_settings():
+def test_layer_ranks_come_from_settings_and_order_only_the_contracts_order():
     ranks = {"SRC": 0, "DOCS": 5}
     assert structure.layer_rank("DOCS", ranks) == 5
     assert structure.layer_rank("unknown", ranks) == 6  # after every listed layer
     hits = [hit("d/a.md", 0.0160, layer="DOCS"), hit("s/a.py", 0.0155, layer="SRC")]
-    out = structure.rescore(
-        hits, "anything", structure.Weights(layer_step=0.0002), settings(layer_ranks=ranks)
-    )
-    assert [h.path for h in out] == ["s/a.py", "d/a.md"]
-    assert [h.layer_rank for h in out] == [0, 5]
+    s = settings(layer_ranks=ranks)
+    # the re-score reports each hit's layer rank and keeps the fused order: a layer is no bonus
+    out = rescore(hits, "anything", structure.WEIGHTS, s)
+    assert [(h.path, h.layer_rank) for h in out] == [("d/a.md", 5), ("s/a.py", 0)]
+    contract = RankingPolicy.for_question("anything", s, structural=True, contract=True)
+    assert [h.path for h in contract.restructured(hits)] == ["s/a.py", "d/a.md"]
 
 
 def test_contract_order_is_lexicographic_over_the_seed_fields():
@@ -176,12 +176,19 @@ def test_contract_order_is_lexicographic_over_the_seed_fields():
         hit("r/b.py", 0.01, ["g"], lexical_rank=3, vector_distance=0.5),
         hit("r/c.py", 0.01, ["c"], lexical_rank=3, vector_distance=0.4),
         hit("r/pref/x.md", 0.001, layer="docs", prefer_bonus=0.005, lexical_rank=9),
-        hit("r/d.py", 0.01, ["g2"], lexical_rank=3, vector_distance=0.9),
+        hit("r/d.py", 0.01, ["apply_chunks"], lexical_rank=3, vector_distance=0.9),
     ]
-    out = structure.contract_order(hits, "where is `g2` defined", structure.Weights(definition=0.004), s)
+    question = "where do the apply chunks live"
+    out = structure.contract_order(
+        hits,
+        structure.named(question),
+        structure.question_words(question),
+        structure.Weights(spelled=0.004),
+        s.code.layer_ranks,
+    )
     assert [h.path for h in out] == [
         "r/pref/x.md",  # prefer_bonus first, whatever its layer
-        "r/d.py",  # same layer and lexical rank as b and c: the definition of g2 wins
+        "r/d.py",  # same layer and lexical rank as b and c: it defines the name the question spells
         "r/c.py",  # then the smaller distance
         "r/b.py",
         "r/a.py",  # no lexical rank: after those with one
@@ -191,17 +198,14 @@ def test_contract_order_is_lexicographic_over_the_seed_fields():
 
 
 def test_ablations_cover_each_signal_alone_and_left_out():
-    w = structure.Weights(file=0.004, definition=0.002)
+    w = structure.Weights(file=0.004, related=0.002)
     out = code_ablations.ablations(w, grid=(0.001, 0.01))
     assert out["none"] == structure.Weights() and out["configured"] == w
-    assert out["configured but file"] == structure.Weights(definition=0.002)
+    assert out["configured but file"] == structure.Weights(related=0.002)
     assert out["only file=0.01"] == structure.Weights(file=0.01)
-    assert out["only layer_step=0.001"] == structure.Weights(layer_step=0.001)
     assert out["only named=0.625"] == structure.Weights(named=0.625)
-    assert out["configured plus mention=0.01"] == structure.Weights(
-        file=0.004, definition=0.002, mention=0.01
-    )
-    assert len(out) == 2 + 2 + 5 + 7 * 2
+    assert out["configured plus spelled=0.01"] == structure.Weights(file=0.004, related=0.002, spelled=0.01)
+    assert len(out) == 2 + 2 + 2 + 4 * 2
 
 
 def test_named_files_become_path_suffix_patterns():
@@ -255,7 +259,7 @@ def test_the_retrieval_hook_runs_only_when_it_can_change_something():
     # the contract's order is asked for: applied whatever the settings say
     req = plain.model_copy(update={"ordering": "contract", "query": "g"})
     hits = [hit("r/docs/a.md", 0.02, layer="docs", lexical_rank=1), hit("r/a.py", 0.01, lexical_rank=2)]
-    assert [h.path for h in ranked_by_structure(req, hits, s)] == ["r/a.py", "r/docs/a.md"]
+    assert [h.path for h in RankingPolicy.of(req, s).restructured(hits)] == ["r/a.py", "r/docs/a.md"]
 
 
 # ------------------------------------------------------------------- which rows are tests (one rule)
@@ -365,7 +369,7 @@ def test_a_definition_spelled_in_words_gets_the_spelled_bonus_its_mentions_do_no
         ),
         hit("r/requests/utils.py", 0.0125, ["default_user_agent"], "def default_user_agent():"),
     ]
-    out = structure.rescore(hits, DEFAULT_HEADERS_Q, w, settings())
+    out = rescore(hits, DEFAULT_HEADERS_Q, w)
     assert [(h.path, h.metadata["symbols"][0]) for h in out][0] == ("r/requests/utils.py", "default_headers")
     assert [h.structural_score for h in out] == [pytest.approx(0.006), 0.0, 0.0]
     # the re-score runs for such a question only when a candidate defines the spelled name

@@ -41,9 +41,15 @@ def _row(doc: str, n: int = 0, **kw) -> dict:
     }
 
 
+def fuse(vector, lexical, settings, limit, query="", vector_share=1.0):
+    """A search's fused hits for ``query`` (:meth:`RankingPolicy.fuse`)."""
+    from ragline.query.retrieval.ranking import RankingPolicy
+
+    return RankingPolicy.for_question(query, settings).fuse(vector, lexical, limit, vector_share)
+
+
 def test_fuse_scores_rows_then_builds_only_the_kept_hits(monkeypatch):
     from ragline.query.retrieval import fusion
-    from ragline.query.retrieval.hybrid import fuse
     from ragline.shared.config.settings import Settings
 
     monkeypatch.setattr(fusion, "PROSE", replace(fusion.PROSE, vector_weight=1.0, lexical_weight=1.0))
@@ -132,7 +138,6 @@ def _noise_lists() -> tuple[list[dict], list[dict]]:
 
 def test_fuse_keeps_the_vector_order_for_an_english_question_over_russian_passages(monkeypatch):
     from ragline.query.retrieval import fusion
-    from ragline.query.retrieval.hybrid import fuse
     from ragline.shared.config.settings import Settings
 
     s = Settings(fusion_method="rrf")  # the RRF defaults: 1 : 0.0175, cross-script 0

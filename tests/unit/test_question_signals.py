@@ -1,6 +1,6 @@
 """What an issue names, by kind, read from real issue texts (../shared/datasets/swe-loc-dev/instances.jsonl)
-and weighed by the file ranking (query/retrieval/structure.py ``named``, query/retrieval/file_rank.py):
-a path, a bare file name, a traceback frame's file (the deepest first), an identifier quoted as code."""
+and weighed by the ranking (query/retrieval/structure.py ``named``, query/retrieval/file_rank.py): a
+path, a bare file name, a traceback frame's file (the deepest first), an identifier quoted as code."""
 
 from __future__ import annotations
 
@@ -40,10 +40,10 @@ def test_a_path_the_issue_writes_names_its_file_and_a_bare_file_name_half():
 
 def test_a_traceback_frame_names_its_file_the_deepest_weighing_most():
     text = issue("marshmallow-code__marshmallow-1343")
-    ev = file_rank.evidence(text)
+    frames = file_rank.frames(text)
     # site-packages paths are the repository's files; the frames outermost first
-    assert ev.frames[-1].endswith("marshmallow/fields.py") and any(
-        f.endswith("marshmallow/schema.py") for f in ev.frames
+    assert frames[-1].endswith("marshmallow/fields.py") and any(
+        f.endswith("marshmallow/schema.py") for f in frames
     )
     files = rank_files(
         [
@@ -60,34 +60,12 @@ def test_a_traceback_frame_names_its_file_the_deepest_weighing_most():
 
 
 @pytest.mark.parametrize(
-    ("instance_id", "quoted", "defined_in"),
+    ("instance_id", "quoted"),
     [
-        # "`Session.resolve_redirects` copies the original request ..."
-        (
-            "psf__requests-1963",
-            "Session.resolve_redirects",
-            ("requests/sessions.py", "Session.resolve_redirects"),
-        ),
-        # "... `flask.Config.from_file()` ..."
-        ("pallets__flask-4992", "flask.Config.from_file", ("src/flask/config.py", "Config.from_file")),
-        # "`Dataset.to_json_dict(suppress_invalid_tags=True)` ..."
-        ("pydicom__pydicom-1694", "Dataset.to_json_dict", ("pydicom/dataset.py", "Dataset.to_json_dict")),
+        ("psf__requests-1963", "Session.resolve_redirects"),  # "`Session.resolve_redirects` copies ..."
+        ("pallets__flask-4992", "flask.Config.from_file"),  # "... `flask.Config.from_file()` ..."
+        ("pydicom__pydicom-1694", "Dataset.to_json_dict"),  # "`Dataset.to_json_dict(...)` ..."
     ],
 )
-def test_an_identifier_quoted_as_code_lifts_the_file_that_defines_it(instance_id, quoted, defined_in):
-    """Quoted identifiers are their own kind: only they count for ``quoted``, and with its weight
-    the file that defines one outranks a file whose chunk matched better."""
-    text = issue(instance_id)
-    n = structure.named(text)
-    assert quoted in n.quoted and set(n.quoted) <= set(n.identifiers)
-    path, symbol = defined_in
-    hits = [hit("pkg/other.py", 1.0, ("helper",)), hit(path, 0.6, (symbol,))]
-    plain = rank_files(hits, text, FileWeights())
-    lifted = rank_files(hits, text, FileWeights(quoted=1.0))
-    assert plain[0].path == "pkg/other.py" and lifted[0].path == path and lifted[0].quoted == 0.5
-
-
-def test_identifiers_written_bare_are_not_quoted():
-    """An issue in prose naming functions without backticks quotes none of them."""
-    n = structure.named(issue("psf__requests-2317"))
-    assert n.identifiers and n.quoted == ()
+def test_an_identifier_quoted_as_code_is_named(instance_id, quoted):
+    assert quoted in structure.named(issue(instance_id)).identifiers

@@ -1,8 +1,13 @@
-"""A search's order, through :func:`ragline.query.retrieval.ranking.order`, the one place it is decided:
-behaviour over the paths a search can take (prose fusion, code fusion with the structural re-score,
-the named files' list, the contract's order, a partly embedded scope, preferences and penalties)."""
+"""A search's order, through :meth:`ragline.query.retrieval.ranking.RankingPolicy.order`, the one place it
+is decided: behaviour over the paths a search can take (prose fusion, code fusion with the structural
+re-score, the named files' list, the contract's order, a partly embedded scope, preferences and
+penalties), and the policy itself (built once from the question, frozen, replaced for evaluation)."""
 
 from __future__ import annotations
+
+import dataclasses
+
+import pytest
 
 from ragline.query.retrieval import ranking, structure
 from ragline.query.retrieval.filters import PREFER_BONUS, TEST_PENALTY
@@ -43,7 +48,7 @@ def req(query: str, **kw) -> SearchRequest:
 
 
 def order(request, vector, lexical, named=(), limit=10, share=1.0):
-    return ranking.order(request, vector, lexical, list(named), SETTINGS, limit, 50, share)
+    return ranking.RankingPolicy.of(request, SETTINGS).order(vector, lexical, list(named), limit, 50, share)
 
 
 def test_a_prose_question_is_fused_and_cut_without_the_structural_pass():
@@ -110,3 +115,44 @@ def test_the_contract_order_puts_layers_in_rank_order_whatever_the_fused_scores(
     assert structured
     assert [h.doc_id for h in hits] == ["source", "guide", "test"]
     assert [h.layer_rank for h in hits] == sorted(h.layer_rank for h in hits)
+
+
+def test_the_question_is_read_once_when_the_policy_is_built(monkeypatch):
+    """What the question names is read when the policy is built; fusing, the structural check, the
+    re-score and the named files' check read the policy, never the question again."""
+    question = "the error in pkg/hooks.py when registering"
+    policy = ranking.RankingPolicy.of(req(question), SETTINGS)
+    reads: list[str] = []
+    monkeypatch.setattr(structure, "named", lambda q: reads.append(q) or structure.Named())
+    monkeypatch.setattr(structure, "question_words", lambda q: reads.append(q) or [])
+    vector = [
+        row("caller", layer="C0_SOURCE_CHUNKS", path="pkg/client.py", distance=0.1),
+        row("hooks", layer="C0_SOURCE_CHUNKS", path="pkg/hooks.py", distance=0.2),
+    ]
+    hits, structured = policy.order(vector, [], [], 10, 50, 1.0)
+    assert structured and hits[0].doc_id == "hooks" and policy.reads_named_files
+    assert reads == []
+    assert policy.named.files == ("pkg/hooks.py",) and policy.fusion(vector) == policy.code
+
+
+def test_the_code_or_prose_fusion_is_decided_from_the_question_and_the_candidates():
+    prose = ranking.RankingPolicy.of(req("как устроена погода"), Settings(fusion_method="convex"))
+    assert not prose.names_code and prose.fusion([row("a")]) == prose.prose
+    assert prose.fusion([row("a"), row("b", layer="C0_SOURCE_CHUNKS")]) == prose.code
+    assert prose.fusion([row("a", metadata={"related_code": ["a.py"]})]) == prose.code
+    code = ranking.RankingPolicy.of(req("where is register_hook defined?"), Settings())
+    assert code.names_code and code.fusion([row("a")]) == code.code
+
+
+def test_the_policy_is_frozen_and_an_evaluation_replaces_its_weights():
+    question = "the error in pkg/hooks.py when registering"
+    policy = ranking.RankingPolicy.of(req(question), SETTINGS)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        policy.weights = structure.Weights()  # type: ignore[misc]
+    vector = [
+        row("caller", layer="C0_SOURCE_CHUNKS", path="pkg/client.py", distance=0.1),
+        row("hooks", layer="C0_SOURCE_CHUNKS", path="pkg/hooks.py", distance=0.2),
+    ]
+    unweighted = dataclasses.replace(policy, weights=structure.Weights())
+    assert [h.doc_id for h in unweighted.order(vector, [], [], 10, 50, 1.0)[0]] == ["caller", "hooks"]
+    assert [h.doc_id for h in policy.order(vector, [], [], 10, 50, 1.0)[0]] == ["hooks", "caller"]

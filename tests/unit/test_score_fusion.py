@@ -1,4 +1,4 @@
-"""Convex score fusion (query/retrieval/fusion.py, hybrid.fused_keys), its sweep, and the context title."""
+"""Convex score fusion (query/retrieval/fusion.py, ranking.RankingPolicy.fused_keys), its sweep, and the context title."""
 
 from __future__ import annotations
 
@@ -64,8 +64,21 @@ def _row(doc: str, **kw) -> dict:
     }
 
 
+def fuse(vector, lexical, settings, limit, query="", vector_share=1.0):
+    """A search's fused hits for ``query`` (:meth:`RankingPolicy.fuse`)."""
+    from ragline.query.retrieval.ranking import RankingPolicy
+
+    return RankingPolicy.for_question(query, settings).fuse(vector, lexical, limit, vector_share)
+
+
+def fusion_policy(query, settings, rows=()):
+    """The fusion a search for ``query`` over ``rows`` runs (:meth:`RankingPolicy.fusion`)."""
+    from ragline.query.retrieval.ranking import RankingPolicy
+
+    return RankingPolicy.for_question(query, settings).fusion(rows)
+
+
 def test_fuse_convex_in_rrf_units_then_bonus_and_penalty(monkeypatch):
-    from ragline.query.retrieval.hybrid import fuse
 
     monkeypatch.setattr(fusion, "PROSE", replace(fusion.PROSE, convex_lexical=0.6, normalization="minmax"))
     s = Settings(fusion_method="convex")
@@ -81,7 +94,6 @@ def test_fuse_convex_in_rrf_units_then_bonus_and_penalty(monkeypatch):
 
 
 def test_questions_naming_code_use_the_code_fusion():
-    from ragline.query.retrieval.hybrid import fusion_policy
 
     def fusion_for(query, settings, rows=()):
         return fusion_policy(query, settings, rows).method
@@ -103,7 +115,6 @@ def test_questions_naming_code_use_the_code_fusion():
 def test_code_retrieval_fuses_with_the_code_lexical_weight(monkeypatch):
     """A question naming an identifier, or code candidates, give the lexical list the code policy's
     weight; prose keeps the prose policy's."""
-    from ragline.query.retrieval.hybrid import fuse, fusion_policy
 
     monkeypatch.setattr(fusion, "CODE", replace(fusion.CODE, lexical_weight=1.0))
     assert fusion.PROSE.lexical_weight == 0.0175
@@ -129,7 +140,6 @@ def test_code_retrieval_fuses_with_the_code_lexical_weight(monkeypatch):
 
 
 def test_cross_script_question_keeps_the_vector_order_under_convex_too(monkeypatch):
-    from ragline.query.retrieval.hybrid import fuse
 
     monkeypatch.setattr(fusion, "PROSE", replace(fusion.PROSE, convex_lexical=0.6, normalization="minmax"))
 

@@ -119,6 +119,12 @@ class Hit(BaseModel):
     )
     vector_rank: int | None = None
     vector_distance: float | None = None
+    vector_z: float | None = Field(
+        default=None,
+        description="the vector similarity standardised against the question's background in the"
+        " searched scope (the vector list's candidates past its first ten): how far the hit stands out,"
+        " in no model's cosine scale; None without enough candidates (query/retrieval/ranking.py)",
+    )
     lexical_rank: int | None = None
     lexical_score: float | None = None
     prefer_bonus: float = 0.0
@@ -146,19 +152,13 @@ class Hit(BaseModel):
 
 class FileHit(BaseModel):
     """A file of a code search's hits with the evidence that ranks it (query/retrieval/file_rank.py): the
-    answer to "which file" is a file, and a file with several matching chunks, named by the
-    question's traceback or imports, outranks one lucky chunk."""
+    answer to "which file" is a file, and a file with several matching chunks, or named by the
+    question's traceback, outranks one lucky chunk."""
 
     path: str
     score: float = Field(description="the file's score, in units of the best hit's score")
     chunks: float = Field(default=0.0, description="its hits' scores, normalised and summed with decay")
-    path_match: float = Field(default=0.0, description="the question names its path or dotted module")
     frame: float = Field(default=0.0, description="a traceback frame is in it, the deepest weighing 1")
-    imports: float = Field(default=0.0, description="the question's quoted code imports its module")
-    definition: float = Field(default=0.0, description="its chunks define identifiers the question names")
-    quoted: float = Field(
-        default=0.0, description="its chunks define identifiers the question quotes as code (in backticks)"
-    )
     first_hit: int | None = Field(
         default=0,
         ge=0,
