@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ragline.shared.config.renamed import RENAMED
+from ragline.shared.config.renamed import REMOVED, RENAMED
 from ragline.shared.config.settings import Settings, env_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,3 +100,62 @@ def test_the_table_parser_reads_a_wrong_default_as_wrong(tmp_path):
     )
     (group, name, default) = _fields()["RAGLINE_RETRIEVAL_TOP_N"]
     assert documented(page) == {"RAGLINE_RETRIEVAL_TOP_N": "61"} and _as_written(default) != "61"
+
+
+# ------------------------------------------------------------------ every variable a page names
+#: a variable as a page writes it
+VARIABLE = re.compile(r"\bRAGLINE_[A-Z0-9_]*[A-Z0-9]\b")
+#: the page that lists the old names on purpose (its tables are checked by tests/unit/test_upgrading.py)
+OLD_NAMES_PAGE = ROOT / "docs" / "upgrading.md"
+#: where the repository's own scripts read variables that are no setting (the benchmarks'
+#: ``RAGLINE_BENCH_*``, the database roles script's passwords)
+SCRIPTS = ("bench", "deploy", "examples")
+
+
+def _script_texts() -> str:
+    return "\n".join(
+        p.read_text(encoding="utf-8", errors="replace")
+        for folder in SCRIPTS
+        for p in sorted((ROOT / folder).rglob("*"))
+        if p.is_file() and p.suffix in {".py", ".sh", ".sql", ".yml", ".yaml", ".toml", ".env", ""}
+    )
+
+
+def unknown_variables(page: Path, scripts: str) -> dict[str, str]:
+    """``{variable: why}`` for each variable ``page`` names that nothing reads: a renamed one (its new
+    name), a removed one (what became of it), or one neither a setting nor a script reads."""
+    known = set(_fields())
+    out = {}
+    for variable in VARIABLE.findall(page.read_text(encoding="utf-8")):
+        if variable in known:
+            continue
+        if variable in RENAMED:
+            out[variable] = f"renamed: {RENAMED[variable]}"
+        elif variable in REMOVED:
+            out[variable] = f"removed: {REMOVED[variable]}"
+        elif re.search(rf"\b{variable}\b", scripts) is None:
+            out[variable] = "no setting and no script of the repository reads it"
+    return out
+
+
+NAMING_PAGES = [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").glob("*.md") if p != OLD_NAMES_PAGE)
+
+
+@pytest.mark.parametrize("page", NAMING_PAGES, ids=[p.name for p in NAMING_PAGES])
+def test_every_variable_a_page_names_is_read(page):
+    """A command or a sentence of the docs that sets a variable sets one that is read: a renamed or
+    removed variable stops the process (or does nothing), so a reproduce command naming one cannot
+    reproduce anything."""
+    assert unknown_variables(page, _script_texts()) == {}, f"{page.name} names variables nothing reads"
+
+
+def test_a_page_naming_a_renamed_or_removed_variable_is_reported(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "RAGLINE_EMBEDDER=voyage RAGLINE_CODE_FILE_BONUS=0 RAGLINE_NOTHING_AT_ALL=1"
+        " RAGLINE_BENCH_BULK_N=10 RAGLINE_EMBED_PROVIDER=voyage ragline up\n"
+    )
+    found = unknown_variables(page, _script_texts())
+    assert set(found) == {"RAGLINE_EMBEDDER", "RAGLINE_CODE_FILE_BONUS", "RAGLINE_NOTHING_AT_ALL"}
+    assert found["RAGLINE_EMBEDDER"] == "renamed: RAGLINE_EMBED_PROVIDER"
+    assert found["RAGLINE_CODE_FILE_BONUS"].startswith("removed: now a constant")
