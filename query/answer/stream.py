@@ -5,7 +5,8 @@
   same link rules as the final answer (:func:`ragline.query.answer.sanitize.sanitize_links`), applied to
   whole prefixes of the answer cut at whitespace outside any markdown link, image, angle-bracket
   tag or reference definition. An incomplete tail (``[text](https://exa`` …) is held back until
-  it is complete, because a link split across two deltas would pass a check of either half.
+  it is complete, because a link split across two deltas would pass a check of either half; at
+  most :data:`HOLD_CHARS` of it, so a ``[`` or ``<`` that never closes does not stall the stream.
 * :class:`AnswerPublisher` adds the entries to the question's Redis stream, bounded and expiring.
 * :func:`stream_generation` runs one streamed completion through both.
 
@@ -43,9 +44,12 @@ if TYPE_CHECKING:  # every pool imports the query tasks; provider modules load o
 
 log = logging.getLogger(__name__)
 
-#: past this many characters held back (an unclosed "[" in prose, say), text is released at the
-#: last whitespace whatever its markup; the prefix rule below still keeps it safe
-MAX_HELD_CHARS = 1000
+#: the most text held back behind the last cut (a link, image, tag, citation marker or code span
+#: that has not closed yet: a lone "[" in prose, "a[b[c]]" in code, "n <limit"): past it, text is
+#: released up to the last whitespace at least this far back, whatever its markup. Room for a
+#: link's text and title; the prefix rule of LinkSafeText keeps a longer one safe (a link the final
+#: answer removes then stops the deltas until the terminal answer, which replaces them)
+HOLD_CHARS = 200
 
 
 class StreamInterrupted(Exception):
@@ -56,19 +60,26 @@ class StreamInterrupted(Exception):
 # ------------------------------------------------------------------------------------ link-safe
 def safe_cut(raw: str, start: int) -> int:
     """The last position after ``start`` where ``raw`` may be cut: just before a whitespace run,
-    outside ``[...]``, ``](...)``, ``<tag ...>`` and an open code span on its line (whether its
-    ``<`` is escaped depends on the closing backticks), and on a line that could be a reference
-    definition (``[label]: url``) only at its end. ``start`` when there is none."""
+    outside ``[...]`` (nested brackets counted), ``](...)``, ``<tag ...>`` and an open code span on
+    its line (whether its ``<`` is escaped depends on the closing backticks), and on a line that
+    could still be a reference definition (``[label]:`` at its start) only at its end; when that
+    leaves more than :data:`HOLD_CHARS` behind the cut, the last whitespace at least that far back.
+    ``start`` when there is none. Linear in the text after ``start``."""
     cut = start
-    square = angle = False
+    square = 0  # depth of the "[" brackets open: a link's text may hold balanced ones
+    angle = False
     paren = 0
     tick = 0  # length of the backtick run that opened a code span on this line, or 0
     line_start = start == 0 or raw[start - 1] == "\n"
     ref_line = False
     prev = raw[start - 1] if start else ""
     n = len(raw)
+    bound = n - HOLD_CHARS
+    fallback = start  # the last whitespace at or before ``bound``, whatever the markup around it
     for i in range(start, n):
         ch = raw[i]
+        if ch.isspace() and prev and not prev.isspace() and i <= bound:
+            fallback = i
         if line_start:
             ref_line = raw[i : i + 4].lstrip(" ").startswith("[")
             line_start = False
@@ -84,14 +95,18 @@ def safe_cut(raw: str, start: int) -> int:
         elif paren:
             paren += {"(": 1, ")": -1}.get(ch, 0)
         elif square:
-            if ch == "]":
-                square = False
+            square += {"[": 1, "]": -1}.get(ch, 0)
+            if not square and ref_line and raw[i + 1 : i + 2] not in ("", ":"):
+                ref_line = False  # "[1] text": the label is not followed by ":", no definition
         elif ch == "`":
             if prev != "`":  # the first of a run: its length decides what it opens or closes
-                run = len(raw[i:]) - len(raw[i:].lstrip("`"))
+                end = i
+                while end < n and raw[end] == "`":
+                    end += 1
+                run = end - i
                 tick = run if not tick else (0 if run == tick else tick)
         elif ch == "[":
-            square = True
+            square = 1
         elif ch == "(" and prev == "]":
             paren = 1
         elif ch == "<" and (i + 1 == n or raw[i + 1].isalpha() or raw[i + 1] in "/!?"):
@@ -99,12 +114,7 @@ def safe_cut(raw: str, start: int) -> int:
         elif ch.isspace() and prev and not prev.isspace() and not ref_line and not tick:
             cut = i
         prev = ch
-    if cut == start and n - start > MAX_HELD_CHARS:
-        # nothing closed for too long: the last whitespace, whatever the markup around it
-        for i in range(n - 1, start, -1):
-            if raw[i].isspace() and not raw[i - 1].isspace():
-                return i
-    return cut
+    return max(cut, fallback)
 
 
 class LinkSafeText:

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from ragline.query.answer.stream import HOLD_CHARS
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.answer_stream import (
     ANSWER,
@@ -134,6 +135,36 @@ def test_deltas_arrive_while_generating_then_the_final_answer(celery_worker, cor
     assert final.trace["generator"]["generator"] == provider
     assert result["answer"] == final.answer  # the task's own result: the same response
     assert redis_sync().xlen(answer_stream_key(res.id)) == 0  # read once, then emptied (XTRIM)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+@pytest.mark.parametrize(
+    "opening",
+    [
+        "Скобка [ так и не закрылась,",
+        "В коде a[b[c] внешняя скобка открыта,",
+        "Если n <limit, то",
+        "\n\n[1] Клиент",
+    ],
+    ids=["lone-bracket", "nested-open", "comparison", "citation-first"],
+)
+def test_markup_left_open_does_not_stall_the_deltas(celery_worker, corpus, use_settings, provider, opening):
+    """A chat model's answer that opens a "[" or "<" it never closes (or starts a paragraph with a
+    citation) still streams: its later words arrive as deltas while it is being generated, not
+    all at once with the final answer."""
+    words = [f" слово{i}" for i in range(60)]
+    pieces = ["Клиент повторяет запрос [1]. ", opening, *words, " конец [2]."]
+    with StreamingChatServer(Script(pieces, delay_s=0.03)) as srv:
+        chat(use_settings, provider, srv)
+        events = read(send(corpus).id, timeout=60)
+    deltas = [e.text for e in events if e.type == DELTA]
+    final = events[-1].response
+    assert events[-1].type == ANSWER and not final.no_answer, events[-1]
+    assert "".join(deltas) == final.answer
+    # the deltas after the one that opened the markup: word by word, not one at the end
+    after = next(i for i, d in enumerate(deltas) if "слово0" in d)
+    assert len(deltas) - after >= 20, deltas
+    assert HOLD_CHARS < len("".join(words))
 
 
 def test_late_reader_and_reconnect_miss_nothing_within_the_bounds(celery_worker, corpus, use_settings):

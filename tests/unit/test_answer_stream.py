@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragline.query.answer.sanitize import sanitize_links
-from ragline.query.answer.stream import LinkSafeText, safe_cut
+from ragline.query.answer.stream import HOLD_CHARS, LinkSafeText, safe_cut
 from ragline.shared.sdk.answer_stream import (
     ANSWER,
     ERROR,
@@ -81,6 +82,54 @@ def test_text_the_generator_leaves_unclosed_is_released_past_the_hold_limit():
     text = LinkSafeText(HITS)
     released = text.feed("[" + "слово " * 300)
     assert released.startswith("[слово") and len(released) > 1000
+
+
+#: markup the generator opens and never closes (or closes only later), each at the start of a
+#: long answer: the stream must go on past it, not wait for the end
+UNCLOSED = {
+    "a lone bracket": "Ответ [1]. Скобка [ так и не закрылась,",
+    "nested brackets left open": "В коде a[b[c] внешняя скобка открыта,",
+    "brackets nested and closed": "В коде x = a[b[c]] и y = m[i][j],",
+    "a comparison": "Если n <limit, то",
+    "an unclosed code span": "Символ ` не закрыт,",
+    "a paragraph starting with a citation": "[1] Очереди описаны в разделе,",
+    "a link destination left open": "См. [раздел](docs/a.md (черновик,",
+}
+
+
+@pytest.mark.parametrize("kind", UNCLOSED)
+def test_markup_left_open_does_not_stall_the_stream(kind):
+    """Deltas keep coming past a "[", "<" or "`" that does not close: at most HOLD_CHARS (and the
+    word under way) are held back at any time, and the deltas still add up to the final answer."""
+    answer = UNCLOSED[kind] + "".join(f" слово{i}" for i in range(80)) + " конец [2]."
+    text = LinkSafeText(HITS)
+    held_most = 0
+    for piece in answer.split(" "):
+        text.feed(piece + " ")
+        held_most = max(held_most, len(text.raw) - text.pos)
+    assert held_most <= HOLD_CHARS + max(map(len, answer.split(" "))) + 1, (held_most, kind)
+    assert "".join([text.shown, text.close()]) == final(answer)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    words=st.lists(st.text(alphabet="ab1", min_size=1, max_size=8), min_size=60, max_size=200),
+    markup=st.lists(
+        st.tuples(
+            st.integers(0, 200),
+            st.sampled_from(["[", "[1]", "a[b[c]", "a[b[c]]", "]", "](x", "(", ")", "<b", ">", "`", ":"]),
+        ),
+        max_size=6,
+    ),
+    seps=st.lists(st.sampled_from([" "] * 15 + ["\n"]), max_size=210),
+)
+def test_no_markup_holds_back_more_than_the_bound(words, markup, seps):
+    """Whatever brackets, tags and backticks a text holds, where and how many, the cut is never
+    more than HOLD_CHARS and one word behind its end."""
+    for at, token in sorted(markup, reverse=True):
+        words.insert(min(at, len(words)), token)
+    raw = "".join(w + (seps[i] if i < len(seps) else " ") for i, w in enumerate(words))
+    assert len(raw) - safe_cut(raw, 0) <= HOLD_CHARS + 9
 
 
 def test_wire_format_round_trip():
