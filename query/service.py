@@ -1,7 +1,9 @@
 """Search, rerank and ask, orchestrated without Celery (tasks and tests call these).
 
-The search side lives here; an ask's answer stages are :mod:`ragline.query.answer.run`'s, over the
-one :class:`~ragline.query.answer.run.QuestionRun` the question's searches wrote into too.
+An ask goes one way: its plan (:mod:`ragline.query.plan`, built once from the request and the
+settings), the plan executed on one connection (:func:`gather`) into its evidence, then the answer
+stages (:func:`ragline.query.answer.run.respond`) over the plan and the evidence. The search side
+never sees the answer side's :class:`~ragline.query.answer.run.QuestionRun`.
 
 Each stage degrades instead of failing: no query embedding → lexical only; reranker slow or
 broken → fused order; generator broken → extractive answer. Every fallback sets ``degraded``
@@ -13,33 +15,32 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Hashable
+from contextlib import nullcontext
+from types import MappingProxyType
 
 import numpy as np
 import psycopg
 
-from ragline.query.answer import transforms
+from ragline.query import plan
 from ragline.query.answer.agentic import (
     Budget,
     CoveragePlanner,
     LLMPlanner,
     LoopResult,
     Planner,
-    Route,
     agentic_loop,
-    llm_route,
-    route,
 )
 from ragline.query.answer.run import NOTHING_RELEVANT, QuestionRun, respond
 from ragline.query.deadline import DeadlineExceeded, run_with_deadline
-from ragline.query.question import compared
+from ragline.query.plan import Evidence, QueryPlan
 from ragline.query.retrieval import file_rank
 from ragline.query.retrieval.cache import LRU, scoped_key
-from ragline.query.retrieval.expand import Expansion
 from ragline.query.retrieval.fusion import FusionPolicy
+from ragline.query.retrieval.ranking import RankingPolicy
 from ragline.query.retrieval.rerank import RerankOutcome, fallback, rerank_hits
 from ragline.query.retrieval.retrievers import corpus_plan, document_chunks
 from ragline.query.retrieval.search import search as sql_search
-from ragline.shared.config.settings import Settings, get_settings
+from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import (
     AskRequest,
     AskResponse,
@@ -64,6 +65,7 @@ TRACE_FIELDS = {
     "fused_score",
     "vector_rank",
     "vector_distance",
+    "vector_z",
     "lexical_rank",
     "lexical_score",
     "prefer_bonus",
@@ -128,20 +130,24 @@ def _without_corpus_names(
     return req.model_copy(update=update), list(plan.names)
 
 
-def retrieve(req: SearchRequest, limit: int | None = None) -> SearchResponse:
+def retrieve(
+    req: SearchRequest, limit: int | None = None, conn: db.DictConnection | None = None
+) -> SearchResponse:
     """Fused candidates (no rerank): ``limit`` of them, default ``req.k``.
 
     One connection of the query pool's role (the read-only role that row-level security binds,
     migration 0007) serves the whole search: the collection's names, then the search itself. It
     is held while the question is embedded, which costs a pool slot for that time (the pools
     are sized two connections per task thread, ``shared/worker/db.py``) but no transaction, and
-    saves a checkout with its liveness round trip per question."""
+    saves a checkout with its liveness round trip per question. ``conn``: the question's
+    connection when it runs several searches (an ask's plan, :func:`gather`); else one is checked
+    out for this search."""
     settings = get_settings()
     t0 = time.perf_counter()
     reasons: list[str] = []
     mode = req.mode
     qvec = None
-    with db.query_connection() as conn:
+    with nullcontext(conn) if conn is not None else db.query_connection() as conn:
         req, names = _without_corpus_names(conn, req, reasons)
         if req.query_vector is not None:
             qvec = np.asarray(req.query_vector, dtype=np.float32)
@@ -150,7 +156,8 @@ def retrieve(req: SearchRequest, limit: int | None = None) -> SearchResponse:
             if qvec is None:
                 mode = "lexical"
         t_embed = time.perf_counter()
-        resp = sql_search(conn, req.model_copy(update={"mode": mode}), qvec, settings, limit=limit)
+        policy = RankingPolicy.of(req, settings)  # how this search is ordered, decided once
+        resp = sql_search(conn, req.model_copy(update={"mode": mode}), qvec, settings, limit, policy)
     if resp.unembedded_rows:
         reasons.append(awaiting_reason(resp.unembedded_rows))
     resp.degraded = bool(reasons)
@@ -167,12 +174,6 @@ def awaiting_reason(rows: int) -> str:
     """The degraded reason of a search whose scope holds rows awaiting their vectors (the fill):
     they were found by the lexical and structural search only (pure)."""
     return f"vectors pending: {rows} rows in scope await their vectors, found lexically only until filled"
-
-
-def _use_rerank(req: SearchRequest, settings: Settings) -> bool:
-    if req.mode == "exact":
-        return False
-    return settings.rerank.provider != "none" if req.rerank is None else req.rerank
 
 
 def rerank_stage(
@@ -196,12 +197,12 @@ def rerank_stage(
     return out
 
 
-def search(req: SearchRequest) -> SearchResponse:
-    """Retrieve (and rerank when asked or configured); ``k`` hits."""
+def search(req: SearchRequest, conn: db.DictConnection | None = None) -> SearchResponse:
+    """Retrieve (and rerank when asked or configured); ``k`` hits. ``conn``: as :func:`retrieve`'s."""
     settings = get_settings()
     t0 = time.perf_counter()
-    rerank = _use_rerank(req, settings)
-    resp = retrieve(req, limit=max(req.k, settings.rerank.candidates) if rerank else req.k)
+    rerank = plan.use_rerank(req, settings)
+    resp = retrieve(req, limit=max(req.k, settings.rerank.candidates) if rerank else req.k, conn=conn)
     if rerank:
         t = time.perf_counter()
         out = rerank_stage(req.query, resp.hits, req.k)
@@ -238,103 +239,95 @@ def rerank(req: RerankRequest) -> RerankResponse:
 
 
 # --------------------------------------------------------------------------------------- answers
-def gather(
-    req: SearchRequest, queries: list[str], hyde_vec: np.ndarray | None, limit: int
-) -> tuple[list[Hit], bool, list[str], dict[str, float], int, list[str]]:
-    """Fused candidates over one or more query variants (multi-query: the variants, each already
-    fused, fused by rank under the fusion policy), the rows in scope still without vectors, and
-    the collection names the searches left out (``SearchResponse.corpus_names``)."""
-    settings = get_settings()
-    lists: dict[str, list[Hit]] = {}
-    degraded, unembedded = False, 0
+def gather(planned: QueryPlan) -> Evidence:
+    """Execute ``planned`` on one connection of the query pool into the evidence the answer reads:
+    each query's search (its collection names, embedding and statements), their fusion, the rerank
+    and the expansion. Each statement group runs in its own read-only transaction, as a single
+    search's does: no transaction stays open over the embedder's or the reranker's call."""
+    t = time.perf_counter()
     reasons: list[str] = []
     timings: dict[str, float] = {}
+    trace: dict[str, object] = {}
     names: list[str] = []
-    for i, q in enumerate(queries):
-        sub = req.model_copy(
-            update={
-                "query": q,
-                "query_vector": hyde_vec.tolist() if hyde_vec is not None and i == 0 else req.query_vector,
-            }
-        )
-        resp = retrieve(sub, limit=limit)
-        lists[str(i)] = resp.hits
-        degraded |= resp.degraded
-        unembedded = max(unembedded, resp.unembedded_rows)
-        names += [n for n in resp.corpus_names if n not in names]
-        reasons += [r for r in resp.degraded_reasons if r not in reasons]
-        for k, v in resp.timings_ms.items():
-            timings[f"retrieve.{k}"] = round(timings.get(f"retrieve.{k}", 0.0) + v, 2)
+    lists: list[list[Hit]] = []
+    unembedded = 0
+    with db.query_connection() as conn:
+        for i in range(len(planned.queries)):
+            resp = retrieve(planned.search(i), limit=planned.candidates, conn=conn)
+            lists.append(resp.hits)
+            unembedded = max(unembedded, resp.unembedded_rows)
+            names += [n for n in resp.corpus_names if n not in names]
+            reasons += [r for r in resp.degraded_reasons if r not in reasons]
+            for k, v in resp.timings_ms.items():
+                timings[f"retrieve.{k}"] = round(timings.get(f"retrieve.{k}", 0.0) + v, 2)
+        candidates = fuse_variants(lists, planned.fusion, planned.candidates)
+        if names:
+            trace["corpus_names"] = names
+        timings["retrieve"] = elapsed_ms(t)
+        trace["retrieved"] = trace_of(candidates)
+        t = time.perf_counter()
+        if planned.rerank:
+            out = rerank_stage(planned.queries[0], candidates, planned.k)
+            hits = out.hits
+            reasons += out.reasons
+            timings["rerank"] = elapsed_ms(t)
+            trace["reranked"] = trace_of(hits)
+        else:
+            hits = [h for h in candidates if h.score >= planned.min_score][: planned.k]
+        hits = _expanded(conn, planned, hits, timings, trace)
+    # the composer's evidence: how many rows of the scope only the lexical search could see
+    trace["unembedded_rows"] = unembedded
+    return Evidence(
+        hits=tuple(hits),
+        candidates=len(candidates),
+        unembedded_rows=unembedded,
+        reasons=tuple(reasons),
+        timings=MappingProxyType(timings),
+        trace=MappingProxyType(trace),
+    )
+
+
+def fuse_variants(lists: list[list[Hit]], policy: FusionPolicy, limit: int) -> list[Hit]:
+    """The hits of one or more query variants (multi-query, the router's sub-queries), each list
+    already fused, fused by rank under ``policy``: the first ``limit`` (pure)."""
     if len(lists) == 1:
-        return lists["0"], degraded, reasons, timings, unembedded, names
+        return lists[0]
     by_key: dict[Hashable, Hit] = {}
-    for hits in lists.values():
+    for hits in lists:
         for h in hits:
             by_key.setdefault((h.doc_id, h.chunk_no), h)
-    fused = FusionPolicy.from_settings(settings).by_rank(
-        {name: [(h.doc_id, h.chunk_no) for h in hits] for name, hits in lists.items()}
-    )
+    fused = policy.by_rank({str(i): [(h.doc_id, h.chunk_no) for h in hits] for i, hits in enumerate(lists)})
     out = []
     for key, score in fused[:limit]:
         h = by_key[key].model_copy()
         h.fused_score = h.score = round(score, 8)
         out.append(h)
-    return out, degraded, reasons, timings, unembedded, names
+    return out
 
 
 def ask(req: AskRequest) -> AskResponse:
-    """The question answered: its searches (transforms, router, retrieval, rerank, expansion), then
-    the answer stages (:func:`ragline.query.answer.run.respond`), all in one :class:`QuestionRun`."""
+    """The question answered: planned (:func:`ragline.query.plan.build`: transforms, router), the
+    plan executed (:func:`gather`: retrieval, rerank, expansion), then the answer stages over the
+    plan and its evidence (:func:`ragline.query.answer.run.respond`)."""
     settings = get_settings()
     t0 = time.perf_counter()
     if req.agentic if req.agentic is not None else settings.answer.agentic:
         return agentic_ask(req)
-    run = QuestionRun.start(req.query, settings, t0)
-    plan = transforms.plan_queries(req, run)
-    run.question = plan.queries[0]  # what the answer answers: the rewritten question
-    decision = _route(run)
-    if decision.route != "simple":
-        plan.queries += [q for q in decision.queries if q not in plan.queries]
-    run.trace["router"] = decision.trace()
-    run.timings["transform"] = elapsed_ms(t0)
-    if plan.queries != [req.query]:
-        run.trace["queries"] = plan.queries
-    if plan.hyde:
-        run.trace["hyde"] = True
-    rerank = _use_rerank(req, settings)
-    t = time.perf_counter()
-    candidates, _, r_reasons, r_timings, unembedded, names = gather(
-        req, plan.queries, plan.hyde_vec, max(req.k, settings.rerank.candidates) if rerank else req.k
-    )
-    if names:
-        run.trace["corpus_names"] = names
-    run.reasons += r_reasons
-    run.timings.update(r_timings)
-    run.timings["retrieve"] = elapsed_ms(t)
-    run.trace["retrieved"] = trace_of(candidates)
-    t = time.perf_counter()
-    if rerank:
-        out = rerank_stage(plan.queries[0], candidates, req.k)
-        hits = out.hits
-        run.reasons += out.reasons
-        run.timings["rerank"] = elapsed_ms(t)
-        run.trace["reranked"] = trace_of(hits)
-    else:
-        hits = [h for h in candidates if h.score >= settings.answer.min_score][: req.k]
-    hits = _expanded(req, hits, run)
+    run = QuestionRun.start(req.query, settings, t0)  # the generator, resolved once: planning may ask it
+    planned = plan.build(req, settings, run.generator.completion, run.generator_error, t0)
+    evidence = gather(planned)
+    run.read(planned, evidence)
     empty = NOTHING_RELEVANT
-    if not candidates:  # the caller's groups see nothing that matches (or nothing at all)
+    if not evidence.candidates:  # the caller's groups see nothing that matches (or nothing at all)
         empty = "no document visible to the caller's groups matches the question"
-    # the composer's evidence: how many rows of the scope only the lexical search could see
-    run.trace["unembedded_rows"] = unembedded
-    resp = respond(run, hits, empty_reason=empty)
-    resp.unembedded_rows, resp.vectors_complete = unembedded, not unembedded
+    resp = respond(run, list(evidence.hits), empty_reason=empty)
+    resp.unembedded_rows, resp.vectors_complete = evidence.unembedded_rows, not evidence.unembedded_rows
     log_query(
         "ask",
         tenant=req.tenant,
         question=req.query,
         latency_ms=resp.timings_ms["total"],
-        chunks=len(hits),
+        chunks=len(evidence.hits),
         model=settings.answer.provider,
         no_answer=resp.no_answer,
         degraded=resp.degraded,
@@ -343,61 +336,41 @@ def ask(req: AskRequest) -> AskResponse:
     return resp
 
 
-def _expanded(req: AskRequest, hits: list[Hit], run: QuestionRun) -> list[Hit]:
-    """The hits with their sections or documents (``answer.expand``, :mod:`ragline.query.retrieval.expand`);
-    the chunks added are in the trace. Reading them failed or timed out: the hits as they were."""
-    a = run.settings.answer
-    policy = Expansion(req.expand or a.expand, a.expand_hits, a.expand_chunks)
+def _expanded(
+    conn: db.DictConnection,
+    planned: QueryPlan,
+    hits: list[Hit],
+    timings: dict[str, float],
+    trace: dict[str, object],
+) -> list[Hit]:
+    """The hits with their sections or documents (``planned.expansion``,
+    :mod:`ragline.query.retrieval.expand`), read on the plan's connection; the chunks added are in
+    the trace. Reading them failed or timed out: the hits as they were."""
+    policy = planned.expansion
     docs = policy.documents(hits)
     if not docs:
         return hits
     t = time.perf_counter()
     try:
-        with db.query_connection() as conn:
-            chunks = document_chunks(conn, req, docs, run.settings, 50 * len(docs))
+        chunks = document_chunks(conn, planned.request(), docs, get_settings(), 50 * len(docs))
     except psycopg.errors.QueryCanceled:
         return hits
     out = policy.expand(hits, chunks)
     found = {(h.doc_id, h.chunk_no) for h in hits}
     added = [[h.doc_id, h.chunk_no] for h in out if (h.doc_id, h.chunk_no) not in found]
-    run.trace["expanded"] = {"mode": policy.mode, "added": added}
-    run.timings["expand"] = elapsed_ms(t)
+    trace["expanded"] = {"mode": policy.mode, "added": added}
+    timings["expand"] = elapsed_ms(t)
     return out
 
 
-def _route(run: QuestionRun) -> Route:
-    """The complexity router (query/answer/agentic.py ``route``): rules decide whether a question needs
-    more than one search; with a chat generator configured (``answer.decompose`` auto) the chat
-    model writes the sub-queries of a question the rules found complex."""
-    mode = run.settings.answer.decompose
-    if mode == "off":
-        return Route("simple", why="decomposition off")
-    rules = route(run.question, compared(run.question))
-    if mode == "rules" or rules.route == "simple":
-        return rules
-    generator = run.chat_model("router")
-    if generator is None:
-        return rules
-    try:
-        return llm_route(generator, run.question, rules)
-    except Exception as exc:  # the chat model failed: the rules' sub-queries
-        run.reasons.append(f"router: {type(exc).__name__}")
-        return rules
-
-
 def agentic_ask(req: AskRequest) -> AskResponse:
-    """Search, judge, search again within the budget (``agentic``), then answer from the evidence."""
+    """Search, judge, search again within the budget (``agentic``), then answer from the evidence;
+    the searches share one connection, as a plan's do."""
     settings = get_settings()
     run = QuestionRun.start(req.query, settings)
     # the question's search fields only: a field only asks have (history, agentic, stream, expand, ...)
     # is not a search's, whatever is added to AskRequest later
     base = req.model_dump(include=set(SearchRequest.model_fields) - {"k"})
-
-    def agentic_search(q: str, k: int) -> list[Hit]:
-        resp = search(SearchRequest.model_validate({**base, "query": q, "k": k}))
-        run.reasons.extend(r for r in resp.degraded_reasons if r not in run.reasons)
-        return resp.hits
-
     generator = run.chat_model("planner")
     planner: Planner = LLMPlanner(generator) if generator is not None else CoveragePlanner()
     budget = Budget(
@@ -406,18 +379,25 @@ def agentic_ask(req: AskRequest) -> AskResponse:
         settings.answer.agentic_max_evidence,
         req.k,
     )
-    try:
-        result = agentic_loop(agentic_search, planner, req.query, budget)
-    except ValueError as exc:  # the planner answered garbage: one plain round, marked degraded
-        log.warning("agentic planner failed: %s", exc)
-        run.reasons.append(f"planner: {exc}")
-        result = LoopResult(
-            evidence=agentic_search(req.query, req.k),
-            rounds=1,
-            searches=1,
-            asked=[req.query],
-            stop="planner_error",
-        )
+    with db.query_connection() as conn:
+
+        def agentic_search(q: str, k: int) -> list[Hit]:
+            resp = search(SearchRequest.model_validate({**base, "query": q, "k": k}), conn)
+            run.reasons.extend(r for r in resp.degraded_reasons if r not in run.reasons)
+            return resp.hits
+
+        try:
+            result = agentic_loop(agentic_search, planner, req.query, budget)
+        except ValueError as exc:  # the planner answered garbage: one plain round, marked degraded
+            log.warning("agentic planner failed: %s", exc)
+            run.reasons.append(f"planner: {exc}")
+            result = LoopResult(
+                evidence=agentic_search(req.query, req.k),
+                rounds=1,
+                searches=1,
+                asked=[req.query],
+                stop="planner_error",
+            )
     run.timings["retrieve"] = elapsed_ms(run.t0)
     run.trace = {
         "agentic": {

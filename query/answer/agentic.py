@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ragline.query.answer.prompt import PLAN_PROMPT, decompose_messages, render_documents, x
-from ragline.query.question import question_parts
+from ragline.query.answer.prompt import PLAN_PROMPT, render_documents, x
+from ragline.query.plan import WORD, normalized
 from ragline.shared.sdk.contracts import Hit
 from ragline.shared.worker.text import stem, stems
 
@@ -54,10 +53,6 @@ class LoopResult:
     stop: str = ""
 
 
-def _norm(q: str) -> str:
-    return " ".join(q.lower().split())
-
-
 def agentic_loop(search: Searcher, planner: Planner, question: str, budget: Budget) -> LoopResult:
     res = LoopResult()
     seen: set[tuple[str, int]] = set()
@@ -66,9 +61,9 @@ def agentic_loop(search: Searcher, planner: Planner, question: str, budget: Budg
     while True:
         res.rounds += 1
         for q in queries:
-            if _norm(q) in asked or res.searches >= budget.max_searches:
+            if normalized(q) in asked or res.searches >= budget.max_searches:
                 continue  # a repeated query is the usual symptom of going in circles
-            asked.add(_norm(q))
+            asked.add(normalized(q))
             res.asked.append(q)
             res.searches += 1
             for h in search(q, budget.k):
@@ -80,7 +75,7 @@ def agentic_loop(search: Searcher, planner: Planner, question: str, budget: Budg
         if decision.enough:
             res.stop = "enough"
             return res
-        fresh = [q for q in decision.queries if _norm(q) not in asked]
+        fresh = [q for q in decision.queries if normalized(q) not in asked]
         if res.rounds >= budget.max_rounds or res.searches >= budget.max_searches or not fresh:
             res.partial = True
             res.stop = (
@@ -99,9 +94,6 @@ def agentic_loop(search: Searcher, planner: Planner, question: str, budget: Budg
 
 
 # ------------------------------------------------------------------------------------- planners
-_WORD = re.compile(r"\w{4,}", re.UNICODE)
-
-
 def _stems(text: str) -> set[str]:
     return stems(text, min_len=4)
 
@@ -114,7 +106,7 @@ class CoveragePlanner:
         found: set[str] = set()
         for h in evidence:
             found |= _stems(f"{h.heading} {h.content}")
-        missing = [w for w in dict.fromkeys(_WORD.findall(question.lower())) if stem(w) not in found]
+        missing = [w for w in dict.fromkeys(WORD.findall(question.lower())) if stem(w) not in found]
         if not missing:
             return Decision(True)
         return Decision(False, [" ".join(missing)])
@@ -144,51 +136,3 @@ def parse_decision(text: str) -> Decision:
     if not isinstance(queries, list):
         raise ValueError("planner 'queries' is not a list")
     return Decision(data["enough"], [str(q)[:500] for q in queries if isinstance(q, str) and q.strip()][:3])
-
-
-# ----------------------------------------------------------------------------- complexity router
-#: a part that leans on the one before it ("… and what is its default?") is not a search of its own
-_ANAPHORA = re.compile(
-    r"\b(?:its|it|they|their|them|this|that|these|его|её|их|они|этого|этой|этом|это|них|него|каждый)\b", re.I
-)
-
-
-@dataclass(frozen=True)
-class Route:
-    """The router's decision: ``simple`` (one search) or ``decompose`` (one search a part, their
-    hits fused), the sub-queries and why."""
-
-    route: str
-    queries: list[str] = field(default_factory=list)
-    why: str = ""
-
-    def trace(self) -> dict:
-        return {
-            "route": self.route,
-            "queries": self.queries,
-            "why": self.why,
-            "searches": 1 + len(self.queries),
-        }
-
-
-def route(question: str, compared: tuple[str, str] | None = None) -> Route:
-    """Rules offline: a comparison searches each side too; a question of two independent parts
-    ("Which events … and how do I …") each part too; any other question is simple. ``compared``
-    is the comparison's two sides (query/question.py ``compared``)."""
-    if compared is not None:
-        return Route("decompose", [compared[0], compared[1]], "comparison")
-    parts = question_parts(question)
-    if len(parts) == 2 and all(len(_WORD.findall(p)) >= 2 for p in parts) and not _ANAPHORA.search(parts[1]):
-        return Route("decompose", parts, "two parts")
-    return Route("simple")
-
-
-def llm_route(generator, question: str, rules: Route) -> Route:
-    """The chat model's decomposition for a question the rules find complex (the rules decide
-    whether to spend the call): its queries, or the rules' when it answers none."""
-    if rules.route == "simple":
-        return rules
-    g = generator.generate(*decompose_messages(question), max_tokens=300)
-    queries = [q.strip().lstrip("-*•0123456789.) ").strip()[:500] for q in g.text.splitlines()]
-    queries = [q for q in dict.fromkeys(queries) if q and _norm(q) != _norm(question)][:3]
-    return Route("decompose", queries, f"{rules.why}, chat model") if queries else rules

@@ -3,9 +3,10 @@
 A :class:`QuestionRun` holds what every stage of one question reads and adds to: the question, the
 settings, the generator (resolved once, :func:`ragline.query.answer.generate.resolve`), why the
 answer degraded (``reasons``), how long each stage took (``timings``) and what it decided
-(``trace``). The search side of ``ask`` (query transforms, router, retrieval, rerank, expansion in
-``ragline.query.service``) writes into the same run; :func:`respond` then takes the hits through
-the answer stages, each a function of the run:
+(``trace``). The run is the answer side's own: the search side of ``ask`` hands over a frozen
+plan and its evidence (:mod:`ragline.query.plan`), which :meth:`QuestionRun.read` takes in, and
+never sees the run; :func:`respond` then takes the hits through the answer stages, each a
+function of the run:
 
 context (:func:`context_stage`) → generation (:func:`generate_stage`, extractive when the chat model
 fails) → self-consistency (:func:`self_consistency`) → links (:func:`links_stage`) → citations
@@ -43,6 +44,7 @@ from ragline.query.answer.prompt import render_squeeze
 from ragline.query.answer.sanitize import sanitize_links
 from ragline.query.answer.stream import StreamInterrupted
 from ragline.query.deadline import check
+from ragline.query.plan import Evidence, QueryPlan, chat_for
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.contracts import AskResponse, Hit
 from ragline.shared.worker import metrics as m
@@ -103,11 +105,19 @@ class QuestionRun:
         return self.generator if isinstance(self.generator, ChatGenerator) else None
 
     def chat_model(self, stage: str) -> Generator | None:
-        """The chat model's completion for ``stage`` (a transform, the router, the planner), or None;
-        when a configured one could not be built, the stage says so in ``reasons``."""
-        if self.generator_error is not None:
-            self.reasons.append(f"{stage}: {type(self.generator_error).__name__}")
-        return self.generator.completion
+        """The chat model's completion for ``stage`` (the agentic planner), or None; when a
+        configured one could not be built, the stage says so in ``reasons``."""
+        return chat_for(stage, self.generator.completion, self.generator_error, self.reasons)
+
+    def read(self, plan: QueryPlan, evidence: Evidence) -> None:
+        """Take in what the search side decided and found: the question as planned (rewritten from
+        the history), then the plan's and the evidence's degraded reasons, timings and trace."""
+        self.question = plan.question
+        self.reasons += [*plan.reasons, *evidence.reasons]
+        self.timings["transform"] = plan.elapsed_ms
+        self.timings.update(evidence.timings)
+        self.trace.update(plan.trace())
+        self.trace.update(evidence.trace)
 
     def done(self, **fields: object) -> AskResponse:
         """The response, with the run's reasons, timings (and the total) and trace."""
@@ -380,7 +390,7 @@ def confidence(
     if ex is not None:
         # an extractive answer only quotes (its support is 1.0 by construction): how far to trust
         # it is the fitted probability that what it quoted answers the question
-        probability = grounding.answer_probability(ex.features, run.settings.embed.model_name)
+        probability = grounding.answer_probability(ex.features)
         run.trace["confidence"] = {
             "features": {k: None if v is None else round(v, 3) for k, v in ex.features.items()},
             "confidence": probability,

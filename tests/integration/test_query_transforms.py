@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ragline.query import service
-from ragline.query.answer.prompt import HYDE_PROMPT, MULTI_QUERY_PROMPT, REWRITE_PROMPT
+from ragline.query.plan import HYDE_PROMPT, MULTI_QUERY_PROMPT, REWRITE_PROMPT
 from ragline.shared.sdk.contracts import AskRequest
 from tests.integration.query_corpus import store_docs
 from tests.loopback import LoopbackServer

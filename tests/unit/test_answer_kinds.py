@@ -264,35 +264,3 @@ def test_the_confidence_is_the_fitted_probability_of_a_right_answer():
     assert grounding.confidence_model("another-model") == grounding.confidence_models()["portable"]
     for model in (grounding.confidence_model(), *grounding.confidence_models()["by_embedder"].values()):
         assert set(model["features"]) <= set(held)
-
-
-# ---------------------------------------------------------------------------------------- router
-def test_the_router_decomposes_comparisons_and_independent_parts_only():
-    from ragline.query.answer.agentic import Route, llm_route, route
-
-    q = "Чем v-if отличается от v-show и когда что лучше использовать?"
-    assert route(q, compared(q)) == Route("decompose", ["v-if", "v-show"], "comparison")
-    two = "Какие события (hooks) поддерживает requests и как подключить свой обработчик ответа к запросу?"
-    assert route(two).route == "decompose" and len(route(two).queries) == 2
-    for simple in (
-        "Что такое SSRF?",
-        "What does the max_retries parameter of HTTPAdapter do, and what is its default value?",
-    ):
-        assert route(simple, compared(simple)).route == "simple"
-    assert route(q, compared(q)).trace()["searches"] == 3
-
-    class Chat:
-        def __init__(self, text):
-            self.text, self.calls = text, 0
-
-        def generate(self, system, messages, max_tokens=0):
-            self.calls += 1
-            return type("G", (), {"text": self.text})()
-
-    chat = Chat("1. условный рендеринг v-if\n2. директива v-show\n")
-    decided = llm_route(chat, q, route(q, compared(q)))
-    assert decided.queries == ["условный рендеринг v-if", "директива v-show"] and chat.calls == 1
-    simple = Chat("ignored")
-    assert llm_route(simple, "Что такое SSRF?", route("Что такое SSRF?")).route == "simple"
-    assert simple.calls == 0  # the rules decide whether the call is spent
-    assert llm_route(Chat(""), q, route(q, compared(q))).queries == ["v-if", "v-show"]

@@ -150,7 +150,7 @@ REMOVED_IN_0_2: dict[str, str] = {
     "ragline.query.structure": "ragline.query.retrieval.structure",
     "ragline.query.terms": "ragline.query.retrieval.terms",
     "ragline.query.texts": "ragline.query.answer.texts",
-    "ragline.query.transforms": "ragline.query.answer.transforms",
+    "ragline.query.transforms": "ragline.query.plan",
     "ragline.query.vector_index": "ragline.query.retrieval.vector_index",
     "ragline.shared.answer_stream": "ragline.shared.sdk.answer_stream",
     "ragline.shared.async_client": "ragline.shared.sdk.async_client",

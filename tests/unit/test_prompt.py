@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from ragline.query.answer.prompt import SYSTEM_PROMPT, build_messages, render_history
+from ragline.query.answer.prompt import SYSTEM_PROMPT, build_messages
+from ragline.query.plan import render_history
 from ragline.shared.sdk.contracts import ChatTurn, Hit
 
 INJECTION = (
