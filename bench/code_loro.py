@@ -1,16 +1,17 @@
-"""The code evaluation per repository, and the lexical weight chosen leaving one repository out.
+"""The code evaluation per repository, and the weights chosen leaving one repository out.
 
-Reads the JSON of ``ragline eval <instances.jsonl> --mode all`` (a code query set: ``modes`` with
-per-query rows, ``lexical_weight_per_query`` with the rows of every lexical weight the eval
-re-fused the same candidates with) and prints Markdown: every mode x every repository (file Acc@1 /
-Acc@5 / Acc@10), a baseline run's default beside it, and for each repository left out in turn the
-lexical weight the other repositories choose with the left-out repository's own numbers at that
-weight (never the fitted ones). ``--docs FILE`` writes the tables between the markers
-``<!-- code-loro:start -->`` and ``<!-- code-loro:end -->`` of FILE, so the docs' table is this
-script's output.
+Reads the JSON of code evaluations (``ragline eval <instances.jsonl> --mode all``, or
+:mod:`bench.code_eval_inprocess`: ``modes`` with per-query rows, ``lexical_weight_per_query`` with
+the rows of every lexical weight the eval re-fused the same candidates with, ``file_rank_per_query``
+with the default's file list re-ranked), one per query set, merged into one set of repositories,
+and prints Markdown: every mode x every repository (file Acc@1 / Acc@5 / Acc@10, MRR) with the
+default's file list without the floors and before them, a baseline run's default beside it, and
+for each repository left out in turn the weight the other repositories choose with the left-out
+repository's own numbers at that weight (never the fitted ones). ``--docs FILE`` writes the tables
+between the markers ``<!-- code-loro:start -->`` and ``<!-- code-loro:end -->`` of FILE, so the
+docs' table is this script's output.
 
-    python -m bench.code_loro bench/results/eval-swe-loc-dev-guarantee.json \\
-        --baseline bench/results/eval-swe-loc-dev-baseline-1207.json --docs docs/evaluation.md
+    python -m bench.code_loro bench/results/eval-swe-loc-dev-floors.json --docs docs/evaluation.md
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ MODES = ("lexical", "lexical+structure", "vector", "hybrid", "hybrid+structure")
 #: what a left-out repository's weight is chosen by on the others (pooled over their issues), in order
 SELECT_BY = ("acc@5", "acc@10", "mrr")
 START, END = "<!-- code-loro:start -->", "<!-- code-loro:end -->"
+#: the default's file list re-ranked on the same hits, shown beside the modes: without the floors,
+#: and the file ranking before them (bench/code_before.py)
+FILE_VARIANTS = ("configured without the floors", "before the floors (the lexical reserve)")
 _WEIGHT = re.compile(r"^configured, lexical weight ([0-9.]+) \[(\w+)\]$")
 
 
@@ -42,19 +46,24 @@ def by_repository(rows: list[dict]) -> dict[str, list[dict]]:
 
 
 def cell(rows: list[dict]) -> str:
-    return " / ".join(f"{_mean(rows, k):.3f}" for k in ("acc@1", "acc@5", "acc@10"))
+    """Acc@1 / Acc@5 / Acc@10, MRR."""
+    return (
+        " / ".join(f"{_mean(rows, k):.3f}" for k in ("acc@1", "acc@5", "acc@10"))
+        + f", {_mean(rows, 'mrr'):.3f}"
+    )
 
 
 def mode_table(result: dict, variant: str, baseline: dict | None) -> list[str]:
-    """Every mode x every repository (and all issues), Acc@1 / Acc@5 / Acc@10."""
+    """Every mode x every repository (and all issues), Acc@1 / Acc@5 / Acc@10, MRR."""
     modes = {
         m: result["modes"][f"{m} [{variant}]"]["per_query"]
         for m in MODES
         if f"{m} [{variant}]" in result["modes"]
     }
-    unfloored = result.get("file_rank_per_query", {}).get(f"hybrid+structure [{variant}]", {})
-    if "configured without the floors" in unfloored:
-        modes["hybrid+structure without the floors"] = unfloored["configured without the floors"]
+    variants = result.get("file_rank_per_query", {}).get(f"hybrid+structure [{variant}]", {})
+    for label in FILE_VARIANTS:
+        if label in variants:
+            modes[f"hybrid+structure, {label}"] = variants[label]
     if baseline and f"hybrid+structure [{variant}]" in baseline["modes"]:
         modes["hybrid+structure, before"] = baseline["modes"][f"hybrid+structure [{variant}]"]["per_query"]
     repos = list(by_repository(next(iter(modes.values()))))
@@ -98,7 +107,7 @@ def leave_one_out(weights: dict[float, list[dict]], lexical_rows: list[dict]) ->
     lexical = by_repository(lexical_rows)
     repos = list(by_repository(next(iter(weights.values()))))
     lines = [
-        "| left out | weight chosen on the others | default, left out: Acc@1 / Acc@5 / Acc@10 | lexical list | ≥ lexical at 5 and 10 |",
+        "| left out | weight chosen on the others | default, left out: Acc@1 / Acc@5 / Acc@10, MRR | lexical list | ≥ lexical at 5 and 10 |",
         "|---|---|---|---|---|",
     ]
     summary: dict = {"repositories": {}}
@@ -127,9 +136,44 @@ def leave_one_out(weights: dict[float, list[dict]], lexical_rows: list[dict]) ->
     return lines, summary
 
 
+def merge(results: list[dict]) -> dict:
+    """Several eval results (query sets of different repositories) as one: the per-query rows of
+    every mode, lexical weight and file variant that all of them measured."""
+    out: dict = {"modes": {}, "lexical_weight_per_query": {}, "file_rank_per_query": {}}
+    for key in ("modes", "lexical_weight_per_query"):
+        for name in set.intersection(*(set(r.get(key, {})) for r in results)):
+            rows = [
+                row
+                for r in results
+                for row in (r[key][name]["per_query"] if key == "modes" else r[key][name])
+            ]
+            out[key][name] = {"per_query": rows} if key == "modes" else rows
+    for name in set.intersection(*(set(r.get("file_rank_per_query", {})) for r in results)):
+        labels = set.intersection(*(set(r["file_rank_per_query"][name]) for r in results))
+        out["file_rank_per_query"][name] = {
+            label: [row for r in results for row in r["file_rank_per_query"][name][label]] for label in labels
+        }
+    metas = [r.get("meta", {}) for r in results]
+    out["meta"] = {
+        "queries": sum(m.get("queries", 0) for m in metas),
+        "loads": [m["load_average"]["before_queries"][0] for m in metas if m.get("load_average")],
+        "vectors": {t: v for m in metas for t, v in (m.get("vectors") or {}).items() if v},
+    }
+    return out
+
+
 def _load(meta: dict) -> str:
-    before = meta.get("load_average", {}).get("before_queries")
-    return f"{before[0]:.1f}" if before else "not recorded"
+    loads = meta.get("loads")
+    return "–".join(f"{x:.1f}" for x in sorted({min(loads), max(loads)})) if loads else "not recorded"
+
+
+def _vectors(meta: dict) -> str:
+    """Rows embedded of the rows the budget embeds, per stored snapshot (``meta.vectors``)."""
+    parts = [
+        f"{t.removeprefix('code-').rsplit('-', 2)[0]} {v['embedded']:,} / {v['rows']:,}"
+        for t, v in sorted(meta.get("vectors", {}).items())
+    ]
+    return "; ".join(parts) if parts else "not recorded"
 
 
 def render(result: dict, variant: str, baseline: dict | None, source: str) -> str:
@@ -140,10 +184,11 @@ def render(result: dict, variant: str, baseline: dict | None, source: str) -> st
     meta = result.get("meta", {})
     return "\n".join(
         [
-            f"Generated by `python -m bench.code_loro` from `{source}` (layers `{variant}`, "
-            f"{meta.get('queries', '?')} issues, load average {_load(meta)}).",
+            f"Generated by `python -m bench.code_loro` from {source} (layers `{variant}`, "
+            f"{meta.get('queries', '?')} issues, load average {_load(meta)}). Rows with their vector "
+            f"when searched, of those the fill embeds, per stored snapshot: {_vectors(meta)}.",
             "",
-            "File Acc@1 / Acc@5 / Acc@10 per repository (issues in brackets):",
+            "File Acc@1 / Acc@5 / Acc@10, MRR per repository (issues in brackets):",
             "",
             *mode_table(result, variant, baseline),
             "",
@@ -167,14 +212,14 @@ def render(result: dict, variant: str, baseline: dict | None, source: str) -> st
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("result", type=Path)
+    ap.add_argument("results", type=Path, nargs="+", help="eval results, one per query set")
     ap.add_argument("--baseline", type=Path)
     ap.add_argument("--variant", default="code", help="the layer variant (the eval's --layers)")
     ap.add_argument("--docs", type=Path, help="write between the code-loro markers of this file")
     args = ap.parse_args()
-    result = json.loads(args.result.read_text())
+    result = merge([json.loads(p.read_text()) for p in args.results])
     baseline = json.loads(args.baseline.read_text()) if args.baseline else None
-    text = render(result, args.variant, baseline, str(args.result))
+    text = render(result, args.variant, baseline, ", ".join(f"`{p}`" for p in args.results))
     if args.docs:
         doc = args.docs.read_text()
         a, b = doc.index(START) + len(START), doc.index(END)

@@ -90,7 +90,7 @@ def test_the_default_lists_every_single_lists_first_k_files_within_2k_plus_slack
                 k,
                 vector[:k],
                 lexical[:k],
-                listed[: 2 * k],
+                listed[: 2 * k + slack],
             )
         checked += 1
         disagreeing += vector[:3] != lexical[:3]

@@ -1,0 +1,166 @@
+"""A code search's latency with the floors and before them, alternated on the same stack.
+
+Each issue of a code query set is searched (the default: hybrid with structure, layers ``code``) in
+the stored snapshot of its repository by :func:`ragline.query.service.search`, in this process,
+once with this checkout's file ranking (each single list's first ten files kept within 2n + 1
+places) and once with the one before it (:mod:`bench.code_before`: the lexical list's first two
+files within n + 3), the two in alternating order from issue to issue and round to round, so both
+see the same machine. The question's vector is computed once beforehand and sent with the request
+(``query_vector``, as a caller that embeds itself does), so the timing is the search's own: its
+statements, fusion, structure and file ranking. Reported per side: the search's wall time and the
+file ranking's own (``leads`` and ``files``), p50 / p95 / mean, and the load average.
+
+    RAGLINE_SERVICES_HOME=/tmp/rl-code RAGLINE_DEADLINES_STATEMENT_TIMEOUT_MS=30000 nice -n 10 \\
+        .venv/bin/python -m bench.code_search_latency ../shared/datasets/swe-loc-dev/instances.jsonl \\
+        --include '*.py' --exclude 'requests/packages/*' --exclude 'tests/*' --exclude '*/tests/*' \\
+        --exclude 'testing/*' --exclude '*/testing/*' --exclude 'test_*' --exclude conftest.py \\
+        --rounds 5 --out bench/results/code-search-latency-floors.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench import code_before
+from bench.code_eval_inprocess import stored_tenants
+from ragline.operations.eval_code import EVAL_GROUP, ingest_config_key, question, read_code_queries
+from ragline.query import service
+from ragline.query.retrieval import file_rank, ranking, sql
+from ragline.shared.config.settings import get_settings
+from ragline.shared.sdk.contracts import SearchRequest, pack_vector
+
+SIDES = ("before", "floors")
+
+
+def _leads_owner() -> tuple[object, bool]:
+    """Where the search takes its file list's leads from: ``RankingPolicy.leads(self, vector,
+    lexical)``, or the module function ``ranking.leads(vector, lexical, settings)`` before it."""
+    policy = getattr(ranking, "RankingPolicy", None)
+    return (policy, True) if policy is not None and hasattr(policy, "leads") else (ranking, False)
+
+
+def _old_leads(*args) -> list[list]:
+    """What the old search kept for the file list: the lexical list's first files (both lists ran)."""
+    vector, lexical = args[1:3] if _leads_owner()[1] else args[:2]
+    if not (vector and lexical and get_settings().code.file_rank):
+        return []
+    return [[], [sql.hit(r) for r in file_rank.lead_files(lexical, code_before.WEIGHTS["reserve"])]]
+
+
+def _old_files(hits, query, settings, leads):
+    if not settings.code.file_rank or not any(h.layer in settings.code.layers for h in hits):
+        return []
+    return code_before.response_files(hits, query, code_before.lexical_leads(leads))
+
+
+def _timed(fn: Callable, spent: dict[str, float], key: str) -> Callable:
+    def run(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[key] += (time.perf_counter() - t) * 1000
+
+    return run
+
+
+@contextmanager
+def side(name: str, spent: dict[str, float]):
+    """The search's file ranking of one side, timed into ``spent`` (``leads``, ``files``)."""
+    owner, _ = _leads_owner()
+    leads, files = owner.leads, file_rank.response_files  # type: ignore[attr-defined]
+    if name == "before":
+        leads_now, files_now = _old_leads, _old_files
+    else:
+        leads_now, files_now = leads, files
+    owner.leads = _timed(leads_now, spent, "leads")  # type: ignore[attr-defined]
+    file_rank.response_files = _timed(files_now, spent, "files")
+    try:
+        yield
+    finally:
+        owner.leads, file_rank.response_files = leads, files  # type: ignore[attr-defined]
+
+
+def summary(values: list[float]) -> dict:
+    ordered = sorted(values)
+    return {
+        "n": len(values),
+        "p50": round(statistics.median(ordered), 3),
+        "p95": round(ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))], 3),
+        "mean": round(statistics.fmean(ordered), 3),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("queries", type=Path)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--include", action="append", default=[])
+    ap.add_argument("--exclude", action="append", default=[])
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+
+    from ragline.shared.worker.providers import get_embedder
+
+    settings = get_settings()
+    tenants = stored_tenants(ingest_config_key(args.include, args.exclude, settings))
+    c = settings.code
+    embedder = get_embedder()
+    cases = []
+    for q in read_code_queries(args.queries):
+        own = [t for t in tenants if t.startswith(f"code-{q.snapshot.name}-")]
+        text = question(q.query)
+        cases.append((q.id, own[0], text, pack_vector(embedder.embed_query(text))))
+    times: dict[str, dict[str, list[float]]] = {s: {"search": [], "leads": [], "files": []} for s in SIDES}
+    loads = [os.getloadavg()]
+    degraded = dict.fromkeys(SIDES, 0)  # searches that said so (rows awaiting vectors): timed all the same
+    for r in range(args.rounds):
+        for i, (_, tenant, text, vector) in enumerate(cases):
+            for name in SIDES if (r + i) % 2 == 0 else reversed(SIDES):
+                spent = {"leads": 0.0, "files": 0.0}
+                req = SearchRequest(
+                    query=text,
+                    query_vector=vector,
+                    tenant=tenant,
+                    groups=[EVAL_GROUP],
+                    k=settings.retrieval.top_n,
+                    mode="hybrid",
+                    layers=[c.source_layer, c.symbols_layer],
+                    rerank=False,
+                    structure=True,
+                )
+                with side(name, spent):
+                    t = time.perf_counter()
+                    resp = service.search(req)
+                    times[name]["search"].append((time.perf_counter() - t) * 1000)
+                degraded[name] += bool(resp.degraded)
+                for key, ms in spent.items():
+                    times[name][key].append(ms)
+        loads.append(os.getloadavg())
+        print(f"round {r + 1}: load {' '.join(f'{x:.1f}' for x in loads[-1])}", flush=True)
+    out = {
+        "sides": {s: {k: summary(v) for k, v in t.items()} for s, t in times.items()},
+        "meta": {
+            "queries": len(cases),
+            "degraded": degraded,
+            "rounds": args.rounds,
+            "tenants": sorted({t for _, t, _, _ in cases}),
+            "before": code_before.BEFORE_FLOORS,
+            "code": code_before.checkout(),
+            "load_average": loads,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    }
+    args.out.write_text(json.dumps(out, indent=2))
+    print(json.dumps(out["sides"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
