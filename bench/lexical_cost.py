@@ -28,6 +28,7 @@ QUESTIONS = common.CORPUS.parent / "dev.jsonl"
 
 
 def run(n_chunks: int = 100_000, n_questions: int = 20, repeats: int = 2) -> dict:
+    from ragline.query.retrieval import retrievers
     from ragline.query.retrieval.filters import lexical_query
     from ragline.query.retrieval.retrievers import lexical_rows
     from ragline.query.retrieval.transaction import read_only_transaction, set_transaction_params
@@ -50,7 +51,7 @@ def run(n_chunks: int = 100_000, n_questions: int = 20, repeats: int = 2) -> dic
     for q in questions:
         req = SearchRequest(query=q, tenant=tenant, groups=["g"], k=10, mode="lexical")
         with db.connection() as conn:
-            tsq = lexical_query(q, base.lexical.match, base.lexical.max_terms)
+            tsq = lexical_query(q, retrievers.MATCH, base.lexical.max_terms)
             matched.append(
                 conn.execute(
                     "SELECT count(*) AS n FROM chunks WHERE tenant = %s AND tsv @@ websearch_to_tsquery('russian', %s)",

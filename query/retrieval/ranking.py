@@ -56,7 +56,7 @@ class RankingPolicy:
     contract: bool
     #: the structural bonuses and the named files' RRF weight
     weights: structure.Weights
-    #: ``RAGLINE_CODE_LAYER_RANKS``
+    #: each layer's rank in the contract's order (:data:`ragline.query.retrieval.structure.LAYER_ORDER`)
     layer_ranks: Mapping[str, int]
     #: the layers a repository's code is stored in: a candidate there makes the search code retrieval
     code_layers: frozenset[str]
@@ -85,7 +85,7 @@ class RankingPolicy:
             structural=c.structure if structural is None else structural,
             contract=contract,
             weights=structure.WEIGHTS,
-            layer_ranks=MappingProxyType(dict(c.layer_ranks)),
+            layer_ranks=MappingProxyType(structure.layer_ranks(c)),
             code_layers=c.layers,
             file_rank=c.file_rank,
         )

@@ -161,6 +161,18 @@ def vector_search(
     return found, vector_coverage(conn, req, settings, one(pending))
 
 
+#: how a question's words match: "any", the words OR-ed as BM25 reads a query (one missing word does not
+#: empty the list), not websearch's AND of "all" (:func:`ragline.query.retrieval.filters.lexical_query`)
+MATCH = "any"
+#: BM25's term-frequency saturation and length normalisation (``RAGLINE_LEXICAL_RANK=bm25``): the
+#: usual values (Robertson and Zaragoza), measured in docs/evaluation.md, "Retrieval quality"
+BM25_K1 = 1.2
+BM25_B = 0.75
+#: the normalization bit mask of Postgres' ts_rank / ts_rank_cd: 1 divides by 1 + log of the
+#: document length
+RANK_NORMALIZATION = 1
+
+
 def lexical_rows(conn: DictConnection | None, req: SearchRequest, n: int, settings: Settings) -> list[dict]:
     """Empty without touching the database when the query has no terms. A query with identifiers
     (``register_hook``, ``HTTPAdapter.send``) also matches code chunks by their identifier terms;
@@ -178,10 +190,10 @@ def lexical_rows(conn: DictConnection | None, req: SearchRequest, n: int, settin
         "tenant": req.tenant,
         "groups": req.groups,
         "n": n,
-        "query": lexical_query(req.query, settings.lexical.match, settings.lexical.max_terms),
-        "rank_norm": settings.lexical.rank_normalization,
-        "k1": settings.lexical.bm25_k1,
-        "b": settings.lexical.bm25_b,
+        "query": lexical_query(req.query, MATCH, settings.lexical.max_terms),
+        "rank_norm": RANK_NORMALIZATION,
+        "k1": BM25_K1,
+        "b": BM25_B,
         **f.params,
     }
     bm25 = settings.lexical.rank == "bm25"
@@ -244,16 +256,17 @@ def named_rows(
 ) -> list[dict]:
     """Chunks of the files the question names (``files``, as the search's ranking policy read them;
     read from the question when not given: the retrieval contract's exact-file path), at most
-    ``RAGLINE_CODE_NAMED_FILES``; empty without touching the database when it names none."""
+    :data:`ragline.query.retrieval.structure.NAMED_FILES`; empty without touching the database when it
+    names none."""
     files = structure.named(req.query).files if files is None else files
     patterns = structure.named_file_patterns(files)
-    if not patterns or settings.code.named_files == 0:
+    if not patterns or structure.NAMED_FILES == 0:
         return []
     f = filters_for(req, settings)
     params = {
         "tenant": req.tenant,
         "groups": req.groups,
-        "n": settings.code.named_files,
+        "n": structure.NAMED_FILES,
         "named": patterns,
         "names": structure.file_names(files),
         "qvec": qvec,

@@ -18,7 +18,7 @@ and the candidate set:
   and the vector list ranks the words around the name, not the name;
 * **related code**: a document among the candidates whose front matter says which files it
   describes (``related_code``) lifts those files' hits;
-* **layer rank**: ``settings.code.layer_ranks`` (source, symbols, docs, tests), never SQL literals:
+* **layer rank**: :data:`LAYER_ORDER` (source, symbols, docs, tests, by the settings' layer names), never SQL literals:
   a key of the contract's order, reported on every re-scored hit.
 
 :func:`rescore` adds the bonuses (in RRF units, :data:`WEIGHTS`) to each hit's
@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from ragline.query.retrieval.fusion import FusionPolicy
+from ragline.shared.config.settings import CodeSettings
 from ragline.shared.sdk.contracts import Hit
 from ragline.shared.worker.identifiers import STOP_WORDS, component_parts
 
@@ -85,6 +86,17 @@ class Weights:
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+#: how many chunks of the files a question names join the candidates (the contract's exact-file path,
+#: nearest to the question first; :func:`with_named`): a traceback names a handful of files, and a
+#: file's first chunks by distance hold what the question is about
+NAMED_FILES = 20
+
+#: the retrieval contract's order of layers (lower first) by what they hold: a repository's source,
+#: its symbol records, documents (the default layer), its tests; a layer of none of these ranks after
+#: them (:func:`layer_ranks` names them as the settings do)
+LAYER_ORDER = ("source", "symbols", "docs", "tests")
 
 
 #: the weights a search ranks code with (0.2; were settings until 0.1). An evaluation measures others
@@ -267,6 +279,20 @@ def with_named(hits: list[Hit], named: list[Hit], weight: float, policy: FusionP
                 }
             )
     return out
+
+
+def layer_ranks(code: CodeSettings) -> dict[str, int]:
+    """Each layer's rank in :data:`LAYER_ORDER`, by the layer names the settings give the roles."""
+    names = {
+        "source": code.source_layer,
+        "symbols": code.symbols_layer,
+        "docs": "docs",
+        "tests": code.tests_layer,
+    }
+    ranks: dict[str, int] = {}
+    for rank, role in enumerate(LAYER_ORDER):
+        ranks.setdefault(names[role], rank)
+    return ranks
 
 
 def layer_rank(layer: str, ranks: Mapping[str, int]) -> int:

@@ -4,7 +4,8 @@ ragline 0.1 read these names beside the derived ``RAGLINE_<GROUP>_<FIELD>`` ones
 derived names, and a process that finds one of these set (in the environment or ``.env``) stops with an
 error naming its replacement (:func:`ragline.shared.config.settings.renamed_in_use`) instead of running
 without it. :data:`REMOVED` does the same for the variables 0.2 removed (ranking
-weights that became constants, pseudo-relevance feedback), saying what became of each. The tables go in the release after 0.2.
+weights and retrieval parameters that became constants, signals shipped at weight 0,
+pseudo-relevance feedback), saying what became of each. The tables go in the release after 0.2.
 """
 
 from __future__ import annotations
@@ -167,7 +168,9 @@ REMOVED: dict[str, str] = {
     "RAGLINE_CODE_FILE_RANK_IMPORT_BONUS": _LOST,
     "RAGLINE_CODE_FILE_RANK_PATH_BONUS": _LOST,
     "RAGLINE_CODE_LAYER_STEP": _LOST,
+    "RAGLINE_CODE_LAYER_RANKS": "now a constant: query/retrieval/structure.py LAYER_ORDER",
     "RAGLINE_CODE_MENTION_BONUS": _LOST,
+    "RAGLINE_CODE_NAMED_FILES": "now a constant: query/retrieval/structure.py NAMED_FILES",
     "RAGLINE_CODE_NAMED_WEIGHT": "now a constant: query/retrieval/structure.py WEIGHTS.named",
     "RAGLINE_CODE_RELATED_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.related",
     "RAGLINE_CODE_SPELLED_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.spelled",
@@ -180,6 +183,10 @@ REMOVED: dict[str, str] = {
     "RAGLINE_FUSION_RRF_WEIGHT_VECTOR": "now a constant: query/retrieval/fusion.py PROSE.vector_weight",
     "RAGLINE_FUSION_PREFER_BONUS": "now a constant: query/retrieval/filters.py PREFER_BONUS",
     "RAGLINE_FUSION_TEST_PENALTY": "now a constant: query/retrieval/filters.py TEST_PENALTY",
+    "RAGLINE_LEXICAL_BM25_B": "now a constant: query/retrieval/retrievers.py BM25_B",
+    "RAGLINE_LEXICAL_BM25_K1": "now a constant: query/retrieval/retrievers.py BM25_K1",
+    "RAGLINE_LEXICAL_MATCH": "now a constant: query/retrieval/retrievers.py MATCH",
+    "RAGLINE_LEXICAL_RANK_NORMALIZATION": "now a constant: query/retrieval/retrievers.py RANK_NORMALIZATION",
     "RAGLINE_PRF_ALPHA": _FEEDBACK,
     "RAGLINE_PRF_BETA": _FEEDBACK,
     "RAGLINE_PRF_DOCS": _FEEDBACK,

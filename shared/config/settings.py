@@ -366,7 +366,7 @@ class IngestSettings(_Group):
         " file of a git source, its docs too, and source files of any source: searchable lexically and"
         " structurally as soon as they are parsed), code (source files only), all, or none (every row is"
         " embedded before it is stored); deferred rows get their vectors from the fill task on the"
-        " ingest pool, source chunks first, and search responses count the rows still without one",
+        " ingest pool, prose before code, and search responses count the rows still without one",
     )
     lexical_only_layers: list[str] = Field(
         default_factory=lambda: ["C1_SYMBOLS", "C0_TEST_CHUNKS"],
@@ -494,19 +494,9 @@ class CodeSettings(_Group):
         le=2000,
         description="a symbol record's docstring or leading comment, characters (its first paragraph)",
     )
-    layer_ranks: dict[str, int] = Field(
-        default_factory=lambda: {"C0_SOURCE_CHUNKS": 0, "C1_SYMBOLS": 1, "docs": 2, "C0_TEST_CHUNKS": 3},
-        description="layer ranks of the retrieval contract's ordering (lower first); a layer not listed ranks after all listed ones. Keys are layer names, so renamed layers need their ranks here too",
-    )
     structure: bool = Field(
         True,
-        description='structural re-score of hybrid and vector results (docs/code.md, "Structural ranking"): bonuses added to the fused score in RRF units, their sizes the constants query/retrieval/structure.py WEIGHTS',
-    )
-    named_files: int = Field(
-        20,
-        ge=0,
-        le=200,
-        description="the contract's exact-file path: chunks of the files a question names (nearest to the question first) join the candidates as a third RRF list (its weight: query/retrieval/structure.py WEIGHTS.named), even when neither retriever found them; 0 chunks turns the lookup off",
+        description='structural re-score of hybrid and vector results (docs/code.md, "Structural ranking"): bonuses added to the fused score in RRF units, their sizes the constants query/retrieval/structure.py WEIGHTS; off, the chunks of the files a question names are not read either',
     )
     file_rank: bool = Field(
         True,
@@ -647,32 +637,13 @@ class VectorSettings(_Group):
 
 
 class LexicalSettings(_Group):
-    """The lexical list: how a question's words match and are ranked (ts_rank or BM25)."""
+    """The lexical list: which rank function it runs (ts_rank or BM25: their costs differ) and how many
+    of a question's words; how words match and the rank's parameters are constants next to the
+    statement (``query/retrieval/retrievers.py``)."""
 
-    match: Literal["any", "all"] = Field(
-        "any",
-        description='lexical retriever: "any" = words OR-ed like BM25 (robust for questions); "all" = websearch AND syntax',
-    )
     rank: Literal["bm25", "ts_rank", "ts_rank_cd"] = Field(
         "ts_rank",
         description='bm25: idf and length normalisation computed in Postgres (migration 0009); it scores every matched row, so its cost grows with the tenant (docs/evaluation.md, "Retrieval quality": bench/lexical_cost.py); ts_rank: the rank Postgres computes per row, which hybrid search fuses as well (docs/evaluation.md)',
-    )
-    bm25_k1: float = Field(
-        1.2,
-        ge=0,
-        description="BM25 term-frequency saturation (lexical.rank=bm25)",
-    )
-    bm25_b: float = Field(
-        0.75,
-        ge=0,
-        le=1,
-        description="BM25 length normalisation, 0 to 1 (lexical.rank=bm25)",
-    )
-    rank_normalization: int = Field(
-        1,
-        ge=0,
-        le=63,
-        description="the normalization bit mask of Postgres ts_rank / ts_rank_cd (1: divide by 1 + log of the document length)",
     )
     max_terms: int = Field(
         32,
@@ -846,7 +817,7 @@ class AnswerSettings(_Group):
     )
     decompose: Literal["off", "rules", "auto"] = Field(
         "auto",
-        description="the complexity router (query/answer/agentic.py `route`): a comparison or a question of two"
+        description="the complexity router (query/plan.py `route`): a comparison or a question of two"
         " independent parts also searches each side or part, the lists fused; `auto`: rules decide, and"
         " with a chat generator the chat model writes the sub-queries (one more call, for such questions"
         " only); `rules`: rules only; `off`: one search for every question",

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from ragline.query.retrieval import search, transaction
+from ragline.query.retrieval import retrievers, search, transaction
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import SearchRequest
 from ragline.shared.worker import db
@@ -155,10 +155,11 @@ def assert_reference(hits, expected: dict[str, float], first: str, hidden: str) 
         assert h.lexical_score == pytest.approx(expected[h.doc_id], rel=1e-9)
 
 
-def test_bm25_scores_and_order_as_the_query_role(conn, tenant):
+def test_bm25_scores_and_order_as_the_query_role(conn, tenant, monkeypatch):
     store_docs(conn, tenant, DOCS)
     store_docs(conn, tenant + "-other", [{"doc_id": "x.md", "content": "жираф жираф кошка", "acl": ["g"]}])
-    settings = Settings(lexical_rank="bm25", lexical_bm25_k1=1.2, lexical_bm25_b=0.75)
+    settings = Settings(lexical_rank="bm25")
+    assert (retrievers.BM25_K1, retrievers.BM25_B) == (1.2, 0.75)
     req = SearchRequest(query=QUESTION, tenant=tenant, groups=["g"], k=10, mode="lexical")
     with db.query_connection() as qconn:  # row-level security binds this role
         hits = search.search(qconn, req, None, settings).hits
@@ -171,7 +172,8 @@ def test_bm25_scores_and_order_as_the_query_role(conn, tenant):
     ts = search.search(conn, req, None, Settings(lexical_rank="ts_rank")).hits
     assert ts[0].doc_id == "cats.md"
     # and b = 0 turns length normalisation off, as in the formula
-    flat = search.search(conn, req, None, Settings(lexical_rank="bm25", lexical_bm25_b=0.0)).hits
+    monkeypatch.setattr(retrievers, "BM25_B", 0.0)
+    flat = search.search(conn, req, None, settings).hits
     ref = bm25_reference(conn, tenant, ["g"], QUESTION, 1.2, 0.0)
     assert {h.doc_id: round(h.lexical_score, 9) for h in flat} == {d: round(s, 9) for d, s in ref.items()}
 

@@ -177,9 +177,10 @@ def test_a_file_named_in_a_traceback_joins_the_candidates(repo_tenant, use_setti
 
     question = QUESTION + '\n  File "/srv/app/pkg/registry.py", line 3, in run'
     monkeypatch.setattr(structure, "WEIGHTS", replace(structure.WEIGHTS, named=2.0))
-    use_settings(retrieval_top_n=2, code_named_files=0)
+    use_settings(retrieval_top_n=2)
+    monkeypatch.setattr(structure, "NAMED_FILES", 0)
     assert "r/pkg/registry.py" not in [h.path for h in search(repo_tenant, question, structure=True, k=2)]
-    use_settings(code_named_files=20)
+    monkeypatch.setattr(structure, "NAMED_FILES", 20)
     hits = search(repo_tenant, question, structure=True, k=2)
     assert hits[0].path == "r/pkg/registry.py" and hits[0].named_rank is not None
     assert hits[0].vector_rank is None  # beyond the vector list of two

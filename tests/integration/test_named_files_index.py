@@ -23,10 +23,9 @@ class Explained:
         return self.conn.execute("EXPLAIN (FORMAT JSON) " + sql, params)
 
 
-def test_the_lookup_reads_the_file_name_index(conn, tenant, use_settings):
+def test_the_lookup_reads_the_file_name_index(conn, tenant):
     from ragline.shared.config.settings import get_settings
 
-    use_settings(code_named_files=20)
     # enough files that reading the whole tenant costs more than the file-name index in any
     # database, also one the whole suite shares (whose statistics the planner reads)
     paths = [f"r/pkg/mod{i}.py" for i in range(3000)] + ["r/Pkg/Sessions.py", "r/other/sessions.py"]

@@ -154,21 +154,31 @@ def test_related_code_of_a_document_among_the_candidates_lifts_that_file():
     ]
 
 
-def test_layer_ranks_come_from_settings_and_order_only_the_contracts_order():
-    ranks = {"SRC": 0, "DOCS": 5}
-    assert structure.layer_rank("DOCS", ranks) == 5
-    assert structure.layer_rank("unknown", ranks) == 6  # after every listed layer
-    hits = [hit("d/a.md", 0.0160, layer="DOCS"), hit("s/a.py", 0.0155, layer="SRC")]
-    s = settings(layer_ranks=ranks)
+def test_layers_rank_by_role_under_the_names_the_settings_give_them():
+    assert structure.layer_ranks(CodeSettings()) == {
+        "C0_SOURCE_CHUNKS": 0,
+        "C1_SYMBOLS": 1,
+        "docs": 2,
+        "C0_TEST_CHUNKS": 3,
+    }
+    renamed = CodeSettings(source_layer="SRC", symbols_layer="MAP", tests_layer="QA")
+    ranks = structure.layer_ranks(renamed)
+    assert ranks == {"SRC": 0, "MAP": 1, "docs": 2, "QA": 3}
+    assert structure.layer_rank("wiki", ranks) == 4  # after every role's layer
+
+
+def test_layer_ranks_order_only_the_contracts_order():
+    hits = [hit("d/a.md", 0.0160, layer="docs"), hit("s/a.py", 0.0155, layer="SRC")]
+    s = settings(source_layer="SRC")
     # the re-score reports each hit's layer rank and keeps the fused order: a layer is no bonus
     out = rescore(hits, "anything", structure.WEIGHTS, s)
-    assert [(h.path, h.layer_rank) for h in out] == [("d/a.md", 5), ("s/a.py", 0)]
+    assert [(h.path, h.layer_rank) for h in out] == [("d/a.md", 2), ("s/a.py", 0)]
     contract = RankingPolicy.for_question("anything", s, structural=True, contract=True)
     assert [h.path for h in contract.restructured(hits)] == ["s/a.py", "d/a.md"]
 
 
 def test_contract_order_is_lexicographic_over_the_seed_fields():
-    s = settings(layer_ranks={"C0_SOURCE_CHUNKS": 0, "docs": 1, "C0_TEST_CHUNKS": 2})
+    s = settings()
     hits = [
         hit("r/docs/a.md", 0.02, layer="docs", lexical_rank=1, vector_distance=0.1),
         hit("r/tests/test_a.py", 0.02, layer="C0_TEST_CHUNKS", lexical_rank=1, test_penalty=0.005),
@@ -184,7 +194,7 @@ def test_contract_order_is_lexicographic_over_the_seed_fields():
         structure.named(question),
         structure.question_words(question),
         structure.Weights(spelled=0.004),
-        s.code.layer_ranks,
+        structure.layer_ranks(s.code),
     )
     assert [h.path for h in out] == [
         "r/pref/x.md",  # prefer_bonus first, whatever its layer
