@@ -64,8 +64,7 @@ def _chunk_count(text: str, settings) -> int:
         chunk_blocks(
             parsed.blocks,
             settings.chunk.max_chars,
-            settings.chunk.overlap_ratio,
-            settings.chunk.hard_max_chars,
+            hard_max_chars=settings.chunk.hard_max_chars,
         )
     )
 

@@ -293,10 +293,12 @@ def _llama_ingest(store, embed_model, docs: list[tuple[str, str]], settings) -> 
     from llama_index.core.ingestion import IngestionPipeline
     from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter
 
+    from ragline.ingest.chunk.prose import OVERLAP_RATIO
+
     c = settings.chunk
     # ragline's chunk size in code points: a character tokenizer (the default one downloads tiktoken's)
     splitter = SentenceSplitter(
-        chunk_size=c.max_chars, chunk_overlap=int(c.max_chars * c.overlap_ratio), tokenizer=list
+        chunk_size=c.max_chars, chunk_overlap=int(c.max_chars * OVERLAP_RATIO), tokenizer=list
     )
     pipeline = IngestionPipeline(
         transformations=[MarkdownNodeParser(), splitter, embed_model], vector_store=store

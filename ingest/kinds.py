@@ -73,7 +73,7 @@ class Prose:
 
     def chunks(self, settings: Settings) -> list[Chunk]:
         c = settings.chunk
-        return chunk_blocks(self.doc.blocks, c.max_chars, c.overlap_ratio, c.hard_max_chars)
+        return chunk_blocks(self.doc.blocks, c.max_chars, hard_max_chars=c.hard_max_chars)
 
     def metadata(self) -> dict:
         return {}
@@ -121,7 +121,7 @@ class Code:
 
     def extra_records(self, first_no: int, settings: Settings) -> list[Chunk]:
         """The symbol records: one short row per definition, the repository's map."""
-        return symbol_chunks(self.doc, first_no, settings.code.symbol_doc_chars)
+        return symbol_chunks(self.doc, first_no)
 
     def annotate(self, chunks: list[Chunk], metadata: dict) -> list[Chunk]:
         return chunks

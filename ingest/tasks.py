@@ -242,5 +242,5 @@ def _warm_ingest() -> None:
     s = get_settings()
     for fmt, text in _WARMUP_SAMPLES.items():
         parsed = parse_bytes(text.encode(), fmt, default_title="warmup")
-        chunk_blocks(parsed.blocks, s.chunk.max_chars, s.chunk.overlap_ratio, s.chunk.hard_max_chars)
+        chunk_blocks(parsed.blocks, s.chunk.max_chars, hard_max_chars=s.chunk.hard_max_chars)
     warmup.warm_embedder()

@@ -16,6 +16,11 @@ from ragline.ingest.chunk.base import Chunk
 from ragline.ingest.parse.common import Block
 from ragline.shared.worker.text import split_sentences
 
+#: the whole-sentence overlap between neighbouring chunks, as a share of ``max_chars``: a sentence
+#: that continues the one before keeps its context. Part of how a document is prepared, so a change
+#: is a version bump of the formats (docs/contributing.md, "Add a file format")
+OVERLAP_RATIO = 0.15
+
 
 @dataclass(frozen=True)
 class _Unit:
@@ -122,7 +127,10 @@ def _tail_overlap(units: list[_Unit], budget: int) -> list[_Unit]:
 
 
 def chunk_blocks(
-    blocks: list[Block], max_chars: int = 800, overlap_ratio: float = 0.15, hard_max_chars: int = 4000
+    blocks: list[Block],
+    max_chars: int = 800,
+    overlap_ratio: float = OVERLAP_RATIO,
+    hard_max_chars: int = 4000,
 ) -> list[Chunk]:
     overlap_chars = int(max_chars * overlap_ratio)
     chunks: list[Chunk] = []

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from ragline.ingest.chunk.base import Chunk
 from ragline.ingest.parse.code import CodeDocument
 
+#: a symbol record's leading comment and docstring, characters each (their first paragraph): short on
+#: purpose, like the record. Part of how a source file is prepared (``ingest/pipeline.py``'s
+#: ``CODE_VERSION``)
+DOC_CHARS = 300
+
 _DOCSTRING_OPEN = ("'''", '"""')
 
 
@@ -63,7 +68,7 @@ def _docstring(lines: list[str], after: int, doc_chars: int) -> list[str]:
     return out
 
 
-def symbol_records(doc: CodeDocument, doc_chars: int = 300) -> list[SymbolRecord]:
+def symbol_records(doc: CodeDocument, doc_chars: int = DOC_CHARS) -> list[SymbolRecord]:
     """One record per definition found by tree-sitter (none for files read by lines): the lines above
     the definition that belong to it (comments, decorators), its signature and the first paragraph
     of its docstring, at most ``doc_chars`` of comment and docstring each. Short on purpose: cheap to
@@ -86,7 +91,7 @@ def symbol_records(doc: CodeDocument, doc_chars: int = 300) -> list[SymbolRecord
     return out
 
 
-def symbol_chunks(doc: CodeDocument, first_no: int, doc_chars: int) -> list[Chunk]:
+def symbol_chunks(doc: CodeDocument, first_no: int, doc_chars: int = DOC_CHARS) -> list[Chunk]:
     """The symbol records of a parsed source file as chunks numbered from ``first_no``, with the
     same heading, span and symbol metadata as code chunks (``kind`` ``symbol``)."""
     module = (doc.title,) if doc.title else ()

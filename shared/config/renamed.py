@@ -159,6 +159,7 @@ _FEEDBACK = "pseudo-relevance feedback was removed (it did not help on the dev s
 #: a ranking signal shipped at weight 0 (measured, not used), removed with the code that computed it
 _LOST = "removed with its code: it was off (0) by default, it lost on swe-loc-dev"
 REMOVED: dict[str, str] = {
+    "RAGLINE_CHUNK_OVERLAP_RATIO": "now a constant: ingest/chunk/prose.py OVERLAP_RATIO",
     "RAGLINE_CODE_DEFINITION_BONUS": _LOST,
     "RAGLINE_CODE_FILE_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.file",
     "RAGLINE_CODE_FILE_RANK_DECAY": "now a constant: query/retrieval/file_rank.py WEIGHTS.decay",
@@ -173,6 +174,7 @@ REMOVED: dict[str, str] = {
     "RAGLINE_CODE_NAMED_FILES": "now a constant: query/retrieval/structure.py NAMED_FILES",
     "RAGLINE_CODE_NAMED_WEIGHT": "now a constant: query/retrieval/structure.py WEIGHTS.named",
     "RAGLINE_CODE_RELATED_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.related",
+    "RAGLINE_CODE_SYMBOL_DOC_CHARS": "now a constant: ingest/chunk/symbols.py DOC_CHARS",
     "RAGLINE_CODE_SPELLED_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.spelled",
     "RAGLINE_FUSION_CONVEX_WEIGHT_LEXICAL": "now a constant: query/retrieval/fusion.py PROSE.convex_lexical",
     "RAGLINE_FUSION_NORMALIZATION": "now a constant: query/retrieval/fusion.py PROSE.normalization",

@@ -402,10 +402,6 @@ class ChunkSettings(_Group):
     """Splitting parsed documents into chunks (sizes in code points)."""
 
     max_chars: int = Field(800, description="chunk size limit in code points")
-    overlap_ratio: float = Field(
-        0.15,
-        description="whole-sentence overlap between neighbouring chunks",
-    )
     hard_max_chars: int = Field(
         4000,
         description="a table or code block above this is split by rows / lines",
@@ -487,12 +483,6 @@ class CodeSettings(_Group):
         "C1_SYMBOLS",
         max_length=64,
         description="the layer name of the symbol records",
-    )
-    symbol_doc_chars: int = Field(
-        300,
-        ge=0,
-        le=2000,
-        description="a symbol record's docstring or leading comment, characters (its first paragraph)",
     )
     structure: bool = Field(
         True,
