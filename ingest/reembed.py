@@ -55,13 +55,17 @@ ROW_LOCK = "hashtext(%(ns)s), mod(u.id, 2147483647)::int"
 REEMBED_ROWS = "c.embed_model IS DISTINCT FROM %(model)s AND c.embedding IS NOT NULL"
 FILL_ROWS = pending_vectors.FILL_PREDICATE
 
-# by layer (source chunks, then symbol records, then tests and docs), shorter first; rows without
-# any vector before rows of an older model, should one statement ever serve both
+# prose before code: the rows of every layer that is not code (a repository's docs and README, a
+# folder's documents) first, then source chunks, symbol records and tests; shorter rows first within
+# a layer; rows without any vector before rows of an older model, should one statement ever serve
+# both. A vector adds most where the lexical search is weakest: prose is found by its words only
+# (and not at all by a question in another language), while code keeps its identifier terms, its
+# symbol records (never embedded by default) and the structural ranking until its vectors come
 BATCH_SQL = """
 SELECT c.id, c.tenant, c.doc_id, c.layer, c.content, c.context, c.content_hash FROM chunks c
 WHERE {rows} AND (%(tenant)s::text IS NULL OR c.tenant = %(tenant)s)
 ORDER BY c.embedding IS NOT NULL,
-         CASE c.layer WHEN %(source)s THEN 0 WHEN %(symbols)s THEN 1 ELSE 2 END,
+         CASE c.layer WHEN %(source)s THEN 1 WHEN %(symbols)s THEN 2 WHEN %(tests)s THEN 3 ELSE 0 END,
          length(c.content), c.id
 LIMIT %(n)s
 """
@@ -97,6 +101,7 @@ def batch_statement(
         "n": n,
         "source": code.source_layer,
         "symbols": code.symbols_layer,
+        "tests": code.tests_layer,
         **(bound or {}),
     }
     return BATCH_SQL.format(rows=rows), params

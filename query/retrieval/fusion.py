@@ -135,7 +135,7 @@ class FusionPolicy:
 
     ``vector_share`` is the share of the searched scope that has vectors (1 once every row is
     embedded; :meth:`covering`). While code is stored before its vectors, the vector list ranks only
-    the rows embedded so far (the fill's first rows: the shortest source chunks), so its rank 1 is
+    the rows embedded so far (the fill's first rows: prose, then the shortest source chunks), so its rank 1 is
     the best of a small sample, not of the scope: at full weight that sample would outrank every
     row the lexical list found better, and a hybrid search over a 2 % embedded repository would be
     a search of those 2 %. Its weight (RRF and convex alike) is scaled by the share, so hybrid moves

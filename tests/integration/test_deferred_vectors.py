@@ -345,6 +345,70 @@ def test_the_fill_embeds_on_every_runner_once_no_job_is_ingesting(
     assert loopback.stats.max_in_flight == (1 if ingesting else runners)
 
 
+#: a repository or folder of prose and code: the prose is written so that its rows are longer than
+#: the code's, which a fill ordered by length alone would embed first
+PROSE = {
+    **{
+        f"docs/guide_{i}.md": f"# Guide {i}\n\nThe guide's part {i} explains, in plain words and at"
+        f" some length, what stage {i} of the pipeline does with each value it is given.\n"
+        for i in range(4)
+    },
+    "README.rst": "Pipeline\n========\n\nThe project's readme says, at some length, which stages the"
+    " pipeline runs and in which order they run.\n",
+}
+CODE = {
+    **{f"pkg/step_{i}.py": f"def step_{i}(value):\n    return value + {i}\n" for i in range(4)},
+    "tests/test_steps.py": "def test_step():\n    assert True\n",
+}
+
+
+@pytest.mark.parametrize("entry", ["git-push", "folder"])
+def test_the_fill_embeds_prose_before_code(repo, tenant, fill_lock, use_settings, loopback, entry, tmp_path):
+    """Rows stored before their vectors get them prose first (a repository's docs and readme, a
+    folder's documents), then source chunks, symbol records and tests, whichever entry stored them:
+    the order in which the embedder received their texts, one runner, batches of 2 rows."""
+    from ragline.ingest.contextualize import embedding_text
+    from ragline.ingest.enqueue import collect_files, enqueue_files
+    from ragline.ingest.roots import grant_roots
+    from ragline.shared.config.settings import get_settings
+
+    use_settings(
+        ingest_defer_vectors="repositories" if entry == "git-push" else "all",
+        ingest_lexical_only_layers="[]",  # every layer is filled, the symbol records and tests too
+        ingest_fill_batch_rows="2",
+        ingest_fill_runners="1",
+        embed_model=f"voyage-order-{uuid.uuid4().hex}",  # an empty embedding cache
+    )
+    if entry == "git-push":
+        commit(repo, {**PROSE, **CODE}, 1_700_000_100)
+        job_id = push(tenant, "r", None, "main", 1)["job_id"]
+    else:
+        folder = tmp_path / "folder"
+        for name, text in {**PROSE, **CODE}.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text, encoding="utf-8")
+        grant_roots(tenant, [folder])
+        job_id = enqueue_files(collect_files([folder]), tenant=tenant, acl=["dev"])
+    summary = wait_job(job_id)
+    assert summary["state"] == "succeeded" and summary["failed"] == 0, summary
+    with db.connection() as c:
+        rows = c.execute(
+            "SELECT layer, context, content FROM chunks WHERE tenant = %s AND embedding IS NULL", (tenant,)
+        ).fetchall()
+    code = get_settings().code
+    rank = {code.source_layer: 1, code.symbols_layer: 2, code.tests_layer: 3}
+    first: dict[str, int] = {}  # a text's place: its first row's (a class header and its record are alike)
+    for r in rows:
+        text = embedding_text(r["context"], r["content"])
+        first[text] = min(first.get(text, 9), rank.get(r["layer"], 0))
+    assert set(first.values()) >= {0, 1}, Counter(first.values())
+    loopback.reset_stats()
+    fill_lock.release()
+    fill(tenant)
+    order = [first[t] for body in loopback.stats.bodies for t in body["input"] if t in first]
+    assert sorted(order) == order and len(order) == len(first), order
+
+
 @pytest.mark.parametrize("held_by_other", [0, 4])
 def test_a_runner_claims_only_rows_no_other_runner_holds(stack, held_by_other):
     """Row claims are advisory locks of the runner's session: a row another runner holds is never
