@@ -118,9 +118,9 @@ def _looks_like_code(word: str, call: bool, quoted: bool) -> bool:
 @functools.lru_cache(maxsize=512)
 def named(question: str) -> Named:
     """The files and identifiers ``question`` names (pure). A search reads it once, into its
-    :class:`~ragline.query.retrieval.ranking.RankingPolicy`; memoised for the file list and the
-    evaluation, which read the same question again (up to ~0.15 ms for a sentence of prose).
-    ``Named`` is frozen: no caller can change the shared one."""
+    :class:`~ragline.query.retrieval.ranking.RankingPolicy`; memoised for the evaluations, which
+    build a policy for the same question per variant they measure (up to ~0.15 ms for a sentence of
+    prose). ``Named`` is frozen: no caller can change the shared one."""
     text = question.replace("\\", "/")
     files: dict[str, None] = {}
     for m in _PATH.finditer(text):
