@@ -258,7 +258,9 @@ def test_a_search_response_lists_the_files_in_the_file_rankings_order(
     ]
     monkeypatch.setattr(service, "get_settings", lambda: s)
     monkeypatch.setattr(
-        service, "retrieve", lambda req, limit, conn=None: SearchResponse(hits=hits, timings_ms={"total": 1.0})
+        service,
+        "retrieve",
+        lambda req, limit, conn=None: SearchResponse(hits=hits, timings_ms={"total": 1.0}),
     )
     resp = service.search(SearchRequest(query=ISSUE, tenant="t", groups=["g"], rerank=False))
     if not listed:
