@@ -6,13 +6,14 @@ stopped by bytes on a queue that are not a message or by a broker past ``maxmemo
 ``Channel._brpop_read`` decodes what ``BRPOP`` returned with ``json.loads`` and builds a message of it
 without a guard: a 16-byte non-JSON push (or JSON that is not a kombu envelope) raised out of the
 worker's event loop and ended it ("Unrecoverable error: JSONDecodeError"). :func:`gate_deliveries`
-replaces ``_brpop_read`` with the same read whose item goes through
-:func:`ragline.shared.sdk.decode_gate.envelope_problem` first: an item that is not a message is
-dropped (it is already off the queue and in no ``unacked`` hash, so nothing brings it back), logged
-(``broker item dropped``, its queue and size, never its bytes) and counted in ``rag_tasks_refused``
-(``task="-"``, ``reason`` ``not_json`` or ``envelope``), and the worker reads the next one. A
-message published to a fanout exchange (remote control, by the ``flower`` user among others) is
-checked the same way before kombu delivers it.
+wraps kombu's own ``_brpop_read``: the channel's client hands it each ``BRPOP`` reply only after
+the item went through :func:`ragline.shared.sdk.decode_gate.envelope_problem`; an item that is not
+a message is dropped (it is already off the queue and in no ``unacked`` hash, so nothing brings it
+back), logged (``broker item dropped``, its queue and size, never its bytes) and counted in
+``rag_tasks_refused`` (``task="-"``, ``reason`` ``not_json`` or ``envelope``), and kombu's read
+sees an empty reply, as after a ``BRPOP`` timeout, so the worker reads the next one. A message
+published to a fanout exchange (remote control, by the ``flower`` user among others) is checked
+the same way before kombu delivers it.
 
 **Lost deliveries.** kombu takes a message off its queue with ``BRPOP`` and then, in a second
 round trip, records it in the ``unacked`` hash (``QoS.append``), where ``acks_late`` and
@@ -206,15 +207,14 @@ def requeue_lost_deliveries() -> bool:
     return True
 
 
-def _envelope(item: bytes) -> tuple[dict | None, str]:
-    """The kombu envelope ``item`` holds, or ``None`` and why not: ``not_json`` (not UTF-8 JSON) or
-    ``envelope`` (JSON that is no kombu message, :func:`decode_gate.envelope_problem`)."""
+def _item_problem(item: bytes) -> str | None:
+    """Why ``item`` is no kombu message, or None: ``not_json`` (not UTF-8 JSON) or ``envelope``
+    (JSON that is no kombu message, :func:`decode_gate.envelope_problem`)."""
     try:
         raw = loads(bytes_to_str(item))
     except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; "[" nested 100,000 deep
-        return None, "not_json"
-    problem = decode_gate.envelope_problem(raw)
-    return (raw, "") if problem is None else (None, problem)
+        return "not_json"
+    return decode_gate.envelope_problem(raw)
 
 
 def _drop_item(queue: str, item: bytes, reason: str) -> None:
@@ -223,30 +223,35 @@ def _drop_item(queue: str, item: bytes, reason: str) -> None:
     signing.count_refused("-", signing.NO_ROLE, reason)
 
 
+def _checked_replies(parse_response):
+    """``parse_response`` of a channel's client (redis-py's) with each ``BRPOP`` reply checked: an
+    item that is not a message is dropped (:func:`_drop_item`) and the reply read as empty."""
+
+    def checked(connection, command_name, **options):
+        reply = parse_response(connection, command_name, **options)
+        if command_name != "BRPOP" or not reply:
+            return reply
+        dest, item = reply
+        reason = _item_problem(item)
+        if reason is None:
+            return reply
+        queue = bytes_to_str(dest).rsplit(kombu_redis.Channel.sep, 1)[0]  # its name, less a priority
+        _drop_item(queue, item, reason)
+        return None
+
+    checked.ragline_gate = True
+    return checked
+
+
 def _brpop_read(self, **options):
-    """kombu's ``Channel._brpop_read`` (5.3-5.7) with the item checked before it is delivered."""
-    try:
-        try:
-            dest__item = self.client.parse_response(self.client.connection, "BRPOP", **options)
-        except self.connection_errors:
-            self.client.connection.disconnect()  # the next iteration reconnects
-            raise
-        if not dest__item:
-            raise kombu_redis.Empty()
-        dest, item = dest__item
-        dest = bytes_to_str(dest).rsplit(self.sep, 1)[0]
-        self._queue_cycle.rotate(dest)
-        payload, reason = _envelope(item)
-        if payload is None:
-            _drop_item(dest, item, reason)
-        else:
-            self.connection._deliver(payload, dest)
-        return True
-    finally:
-        self._in_poll = None
-        flush = getattr(self, "_flush_brpop_reauth", None)  # kombu 5.7: a pending re-auth token
-        if flush is not None:
-            flush()
+    """kombu's own ``Channel._brpop_read``, its client's ``BRPOP`` reply checked first
+    (:func:`_checked_replies`, set once per client: kombu makes a new one when it reconnects). The
+    item is decoded twice, here and by kombu; wrapping kombu's read rather than copying it keeps
+    what each release adds around the read (5.7's re-auth flush) without following it here."""
+    client = self.client
+    if not getattr(client.parse_response, "ragline_gate", False):
+        client.parse_response = _checked_replies(client.parse_response)
+    return _brpop_read.__wrapped__(self, **options)
 
 
 def _deliver_fanout_message(self, message, exchange):

@@ -241,7 +241,8 @@ class _Channel:
 
         self.delivered: list[object] = []
         self._in_poll = None
-        self.client = SimpleNamespace(connection=None, parse_response=lambda *a, **k: (b"query", item))
+        self.item = item
+        self.client = SimpleNamespace(connection=None, parse_response=lambda *a, **k: (b"query", self.item))
         self._queue_cycle = SimpleNamespace(rotate=lambda queue: None)
         self.connection = SimpleNamespace(_deliver=self._deliver)
 
@@ -277,10 +278,29 @@ def test_upstream_brpop_read_still_fails_on_junk(item):
 
 
 @pytest.mark.parametrize("item", JUNK)
-def test_the_gated_read_drops_junk_and_delivers_the_next_message(item):
+def test_the_gated_read_drops_junk_and_delivers_the_next_message(item, monkeypatch):
+    """The gate wraps kombu's own read (no copy of it): a junk item is dropped, logged with its
+    queue and size and counted, kombu's read sees an empty reply (as after a ``BRPOP`` timeout),
+    and the next message on the same channel is delivered. This also pins the shape the wrap
+    relies on: kombu reads its reply through ``self.client.parse_response(.., "BRPOP")`` and takes
+    an empty one for "nothing to deliver"."""
+    from kombu.transport import redis as upstream_redis
+    from structlog.testing import capture_logs
+
+    from ragline.shared.sdk import signing
     from ragline.shared.worker import kombu_redis
 
-    junk = _Channel(item)
-    assert kombu_redis._brpop_read(junk) is True and junk.delivered == []
-    good = _Channel(json.dumps(ENVELOPE).encode())
-    assert kombu_redis._brpop_read(good) is True and good.delivered == [ENVELOPE]
+    upstream = getattr(upstream_redis.Channel._brpop_read, "__wrapped__", upstream_redis.Channel._brpop_read)
+    monkeypatch.setattr(kombu_redis._brpop_read, "__wrapped__", upstream, raising=False)
+    reason = "not_json" if item in (JUNK[0], JUNK[-1]) else "envelope"
+    counted = signing._refused_counter().labels(task="-", role=signing.NO_ROLE, reason=reason)._value
+    before = counted.get()
+    channel = _Channel(item)
+    with capture_logs() as logs, pytest.raises(upstream_redis.Empty):
+        kombu_redis._brpop_read(channel)
+    assert channel.delivered == [] and counted.get() == before + 1
+    assert [(e["event"], e["queue"], e["reason"], e["size"]) for e in logs] == [
+        ("broker item dropped", "query", reason, len(item))
+    ]
+    channel.item = json.dumps(ENVELOPE).encode()  # the next reply
+    assert kombu_redis._brpop_read(channel) is True and channel.delivered == [ENVELOPE]
