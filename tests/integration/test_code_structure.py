@@ -187,6 +187,25 @@ def test_a_file_named_in_a_traceback_joins_the_candidates(repo_tenant, use_setti
     assert hits[0].structural_score > 0  # the file bonus on top of the named list
 
 
+def test_a_search_reads_what_its_question_names_once(repo_tenant, monkeypatch):
+    """A code search through the service (the fusion's code check, the structural check, the named
+    files' statement, the re-score, the file list) reads what the question names once, into its
+    RankingPolicy, and every step reads the policy."""
+    from ragline.query import service
+    from ragline.query.retrieval import structure
+    from ragline.shared.sdk.contracts import SearchRequest
+
+    question = QUESTION + '\n  File "/srv/app/pkg/registry.py", line 3, in run'
+    read = structure.named.__wrapped__  # the reading itself, without its memo
+    reads: list[str] = []
+    monkeypatch.setattr(structure, "named", lambda q: reads.append(q) or read(q))
+    resp = service.search(
+        SearchRequest(query=question, tenant=repo_tenant, groups=["dev"], k=5, rerank=False)
+    )
+    assert any(h.named_rank is not None for h in resp.hits) and resp.files  # the named files were read
+    assert reads == [question]
+
+
 def test_a_documents_related_code_lifts_the_file_it_names(repo_tenant):
     question = "What ordering guarantees do hooks have?"
     plain = [h.path for h in search(repo_tenant, question, structure=False)]
