@@ -114,9 +114,9 @@ class QueryPlan:
 
     ``queries`` are searched in order and fused by rank under ``fusion`` (the first is
     ``question``, the question the answer answers); the first one searches with ``hyde_vector``
-    when HyDE wrote a passage. Each search keeps ``candidates`` fused hits; ``rerank`` reorders
-    them for the first query and keeps ``k``, otherwise the first ``k`` scoring at least
-    ``min_score`` are kept; ``expansion`` adds their sections or documents."""
+    when HyDE wrote a passage. Each search keeps ``candidates`` fused hits; ``rerank``: the
+    reranker orders the fused candidates against ``question`` and keeps ``k``, else the first ``k``
+    scoring at least ``min_score`` are kept; ``expansion`` adds their sections or documents."""
 
     question: str
     queries: tuple[str, ...]
@@ -161,7 +161,7 @@ class QueryPlan:
 class Evidence:
     """What executing a plan found, for the answer side: the hits the answer reads (reranked or
     kept by score, then expanded), how many fused candidates there were before that, the rows of
-    the scope still without vectors, and the executions's degraded reasons, timings and trace."""
+    the scope still without vectors, and the execution's degraded reasons, timings and trace."""
 
     hits: tuple[Hit, ...]
     candidates: int
