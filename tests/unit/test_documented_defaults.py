@@ -159,3 +159,71 @@ def test_a_page_naming_a_renamed_or_removed_variable_is_reported(tmp_path):
     assert set(found) == {"RAGLINE_EMBEDDER", "RAGLINE_CODE_FILE_BONUS", "RAGLINE_NOTHING_AT_ALL"}
     assert found["RAGLINE_EMBEDDER"] == "renamed: RAGLINE_EMBED_PROVIDER"
     assert found["RAGLINE_CODE_FILE_BONUS"].startswith("removed: now a constant")
+
+
+# ------------------------------------------------------------------ every command a page shows
+#: the info strings of a fenced block a reader runs in a shell
+SHELL = {"", "bash", "sh", "shell", "console"}
+#: an inline code span that is a command
+INLINE_COMMAND = re.compile(r"`(ragline [^`\n]*)`")
+#: a ``ragline`` command within a line: at its start, after an operator, or after variable assignments
+COMMAND = re.compile(r"(?:^|&&|\|\||[;|(])\s*(?:[A-Z_][A-Z0-9_]*=\S*\s+)*ragline\s+([^;|&#)]*)")
+
+
+def shown_commands(text: str) -> list[str]:
+    """The argument strings of the ``ragline`` commands a page shows: the lines of its shell blocks
+    (continuations joined) and its inline code spans outside any block."""
+    snippets: list[str] = []
+    prose: list[str] = []
+    fence: str | None = None  # the open block's info string
+    for line in text.replace("\\\n", " ").splitlines():
+        if line.lstrip().startswith("```"):
+            fence = line.strip().strip("`").strip() if fence is None else None
+        elif fence is None:
+            prose.append(line)
+        elif fence in SHELL:
+            snippets.append(line)
+    snippets += INLINE_COMMAND.findall("\n".join(prose))
+    return [m.group(1) for snippet in snippets for m in COMMAND.finditer(snippet)]
+
+
+def unknown_options(arguments: str) -> list[str]:
+    """What of one command line the CLI does not have: a subcommand of a group, or an option."""
+    import typer
+
+    from ragline.cli import app
+
+    cmd = typer.main.get_command(app)
+    tokens = [t.strip("[]") for t in arguments.split()]
+    path: list[str] = []
+    while tokens and hasattr(cmd, "commands"):
+        if tokens[0] not in cmd.commands:
+            word = tokens[0]
+            # a group's own options (``ragline mcp --http``) or a placeholder (``ragline COMMAND``)
+            return (
+                [] if word.startswith("-") or not word.islower() else [f"ragline {' '.join([*path, word])}"]
+            )
+        path.append(tokens.pop(0))
+        cmd = cmd.commands[path[-1]]
+    names = {name for p in cmd.params for name in (*p.opts, *p.secondary_opts)} | {"--help"}
+    options = {t.split("=", 1)[0].rstrip(".,") for t in tokens if t.startswith("--")}
+    return [f"ragline {' '.join(path)} {o}" for o in sorted(options - names)]
+
+
+@pytest.mark.parametrize(
+    "page", NAMING_PAGES + [OLD_NAMES_PAGE], ids=[p.name for p in [*NAMING_PAGES, OLD_NAMES_PAGE]]
+)
+def test_every_command_a_page_shows_exists(page):
+    """A command a page shows (a reproduce command, a usage line) runs: its subcommands and options
+    are the CLI's."""
+    commands = shown_commands(page.read_text(encoding="utf-8"))
+    assert commands or page.name not in {"README.md", "evaluation.md"}  # the reader finds them
+    assert [u for arguments in commands for u in unknown_options(arguments)] == []
+
+
+def test_a_shown_command_with_a_removed_option_is_reported():
+    text = "```bash\nRAGLINE_SERVICES_HOME=/tmp/x ragline eval q.jsonl --sweep-rrf 1:1 --sweep-prf 3\nragline serve\n```\n"
+    assert [u for a in shown_commands(text) for u in unknown_options(a)] == [
+        "ragline eval --sweep-prf",
+        "ragline serve",
+    ]
