@@ -197,7 +197,7 @@ def render(result: dict, variant: str, baseline: dict | None, source: str) -> st
             "",
             *loro,
             "",
-            "The file-level weight of identifiers the issue quotes as code (`file_rank.QUOTED_BONUS`),",
+            "The file-level weight of identifiers the issue quotes as code (0.2 removed it with its code),",
             "chosen the same way on the default's file list (0: off):",
             "",
             *quoted,
