@@ -18,16 +18,10 @@ from ragline.query import service
 from ragline.query.plan import HYDE_PROMPT, MULTI_QUERY_PROMPT
 from ragline.shared.sdk.contracts import AskRequest, AskResponse
 from ragline.shared.worker import db
+from tests.integration import test_expand
 from tests.integration.query_corpus import store_docs
 from tests.loopback import LoopbackServer
 
-SECTION = "Формы › Модификаторы"
-FORMS = [
-    ("Формы › Текст", "Поле ввода связывается с данными директивой v-model."),
-    (SECTION + " › .lazy", "Модификатор lazy синхронизирует поле по событию change."),
-    (SECTION + " › .number", "Модификатор number приводит ввод к числу через parseFloat."),
-    (SECTION + " › .trim", "Модификатор trim убирает пробелы по краям."),
-]
 CONDITIONAL = [
     "Директива v-if рендерит элемент только когда условие истинно и удаляет его иначе.",
     "Директива v-show всегда рендерит элемент и переключает CSS-свойство display.",
@@ -36,20 +30,8 @@ COMPARISON = "Чем v-if отличается от v-show?"
 
 
 def store(conn, tenant: str) -> None:
-    store_docs(
-        conn,
-        tenant,
-        [
-            {"doc_id": "guide/forms.md", "chunks": [t for _, t in FORMS], "acl": ["g"]},
-            {"doc_id": "guide/conditional.md", "chunks": CONDITIONAL, "acl": ["g"]},
-        ],
-    )
-    for no, (heading, _) in enumerate(FORMS):  # each chunk under its own heading: sections to expand
-        conn.execute(
-            "UPDATE chunks SET heading_path = %s WHERE tenant = %s AND doc_id = 'guide/forms.md' AND chunk_no = %s",
-            (heading, tenant, no),
-        )
-    conn.commit()
+    test_expand.store(conn, tenant)  # the forms guide, a heading per chunk: sections to expand
+    store_docs(conn, tenant, [{"doc_id": "guide/conditional.md", "chunks": CONDITIONAL, "acl": ["g"]}])
 
 
 def checkouts(ask: Callable[[], AskResponse]) -> tuple[int, AskResponse]:
