@@ -24,7 +24,8 @@ QUESTIONS = [
     "Where are permissions synced without re-embedding?",
 ]
 #: the question about the code is asked of the source and symbol layers (the retrieval contract's
-#: layer filter): its answer must cite ``path:start-end``, not the docs that describe the same thing
+#: layer filter): its answer must cite ``path:start-end``, not the docs that describe the same thing;
+#: the others, about the design, of the repository's documentation (the git source's own layer)
 CODE_QUESTION = QUESTIONS[2]
 
 #: what the demo indexes of a repository: ragline's docs and its ingestion package, which holds the
@@ -112,24 +113,48 @@ def _demo(docs: Path, tenant: str) -> int:
     for e in s["errors"]:
         echo(f"failed: {e['doc_id']}: {e['error']}")
     failures = s["failed"]
-    if code and tenant_awaiting(tenant)():
-        # answer at once from the lexical and structural search (each answer says "vectors
-        # pending"), then again once the fill is done: the first answer does not wait for the CPU
-        echo(f"first answers, {time.perf_counter() - t0:.0f}s after the start, while the vectors fill:")
-        _ask_all(tenant, code)
-        _wait_for_vectors(tenant, 3600)
-        echo(f"the answers with every vector in place, {time.perf_counter() - t0:.0f}s after the start:")
-    return failures + _ask_all(tenant, code)
-
-
-def _ask_all(tenant: str, code: bool) -> int:
-    """Ask the demo's questions and print the answers; the number without a cited answer."""
-    settings = get_settings()
-    failures = 0
+    if not (code and tenant_awaiting(tenant)()):
+        return failures + _ask(tenant, QUESTIONS, code)
+    # answer at once from the lexical and structural search (each answer says "vectors pending"),
+    # then each question again once the layers it is asked of have their vectors: the fill embeds
+    # prose before code (docs/operations.md), so the questions about the design are answered with
+    # their vectors before the code is embedded, and the code question when it is
+    echo(f"first answers, {time.perf_counter() - t0:.0f}s after the start, while the vectors fill:")
+    _ask(tenant, QUESTIONS, code)
+    scopes: dict[tuple[str, ...], list[str]] = {}
     for q in QUESTIONS:
-        payload = {"query": q, "tenant": tenant, "groups": ["public"]}
-        if q == CODE_QUESTION and code:
-            payload["layers"] = [settings.code.source_layer, settings.code.symbols_layer]
+        scopes.setdefault(tuple(_layers(q)), []).append(q)
+    for layers, questions in scopes.items():
+        _wait_for_vectors(tenant, 3600, list(layers))
+        left = tenant_awaiting(tenant)()
+        still = f"; {left} rows of other layers still await theirs" if left else ""
+        echo(
+            f"the answers with every vector of {', '.join(layers)} in place,"
+            f" {time.perf_counter() - t0:.0f}s after the start{still}:"
+        )
+        failures += _ask(tenant, questions, code)
+    return failures
+
+
+def _layers(question: str) -> list[str]:
+    """The layers a question is asked of on a repository (:data:`CODE_QUESTION`): the code's, or the
+    layer :func:`_ingest_repository`'s source stores the repository's other files in."""
+    from ragline.ingest.sources import SourceSpec  # loaded by the ingest already
+
+    code = get_settings().code
+    if question == CODE_QUESTION:
+        return [code.source_layer, code.symbols_layer]
+    return [SourceSpec.model_fields["layer"].default]
+
+
+def _ask(tenant: str, questions: list[str], code: bool) -> int:
+    """Ask ``questions`` and print the answers (on a repository, each of its layers,
+    :func:`_layers`); the number without a cited answer."""
+    failures = 0
+    for q in questions:
+        payload: dict = {"query": q, "tenant": tenant, "groups": ["public"]}
+        if code:
+            payload["layers"] = _layers(q)
         res = send_and_wait(TASK_QUERY_ASK, payload, 120)
         print_answer(q, res)
         cited = res.get("citations") or []
@@ -139,14 +164,16 @@ def _ask_all(tenant: str, code: bool) -> int:
     return failures
 
 
-def _wait_for_vectors(tenant: str, timeout_s: float) -> None:
-    """Until the fill task has embedded the rows stored before their vectors: the code is
-    searchable lexically at once, but the demo's answers are the hybrid ones, so it asks after;
-    meanwhile a progress line (rows, rate, time left) at each change and every half minute."""
-    awaiting = tenant_awaiting(tenant)
+def _wait_for_vectors(tenant: str, timeout_s: float, layers: list[str] | None = None) -> None:
+    """Until the fill task has embedded the rows stored before their vectors (of ``layers`` only,
+    when given): the code is searchable lexically at once, but the demo's answers are the hybrid
+    ones, so it asks after; meanwhile a progress line (rows, rate, time left) at each change and
+    every half minute."""
+    awaiting = tenant_awaiting(tenant, layers)
     n = awaiting()
     if n:
-        echo(f"searchable now (lexically); {n} rows awaiting vectors, filled in the background:")
+        of = f" of {', '.join(layers)}" if layers else ""
+        echo(f"searchable now (lexically); {n} rows{of} awaiting vectors, filled in the background:")
     if wait_for_vectors(awaiting, time.monotonic() + timeout_s, first=n):
         echo(
             f"vectors still being filled after {timeout_s:.0f}s: answers use the lexical search for those rows"

@@ -88,12 +88,13 @@ def job_awaiting(job_id: str) -> Callable[[], int]:
     return count
 
 
-def tenant_awaiting(tenant: str) -> Callable[[], int]:
+def tenant_awaiting(tenant: str, layers: list[str] | None = None) -> Callable[[], int]:
+    """The tenant's rows awaiting their vectors (of ``layers`` only, when given), counted anew at each call."""
     from ragline.shared.worker import db, pending_vectors  # start-up: psycopg loads on use
 
     def count() -> int:
         with db.connection() as conn:
-            return pending_vectors.by_tenant(conn).get(tenant, 0)
+            return pending_vectors.by_tenant(conn, layers=layers).get(tenant, 0)
 
     return count
 

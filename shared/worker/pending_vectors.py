@@ -105,16 +105,19 @@ def fill_layers(conn: psycopg.Connection[DictRow], budget: VectorBudget | None =
     ]
 
 
-def by_tenant(conn: psycopg.Connection[DictRow], budget: VectorBudget | None = None) -> dict[str, int]:
-    """Rows awaiting their vectors, per tenant (tenants with none are left out): read by layer
-    (:data:`FILL_PREDICATE`), so a wait for the fill polling this does not read every lexical-only
-    row each time."""
-    layers = fill_layers(conn, budget)
-    if not layers:
+def by_tenant(
+    conn: psycopg.Connection[DictRow], budget: VectorBudget | None = None, layers: Iterable[str] | None = None
+) -> dict[str, int]:
+    """Rows awaiting their vectors, per tenant (tenants with none are left out), of ``layers`` only
+    when given: read by layer (:data:`FILL_PREDICATE`), so a wait for the fill polling this does not
+    read every lexical-only row each time."""
+    wanted = None if layers is None else set(layers)
+    found = [la for la in fill_layers(conn, budget) if wanted is None or la in wanted]
+    if not found:
         return {}
     rows = conn.execute(
         f"SELECT c.tenant, count(*) AS n FROM chunks c WHERE {FILL_PREDICATE} GROUP BY c.tenant",
-        {"fill_layers": layers},
+        {"fill_layers": found},
     ).fetchall()
     return {r["tenant"]: int(r["n"]) for r in rows}
 

@@ -409,6 +409,91 @@ def test_the_fill_embeds_prose_before_code(repo, tenant, fill_lock, use_settings
     assert sorted(order) == order and len(order) == len(first), order
 
 
+def test_the_demo_answers_the_design_questions_with_vectors_before_the_code_is_embedded(
+    celery_worker, use_settings, loopback, tenant, tmp_path, fill_lock
+):
+    """``make run`` on a repository (``ragline demo REPO``): first answers at once, lexically; then,
+    the fill going prose first, the questions about the design again as soon as the docs have their
+    vectors while the code's rows still await theirs, and the code question once they have them."""
+    import os
+    import subprocess
+    import sys
+
+    from ragline.cli.demo import QUESTIONS
+    from ragline.shared.config.settings import get_settings
+    from ragline.shared.sdk.names import TASK_INGEST_FILL_VECTORS
+    from ragline.shared.worker.celery_app import app
+    from tests.conftest import REPO
+
+    use_settings(
+        embed_provider="voyage",
+        providers_voyage_base_url=loopback.url + "/v1",
+        providers_voyage_api_key="test-key",
+        embed_model=f"voyage-demo-order-{uuid.uuid4().hex}",
+        ingest_defer_vectors="repositories",
+        code_min_chars=0,  # one source chunk per definition: rows for many fill batches
+        ingest_fill_batch_rows="2",
+        ingest_fill_runners="1",
+    )
+    repo = tmp_path / "ragline"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    steps = "".join(f"def step_{i}(value):\n    return value + {i}\n\n\n" for i in range(40))
+    commit(
+        repo,
+        {
+            "docs/architecture.md": (REPO / "docs" / "architecture.md").read_text()[:3000],
+            "ingest/steps.py": steps,
+        },
+        1_700_000_000,
+    )
+    loopback.faults.latency_s = 0.3  # 20 batches of code rows outlast the demo's 2 s poll many times
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "ragline.cli", "demo", str(repo), "--tenant", tenant],
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # the progress lines too: what the test saw, if it fails
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:  # the first answers, then the wait for the docs' vectors
+            lines.append(line.rstrip("\n"))
+            if "awaiting vectors, filled in the background" in line:
+                break
+        fill_lock.release()
+        app.send_task(TASK_INGEST_FILL_VECTORS, args=[{}])  # every fill sent meanwhile found the lock
+        out, _ = demo.communicate(timeout=300)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    lines += out.splitlines()
+    assert demo.returncode in (0, 1), "\n".join(lines)  # 1: a question without a cited answer
+
+    def at(text: str, after: int = 0) -> int:
+        return next(i for i, line in enumerate(lines) if i >= after and text in line)
+
+    code = get_settings().code
+    assert [line for line in lines if "first answers" in line], "\n".join(lines)
+    first = at("first answers")
+    docs = at("the answers with every vector of docs in place", first)
+    assert "still await" in lines[docs], lines[docs]  # the code's rows were still awaiting theirs
+    still = int(lines[docs].split("; ", 1)[1].split(" ", 1)[0])
+    assert still > 0, lines[docs]  # the code's rows were still awaiting theirs
+    last = at(f"the answers with every vector of {code.source_layer}, {code.symbols_layer} in place", docs)
+    assert "still await" not in lines[last]
+    assert first < at(QUESTIONS[2], first) < docs < at(QUESTIONS[0], docs) < at(QUESTIONS[1], docs) < last
+    assert at(QUESTIONS[2], last) > last
+    assert not [line for line in lines[last:] if QUESTIONS[0] in line or QUESTIONS[1] in line]
+    with db.connection() as c:
+        assert not c.execute(
+            "SELECT 1 FROM chunks WHERE tenant = %s AND embedding IS NULL AND layer = ANY(%s)",
+            (tenant, ["docs", code.source_layer]),
+        ).fetchall()
+
+
 @pytest.mark.parametrize("held_by_other", [0, 4])
 def test_a_runner_claims_only_rows_no_other_runner_holds(stack, held_by_other):
     """Row claims are advisory locks of the runner's session: a row another runner holds is never

@@ -23,7 +23,7 @@ def pending(monkeypatch):
     counts: list[int] = []
     asked: list[int] = []
 
-    def by_tenant(conn):
+    def by_tenant(conn, budget=None, layers=None):
         n = counts.pop(0) if len(counts) > 1 else counts[0]
         asked.append(n)
         return {"t": n, "other": 99} if n else {"other": 99}
@@ -79,31 +79,50 @@ def test_the_demo_waits_through_it_and_prints_its_progress(monkeypatch, pending,
 
 def test_the_demo_answers_first_while_the_vectors_fill_then_with_them(monkeypatch, capsys, tmp_path):
     """``make run`` on a repository: the first answers come right after the ingest, from the lexical
-    and structural search, before the wait for the fill; then the answers with every vector."""
+    and structural search, before the wait for the fill; then each question again as soon as the
+    layers it is asked of have their vectors: the questions about the design once the docs are
+    embedded (the fill's prose-first order), while the code still waits, the code question last."""
     from ragline.cli import demo
     from ragline.ingest import git as git_mod
+    from ragline.shared.config.settings import get_settings
 
-    events: list[str] = []
-    awaiting = [40]
+    code = get_settings().code
+    events: list[tuple] = []
+    awaiting = {"docs": 30, code.source_layer: 10}
+
+    def count(layers):
+        return sum(n for layer, n in awaiting.items() if layers is None or layer in layers)
+
     summary = dict.fromkeys(("chunks", "embedded", "failed", "skipped_unchanged"), 0)
     monkeypatch.setattr(demo, "reload_app", lambda: None)
     monkeypatch.setattr("ragline.ingest.roots.grant_roots", lambda *a: None)
     monkeypatch.setattr(git_mod, "is_repository", lambda p: True)
     monkeypatch.setattr(demo, "_ingest_repository", lambda *a: summary | {"documents": 3, "errors": []})
-    monkeypatch.setattr(demo, "tenant_awaiting", lambda t: lambda: awaiting[0])
+    monkeypatch.setattr(demo, "tenant_awaiting", lambda t, layers=None: lambda: count(layers))
 
-    def wait(tenant, timeout_s):
-        events.append("wait")
-        awaiting[0] = 0
+    def wait(tenant, timeout_s, layers=None):
+        events.append(("wait", tuple(layers)))
+        awaiting.update(dict.fromkeys(layers, 0))
 
     def ask(task, payload, timeout):
-        events.append(f"ask:{awaiting[0]}")
+        q = demo.QUESTIONS.index(payload["query"])
+        events.append((f"ask {q}", tuple(payload["layers"]), count(payload["layers"]), count(None)))
         return {"answer": "a [1]", "citations": [{"n": 1, "doc_id": "d", "start_line": 1}], "timings_ms": {}}
 
     monkeypatch.setattr(demo, "_wait_for_vectors", wait)
     monkeypatch.setattr(demo, "send_and_wait", ask)
     monkeypatch.setattr(demo, "print_answer", lambda q, res: None)
     assert demo._demo(tmp_path, "t") == 0
-    n = len(demo.QUESTIONS)
-    assert events == [*["ask:40"] * n, "wait", *["ask:0"] * n]
-    assert "first answers" in capsys.readouterr().out
+    docs, src = ("docs",), (code.source_layer, code.symbols_layer)
+    assert events == [
+        ("ask 0", docs, 30, 40),  # at once, lexically
+        ("ask 1", docs, 30, 40),
+        ("ask 2", src, 10, 40),
+        ("wait", docs),
+        ("ask 0", docs, 0, 10),  # with the docs' vectors, the code still awaiting
+        ("ask 1", docs, 0, 10),
+        ("wait", src),
+        ("ask 2", src, 0, 0),
+    ]
+    out = capsys.readouterr().out
+    assert "first answers" in out and "10 rows of other layers still await theirs" in out
