@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ragline.operations.eval_answers import read_jsonl, score_one
-from ragline.query.answer.extractive import EMBEDDER_FEATURES, FEATURES
+from ragline.query.answer.extractive import FEATURES
 from ragline.query.answer.grounding import CONFIDENCE_MODEL
 from ragline.shared.config.settings import get_settings
 
@@ -71,7 +71,7 @@ def rows_of(pairs: list[tuple[Path, Path]]) -> list[dict]:
                     "set": set_no,
                     "x": {
                         f: None if feats.get(f, 0.0) is None else float(feats.get(f, 0.0))
-                        for f in EMBEDDER_FEATURES
+                        for f in FEATURES
                     },
                     "y": label,
                 }
@@ -225,26 +225,18 @@ def main() -> None:
     args = ap.parse_args()
     pairs = list(zip(args.files[::2], args.files[1::2], strict=True))
     rows = rows_of(pairs)
-    settings = get_settings()
-    embedder, threshold = settings.embed.model_name, settings.answer.min_confidence
+    threshold = get_settings().answer.min_confidence
     result: dict[str, Any] = {
-        "embedder": embedder,
         "inputs": [[str(a), str(b)] for a, b in pairs],
-        "portable": calibrate(rows, FEATURES, threshold),
-        "by_embedder": {embedder: calibrate(rows, EMBEDDER_FEATURES, threshold)},
+        **calibrate(rows, FEATURES, threshold),
     }
     print(json.dumps(result, indent=1))
     if args.write:
-        models = {
-            "portable": result["portable"]["model"],
-            "by_embedder": {embedder: result["by_embedder"][embedder]["model"]},
-        }
-        CONFIDENCE_MODEL.write_text(json.dumps(models, indent=1) + "\n", encoding="utf-8")
+        CONFIDENCE_MODEL.write_text(json.dumps(result["model"], indent=1) + "\n", encoding="utf-8")
         (RESULTS / "answer-calibration.json").write_text(
             json.dumps(result, indent=1) + "\n", encoding="utf-8"
         )
-        img = Path(__file__).parents[1] / "docs" / "img"
-        plot(result["by_embedder"][embedder]["reliability"], img / "answer-calibration.png")
+        plot(result["reliability"], Path(__file__).parents[1] / "docs" / "img" / "answer-calibration.png")
 
 
 if __name__ == "__main__":

@@ -550,18 +550,17 @@ def passages_language(hits: list[Hit]) -> str:
 SIMILARITY_WEIGHT = 1.0
 LEXICAL_WEIGHT = 0.5
 RANK_WEIGHT = 0.25
-#: a sentence joins the best one when its score is within this many standard deviations of it
-KEEP_WITHIN = 1.5
-MAX_SENTENCES = 3
+#: a sentence joins the best one when its score is within this many standard deviations of it, up
+#: to :data:`MAX_SENTENCES`: on xquad-answers' fit half every sentence more is a fact more often found
+#: (docs/evaluation.md, "Answer length"); four keep an answer a short paragraph
+KEEP_WITHIN = 2.0
+MAX_SENTENCES = 4
 #: the candidate sentences embedded for one question, at most (the best ranked chunks' first)
 MAX_POOL = 64
-#: what the confidence model reads, in order (query/answer/confidence.json holds its coefficients)
-FEATURES = ("similarity", "lexical", "passage_lexical", "names", "cross", "code")
-#: and, for a model fitted to one embedder, how far its first hit stands above the other hits in
-#: that embedder's own scale. Not the cosines themselves: their level says the corpus's genre as
-#: much as the answer's fit, so a model reading them is confident on every answer of a corpus whose
-#: cosines run higher than its fit's (docs/evaluation.md, "Confidence")
-EMBEDDER_FEATURES = (*FEATURES, "hit_margin")
+#: what the confidence model reads, in order (query/answer/confidence.json holds its coefficients);
+#: none is in an embedding model's own cosine scale: a cosine's level says the corpus's genre and the
+#: model as much as the answer's fit (docs/evaluation.md, "Confidence")
+FEATURES = ("similarity", "lexical", "passage_lexical", "names", "cross", "code", "hit_z")
 
 
 def _standardised(values: list[float]) -> list[float]:
@@ -653,14 +652,12 @@ def select_list(cands: list[Candidate], max_items: int = MAX_ITEMS) -> list[Cand
     return select(cands)
 
 
-def hit_margin(hits: list[Hit]) -> float | None:
-    """How far the first hit's vector similarity stands above the mean of the other hits' (None,
-    unknown, with fewer than two hits that have one): a question whose topic the corpus holds has
-    one passage closer than the rest, one it lacks has several about as far."""
-    sims = [1.0 - h.vector_distance for h in hits if h.vector_distance is not None]
-    if len(sims) < 2 or hits[0].vector_distance is None:
-        return None
-    return sims[0] - statistics.fmean(sims[1:])
+def hit_z(hits: list[Hit]) -> float | None:
+    """How far the hits the answer reads stand out of the question's background in the searched
+    scope (``Hit.vector_z``, the best of them; None when no hit has one): a question whose topic the
+    scope holds has a passage well above its neighbourhood, one it lacks has only neighbours."""
+    zs = [h.vector_z for h in hits if h.vector_z is not None]
+    return max(zs) if zs else None
 
 
 def features(
@@ -671,14 +668,13 @@ def features(
     lang: str,
     cited: set[int],
 ) -> dict[str, float | None]:
-    """What the confidence models read (:data:`EMBEDDER_FEATURES`): free of the embedding model's
-    scale (:data:`FEATURES`, for the model that holds for any embedder): how far the best quoted sentence's
+    """What the confidence model reads (:data:`FEATURES`), none in the embedding model's own scale:
+    how far the best quoted sentence's
     similarity stands above the other candidates' (a z-score), its and its passages' lexical
     coverage, the share of the names and numbers the question spells that the cited passages hold,
     whether the quotes are in another language than the question, whether the answer is code
     (``chosen`` empty: the code lines of the ``cited`` hits were quoted, the best sentence of those
-    hits stands for them); in the embedder's own scale, for the model fitted to it: the first hit's
-    similarity less the mean of the other hits' (:func:`hit_margin`)."""
+    hits stands for them), and how far the hits stand out of the question's background (:func:`hit_z`)."""
     code = not chosen
     chosen = chosen or [c for c in cands if c.n in cited]
     best = max(chosen, key=lambda c: c.score) if chosen else None
@@ -700,7 +696,7 @@ def features(
     named = specific_terms(question)
     return {
         "similarity": above,
-        "hit_margin": hit_margin(hits),
+        "hit_z": hit_z(hits),
         "lexical": best.lexical if best is not None else 0.0,
         "passage_lexical": lexical_coverage(weights, code_stems(passages)),
         "names": sum(code_answer.holds(f"{passages} {around}", t) for t in named) / len(named)

@@ -408,28 +408,18 @@ CONFIDENCE_MODEL = Path(__file__).with_name("confidence.json")
 
 
 @lru_cache(maxsize=1)
-def confidence_models() -> dict:
-    """The logistic models of an extractive answer being right (feature names, their means and
-    scales, coefficients, intercept), fitted on held-apart questions: ``portable`` reads only
-    features free of the embedder's scale; ``by_embedder`` holds, per embedding model, one that also
-    reads its similarities in that model's own scale."""
+def confidence_model() -> dict:
+    """The logistic model of an extractive answer being right (feature names, their means and
+    scales, coefficients, intercept), fitted on questions held apart by source."""
     return json.loads(CONFIDENCE_MODEL.read_text(encoding="utf-8"))
 
 
-def confidence_model(embedder: str = "") -> dict:
-    """The model fitted to ``embedder``, else the portable one."""
-    models = confidence_models()
-    return models["by_embedder"].get(embedder) or models["portable"]
-
-
-def answer_probability(
-    features: dict[str, float | None], embedder: str = "", model: dict | None = None
-) -> float:
+def answer_probability(features: dict[str, float | None], model: dict | None = None) -> float:
     """The probability that an extractive answer with these ``features`` is right (the fitted
-    logistic model for ``embedder``): what ``RAGLINE_ANSWER_MIN_CONFIDENCE`` is compared with. A
-    feature that is unknown for this answer (None: a relative one with nothing to compare against)
-    takes the fit's mean, so it moves the probability neither way."""
-    model = model or confidence_model(embedder)
+    logistic model): what ``RAGLINE_ANSWER_MIN_CONFIDENCE`` is compared with. A feature that is
+    unknown for this answer (None: a relative one with nothing to compare against) takes the fit's
+    mean, so it moves the probability neither way."""
+    model = model or confidence_model()
     z = model["intercept"]
     for name, mean, scale, coef in zip(
         model["features"], model["mean"], model["scale"], model["coef"], strict=True

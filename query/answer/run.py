@@ -390,7 +390,7 @@ def confidence(
     if ex is not None:
         # an extractive answer only quotes (its support is 1.0 by construction): how far to trust
         # it is the fitted probability that what it quoted answers the question
-        probability = grounding.answer_probability(ex.features, run.settings.embed.model_name)
+        probability = grounding.answer_probability(ex.features)
         run.trace["confidence"] = {
             "features": {k: None if v is None else round(v, 3) for k, v in ex.features.items()},
             "confidence": probability,

@@ -156,3 +156,23 @@ def test_the_policy_is_frozen_and_an_evaluation_replaces_its_weights():
     unweighted = dataclasses.replace(policy, weights=structure.Weights())
     assert [h.doc_id for h in unweighted.order(vector, [], [], 10, 50, 1.0)[0]] == ["caller", "hooks"]
     assert [h.doc_id for h in policy.order(vector, [], [], 10, 50, 1.0)[0]] == ["hooks", "caller"]
+
+
+def test_a_hit_s_similarity_is_standardised_against_the_question_s_background():
+    """``vector_z``: the hit's similarity against the vector list's places past the tenth (the
+    question's neighbourhood in the scope). Shifting every cosine (an embedder or a genre whose
+    cosines run higher) leaves it unchanged; too short a list has no background (None)."""
+
+    def listed(shift: float, n: int = 30) -> list[dict]:
+        return [
+            row(f"d{i}", distance=round(0.1 - shift + (0.0 if i == 0 else 0.05 + 0.002 * i), 6)) for i in range(n)
+        ]
+
+    low, _ = order(req("как устроена погода"), listed(0.0), [], limit=3)
+    high, _ = order(req("как устроена погода"), listed(0.05), [], limit=3)
+    assert low[0].doc_id == "d0" and low[0].vector_z is not None and low[0].vector_z > 5
+    assert [h.vector_z for h in low] == pytest.approx([h.vector_z for h in high], abs=1e-3)
+    assert low[0].vector_z > low[1].vector_z > low[2].vector_z
+    short, _ = order(req("как устроена погода"), listed(0.0, n=15), [], limit=3)
+    assert all(h.vector_z is None for h in short)  # 5 places past the tenth: no background
+    assert ranking.background(listed(0.0, n=15)) is None
