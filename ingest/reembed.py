@@ -142,6 +142,10 @@ def embed_rows(conn: psycopg.Connection[DictRow], embedder, rows: list[dict]) ->
         get_settings().embed.batch_size,
     )
     observe_stage("embed", time.perf_counter() - t, layers)
+    # the cache lookup leaves its read open when every text was cached (nothing embedded, nothing
+    # committed): ended here, the write below is a transaction of its own, not a savepoint the
+    # fill's rollback after the batch would undo
+    conn.commit()
     t = time.perf_counter()
     with conn.transaction():
         cur = conn.execute(
