@@ -41,15 +41,12 @@ def fill_tenant(conn, embedder, tenant: str, batch_rows: int) -> int:
             conn, reembed.FILL_ROWS, embedder.model, batch_rows * 2 + 1, tenant, {"fill_layers": layers}
         )
         rows = reembed.claim(conn, window, batch_rows)
-        conn.commit()
         if not rows:
             break
         try:
             written += reembed.embed_rows(conn, embedder, rows)[0]
         finally:
-            conn.rollback()
             reembed.release(conn, [r["id"] for r in rows])
-            conn.commit()
     return written
 
 
@@ -71,14 +68,13 @@ def main() -> None:
     from ragline.shared.worker.providers import get_embedder
 
     with db.connection() as conn:
+        conn.autocommit = True  # claims are session locks; embed_rows writes in a transaction of its own
         names = tenants_like(conn, args.tenants)
-        conn.commit()
         counts = vectors(names)
         show(counts)
         if args.status:
             return
         slot = reembed.take_slot(conn, reembed.fill_runners(get_settings()), extra=True)
-        conn.commit()
         embedder = get_embedder()
         try:
             awaiting = {t: v["rows"] - v["embedded"] for t, v in counts.items()}
@@ -89,10 +85,8 @@ def main() -> None:
                     print(f"{tenant}: {n} rows written in {time.monotonic() - t0:.0f} s", flush=True)
                     show({tenant: vectors([tenant])[tenant]})
         finally:
-            conn.rollback()
             if slot is not None:
                 conn.execute(reembed.SLOT_UNLOCK_SQL, {"key": reembed.FILL_LOCK_KEY, "slot": slot})
-                conn.commit()
 
 
 if __name__ == "__main__":

@@ -179,7 +179,6 @@ def _vectors(meta: dict) -> str:
 def render(result: dict, variant: str, baseline: dict | None, source: str) -> str:
     lexical_rows = result["modes"][f"lexical [{variant}]"]["per_query"]
     loro, _ = leave_one_out(lexical_weights(result, variant), lexical_rows)
-    quoted, _ = leave_one_out(file_variants(result, variant, "configured plus quoted=", 0.0), lexical_rows)
     slack, _ = leave_one_out(file_variants(result, variant, "configured, floor slack "), lexical_rows)
     meta = result.get("meta", {})
     return "\n".join(
@@ -196,11 +195,6 @@ def render(result: dict, variant: str, baseline: dict | None, source: str) -> st
             "repositories' issues, by Acc@5, then Acc@10, then MRR), reported on the repository left out:",
             "",
             *loro,
-            "",
-            "The file-level weight of identifiers the issue quotes as code (0.2 removed it with its code),",
-            "chosen the same way on the default's file list (0: off):",
-            "",
-            *quoted,
             "",
             "Where the single lists' files are floored (`FileWeights.floor_slack`: the n-th file of each",
             "within the first 2n + slack), chosen the same way:",
