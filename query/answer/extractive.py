@@ -621,7 +621,8 @@ def score_candidates(question: str, pool: list[tuple[int, int, str]], rank: Rank
 
 def select(cands: list[Candidate], max_sentences: int = MAX_SENTENCES) -> list[Candidate]:
     """The best sentence and those scoring within :data:`KEEP_WITHIN` of it, near-duplicates left
-    out, in reading order: the best one's chunk first, each chunk's sentences in their own order."""
+    out: the best one first (the answer opens with what answers), then the others in reading
+    order, the best one's chunk first, each chunk's sentences in their own order."""
     if not cands:
         return []
     ranked = sorted(cands, key=lambda c: -c.score)
@@ -634,7 +635,7 @@ def select(cands: list[Candidate], max_sentences: int = MAX_SENTENCES) -> list[C
     chunk_score: dict[int, float] = {}
     for c in best:
         chunk_score[c.n] = max(chunk_score.get(c.n, c.score), c.score)
-    return sorted(best, key=lambda c: (-chunk_score[c.n], c.n, c.pos))
+    return [best[0], *sorted(best[1:], key=lambda c: (-chunk_score[c.n], c.n, c.pos))]
 
 
 def select_list(cands: list[Candidate], max_items: int = MAX_ITEMS) -> list[Candidate]:
