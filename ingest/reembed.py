@@ -128,9 +128,17 @@ def next_fill_rows(conn: psycopg.Connection[DictRow], model: str, n: int) -> lis
     return next_rows(conn, FILL_ROWS, model, n, bound={"fill_layers": layers})
 
 
+#: texts per embedding request of a batch: the cache keeps each request's vectors as it returns, so
+#: a batch stopped part way (the soft time limit, a provider outage) loses one request's work and the
+#: runner after it embeds only the rest. One request per batch of 128 was all or nothing: on a
+#: starved CPU (load 9, nice 10) a batch of 128 prose rows ran 655 s past the 600 s limit and was
+#: redone from its first row, again and again
+REQUEST_ROWS = 16
+
+
 def embed_rows(conn: psycopg.Connection[DictRow], embedder, rows: list[dict]) -> tuple[int, int]:
-    """Embed ``rows`` through the cache and write their vectors in one transaction; (rows written,
-    texts sent to the embedder)."""
+    """Embed ``rows`` through the cache (:data:`REQUEST_ROWS` a request) and write their vectors in
+    one transaction; (rows written, texts sent to the embedder)."""
     layers: dict[str, int] = {}
     for r in rows:
         layers[r["layer"]] = layers.get(r["layer"], 0) + 1
@@ -139,7 +147,7 @@ def embed_rows(conn: psycopg.Connection[DictRow], embedder, rows: list[dict]) ->
         conn,
         embedder,
         [embedding_text(r["context"], r["content"]) for r in rows],
-        get_settings().embed.batch_size,
+        min(REQUEST_ROWS, get_settings().embed.batch_size),
     )
     observe_stage("embed", time.perf_counter() - t, layers)
     # the cache lookup leaves its read open when every text was cached (nothing embedded, nothing

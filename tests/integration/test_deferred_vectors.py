@@ -494,6 +494,51 @@ def test_the_demo_answers_the_design_questions_with_vectors_before_the_code_is_e
         ).fetchall()
 
 
+class DyingEmbedder:
+    """An embedder that stops (as a task stopped by its soft time limit does) once it has embedded
+    ``dies_after`` texts; it records what it was sent."""
+
+    def __init__(self, dies_after: int | None = None) -> None:
+        self.model = "dying-embedder"
+        self.dies_after = dies_after
+        self.sent: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.dies_after is not None and len(self.sent) + len(texts) > self.dies_after:
+            raise TimeoutError("stopped part way through the batch")
+        self.sent += texts
+        return [[float(len(t) % 7 + 1)] + [0.0] * 383 for t in texts]
+
+
+def test_a_fill_batch_stopped_part_way_keeps_what_it_embedded(conn, stack):
+    """A batch of 40 rows stopped after its embedder returned 32 vectors: the next runner, taking
+    the same rows, sends only the other 8 to the embedder (the cache kept each request's vectors)."""
+    from ragline.ingest.reembed import REQUEST_ROWS, embed_rows
+
+    conn.execute("DELETE FROM embedding_cache WHERE model = 'dying-embedder'")
+    conn.commit()
+    salt = uuid.uuid4().hex
+    rows = [
+        {
+            "id": -1 - i,
+            "tenant": "-",
+            "doc_id": "-",
+            "layer": "docs",
+            "content": f"row {i} {salt}",
+            "context": "",
+            "content_hash": "-",
+        }
+        for i in range(40)
+    ]
+    assert 32 % REQUEST_ROWS == 0 and REQUEST_ROWS < 40
+    with pytest.raises(TimeoutError):
+        embed_rows(conn, DyingEmbedder(dies_after=32), rows)
+    conn.rollback()
+    again = DyingEmbedder()
+    embed_rows(conn, again, rows)
+    assert len(again.sent) == 8, len(again.sent)
+
+
 @pytest.mark.parametrize("held_by_other", [0, 4])
 def test_a_runner_claims_only_rows_no_other_runner_holds(stack, held_by_other):
     """Row claims are advisory locks of the runner's session: a row another runner holds is never
