@@ -70,8 +70,7 @@ def rows_of(pairs: list[tuple[Path, Path]]) -> list[dict]:
                     "source": source_of(q),
                     "set": set_no,
                     "x": {
-                        f: None if feats.get(f, 0.0) is None else float(feats.get(f, 0.0))
-                        for f in FEATURES
+                        f: None if feats.get(f, 0.0) is None else float(feats.get(f, 0.0)) for f in FEATURES
                     },
                     "y": label,
                 }

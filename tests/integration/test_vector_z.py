@@ -21,7 +21,11 @@ def _search(tenant: str, groups: list[str], k: int = 5):
 
     return search(
         SearchRequest(
-            query=QUESTION, tenant=tenant, groups=groups, k=k, mode="vector",
+            query=QUESTION,
+            tenant=tenant,
+            groups=groups,
+            k=k,
+            mode="vector",
             query_vector=hashed_embedding(QUESTION, 384),
         )
     ).hits

@@ -165,7 +165,8 @@ def test_a_hit_s_similarity_is_standardised_against_the_question_s_background():
 
     def listed(shift: float, n: int = 30) -> list[dict]:
         return [
-            row(f"d{i}", distance=round(0.1 - shift + (0.0 if i == 0 else 0.05 + 0.002 * i), 6)) for i in range(n)
+            row(f"d{i}", distance=round(0.1 - shift + (0.0 if i == 0 else 0.05 + 0.002 * i), 6))
+            for i in range(n)
         ]
 
     low, _ = order(req("как устроена погода"), listed(0.0), [], limit=3)
