@@ -93,12 +93,18 @@ def add_before(
         result["file_rank_per_query"].setdefault(name, {})[BEFORE] = report.rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(doc: str) -> argparse.ArgumentParser:
+    """A code query set, the result file, and the globs of the run that stored its snapshots."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("queries", type=Path)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--include", action="append", default=[])
     ap.add_argument("--exclude", action="append", default=[])
+    return ap
+
+
+def main() -> None:
+    ap = arguments(__doc__)
     ap.add_argument("--layers", default="code,source")
     args = ap.parse_args()
 

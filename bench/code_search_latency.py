@@ -19,17 +19,15 @@ file ranking's own (``leads`` and ``files``), p50 / p95 / mean, and the load ave
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from pathlib import Path
 
 from bench import code_before
-from bench.code_eval_inprocess import stored_tenants
+from bench.code_eval_inprocess import arguments, stored_tenants
 from ragline.operations.eval_code import EVAL_GROUP, ingest_config_key, question, read_code_queries
 from ragline.query import service
 from ragline.query.retrieval import file_rank, ranking, sql
@@ -99,11 +97,7 @@ def summary(values: list[float]) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("queries", type=Path)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--include", action="append", default=[])
-    ap.add_argument("--exclude", action="append", default=[])
+    ap = arguments(__doc__)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
 
