@@ -167,6 +167,10 @@ REMOVED: dict[str, str] = {
     "RAGLINE_CODE_FILE_RANK_DEPTH": "now a constant: query/retrieval/file_rank.py WEIGHTS.depth",
     "RAGLINE_CODE_FILE_RANK_FRAME_BONUS": "now a constant: query/retrieval/file_rank.py WEIGHTS.frame",
     "RAGLINE_CODE_FILE_RANK_IMPORT_BONUS": _LOST,
+    "RAGLINE_CODE_FILE_RANK_LEXICAL_RESERVE": "replaced: each list's first files keep a place"
+    " (query/retrieval/file_rank.py with_floors)",
+    "RAGLINE_CODE_FILE_RANK_LEXICAL_SLACK": "replaced: each list's first files keep a place"
+    " (query/retrieval/file_rank.py with_floors)",
     "RAGLINE_CODE_FILE_RANK_PATH_BONUS": _LOST,
     "RAGLINE_CODE_LAYER_STEP": _LOST,
     "RAGLINE_CODE_LAYER_RANKS": "now a constant: query/retrieval/structure.py LAYER_ORDER",
