@@ -132,7 +132,10 @@ class Hit(BaseModel):
     structural_score: float | None = Field(
         default=None, description="bonus of the structural ranking, already in `score`"
     )
-    layer_rank: int | None = Field(default=None, description="the layer's rank in the retrieval contract's order: source, symbols, docs, tests (query/retrieval/structure.py LAYER_ORDER)")
+    layer_rank: int | None = Field(
+        default=None,
+        description="the layer's rank in the retrieval contract's order: source, symbols, docs, tests (query/retrieval/structure.py LAYER_ORDER)",
+    )
     named_rank: int | None = Field(
         default=None, description="rank among the chunks of files the question names (structural ranking)"
     )
