@@ -25,6 +25,7 @@ this path.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -239,8 +240,7 @@ def background(vector: list[dict]) -> tuple[float, float] | None:
     tail = [1.0 - float(r["distance"]) for r in vector[BACKGROUND_FROM:]]
     if len(tail) < BACKGROUND_MIN:
         return None
-    mean = sum(tail) / len(tail)
-    sd = (sum((v - mean) ** 2 for v in tail) / len(tail)) ** 0.5
+    mean, sd = statistics.fmean(tail), statistics.pstdev(tail)
     return (mean, sd) if sd > 1e-9 else None
 
 
