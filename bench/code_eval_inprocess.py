@@ -39,6 +39,7 @@ from ragline.operations.eval_code import (
     run_code_eval,
     snapshot_tenant,
 )
+from ragline.query.retrieval.search import LIST_DEPTH
 
 BEFORE = "before the floors (the lexical reserve)"
 
@@ -143,7 +144,7 @@ def main() -> None:
             query=query,
             tenant=tenant,
             groups=[EVAL_GROUP],
-            k=settings.retrieval.top_n,
+            k=LIST_DEPTH,
             mode=mode,
             layers=layers,
             rerank=False,

@@ -31,6 +31,7 @@ from bench.code_eval_inprocess import arguments, stored_tenants
 from ragline.operations.eval_code import EVAL_GROUP, ingest_config_key, question, read_code_queries
 from ragline.query import service
 from ragline.query.retrieval import file_rank, ranking, sql
+from ragline.query.retrieval.search import LIST_DEPTH
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import SearchRequest, pack_vector
 
@@ -124,7 +125,7 @@ def main() -> None:
                     query_vector=vector,
                     tenant=tenant,
                     groups=[EVAL_GROUP],
-                    k=settings.retrieval.top_n,
+                    k=LIST_DEPTH,
                     mode="hybrid",
                     layers=[c.source_layer, c.symbols_layer],
                     rerank=False,

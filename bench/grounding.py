@@ -26,8 +26,9 @@ import json
 import re
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from unittest import mock
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "tests" / "data" / "grounding_ru_docs.jsonl"
@@ -180,8 +181,7 @@ def extractive_check(tenant: str, cases: list[Case], k: int = 5) -> dict:
         return out
 
     with_stages = answers()
-    off = {
-        "RAGLINE_ANSWER_CONTEXT_MERGE": "false",
+    off = {  # the extractive generator reads its chunks unmerged either way (answer POLICY.merge)
         "RAGLINE_ANSWER_GROUNDING": "off",
         "RAGLINE_ANSWER_MIN_CONFIDENCE": "0",
     }
@@ -228,6 +228,7 @@ def ingest(tenant: str, files: list[str] = FILES, timeout: float = 600) -> None:
 
 def main(inject_every: int = 2) -> dict:
     from bench.common import embedded_stack, machine, settings_env, worker, write_json
+    from ragline.query.answer import run as answer_run
     from ragline.shared.sdk.names import QUEUES
     from tests.loopback import LoopbackServer
 
@@ -252,7 +253,11 @@ def main(inject_every: int = 2) -> dict:
                 }
                 with settings_env(**chat_env, answer_grounding="lexical"):
                     lexical = run_cases(tenant, cases, chat.url, inject_every)
-                with settings_env(**chat_env, answer_grounding="off", answer_context_merge="false"):
+                unmerged = replace(answer_run.POLICY, merge=False)
+                with (
+                    settings_env(**chat_env, answer_grounding="off"),
+                    mock.patch.object(answer_run, "POLICY", unmerged),
+                ):
                     baseline = run_cases(tenant, cases, chat.url, inject_every)
         data = {
             "benchmark": "grounding",

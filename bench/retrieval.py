@@ -28,6 +28,7 @@ from psycopg.rows import dict_row
 
 from bench import common
 from bench.synthetic import EmbeddingSpace, load_chunks, structure_stats
+from ragline.query.retrieval.search import LIST_DEPTH
 
 NAME = "retrieval"
 TITLE = "Retrieval latency: query queue vs direct SQL; recall@10 ANN vs exact"
@@ -109,7 +110,7 @@ def _direct(tenant: str, qvec: np.ndarray, settings, rls: bool = True) -> tuple[
     from ragline.shared.worker import db
 
     req = _request(tenant, qvec)
-    n = max(settings.retrieval.top_n, K)
+    n = max(LIST_DEPTH, K)
     t = time.perf_counter()
     with db.query_connection() if rls else db.connection() as conn, read_only_transaction(conn):
         limit = set_transaction_params(conn, req, settings, n)
@@ -163,7 +164,7 @@ def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> 
     from ragline.query.retrieval.retrievers import filters_for
 
     req = _request(tenant, qvec)
-    n = max(settings.retrieval.top_n, K)
+    n = max(LIST_DEPTH, K)
     try:
         f = filters_for(req, settings)
         statement = sql.render(sql.VECTOR_SQL, f.columns_sql(), f.where_sql())
@@ -341,7 +342,7 @@ def run(
         "recall_queries": recall_queries,
         "warmup": warmup,
         "k": K,
-        "retrieval_top_n": settings.retrieval.top_n,
+        "retrieval_top_n": LIST_DEPTH,
         "hnsw_ef_search": settings.vector.hnsw_ef_search,
         "iterative_scan": "relaxed_order",
         "worker": f"ragline up's query pool, queue 'query', concurrency {settings.workers.query_concurrency}: solo"

@@ -32,6 +32,7 @@ import numpy as np
 
 from bench import common
 from bench.synthetic import EmbeddingSpace, load_chunks, structure_stats
+from ragline.query.retrieval.search import LIST_DEPTH
 
 NAME = "scale"
 TITLE = "One million chunks: load, HNSW build, size, recall@10 and latency over ef_search (vector vs halfvec)"
@@ -226,7 +227,7 @@ def direct(
     from ragline.shared.worker import db
 
     req = _request(tenant, qvec, groups)
-    n = max(settings.retrieval.top_n, K)
+    n = max(LIST_DEPTH, K)
     plan = ""
     t = time.perf_counter()
     with db.query_connection() as conn, read_only_transaction(conn):
@@ -440,7 +441,7 @@ def run(
                             "tenant": label,
                             "acl": acl,
                             "ef_search": ef,
-                            "effective_ef_search": max(ef, settings.retrieval.top_n, K),
+                            "effective_ef_search": max(ef, LIST_DEPTH, K),
                             "exact_search_max_rows": 0,
                             # ragline's exact path is off, but Postgres may still plan the tenant index
                             "plan": direct(
@@ -667,7 +668,7 @@ def run(
         "warmup": warmup,
         "ef_values": list(ef_values),
         "default_ef_search": settings.vector.hnsw_ef_search,
-        "retrieval_top_n": settings.retrieval.top_n,
+        "retrieval_top_n": LIST_DEPTH,
         "default_storage": default_storage,
         "default_exact_search_max_rows": settings.vector.exact_search_max_rows,
         "queue_queries": queue_queries,

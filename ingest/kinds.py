@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol
 
 from ragline.ingest.chunk import Chunk, chunk_blocks, code_chunks, code_context, symbol_chunks
+from ragline.ingest.chunk import code as code_chunker
 from ragline.ingest.contextualize import context_title, contextualize
 from ragline.ingest.layers import LayerRules
 from ragline.ingest.parse import CodeDocument, ParsedDocument, ParseError
@@ -104,7 +105,7 @@ class Code:
     extra_stage: ClassVar[str] = "symbols"
 
     def chunks(self, settings: Settings) -> list[Chunk]:
-        chunks = code_chunks(self.doc, settings.code.max_chars, settings.code.min_chars)
+        chunks = code_chunks(self.doc, code_chunker.MAX_CHARS, code_chunker.MIN_CHARS)
         if not chunks:
             raise ParseError("no code found in document")
         return chunks

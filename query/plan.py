@@ -108,6 +108,12 @@ def frozen_scope(req: SearchRequest) -> tuple[tuple[str, Any], ...]:
     )
 
 
+#: without a reranker, the least fused score a hit needs to reach the answer: 0 keeps every hit the
+#: ranking's signals did not push below nothing (a test file's hit under ``prefer_non_tests`` can
+#: fall below it); an evaluation varies it with ``dataclasses.replace`` on the plan
+MIN_SCORE = 0.0
+
+
 @dataclass(frozen=True)
 class QueryPlan:
     """One question's searches, decided before the first one runs; immutable and hashable.
@@ -206,8 +212,8 @@ def build(
         k=req.k,
         candidates=max(req.k, settings.rerank.candidates) if rerank else req.k,
         rerank=rerank,
-        min_score=a.min_score,
-        expansion=Expansion(req.expand or a.expand, a.expand_hits, a.expand_chunks),
+        min_score=MIN_SCORE,
+        expansion=Expansion(req.expand or a.expand),
         fusion=FusionPolicy.from_settings(settings),
         hyde_vector=hyde,
         reasons=tuple(reasons),

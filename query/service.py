@@ -16,14 +16,15 @@ import logging
 import time
 from collections.abc import Hashable
 from contextlib import nullcontext
+from dataclasses import replace
 from types import MappingProxyType
 
 import numpy as np
 import psycopg
 
 from ragline.query import plan
+from ragline.query.answer import agentic
 from ragline.query.answer.agentic import (
-    Budget,
     CoveragePlanner,
     LLMPlanner,
     LoopResult,
@@ -176,12 +177,18 @@ def awaiting_reason(rows: int) -> str:
     return f"vectors pending: {rows} rows in scope await their vectors, found lexically only until filled"
 
 
+#: reranked hits scoring below this (the provider's own score) are dropped, unless the caller's
+#: rerank request sets its own: 0 keeps every hit of a provider scoring in [0, 1] (Voyage) and drops
+#: a cross-encoder's negative logits. Read at each rerank (an evaluation sets it for its run)
+RERANK_THRESHOLD = 0.0
+
+
 def rerank_stage(
     query: str, candidates: list[Hit], top_k: int, threshold: float | None = None
 ) -> RerankOutcome:
     """Rerank with the configured provider; a provider that cannot even be built degrades too."""
     settings = get_settings()
-    threshold = settings.rerank.threshold if threshold is None else threshold
+    threshold = RERANK_THRESHOLD if threshold is None else threshold
     try:
         reranker = providers.get_reranker()
     except Exception as exc:
@@ -373,12 +380,7 @@ def agentic_ask(req: AskRequest) -> AskResponse:
     base = req.model_dump(include=set(SearchRequest.model_fields) - {"k"})
     generator = run.chat_model("planner")
     planner: Planner = LLMPlanner(generator) if generator is not None else CoveragePlanner()
-    budget = Budget(
-        settings.answer.agentic_max_rounds,
-        settings.answer.agentic_max_searches,
-        settings.answer.agentic_max_evidence,
-        req.k,
-    )
+    budget = replace(agentic.BUDGET, k=req.k)
     with db.query_connection() as conn:
 
         def agentic_search(q: str, k: int) -> list[Hit]:

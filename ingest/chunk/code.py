@@ -25,6 +25,14 @@ from ragline.ingest.chunk.base import Chunk
 from ragline.ingest.parse.code import CodeDocument, Segment
 from ragline.ingest.parse.common import HEADING_SEP
 
+#: the sizes of a code chunk, in characters: a definition longer than MAX_CHARS is split at its
+#: statements, and neighbours under MIN_CHARS are merged. Measured with the code ranking, whose
+#: structure and file weights were fitted on chunks of these sizes (docs/evaluation.md), not a
+#: deployment's choice; ingestion reads them here at each document, a test or an evaluation passes
+#: other sizes as arguments or sets them for its run.
+MAX_CHARS = 1500
+MIN_CHARS = 300
+
 
 @dataclass(frozen=True)
 class CodeChunk:
@@ -55,7 +63,7 @@ def _span_size(lines: list[str], start: int, end: int) -> int:
     return sum(len(line) + 1 for line in lines[start - 1 : end]) - 1
 
 
-def chunk_code(doc: CodeDocument, max_chars: int = 1500, min_chars: int = 300) -> list[CodeChunk]:
+def chunk_code(doc: CodeDocument, max_chars: int = MAX_CHARS, min_chars: int = MIN_CHARS) -> list[CodeChunk]:
     """Chunks of a parsed source file (see the module docstring); empty for a file of blank lines."""
     lines = doc.lines
     pieces: list[_Piece] = []
@@ -164,7 +172,7 @@ def _cut_before(start: int, end: int, bounds: dict[int, int]) -> int:
     return best - 1
 
 
-def code_chunks(doc: CodeDocument, max_chars: int = 1500, min_chars: int = 300) -> list[Chunk]:
+def code_chunks(doc: CodeDocument, max_chars: int = MAX_CHARS, min_chars: int = MIN_CHARS) -> list[Chunk]:
     """A source file's chunks: the heading is the module (the document's title) and the symbol path;
     ``metadata`` holds the 1-based line span under both names the citations and the retrieval
     contract read (``span_start``/``span_end``, ``start_line``/``end_line``), the language, the

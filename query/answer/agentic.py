@@ -25,12 +25,20 @@ log = logging.getLogger(__name__)
 Searcher = Callable[[str, int], list[Hit]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Budget:
+    """The loop's budget (:data:`BUDGET`); ``k``: the hits each search brings, the caller's."""
+
     max_rounds: int = 3
     max_searches: int = 6
     max_evidence: int = 12
     k: int = 5
+
+
+#: the ask path's budget, ``k`` set per request: the algorithm's, not a deployment's (the question's
+#: deadline, a setting, is what bounds its time). Read at each ask; an evaluation passes
+#: :func:`agentic_loop` another budget, or sets this one for its run
+BUDGET = Budget()
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Context assembly: what the answer generator reads, built from the ranked hits. Pure functions.
 
-Three steps, each switchable (``settings.answer.context_*``):
+Three steps (merging and ordering switched by ``query/answer/run.py`` POLICY, the budget a setting
+per generator):
 
 * **merge**: chunks of one document that are neighbours (consecutive ``chunk_no``) or repeat each
   other's boundary sentences (the chunker's whole-sentence overlap) become one passage, with the

@@ -57,6 +57,30 @@ log = logging.getLogger(__name__)
 NOTHING_RELEVANT = "no document passed the relevance threshold"
 
 
+@dataclass(frozen=True)
+class AnswerPolicy:
+    """How the stages treat the evidence: the algorithm's switches and thresholds, not a deployment's
+    choice (the deployment's are settings: the generator, its token budget, whether to squeeze (a
+    call per passage), which judge, the minimum confidence). The stages read :data:`POLICY` at each question; an evaluation varies a field with
+    ``dataclasses.replace`` and sets the module's ``POLICY`` for its run."""
+
+    #: a chat model reads neighbouring or overlapping chunks of one document as one passage (the
+    #: extractive generator ranks sentences by their chunk's rank, so it always reads them unmerged)
+    merge: bool = True
+    #: the most relevant passages at both ends of the prompt, the weakest in the middle, where long
+    #: contexts are read least carefully ("lost in the middle", Liu et al. 2023)
+    reorder: bool = True
+    #: with squeezing on, passages of more estimated tokens than this are squeezed
+    squeeze_min_tokens: int = 400
+    #: the lexical judge: the share of a sentence's topic stems its cited passages must hold
+    grounding_min_share: float = 0.5
+    #: more unsupported sentences than this share of the answer's: no answer at all
+    max_unsupported_share: float = 0.5
+
+
+POLICY = AnswerPolicy()
+
+
 class Refused(Exception):
     """The answer must not be returned: ``reason`` (for operators, English), the text shown instead
     (None: the refusal of the question's language) and the response's other fields."""
@@ -209,18 +233,18 @@ def respond(run: QuestionRun, hits: list[Hit], empty_reason: str = NOTHING_RELEV
 
 def context_stage(run: QuestionRun, hits: list[Hit]) -> Assembly:
     """Merge, budget, order (and squeeze) the passages the generator reads (query/answer/context.py)."""
-    a = run.settings.answer
+    a, policy = run.settings.answer, POLICY
     chat = run.chat
     t = time.perf_counter()
     # the extractive generator ranks sentences by their chunk's rank: it reads the chunks unmerged
     # (merged, a definition question over the Vue docs lost its definition)
-    merge = a.context_merge and chat is not None
-    asm = assemble(hits, a.context_budget_tokens.get(a.provider, 0), merge, a.context_reorder)
+    merge = policy.merge and chat is not None
+    asm = assemble(hits, a.context_budget_tokens.get(a.provider, 0), merge, policy.reorder)
     run.timings["context"] = elapsed_ms(t)
     if chat is not None and a.context_squeeze:
         check("squeezing the context")
         t = time.perf_counter()
-        _, errors = squeeze(asm, run.question, chat.call, a.squeeze_min_tokens, render_squeeze)
+        _, errors = squeeze(asm, run.question, chat.call, policy.squeeze_min_tokens, render_squeeze)
         run.reasons += errors
         run.timings["squeeze"] = elapsed_ms(t)
         m.ANSWER_STAGE_LATENCY_MS.labels(stage="squeeze").observe(run.timings["squeeze"])
@@ -332,7 +356,7 @@ def grounding_stage(
     """Check every sentence against the passages it cites (query/answer/grounding.py): the answer
     without its unsupported sentences, and the check (None when off). Too many unsupported
     sentences, or none cited left: refused."""
-    a = run.settings.answer
+    a, policy = run.settings.answer, POLICY
     judge = judge_of(a.grounding, gen.info["generator"])
     if judge is None:
         return answer, None
@@ -341,11 +365,11 @@ def grounding_stage(
     passages = [p.text for p in asm.passages]
     t = time.perf_counter()
     try:
-        g = grounding.check(answer, passages, judge, a.grounding_min_share, chat, framing)
+        g = grounding.check(answer, passages, judge, policy.grounding_min_share, chat, framing)
     except Exception as exc:  # the judge failed or answered garbage: the offline judge still checks
         log.warning("groundedness judge failed, lexical check: %s", exc)
         run.reasons.append(f"grounding: {type(exc).__name__}: {exc}"[:200])
-        g = grounding.check(answer, passages, "lexical", a.grounding_min_share, framing=framing)
+        g = grounding.check(answer, passages, "lexical", policy.grounding_min_share, framing=framing)
     run.timings["grounding"] = elapsed_ms(t)
     m.ANSWER_STAGE_LATENCY_MS.labels(stage="grounding").observe(run.timings["grounding"])
     if g.removed:
@@ -353,7 +377,7 @@ def grounding_stage(
     run.trace["grounding"] = g.trace()
     if not g.removed:
         return answer, g
-    too_many = 1 - g.support > a.max_unsupported_share or not cited_numbers(g.answer)
+    too_many = 1 - g.support > policy.max_unsupported_share or not cited_numbers(g.answer)
     m.UNGROUNDED_ANSWERS.labels(judge=g.judge, outcome="no_answer" if too_many else "trimmed").inc()
     if too_many:
         why = f"{len(g.removed)} of {len(g.claims)} sentences are not supported by the documents they cite"

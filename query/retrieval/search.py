@@ -28,6 +28,13 @@ from ragline.shared.sdk.contracts import SearchRequest, SearchResponse
 from ragline.shared.worker.db import DictConnection
 from ragline.shared.worker.timing import elapsed_ms
 
+#: how many candidates each list (vector, lexical) brings to fusion, at least the hits asked for.
+#: Measured, not a deployment's choice: the fusion and structure weights were fitted on lists this
+#: deep, and the vector list's places past ranking.BACKGROUND_FROM are the background a hit's
+#: ``vector_z`` (and so the answer's fitted confidence) is standardised against. Read at each
+#: search, so an evaluation varies it by setting the module's attribute for its run.
+LIST_DEPTH = 50
+
 
 def search(
     conn: DictConnection,
@@ -55,7 +62,7 @@ def search(
         raise RuntimeError("retrieval needs an idle connection: it runs its own read-only transaction")
     deadline.check("retrieval")
     limit = limit or req.k
-    n = max(settings.retrieval.top_n, limit)
+    n = max(LIST_DEPTH, limit)
     lists = _Lists()
     statements = StatementLimit(settings)
     try:

@@ -146,7 +146,7 @@ def sweep_rrf(
 ) -> list[dict]:
     """Hybrid metrics for several (vector, lexical) RRF weight pairs without restarting workers.
 
-    The vector-only and lexical-only runs at depth ``top_n`` (= ``retrieval.top_n``) return
+    The vector-only and lexical-only runs at depth ``top_n`` (the search's ``LIST_DEPTH``) return
     exactly the two candidate lists a hybrid search fuses, so each weight pair is scored by the
     retriever's own :meth:`ragline.query.retrieval.fusion.FusionPolicy.hybrid` (method ``rrf``), script check
     included; ``None`` for ``cross_script_weight`` leaves the lexical weight as given (no script
@@ -249,8 +249,9 @@ def sweep_fusion(
     run's vector and lexical lists with the retriever's own
     :meth:`ragline.query.retrieval.ranking.RankingPolicy.fused_keys`, script check included."""
     from ragline.query.retrieval.ranking import RankingPolicy  # psycopg and numpy: only when sweeping
+    from ragline.query.retrieval.search import LIST_DEPTH
 
-    runs = runs or candidate_lists(queries, search, settings.retrieval.top_n)
+    runs = runs or candidate_lists(queries, search, LIST_DEPTH)
     out = []
     for overrides in variants:
         prose = replace(FusionPolicy.from_settings(settings), **overrides)
@@ -338,6 +339,8 @@ def run_eval(
     progress: Callable[[str], None] | None = None,
 ) -> dict:
     """Ingest into a fresh tenant, evaluate every mode, drop the tenant (unless ``keep``)."""
+    from ragline.query.retrieval.search import LIST_DEPTH  # psycopg and numpy: only for an eval run
+
     settings = get_settings()
     modes = modes or ["hybrid"]
     queries = read_jsonl(queries_path)
@@ -353,7 +356,7 @@ def run_eval(
         )
         t1 = time.perf_counter()
         search = task_search(tenant, rerank=rerank)
-        reports = evaluate(queries, search, modes, k, depth=settings.retrieval.top_n)
+        reports = evaluate(queries, search, modes, k, depth=LIST_DEPTH)
         say(f"{len(queries)} queries x {len(modes)} mode(s) in {time.perf_counter() - t1:.0f}s")
         result: dict = {m: {**r.summary(), "misses": r.misses} for m, r in reports.items()}
         meta = {
@@ -372,19 +375,19 @@ def run_eval(
             "fusion": settings.fusion.method,
             "fusion_normalization": PROSE.normalization,
             "convex_weight_lexical": PROSE.convex_lexical,
-            "retrieval_top_n": settings.retrieval.top_n,
+            "retrieval_top_n": LIST_DEPTH,
             "ingest": {k_: summary[k_] for k_ in ("documents", "chunks", "embedded", "failed")},
             "failed_documents": [e["doc_id"] for e in summary["errors"]],
         }
         if sweep:
-            runs = candidate_lists(queries, search, settings.retrieval.top_n)
+            runs = candidate_lists(queries, search, LIST_DEPTH)
             meta["rrf_sweep"] = sweep_rrf(
                 queries,
                 search,
                 sweep,
                 k,
                 PROSE.rrf_k,
-                settings.retrieval.top_n,
+                LIST_DEPTH,
                 PROSE.cross_script_weight,
                 runs,
             )

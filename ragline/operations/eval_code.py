@@ -34,11 +34,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ragline.ingest.chunk import code as code_chunker
 from ragline.operations import code_ablations
 from ragline.operations.eval import doc_ranking, recall_at_k, reciprocal_rank, retrieve
 from ragline.query.retrieval import file_rank, structure
 from ragline.query.retrieval.fusion import CODE, PROSE, FusionPolicy
 from ragline.query.retrieval.ranking import RankingPolicy
+from ragline.query.retrieval.search import LIST_DEPTH
 from ragline.shared.config.settings import Settings, get_settings
 from ragline.shared.sdk.contracts import Hit
 
@@ -136,8 +138,8 @@ def ingest_config_key(include: Iterable[str], exclude: Iterable[str], settings: 
         [
             sorted(include),
             sorted(exclude),
-            code.max_chars,
-            code.min_chars,
+            code_chunker.MAX_CHARS,
+            code_chunker.MIN_CHARS,
             code.source_layer,
             code.tests_layer,
             code.symbols_layer,
@@ -293,7 +295,7 @@ def task_search(timeout: float = 300.0) -> SearchFn:
             "query": query,
             "tenant": tenant,
             "groups": [EVAL_GROUP],
-            "k": get_settings().retrieval.top_n,
+            "k": LIST_DEPTH,
             "mode": mode,
             "layers": layers,
             "rerank": False,
@@ -402,7 +404,7 @@ def _refused(
     ranking_policy = RankingPolicy.for_question(text, settings, structural=True)
     for label, w, wl in runs:
         fused = code_ablations.refuse(hits, w, replace(code_policy, lexical_weight=wl))
-        ranked = replace(ranking_policy, weights=w).restructured(fused)[: settings.retrieval.top_n]
+        ranked = replace(ranking_policy, weights=w).restructured(fused)[:LIST_DEPTH]
         yield label, file_rank.ranked_paths(ranked, text, file_weights, source, leads)
 
 
@@ -507,7 +509,7 @@ def run_code_eval(
             "queries": len(queries),
             "snapshots": ingests,
             "embedder": settings.embed.model_name,
-            "retrieval_top_n": settings.retrieval.top_n,
+            "retrieval_top_n": LIST_DEPTH,
             "rrf_weight_vector": CODE.vector_weight,
             "rrf_weight_lexical": PROSE.lexical_weight,
             "rrf_weight_lexical_code": CODE.lexical_weight,

@@ -4,8 +4,9 @@ ragline 0.1 read these names beside the derived ``RAGLINE_<GROUP>_<FIELD>`` ones
 derived names, and a process that finds one of these set (in the environment or ``.env``) stops with an
 error naming its replacement (:func:`ragline.shared.config.settings.renamed_in_use`) instead of running
 without it. :data:`REMOVED` does the same for the variables 0.2 removed (ranking
-weights and retrieval parameters that became constants, signals shipped at weight 0,
-pseudo-relevance feedback), saying what became of each. The tables go in the release after 0.2.
+weights, retrieval parameters, the code chunker's sizes and the answer stages' thresholds and
+budgets that became constants, signals shipped at weight 0, pseudo-relevance feedback), saying what
+became of each. The tables go in the release after 0.2.
 """
 
 from __future__ import annotations
@@ -159,6 +160,17 @@ _FEEDBACK = "pseudo-relevance feedback was removed (it did not help on the dev s
 #: a ranking signal shipped at weight 0 (measured, not used), removed with the code that computed it
 _LOST = "removed with its code: it was off (0) by default, it lost on swe-loc-dev"
 REMOVED: dict[str, str] = {
+    "RAGLINE_ANSWER_AGENTIC_MAX_EVIDENCE": "now a constant: query/answer/agentic.py BUDGET.max_evidence",
+    "RAGLINE_ANSWER_AGENTIC_MAX_ROUNDS": "now a constant: query/answer/agentic.py BUDGET.max_rounds",
+    "RAGLINE_ANSWER_AGENTIC_MAX_SEARCHES": "now a constant: query/answer/agentic.py BUDGET.max_searches",
+    "RAGLINE_ANSWER_CONTEXT_MERGE": "now a constant: query/answer/run.py POLICY.merge",
+    "RAGLINE_ANSWER_CONTEXT_REORDER": "now a constant: query/answer/run.py POLICY.reorder",
+    "RAGLINE_ANSWER_EXPAND_CHUNKS": "now a constant: query/retrieval/expand.py Expansion.chunks",
+    "RAGLINE_ANSWER_EXPAND_HITS": "now a constant: query/retrieval/expand.py Expansion.hits",
+    "RAGLINE_ANSWER_GROUNDING_MIN_SHARE": "now a constant: query/answer/run.py POLICY.grounding_min_share",
+    "RAGLINE_ANSWER_MAX_UNSUPPORTED_SHARE": "now a constant: query/answer/run.py POLICY.max_unsupported_share",
+    "RAGLINE_ANSWER_MIN_SCORE": "now a constant: query/plan.py MIN_SCORE",
+    "RAGLINE_ANSWER_SQUEEZE_MIN_TOKENS": "now a constant: query/answer/run.py POLICY.squeeze_min_tokens",
     "RAGLINE_CHUNK_OVERLAP_RATIO": "now a constant: ingest/chunk/prose.py OVERLAP_RATIO",
     "RAGLINE_CODE_DEFINITION_BONUS": _LOST,
     "RAGLINE_CODE_FILE_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.file",
@@ -172,22 +184,24 @@ REMOVED: dict[str, str] = {
     "RAGLINE_CODE_FILE_RANK_LEXICAL_SLACK": "replaced: each list's first files keep a place"
     " (query/retrieval/file_rank.py with_floors)",
     "RAGLINE_CODE_FILE_RANK_PATH_BONUS": _LOST,
-    "RAGLINE_CODE_LAYER_STEP": _LOST,
     "RAGLINE_CODE_LAYER_RANKS": "now a constant: query/retrieval/structure.py LAYER_ORDER",
+    "RAGLINE_CODE_LAYER_STEP": _LOST,
+    "RAGLINE_CODE_MAX_CHARS": "now a constant: ingest/chunk/code.py MAX_CHARS",
     "RAGLINE_CODE_MENTION_BONUS": _LOST,
+    "RAGLINE_CODE_MIN_CHARS": "now a constant: ingest/chunk/code.py MIN_CHARS",
     "RAGLINE_CODE_NAMED_FILES": "now a constant: query/retrieval/structure.py NAMED_FILES",
     "RAGLINE_CODE_NAMED_WEIGHT": "now a constant: query/retrieval/structure.py WEIGHTS.named",
     "RAGLINE_CODE_RELATED_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.related",
-    "RAGLINE_CODE_SYMBOL_DOC_CHARS": "now a constant: ingest/chunk/symbols.py DOC_CHARS",
     "RAGLINE_CODE_SPELLED_BONUS": "now a constant: query/retrieval/structure.py WEIGHTS.spelled",
+    "RAGLINE_CODE_SYMBOL_DOC_CHARS": "now a constant: ingest/chunk/symbols.py DOC_CHARS",
     "RAGLINE_FUSION_CONVEX_WEIGHT_LEXICAL": "now a constant: query/retrieval/fusion.py PROSE.convex_lexical",
     "RAGLINE_FUSION_NORMALIZATION": "now a constant: query/retrieval/fusion.py PROSE.normalization",
+    "RAGLINE_FUSION_PREFER_BONUS": "now a constant: query/retrieval/filters.py PREFER_BONUS",
     "RAGLINE_FUSION_RRF_K": "now a constant: query/retrieval/fusion.py PROSE.rrf_k",
     "RAGLINE_FUSION_RRF_WEIGHT_LEXICAL": "now a constant: query/retrieval/fusion.py PROSE.lexical_weight",
     "RAGLINE_FUSION_RRF_WEIGHT_LEXICAL_CODE": "now a constant: query/retrieval/fusion.py CODE.lexical_weight",
     "RAGLINE_FUSION_RRF_WEIGHT_LEXICAL_CROSS_SCRIPT": "now a constant: query/retrieval/fusion.py PROSE.cross_script_weight",
     "RAGLINE_FUSION_RRF_WEIGHT_VECTOR": "now a constant: query/retrieval/fusion.py PROSE.vector_weight",
-    "RAGLINE_FUSION_PREFER_BONUS": "now a constant: query/retrieval/filters.py PREFER_BONUS",
     "RAGLINE_FUSION_TEST_PENALTY": "now a constant: query/retrieval/filters.py TEST_PENALTY",
     "RAGLINE_LEXICAL_BM25_B": "now a constant: query/retrieval/retrievers.py BM25_B",
     "RAGLINE_LEXICAL_BM25_K1": "now a constant: query/retrieval/retrievers.py BM25_K1",
@@ -199,4 +213,6 @@ REMOVED: dict[str, str] = {
     "RAGLINE_PRF_MODE": _FEEDBACK,
     "RAGLINE_PRF_TERMS": _FEEDBACK,
     "RAGLINE_PRF_TERM_WEIGHT": _FEEDBACK,
+    "RAGLINE_RERANK_THRESHOLD": "now a constant: query/service.py RERANK_THRESHOLD",
+    "RAGLINE_RETRIEVAL_TOP_N": "now a constant: query/retrieval/search.py LIST_DEPTH",
 }

@@ -445,16 +445,6 @@ class CodeSettings(_Group):
         ],
         description="'*' crosses '/'; a glob without '/' matches the file name",
     )
-    max_chars: int = Field(
-        1500,
-        ge=200,
-        description="a chunk of code (characters); definitions above it are split at statements, and neighbours under min_chars are merged",
-    )
-    min_chars: int = Field(
-        300,
-        ge=0,
-        description="code chunk size; longer definitions are split, smaller neighbours merged",
-    )
     max_file_bytes: int = Field(
         1024 * 1024,
         ge=1,
@@ -595,9 +585,9 @@ class EmbedSettings(_Group):
 
 
 class RetrievalSettings(_Group):
-    """Hybrid search's candidate lists: their depth, the question's embedding cache, collection names."""
+    """Hybrid search: the question's embedding cache, collection names (the lists' depth is the
+    constant ``query/retrieval/search.py`` LIST_DEPTH)."""
 
-    top_n: int = Field(50, description="depth of each list before fusion")
     query_cache_size: int = Field(
         256,
         description="per-process cache of query embeddings, keyed by tenant + hash of the group set; 0 = off",
@@ -729,13 +719,9 @@ class RerankSettings(_Group):
     )
     candidates: int = Field(
         50,
-        description="candidates come from the fused top-N; the threshold is on the provider's score",
+        description="fused candidates sent to the reranker (a cost per question)",
     )
     top_k: int = Field(5, description="fused candidates sent to the reranker / kept")
-    threshold: float = Field(
-        0.0,
-        description="hits whose rerank score is below this are dropped (an empty result is an honest no answer)",
-    )
     timeout_s: float = Field(
         0.8,
         description="past it the fused order is kept (degraded)",
@@ -754,15 +740,13 @@ class RerankSettings(_Group):
 
 
 class AnswerSettings(_Group):
-    """Answers: the generator, the evidence it gets, the agentic loop's budget."""
+    """Answers: the generator, what it reads, the checks it goes through; the stages' thresholds and
+    the agentic loop's budget are constants next to their code (``query/answer/run.py`` POLICY,
+    ``query/answer/agentic.py`` BUDGET)."""
 
     expand: Literal["off", "section", "document"] = Field(
         "off",
-        description='what the answer reads beyond the chunks found (query/retrieval/expand.py): "section" adds, for each of the first expand_hits hits, the chunks of its section (its heading path without the last heading), "document" the chunks of its whole document, at most expand_chunks per hit, nearest first; meant for chat generators with a large context; off: the chunks only',
-    )
-    expand_hits: int = Field(3, ge=1, le=20, description="how many of the top hits answer.expand expands")
-    expand_chunks: int = Field(
-        6, ge=1, le=200, description="chunks answer.expand adds per expanded hit, at most"
+        description='what the answer reads beyond the chunks found (query/retrieval/expand.py): "section" adds, for each of the first hits, the chunks of its section (its heading path without the last heading), "document" the chunks of its whole document, a few per hit, nearest first (how many: the constant Expansion there); meant for chat generators with a large context; off: the chunks only',
     )
     provider: Literal["extractive", "anthropic", "openai", "ollama"] = Field(
         "extractive",
@@ -788,22 +772,9 @@ class AnswerSettings(_Group):
         60.0,
         description="one generator call gives up after this",
     )
-    min_score: float = Field(
-        0.0,
-        description="hits below this fused score are not given to the generator",
-    )
     agentic: bool = Field(
         False,
         description="the agentic search loop (a request can turn it on or off)",
-    )
-    agentic_max_rounds: int = Field(
-        3,
-        description="agentic loop budget: rounds of searching",
-    )
-    agentic_max_searches: int = Field(6, description="agentic loop budget: searches in all")
-    agentic_max_evidence: int = Field(
-        12,
-        description="agentic loop budget: evidence chunks kept",
     )
     decompose: Literal["off", "rules", "auto"] = Field(
         "auto",
@@ -823,42 +794,17 @@ class AnswerSettings(_Group):
         ge=1,
         description="how long an answer stream outlives its last entry, for a late or reconnecting reader",
     )
-    context_merge: bool = Field(
-        True,
-        description='context assembly (query/answer/context.py): neighbouring or overlapping chunks of one document become one passage; the most relevant passages go to both ends of the prompt ("lost in the middle"); a token budget per generator (estimated from characters; 0 = no budget)',
-    )
-    context_reorder: bool = Field(
-        True,
-        description='the most relevant passages at both ends of the prompt, the weakest in the middle ("lost in the middle")',
-    )
     context_budget_tokens: dict[str, int] = Field(
         default_factory=lambda: {"extractive": 0, "anthropic": 16000, "openai": 8000, "ollama": 3000},
-        description="the prompt's token budget per generator, estimated from characters (0 = no budget)",
+        description="the prompt's token budget per generator, estimated from characters (0 = no budget): context assembly (query/answer/context.py) takes passages in relevance order while they fit",
     )
     context_squeeze: bool = Field(
         False,
-        description="squeeze passages longer than squeeze_min_tokens with the generator before the answer call (one extra call per long passage; chat generators only)",
-    )
-    squeeze_min_tokens: int = Field(
-        400,
-        ge=1,
-        description="passages longer than this are squeezed when context_squeeze is on",
+        description="squeeze long passages with the generator before the answer call (one extra call per long passage; chat generators only; how long: query/answer/run.py POLICY.squeeze_min_tokens)",
     )
     grounding: Literal["off", "auto", "lexical", "generator"] = Field(
         "auto",
         description='groundedness check (query/answer/grounding.py): "auto" checks the extractive answer structurally (every sentence a span of its cited passage) and a chat model\'s answer not at all; "lexical" (offline word support) and "generator" (a second call to the chat model) check a chat model\'s answer',
-    )
-    grounding_min_share: float = Field(
-        0.5,
-        ge=0,
-        le=1,
-        description="the lexical judge: share of a sentence's topic stems that must occur in its cited passages",
-    )
-    max_unsupported_share: float = Field(
-        0.5,
-        ge=0,
-        le=1,
-        description="more unsupported sentences than this share: the whole answer becomes no answer",
     )
     self_consistency: int = Field(
         1,
@@ -1016,7 +962,7 @@ class Settings(BaseSettings):
 
     def overridden(self, **values: Any) -> Settings:
         """A copy with some settings replaced, each named as a keyword override is
-        (``retrieval_top_n``): what evaluation sweeps and benchmarks vary, without reading the
+        (``vector_hnsw_ef_search``): what evaluation sweeps and benchmarks vary, without reading the
         environment again."""
         update: dict[str, dict[str, Any]] = {}
         for key, value in values.items():
@@ -1208,7 +1154,7 @@ def _named_by_variable(exc: ValidationError, present: set[str], overrides: dict[
 
 
 def variable(key: str) -> str:
-    """The variable of a keyword override (``retrieval_top_n``: ``RAGLINE_RETRIEVAL_TOP_N``), for code
+    """The variable of a keyword override (``vector_hnsw_ef_search``: ``RAGLINE_VECTOR_HNSW_EF_SEARCH``), for code
     that hands settings to a process by its environment."""
     group, name = _BY_KEY[key]
     return env_name(group, name)

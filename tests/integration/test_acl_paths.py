@@ -102,9 +102,12 @@ MATRIX = [
 
 
 @pytest.mark.parametrize(("threshold", "case", "path"), MATRIX)
-def test_each_path_returns_the_exact_top_k_of_the_callers_rows(corpus, use_settings, threshold, case, path):
+def test_each_path_returns_the_exact_top_k_of_the_callers_rows(
+    corpus, use_settings, monkeypatch, threshold, case, path
+):
     vectors, queries = corpus
-    use_settings(vector_exact_search_max_rows=threshold, vector_hnsw_ef_search=1000, retrieval_top_n=K)
+    monkeypatch.setattr(retrieval_search, "LIST_DEPTH", K)
+    use_settings(vector_exact_search_max_rows=threshold, vector_hnsw_ef_search=1000)
     for q in queries:
         took, hits = search(CASES[case], q)
         assert took == path

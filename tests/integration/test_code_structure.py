@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 from typer.testing import CliRunner
 
+from ragline.ingest.chunk import code as code_chunker
 from ragline.shared.worker import db
 from tests.gitrepo import commit, git, git_sources
 from tests.integration.lifecycle_helpers import wait_job
@@ -87,7 +88,7 @@ def loopback():
 
 
 @pytest.fixture()
-def repo_tenant(celery_worker, use_settings, loopback, tenant, tmp_path):
+def repo_tenant(celery_worker, use_settings, loopback, tenant, tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
@@ -97,12 +98,12 @@ def repo_tenant(celery_worker, use_settings, loopback, tenant, tmp_path):
         providers_voyage_base_url=loopback.url + "/v1",
         providers_voyage_api_key="test-key",
         embed_model=f"voyage-structure-{tenant}"[:60],
-        code_min_chars=0,  # one chunk per definition
         lifecycle_sources=git_sources(tenant, "r", repo, ["dev"]),
         # the tests embedded too (a deployment that answers from them): the structural rules are
         # checked against a vector list that ranks the test file above the definition
         ingest_lexical_only_layers='["C1_SYMBOLS"]',
     )
+    monkeypatch.setattr(code_chunker, "MIN_CHARS", 0)  # one chunk per definition
     summary = wait_job(push(tenant, "r", None, "main", 1)["job_id"])
     assert summary["state"] == "succeeded" and summary["failed"] == 0, summary
     return tenant
@@ -173,11 +174,12 @@ def test_a_name_spelled_in_words_lifts_its_definition(repo_tenant):
 def test_a_file_named_in_a_traceback_joins_the_candidates(repo_tenant, use_settings, monkeypatch):
     """The contract's exact-file path: with lists of two, pkg/registry.py is no hit; the traceback
     names it, so its chunks join the candidates (nearest to the question first) and it leads."""
+    from ragline.query.retrieval import search as retrieval_search
     from ragline.query.retrieval import structure
 
     question = QUESTION + '\n  File "/srv/app/pkg/registry.py", line 3, in run'
     monkeypatch.setattr(structure, "WEIGHTS", replace(structure.WEIGHTS, named=2.0))
-    use_settings(retrieval_top_n=2)
+    monkeypatch.setattr(retrieval_search, "LIST_DEPTH", 2)
     monkeypatch.setattr(structure, "NAMED_FILES", 0)
     assert "r/pkg/registry.py" not in [h.path for h in search(repo_tenant, question, structure=True, k=2)]
     monkeypatch.setattr(structure, "NAMED_FILES", 20)
@@ -237,7 +239,7 @@ def test_code_citations_carry_their_line_span(repo_tenant):
     assert c["locator"] == f"r/pkg/hooks.py:{c['start_line']}-{c['end_line']}"
 
 
-def test_code_eval_on_a_tiny_bundle(celery_worker, use_settings, loopback, tmp_path):
+def test_code_eval_on_a_tiny_bundle(celery_worker, use_settings, loopback, tmp_path, monkeypatch):
     """`ragline eval` on a two-query code set: a bundle of two commits, each query at its own ref,
     each snapshot ingested once into its own tenant; a rerun finds them ingested."""
     from ragline.cli import app as cli
@@ -247,8 +249,8 @@ def test_code_eval_on_a_tiny_bundle(celery_worker, use_settings, loopback, tmp_p
         providers_voyage_base_url=loopback.url + "/v1",
         providers_voyage_api_key="test-key",
         embed_model="voyage-code-eval",
-        code_min_chars=0,
     )
+    monkeypatch.setattr(code_chunker, "MIN_CHARS", 0)
     repo = tmp_path / "src"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")

@@ -12,6 +12,7 @@ from collections import Counter
 
 import pytest
 
+from ragline.ingest.chunk import code as code_chunker
 from ragline.shared.worker import db
 from tests.gitrepo import commit, git, git_sources
 from tests.integration.lifecycle_helpers import wait_job
@@ -67,7 +68,7 @@ def fill_lock(stack):
 
 
 @pytest.fixture()
-def repo(celery_worker, use_settings, loopback, tenant, tmp_path):
+def repo(celery_worker, use_settings, loopback, tenant, tmp_path, monkeypatch):
     path = tmp_path / "repo"
     path.mkdir()
     git(path, "init", "-q", "-b", "main")
@@ -78,9 +79,9 @@ def repo(celery_worker, use_settings, loopback, tenant, tmp_path):
         providers_voyage_base_url=loopback.url + "/v1",
         providers_voyage_api_key="test-key",
         embed_model=f"voyage-deferred-{tenant}"[:60],
-        code_min_chars=0,
         lifecycle_sources=git_sources(tenant, "r", path, ["dev"]),
     )
+    monkeypatch.setattr(code_chunker, "MIN_CHARS", 0)
     return path
 
 
@@ -410,7 +411,7 @@ def test_the_fill_embeds_prose_before_code(repo, tenant, fill_lock, use_settings
 
 
 def test_the_demo_answers_the_design_questions_with_vectors_before_the_code_is_embedded(
-    celery_worker, use_settings, loopback, tenant, tmp_path, fill_lock
+    celery_worker, use_settings, loopback, tenant, tmp_path, fill_lock, monkeypatch
 ):
     """``make run`` on a repository (``ragline demo REPO``): first answers at once, lexically; then,
     the fill going prose first, the questions about the design again as soon as the docs have their
@@ -431,10 +432,10 @@ def test_the_demo_answers_the_design_questions_with_vectors_before_the_code_is_e
         providers_voyage_api_key="test-key",
         embed_model=f"voyage-demo-order-{uuid.uuid4().hex}",
         ingest_defer_vectors="repositories",
-        code_min_chars=0,  # one source chunk per definition: rows for many fill batches
         ingest_fill_batch_rows="2",
         ingest_fill_runners="1",
     )
+    monkeypatch.setattr(code_chunker, "MIN_CHARS", 0)  # one source chunk per definition: many fill batches
     repo = tmp_path / "ragline"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ragline.ingest.chunk import code as code_chunker
 from ragline.shared.sdk.names import TASK_INGEST_EVENT
 from ragline.shared.worker import db
 from tests.conftest import DATASETS
@@ -68,18 +69,22 @@ def loopback():
 
 
 @pytest.fixture()
-def voyage(use_settings, loopback, tenant):
+def voyage(use_settings, loopback, tenant, monkeypatch):
+    """Settings for the test, and the code chunker's sizes (``max_chars``, ``min_chars``: constants
+    of ingest/chunk/code.py, set for the test)."""
     base = {
         "embed_provider": "voyage",
         "providers_voyage_base_url": loopback.url + "/v1",
         "providers_voyage_api_key": "test-key",
         "embed_model": f"voyage-git-{tenant}"[:60],  # its own embedding cache
-        # small chunks: each definition of these small files is a chunk of its own
-        "code_max_chars": 400,
-        "code_min_chars": 100,
     }
+    # small chunks: each definition of these small files is a chunk of its own
+    sizes = {"max_chars": 400, "min_chars": 100}
 
     def apply(**more):
+        sizes.update({k: more.pop(k) for k in ("max_chars", "min_chars") if k in more})
+        monkeypatch.setattr(code_chunker, "MAX_CHARS", sizes["max_chars"])
+        monkeypatch.setattr(code_chunker, "MIN_CHARS", sizes["min_chars"])
         use_settings(**{**base, **more})
 
     apply()
@@ -250,7 +255,7 @@ def test_identifier_queries_find_code_lexically(celery_worker, voyage, loopback,
     git(repo, "init", "-q", "-b", "main")
     commit(repo, {"app/models.py": MODELS_V1, "app/net.py": NET}, 1_700_000_000)
     voyage(
-        code_min_chars=0,  # every definition a chunk of its own
+        min_chars=0,  # every definition a chunk of its own
         lifecycle_sources=git_sources(tenant, "r", repo, ["dev"]),
     )
     wait_job(push(tenant, "r", None, "main", 1)["job_id"])
@@ -284,7 +289,7 @@ def test_ragline_search_finds_register_hook_in_the_requests_bundle(
         pytest.skip(f"dataset not present: {bundle}")
     from ragline.cli import app as cli
 
-    voyage(code_max_chars=1500, code_min_chars=300)  # the defaults
+    voyage(max_chars=1500, min_chars=300)  # the defaults
     clone = tmp_path / "requests"
     subprocess.run(["git", "clone", "-q", str(bundle), str(clone)], check=True, capture_output=True)
     runner = CliRunner()

@@ -7,10 +7,12 @@ from __future__ import annotations
 import html
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
 from ragline.query import service
+from ragline.query.answer import run
 from ragline.query.answer.prompt import JUDGE_PROMPT, SQUEEZE_PROMPT
 from ragline.shared.sdk.contracts import AskRequest
 from ragline.shared.worker import metrics as m
@@ -116,11 +118,12 @@ def test_token_budget_leaves_the_weakest_passages_out(corpus, use_settings):
     assert not res.no_answer
 
 
-def test_squeeze_shortens_long_passages_before_the_answer_call(corpus, use_settings):
+def test_squeeze_shortens_long_passages_before_the_answer_call(corpus, use_settings, monkeypatch):
     short = "Метод вызывается при каждой перерисовке."
     fn = model(lambda b: f"{short[:-1]} [{passage_of(b, 'guide')}].", squeezed=short)
     with LoopbackServer(answer_fn=fn) as srv:
-        use_chat(use_settings, srv, answer_context_squeeze="true", answer_squeeze_min_tokens=30)
+        monkeypatch.setattr(run, "POLICY", replace(run.POLICY, squeeze_min_tokens=30))
+        use_chat(use_settings, srv, answer_context_squeeze="true")
         res = ask(corpus)
         squeezes = [b for b in srv.stats.bodies if system_of(b) == SQUEEZE_PROMPT]
         prompt = user_text(answer_bodies(srv)[-1])
@@ -209,21 +212,16 @@ def test_self_consistency_keeps_the_answer_the_samples_agree_on(corpus, use_sett
     assert res.trace["generator"]["input_tokens"] == 300  # three calls' tokens: the cost
 
 
-def test_low_confidence_answer_becomes_no_answer_with_the_reason(corpus, use_settings):
+def test_low_confidence_answer_becomes_no_answer_with_the_reason(corpus, use_settings, monkeypatch):
     fn = model(
         lambda b: f"Кэш хранит результат вычисления [{passage_of(b, 'guide')}]. Луна сделана из сыра [1]."
     )
     before = m.LOW_CONFIDENCE_ANSWERS._value.get()
+    monkeypatch.setattr(run, "POLICY", replace(run.POLICY, max_unsupported_share=1))
     with LoopbackServer(answer_fn=fn) as srv:
-        use_chat(use_settings, srv, answer_grounding="lexical", answer_max_unsupported_share=1)
+        use_chat(use_settings, srv, answer_grounding="lexical")
         kept = ask(corpus)
-        use_chat(
-            use_settings,
-            srv,
-            answer_grounding="lexical",
-            answer_max_unsupported_share=1,
-            answer_min_confidence=0.9,
-        )
+        use_chat(use_settings, srv, answer_grounding="lexical", answer_min_confidence=0.9)
         refused = ask(corpus)
     assert not kept.no_answer and 0.4 <= kept.confidence < 0.9
     assert kept.trace["confidence"]["support"] == 0.5

@@ -4,10 +4,12 @@ OpenAI's /v1/chat/completions: an answer citing [7] with five documents is not r
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
 from ragline.query import service
+from ragline.query.answer import agentic
 from ragline.shared.sdk.contracts import AskRequest
 from ragline.shared.sdk.names import TASK_QUERY_ASK
 from ragline.shared.worker import metrics as m
@@ -251,7 +253,7 @@ def test_links_the_cited_documents_do_not_contain_are_removed_from_a_generated_a
     assert (by_doc["guide"].locator, by_doc["guide"].heading_path) == ("§ Ретраи", "Ретраи")
 
 
-def test_agentic_ask_stops_on_budget_and_says_partial(conn, tenant, use_settings):
+def test_agentic_ask_stops_on_budget_and_says_partial(conn, tenant, monkeypatch):
     store_docs(
         conn,
         tenant,
@@ -260,7 +262,7 @@ def test_agentic_ask_stops_on_budget_and_says_partial(conn, tenant, use_settings
             {"doc_id": "payments", "content": "Командой Payments руководит Анна Смирнова."},
         ],
     )
-    use_settings(answer_agentic_max_rounds=2, answer_agentic_max_searches=3)
+    monkeypatch.setattr(agentic, "BUDGET", replace(agentic.BUDGET, max_rounds=2, max_searches=3))
     # "зарплата" is in no document: the offline planner keeps asking for it until the budget ends
     res = service.ask(
         AskRequest(

@@ -96,12 +96,13 @@ def as_in_a_million_rows():
             conn.commit()
 
 
-def test_small_tenant_gets_the_exact_top_k(corpus, use_settings):
+def test_small_tenant_gets_the_exact_top_k(corpus, use_settings, monkeypatch):
     vectors, queries = corpus
+    monkeypatch.setattr(retrieval_search, "LIST_DEPTH", K)
     with as_in_a_million_rows() as conn:
-        use_settings(vector_hnsw_ef_search=1, retrieval_top_n=K, vector_exact_search_max_rows=0)
+        use_settings(vector_hnsw_ef_search=1, vector_exact_search_max_rows=0)
         hnsw = recall(SMALL_TENANT, vectors[SMALL_TENANT], queries, conn)
-        use_settings(vector_hnsw_ef_search=1, retrieval_top_n=K, vector_exact_search_max_rows=SMALL)
+        use_settings(vector_hnsw_ef_search=1, vector_exact_search_max_rows=SMALL)
         exact = recall(SMALL_TENANT, vectors[SMALL_TENANT], queries, conn)
         q = queries[0]
         hits = search(SMALL_TENANT, q, conn).hits
@@ -161,7 +162,7 @@ def test_vector_rows_counts_the_tenant_when_not_told(corpus, use_settings):
     from ragline.shared.config.settings import get_settings
 
     vectors, queries = corpus
-    use_settings(vector_hnsw_ef_search=1, retrieval_top_n=K, vector_exact_search_max_rows=SMALL)
+    use_settings(vector_hnsw_ef_search=1, vector_exact_search_max_rows=SMALL)
     settings = get_settings()
     with as_in_a_million_rows() as conn, transaction.read_only_transaction(conn):
         req = request(SMALL_TENANT, queries[1])

@@ -52,7 +52,7 @@ def voyage(use_settings, srv, **kw):
     )
 
 
-def test_rerank_reorders_with_scores_and_threshold(corpus, use_settings):
+def test_rerank_reorders_with_scores_and_threshold(corpus, use_settings, monkeypatch):
     with LoopbackServer() as srv:
         voyage(use_settings, srv, rerank_timeout_s=5)
         resp = search(corpus)
@@ -64,13 +64,14 @@ def test_rerank_reorders_with_scores_and_threshold(corpus, use_settings):
         assert body["path"] == "/v1/rerank" and body["top_k"] == 3 and body["model"] == "rerank-2.5"
         assert len(body["documents"]) == 4  # every fused candidate, up to rerank_candidates
 
-        voyage(use_settings, srv, rerank_timeout_s=5, rerank_threshold=0.9)
+        monkeypatch.setattr(service, "RERANK_THRESHOLD", 0.9)
         assert [h.doc_id for h in search(corpus).hits] == ["b"]
 
 
-def test_nothing_above_threshold_is_an_honest_empty_result(corpus, use_settings):
+def test_nothing_above_threshold_is_an_honest_empty_result(corpus, use_settings, monkeypatch):
     with LoopbackServer() as srv:
-        voyage(use_settings, srv, rerank_timeout_s=5, rerank_threshold=0.6)
+        voyage(use_settings, srv, rerank_timeout_s=5)
+        monkeypatch.setattr(service, "RERANK_THRESHOLD", 0.6)
         resp = search(corpus, query="ретраи погода")  # half the words match at best
         assert resp.hits == [] and not resp.degraded
 
@@ -82,10 +83,13 @@ def test_nothing_above_threshold_is_an_honest_empty_result(corpus, use_settings)
         (Faults(every_nth_500=1), "error"),
     ],
 )
-def test_slow_or_failing_reranker_falls_back_to_fused_order(corpus, use_settings, faults, reason):
+def test_slow_or_failing_reranker_falls_back_to_fused_order(
+    corpus, use_settings, monkeypatch, faults, reason
+):
     expected = fused_order(corpus)[:3]
     with LoopbackServer(faults=faults) as srv:
-        voyage(use_settings, srv, rerank_timeout_s=0.3, rerank_threshold=0.99)
+        voyage(use_settings, srv, rerank_timeout_s=0.3)
+        monkeypatch.setattr(service, "RERANK_THRESHOLD", 0.99)
         before = degraded_count(reason)
         resp = search(corpus)
         assert resp.degraded and any(r.startswith("rerank") for r in resp.degraded_reasons)

@@ -15,6 +15,7 @@ import pytest
 from bench.synthetic import EmbeddingSpace, load_chunks
 from ragline.query import service
 from ragline.query.retrieval import retrievers
+from ragline.query.retrieval.search import LIST_DEPTH
 from ragline.shared.sdk.contracts import SearchRequest
 from ragline.shared.worker import db
 
@@ -141,12 +142,12 @@ def test_coverage_and_hits_are_those_of_the_statements_run_one_by_one(
         resp = service.search(request(tenant, q))
         req = request(tenant, q)
         with db.query_connection() as conn, read_only_transaction(conn):
-            limit = set_transaction_params(conn, req, settings, max(settings.retrieval.top_n, K))
+            limit = set_transaction_params(conn, req, settings, max(LIST_DEPTH, K))
             rows = retrievers.vector_rows(
                 conn,
                 req,
                 q.astype(np.float32),
-                max(settings.retrieval.top_n, K),
+                max(LIST_DEPTH, K),
                 settings,
                 limit.vector_path(settings),
             )

@@ -96,10 +96,10 @@ def test_the_fusion_defaults_are_documented():
 def test_the_table_parser_reads_a_wrong_default_as_wrong(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(
-        f"{BEGIN}\n| variable | default | meaning |\n|---|---|---|\n| `RAGLINE_RETRIEVAL_TOP_N` | `61` | x |\n{END}\n"
+        f"{BEGIN}\n| variable | default | meaning |\n|---|---|---|\n| `RAGLINE_RERANK_TOP_K` | `61` | x |\n{END}\n"
     )
-    (group, name, default) = _fields()["RAGLINE_RETRIEVAL_TOP_N"]
-    assert documented(page) == {"RAGLINE_RETRIEVAL_TOP_N": "61"} and _as_written(default) != "61"
+    (group, name, default) = _fields()["RAGLINE_RERANK_TOP_K"]
+    assert documented(page) == {"RAGLINE_RERANK_TOP_K": "61"} and _as_written(default) != "61"
 
 
 # ------------------------------------------------------------------ every variable a page names

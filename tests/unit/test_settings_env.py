@@ -529,8 +529,6 @@ NEW_VARIABLES: list[tuple[str, str, str, object]] = [
     ("RAGLINE_SERVICES_STACK_CHANGE_WAIT_S", "5", "services.stack_change_wait_s", 5.0),
     ("RAGLINE_RETRIEVAL_CORPUS_TERMS", "false", "retrieval.corpus_terms", False),
     ("RAGLINE_ANSWER_EXPAND", "section", "answer.expand", "section"),
-    ("RAGLINE_ANSWER_EXPAND_HITS", "2", "answer.expand_hits", 2),
-    ("RAGLINE_ANSWER_EXPAND_CHUNKS", "9", "answer.expand_chunks", 9),
 ]
 #: every setting once, by its derived name, with the value and expectation of its old variable
 DERIVED_VARIABLES = (

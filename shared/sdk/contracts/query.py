@@ -253,7 +253,10 @@ class RerankRequest(BaseModel):
         " (content, context, heading, path and metadata)",
     )
     top_k: int | None = Field(default=None, ge=1, le=200, description="default: RAGLINE_RERANK_TOP_K")
-    threshold: float | None = Field(default=None, description="default: RAGLINE_RERANK_THRESHOLD")
+    threshold: float | None = Field(
+        default=None,
+        description="hits the provider scores below this are dropped; default: the server's (query/service.py RERANK_THRESHOLD)",
+    )
 
     @field_validator("hits")
     @classmethod
