@@ -15,7 +15,15 @@ Bonuses are in units of the best hit's score, so one set of weights applies to e
 mode (RRF units, BM25 or a cosine similarity). Files no hit comes from are not invented: only the
 candidates are re-ordered, and each single list's first files (below) are candidates too.
 
-**Each list's first files keep a place.** The fused hits are one list; the vector and the lexical
+**The lexical list votes on the file order** (:func:`voted`). The code fusion weighs the lexical
+list a tenth of the vector list per chunk; where the text model misses what the issue's words name,
+that buries files the lexical list ranks first. The file order is therefore the hits' file order
+fused, by reciprocal rank with equal weights, with the first files of the lexical list as a lexical
+search orders them (structure on). No weight is fitted between the two, so there is none to carry
+from one repository to another; docs/evaluation.md (the leave-one-repository-out table) has each
+repository's numbers.
+
+**Each list's first files keep a place.** Then the floors. The fused hits are one list; the vector and the lexical
 list each rank files their own way, and on a repository nobody tuned for either may be the better
 one (a general text model misses the file whose definitions the issue names; the lexical list is
 misled by a common word). Whatever the fusion's weights, the file list therefore keeps every single
@@ -147,7 +155,38 @@ def rank_files(
             place = len(lists) * n - 1 + w.floor_slack  # 0-based: within the first m·n + slack
             if path not in floors or place < floors[path][0]:
                 floors[path] = (place, known.get(path) or _file_score(path, [(None, h)], traceback, w, 0.0))
-    return with_floors(out, floors)
+    _, lexical = lists
+    vote = [relative(row.path if isinstance(row, Hit) else row["path"]) for row in lexical]
+    return with_floors(voted(out, vote, {path: f for path, (_, f) in floors.items()}), floors)
+
+
+#: the file-level fusion's RRF constant, the usual 60: the fused hits' file order and the lexical
+#: list's vote weigh the same, and no weight between them is fitted (10, 60 and 120 order the
+#: files of swe-loc-dev and astropy's issues alike: docs/evaluation.md)
+FILE_RRF_K = 60
+
+
+def voted(ranked: list[FileScore], vote: Sequence[str], extra: dict[str, FileScore]) -> list[FileScore]:
+    """``ranked`` fused with the file order ``vote`` by reciprocal rank (pure): a file scores
+    ``1 / (FILE_RRF_K + place)`` (from 1) in each of the two orders it is in, which becomes its
+    ``score``; equal scores keep ``ranked``'s order, then ``vote``'s. A file only ``vote`` lists
+    comes from ``extra``.
+
+    Why a file-level vote: the code fusion weighs the lexical list a tenth of the vector list per
+    chunk (the fusion's code policy), which suits a repository where the text model is strong and
+    buries the files only the lexical list finds where it is not. Here the two orders weigh the
+    same, so a file both rank fairly high beats one that a single order ranks first; the floors
+    (:func:`with_floors`) still keep each single list's first files within reach."""
+    score: dict[str, float] = {}
+    for order in ([f.path for f in ranked], vote):
+        for place, path in enumerate(dict.fromkeys(order), start=1):
+            score[path] = score.get(path, 0.0) + 1.0 / (FILE_RRF_K + place)
+    files = {f.path: f for f in ranked}
+    files.update((p, extra[p]) for p in vote if p not in files and p in extra)
+    position = {path: i for i, path in enumerate(files)}
+    out = [replace(f, score=round(score[path], 8)) for path, f in files.items()]
+    out.sort(key=lambda f: (-f.score, position[f.path]))
+    return out
 
 
 def lead_files(rows: Iterable[Row], n: int) -> list[Row]:

@@ -17,8 +17,8 @@ runs the retrievers and hands their rows to :meth:`RankingPolicy.order`, which g
 4. **top k**: the first ``limit``.
 
 The file list a response carries (:mod:`ragline.query.retrieval.file_rank`, built in
-``service.search`` after an optional rerank) keeps each single list's first files, whose rows
-:meth:`RankingPolicy.leads` hands over. An evaluation measures other weights with
+``service.search`` after an optional rerank) fuses the hits' files with the lexical list's and keeps
+each single list's first files, whose rows :meth:`RankingPolicy.leads` hands over. An evaluation measures other weights with
 ``dataclasses.replace`` on the policy (``prose``, ``code``, ``weights``), so it measures exactly
 this path.
 """
@@ -26,7 +26,7 @@ this path.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -213,14 +213,19 @@ class RankingPolicy:
         order = structure.contract_order if self.contract else structure.rescore
         return order(hits, self.named, self.words, self.weights, self.layer_ranks)
 
-    def leads(self, vector: list[dict], lexical: list[dict]) -> list[list[Hit]]:
+    def leads(self, vector: list[dict], lexical: list[dict], named: Sequence[dict] = ()) -> list[list[Hit]]:
         """The first row of each of the first files of both lists, which the file list keeps a place
-        for (:mod:`ragline.query.retrieval.file_rank`); none unless both lists ran and the file
-        ranking is on."""
+        for and whose files' order it fuses with the hits' (:mod:`ragline.query.retrieval.file_rank`);
+        none unless both lists ran and the file ranking is on. The lexical list is in the order a
+        lexical search answers with (its rows re-scored by structure, with the files the question
+        names: ``named``), the order a code search has while the repository's vectors are filled."""
         if not (vector and lexical and self.file_rank):
             return []
+        n = len(lexical)
+        structured, _ = self.order([], lexical, list(named), n, n, 1.0)
         return [
-            [sql.hit(r) for r in file_rank.lead_files(rows, file_rank.LEADS)] for rows in (vector, lexical)
+            [sql.hit(r) for r in file_rank.lead_files(vector, file_rank.LEADS)],
+            file_rank.lead_files(structured, file_rank.LEADS),
         ]
 
 

@@ -102,7 +102,7 @@ def search(
         vectors_complete=not coverage.unembedded,
         vector_share=round(coverage.share, 6),
     )
-    return resp.with_list_leads(policy.leads(vector, lexical))
+    return resp.with_list_leads(policy.leads(vector, lexical, named))
 
 
 @dataclass

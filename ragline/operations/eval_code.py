@@ -454,9 +454,10 @@ def run_code_eval(
                     res["hits"], text, file_weights, source
                 )
                 reports.setdefault(name, CodeReport(name)).add(q, files, res.get("degraded_reasons"))
-                # a hybrid search's file list keeps its single lists' first files (as the task does)
+                # a hybrid search's file list keeps its single lists' first files and takes the
+                # lexical list's vote, that list as a lexical search orders it (as the task does)
                 leads = (
-                    [lists[m] for m in ("vector", "lexical") if m in lists]
+                    [lists[m] for m in ("vector", "lexical+structure") if m in lists]
                     if mode.startswith("hybrid")
                     else []
                 )

@@ -126,14 +126,16 @@ FUSED = [hit(f"r/{p}.py", 1.0 - i / 10) for i, p in enumerate("abcdefg")]
     ("vector", "lexical", "listed", "reserved"),
     [
         # each list's 1st file within the first 2, its 2nd within the first 4: the lexical list's
-        # first file, absent from the fused hits, takes the 2nd place
-        ("ab", "xc", "axbcdefg", "x"),
-        # both lists' first files low in the fused order: the 1st and 2nd places are theirs
-        ("ga", "fe", "fgaebcd", "fge"),
+        # first file, absent from the fused hits, takes the 2nd place; c, 3rd in the fused order and
+        # 2nd in the lexical one, is voted up to the 3rd
+        ("ab", "xc", "axcbdefg", "ax"),
+        # both lists' first files low in the fused order: the lexical list's are voted up, the
+        # vector list's first file is floored to the 2nd place
+        ("ga", "fe", "fgeabcd", "g"),
         # a file the fused order has above its floor keeps that place
         ("ab", "ba", "abcdefg", ""),
         # several chunks of one file are one file
-        ("aab", "ggfe", "agbfced", "gfe"),
+        ("aab", "ggfe", "gafbecd", "ab"),
         # one list alone is the fused order's own: nothing to keep
         ("", "xy", "abcdefg", ""),
     ],
@@ -141,7 +143,8 @@ FUSED = [hit(f"r/{p}.py", 1.0 - i / 10) for i, p in enumerate("abcdefg")]
 def test_each_lists_first_files_keep_a_place_in_the_file_list(vector, lexical, listed, reserved):
     """Whatever the fusion's weights, the vector and the lexical list's n-th file is listed within
     the first 2n files (no slack), whether the fused hits hold it lower or not at all (a file
-    without a fused hit scores its bonuses alone, and has no first hit)."""
+    without a fused hit has no first hit); the fused hits' file order and the lexical list's vote
+    equally (file_rank.voted), and the floors move a file above that order (``reserved``)."""
     w = FileWeights(floor_slack=0)
     leads = [[hit(f"r/{p}.py", 5.0) for p in one] for one in (vector, lexical)]
     files = rank_files(FUSED, "an issue", w, "r", leads=leads)
@@ -160,8 +163,9 @@ FILES = st.lists(st.sampled_from("abcdefghijklmnopqrstuvwxyz"), min_size=1, max_
 def test_the_file_list_holds_every_lists_first_k_files_within_2k_plus_slack(fused, vector, lexical, slack):
     """The guarantee, for every k up to LEADS: the first 2k + slack files listed hold the first k
     files of the vector and of the lexical list (so Acc@(2k + slack) of the file list is at least
-    each list's Acc@k); with a slack the fused order's first file stays first; every fused file is
-    listed once, and the files no floor moved keep the fused order."""
+    each list's Acc@k); with a slack the first file of the fused order fused with the lexical
+    list's vote stays first; every fused file is listed once, and the files no floor keeps (the
+    fused hits' alone) keep the fused order."""
     fused_hits = [hit(f"{p}.py", 1.0 - i / 100, chunk_no=i) for i, p in enumerate(fused)]
     leads = [[hit(f"{p}.py", 1.0) for p in one] for one in (vector, lexical)]
     w = FileWeights(floor_slack=slack)
@@ -171,7 +175,8 @@ def test_the_file_list_holds_every_lists_first_k_files_within_2k_plus_slack(fuse
     for k in range(1, file_rank.LEADS + 1):
         for first in firsts:
             assert {f"{p}.py" for p in first[:k]} <= set(files[: 2 * k + slack]), (k, first)
-    assert slack == 0 or files[0] == f"{fused[0]}.py"
+    voted = file_rank.voted(rank_files(fused_hits, "an issue", w), [f"{p}.py" for p in firsts[1]], {})
+    assert slack == 0 or files[0] == voted[0].path
     floored = {f"{p}.py" for first in firsts for p in first}
     assert [f for f in files if f not in floored] == [
         f"{p}.py" for p in dict.fromkeys(fused) if f"{p}.py" not in floored
@@ -181,15 +186,17 @@ def test_the_file_list_holds_every_lists_first_k_files_within_2k_plus_slack(fuse
 def test_lead_files_absent_from_the_fused_hits_are_listed_with_their_own_evidence():
     leads = [[hit("x.py", 1.0)], [hit("y.py", 1.0)]]
     files = rank_files([hit("a.py", 1.0)], "an issue", FileWeights(floor_slack=0), leads=leads)
-    # both lists' first files within the first two places, the fused hits' file after them
+    # both lists' first files within the first two places (the lexical one, which the vote lists,
+    # first), the fused hits' file after them
     assert [(f.path, f.reserved, f.best) for f in files] == [
-        ("x.py", True, None),
         ("y.py", True, None),
+        ("x.py", True, None),
         ("a.py", False, 0),
     ]
-    # with the shipped slack of one the fused order's first file keeps the first place
+    # with the shipped slack of one the fused order's first file keeps the first place, and the
+    # lexical list's first file (its vote) comes before the vector list's
     files = rank_files([hit("a.py", 1.0)], "an issue", FileWeights(), leads=leads)
-    assert [f.path for f in files] == ["a.py", "x.py", "y.py"]
+    assert [f.path for f in files] == ["a.py", "y.py", "x.py"]
     # a lead file's own evidence: the issue's traceback frame is in it
     frame = rank_files(
         [hit("a.py", 1.0)],
@@ -291,11 +298,11 @@ def test_a_search_response_lists_the_list_leads_the_retrieval_kept_and_never_sen
         ),
     )
     resp = service.search(SearchRequest(query="an issue", tenant="t", groups=["g"], rerank=False))
-    # the lexical list's first file, which no fused hit holds, within the first 2 + 1 files
+    # the lexical list's first file, which no fused hit holds, is voted to the second place
     assert [(f.path, f.reserved, f.first_hit) for f in resp.files] == [
         ("r/a.py", False, 0),
+        ("r/x.py", False, None),
         ("r/b.py", False, 1),
-        ("r/x.py", True, None),
     ]
     sent = resp.model_dump_json()
     assert (
@@ -303,3 +310,30 @@ def test_a_search_response_lists_the_list_leads_the_retrieval_kept_and_never_sen
         and "r/x.py" in sent
         and SearchResponse.model_validate_json(sent).list_leads == []
     )
+
+
+@pytest.mark.parametrize(
+    ("fused", "vote", "listed"),
+    [
+        # a file both orders rank second beats one only the fused order ranks first
+        ("abc", "xb", "bax c".replace(" ", "")),
+        # the vote alone: equal places tie, and the fused order goes first
+        ("ab", "xy", "axby"),
+        # the same order twice is that order
+        ("abc", "abc", "abc"),
+    ],
+)
+def test_the_lexical_list_votes_on_the_file_order_as_much_as_the_fused_hits(fused, vote, listed):
+    """The fused hits weigh the lexical list a tenth per chunk for code; the file order gives its
+    files an equal vote (reciprocal rank, the same constant for both orders), so a file the text
+    model misses but the lexical list ranks well is not buried. Fails on the floors alone, which
+    keep the fused order wherever no floor is due."""
+    ranked = rank_files([hit(f"{p}.py", 1.0 - i / 10, chunk_no=i) for i, p in enumerate(fused)], "", ALL)
+    extra = {f"{p}.py": file_rank.FileScore(f"{p}.py", 0.0, 0.0, 0.0, None) for p in vote}
+    out = file_rank.voted(ranked, [f"{p}.py" for p in vote], extra)
+    assert "".join(f.path[0] for f in out) == listed
+    assert [f.score for f in out] == sorted((f.score for f in out), reverse=True)
+    # through rank_files: the lexical list's second file, third in the fused hits, moves up
+    leads = [[hit("a.py", 1.0)], [hit("x.py", 1.0), hit("c.py", 1.0)]]
+    hits = [hit(f"{p}.py", 1.0 - i / 10, chunk_no=i) for i, p in enumerate("abcd")]
+    assert [f.path for f in rank_files(hits, "", ALL, leads=leads)][:3] == ["c.py", "a.py", "x.py"]

@@ -159,7 +159,11 @@ class FileHit(BaseModel):
     question's traceback, outranks one lucky chunk."""
 
     path: str
-    score: float = Field(description="the file's score, in units of the best hit's score")
+    score: float = Field(
+        description="the file's score: its evidence (chunks + frame) in units of the best hit's score, or,"
+        " where the search had a vector and a lexical list, that order fused with the lexical list's files"
+        " (reciprocal rank, query/retrieval/file_rank.py)"
+    )
     chunks: float = Field(default=0.0, description="its hits' scores, normalised and summed with decay")
     frame: float = Field(default=0.0, description="a traceback frame is in it, the deepest weighing 1")
     first_hit: int | None = Field(
@@ -172,7 +176,7 @@ class FileHit(BaseModel):
         default=False,
         description="placed by a single list's floor (query/retrieval/file_rank.py): the vector or the"
         " lexical list's n-th file is listed within the first 2n + 1 files, here above where the fused"
-        " hits put it, or absent from them",
+        " order put it, or absent from it",
     )
 
 
