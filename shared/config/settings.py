@@ -409,7 +409,8 @@ class ChunkSettings(_Group):
 
 
 class CodeSettings(_Group):
-    """Source code and git repositories (docs/code.md): layers, chunk sizes, which files are skipped."""
+    """Source code and git repositories (docs/code.md): layers, which files are skipped, which stages
+    of code ranking run (the chunk sizes are the constants of ``ingest/chunk/code.py``)."""
 
     source_layer: str = Field(
         "C0_SOURCE_CHUNKS",
