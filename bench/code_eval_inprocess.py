@@ -8,8 +8,8 @@ while the stack has not stored that one yet, a stored snapshot of the same repos
 snapshot in ``meta.stand_ins``; ``ragline eval --mode lexical`` with the same globs stores them all
 without waiting for their vectors). Point it at the stack with ``RAGLINE_SERVICES_HOME``; use the include
 and exclude globs of the run that stored the snapshots (they name the tenants). Beside the default's
-file list it scores the file ranking of before the floors on the same hits (:mod:`bench.code_before`,
-``before the floors (the lexical reserve)`` in ``file_rank``), and it records how many of each
+file list it scores the file ranking of before the lexical list's vote on the same hits
+(:mod:`bench.code_before`, ``before the vote (the floors alone)`` in ``file_rank``), and it records how many of each
 stored snapshot's rows had their vectors (``meta.vectors``): a stack still filling is evaluated as
 it stands, and says so.
 
@@ -41,7 +41,7 @@ from ragline.operations.eval_code import (
 )
 from ragline.query.retrieval.search import LIST_DEPTH
 
-BEFORE = "before the floors (the lexical reserve)"
+BEFORE = code_before.LABEL
 
 
 def stored_tenants(config: str) -> list[str]:
@@ -83,7 +83,7 @@ def add_before(
     tenant_of: dict[str, str],
 ) -> None:
     """Score the old file ranking's lists (``files``: per question, tenant and layers) as a file
-    ranking variant of the default, beside ``configured without the floors``."""
+    ranking variant of the default, beside ``the fused hits' files alone (no vote, no floors)``."""
     for variant, layers in variants.items():
         report = CodeReport(BEFORE)
         for q in queries:
@@ -121,6 +121,9 @@ def main() -> None:
     stand_ins: dict[str, str] = {}
     sources: dict[str, str] = {}
     before: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
+    # each question's vector and raw lexical list (their modes run before hybrid+structure), the
+    # leads the file ranking before the vote floored
+    single: dict[tuple[str, str, tuple[str, ...], str], list] = {}
 
     def ingest(snap: Snapshot, cfg: str, source: str) -> dict:
         clone = next((settings.home_dir / "eval" / "repos").glob(f"{snap.name}-*.git"), None)
@@ -151,11 +154,12 @@ def main() -> None:
             structure=structural,
         )
         resp = service.search(req)
+        key = (query, tenant, tuple(layers))
+        if mode in ("vector", "lexical") and not structural:
+            single[(*key, mode)] = resp.hits
         if mode == "hybrid" and structural:
-            lexical = code_before.lexical_leads(resp.list_leads)
-            before[(query, tenant, tuple(layers))] = code_before.ranked_paths(
-                resp.hits, query, sources[tenant], lexical
-            )
+            leads = [single.get((*key, m), []) for m in ("vector", "lexical")]
+            before[key] = code_before.ranked_paths(resp.hits, query, sources[tenant], leads)
         return resp.model_dump(mode="json")
 
     queries = read_code_queries(args.queries)
@@ -170,7 +174,7 @@ def main() -> None:
         stand_ins=stand_ins,
         searched_in_process=True,
         vectors=vectors(sorted(set(searched_in.values()))),
-        file_rank_before=code_before.BEFORE_FLOORS,
+        file_rank_before=code_before.BEFORE,
         code=code_before.checkout(),
     )
     args.out.write_text(json.dumps(result, ensure_ascii=False, indent=2))

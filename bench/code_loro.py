@@ -5,13 +5,13 @@ Reads the JSON of code evaluations (``ragline eval <instances.jsonl> --mode all`
 the rows of every lexical weight the eval re-fused the same candidates with, ``file_rank_per_query``
 with the default's file list re-ranked), one per query set, merged into one set of repositories,
 and prints Markdown: every mode x every repository (file Acc@1 / Acc@5 / Acc@10, MRR) with the
-default's file list without the floors and before them, a baseline run's default beside it, and
+default's file list without the single lists and before the vote, a baseline run's default beside it, and
 for each repository left out in turn the weight the other repositories choose with the left-out
 repository's own numbers at that weight (never the fitted ones). ``--docs FILE`` writes the tables
 between the markers ``<!-- code-loro:start -->`` and ``<!-- code-loro:end -->`` of FILE, so the
 docs' table is this script's output.
 
-    python -m bench.code_loro bench/results/eval-swe-loc-dev-floors.json --docs docs/evaluation.md
+    python -m bench.code_loro bench/results/eval-swe-loc-dev-vote.json --docs docs/evaluation.md
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ MODES = ("lexical", "lexical+structure", "vector", "hybrid", "hybrid+structure")
 #: what a left-out repository's weight is chosen by on the others (pooled over their issues), in order
 SELECT_BY = ("acc@5", "acc@10", "mrr")
 START, END = "<!-- code-loro:start -->", "<!-- code-loro:end -->"
-#: the default's file list re-ranked on the same hits, shown beside the modes: without the floors,
-#: and the file ranking before them (bench/code_before.py)
-FILE_VARIANTS = ("configured without the floors", "before the floors (the lexical reserve)")
+#: the default's file list re-ranked on the same hits, shown beside the modes: the fused hits' files
+#: alone, and the file ranking before the vote (bench/code_before.py)
+FILE_VARIANTS = ("the fused hits' files alone (no vote, no floors)", "before the vote (the floors alone)")
 _WEIGHT = re.compile(r"^configured, lexical weight ([0-9.]+) \[(\w+)\]$")
 
 
@@ -72,6 +72,39 @@ def mode_table(result: dict, variant: str, baseline: dict | None) -> list[str]:
     for name, rows in modes.items():
         grouped = by_repository(rows)
         lines.append("| " + " | ".join([name, *(cell(grouped.get(r, [])) for r in repos), cell(rows)]) + " |")
+    return lines
+
+
+#: the single lists a default is held against, each as the search answers it alone
+SINGLE = ("lexical", "lexical+structure", "vector")
+AT = ("acc@1", "acc@3", "acc@5", "acc@10")
+
+
+def best_single_table(result: dict, variant: str) -> list[str]:
+    """Per repository (and all issues): the default's Acc@k beside the best single list's at each k
+    (the best of :data:`SINGLE` at that k, which may be a different list at each k), and whether the
+    default is at least as good at every k."""
+    rows = {
+        m: result["modes"].get(f"{m} [{variant}]", {}).get("per_query", [])
+        for m in (*SINGLE, "hybrid+structure")
+    }
+    default = rows.pop("hybrid+structure")
+    if not default or not all(rows.values()):
+        return ["(this result lacks a mode)"]
+    lines = [
+        "| repository | default: Acc@1 / 3 / 5 / 10 | best single list at each k | ≥ at every k |",
+        "|---|---|---|---|",
+    ]
+    grouped = {m: by_repository(r) for m, r in rows.items()}
+    for repo, mine in [*by_repository(default).items(), ("all", default)]:
+        singles = [r if repo == "all" else grouped[m].get(repo, []) for m, r in rows.items()]
+        best = [max(_mean(r, k) for r in singles) for k in AT]
+        own = [_mean(mine, k) for k in AT]
+        holds = all(a >= b - 1e-9 for a, b in zip(own, best, strict=True))
+        lines.append(
+            f"| {repo} | {' / '.join(f'{v:.3f}' for v in own)} | {' / '.join(f'{v:.3f}' for v in best)} "
+            f"| {'yes' if holds else 'no'} |"
+        )
     return lines
 
 
@@ -192,6 +225,11 @@ def render(result: dict, variant: str, baseline: dict | None, source: str) -> st
             "File Acc@1 / Acc@5 / Acc@10, MRR per repository (issues in brackets):",
             "",
             *mode_table(result, variant, baseline),
+            "",
+            "The default against its best single list (lexical, lexical + structure or vector, whichever",
+            "is best at each k), per repository:",
+            "",
+            *best_single_table(result, variant),
             "",
             "The lexical RRF weight of code fusion chosen leaving one repository out (on the other",
             "repositories' issues, by Acc@5, then Acc@10, then MRR), reported on the repository left out:",

@@ -1,20 +1,21 @@
-"""A code search's latency with the floors and before them, alternated on the same stack.
+"""A code search's latency with the lexical list's vote on the file order and before it, alternated.
 
 Each issue of a code query set is searched (the default: hybrid with structure, layers ``code``) in
 the stored snapshot of its repository by :func:`ragline.query.service.search`, in this process,
-once with this checkout's file ranking (each single list's first ten files kept within 2n + 1
-places) and once with the one before it (:mod:`bench.code_before`: the lexical list's first two
-files within n + 3), the two in alternating order from issue to issue and round to round, so both
-see the same machine. The question's vector is computed once beforehand and sent with the request
-(``query_vector``, as a caller that embeds itself does), so the timing is the search's own: its
-statements, fusion, structure and file ranking. Reported per side: the search's wall time and the
-file ranking's own (``leads`` and ``files``), p50 / p95 / mean, and the load average.
+once with this checkout's file ranking (the lexical list, re-scored by structure, votes on the
+file order; each single list's first ten files floored within 2n + 1 places) and once with the one
+before it (:mod:`bench.code_before`: the floors alone, on the raw lexical list), the two in
+alternating order from issue to issue and round to round, so both see the same machine. The
+question's vector is computed once beforehand and sent with the request (``query_vector``, as a
+caller that embeds itself does), so the timing is the search's own: its statements, fusion,
+structure and file ranking. Reported per side: the search's wall time and the file ranking's own
+(``leads`` and ``files``), p50 / p95 / mean, and the load average.
 
     RAGLINE_SERVICES_HOME=/tmp/rl-code RAGLINE_DEADLINES_STATEMENT_TIMEOUT_MS=30000 nice -n 10 \\
         .venv/bin/python -m bench.code_search_latency ../shared/datasets/swe-loc-dev/instances.jsonl \\
         --include '*.py' --exclude 'requests/packages/*' --exclude 'tests/*' --exclude '*/tests/*' \\
         --exclude 'testing/*' --exclude '*/testing/*' --exclude 'test_*' --exclude conftest.py \\
-        --rounds 5 --out bench/results/code-search-latency-floors.json
+        --rounds 5 --out bench/results/code-search-latency-vote.json
 """
 
 from __future__ import annotations
@@ -35,28 +36,20 @@ from ragline.query.retrieval.search import LIST_DEPTH
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import SearchRequest, pack_vector
 
-SIDES = ("before", "floors")
+SIDES = ("before", "vote")
 
 
-def _leads_owner() -> tuple[object, bool]:
-    """Where the search takes its file list's leads from: ``RankingPolicy.leads(self, vector,
-    lexical)``, or the module function ``ranking.leads(vector, lexical, settings)`` before it."""
-    policy = getattr(ranking, "RankingPolicy", None)
-    return (policy, True) if policy is not None and hasattr(policy, "leads") else (ranking, False)
-
-
-def _old_leads(*args) -> list[list]:
-    """What the old search kept for the file list: the lexical list's first files (both lists ran)."""
-    vector, lexical = args[1:3] if _leads_owner()[1] else args[:2]
-    if not (vector and lexical and get_settings().code.file_rank):
+def _old_leads(self, vector: list[dict], lexical: list[dict], named=()) -> list[list]:
+    """What the search kept for the file list before the vote: both lists' first files, raw."""
+    if not (vector and lexical and self.file_rank):
         return []
-    return [[], [sql.hit(r) for r in file_rank.lead_files(lexical, code_before.WEIGHTS["reserve"])]]
+    return [[sql.hit(r) for r in file_rank.lead_files(rows, file_rank.LEADS)] for rows in (vector, lexical)]
 
 
 def _old_files(hits, query, settings, leads):
     if not settings.code.file_rank or not any(h.layer in settings.code.layers for h in hits):
         return []
-    return code_before.response_files(hits, query, code_before.lexical_leads(leads))
+    return code_before.response_files(hits, query, leads)
 
 
 def _timed(fn: Callable, spent: dict[str, float], key: str) -> Callable:
@@ -73,18 +66,18 @@ def _timed(fn: Callable, spent: dict[str, float], key: str) -> Callable:
 @contextmanager
 def side(name: str, spent: dict[str, float]):
     """The search's file ranking of one side, timed into ``spent`` (``leads``, ``files``)."""
-    owner, _ = _leads_owner()
-    leads, files = owner.leads, file_rank.response_files  # type: ignore[attr-defined]
+    owner = ranking.RankingPolicy
+    leads, files = owner.leads, file_rank.response_files
     if name == "before":
         leads_now, files_now = _old_leads, _old_files
     else:
         leads_now, files_now = leads, files
-    owner.leads = _timed(leads_now, spent, "leads")  # type: ignore[attr-defined]
+    owner.leads = _timed(leads_now, spent, "leads")  # type: ignore[method-assign]
     file_rank.response_files = _timed(files_now, spent, "files")
     try:
         yield
     finally:
-        owner.leads, file_rank.response_files = leads, files  # type: ignore[attr-defined]
+        owner.leads, file_rank.response_files = leads, files  # type: ignore[method-assign]
 
 
 def summary(values: list[float]) -> dict:
@@ -147,7 +140,7 @@ def main() -> None:
             "degraded": degraded,
             "rounds": args.rounds,
             "tenants": sorted({t for _, t, _, _ in cases}),
-            "before": code_before.BEFORE_FLOORS,
+            "before": code_before.BEFORE,
             "code": code_before.checkout(),
             "load_average": loads,
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -464,9 +464,9 @@ def run_code_eval(
                 for label, fw in file_variants.items():
                     files = file_rank.ranked_paths(res["hits"], text, fw, source, leads)
                     file_ranks.setdefault(name, {}).setdefault(label, CodeReport(label)).add(q, files)
-                if leads:  # what the floors change: the configured file ranking without them
+                if leads:  # what the single lists change: the configured file ranking without them
                     files = file_rank.ranked_paths(res["hits"], text, file_weights, source)
-                    label = "configured without the floors"
+                    label = "the fused hits' files alone (no vote, no floors)"
                     file_ranks.setdefault(name, {}).setdefault(label, CodeReport(label)).add(q, files)
                 if mode == "hybrid+structure":
                     share = res.get("vector_share", 1.0)

@@ -161,7 +161,10 @@ def test_code_is_searchable_before_its_vectors_and_says_so(repo, tenant, fill_lo
         terms = [(policy.vector_rrf_weight, h["vector_rank"]), (policy.lexical_weight, h["lexical_rank"])]
         assert h["fused_score"] == pytest.approx(sum(policy.rank_term(w, r) for w, r in terms if r), abs=1e-7)
     assert any(h["vector_rank"] for h in during["hits"])
-    assert during["files"][0]["path"] == during["hits"][0]["path"]
+    # the code file only the lexical list finds keeps a place at the top of the file list (the
+    # lexical list's vote and floor: query/retrieval/file_rank.py), the embedded document beside it
+    top = [f["path"] for f in during["files"][:3]]
+    assert "r/pkg/hooks.py" in top and during["hits"][0]["path"] in top, (top, during["hits"][0]["path"])
     # counted in the caller's scope: another group sees none of these rows, pending or not
     other = search(tenant, ["other"])
     assert other["hits"] == [] and other["unembedded_rows"] == 0
