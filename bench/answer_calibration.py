@@ -7,8 +7,13 @@ questions and reported on the other, written as data next to the code
         QUESTIONS.jsonl ANSWERS.jsonl [QUESTIONS2.jsonl ANSWERS2.jsonl ...] --write
 
 ANSWERS come from ``bench/answers_inprocess.py`` run with ``RAGLINE_ANSWER_MIN_CONFIDENCE=0`` (every
-question answered, so each answer's features and verdict are known). An answerable question is
-labelled 1 when its answer is right, an unanswerable one 0 (any answer to it is wrong). The halves
+question answered, so each answer's features and verdict are known), over fully embedded scopes and
+over scopes of which a share of the rows awaits its vectors (``bench/answers_awaiting.py``): the
+model also reads the scope's ``awaiting`` share as it bears on quotes in another language than the
+question's (``grounding.SCOPE_FEATURES``), and the result reports each share's answers on the report
+half under the model shipped before and the one fitted (``by_awaiting``, written into
+docs/evaluation.md with the reliability table). An answerable question is labelled 1 when its answer
+is right, an unanswerable one 0 (any answer to it is wrong). The halves
 are split by source: a question's article (XQuAD: the paragraph's article; an unanswerable question:
 the article it asks about; answers-dev: its document's top folder), hashed, so no paragraph of the
 report half was seen by the fit. The minimum confidence is then the probability that maximises the
@@ -27,13 +32,22 @@ from typing import Any
 
 import numpy as np
 
+from bench.report import EVAL_PAGE, update_page
 from ragline.operations.eval_answers import read_jsonl, score_one
 from ragline.query.answer.extractive import FEATURES
-from ragline.query.answer.grounding import CONFIDENCE_MODEL
+from ragline.query.answer.grounding import CONFIDENCE_MODEL, SCOPE_FEATURES, answer_probability, feature_value
 from ragline.shared.config.settings import get_settings
 
 RESULTS = Path(__file__).with_name("results")
+#: the block of docs/evaluation.md that :func:`tables` writes
+DOCS_MARKERS = ("<!-- answer-calibration:start -->", "<!-- answer-calibration:end -->")
 BUCKETS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0001)
+#: what the model reads: the composer's features and the searched scope's
+NAMES = (*FEATURES, *SCOPE_FEATURES)
+#: a confidence at least this high on a wrong answer counts as confidently wrong
+CONFIDENT = 0.7
+#: the shares of a scope's rows awaiting vectors that ``bench/answers_awaiting.py`` is run with
+LEVELS = (0.0, 0.25, 0.5, 0.75)
 #: the L2 penalty of the fit (standardised features): small, the features are few
 L2 = 1.0
 
@@ -69,9 +83,7 @@ def rows_of(pairs: list[tuple[Path, Path]]) -> list[dict]:
                     "half": half(q),
                     "source": source_of(q),
                     "set": set_no,
-                    "x": {
-                        f: None if feats.get(f, 0.0) is None else float(feats.get(f, 0.0)) for f in FEATURES
-                    },
+                    "x": {f: feature_value(feats, f) for f in {*NAMES, *FEATURES, "awaiting"}},
                     "y": label,
                 }
             )
@@ -162,7 +174,7 @@ def held_out(rows: list[dict], x: np.ndarray, y: np.ndarray, threshold: float) -
     """Each input set's answers predicted by models that did not see their source (one article or
     document folder left out at a time, every other question of every set fitted): how the
     confidence transfers to a corpus it was not fitted on. Per set: right at ``threshold`` and the
-    answers at 0.7 or more that are wrong."""
+    answers at :data:`CONFIDENT` or more that are wrong."""
     p = np.zeros(len(rows))
     sources = np.array([r["source"] for r in rows])
     for source in sorted(set(sources)):
@@ -177,16 +189,55 @@ def held_out(rows: list[dict], x: np.ndarray, y: np.ndarray, threshold: float) -
                 "set": set_no,
                 "n": len(mine),
                 "right": right_at([rows[i] for i in mine], p[mine], threshold),
-                "confident_wrong": int(sum(p[i] >= 0.7 and not rows[i]["y"] for i in mine)),
+                "confident_wrong": int(sum(p[i] >= CONFIDENT and not rows[i]["y"] for i in mine)),
             }
         )
     return report
 
 
-def calibrate(rows: list[dict], names: tuple[str, ...], threshold: float) -> dict[str, Any]:
+def by_awaiting(rows: list[dict], models: dict[str, tuple[dict, np.ndarray]]) -> list[dict]:
+    """The report half's answers by the share of their scope awaiting vectors (the nearest of the
+    simulated shares, :data:`LEVELS`: a search's filters move its scope's share a little), all of
+    them and split by whether they quote another language than the question's, under each of
+    ``models`` (name: (model, its probabilities)): the share right, the mean confidence, the answers
+    at :data:`CONFIDENT` or more that are wrong, and the right ones when those below the model's
+    minimum are refused (a refused unanswerable question is right)."""
+    share = np.array([r["x"]["awaiting"] or 0.0 for r in rows])
+    level = np.array(LEVELS)[np.abs(share[:, None] - np.array(LEVELS)[None, :]).argmin(axis=1)]
+    cross = np.array([bool(r["x"]["cross"]) for r in rows])
+    out = []
+    for at in sorted(set(level)):
+        for quotes, among in (
+            ("all", level == at),
+            ("same", (level == at) & ~cross),
+            ("other", (level == at) & cross),
+        ):
+            mine = [int(i) for i in np.flatnonzero(among)]
+            if not mine:
+                continue
+            line: dict[str, Any] = {
+                "awaiting": float(at),
+                "quotes": quotes,
+                "n": len(mine),
+                "right_share": round(float(np.mean([rows[i]["y"] for i in mine])), 3),
+            }
+            for name, (model, p) in models.items():
+                line[name] = {
+                    "mean_confidence": round(float(np.mean(p[mine])), 3),
+                    "confident_wrong": int(sum(p[i] >= CONFIDENT and not rows[i]["y"] for i in mine)),
+                    "right": right_at([rows[i] for i in mine], p[mine], model["min_confidence"]),
+                }
+            out.append(line)
+    return out
+
+
+def calibrate(
+    rows: list[dict], names: tuple[str, ...], threshold: float, before: dict | None = None
+) -> dict[str, Any]:
     """The model over the features ``names`` fitted on half 0, its minimum confidence (the threshold
-    maximising the fit half's right answers), its report on half 1, and each input set predicted
-    with its sources held out (:func:`held_out`, refused below ``threshold``: the deployed minimum)."""
+    maximising the fit half's right answers), its report on half 1 (and by awaiting share beside the
+    model shipped ``before``), and each input set predicted with its sources held out
+    (:func:`held_out`, refused below ``threshold``: the deployed minimum)."""
     x = np.array([[np.nan if r["x"][f] is None else r["x"][f] for f in names] for r in rows], dtype=float)
     x = np.where(np.isnan(x), np.nanmean(x, axis=0), x)  # an unknown feature takes its mean, as at run time
     y = np.array([r["y"] for r in rows], dtype=float)
@@ -205,9 +256,14 @@ def calibrate(rows: list[dict], names: tuple[str, ...], threshold: float) -> dic
         k["n"] += 1
         answered = pi >= best
         k["right"] += int((r["answerable"] and r["y"] and answered) or (not r["answerable"] and not answered))
-        k["confident_wrong"] += int(answered and not r["y"] and pi >= 0.7)
+        k["confident_wrong"] += int(answered and not r["y"] and pi >= CONFIDENT)
+    models = {"fitted": (model, pr)}
+    if before is not None:
+        old = np.array([answer_probability(r["x"], before) for r in report])
+        models = {"before": (before, old), **models}
     return {
         "model": model,
+        "by_awaiting": by_awaiting(report, models),
         "n_fit": int(train.sum()),
         "n_report": int((~train).sum()),
         "report_right": int(right_at(report, pr, best)),
@@ -215,6 +271,45 @@ def calibrate(rows: list[dict], names: tuple[str, ...], threshold: float) -> dic
         "reliability": reliability(report, pr),
         "held_out_by_source": held_out(rows, x, y, threshold),
     }
+
+
+QUOTES = {"all": "all", "same": "the question's language", "other": "another language"}
+
+
+def tables(result: dict) -> str:
+    """docs/evaluation.md's generated block: the report half's reliability, and its answers by the
+    share of the scope awaiting vectors under the model shipped before the fit and the fitted one."""
+    lines = [
+        f"Reliability on the report half ({result['n_fit']} answers fitted, {result['n_report']} reported,"
+        f" {result['report_right']} right at the fit half's threshold {result['model']['min_confidence']:g}):",
+        "",
+        "| confidence | answers | right share | mean confidence |",
+        "|---|---|---|---|",
+        *(
+            f"| {t['bucket']} | {t['n']} | {t['right_share']} | {t['mean_confidence']} |"
+            for t in result["reliability"]
+            if t["n"]
+        ),
+    ]
+    shares = result.get("by_awaiting", [])
+    if shares and "before" in shares[0]:
+        lines += [
+            "",
+            "By the share of the scope's rows awaiting vectors (report half; right = right when the answers"
+            f" below the model's own minimum are refused; confident-wrong: wrong at {CONFIDENT} or more):",
+            "",
+            "| awaiting | quotes | answers | right share | mean confidence before / fitted"
+            " | confident-wrong before / fitted | right before / fitted |",
+            "|---|---|---|---|---|---|---|",
+            *(
+                f"| {s['awaiting']:g} | {QUOTES[s['quotes']]} | {s['n']} | {s['right_share']} |"
+                f" {s['before']['mean_confidence']} / {s['fitted']['mean_confidence']} |"
+                f" {s['before']['confident_wrong']} / {s['fitted']['confident_wrong']} |"
+                f" {s['before']['right']} / {s['fitted']['right']} |"
+                for s in shares
+            ),
+        ]
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -227,7 +322,7 @@ def main() -> None:
     threshold = get_settings().answer.min_confidence
     result: dict[str, Any] = {
         "inputs": [[str(a), str(b)] for a, b in pairs],
-        **calibrate(rows, FEATURES, threshold),
+        **calibrate(rows, NAMES, threshold, json.loads(CONFIDENCE_MODEL.read_text(encoding="utf-8"))),
     }
     print(json.dumps(result, indent=1))
     if args.write:
@@ -236,6 +331,7 @@ def main() -> None:
             json.dumps(result, indent=1) + "\n", encoding="utf-8"
         )
         plot(result["reliability"], Path(__file__).parents[1] / "docs" / "img" / "answer-calibration.png")
+        update_page(EVAL_PAGE, tables(result), *DOCS_MARKERS)
 
 
 if __name__ == "__main__":

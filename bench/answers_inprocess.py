@@ -37,7 +37,8 @@ def search_hits(question: str, tenant: str, groups: list[str]) -> dict:
         seen["question"] = run.question
         seen["trace"] = {k: run.trace.get(k) for k in ("retrieved", "reranked", "corpus_names")}
         seen["empty_reason"] = empty_reason
-        return real(run, hits, empty_reason)
+        seen["vector_share"] = run.vector_share
+        return run.done(answer="", citations=[], no_answer=True)  # answered from the record, once
 
     service.respond = record
     try:
@@ -51,6 +52,7 @@ def answer(cached: dict) -> dict:
     """The answer stages over the cached hits, timed."""
     run = answer_run.QuestionRun.start(cached["question"])
     run.trace.update({k: v for k, v in cached["trace"].items() if v is not None})
+    run.vector_share = cached.get("vector_share", 1.0)
     hits = [Hit(**h) for h in cached["hits"]]
     t = time.perf_counter()
     resp = answer_run.respond(run, hits, cached["empty_reason"]).model_dump(mode="json")

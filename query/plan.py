@@ -167,11 +167,14 @@ class QueryPlan:
 class Evidence:
     """What executing a plan found, for the answer side: the hits the answer reads (reranked or
     kept by score, then expanded), how many fused candidates there were before that, the rows of
-    the scope still without vectors, and the execution's degraded reasons, timings and trace."""
+    the scope still without vectors and the share of the embeddable ones the vector search saw (the
+    least of its searches': the answer's confidence reads it), and the execution's degraded
+    reasons, timings and trace."""
 
     hits: tuple[Hit, ...]
     candidates: int
     unembedded_rows: int = 0
+    vector_share: float = 1.0
     reasons: tuple[str, ...] = ()
     timings: Mapping[str, float] = field(default_factory=dict)
     trace: Mapping[str, Any] = field(default_factory=dict)

@@ -257,12 +257,13 @@ def gather(planned: QueryPlan) -> Evidence:
     trace: dict[str, object] = {}
     names: list[str] = []
     lists: list[list[Hit]] = []
-    unembedded = 0
+    unembedded, share = 0, 1.0
     with db.query_connection() as conn:
         for i in range(len(planned.queries)):
             resp = retrieve(planned.search(i), limit=planned.candidates, conn=conn)
             lists.append(resp.hits)
             unembedded = max(unembedded, resp.unembedded_rows)
+            share = min(share, resp.vector_share)
             names += [n for n in resp.corpus_names if n not in names]
             reasons += [r for r in resp.degraded_reasons if r not in reasons]
             for k, v in resp.timings_ms.items():
@@ -288,6 +289,7 @@ def gather(planned: QueryPlan) -> Evidence:
         hits=tuple(hits),
         candidates=len(candidates),
         unembedded_rows=unembedded,
+        vector_share=share,
         reasons=tuple(reasons),
         timings=MappingProxyType(timings),
         trace=MappingProxyType(trace),
@@ -386,6 +388,7 @@ def agentic_ask(req: AskRequest) -> AskResponse:
         def agentic_search(q: str, k: int) -> list[Hit]:
             resp = search(SearchRequest.model_validate({**base, "query": q, "k": k}), conn)
             run.reasons.extend(r for r in resp.degraded_reasons if r not in run.reasons)
+            run.vector_share = min(run.vector_share, resp.vector_share)
             return resp.hits
 
         try:

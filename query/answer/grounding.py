@@ -405,6 +405,30 @@ def most_consistent(samples: list[str], doc_of: Callable[[int], str]) -> tuple[i
 # ------------------------------------------------------------------- confidence of a quoted answer
 #: the fitted model: ``bench/answer_calibration.py`` writes it (docs/evaluation.md, "Confidence")
 CONFIDENCE_MODEL = Path(__file__).with_name("confidence.json")
+#: what the model reads of the searched scope beside the composer's features
+#: (``extractive.FEATURES``): the share of its embeddable rows still awaiting their vectors, as it
+#: bears on an answer quoting passages in another language than the question's (``a*b``: the product
+#: of two features). Only the vector search finds across languages, and it saw only the rest of the
+#: scope; docs/evaluation.md ("Scopes awaiting their vectors") has the measurement
+SCOPE_FEATURES = ("awaiting*cross",)
+
+
+def scope_features(vector_share: float) -> dict[str, float]:
+    """The scope's features for ``vector_share``, the share of its embeddable rows the vector search
+    saw (``Evidence.vector_share``): the rest the vector list, and with it ``hit_z``, could not see."""
+    return {"awaiting": round(1.0 - vector_share, 6)}
+
+
+def feature_value(features: dict[str, float | None], name: str) -> float | None:
+    """The value of the model's feature ``name`` for these ``features``: a product ``a*b`` of two,
+    unknown when either is; a feature not measured at all is 0 (an answer's scope fully embedded)."""
+    value = 1.0
+    for part in name.split("*"):
+        v = features.get(part, 0.0)
+        if v is None:
+            return None
+        value *= float(v)
+    return value
 
 
 @lru_cache(maxsize=1)
@@ -424,7 +448,7 @@ def answer_probability(features: dict[str, float | None], model: dict | None = N
     for name, mean, scale, coef in zip(
         model["features"], model["mean"], model["scale"], model["coef"], strict=True
     ):
-        value = features.get(name, 0.0)
+        value = feature_value(features, name)
         if value is not None:
-            z += coef * (float(value) - mean) / scale
+            z += coef * (value - mean) / scale
     return round(1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z)))), 3)

@@ -107,6 +107,8 @@ class QuestionRun:
     trace: dict = field(default_factory=dict)
     #: the evidence may not cover the question (the agentic budget ran out)
     partial: bool = False
+    #: the share of the searched scope's embeddable rows the vector search saw (Evidence.vector_share)
+    vector_share: float = 1.0
 
     @classmethod
     def start(cls, question: str, settings: Settings | None = None, t0: float | None = None) -> QuestionRun:
@@ -138,6 +140,7 @@ class QuestionRun:
         the history), then the plan's and the evidence's degraded reasons, timings and trace."""
         self.question = plan.question
         self.reasons += [*plan.reasons, *evidence.reasons]
+        self.vector_share = evidence.vector_share
         self.timings["transform"] = plan.elapsed_ms
         self.timings.update(evidence.timings)
         self.trace.update(plan.trace())
@@ -413,10 +416,11 @@ def confidence(
     ex = gen.extract
     if ex is not None:
         # an extractive answer only quotes (its support is 1.0 by construction): how far to trust
-        # it is the fitted probability that what it quoted answers the question
-        probability = grounding.answer_probability(ex.features)
+        # it is the fitted probability that what it quoted answers the question, in this scope
+        features = ex.features | grounding.scope_features(run.vector_share)
+        probability = grounding.answer_probability(features)
         run.trace["confidence"] = {
-            "features": {k: None if v is None else round(v, 3) for k, v in ex.features.items()},
+            "features": {k: None if v is None else round(v, 3) for k, v in features.items()},
             "confidence": probability,
             "min": a.min_confidence,
             "judged": True,

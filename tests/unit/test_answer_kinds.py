@@ -260,4 +260,4 @@ def test_the_confidence_is_the_fitted_probability_of_a_right_answer():
     assert 0.0 < p_other < p_held < 1.0
     far = {**held, "similarity": (held["similarity"] or 0.0) - 1.0, "lexical": 0.0}
     assert grounding.answer_probability(far) < p_held
-    assert set(grounding.confidence_model()["features"]) <= set(held)
+    assert set(grounding.confidence_model()["features"]) <= {*held, *grounding.SCOPE_FEATURES}
