@@ -383,12 +383,15 @@ def agentic_ask(req: AskRequest) -> AskResponse:
     generator = run.chat_model("planner")
     planner: Planner = LLMPlanner(generator) if generator is not None else CoveragePlanner()
     budget = replace(agentic.BUDGET, k=req.k)
+    unembedded = 0
     with db.query_connection() as conn:
 
         def agentic_search(q: str, k: int) -> list[Hit]:
+            nonlocal unembedded
             resp = search(SearchRequest.model_validate({**base, "query": q, "k": k}), conn)
             run.reasons.extend(r for r in resp.degraded_reasons if r not in run.reasons)
             run.vector_share = min(run.vector_share, resp.vector_share)
+            unembedded = max(unembedded, resp.unembedded_rows)
             return resp.hits
 
         try:
@@ -415,4 +418,6 @@ def agentic_ask(req: AskRequest) -> AskResponse:
         "retrieved": trace_of(result.evidence),
     }
     run.partial = result.partial
-    return respond(run, result.evidence)
+    resp = respond(run, result.evidence)
+    resp.unembedded_rows, resp.vectors_complete = unembedded, not unembedded
+    return resp

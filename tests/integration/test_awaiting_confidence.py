@@ -64,6 +64,8 @@ def test_an_answer_over_a_scope_awaiting_vectors_reads_the_share(conn, tenant, v
     assert [c.doc_id for c in partial.citations] == [ANSWER_DOC]
     assert not [r for r in full.degraded_reasons if r.startswith("vectors pending")]
     assert awaiting_reason(len(DOCS) - 1) in partial.degraded_reasons and partial.degraded
+    assert (full.unembedded_rows, full.vectors_complete) == (0, True)
+    assert (partial.unembedded_rows, partial.vectors_complete) == (len(DOCS) - 1, False)
     features = {k: dict(r.trace["confidence"]["features"]) for k, r in (("full", full), ("partial", partial))}
     assert features["full"].pop("awaiting") == 0.0
     assert features["partial"].pop("awaiting") == pytest.approx((len(DOCS) - 1) / len(DOCS), abs=1e-3)
