@@ -175,11 +175,22 @@ def spells(words: Sequence[str], symbol: str) -> bool:
     if sum(1 for p in parts if len(p) > 2 and p not in STOP_WORDS) < 2:
         return False
     k, head = len(parts), tuple(parts[:-1])
-    for i in range(len(words) - k + 1):
+    i = -1
+    # each place the name's first part is written, found by list.index (a search runs this for every
+    # definition of every candidate, twice: the hits and the lexical list's file order)
+    while (i := _index(words, head[0], i + 1)) >= 0 and i + k <= len(words):
         last = words[i + k - 1]
         if tuple(words[i : i + k - 1]) == head and parts[-1] in (last, last + "s", last.removesuffix("s")):
             return True
     return False
+
+
+def _index(words: Sequence[str], word: str, start: int) -> int:
+    """The first place of ``word`` in ``words`` from ``start``, or -1."""
+    try:
+        return words.index(word, start)
+    except ValueError:
+        return -1
 
 
 def spelled_definitions(words: Sequence[str], symbols: list[str]) -> int:

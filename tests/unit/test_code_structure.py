@@ -7,6 +7,9 @@ import json
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 
 from ragline.ingest.layers import LayerRules
 from ragline.operations import code_ablations
@@ -30,6 +33,7 @@ from ragline.query.retrieval.fusion import FusionPolicy
 from ragline.query.retrieval.ranking import RankingPolicy
 from ragline.shared.config.settings import CodeSettings, Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest
+from ragline.shared.worker.identifiers import STOP_WORDS, component_parts
 
 TRACEBACK = """Session.request fails with a unicode method
 Traceback (most recent call last):
@@ -390,3 +394,24 @@ def test_a_definition_spelled_in_words_gets_the_spelled_bonus_its_mentions_do_no
     assert not structural(req, [row(["Session.__init__"])], [row(["default_user_agent"])], settings())
     monkeypatch.setattr(structure, "WEIGHTS", replace(structure.WEIGHTS, spelled=0.0))
     assert not structural(req, [], [row(["default_headers"])], settings())
+
+
+_WORD = st.sampled_from(["default", "headers", "header", "proxy", "get", "netrc", "auth", "the", "s", ""])
+
+
+@given(words=st.lists(_WORD, max_size=40), parts=st.lists(_WORD.filter(bool), min_size=1, max_size=4))
+@examples(max_examples=400, deadline=None)
+def test_a_name_is_spelled_by_any_run_of_consecutive_words_wherever_it_starts(words, parts):
+    """spells finds the name's first part with list.index rather than trying every window; it must
+    answer as the definition says: some run of consecutive words is the name's parts, the last in
+    the singular or the plural (for names of two or more parts that are no stop words)."""
+    symbol = "_".join(parts)
+    name = component_parts(symbol)
+    runs = [
+        words[i : i + len(name)]
+        for i in range(len(words) - len(name) + 1)
+        if words[i : i + len(name) - 1] == name[:-1]
+    ]
+    spelled = any(name[-1] in (run[-1], run[-1] + "s", run[-1].removesuffix("s")) for run in runs)
+    counted = sum(1 for p in name if len(p) > 2 and p not in STOP_WORDS) >= 2
+    assert structure.spells(tuple(words), symbol) is (spelled and counted)
