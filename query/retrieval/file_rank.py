@@ -23,23 +23,21 @@ search orders them (structure on). No weight is fitted between the two, so there
 from one repository to another; docs/evaluation.md (the leave-one-repository-out table) has each
 repository's numbers.
 
-**Each list's first files keep a place.** Then the floors. The fused hits are one list; the vector and the lexical
-list each rank files their own way, and on a repository nobody tuned for either may be the better
-one (a general text model misses the file whose definitions the issue names; the lexical list is
-misled by a common word). Whatever the fusion's weights, the file list therefore keeps every single
-list's first files within reach (:func:`rank_files`, :func:`with_floors`): with ``m`` lists (vector
-and lexical: 2), the n-th file (from 1) of each is listed at place ``m·n + floor_slack`` at the
-latest (``FileWeights.floor_slack``, 1), earlier where the fused order has it earlier. **The
-guarantee**, for every ``k`` up to :data:`LEADS`: the first ``m·k + slack`` files listed hold the
-first ``k`` files of every list, so the file list's Acc@(2k+1) is at least each single list's
-Acc@k; with a slack of 1 the fused order's first file keeps the first place (the structural
-evidence decides Acc@1); every place no floor claims is the fused order's. Without the slack
-(``2k``, the least any list can promise, since the two lists' first ``k`` files may all differ)
-both lists' first files could push the fused first file to third place. The slack of 1 was chosen
-on swe-loc-dev's Acc@1 over a partly embedded index; fully embedded, slacks 0, 1 and 2 give the same
-Acc@1 and differ at Acc@5 (docs/evaluation.md, "Each list's first files keep a place", where the
-floors are also measured against the lexical reserve they replaced). Pure; the weights are the
-constant :data:`WEIGHTS` and their measurement is in docs/evaluation.md.
+**Each list's first files keep a place.** Then the floors. The vector and the lexical list each rank
+files their own way, and on a repository nobody tuned for either may be the better one (a general
+text model misses the file whose definitions the issue names; the lexical list is misled by a
+common word). Whatever the fusion's weights, the file list therefore keeps every single list's
+first files within reach (:func:`rank_files`, :func:`with_floors`): with ``m`` lists (vector and
+lexical: 2), the n-th file (from 1) of each is listed at place ``m·n + floor_slack`` at the latest
+(``FileWeights.floor_slack``, 1), earlier where the voted order has it earlier. **The guarantee**,
+for every ``k`` up to :data:`LEADS`: the first ``m·k + slack`` files listed hold the first ``k``
+files of every list, so the file list's Acc@(2k+1) is at least each single list's Acc@k; with a
+slack of 1 the voted order's first file keeps the first place; every place no floor claims is the
+voted order's. Without the slack (``2k``, the least any list can promise, since the two lists'
+first ``k`` files may all differ) both lists' first files could push it to third place. Left one
+repository out, the folds choose slacks of 1 and 2 (docs/evaluation.md, "Each list's first files
+keep a place"). Pure; the weights are the constant :data:`WEIGHTS` and their measurement is in
+docs/evaluation.md.
 """
 
 from __future__ import annotations
