@@ -161,13 +161,13 @@ def _plan(conn: psycopg.Connection, tenant: str, qvec: np.ndarray, settings) -> 
     """EXPLAIN of the vector statement (custom plan) on ``conn`` (the query pool's role: the
     row-level security filter shows), to show which path the planner takes."""
     from ragline.query.retrieval import sql, transaction
-    from ragline.query.retrieval.retrievers import filters_for
+    from ragline.query.retrieval.filters import compile_filters
 
     req = _request(tenant, qvec)
     n = max(LIST_DEPTH, K)
     try:
-        f = filters_for(req, settings)
-        statement = sql.render(sql.VECTOR_SQL, f.columns_sql(), f.where_sql())
+        f = compile_filters(req)
+        statement = sql.render(sql.VECTOR_SQL, f.where_sql())
         with conn.transaction():
             transaction.set_transaction_params(conn, req, settings, n)
             rows = conn.execute(

@@ -1,10 +1,12 @@
-"""The retrieval contract's filters, compiled into SQL ``WHERE`` clauses and ranking columns.
+"""The retrieval contract's filters, compiled into SQL ``WHERE`` clauses, and its path patterns.
 
 Pure functions: the clause texts are constants, every user value travels as a bound parameter,
 and every pattern is LIKE-escaped, so ``%`` or ``_`` inside a path prefix match themselves.
 
 Patterns (``exclude_like_patterns``, ``prefer_like_patterns``) are globs: ``*`` matches any run of
-characters, ``?`` one character; everything else is literal.
+characters, ``?`` one character; everything else is literal, and a glob matches the whole path.
+The exclusions filter in SQL (:func:`glob_pattern`, ``LIKE``); the preferences are a ranking signal
+and match in Python (:func:`glob_matches`, the same rule, ``ranking.PathPreferences``).
 """
 
 from __future__ import annotations
@@ -18,12 +20,6 @@ from ragline.shared.sdk.contracts import SearchRequest
 #: the layer ingestion stores test files in (``ingest/layers.py`` decides, by ``RAGLINE_CODE_TEST_GLOBS``):
 #: a row is a test when it was stored there, so search and ingestion never judge a path differently
 DEFAULT_TESTS_LAYER = CodeSettings.model_fields["tests_layer"].default
-#: added to the fused score of a hit matching the request's ``prefer_path_prefixes`` /
-#: ``prefer_like_patterns``, in RRF units (one rank near the top is ~0.0003): it lifts a preferred
-#: hit over a few ranks, not over the whole list (0.2; a setting until 0.1)
-PREFER_BONUS = 0.005
-#: subtracted from the fused score of a test file's hit when the request sets ``prefer_non_tests``
-TEST_PENALTY = 0.005
 
 
 def like_escape(text: str) -> str:
@@ -38,6 +34,60 @@ def prefix_pattern(prefix: str) -> str:
 def glob_pattern(glob: str) -> str:
     """``*`` → ``%``, ``?`` → ``_``; every other character, ``%`` and ``_`` included, is literal."""
     return "".join("%" if ch == "*" else "_" if ch == "?" else like_escape(ch) for ch in glob)
+
+
+def glob_matches(path: str, glob: str) -> bool:
+    """Whether ``path`` matches ``glob``, as ``path LIKE glob_pattern(glob)`` does in Postgres (case
+    and every character as written, ``?`` one character), with no regex and no backtracking.
+
+    The pieces between ``*`` have a fixed length: the first must start the path, the last end it,
+    and each one between is taken at its leftmost place after the previous one (a later place
+    never leaves more room for the rest), so the path is read once per piece at most."""
+    first, *middle = glob.split("*")
+    if not middle:
+        return len(path) == len(first) and _piece_at(path, 0, first)
+    last = middle.pop()
+    end = len(path) - len(last)
+    if end < len(first) or not (_piece_at(path, 0, first) and _piece_at(path, end, last)):
+        return False
+    at = len(first)
+    for piece in middle:
+        found = _find_piece(path, piece, at, end)
+        if found < 0:
+            return False
+        at = found + len(piece)
+    return True
+
+
+def _piece_at(text: str, at: int, piece: str) -> bool:
+    """Whether ``piece`` (literal characters and ``?``) matches ``text`` at ``at``."""
+    if "?" not in piece:
+        return text.startswith(piece, at)
+    if at + len(piece) > len(text):
+        return False
+    return all(p == "?" or p == t for p, t in zip(piece, text[at : at + len(piece)], strict=True))
+
+
+def _find_piece(text: str, piece: str, start: int, stop: int) -> int:
+    """The leftmost place ``piece`` matches inside ``text[start:stop]``, or -1. A literal piece is
+    ``str.find``; one holding ``?`` is read in one pass by the shift-and automaton (a bit per
+    position of the piece: the positions a match ending at the current character reaches)."""
+    if "?" not in piece:
+        return text.find(piece, start, stop)
+    wild = 0
+    masks: dict[str, int] = {}
+    for i, ch in enumerate(piece):
+        if ch == "?":
+            wild |= 1 << i
+        else:
+            masks[ch] = masks.get(ch, 0) | 1 << i
+    done = 1 << (len(piece) - 1)
+    state = 0
+    for i in range(start, stop):
+        state = ((state << 1) | 1) & (masks.get(text[i], 0) | wild)
+        if state & done:
+            return i - len(piece) + 1
+    return -1
 
 
 def normalize_path(path: str) -> str:
@@ -59,25 +109,18 @@ def clean_paths(paths: list[str]) -> list[str]:
 
 @dataclass
 class CompiledFilters:
-    """``where``: extra conditions ANDed after tenant and ACL; ``columns``: ranking columns."""
+    """``where``: extra conditions ANDed after tenant and ACL, and their bound parameters."""
 
     where: list[str] = field(default_factory=list)
-    columns: list[str] = field(default_factory=list)
     params: dict[str, object] = field(default_factory=dict)
 
     def where_sql(self) -> str:
         return "".join(f" AND {w}" for w in self.where)
 
-    def columns_sql(self) -> str:
-        return "".join(f", {c}" for c in self.columns)
 
-
-def compile_filters(
-    req: SearchRequest,
-    prefer_bonus: float,
-    test_penalty: float,
-    tests_layer: str = DEFAULT_TESTS_LAYER,
-) -> CompiledFilters:
+def compile_filters(req: SearchRequest) -> CompiledFilters:
+    """The request's layers, included and excluded paths as SQL conditions (its path preferences
+    are ranking signals, computed on the rows: ``ranking.PathPreferences``)."""
     f = CompiledFilters()
     if req.layers:
         f.where.append("c.layer = ANY(%(f_layers)s::text[])")
@@ -91,23 +134,6 @@ def compile_filters(
     if exclude:
         f.where.append("NOT (c.path LIKE ANY(%(f_exclude)s::text[]))")
         f.params["f_exclude"] = exclude
-    prefer = [prefix_pattern(p) for p in req.prefer_path_prefixes if p]
-    prefer += [glob_pattern(g) for g in req.prefer_like_patterns if g]
-    if prefer:
-        f.columns.append(
-            "CASE WHEN c.path LIKE ANY(%(f_prefer)s::text[]) THEN %(f_bonus)s::float8 ELSE 0.0 END"
-            " AS prefer_bonus"
-        )
-        f.params.update(f_prefer=prefer, f_bonus=prefer_bonus)
-    else:
-        f.columns.append("0.0::float8 AS prefer_bonus")
-    if req.prefer_non_tests:
-        f.columns.append(
-            "CASE WHEN c.layer = %(f_tests)s THEN %(f_penalty)s::float8 ELSE 0.0 END AS test_penalty"
-        )
-        f.params.update(f_tests=tests_layer, f_penalty=test_penalty)
-    else:
-        f.columns.append("0.0::float8 AS test_penalty")
     return f
 
 

@@ -11,7 +11,7 @@ runs the retrievers and hands their rows to :meth:`RankingPolicy.order`, which g
    :class:`~ragline.query.retrieval.fusion.FusionPolicy`, the code one or the prose one, decided once
    (:meth:`RankingPolicy.fusion`), its vector weight scaled by the share of the scope it saw;
 3. **additive signals**: the request's path preferences (the prefer bonus and the tests' penalty,
-   columns the statements compute, :mod:`ragline.query.retrieval.filters`); for a code question the
+   :class:`PathPreferences`, from each row's path and layer); for a code question the
    named files as a third RRF list and the structural bonuses
    (:mod:`ragline.query.retrieval.structure`), or the retrieval contract's lexicographic order;
 4. **top k**: the first ``limit``.
@@ -27,13 +27,58 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from ragline.query.retrieval import file_rank, sql, structure
+from ragline.query.retrieval.filters import glob_matches
 from ragline.query.retrieval.fusion import FusionPolicy, hybrid_inputs
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest
+
+#: added to the fused score of a hit matching the request's ``prefer_path_prefixes`` /
+#: ``prefer_like_patterns``, in RRF units (one rank near the top is ~0.0003): it lifts a preferred
+#: hit over a few ranks, not over the whole list (0.2; a setting until 0.1)
+PREFER_BONUS = 0.005
+#: subtracted from the fused score of a test file's hit when the request sets ``prefer_non_tests``
+TEST_PENALTY = 0.005
+
+
+@dataclass(frozen=True)
+class PathPreferences:
+    """The request's path preferences: a bonus for a row whose path starts with one of
+    ``prefixes`` or matches one of ``globs`` (:func:`ragline.query.retrieval.filters.glob_matches`,
+    the rule of ``filters``' globs), a penalty for a row stored in ``tests_layer`` (None: the
+    request does not ask for it). Ingestion decides which rows are tests (``ingest/layers.py``),
+    so search never judges a path again."""
+
+    prefixes: tuple[str, ...] = ()
+    globs: tuple[str, ...] = ()
+    tests_layer: str | None = None
+    bonus: float = PREFER_BONUS
+    penalty: float = TEST_PENALTY
+
+    @classmethod
+    def of(cls, req: SearchRequest, settings: Settings) -> PathPreferences:
+        """The preferences ``req`` states (empty patterns ignored), the tests layer the settings'."""
+        return cls(
+            prefixes=tuple(p for p in req.prefer_path_prefixes if p),
+            globs=tuple(g for g in req.prefer_like_patterns if g),
+            tests_layer=settings.code.tests_layer if req.prefer_non_tests else None,
+        )
+
+    def signals(self, row: Mapping) -> dict[str, float]:
+        """A row's ``prefer_bonus`` and ``test_penalty`` (the :class:`Hit` fields), from its
+        ``path`` and ``layer``."""
+        path = row["path"]
+        preferred = path is not None and (
+            any(path.startswith(p) for p in self.prefixes) or any(glob_matches(path, g) for g in self.globs)
+        )
+        test = self.tests_layer is not None and row["layer"] == self.tests_layer
+        return {
+            "prefer_bonus": self.bonus if preferred else 0.0,
+            "test_penalty": self.penalty if test else 0.0,
+        }
 
 
 @dataclass(frozen=True)
@@ -63,13 +108,17 @@ class RankingPolicy:
     code_layers: frozenset[str]
     #: ``RAGLINE_CODE_FILE_RANK``: the file list keeps each single list's first files
     file_rank: bool
+    #: the request's path preferences (none for a bare question)
+    paths: PathPreferences = PathPreferences()
 
     @classmethod
     def of(cls, req: SearchRequest, settings: Settings) -> RankingPolicy:
-        """The policy of the search ``req`` asks for (its question, ``structure`` and ``ordering``)."""
-        return cls.for_question(
+        """The policy of the search ``req`` asks for (its question, ``structure``, ``ordering`` and
+        path preferences)."""
+        policy = cls.for_question(
             req.query, settings, structural=req.structure, contract=req.ordering == "contract"
         )
+        return replace(policy, paths=PathPreferences.of(req, settings))
 
     @classmethod
     def for_question(
@@ -117,6 +166,10 @@ class RankingPolicy:
         )
         return self.code if code else self.prose
 
+    def hit(self, row: dict, **ranking: float | int | None) -> Hit:
+        """The hit of a retrieved row, with its path preferences and ``ranking``'s fields."""
+        return sql.hit(row, **self.paths.signals(row), **ranking)
+
     def fused_keys(
         self, vector: list[dict], lexical: list[dict], vector_share: float = 1.0
     ) -> list[tuple[tuple[str, int], float]]:
@@ -148,10 +201,8 @@ class RankingPolicy:
         fused = self.fused_keys(vector, lexical, vector_share)
         scored = []
         for position, (key, score) in enumerate(fused):
-            row = rows[key]
-            scored.append(
-                (round(score + float(row["prefer_bonus"]) - float(row["test_penalty"]), 8), position)
-            )
+            signals = self.paths.signals(rows[key])
+            scored.append((round(score + signals["prefer_bonus"] - signals["test_penalty"], 8), position))
         # a stable sort keeps the fusion's own tie-breaking among equal final scores
         scored.sort(key=lambda t: -t[0])
         kept = scored[:limit]
@@ -159,7 +210,7 @@ class RankingPolicy:
         hits = []
         for final, position in kept:
             key, score = fused[position]
-            hits.append(sql.hit(rows[key], score=final, fused_score=round(score, 8), **ranks[key]))
+            hits.append(self.hit(rows[key], score=final, fused_score=round(score, 8), **ranks[key]))
         return hits
 
     def order(
@@ -179,7 +230,7 @@ class RankingPolicy:
         hits = self.fuse(vector, lexical, n * 2, share)
         if named:
             # a question naming files is code retrieval: the named list adds in the code fusion's RRF unit
-            hits = structure.with_named(hits, [sql.hit(r) for r in named], self.weights.named, self.code)
+            hits = structure.with_named(hits, [self.hit(r) for r in named], self.weights.named, self.code)
         return self.restructured(hits)[:limit], True
 
     def restructures(self, vector: list[dict], lexical: list[dict]) -> bool:
@@ -224,7 +275,7 @@ class RankingPolicy:
         n = len(lexical)
         structured, _ = self.order([], lexical, list(named), n, n, 1.0)
         return [
-            [sql.hit(r) for r in file_rank.lead_files(vector, file_rank.LEADS)],
+            [self.hit(r) for r in file_rank.lead_files(vector, file_rank.LEADS)],
             file_rank.lead_files(structured, file_rank.LEADS),
         ]
 

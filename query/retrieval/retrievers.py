@@ -15,14 +15,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ragline.query.retrieval import sql, structure, terms
-from ragline.query.retrieval.filters import (
-    PREFER_BONUS,
-    TEST_PENALTY,
-    clean_paths,
-    compile_filters,
-    has_terms,
-    lexical_query,
-)
+from ragline.query.retrieval.filters import clean_paths, compile_filters, has_terms, lexical_query
+from ragline.query.retrieval.ranking import PathPreferences
 from ragline.query.retrieval.sql import VectorPath
 from ragline.query.retrieval.transaction import (
     StatementLimit,
@@ -36,11 +30,6 @@ from ragline.shared.sdk.contracts import Hit, SearchRequest
 from ragline.shared.worker import pending_vectors
 from ragline.shared.worker.db import DictConnection, one
 from ragline.shared.worker.identifiers import code_terms, or_tsquery, whole_tsquery
-
-
-def filters_for(req: SearchRequest, settings: Settings):
-    """The request's filters with the preference bonus, the tests' penalty and the tests layer."""
-    return compile_filters(req, PREFER_BONUS, TEST_PENALTY, settings.code.tests_layer)
 
 
 def corpus_plan(conn: DictConnection, req: SearchRequest, settings: Settings) -> terms.TermPlan:
@@ -66,12 +55,10 @@ def vector_statement(
     req: SearchRequest, qvec: np.ndarray, n: int, settings: Settings, path: VectorPath
 ) -> tuple[str, dict]:
     """The vector statement on ``path`` and its parameters (pure)."""
-    f = filters_for(req, settings)
+    f = compile_filters(req)
     params = {"tenant": req.tenant, "groups": req.groups, "n": n, "qvec": qvec, **f.params}
     template = sql.VECTOR_TEMPLATES.get(path, sql.VECTOR_SQL)
-    statement = sql.render(
-        template, f.columns_sql(), f.where_sql(), order=sql.vector_order(settings, path != "hnsw")
-    )
+    statement = sql.render(template, f.where_sql(), order=sql.vector_order(settings, path != "hnsw"))
     return statement, params
 
 
@@ -103,10 +90,10 @@ def pending_statement(req: SearchRequest, settings: Settings) -> tuple[str, dict
 
 def count_statement(template: str, req: SearchRequest, settings: Settings) -> tuple[str, dict]:
     """A count over the request's scope and filters with the embedding budget's parameters (pure)."""
-    f = filters_for(req, settings)
+    f = compile_filters(req)
     budget = pending_vectors.VectorBudget.from_settings(settings)
     params = {"tenant": req.tenant, "groups": req.groups, **f.params, **budget.params()}
-    return sql.render(template, "", f.where_sql()), params
+    return sql.render(template, f.where_sql()), params
 
 
 class Coverage(NamedTuple):
@@ -180,7 +167,7 @@ def lexical_rows(conn: DictConnection | None, req: SearchRequest, n: int, settin
     if not has_terms(req.query):
         return []
     assert conn is not None
-    f = filters_for(req, settings)
+    f = compile_filters(req)
     terms = code_terms(req.query, settings.lexical.max_terms)
     code_query = or_tsquery(terms)
     params = {
@@ -201,7 +188,7 @@ def lexical_rows(conn: DictConnection | None, req: SearchRequest, n: int, settin
         template = sql.CODE_BM25_SQL if bm25 else sql.CODE_LEXICAL_SQL
     else:
         template = sql.BM25_SQL if bm25 else sql.LEXICAL_SQL
-    statement = sql.render(template, f.columns_sql(), f.where_sql(), settings.lexical.rank)
+    statement = sql.render(template, f.where_sql(), settings.lexical.rank)
     return conn.execute(statement, params).fetchall()
 
 
@@ -212,7 +199,7 @@ def exact_rows(conn: DictConnection | None, req: SearchRequest, settings: Settin
     if not (doc_ids or paths) or not req.groups:
         return []
     assert conn is not None
-    f = filters_for(req, settings)
+    f = compile_filters(req)
     params = {
         "tenant": req.tenant,
         "groups": req.groups,
@@ -221,7 +208,7 @@ def exact_rows(conn: DictConnection | None, req: SearchRequest, settings: Settin
         "paths": paths,
         **f.params,
     }
-    return conn.execute(sql.render(sql.EXACT_SQL, f.columns_sql(), f.where_sql()), params).fetchall()
+    return conn.execute(sql.render(sql.EXACT_SQL, f.where_sql()), params).fetchall()
 
 
 def document_chunks(
@@ -234,17 +221,16 @@ def document_chunks(
     sub = req.model_copy(update={"doc_ids": doc_ids, "paths": [], "k": n})
     with read_only_transaction(conn):
         set_transaction_params(conn, sub, settings, limit=StatementLimit(settings))
-        f = filters_for(sub, settings)
         params = {
             "tenant": sub.tenant,
             "groups": sub.groups,
             "n": n,
             "doc_ids": doc_ids,
             "paths": [],
-            **f.params,
         }
-        rows = conn.execute(sql.render(sql.EXACT_SQL, f.columns_sql(), ""), params).fetchall()
-    return [sql.hit(r) for r in rows]
+        rows = conn.execute(sql.render(sql.EXACT_SQL, ""), params).fetchall()
+    paths = PathPreferences.of(sub, settings)
+    return [sql.hit(r, **paths.signals(r)) for r in rows]
 
 
 def named_rows(
@@ -262,7 +248,7 @@ def named_rows(
     patterns = structure.named_file_patterns(files)
     if not patterns or structure.NAMED_FILES == 0:
         return []
-    f = filters_for(req, settings)
+    f = compile_filters(req)
     params = {
         "tenant": req.tenant,
         "groups": req.groups,
@@ -275,7 +261,6 @@ def named_rows(
     with_vector = qvec is not None
     statement = sql.NAMED_SQL.format(
         fields=sql.FIELDS,
-        columns=f.columns_sql(),
         scope=sql.SCOPE,
         where=f.where_sql() + (" AND c.embedding IS NOT NULL" if with_vector else ""),
         distance=", c.embedding <=> %(qvec)s AS distance" if with_vector else "",

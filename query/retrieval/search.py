@@ -20,7 +20,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from ragline.query import deadline
-from ragline.query.retrieval import ranking, retrievers, sql
+from ragline.query.retrieval import ranking, retrievers
 from ragline.query.retrieval.filters import has_terms
 from ragline.query.retrieval.transaction import StatementLimit, read_only_transaction, set_transaction_params
 from ragline.shared.config.settings import Settings
@@ -71,7 +71,7 @@ def search(
                 t = time.perf_counter()
                 set_transaction_params(conn, req, settings, limit=statements)
                 lists.stage = "the exact lookup"
-                hits = [sql.hit(r) for r in retrievers.exact_rows(conn, req, settings)]
+                hits = [policy.hit(r) for r in retrievers.exact_rows(conn, req, settings)]
                 timings["exact"] = elapsed_ms(t)
                 return SearchResponse(hits=hits, timings_ms=timings)
             _retrieve(

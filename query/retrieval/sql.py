@@ -3,7 +3,7 @@
 Every statement of a search is a template formatted by :func:`render` with the selected fields
 (:data:`FIELDS`), the caller's scope (:data:`SCOPE`: tenant and ACL, in the ``WHERE`` of every
 statement, beside the contract filters of :mod:`ragline.query.retrieval.filters`), the filters'
-columns and clauses, the rank function and the vector order; user values only ever travel as bound
+clauses, the rank function and the vector order; user values only ever travel as bound
 parameters. The statements are run by :mod:`ragline.query.retrieval.retrievers` inside the
 transaction of :mod:`ragline.query.retrieval.transaction`, whose own statements are here too.
 """
@@ -25,7 +25,7 @@ SCOPE = "c.tenant = %(tenant)s AND c.acl && %(groups)s::text[]"
 # is always the full-precision one, whichever index found the row
 VECTOR_SQL = """
 WITH candidates AS MATERIALIZED (
-    SELECT {fields}{columns}, c.embedding <=> %(qvec)s AS distance
+    SELECT {fields}, c.embedding <=> %(qvec)s AS distance
     FROM chunks c
     WHERE {scope} AND c.embedding IS NOT NULL{where}
     ORDER BY {order}
@@ -49,7 +49,7 @@ WITH best AS MATERIALIZED (
     ORDER BY {order}
     LIMIT %(n)s
 )
-SELECT {fields}{columns}, b.distance
+SELECT {fields}, b.distance
 FROM best b JOIN chunks c ON c.id = b.id
 ORDER BY b.distance, c.doc_id, c.chunk_no
 """
@@ -70,7 +70,7 @@ WITH best AS MATERIALIZED (
     ORDER BY {order}
     LIMIT %(n)s
 )
-SELECT {fields}{columns}, b.distance
+SELECT {fields}, b.distance
 FROM best b JOIN chunks c ON c.id = b.id
 ORDER BY b.distance, c.doc_id, c.chunk_no
 """
@@ -95,7 +95,7 @@ SCOPE_ROWS_SQL = (
 # numnode(q) = 0 when the query holds only stop words: no rows, no NOTICE, same round trip;
 # {rank_fn} is ts_rank or ts_rank_cd (a settings Literal, never user text)
 LEXICAL_SQL = """
-SELECT {fields}{columns}, {rank_fn}(c.tsv, q, %(rank_norm)s) AS rank
+SELECT {fields}, {rank_fn}(c.tsv, q, %(rank_norm)s) AS rank
 FROM chunks c, websearch_to_tsquery('russian', %(query)s) q
 WHERE numnode(q) > 0 AND {scope} AND c.tsv @@ q{where}
 ORDER BY rank DESC, c.doc_id, c.chunk_no
@@ -118,7 +118,7 @@ _BM25_SCORED = """, stats AS (
     ORDER BY rank DESC, x.id
     LIMIT %(n)s
 )
-SELECT {fields}{columns}, s.rank
+SELECT {fields}, s.rank
 FROM scored s JOIN chunks c ON c.id = s.id
 ORDER BY s.rank DESC, c.doc_id, c.chunk_no
 """
@@ -153,13 +153,13 @@ WITH q AS MATERIALIZED (
 # both columns would scan the table.
 CODE_LEXICAL_SQL = """
 SELECT * FROM (
-    (SELECT {fields}{columns}, {rank} AS rank
+    (SELECT {fields}, {rank} AS rank
      FROM chunks c, websearch_to_tsquery('russian', %(query)s) q, CAST(%(code_query)s AS tsquery) cq,
           CAST(%(whole_query)s AS tsquery) cw
      WHERE numnode(q) > 0 AND {scope} AND c.tsv @@ q{where}
      ORDER BY rank DESC, c.doc_id, c.chunk_no LIMIT %(n)s)
     UNION
-    (SELECT {fields}{columns}, {rank} AS rank
+    (SELECT {fields}, {rank} AS rank
      FROM chunks c, websearch_to_tsquery('russian', %(query)s) q, CAST(%(code_query)s AS tsquery) cq,
           CAST(%(whole_query)s AS tsquery) cw
      WHERE {scope} AND c.code_tsv @@ cq{where}
@@ -248,7 +248,7 @@ TERM_STATS_MAX_ROWS = 20000
 # 0010 finds the rows of the named file names, the suffix LIKE (case-insensitive, as the names are)
 # keeps those of the named paths
 NAMED_SQL = """
-SELECT {fields}{columns}{distance}
+SELECT {fields}{distance}
 FROM chunks c
 WHERE {scope} AND c.file_name = ANY(%(names)s::text[]) AND lower(c.path) LIKE ANY(%(named)s::text[]){where}
 ORDER BY {order}
@@ -256,7 +256,7 @@ LIMIT %(n)s
 """
 
 EXACT_SQL = """
-SELECT {fields}{columns}
+SELECT {fields}
 FROM chunks c
 WHERE {scope} AND (c.doc_id = ANY(%(doc_ids)s::text[]) OR c.path = ANY(%(paths)s::text[])){where}
 ORDER BY array_position(%(doc_ids)s::text[], c.doc_id), array_position(%(paths)s::text[], c.path), c.chunk_no
@@ -287,17 +287,14 @@ def vector_order(settings: Settings, exact: bool) -> str:
     return VECTOR_ORDER[settings.vector.index].format(dim=int(settings.embed.dim))
 
 
-def render(
-    template: str, columns: str, where: str, rank_fn: str = "ts_rank", order: str | None = None
-) -> str:
-    """A template with the fields, the caller's scope, the filters' ``columns`` and ``where``, the
-    rank function and the vector ``order`` filled in (:data:`SCOPE` is read at each call)."""
+def render(template: str, where: str, rank_fn: str = "ts_rank", order: str | None = None) -> str:
+    """A template with the fields, the caller's scope, the filters' ``where``, the rank function
+    and the vector ``order`` filled in (:data:`SCOPE` is read at each call)."""
     # BM25's templates compute their own rank; the others take ts_rank or ts_rank_cd
     rank_fn = "ts_rank" if rank_fn == "bm25" else rank_fn
     assert rank_fn in ("ts_rank", "ts_rank_cd")
     return template.format(
         fields=FIELDS,
-        columns=columns,
         scope=SCOPE,
         where=where,
         rank_fn=rank_fn,
@@ -342,7 +339,8 @@ def metadata(value: object) -> dict:
 
 
 def hit(row: dict, **ranking: Any) -> Hit:
-    """The hit of a row selected with :data:`FIELDS` and the filters' ranking columns."""
+    """The hit of a row selected with :data:`FIELDS`, with ``ranking``'s fields (the scores, the
+    lists' ranks, the path preferences: :meth:`ragline.query.retrieval.ranking.RankingPolicy.hit`)."""
     return Hit(
         doc_id=row["doc_id"],
         chunk_no=row["chunk_no"],
@@ -353,7 +351,5 @@ def hit(row: dict, **ranking: Any) -> Hit:
         context=row["context"],
         page=row["page"],
         metadata=metadata(row["metadata"]),
-        prefer_bonus=float(row["prefer_bonus"]),
-        test_penalty=float(row["test_penalty"]),
         **ranking,
     )

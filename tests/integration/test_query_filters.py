@@ -114,7 +114,7 @@ def test_layers(corpus):
 
 
 def test_prefer_bonus_and_test_penalty_change_the_order(corpus):
-    from ragline.query.retrieval.filters import PREFER_BONUS, TEST_PENALTY
+    from ragline.query.retrieval.ranking import PREFER_BONUS, TEST_PENALTY
 
     plain = run(corpus)
     # the test files repeat the word, so lexically they lead
@@ -130,6 +130,32 @@ def test_prefer_bonus_and_test_penalty_change_the_order(corpus):
     assert penalised["unit"] == penalised["underscore"] == pytest.approx(TEST_PENALTY)
     assert penalised["main"] == penalised["guide"] == 0.0
     assert {h.doc_id for h in no_tests.hits[-2:]} == {"unit", "underscore"}
+
+
+@pytest.mark.parametrize("entry", ["hybrid", "vector", "lexical", "lexical_code", "exact", "expansion"])
+def test_every_entry_point_s_hits_carry_the_path_preferences(corpus, conn, entry):
+    """The preferences are the ranking policy's, from each row's path and layer, on every way a
+    hit leaves retrieval: the three searches, the lexical code fallback, the exact lookup and the
+    chunks the answer's expansion reads (``retrievers.document_chunks``)."""
+    from ragline.query.retrieval.ranking import PREFER_BONUS, TEST_PENALTY
+    from ragline.query.retrieval.retrievers import document_chunks
+
+    code = get_settings().code
+    prefer = {"prefer_like_patterns": ["src/*/main.py"], "prefer_non_tests": True}
+    if entry == "expansion":
+        req = SearchRequest(query=WORD, tenant=corpus, groups=["g"], **prefer)
+        hits = document_chunks(conn, req, ["main", "unit", "guide"], get_settings(), 10)
+    elif entry == "exact":
+        hits = run(corpus, mode="exact", query="", doc_ids=["main", "unit", "guide"], **prefer).hits
+    else:
+        hits = run(corpus, mode=entry, **prefer).hits
+    by_doc = {h.doc_id: h for h in hits}
+    for h in hits:
+        assert h.prefer_bonus == (PREFER_BONUS if h.path == "src/app/main.py" else 0.0), h.path
+        assert h.test_penalty == (TEST_PENALTY if h.layer == code.tests_layer else 0.0), h.path
+    assert by_doc["main"].prefer_bonus == PREFER_BONUS
+    if entry != "lexical_code":  # the fallback reads the source layer alone
+        assert by_doc["unit"].layer == code.tests_layer and by_doc["unit"].test_penalty == TEST_PENALTY
 
 
 def test_rows_carry_every_ranking_field(corpus):

@@ -163,8 +163,8 @@ def test_lexical_search_keeps_its_index_under_row_level_security(corpus):
         owner.commit()
     settings = get_settings()
     req = SearchRequest(query=WORD, tenant=corpus, groups=["g"], k=10, mode="lexical")
-    f = filters.compile_filters(req, 0.0, 0.0)
-    statement = "EXPLAIN (COSTS OFF) " + sql.render(sql.LEXICAL_SQL, f.columns_sql(), f.where_sql())
+    f = filters.compile_filters(req)
+    statement = "EXPLAIN (COSTS OFF) " + sql.render(sql.LEXICAL_SQL, f.where_sql())
     params = {"tenant": corpus, "groups": ["g"], "n": 50, "query": WORD, "rank_norm": 1, **f.params}
 
     def plan_as_query_role(owner: psycopg.Connection, leakproof: bool) -> tuple[str, str | None]:

@@ -24,13 +24,9 @@ from ragline.operations.eval_code import (
     snapshot_tenant,
 )
 from ragline.query.retrieval import structure
-from ragline.query.retrieval.filters import (
-    DEFAULT_TESTS_LAYER,
-    compile_filters,
-    glob_pattern,
-)
+from ragline.query.retrieval.filters import DEFAULT_TESTS_LAYER, glob_pattern
 from ragline.query.retrieval.fusion import FusionPolicy
-from ragline.query.retrieval.ranking import RankingPolicy
+from ragline.query.retrieval.ranking import PathPreferences, RankingPolicy
 from ragline.shared.config.settings import CodeSettings, Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest
 from ragline.shared.worker.identifiers import STOP_WORDS, component_parts
@@ -288,17 +284,17 @@ def test_the_retrieval_hook_runs_only_when_it_can_change_something():
         ("src/latest_news.py", False),
     ],
 )
-def test_the_sql_test_penalty_falls_on_the_layer_ingestion_gives_test_files(path, is_test):
+def test_the_test_penalty_falls_on_the_layer_ingestion_gives_test_files(path, is_test):
     """Search does not judge paths again: a row is a test when ingestion's layer rule stored it
-    in the tests layer, and the penalty's condition compares that layer."""
+    in the tests layer, and the penalty compares that layer, never the path."""
     code = CodeSettings()
     layer = LayerRules.from_settings(code).document(path, code=True, requested="docs")
     assert (layer == code.tests_layer) is is_test
     req = SearchRequest(query="q", tenant="t", groups=["g"], prefer_non_tests=True)
-    f = compile_filters(req, 0.0, 0.005, code.tests_layer)
-    assert "c.layer = %(f_tests)s" in f.columns_sql() and "c.path" not in f.columns_sql()
-    assert f.params["f_tests"] == code.tests_layer == DEFAULT_TESTS_LAYER
-    assert compile_filters(req, 0.0, 0.005, "QA").params["f_tests"] == "QA"
+    paths = PathPreferences.of(req, Settings())
+    assert paths.tests_layer == code.tests_layer == DEFAULT_TESTS_LAYER
+    assert (paths.signals({"path": path, "layer": layer})["test_penalty"] > 0) is is_test
+    assert paths.signals({"path": path, "layer": "docs"})["test_penalty"] == 0.0
     assert glob_pattern("a_b") == "a\\_b"
 
 

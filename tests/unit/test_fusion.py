@@ -33,19 +33,19 @@ def _row(doc: str, n: int = 0, **kw) -> dict:
         "context": "",
         "page": None,
         "metadata": {},
-        "prefer_bonus": 0.0,
-        "test_penalty": 0.0,
         "distance": 0.1,
         "rank": 0.5,
         **kw,
     }
 
 
-def fuse(vector, lexical, settings, limit, query="", vector_share=1.0):
-    """A search's fused hits for ``query`` (:meth:`RankingPolicy.fuse`)."""
-    from ragline.query.retrieval.ranking import RankingPolicy
+def fuse(vector, lexical, settings, limit, query="", vector_share=1.0, paths=None):
+    """A search's fused hits for ``query`` (:meth:`RankingPolicy.fuse`), with the path preferences
+    ``paths`` (:class:`~ragline.query.retrieval.ranking.PathPreferences`)."""
+    from ragline.query.retrieval.ranking import PathPreferences, RankingPolicy
 
-    return RankingPolicy.for_question(query, settings).fuse(vector, lexical, limit, vector_share)
+    policy = replace(RankingPolicy.for_question(query, settings), paths=paths or PathPreferences())
+    return policy.fuse(vector, lexical, limit, vector_share)
 
 
 def test_fuse_scores_rows_then_builds_only_the_kept_hits(monkeypatch):
@@ -54,16 +54,19 @@ def test_fuse_scores_rows_then_builds_only_the_kept_hits(monkeypatch):
 
     monkeypatch.setattr(fusion, "PROSE", replace(fusion.PROSE, vector_weight=1.0, lexical_weight=1.0))
     s = Settings(fusion_method="rrf")
-    vector = [_row("a", distance=0.1), _row("b", distance=0.2), _row("t", distance=0.3, test_penalty=1.0)]
-    lexical = [_row("b", rank=0.9), _row("c", rank=0.4, prefer_bonus=0.5)]
-    hits = fuse(vector, lexical, s, limit=3)
+    from ragline.query.retrieval.ranking import PathPreferences
+
+    vector = [_row("a", distance=0.1), _row("b", distance=0.2), _row("t", distance=0.3, layer="T")]
+    lexical = [_row("b", rank=0.9), _row("c", rank=0.4)]
+    paths = PathPreferences(prefixes=("c.",), tests_layer="T", bonus=0.5, penalty=1.0)
+    hits = fuse(vector, lexical, s, limit=3, paths=paths)
     assert [h.doc_id for h in hits] == ["c", "b", "a"]  # bonus lifts c; b is in both lists; t penalised out
     c, b, a = hits
     assert (b.vector_rank, b.vector_distance, b.lexical_rank, b.lexical_score) == (2, 0.2, 1, 0.9)
     assert (a.vector_rank, a.lexical_rank, c.vector_rank, c.lexical_rank) == (1, None, None, 2)
     assert b.fused_score == round(1 / 62 + 1 / 61, 8) and b.score == b.fused_score
     assert c.score == round(1 / 62 + 0.5, 8) and c.prefer_bonus == 0.5
-    everything = fuse(vector, lexical, s, limit=10)
+    everything = fuse(vector, lexical, s, limit=10, paths=paths)
     assert everything[-1].doc_id == "t" and everything[-1].score < 0
 
 

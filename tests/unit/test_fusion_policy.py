@@ -68,8 +68,6 @@ def _row(passage: dict, *, code: bool = False, **kw) -> dict:
         "context": "",
         "page": None,
         "metadata": {},
-        "prefer_bonus": 0.0,
-        "test_penalty": 0.0,
         **kw,
     }
 

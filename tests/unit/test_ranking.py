@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from ragline.query.retrieval import ranking, structure
-from ragline.query.retrieval.filters import PREFER_BONUS, TEST_PENALTY
+from ragline.query.retrieval.ranking import PREFER_BONUS, TEST_PENALTY, PathPreferences
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import SearchRequest
 
@@ -28,8 +28,6 @@ def row(doc: str, *, layer: str = "docs", path: str = "", distance=None, rank=No
         "context": "",
         "page": None,
         "metadata": kw.pop("metadata", {}),
-        "prefer_bonus": kw.pop("prefer_bonus", 0.0),
-        "test_penalty": kw.pop("test_penalty", 0.0),
         **({"distance": distance} if distance is not None else {}),
         **({"rank": rank} if rank is not None else {}),
     }
@@ -67,15 +65,84 @@ def test_the_lexical_list_alone_orders_a_scope_without_vectors():
     assert [h.doc_id for h in hits] == ["b", "a"]
 
 
+TESTS = SETTINGS.code.tests_layer
+
+
 def test_a_preferred_hit_gains_the_bonus_and_a_penalised_test_loses_the_penalty():
-    vector = [row("a", distance=0.2), row("b", distance=0.2)]  # tied: the bonus and penalty decide
-    vector[1]["prefer_bonus"] = PREFER_BONUS
-    vector[0]["test_penalty"] = TEST_PENALTY
-    hits, _ = order(req("как устроена погода"), vector, [])
-    assert [h.doc_id for h in hits] == ["b", "a"]
-    by_doc = {h.doc_id: h for h in hits}
-    assert by_doc["b"].score == round(by_doc["b"].fused_score + PREFER_BONUS, 8)
-    assert by_doc["a"].score == round(by_doc["a"].fused_score - TEST_PENALTY, 8)
+    """The request's preferences, read by the policy from each row's path and layer (no column of
+    the statements): the bonus lifts a preferred path, the penalty lowers a row of the tests layer."""
+    vector = [row("a", layer=TESTS, distance=0.2), row("b", path="docs/b.md", distance=0.2)]  # tied
+    plain, _ = order(req("как устроена погода"), vector, [])
+    assert [h.doc_id for h in plain] == ["a", "b"] and plain[0].prefer_bonus == plain[0].test_penalty == 0.0
+    for asked in ({"prefer_path_prefixes": ["docs/"]}, {"prefer_like_patterns": ["*/b.?d"]}):
+        hits, _ = order(req("как устроена погода", prefer_non_tests=True, **asked), vector, [])
+        assert [h.doc_id for h in hits] == ["b", "a"]
+        by_doc = {h.doc_id: h for h in hits}
+        assert (by_doc["b"].prefer_bonus, by_doc["b"].test_penalty) == (PREFER_BONUS, 0.0)
+        assert (by_doc["a"].prefer_bonus, by_doc["a"].test_penalty) == (0.0, TEST_PENALTY)
+        assert by_doc["b"].score == round(by_doc["b"].fused_score + PREFER_BONUS, 8)
+        assert by_doc["a"].score == round(by_doc["a"].fused_score - TEST_PENALTY, 8)
+
+
+def _hits_of_every_path(request: SearchRequest, vector, lexical, named) -> dict[str, list]:
+    """The hits of each way a search's hits are made: the prose fusion, the structural re-score,
+    the named files' list, the contract's order and the file list's leads."""
+    policy = ranking.RankingPolicy.of(request, SETTINGS)
+    contract = ranking.RankingPolicy.of(request.model_copy(update={"ordering": "contract"}), SETTINGS)
+    prose = ranking.RankingPolicy.of(request.model_copy(update={"query": "как устроена погода"}), SETTINGS)
+    return {
+        "prose": prose.order(vector, lexical, [], 10, 50, 1.0)[0],
+        "structural": policy.order(vector, lexical, [], 10, 50, 1.0)[0],
+        "named": policy.order(vector, lexical, named, 10, 50, 1.0)[0],
+        "contract": contract.order(vector, lexical, named, 10, 50, 1.0)[0],
+        "leads": [h for lead in policy.leads(vector, lexical, named) for h in lead],
+    }
+
+
+@pytest.mark.parametrize("path", ["prose", "structural", "named", "contract", "leads"])
+def test_every_hit_carries_the_request_s_path_preferences_whichever_path_made_it(path):
+    question = "the error in pkg/hooks.py when registering"
+    vector = [
+        row("caller", layer="C0_SOURCE_CHUNKS", path="pkg/client.py", distance=0.1),
+        row("hooks", layer="C0_SOURCE_CHUNKS", path="pkg/hooks.py", distance=0.2),
+        row("test", layer=TESTS, path="tests/test_hooks.py", distance=0.3),
+    ]
+    lexical = [row("test", layer=TESTS, path="tests/test_hooks.py", rank=2.0), row("caller", rank=1.0)]
+    named = [row("registry", layer="C0_SOURCE_CHUNKS", path="pkg/hooks.py")]
+    asked = req(question, prefer_like_patterns=["pkg/hook?.py"], prefer_non_tests=True)
+    hits = _hits_of_every_path(asked, vector, lexical, named)[path]
+    assert any(h.prefer_bonus for h in hits) and any(h.test_penalty for h in hits)
+    for h in hits:
+        assert h.prefer_bonus == (PREFER_BONUS if h.path == "pkg/hooks.py" else 0.0), h
+        assert h.test_penalty == (TEST_PENALTY if h.layer == TESTS else 0.0), h
+    plain = _hits_of_every_path(req(question), vector, lexical, named)[path]
+    assert all(h.prefer_bonus == h.test_penalty == 0.0 for h in plain)
+
+
+def test_a_named_file_no_list_found_enters_with_its_preferences_beside_its_rrf_term():
+    question = 'Traceback:\n  File "/srv/app/pkg/registry.py", line 3, in run'
+    vector = [row("caller", layer="C0_SOURCE_CHUNKS", path="pkg/client.py", distance=0.1)]
+    named = [row("registry", layer=TESTS, path="pkg/registry.py")]
+    asked = req(question, prefer_path_prefixes=["pkg/reg"], prefer_non_tests=True, structure=True)
+    policy = dataclasses.replace(
+        ranking.RankingPolicy.of(asked, SETTINGS), weights=structure.Weights(named=0.25)
+    )
+    registry = next(h for h in policy.order(vector, [], named, 10, 50, 1.0)[0] if h.doc_id == "registry")
+    assert (registry.prefer_bonus, registry.test_penalty) == (PREFER_BONUS, TEST_PENALTY)
+    assert registry.score == round(PREFER_BONUS - TEST_PENALTY + registry.fused_score, 8)
+
+
+def test_the_preferences_are_the_request_s_and_the_tests_layer_the_settings():
+    asked = req("q", prefer_path_prefixes=["", "docs/"], prefer_like_patterns=["", "*.md"])
+    assert PathPreferences.of(asked, SETTINGS) == PathPreferences(("docs/",), ("*.md",), None)
+    qa = Settings(code_tests_layer="QA")
+    tests = PathPreferences.of(req("q", prefer_non_tests=True), qa)
+    assert (
+        tests.tests_layer == "QA"
+        and tests.signals({"path": "t.py", "layer": "QA"})["test_penalty"] == TEST_PENALTY
+    )
+    assert tests.signals({"path": "t.py", "layer": TESTS})["test_penalty"] == 0.0
+    assert ranking.RankingPolicy.of(asked, SETTINGS).paths == PathPreferences.of(asked, SETTINGS)
 
 
 def test_a_question_naming_an_identifier_lifts_the_file_it_names_structurally():

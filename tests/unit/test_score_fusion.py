@@ -56,19 +56,19 @@ def _row(doc: str, **kw) -> dict:
         "context": "",
         "page": None,
         "metadata": {},
-        "prefer_bonus": 0.0,
-        "test_penalty": 0.0,
         "distance": 0.2,
         "rank": 1.0,
         **kw,
     }
 
 
-def fuse(vector, lexical, settings, limit, query="", vector_share=1.0):
-    """A search's fused hits for ``query`` (:meth:`RankingPolicy.fuse`)."""
-    from ragline.query.retrieval.ranking import RankingPolicy
+def fuse(vector, lexical, settings, limit, query="", vector_share=1.0, paths=None):
+    """A search's fused hits for ``query`` (:meth:`RankingPolicy.fuse`), with the path preferences
+    ``paths`` (:class:`~ragline.query.retrieval.ranking.PathPreferences`)."""
+    from ragline.query.retrieval.ranking import PathPreferences, RankingPolicy
 
-    return RankingPolicy.for_question(query, settings).fuse(vector, lexical, limit, vector_share)
+    policy = replace(RankingPolicy.for_question(query, settings), paths=paths or PathPreferences())
+    return policy.fuse(vector, lexical, limit, vector_share)
 
 
 def fusion_policy(query, settings, rows=()):
@@ -82,9 +82,12 @@ def test_fuse_convex_in_rrf_units_then_bonus_and_penalty(monkeypatch):
 
     monkeypatch.setattr(fusion, "PROSE", replace(fusion.PROSE, convex_lexical=0.6, normalization="minmax"))
     s = Settings(fusion_method="convex")
-    vector = [_row("a", distance=0.10), _row("b", distance=0.12), _row("t", distance=0.11, test_penalty=1.0)]
-    lexical = [_row("b", rank=9.0), _row("c", rank=1.0, prefer_bonus=0.5)]
-    hits = fuse(vector, lexical, s, limit=4, query="погода в городе")
+    from ragline.query.retrieval.ranking import PathPreferences
+
+    vector = [_row("a", distance=0.10), _row("b", distance=0.12), _row("t", distance=0.11, layer="T")]
+    lexical = [_row("b", rank=9.0), _row("c", rank=1.0)]
+    paths = PathPreferences(globs=("c*",), tests_layer="T", bonus=0.5, penalty=1.0)
+    hits = fuse(vector, lexical, s, limit=4, query="погода в городе", paths=paths)
     assert [h.doc_id for h in hits] == ["c", "b", "a", "t"]
     by = {h.doc_id: h for h in hits}
     assert by["b"].fused_score == round((0.4 * 0.0 + 0.6 * 1.0) / 61, 8)
