@@ -385,41 +385,69 @@ def _references(
 
 
 def _pass(judge: _Judge, text: str) -> str:
-    """One parse of ``text`` and the edits it asks for, applied."""
+    """One parse of ``text`` and the edits it asks for, applied (the judge sees the blocks in order,
+    then the reference definitions, so the URLs taken out are listed as they appear)."""
     env: dict = {}
     tokens = _MD.parse(text, env)
     spans = env.get("ragline_spans", {})
     starts = _line_starts(text)
-    covered = [False] * len(starts)
     edits: list[tuple[int, int, str]] = []
     for token in tokens:
-        if token.map and token.level == 0:
-            for n in range(token.map[0], min(token.map[1], len(covered))):
-                covered[n] = True
-        if token.type == "html_block" and token.map:
-            start = starts[token.map[0]]
-            end = starts[token.map[1]] if token.map[1] < len(starts) else len(text)
+        if not token.map:
+            continue
+        if token.type == "html_block":
+            start, end = _block_range(text, starts, token.map)
             edits.append((start, end, judge.html(text[start:end])))
-        if token.type != "inline" or not token.map:
-            continue
-        found = sorted(spans.get(id(token.content), ("", []))[1], key=lambda s: (s.start, -s.end))
-        own = _inline_edits(judge, token.content, found, 0, len(token.content))
-        if not own:
-            continue
-        at = _locate(text, starts, token.map[0], token.content)
-        if at is None:
-            start = starts[token.map[0]]
-            end = starts[token.map[1]] if token.map[1] < len(starts) else len(text)
-            edits.append((start, end, judge.bare(_escaped(text[start:end]))))
-            continue
-        offsets = [0]
-        for piece in token.content.split("\n")[:-1]:
-            offsets.append(offsets[-1] + len(piece) + 1)
-        for a, b, new in own:  # an edit stays within one line of the content, or spans lines whole
-            line_a = max(k for k, o in enumerate(offsets) if o <= a)
-            line_b = max(k for k, o in enumerate(offsets) if o <= b)
-            edits.append((at[line_a] + a - offsets[line_a], at[line_b] + b - offsets[line_b], new))
-    edits += _references(judge, text, starts, covered)
+        elif token.type == "inline":
+            edits += _inline_token_edits(judge, text, starts, token, spans)
+    edits += _references(judge, text, starts, _covered(tokens, len(starts)))
+    return _applied(text, edits)
+
+
+def _block_range(text: str, starts: list[int], lines: list[int]) -> tuple[int, int]:
+    """Where a block token's lines (its ``map``) begin and end in ``text``."""
+    return starts[lines[0]], starts[lines[1]] if lines[1] < len(starts) else len(text)
+
+
+def _covered(tokens: list, lines: int) -> list[bool]:
+    """Which of the ``lines`` lines a top-level block token covers (the rest may be reference
+    definitions, or blank)."""
+    covered = [False] * lines
+    for token in tokens:
+        if token.map and token.level == 0:
+            for n in range(token.map[0], min(token.map[1], lines)):
+                covered[n] = True
+    return covered
+
+
+def _inline_token_edits(
+    judge: _Judge, text: str, starts: list[int], token, spans: dict
+) -> list[tuple[int, int, str]]:
+    """The edits an inline token asks for, moved from its content's positions to ``text``'s; the
+    token's lines escaped whole when its content cannot be located there."""
+    content = token.content
+    found = sorted(spans.get(id(content), ("", []))[1], key=lambda s: (s.start, -s.end))
+    own = _inline_edits(judge, content, found, 0, len(content))
+    if not own:
+        return []
+    at = _locate(text, starts, token.map[0], content)
+    if at is None:
+        start, end = _block_range(text, starts, token.map)
+        return [(start, end, judge.bare(_escaped(text[start:end])))]
+    offsets = [0]
+    for piece in content.split("\n")[:-1]:
+        offsets.append(offsets[-1] + len(piece) + 1)
+
+    def place(pos: int) -> int:  # an edit stays within one line of the content, or spans lines whole
+        line = max(k for k, o in enumerate(offsets) if o <= pos)
+        return at[line] + pos - offsets[line]
+
+    return [(place(a), place(b), new) for a, b, new in own]
+
+
+def _applied(text: str, edits: list[tuple[int, int, str]]) -> str:
+    """``text`` with ``edits`` (start, end, replacement) made, in order; one overlapping an earlier
+    one is dropped."""
     out, pos = [], 0
     for a, b, new in sorted(edits):
         if a < pos:

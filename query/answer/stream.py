@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import redis
@@ -65,56 +66,99 @@ def safe_cut(raw: str, start: int) -> int:
     could still be a reference definition (``[label]:`` at its start) only at its end; when that
     leaves more than :data:`HOLD_CHARS` behind the cut, the last whitespace at least that far back.
     ``start`` when there is none. Linear in the text after ``start``."""
+    scan = _Markup(raw)
     cut = start
-    square = 0  # depth of the "[" brackets open: a link's text may hold balanced ones
-    angle = False
-    paren = 0
-    tick = 0  # length of the backtick run that opened a code span on this line, or 0
     line_start = start == 0 or raw[start - 1] == "\n"
-    ref_line = False
     prev = raw[start - 1] if start else ""
-    n = len(raw)
-    bound = n - HOLD_CHARS
+    bound = len(raw) - HOLD_CHARS
     fallback = start  # the last whitespace at or before ``bound``, whatever the markup around it
-    for i in range(start, n):
+    for i in range(start, len(raw)):
         ch = raw[i]
-        if ch.isspace() and prev and not prev.isspace() and i <= bound:
+        if i <= bound and _ends_word(ch, prev):
             fallback = i
         if line_start:
-            ref_line = raw[i : i + 4].lstrip(" ").startswith("[")
-            line_start = False
-        if ch == "\n":
-            line_start = True
-            paren = 0  # a link destination never spans lines
-            tick = 0  # nor, for the sanitizer, a code span
-            if not (square or angle) and prev and not prev.isspace():
-                cut = i
-        elif angle:
-            if ch == ">":
-                angle = False
-        elif paren:
-            paren += {"(": 1, ")": -1}.get(ch, 0)
-        elif square:
-            square += {"[": 1, "]": -1}.get(ch, 0)
-            if not square and ref_line and raw[i + 1 : i + 2] not in ("", ":"):
-                ref_line = False  # "[1] text": the label is not followed by ":", no definition
-        elif ch == "`":
-            if prev != "`":  # the first of a run: its length decides what it opens or closes
-                end = i
-                while end < n and raw[end] == "`":
-                    end += 1
-                run = end - i
-                tick = run if not tick else (0 if run == tick else tick)
-        elif ch == "[":
-            square = 1
-        elif ch == "(" and prev == "]":
-            paren = 1
-        elif ch == "<" and (i + 1 == n or raw[i + 1].isalpha() or raw[i + 1] in "/!?"):
-            angle = True
-        elif ch.isspace() and prev and not prev.isspace() and not ref_line and not tick:
+            scan.ref_line = raw[i : i + 4].lstrip(" ").startswith("[")
+        line_start = ch == "\n"
+        if scan.read(i, ch, prev):
             cut = i
         prev = ch
     return max(cut, fallback)
+
+
+def _ends_word(ch: str, prev: str) -> bool:
+    """Whether ``ch`` is the whitespace right after a word (``prev`` the character before, if any)."""
+    return ch.isspace() and bool(prev) and not prev.isspace()
+
+
+#: how a character changes the depth of a link destination's parentheses, of a link text's brackets
+_PAREN = {"(": 1, ")": -1}
+_SQUARE = {"[": 1, "]": -1}
+
+
+@dataclass
+class _Markup:
+    """What is open at a character of the text :func:`safe_cut` reads, left to right."""
+
+    raw: str
+    #: depth of the "[" brackets open: a link's text may hold balanced ones
+    square: int = 0
+    #: a "<tag" not closed by ">" yet
+    angle: bool = False
+    #: depth of a link destination's "(" after "]"
+    paren: int = 0
+    #: the length of the backtick run that opened a code span on this line, or 0
+    tick: int = 0
+    #: the line may still be a reference definition ("[label]:" at its start)
+    ref_line: bool = False
+
+    def read(self, i: int, ch: str, prev: str) -> bool:
+        """Read ``raw[i]`` (``prev`` the character before); whether the text may be cut before it."""
+        if ch == "\n":
+            self.paren = 0  # a link destination never spans lines
+            self.tick = 0  # nor, for the sanitizer, a code span
+            return not (self.square or self.angle) and bool(prev) and not prev.isspace()
+        if self.angle:
+            self.angle = ch != ">"
+        elif self.paren:
+            self.paren += _PAREN.get(ch, 0)
+        elif self.square:
+            self._in_brackets(i, ch)
+        else:
+            return self._outside(i, ch, prev)
+        return False
+
+    def _in_brackets(self, i: int, ch: str) -> None:
+        self.square += _SQUARE.get(ch, 0)
+        if not self.square and self.ref_line and self.raw[i + 1 : i + 2] not in ("", ":"):
+            self.ref_line = False  # "[1] text": the label is not followed by ":", no definition
+
+    def _outside(self, i: int, ch: str, prev: str) -> bool:
+        """Outside any link, image or tag: what ``ch`` opens, or whether the text may be cut before it."""
+        if ch == "`":
+            if prev != "`":  # the first of a run: its length decides what it opens or closes
+                self._backticks(i)
+        elif ch == "[":
+            self.square = 1
+        elif ch == "(" and prev == "]":
+            self.paren = 1
+        elif ch == "<" and _opens_tag(self.raw, i):
+            self.angle = True
+        else:
+            return _ends_word(ch, prev) and not self.ref_line and not self.tick
+        return False
+
+    def _backticks(self, i: int) -> None:
+        end = i
+        while end < len(self.raw) and self.raw[end] == "`":
+            end += 1
+        run = end - i
+        self.tick = run if not self.tick else (0 if run == self.tick else self.tick)
+
+
+def _opens_tag(raw: str, i: int) -> bool:
+    """Whether the ``<`` at ``i`` may open a tag (the text ends there, or a letter, ``/``, ``!`` or
+    ``?`` follows)."""
+    return i + 1 == len(raw) or raw[i + 1].isalpha() or raw[i + 1] in "/!?"
 
 
 class LinkSafeText:
