@@ -269,8 +269,12 @@ class RankingPolicy:
         for and whose files' order it fuses with the hits' (:mod:`ragline.query.retrieval.file_rank`);
         none unless both lists ran and the file ranking is on. The lexical list is in the order a
         lexical search answers with (its rows re-scored by structure, with the files the question
-        names: ``named``), the order a code search has while the repository's vectors are filled."""
+        names: ``named``), the order a code search has while the repository's vectors are filled.
+        None either when no candidate is code: a prose search lists no files (``file_rank``'s
+        ``response_files``), and the lexical list's re-score is the costly part."""
         if not (vector and lexical and self.file_rank):
+            return []
+        if not any(r.get("layer") in self.code_layers for r in (*vector, *lexical, *named)):
             return []
         n = len(lexical)
         structured, _ = self.order([], lexical, list(named), n, n, 1.0)

@@ -244,3 +244,19 @@ def test_a_hit_s_similarity_is_standardised_against_the_question_s_background():
     short, _ = order(req("как устроена погода"), listed(0.0, n=15), [], limit=3)
     assert all(h.vector_z is None for h in short)  # 5 places past the tenth: no background
     assert ranking.background(listed(0.0, n=15)) is None
+
+
+@pytest.mark.parametrize(
+    ("layer", "listed"), [("docs", False), ("C0_SOURCE_CHUNKS", True), ("C1_SYMBOLS", True)]
+)
+def test_the_file_list_s_leads_are_read_only_where_a_candidate_is_code(layer, listed):
+    """A prose search lists no files (file_rank.response_files), so its search does not re-score the
+    lexical list for a file order nobody reads; a code search hands both lists' first files over,
+    the lexical list's in the order a lexical search gives it."""
+    policy = ranking.RankingPolicy.of(req("where is register_hook defined"), SETTINGS)
+    vector = vector_list("a", "b", layer=layer)
+    lexical = lexical_list("b", "c", layer=layer)
+    leads = policy.leads(vector, lexical)
+    assert bool(leads) is listed
+    if listed:
+        assert [[h.doc_id for h in lead] for lead in leads] == [["a", "b"], ["b", "c"]]
