@@ -44,6 +44,13 @@ def module() -> types.ModuleType:
     return _load("file_rank")
 
 
+@cache
+def structure_module() -> types.ModuleType:
+    """The structural ranking at :data:`BEFORE` (its name matching, ``spells``, scanned every window of
+    the question's words)."""
+    return _load("structure")
+
+
 def rank(
     hits: Sequence[Hit | dict], question: str, source: str, leads: Sequence[Sequence[Hit | dict]]
 ) -> list:

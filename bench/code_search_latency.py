@@ -4,7 +4,8 @@ Each issue of a code query set is searched (the default: hybrid with structure, 
 the stored snapshot of its repository by :func:`ragline.query.service.search`, in this process,
 once with this checkout's file ranking (the lexical list, re-scored by structure, votes on the
 file order; each single list's first ten files floored within 2n + 1 places) and once with the one
-before it (:mod:`bench.code_before`: the floors alone, on the raw lexical list), the two in
+before it (:mod:`bench.code_before`: the floors alone, on the raw lexical list, and the structural
+re-score's name matching of then), the two in
 alternating order from issue to issue and round to round, so both see the same machine. The
 question's vector is computed once beforehand and sent with the request (``query_vector``, as a
 caller that embeds itself does), so the timing is the search's own: its statements, fusion,
@@ -31,7 +32,7 @@ from bench import code_before
 from bench.code_eval_inprocess import arguments, stored_tenants
 from ragline.operations.eval_code import EVAL_GROUP, ingest_config_key, question, read_code_queries
 from ragline.query import service
-from ragline.query.retrieval import file_rank, ranking, sql
+from ragline.query.retrieval import file_rank, ranking, sql, structure
 from ragline.query.retrieval.search import LIST_DEPTH
 from ragline.shared.config.settings import get_settings
 from ragline.shared.sdk.contracts import SearchRequest, pack_vector
@@ -67,9 +68,11 @@ def _timed(fn: Callable, spent: dict[str, float], key: str) -> Callable:
 def side(name: str, spent: dict[str, float]):
     """The search's file ranking of one side, timed into ``spent`` (``leads``, ``files``)."""
     owner = ranking.RankingPolicy
-    leads, files = owner.leads, file_rank.response_files
+    leads, files, spells = owner.leads, file_rank.response_files, structure.spells
     if name == "before":
         leads_now, files_now = _old_leads, _old_files
+        # and the structural re-score's name matching of then, which every search runs
+        structure.spells = code_before.structure_module().spells
     else:
         leads_now, files_now = leads, files
     owner.leads = _timed(leads_now, spent, "leads")  # type: ignore[method-assign]
@@ -78,6 +81,7 @@ def side(name: str, spent: dict[str, float]):
         yield
     finally:
         owner.leads, file_rank.response_files = leads, files  # type: ignore[method-assign]
+        structure.spells = spells
 
 
 def summary(values: list[float]) -> dict:
