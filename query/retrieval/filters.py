@@ -6,7 +6,7 @@ and every pattern is LIKE-escaped, so ``%`` or ``_`` inside a path prefix match 
 Patterns (``exclude_like_patterns``, ``prefer_like_patterns``) are globs: ``*`` matches any run of
 characters, ``?`` one character; everything else is literal, and a glob matches the whole path.
 The exclusions filter in SQL (:func:`glob_pattern`, ``LIKE``); the preferences are a ranking signal
-and match in Python (:func:`glob_matches`, the same rule, ``ranking.PathPreferences``).
+and match in Python (:class:`Glob`, the same rule, ``ranking.PathPreferences``).
 """
 
 from __future__ import annotations
@@ -37,57 +37,90 @@ def glob_pattern(glob: str) -> str:
 
 
 def glob_matches(path: str, glob: str) -> bool:
-    """Whether ``path`` matches ``glob``, as ``path LIKE glob_pattern(glob)`` does in Postgres (case
-    and every character as written, ``?`` one character), with no regex and no backtracking.
+    """Whether ``path`` matches ``glob`` (:class:`Glob`; one glob against many paths: compile it once)."""
+    return Glob(glob).matches(path)
 
-    The pieces between ``*`` have a fixed length: the first must start the path, the last end it,
-    and each one between is taken at its leftmost place after the previous one (a later place
-    never leaves more room for the rest), so the path is read once per piece at most."""
-    first, *middle = glob.split("*")
-    if not middle:
-        return len(path) == len(first) and _piece_at(path, 0, first)
-    last = middle.pop()
-    end = len(path) - len(last)
-    if end < len(first) or not (_piece_at(path, 0, first) and _piece_at(path, end, last)):
-        return False
-    at = len(first)
-    for piece in middle:
-        found = _find_piece(path, piece, at, end)
-        if found < 0:
+
+class Glob:
+    """A glob compiled to match paths as ``path LIKE glob_pattern(glob)`` does in Postgres (case and
+    every character as written, ``?`` one character, the whole path), with no regex and no
+    backtracking: the pieces between ``*`` have a fixed length; the first must start the path, the
+    last end it, and each one between is taken at its leftmost place after the previous one (a
+    later place never leaves more room for the rest), so a path is read once, whatever the glob."""
+
+    __slots__ = ("first", "last", "middle", "size", "star")
+
+    def __init__(self, glob: str) -> None:
+        first, *rest = glob.split("*")
+        self.star = bool(rest)
+        self.first = _Piece(first)
+        self.last = _Piece(rest[-1] if rest else "")
+        self.middle = tuple(_Piece(p) for p in rest[:-1] if p)
+        #: the fewest characters a matching path holds
+        self.size = len(glob) - glob.count("*")
+
+    def matches(self, path: str) -> bool:
+        if not self.star:
+            return len(path) == self.size and self.first.at(path, 0)
+        end = len(path) - len(self.last.text)
+        if len(path) < self.size or not (self.first.at(path, 0) and self.last.at(path, end)):
             return False
-        at = found + len(piece)
-    return True
+        at = len(self.first.text)
+        for piece in self.middle:
+            at = piece.find(path, at, end)
+            if at < 0:
+                return False
+        return True
 
 
-def _piece_at(text: str, at: int, piece: str) -> bool:
-    """Whether ``piece`` (literal characters and ``?``) matches ``text`` at ``at``."""
-    if "?" not in piece:
-        return text.startswith(piece, at)
-    if at + len(piece) > len(text):
-        return False
-    return all(p == "?" or p == t for p, t in zip(piece, text[at : at + len(piece)], strict=True))
+class _Piece:
+    """The characters between two ``*`` of a glob (``?`` any one), matched at a place or found."""
 
+    __slots__ = ("anchor", "done", "masks", "text", "wild")
 
-def _find_piece(text: str, piece: str, start: int, stop: int) -> int:
-    """The leftmost place ``piece`` matches inside ``text[start:stop]``, or -1. A literal piece is
-    ``str.find``; one holding ``?`` is read in one pass by the shift-and automaton (a bit per
-    position of the piece: the positions a match ending at the current character reaches)."""
-    if "?" not in piece:
-        return text.find(piece, start, stop)
-    wild = 0
-    masks: dict[str, int] = {}
-    for i, ch in enumerate(piece):
-        if ch == "?":
-            wild |= 1 << i
-        else:
-            masks[ch] = masks.get(ch, 0) | 1 << i
-    done = 1 << (len(piece) - 1)
-    state = 0
-    for i in range(start, stop):
-        state = ((state << 1) | 1) & (masks.get(text[i], 0) | wild)
-        if state & done:
-            return i - len(piece) + 1
-    return -1
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.wild = 0  # a bit per "?" of the text
+        self.masks: dict[str, int] = {}  # a bit per place of each other character
+        for i, ch in enumerate(text):
+            if ch == "?":
+                self.wild |= 1 << i
+            else:
+                self.masks[ch] = self.masks.get(ch, 0) | 1 << i
+        self.done = 1 << (len(text) - 1) if text else 0
+        #: the longest run of characters without "?", and where it starts in the piece
+        runs = text.split("?")
+        longest = max(range(len(runs)), key=lambda k: len(runs[k]))
+        self.anchor = (runs[longest], sum(len(r) + 1 for r in runs[:longest]))
+
+    def at(self, path: str, i: int) -> bool:
+        """Whether the piece matches ``path`` at ``i``."""
+        if not self.wild:
+            return path.startswith(self.text, i)
+        if i + len(self.text) > len(path):
+            return False
+        return all(p == "?" or p == t for p, t in zip(self.text, path[i : i + len(self.text)], strict=True))
+
+    def find(self, path: str, start: int, stop: int) -> int:
+        """Where the leftmost match inside ``path[start:stop]`` ends, or -1. A literal piece is
+        ``str.find``; one holding ``?`` is read in one pass by the shift-and automaton (bit k of the
+        state: the piece's first k + 1 characters match the text ending here), from the first place
+        its longest literal run is found."""
+        if not self.wild:
+            found = path.find(self.text, start, stop)
+            return found + len(self.text) if found >= 0 else -1
+        run, offset = self.anchor
+        if run:  # no match starts before the first place its longest literal run fits (str.find)
+            found = path.find(run, start + offset, stop - (len(self.text) - offset - len(run)))
+            if found < 0:
+                return -1
+            start = found - offset
+        state = 0
+        for i in range(start, stop):
+            state = ((state << 1) | 1) & (self.masks.get(path[i], 0) | self.wild)
+            if state & self.done:
+                return i + 1
+        return -1
 
 
 def normalize_path(path: str) -> str:

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from ragline.query.retrieval import file_rank, sql, structure
-from ragline.query.retrieval.filters import glob_matches
+from ragline.query.retrieval.filters import Glob
 from ragline.query.retrieval.fusion import FusionPolicy, hybrid_inputs
 from ragline.shared.config.settings import Settings
 from ragline.shared.sdk.contracts import Hit, SearchRequest
@@ -47,16 +47,20 @@ TEST_PENALTY = 0.005
 @dataclass(frozen=True)
 class PathPreferences:
     """The request's path preferences: a bonus for a row whose path starts with one of
-    ``prefixes`` or matches one of ``globs`` (:func:`ragline.query.retrieval.filters.glob_matches`,
-    the rule of ``filters``' globs), a penalty for a row stored in ``tests_layer`` (None: the
-    request does not ask for it). Ingestion decides which rows are tests (``ingest/layers.py``),
-    so search never judges a path again."""
+    ``prefixes`` or matches one of ``globs`` (:class:`ragline.query.retrieval.filters.Glob`, the
+    rule of ``filters``' globs, compiled once per search), a penalty for a row stored in
+    ``tests_layer`` (None: the request does not ask for it). Ingestion decides which rows are tests
+    (``ingest/layers.py``), so search never judges a path again."""
 
     prefixes: tuple[str, ...] = ()
     globs: tuple[str, ...] = ()
     tests_layer: str | None = None
     bonus: float = PREFER_BONUS
     penalty: float = TEST_PENALTY
+    _compiled: tuple[Glob, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_compiled", tuple(Glob(g) for g in dict.fromkeys(self.globs)))
 
     @classmethod
     def of(cls, req: SearchRequest, settings: Settings) -> PathPreferences:
@@ -72,7 +76,7 @@ class PathPreferences:
         ``path`` and ``layer``."""
         path = row["path"]
         preferred = path is not None and (
-            any(path.startswith(p) for p in self.prefixes) or any(glob_matches(path, g) for g in self.globs)
+            path.startswith(self.prefixes) or any(g.matches(path) for g in self._compiled)
         )
         test = self.tests_layer is not None and row["layer"] == self.tests_layer
         return {
