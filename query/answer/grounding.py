@@ -232,35 +232,47 @@ def parse_verdicts(text: str, n_claims: int) -> dict[int, bool]:
     fence or with prose around it) ``{"verdicts": [{"i", "supported"}]}``, a bare JSON list of
     such objects or of booleans, or else lines like ``2: no``. Numbers outside 1..n_claims are
     ignored; raises ValueError when nothing usable is found."""
-    found: dict[int, bool] = {}
-    data: object = None
-    start, end = text.find("{"), text.rfind("}")
-    list_start, list_end = text.find("["), text.rfind("]")
-    for a, b in ((start, end), (list_start, list_end)):
-        if 0 <= a < b:
-            try:
-                data = json.loads(text[a : b + 1])
-                break
-            except ValueError:
-                continue
-    if isinstance(data, dict):
-        data = data.get("verdicts", data.get("claims"))
-    if isinstance(data, list):
-        for k, item in enumerate(data, start=1):
-            if isinstance(item, dict):
-                i = item.get("i", item.get("id", item.get("claim", k)))
-                ok = _truth(item.get("supported", item.get("verdict")))
-            else:
-                i, ok = k, _truth(item)
-            if isinstance(i, int | str) and str(i).isdigit() and ok is not None and 1 <= int(i) <= n_claims:
-                found[int(i)] = ok
-    if not found:
-        for m in filter(None, map(_LINE_VERDICT.match, text.splitlines())):
-            i, ok = int(m.group(1)), _truth(m.group(2))
-            if ok is not None and 1 <= i <= n_claims:
-                found.setdefault(i, ok)
+    found = _json_verdicts(_json_payload(text), n_claims) or _line_verdicts(text, n_claims)
     if not found:
         raise ValueError("the judge's reply holds no verdict")
+    return found
+
+
+def _json_payload(text: str) -> object:
+    """The first of the reply's outermost ``{...}`` and ``[...]`` spans that parses as JSON, or None."""
+    for a, b in ((text.find("{"), text.rfind("}")), (text.find("["), text.rfind("]"))):
+        if 0 <= a < b:
+            try:
+                return json.loads(text[a : b + 1])
+            except ValueError:
+                continue
+    return None
+
+
+def _json_verdicts(data: object, n_claims: int) -> dict[int, bool]:
+    """Verdicts from a parsed reply: ``{"verdicts" | "claims": [...]}`` or the list itself, of
+    objects (``i`` / ``id`` / ``claim``, ``supported`` / ``verdict``) or of booleans."""
+    if isinstance(data, dict):
+        data = data.get("verdicts", data.get("claims"))
+    found: dict[int, bool] = {}
+    for k, item in enumerate(data if isinstance(data, list) else [], start=1):
+        if isinstance(item, dict):
+            i = item.get("i", item.get("id", item.get("claim", k)))
+            ok = _truth(item.get("supported", item.get("verdict")))
+        else:
+            i, ok = k, _truth(item)
+        if isinstance(i, int | str) and str(i).isdigit() and ok is not None and 1 <= int(i) <= n_claims:
+            found[int(i)] = ok
+    return found
+
+
+def _line_verdicts(text: str, n_claims: int) -> dict[int, bool]:
+    """Verdicts from lines like ``2: no`` (the first for each claim)."""
+    found: dict[int, bool] = {}
+    for m in filter(None, map(_LINE_VERDICT.match, text.splitlines())):
+        i, ok = int(m.group(1)), _truth(m.group(2))
+        if ok is not None and 1 <= i <= n_claims:
+            found.setdefault(i, ok)
     return found
 
 
