@@ -131,7 +131,9 @@ def resolve(settings: Settings) -> tuple[AnswerGenerator, Exception | None]:
 
 #: the sentences' vectors, kept across questions of the worker (the same chunks answer many)
 SENTENCE_CACHE = 20_000
-_SENTENCE_VECTORS: dict[str, np.ndarray] = {}
+#: sentence vectors by (embedder, text): a process that builds another embedder (another model, an
+#: evaluation, a test) never reads one model's vector as another's
+_SENTENCE_VECTORS: dict[tuple[str, str, str], np.ndarray] = {}
 
 
 def sentence_ranker() -> extractive.Ranker | None:
@@ -144,16 +146,19 @@ def sentence_ranker() -> extractive.Ranker | None:
         return None
     timeout_s = get_settings().deadlines.query_embed_timeout_s
 
+    of = (type(embedder).__qualname__, str(getattr(embedder, "model", "")))
+
     def rank(question: str, sentences: list[str]) -> list[float]:
         q = np.asarray(embedder.embed_query(embedding_form(question)), dtype=np.float32)
-        new = [s for s in dict.fromkeys(sentences) if s not in _SENTENCE_VECTORS]
+        new = [s for s in dict.fromkeys(sentences) if (*of, s) not in _SENTENCE_VECTORS]
         if new:
             docs = run_with_deadline(
                 embedder.embed_documents, 4 * timeout_s, [embedding_form(s) for s in new]
             )
             if len(_SENTENCE_VECTORS) + len(new) > SENTENCE_CACHE:
                 _SENTENCE_VECTORS.clear()
-            _SENTENCE_VECTORS.update(zip(new, np.asarray(docs, dtype=np.float32), strict=True))
-        return [float(_SENTENCE_VECTORS[s] @ q) for s in sentences]
+            vectors = np.asarray(docs, dtype=np.float32)
+            _SENTENCE_VECTORS.update(((*of, s), v) for s, v in zip(new, vectors, strict=True))
+        return [float(_SENTENCE_VECTORS[(*of, s)] @ q) for s in sentences]
 
     return rank

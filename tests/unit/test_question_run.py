@@ -232,3 +232,27 @@ def test_a_failing_chat_model_and_a_failing_ranker_are_both_named(generator, mon
     run = QuestionRun.start(EN_QUESTION, settings(provider="anthropic"))
     resp = respond(run, hits(RU_DOC))
     assert resp.degraded_reasons == ["generator: RuntimeError", "sentence ranker: TimeoutError"]
+
+
+class _Axis:
+    """An embedder whose vectors have ``dim`` components, every text on the first axis."""
+
+    def __init__(self, dim: int, model: str) -> None:
+        self.dim, self.model = dim, model
+
+    def embed_query(self, text: str):
+        return [1.0] + [0.0] * (self.dim - 1)
+
+    def embed_documents(self, texts: list[str]):
+        return [[1.0] + [0.0] * (self.dim - 1) for _ in texts]
+
+
+def test_one_process_ranks_the_same_sentences_with_two_embedders(monkeypatch):
+    """The sentence vectors are cached per embedder: a process that builds another one (another
+    model, an evaluation, a test) never reads the first model's vectors as the second's, whose
+    dimensions may differ (a ValueError that degraded the answer, depending on what ran before)."""
+    sentences = ["Клиент ждёт 30 секунд после ответа 429.", "Второе предложение."]
+    for dim, model in ((4, "a"), (2, "b"), (4, "a")):
+        monkeypatch.setattr(providers, "get_embedder", lambda dim=dim, model=model: _Axis(dim, model))
+        rank = generate.sentence_ranker()
+        assert rank is not None and rank("How long?", sentences) == [1.0, 1.0]
