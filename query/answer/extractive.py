@@ -70,11 +70,11 @@ _LATIN_WORD = re.compile(r"(?<![\w-])[A-Za-z][A-Za-z-]{2,}(?![\w-])")
 def specific_terms(question: str) -> list[str]:
     """The terms of a question a passage about its topic must contain: versions and names with
     digits (``5.0``, ``HTTP/2``, ``L2``), identifiers (``max_retries``, ``nextTick``), acronyms
-    (``ASVS``); in a question in Cyrillic also every word in Latin letters (``Nuxt``, ``Vuetify``:
+    (``HTTP``); in a question in Cyrillic also every word in Latin letters (``Quux``, ``Zorplib``:
     a product is named in its own spelling). Lower-cased, in order, each once."""
     found = [m.group(0) for m in _SPECIFIC.finditer(question)]
     if re.search(r"[\u0400-\u04FF]", question):
-        # a name (Nuxt, Vuetify, v-model), not a gloss in parentheses ("перебор (brute force)")
+        # a name (Quux, Zorplib, v-model), not a gloss in parentheses ("перебор (brute force)")
         found += [w for w in _LATIN_WORD.findall(question) if w[0].isupper() or re.search(r"[-_.]", w)]
     # an acronym's plural is the acronym ("URLs" is written "URL" as often)
     found = [t[:-1] if re.fullmatch(r"[A-Z]{2,}s", t) else t for t in found]
@@ -687,7 +687,7 @@ def features(
     if best is not None and best.similarity is not None and sd > 1e-9:
         above = (best.similarity - statistics.fmean(sims)) / sd
     passages = " ".join(hits[n - 1].content for n in cited if 1 <= n <= len(hits))
-    # a name is held by a passage's text, context, heading or source ("ASVS" by asvs/…: a collection
+    # a name is held by a passage's text, context, heading or source ("Acme" by acme/…: a collection
     # names itself in its ids more than in each chunk)
     around = " ".join(
         f"{h.context} {h.heading} {h.path} {h.doc_id}" for n, h in enumerate(hits, 1) if n in cited

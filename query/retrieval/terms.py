@@ -1,12 +1,12 @@
-"""Names of a collection in a question: "… according to ASVS 4.0.3?", "… во Vue 3?".
+"""Names of a collection in a question: "… according to Acme Standard 4.0.3?", "… во Foo 3?".
 
-A question that names the collection it asks about ("How long may passwords be according to ASVS
-4.0.3?") puts the collection's name into both retrieval lists, and the name says nothing about
+A question that names the collection it asks about ("How long may a token live according to
+Acme Standard 4.0.3?") puts the collection's name into both retrieval lists, and the name says nothing about
 which of the collection's documents answers. Worse, it points at the documents *about* the
 collection: the foreword, the preface and the table of contents repeat the name in every
 paragraph, so the embedded question lands on the preface (the name dominates the question's
 vector) and the lexical list ranks it by the name's frequency (``ts_rank`` has no IDF). The
-chapter on passwords falls out of the top hits.
+chapter that answers falls out of the top hits.
 
 Such a name is recognisable from the tenant's own statistics, in the caller's scope: a word
 written as a name (not a lower-case word of the question's language) whose lexeme occurs in at
@@ -19,7 +19,7 @@ its own collection's. A word common to several sources (``приложение``
 :class:`CorpusTerms` decides once what both lists get (:meth:`CorpusTerms.plan`): the names
 (and a version written right after one, "4.0.3", "3") are left out of the embedded text and of
 the lexical query, provided the rest of the question still holds ``min_specific`` content words
-(a question *about* the collection, "What is OWASP ASVS?", keeps them), and the named source's
+(a question *about* the collection, "What is the Acme Standard?", keeps them), and the named source's
 documents only are searched (the question said which collection answers), so dropping the name
 does not send the question to another collection.
 """
@@ -77,7 +77,7 @@ def is_version(word: str) -> bool:
 
 def name_like(word: str, position: int, cyrillic_question: bool) -> bool:
     """Written as a name: an acronym or a capitalised word past the question's first word, or a
-    Latin-script word in a Cyrillic question ("во Vue", "по ASVS"). Lower-case words of the
+    Latin-script word in a Cyrillic question ("во Foo", "по Acme"). Lower-case words of the
     question's own language are ordinary words, however common, and are never left out."""
     if is_version(word) or not any(ch.isalpha() for ch in word):
         return False
@@ -135,8 +135,8 @@ class CorpusTerms:
 
     def plan(self, question: str, stats: list[TermStat]) -> TermPlan:
         """Which names to leave out of ``question`` (pure); ``stats``: the candidates' statistics
-        (:func:`candidates`). A definition question whose subject is the name ("Что такое OWASP
-        ASVS?") asks about the collection itself and keeps it."""
+        (:func:`candidates`). A definition question whose subject is the name ("Что такое
+        Acme?") asks about the collection itself and keeps it."""
         by_word = {s.word: s for s in stats}
         named = {s.word: src for s in stats if not is_version(s.word) and (src := self.names_source(s))}
         if not named:
@@ -150,8 +150,8 @@ class CorpusTerms:
                 drop.append(m)
                 source = named[w]
             elif source is not None and is_version(w):
-                # "ASVS 4.0.3", "Vue 3": the collection's own edition is part of its name; an
-                # edition its documents never mention ("ASVS 5.0") is what the question asks about
+                # "Acme 4.0.3", "Foo 3": the collection's own edition is part of its name; an
+                # edition its documents never mention ("Acme 5.0") is what the question asks about
                 if by_word.get(w, TermStat(w, {})).docs.get(source, 0) > 0:
                     drop.append(m)
                 else:
@@ -181,7 +181,7 @@ class CorpusTerms:
         )
 
 
-#: the words that attach a collection's name to a question ("по ASVS", "according to ASVS", "во Vue"):
+#: the words that attach a collection's name to a question ("по Acme", "according to Acme", "во Foo"):
 #: cut with the name, since alone they only dangle
 _LEAD_IN = re.compile(r"(?:\b(?:according\s+to|согласно|по|во|в|in|per)\s+)$", re.IGNORECASE)
 
