@@ -7,7 +7,7 @@ and a traceback's frames point at a file more directly than any text similarity.
 
 * **chunks**: the file's chunk scores, normalised by the best hit's, summed with diminishing
   weights (``decay`` to the power of the chunk's place in its file, the first ``depth`` chunks);
-* **frame**: a traceback frame (``File ".../astropy/io/fits/card.py", line 12, in value``) is in
+* **frame**: a traceback frame (``File ".../pkg/io/cards/card.py", line 12, in value``) is in
   the file, the deepest frame weighing most (the error is raised there; the outer frames are
   the user's and the callers' code).
 
@@ -121,7 +121,7 @@ def rank_files(
     leads: Sequence[Sequence[Hit | dict]] = (),
 ) -> list[FileScore]:
     """The files of ``hits``, best first (pure). ``source`` is the git source's name, the prefix of
-    the stored paths (``astropy/`` of ``astropy/astropy/io/fits/card.py``), left out of the paths
+    the stored paths (``pkg/`` of ``pkg/pkg/io/cards/card.py``), left out of the paths
     returned and matched. ``leads``: each single list of the search (vector, lexical), in its
     order, whose first files keep a place (the module's docstring). With :class:`FileWeights` defaults
     and no leads the order is the first-hit order."""

@@ -9,8 +9,8 @@ and the candidate set:
   read by the retrieval task (:func:`named_file_patterns`), join the candidates as a third RRF list
   (:func:`with_named`), so a file a traceback names is a candidate even when neither retriever
   found it;
-* **file named**: the question names the hit's file: a path (``requests/sessions.py``), a
-  traceback line (``File ".../site-packages/requests/sessions.py", line 335, in request``), or a
+* **file named**: the question names the hit's file: a path (``pkg/sessions.py``), a
+  traceback line (``File ".../site-packages/pkg/sessions.py", line 335, in request``), or a
   bare file name (``sessions.py``, half the bonus: many folders hold a ``utils.py``);
 * **spelled**: the hit defines a name the question spells in words, its parts in order
   ("the default headers" and ``default_headers``, "resolve redirects" and ``resolve_redirects``):
@@ -66,7 +66,7 @@ _NOT_SYMBOL_ENDINGS = frozenset("com org net io me dev edu gov local html htm".s
 @dataclass(frozen=True)
 class Named:
     """What a question names: files (normalised, ``/``-separated), identifiers (dotted) and the
-    modules its dotted names spell (``astropy.io.fits.card.Card`` names ``astropy/io/fits/card``)."""
+    modules its dotted names spell (``pkg.io.cards.card.Card`` names ``pkg/io/cards/card``)."""
 
     files: tuple[str, ...] = ()
     identifiers: tuple[str, ...] = ()
@@ -200,8 +200,8 @@ def spelled_definitions(words: Sequence[str], symbols: list[str]) -> int:
 
 def _modules_of(identifier: str) -> list[str]:
     """The modules a dotted name may spell, as paths: each run of its leading lower-case parts, two
-    or more (``requests.utils.get_netrc_auth`` is ``requests/utils`` or the function's own
-    ``requests/utils/get_netrc_auth``; ``astropy.units.Quantity.to`` is ``astropy/units``;
+    or more (``pkg.utils.get_auth`` is ``pkg/utils`` or the function's own
+    ``pkg/utils/get_auth``; ``pkg.units.Quantity.to`` is ``pkg/units``;
     ``Table.read`` and ``card.py`` are none)."""
     lower = []
     for part in identifier.split("."):
@@ -214,8 +214,8 @@ def _modules_of(identifier: str) -> list[str]:
 
 
 def module_match(module: str, path: str) -> bool:
-    """Whether ``path`` is the module ``module`` (``astropy/io/fits`` names
-    ``astropy/io/fits/__init__.py``; a module path matches as a suffix of two or more components)."""
+    """Whether ``path`` is the module ``module`` (``pkg/io/cards`` names
+    ``pkg/io/cards/__init__.py``; a module path matches as a suffix of two or more components)."""
     stem = "/" + path.lower().rsplit(".", 1)[0].removesuffix("/__init__")
     return stem.endswith("/" + module)
 
@@ -244,8 +244,8 @@ def file_match(named_file: str, path: str) -> float:
 
 def named_file_patterns(files: tuple[str, ...] | list[str], limit: int = 20) -> list[str]:
     """``LIKE`` patterns for the stored paths of the files a question names: a named path's last two
-    components as a path suffix (a traceback's ``.../site-packages/requests/sessions.py`` is
-    ``requests/sessions.py`` in the repository), a bare file name as the last component."""
+    components as a path suffix (a traceback's ``.../site-packages/pkg/sessions.py`` is
+    ``pkg/sessions.py`` in the repository), a bare file name as the last component."""
     out: dict[str, None] = {}
     for f in files:
         parts = [p for p in f.split("/") if p]
