@@ -25,6 +25,7 @@ from ragline.query import service
 from ragline.query.answer import generate
 from ragline.query.answer import run as answer_run
 from ragline.shared.sdk.contracts import AskRequest, Hit
+from ragline.shared.worker import providers
 
 
 def search_hits(question: str, tenant: str, groups: list[str]) -> dict:
@@ -76,7 +77,12 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.vectors and args.vectors.exists():
-        generate._SENTENCE_VECTORS.update(pickle.loads(args.vectors.read_bytes()))
+        # a pickle written before the cache was per embedder is keyed by text alone: the current one's
+        of = generate.embedder_key(providers.get_embedder())
+        stored = pickle.loads(args.vectors.read_bytes())
+        generate._SENTENCE_VECTORS.update(
+            ((*of, k) if isinstance(k, str) else k, v) for k, v in stored.items()
+        )
     questions = read_jsonl(args.questions)
     cache = json.loads(args.cache.read_text()) if args.cache.exists() else {}
     if args.cached_only:

@@ -136,6 +136,11 @@ SENTENCE_CACHE = 20_000
 _SENTENCE_VECTORS: dict[tuple[str, str, str], np.ndarray] = {}
 
 
+def embedder_key(embedder: object) -> tuple[str, str]:
+    """Which embedder a cached sentence vector is of: its class and model."""
+    return (type(embedder).__qualname__, str(getattr(embedder, "model", "")))
+
+
 def sentence_ranker() -> extractive.Ranker | None:
     """The embedder's similarity of a question to each candidate sentence of the extractive answer
     (cross-lingual), or None when no embedder can be built. The embedder is the configured one,
@@ -146,7 +151,7 @@ def sentence_ranker() -> extractive.Ranker | None:
         return None
     timeout_s = get_settings().deadlines.query_embed_timeout_s
 
-    of = (type(embedder).__qualname__, str(getattr(embedder, "model", "")))
+    of = embedder_key(embedder)
 
     def rank(question: str, sentences: list[str]) -> list[float]:
         q = np.asarray(embedder.embed_query(embedding_form(question)), dtype=np.float32)
