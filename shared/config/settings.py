@@ -481,8 +481,9 @@ class CodeSettings(_Group):
     )
     file_rank: bool = Field(
         True,
-        description="rank a code question's files by their aggregated evidence (query/retrieval/file_rank.py, its"
-        " weights the constants WEIGHTS there) instead of their first hit (the code eval's file list)",
+        description="rank a code question's files by their aggregated evidence, the lexical list's vote and each"
+        " list's first files kept in reach (query/retrieval/file_rank.py, its weights the constants there) instead"
+        " of their first hit (the code eval's file list)",
     )
 
     @property
