@@ -74,7 +74,7 @@ def test_each_path_has_its_statement_and_only_hnsw_uses_the_index_order():
 def test_an_exact_path_computes_each_rows_distance_once(path):
     """The exact paths read thousands of rows: each distance is computed once (the sort key is the
     sub-select's column, not the expression again), and the order is one no index serves."""
-    statement = render(VECTOR_TEMPLATES[path], "", "", order=vector_order(settings(), exact=True))
+    statement = render(VECTOR_TEMPLATES[path], "", order=vector_order(settings(), exact=True))
     best = statement.split(f"SELECT {FIELDS}", 1)[0]
     assert best.count("<=>") == 1, best
     assert "ORDER BY s.distance" in best and "OFFSET 0" in best
